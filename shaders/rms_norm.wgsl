@@ -1,0 +1,53 @@
+// RMSNorm over rows of length n, in place: x[r, :] = x[r, :] * rsqrt(mean(x^2) + eps) * weight.
+// Rows are rows_per_token * step.n_tokens starting at row `row_offset` (plus step.pos *
+// rows_per_token when `at_cache_pos` is set, to normalise freshly written KV-cache rows).
+// With OUT the result goes to `out` instead (same indexing, without the cache offset).
+//#include common
+
+struct Params {
+    n: u32,
+    rows_per_token: u32,
+    eps: f32,
+    at_cache_pos: u32,
+}
+
+@group(0) @binding(1) var<uniform> p: Params;
+@group(0) @binding(2) var<storage, read> weight: array<f32>;
+//#if OUT
+@group(0) @binding(3) var<storage, read> x: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+//#else
+@group(0) @binding(3) var<storage, read_write> x: array<f32>;
+//#endif
+
+var<workgroup> partial: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let r = group_index(wid, nwg);
+    if (r >= step.n_tokens * p.rows_per_token) {
+        return;
+    }
+    let base = (r + p.at_cache_pos * step.pos * p.rows_per_token) * p.n;
+    var s = 0.0;
+    for (var i = lid; i < p.n; i += 64u) {
+        let v = x[base + i];
+        s += v * v;
+    }
+    partial[lid] = s;
+    workgroupBarrier();
+    for (var stride = 32u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) {
+            partial[lid] += partial[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    let inv = inverseSqrt(partial[0] / f32(p.n) + p.eps);
+    for (var i = lid; i < p.n; i += 64u) {
+//#if OUT
+        out[r * p.n + i] = x[base + i] * inv * weight[i];
+//#else
+        x[base + i] = x[base + i] * inv * weight[i];
+//#endif
+    }
+}

@@ -1,0 +1,29 @@
+// Weight reader for f16 matrices packed two per u32 word in `w` (low half first), row-major
+// [rows, cols]. WMat.base is the element offset (even); cols must be a multiple of 8.
+struct WMat {
+    base: u32,
+    cols: u32,
+    scales: u32,
+    mins: u32,
+}
+
+// Eight consecutive weights of a row.
+struct W8 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+}
+
+// Weights (row, 8*k8 .. 8*k8+7).
+fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
+    let i = (m.base + row * m.cols + k8 * 8u) >> 1u;
+    let a = vec4<f32>(unpack2x16float(w[i]), unpack2x16float(w[i + 1u]));
+    let b = vec4<f32>(unpack2x16float(w[i + 2u]), unpack2x16float(w[i + 3u]));
+    return W8(a, b);
+}
+
+// Weight at (row, col), for gathers such as the embedding lookup.
+fn w_at(m: WMat, row: u32, col: u32) -> f32 {
+    let e = m.base + row * m.cols + col;
+    let pair = unpack2x16float(w[e >> 1u]);
+    return select(pair.x, pair.y, (e & 1u) == 1u);
+}

@@ -1,0 +1,27 @@
+// Weight reader for f32 matrices stored as raw u32 words in `w` (row-major [rows, cols]).
+// WMat.base is the element offset of the matrix in `w`; cols must be a multiple of 8.
+struct WMat {
+    base: u32,
+    cols: u32,
+    scales: u32,
+    mins: u32,
+}
+
+// Eight consecutive weights of a row.
+struct W8 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+}
+
+// Weights (row, 8*k8 .. 8*k8+7).
+fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
+    let i = m.base + row * m.cols + k8 * 8u;
+    let a = vec4<f32>(bitcast<f32>(w[i]), bitcast<f32>(w[i + 1u]), bitcast<f32>(w[i + 2u]), bitcast<f32>(w[i + 3u]));
+    let b = vec4<f32>(bitcast<f32>(w[i + 4u]), bitcast<f32>(w[i + 5u]), bitcast<f32>(w[i + 6u]), bitcast<f32>(w[i + 7u]));
+    return W8(a, b);
+}
+
+// Weight at (row, col), for gathers such as the embedding lookup.
+fn w_at(m: WMat, row: u32, col: u32) -> f32 {
+    return bitcast<f32>(w[m.base + row * m.cols + col]);
+}

@@ -1,0 +1,112 @@
+//! The library's error type: every failure a user can cause is a named variant, never a panic.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while loading or running a model.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file could not be read or written.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A JSON file is malformed or misses a required field.
+    #[error("invalid JSON in {path}: {message}")]
+    Json {
+        /// The file involved.
+        path: PathBuf,
+        /// What the parser said.
+        message: String,
+    },
+    /// `config.json` names an architecture moestream does not run.
+    #[error("unsupported architecture {0:?}; supported: MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM")]
+    UnsupportedArchitecture(String),
+    /// The configuration has a value moestream cannot honour.
+    #[error("unsupported configuration: {0}")]
+    UnsupportedConfig(String),
+    /// A required configuration field is missing or has the wrong type.
+    #[error("config.json: missing or invalid field `{0}`")]
+    ConfigField(String),
+    /// A tensor the architecture needs is absent from the checkpoint.
+    #[error("missing tensor `{0}`")]
+    MissingTensor(String),
+    /// A tensor has another shape than the architecture implies.
+    #[error("tensor `{name}` has shape {actual:?}, expected {expected:?}")]
+    TensorShape {
+        /// Tensor name.
+        name: String,
+        /// Shape found in the file.
+        actual: Vec<usize>,
+        /// Shape the configuration implies.
+        expected: Vec<usize>,
+    },
+    /// A tensor is stored in a dtype moestream cannot read.
+    #[error("tensor `{name}` has unsupported dtype {dtype}; expected BF16, F16 or F32")]
+    TensorDtype {
+        /// Tensor name.
+        name: String,
+        /// The dtype found.
+        dtype: String,
+    },
+    /// A safetensors file is malformed.
+    #[error("invalid safetensors file {path}: {message}")]
+    Safetensors {
+        /// The file involved.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// No model weights were found in a directory.
+    #[error("no model weights (*.safetensors) in {0}")]
+    NoWeights(PathBuf),
+    /// The tokenizer could not be loaded or failed on the input.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// A token id is outside the vocabulary.
+    #[error("token id {id} is outside the vocabulary (size {vocab})")]
+    TokenOutOfRange {
+        /// The offending id.
+        id: u32,
+        /// Vocabulary size.
+        vocab: usize,
+    },
+    /// The prompt plus requested generation does not fit the context window.
+    #[error("sequence of {requested} tokens exceeds the context of {context} tokens")]
+    ContextOverflow {
+        /// Tokens the request needs.
+        requested: usize,
+        /// The engine's context length.
+        context: usize,
+    },
+    /// An empty prompt was given.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// No usable GPU adapter was found, or the requested one does not exist.
+    #[error("GPU adapter: {0}")]
+    Adapter(String),
+    /// The GPU device failed (lost device, out of memory, validation error).
+    #[error("GPU error: {0}")]
+    Gpu(String),
+    /// The expert store or quantized data is invalid.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// Invalid argument from the caller.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Generation was cancelled by the caller.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+}

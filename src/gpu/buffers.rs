@@ -1,0 +1,142 @@
+//! Buffer creation, uploads and readbacks.
+
+use wgpu::util::DeviceExt;
+
+use super::Gpu;
+use crate::error::{Error, Result};
+
+const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+impl Gpu {
+    /// A zero-initialised storage buffer of `bytes` (rounded up to 16).
+    pub fn storage(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        let size = bytes.max(16).next_multiple_of(16);
+        self.count_allocation(size);
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: STORAGE,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// A storage buffer initialised with `data` (padded to 16 bytes).
+    pub fn upload(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
+        let mut padded;
+        let contents = if data.len() % 16 == 0 && !data.is_empty() {
+            data
+        } else {
+            padded = data.to_vec();
+            padded.resize(data.len().max(16).next_multiple_of(16), 0);
+            &padded
+        };
+        self.count_allocation(contents.len() as u64);
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents,
+            usage: STORAGE,
+        })
+    }
+
+    /// A uniform buffer holding `data` (static kernel parameters).
+    pub fn uniform(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
+        let mut contents = data.to_vec();
+        contents.resize(data.len().max(16).next_multiple_of(16), 0);
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: &contents,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        })
+    }
+
+    /// Copies `count` f32 values starting at element `offset` of `src` back to the host.
+    /// Convenience for tests and one-off reads; the engine uses a persistent [`Readback`].
+    pub fn read_f32(&self, src: &wgpu::Buffer, offset: usize, count: usize) -> Result<Vec<f32>> {
+        let rb = Readback::new(self, (count * 4) as u64);
+        let mut out = vec![0f32; count];
+        rb.read(self, src, (offset * 4) as u64, bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
+    }
+}
+
+/// A persistent host-visible staging buffer for reading results back without allocating.
+pub struct Readback {
+    buffer: wgpu::Buffer,
+    capacity: u64,
+}
+
+impl Readback {
+    /// A staging buffer able to hold `capacity` bytes.
+    pub fn new(gpu: &Gpu, capacity: u64) -> Self {
+        let capacity = capacity.max(4).next_multiple_of(4);
+        let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: capacity,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        Readback { buffer, capacity }
+    }
+
+    /// Copies `out.len()` bytes from `src` at `offset` into `out`, waiting for the GPU.
+    pub fn read(&self, gpu: &Gpu, src: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
+        let len = out.len() as u64;
+        if len > self.capacity || len % 4 != 0 {
+            return Err(Error::Gpu(format!("readback of {len} bytes exceeds staging capacity {}", self.capacity)));
+        }
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(src, offset, &self.buffer, 0, len);
+        gpu.queue.submit([encoder.finish()]);
+        let slice = self.buffer.slice(0..len);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        gpu.wait()?;
+        rx.recv()
+            .map_err(|_| Error::Gpu("readback callback dropped".into()))?
+            .map_err(|e| Error::Gpu(format!("readback map failed: {e}")))?;
+        {
+            let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("readback view failed: {e}")))?;
+            out.copy_from_slice(&view);
+        }
+        self.buffer.unmap();
+        Ok(())
+    }
+}
+
+/// Per-step values every kernel sees at binding 0: how many tokens this step processes and
+/// where they start in the sequence.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct StepValues {
+    /// Tokens processed in this step (1 for decode).
+    pub n_tokens: u32,
+    /// Position of the first of them.
+    pub pos: u32,
+    /// Keys in the cache after this step (`pos + n_tokens`).
+    pub kv_len: u32,
+    /// Padding.
+    pub pad: u32,
+}
+
+/// The uniform buffer holding [`StepValues`], written once per step.
+pub struct StepUniform {
+    /// The buffer bound at binding 0 of every kernel.
+    pub buffer: wgpu::Buffer,
+}
+
+impl StepUniform {
+    /// A new step uniform (zeroed).
+    pub fn new(gpu: &Gpu) -> Self {
+        StepUniform { buffer: gpu.uniform("step", bytemuck::bytes_of(&StepValues::default())) }
+    }
+
+    /// Sets the step's token count and start position (visible to work submitted afterwards).
+    pub fn set(&self, gpu: &Gpu, n_tokens: usize, pos: usize) {
+        let v = StepValues { n_tokens: n_tokens as u32, pos: pos as u32, kv_len: (pos + n_tokens) as u32, pad: 0 };
+        gpu.queue.write_buffer(&self.buffer, 0, bytemuck::bytes_of(&v));
+    }
+}

@@ -1,0 +1,217 @@
+//! Adapter selection and device creation.
+//!
+//! High-performance adapters come first; `--adapter NAME|INDEX` or the `MOESTREAM_ADAPTER`
+//! environment variable picks another. Software adapters (lavapipe) are accepted and reported.
+//! Optional features (SUBGROUP, SHADER_F16, TIMESTAMP_QUERY) are requested when offered and the
+//! kernels fall back to shared-memory variants when they are missing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+
+/// What the caller asks of the GPU context.
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// Adapter name substring or index in [`Gpu::list_adapters`] order; `None` picks the best.
+    pub adapter: Option<String>,
+    /// Pretend the device's largest storage binding is this many bytes (tests force chunking).
+    pub max_binding_override: Option<u64>,
+    /// Do not use subgroup operations even if the adapter has them (tests the fallback kernels).
+    pub disable_subgroups: bool,
+}
+
+/// Capabilities the kernels adapt to.
+#[derive(Clone, Copy, Debug)]
+pub struct Caps {
+    /// Subgroup operations are available and enabled.
+    pub subgroups: bool,
+    /// `f16` arithmetic in shaders is available.
+    pub shader_f16: bool,
+    /// Timestamp queries are available.
+    pub timestamps: bool,
+    /// Largest storage-buffer binding the kernels may use, in bytes (a multiple of 256).
+    pub max_binding: u64,
+    /// Largest buffer the device allows, in bytes.
+    pub max_buffer: u64,
+    /// Storage buffers one shader stage may bind.
+    pub max_storage_buffers: u32,
+    /// Largest workgroup count along one dimension.
+    pub max_workgroups_per_dim: u32,
+}
+
+/// A printable description of one adapter.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AdapterReport {
+    /// Position in [`Gpu::list_adapters`].
+    pub index: usize,
+    /// Adapter name as the driver reports it.
+    pub name: String,
+    /// Vulkan, Metal, Dx12, ...
+    pub backend: String,
+    /// Discrete, integrated, CPU (software), ...
+    pub device_type: String,
+    /// Driver name and version.
+    pub driver: String,
+    /// Whether this is a software rasterizer such as lavapipe.
+    pub software: bool,
+    /// Optional features moestream uses that the adapter offers.
+    pub features: Vec<String>,
+    /// Largest storage-buffer binding in bytes.
+    pub max_storage_binding: u64,
+    /// Largest buffer in bytes.
+    pub max_buffer: u64,
+    /// Storage buffers per shader stage.
+    pub max_storage_buffers_per_stage: u32,
+    /// Workgroup storage in bytes.
+    pub max_workgroup_storage: u32,
+}
+
+/// An open GPU device with its queue, capabilities and pipeline cache.
+pub struct Gpu {
+    /// The logical device.
+    pub device: wgpu::Device,
+    /// Its queue.
+    pub queue: wgpu::Queue,
+    /// What the kernels may use.
+    pub caps: Caps,
+    /// The adapter in use.
+    pub adapter: AdapterReport,
+    pub(crate) pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    allocated: AtomicU64,
+}
+
+fn instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    if wgpu::Backends::from_env().is_none() {
+        desc.backends = wgpu::Backends::PRIMARY;
+    }
+    wgpu::Instance::new(desc)
+}
+
+fn report(index: usize, adapter: &wgpu::Adapter) -> AdapterReport {
+    let info = adapter.get_info();
+    let features = adapter.features();
+    let limits = adapter.limits();
+    let mut names = Vec::new();
+    for (flag, name) in [
+        (wgpu::Features::SUBGROUP, "SUBGROUP"),
+        (wgpu::Features::SHADER_F16, "SHADER_F16"),
+        (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
+    ] {
+        if features.contains(flag) {
+            names.push(name.to_string());
+        }
+    }
+    AdapterReport {
+        index,
+        name: info.name.clone(),
+        backend: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        software: info.device_type == wgpu::DeviceType::Cpu,
+        features: names,
+        max_storage_binding: limits.max_storage_buffer_binding_size as u64,
+        max_buffer: limits.max_buffer_size,
+        max_storage_buffers_per_stage: limits.max_storage_buffers_per_shader_stage,
+        max_workgroup_storage: limits.max_compute_workgroup_storage_size,
+    }
+}
+
+fn rank(info: &wgpu::AdapterInfo) -> u32 {
+    match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+fn sorted_adapters() -> Vec<wgpu::Adapter> {
+    let mut adapters = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
+    adapters.sort_by_key(|a| rank(&a.get_info()));
+    adapters
+}
+
+impl Gpu {
+    /// Lists every adapter, best first, as `moestream devices` prints them.
+    pub fn list_adapters() -> Vec<AdapterReport> {
+        sorted_adapters().iter().enumerate().map(|(i, a)| report(i, a)).collect()
+    }
+
+    /// Opens the chosen adapter (see [`GpuOptions`]) with every optional feature it offers.
+    pub fn new(options: &GpuOptions) -> Result<Arc<Gpu>> {
+        let adapters = sorted_adapters();
+        if adapters.is_empty() {
+            return Err(Error::Adapter(
+                "no GPU adapter found (install a Vulkan driver, e.g. mesa-vulkan-drivers)".into(),
+            ));
+        }
+        let wanted = options.adapter.clone().or_else(|| std::env::var("MOESTREAM_ADAPTER").ok());
+        let index = match wanted.as_deref() {
+            None => 0,
+            Some(w) => match w.parse::<usize>() {
+                Ok(i) if i < adapters.len() => i,
+                Ok(i) => return Err(Error::Adapter(format!("adapter index {i} out of range (have {})", adapters.len()))),
+                Err(_) => adapters
+                    .iter()
+                    .position(|a| a.get_info().name.to_lowercase().contains(&w.to_lowercase()))
+                    .ok_or_else(|| Error::Adapter(format!("no adapter named like {w:?}")))?,
+            },
+        };
+        let adapter = &adapters[index];
+        let report = report(index, adapter);
+        let offered = adapter.features();
+        let wanted_features = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+        let required_features = offered & wanted_features;
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("moestream"),
+            required_features,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| Error::Adapter(format!("could not open {}: {e}", report.name)))?;
+        let device_binding = (limits.max_storage_buffer_binding_size as u64).min(limits.max_buffer_size);
+        let max_binding = options.max_binding_override.map_or(device_binding, |o| o.min(device_binding)) & !255;
+        let caps = Caps {
+            subgroups: required_features.contains(wgpu::Features::SUBGROUP) && !options.disable_subgroups,
+            shader_f16: required_features.contains(wgpu::Features::SHADER_F16),
+            timestamps: required_features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            max_binding,
+            max_buffer: limits.max_buffer_size,
+            max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
+            max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
+        };
+        log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
+        Ok(Arc::new(Gpu {
+            device,
+            queue,
+            caps,
+            adapter: report,
+            pipelines: Mutex::new(HashMap::new()),
+            allocated: AtomicU64::new(0),
+        }))
+    }
+
+    /// Bytes of GPU buffers allocated through this context so far.
+    pub fn bytes_allocated(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_allocation(&self, bytes: u64) {
+        self.allocated.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Blocks until all submitted work has finished; reports a lost device as an error.
+    pub fn wait(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))
+    }
+}

@@ -1,0 +1,133 @@
+//! WGSL sources, a small preprocessor for feature variants, and the pipeline cache.
+//!
+//! Each kernel is one `.wgsl` file in `shaders/`. Variants are selected with line directives:
+//! `//#if NAME`, `//#else`, `//#endif` (nestable) keep or drop lines depending on whether `NAME`
+//! is defined, and `//#include FILE` pastes another shader file (shared helpers such as the
+//! weight loaders). The defines a kernel sees are its own plus `SUBGROUPS` when the device has
+//! subgroup operations enabled.
+
+use std::sync::Arc;
+
+use super::Gpu;
+
+/// Every shader file, by name (without `.wgsl`).
+pub const SOURCES: &[(&str, &str)] = &[
+    ("common", include_str!("../../shaders/common.wgsl")),
+    ("reduce", include_str!("../../shaders/reduce.wgsl")),
+    ("weights_f32", include_str!("../../shaders/weights_f32.wgsl")),
+    ("weights_f16", include_str!("../../shaders/weights_f16.wgsl")),
+    ("embed", include_str!("../../shaders/embed.wgsl")),
+    ("rms_norm", include_str!("../../shaders/rms_norm.wgsl")),
+    ("rope", include_str!("../../shaders/rope.wgsl")),
+    ("attention", include_str!("../../shaders/attention.wgsl")),
+    ("matmul", include_str!("../../shaders/matmul.wgsl")),
+    ("router_topk", include_str!("../../shaders/router_topk.wgsl")),
+    ("expert_gate_up", include_str!("../../shaders/expert_gate_up.wgsl")),
+    ("expert_down", include_str!("../../shaders/expert_down.wgsl")),
+    ("moe_combine", include_str!("../../shaders/moe_combine.wgsl")),
+    ("swiglu", include_str!("../../shaders/swiglu.wgsl")),
+    ("argmax", include_str!("../../shaders/argmax.wgsl")),
+    ("token_logprob", include_str!("../../shaders/token_logprob.wgsl")),
+];
+
+/// The kernel files (everything in [`SOURCES`] that has an entry point).
+pub fn kernel_names() -> impl Iterator<Item = &'static str> {
+    SOURCES.iter().map(|(n, _)| *n).filter(|n| !matches!(*n, "common" | "reduce") && !n.starts_with("weights_"))
+}
+
+fn source(name: &str) -> &'static str {
+    SOURCES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+        .unwrap_or_else(|| panic!("unknown shader {name}"))
+}
+
+/// Expands `//#include`, `//#if`, `//#else` and `//#endif` in shader `name` for `defines`.
+pub fn preprocess(name: &str, defines: &[&str]) -> String {
+    let mut out = String::new();
+    expand(source(name), defines, &mut out);
+    out
+}
+
+fn expand(src: &str, defines: &[&str], out: &mut String) {
+    // Stack of (this branch active, any enclosing branch inactive).
+    let mut stack: Vec<bool> = Vec::new();
+    let active = |stack: &Vec<bool>| stack.iter().all(|&b| b);
+    for line in src.lines() {
+        let t = line.trim_start();
+        if let Some(name) = t.strip_prefix("//#if ") {
+            stack.push(defines.contains(&name.trim()));
+        } else if t.starts_with("//#else") {
+            let top = stack.last_mut().expect("//#else without //#if");
+            *top = !*top;
+        } else if t.starts_with("//#endif") {
+            stack.pop().expect("//#endif without //#if");
+        } else if let Some(file) = t.strip_prefix("//#include ") {
+            if active(&stack) {
+                expand(source(file.trim()), defines, out);
+            }
+        } else if active(&stack) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(stack.is_empty(), "unterminated //#if");
+}
+
+impl Gpu {
+    /// The compiled pipeline for kernel `name` with `defines` (plus `SUBGROUPS` when enabled),
+    /// built once and cached.
+    pub fn pipeline(&self, name: &str, defines: &[&str]) -> Arc<wgpu::ComputePipeline> {
+        let mut all: Vec<&str> = defines.to_vec();
+        if self.caps.subgroups {
+            all.push("SUBGROUPS");
+        }
+        all.sort_unstable();
+        let key = format!("{name}|{}", all.join(","));
+        if let Some(p) = self.pipelines.lock().unwrap().get(&key) {
+            return p.clone();
+        }
+        let code = preprocess(name, &all);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(name),
+            source: wgpu::ShaderSource::Wgsl(code.into()),
+        });
+        let pipeline = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(name),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        }));
+        self.pipelines.lock().unwrap().insert(key, pipeline.clone());
+        pipeline
+    }
+}
+
+/// The `//#if` flags each kernel understands (besides `SUBGROUPS`), for the portability test
+/// that compiles every combination.
+pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
+    ("embed", &["F16"]),
+    ("rms_norm", &["OUT"]),
+    ("matmul", &["F16", "BIAS", "ACCUMULATE"]),
+    ("expert_gate_up", &["F16"]),
+    ("expert_down", &["F16"]),
+    ("moe_combine", &["SHARED"]),
+];
+
+/// Every define combination of kernel `name`, with and without `SUBGROUPS`.
+pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
+    let flags: &[&str] = KERNEL_FLAGS.iter().find(|(n, _)| *n == name).map_or(&[], |(_, f)| f);
+    let mut out = Vec::new();
+    for mask in 0..(1u32 << (flags.len() + 1)) {
+        let mut set: Vec<&'static str> =
+            flags.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, f)| *f).collect();
+        if mask & (1 << flags.len()) != 0 {
+            set.push("SUBGROUPS");
+        }
+        out.push(set);
+    }
+    out
+}

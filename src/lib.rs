@@ -1,0 +1,17 @@
+//! moestream: run mixture-of-experts language models on any wgpu GPU, streaming experts from SSD.
+//!
+//! The data path is `model` (checkpoint → [`model::ArchSpec`] + weights) → `gpu` + `ops`
+//! (WGSL kernels) → `runtime` (engine, KV cache, sampler). `reference` is the CPU oracle used
+//! by tests; `quant` and `store` hold the int4 format and the on-disk expert store.
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod gpu;
+pub mod model;
+pub mod ops;
+pub mod quant;
+pub mod reference;
+pub mod runtime;
+pub mod store;
+
+pub use error::{Error, Result};

@@ -1,0 +1,174 @@
+//! Host-side weights of one decoder layer, read from a checkpoint with every shape checked.
+//! Shared by the CPU reference and the GPU uploader so both see identical tensors.
+
+use super::config::{ArchSpec, QkNorm};
+use super::names;
+use super::weights::{Checkpoint, HostTensor};
+use crate::error::{Error, Result};
+
+/// A SwiGLU feed-forward block: `down(silu(gate x) * up x)`.
+#[derive(Clone, Debug)]
+pub struct MlpWeights {
+    /// `[intermediate, hidden]`.
+    pub gate: HostTensor,
+    /// `[intermediate, hidden]`.
+    pub up: HostTensor,
+    /// `[hidden, intermediate]`.
+    pub down: HostTensor,
+}
+
+/// Attention projections and optional biases / q-k norms.
+#[derive(Clone, Debug)]
+pub struct AttentionWeights {
+    /// `[heads*head_dim, hidden]`.
+    pub q: HostTensor,
+    /// `[kv_heads*head_dim, hidden]`.
+    pub k: HostTensor,
+    /// `[kv_heads*head_dim, hidden]`.
+    pub v: HostTensor,
+    /// `[hidden, heads*head_dim]`.
+    pub o: HostTensor,
+    /// Biases of q, k, v when the architecture has them.
+    pub qkv_bias: Option<[HostTensor; 3]>,
+    /// Query and key RMSNorm weights when the architecture has them.
+    pub qk_norm: Option<[HostTensor; 2]>,
+}
+
+/// The routed-expert block of an MoE layer.
+#[derive(Clone, Debug)]
+pub struct MoeWeights {
+    /// Router `[experts, hidden]`.
+    pub router: HostTensor,
+    /// Shared expert and its sigmoid gate `[1, hidden]` (Qwen2-MoE).
+    pub shared: Option<(MlpWeights, HostTensor)>,
+}
+
+/// The FFN half of a layer.
+#[derive(Clone, Debug)]
+pub enum FfnWeights {
+    /// A dense SwiGLU MLP.
+    Dense(MlpWeights),
+    /// Routed experts (read separately with [`expert`]) plus router and shared expert.
+    Moe(MoeWeights),
+}
+
+/// All non-expert weights of one decoder layer.
+#[derive(Clone, Debug)]
+pub struct LayerWeights {
+    /// RMSNorm before attention.
+    pub input_norm: HostTensor,
+    /// RMSNorm before the FFN.
+    pub post_norm: HostTensor,
+    /// Attention.
+    pub attn: AttentionWeights,
+    /// Feed-forward.
+    pub ffn: FfnWeights,
+}
+
+fn mlp(ck: &Checkpoint, names: [String; 3], hidden: usize, inter: usize) -> Result<MlpWeights> {
+    let [g, u, d] = names;
+    Ok(MlpWeights {
+        gate: ck.tensor(&g, &[inter, hidden])?,
+        up: ck.tensor(&u, &[inter, hidden])?,
+        down: ck.tensor(&d, &[hidden, inter])?,
+    })
+}
+
+/// Reads the non-expert weights of layer `i`.
+pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights> {
+    let p = names::layer(i);
+    let h = spec.hidden;
+    let (qd, kvd) = (spec.q_dim(), spec.kv_dim());
+    let a = format!("{p}.self_attn");
+    let qkv_bias = if spec.qkv_bias {
+        Some([
+            ck.tensor(&format!("{a}.q_proj.bias"), &[qd])?,
+            ck.tensor(&format!("{a}.k_proj.bias"), &[kvd])?,
+            ck.tensor(&format!("{a}.v_proj.bias"), &[kvd])?,
+        ])
+    } else {
+        None
+    };
+    let qk_norm = match spec.qk_norm {
+        QkNorm::None => None,
+        QkNorm::PerHead => Some([
+            ck.tensor(&format!("{a}.q_norm.weight"), &[spec.head_dim])?,
+            ck.tensor(&format!("{a}.k_norm.weight"), &[spec.head_dim])?,
+        ]),
+        QkNorm::Full => Some([
+            ck.tensor(&format!("{a}.q_norm.weight"), &[qd])?,
+            ck.tensor(&format!("{a}.k_norm.weight"), &[kvd])?,
+        ]),
+    };
+    let attn = AttentionWeights {
+        q: ck.tensor(&format!("{a}.q_proj.weight"), &[qd, h])?,
+        k: ck.tensor(&format!("{a}.k_proj.weight"), &[kvd, h])?,
+        v: ck.tensor(&format!("{a}.v_proj.weight"), &[kvd, h])?,
+        o: ck.tensor(&format!("{a}.o_proj.weight"), &[h, qd])?,
+        qkv_bias,
+        qk_norm,
+    };
+    let ffn = match (&spec.moe, spec.is_moe_layer(i)) {
+        (Some(m), true) => {
+            let prefix = names::ffn_prefix(spec.family, i);
+            let shared = match m.shared_expert_intermediate {
+                Some(si) => Some((
+                    mlp(ck, names::mlp(&format!("{prefix}.shared_expert")), h, si)?,
+                    ck.tensor(&format!("{prefix}.shared_expert_gate.weight"), &[1, h])?,
+                )),
+                None => None,
+            };
+            FfnWeights::Moe(MoeWeights { router: ck.tensor(&names::router(spec.family, i), &[m.num_experts, h])?, shared })
+        }
+        _ => FfnWeights::Dense(mlp(ck, names::mlp(&format!("{p}.mlp")), h, spec.dense_intermediate)?),
+    };
+    Ok(LayerWeights {
+        input_norm: ck.tensor(&format!("{p}.input_layernorm.weight"), &[h])?,
+        post_norm: ck.tensor(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+        attn,
+        ffn,
+    })
+}
+
+/// Reads routed expert `e` of MoE layer `i`, from per-expert tensors or the fused layout.
+pub fn expert(ck: &Checkpoint, spec: &ArchSpec, i: usize, e: usize) -> Result<MlpWeights> {
+    let m = spec.moe.as_ref().ok_or_else(|| Error::InvalidArgument("dense model has no experts".into()))?;
+    if e >= m.num_experts || !spec.is_moe_layer(i) {
+        return Err(Error::InvalidArgument(format!("layer {i} has no routed expert {e}")));
+    }
+    let (h, inter) = (spec.hidden, m.expert_intermediate);
+    let per_expert = names::expert(spec.family, i, e);
+    if ck.contains(&per_expert[0]) {
+        return mlp(ck, per_expert, h, inter);
+    }
+    let [gate_up, down] = names::fused_experts(spec.family, i);
+    if !ck.contains(&gate_up) {
+        return Err(Error::MissingTensor(per_expert[0].clone()));
+    }
+    // Fused tensors are read whole; callers iterate experts of one layer, so read once per
+    // call is acceptable only for small models. Large models use the per-expert layout.
+    let gu = ck.tensor(&gate_up, &[m.num_experts, 2 * inter, h])?;
+    let dn = ck.tensor(&down, &[m.num_experts, h, inter])?;
+    let slab = |t: &HostTensor, start: usize, rows: usize, cols: usize| HostTensor {
+        shape: vec![rows, cols],
+        data: t.data[start * cols..(start + rows) * cols].to_vec(),
+    };
+    Ok(MlpWeights {
+        gate: slab(&gu, e * 2 * inter, inter, h),
+        up: slab(&gu, e * 2 * inter + inter, inter, h),
+        down: slab(&dn, e * h, h, inter),
+    })
+}
+
+/// Embedding `[vocab, hidden]`, final norm `[hidden]` and lm_head `[vocab, hidden]` (the
+/// embedding again when tied).
+pub fn globals(ck: &Checkpoint, spec: &ArchSpec) -> Result<(HostTensor, HostTensor, HostTensor)> {
+    let embed = ck.tensor(names::EMBED, &[spec.vocab, spec.hidden])?;
+    let norm = ck.tensor(names::FINAL_NORM, &[spec.hidden])?;
+    let head = if spec.tie_embeddings && !ck.contains(names::LM_HEAD) {
+        embed.clone()
+    } else {
+        ck.tensor(names::LM_HEAD, &[spec.vocab, spec.hidden])?
+    };
+    Ok((embed, norm, head))
+}

@@ -1,0 +1,10 @@
+//! Checkpoints: `config.json` → [`ArchSpec`] ([`config`]), safetensors loading ([`weights`]),
+//! per-family tensor names ([`names`]).
+
+pub mod config;
+pub mod layer_weights;
+pub mod names;
+pub mod weights;
+
+pub use config::{ArchSpec, Family, MoeSpec, QkNorm};
+pub use weights::{Checkpoint, HostTensor};

@@ -1,0 +1,49 @@
+//! Tensor names of each family's checkpoints.
+
+use super::config::Family;
+
+/// The prefix of decoder layer `i`.
+pub fn layer(i: usize) -> String {
+    format!("model.layers.{i}")
+}
+
+/// Token embedding matrix `[vocab, hidden]`.
+pub const EMBED: &str = "model.embed_tokens.weight";
+/// Final RMSNorm weight.
+pub const FINAL_NORM: &str = "model.norm.weight";
+/// Output projection `[vocab, hidden]` (absent when tied).
+pub const LM_HEAD: &str = "lm_head.weight";
+
+/// The module holding a layer's FFN block.
+pub fn ffn_prefix(family: Family, layer_index: usize) -> String {
+    let block = if family == Family::Mixtral { "block_sparse_moe" } else { "mlp" };
+    format!("{}.{block}", layer(layer_index))
+}
+
+/// Names of one routed expert's (gate, up, down) projections, in the per-expert layout that
+/// Hugging Face hub checkpoints use.
+pub fn expert(family: Family, layer_index: usize, e: usize) -> [String; 3] {
+    let p = format!("{}.experts.{e}", ffn_prefix(family, layer_index));
+    if family == Family::Mixtral {
+        [format!("{p}.w1.weight"), format!("{p}.w3.weight"), format!("{p}.w2.weight")]
+    } else {
+        [format!("{p}.gate_proj.weight"), format!("{p}.up_proj.weight"), format!("{p}.down_proj.weight")]
+    }
+}
+
+/// Names of a layer's fused expert tensors (transformers-5 layout): `gate_up_proj`
+/// `[experts, 2 * intermediate, hidden]` and `down_proj` `[experts, hidden, intermediate]`.
+pub fn fused_experts(family: Family, layer_index: usize) -> [String; 2] {
+    let p = format!("{}.experts", ffn_prefix(family, layer_index));
+    [format!("{p}.gate_up_proj"), format!("{p}.down_proj")]
+}
+
+/// Name of a layer's router weight `[experts, hidden]`.
+pub fn router(family: Family, layer_index: usize) -> String {
+    format!("{}.gate.weight", ffn_prefix(family, layer_index))
+}
+
+/// Names of a plain SwiGLU MLP's (gate, up, down) under module `prefix`.
+pub fn mlp(prefix: &str) -> [String; 3] {
+    [format!("{prefix}.gate_proj.weight"), format!("{prefix}.up_proj.weight"), format!("{prefix}.down_proj.weight")]
+}

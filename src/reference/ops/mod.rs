@@ -1,0 +1,21 @@
+//! Per-op f32 CPU kernels, one file per job. GPU kernel tests compare against these.
+//!
+//! Every function works on plain slices in f32, following the Hugging Face transformers
+//! semantics of the op (noted on each function). Shapes are checked with `assert!`: these are
+//! test oracles called with internally computed sizes, so a mismatch is a programming error.
+
+mod activation;
+mod attention;
+mod matvec;
+mod mlp;
+mod norm;
+mod rope;
+mod router;
+
+pub use activation::{argmax, log_softmax, sigmoid, silu, softmax};
+pub use attention::attention;
+pub use matvec::{add_bias, dot, matvec};
+pub use mlp::swiglu_mlp;
+pub use norm::rms_norm;
+pub use rope::{rope, rope_inv_freq};
+pub use router::router_topk;

@@ -1,0 +1,68 @@
+//! Incremental decoding with the reference model: one token per step over a growing KV cache.
+
+use super::kv_cache::KvCache;
+use super::layer::{attention_block, ffn_block};
+use super::model::ReferenceModel;
+use super::ops::{matvec, rms_norm};
+use crate::error::{Error, Result};
+
+/// A decoding session over a [`ReferenceModel`]: holds the KV cache and the position.
+pub struct ReferenceSession<'m> {
+    model: &'m ReferenceModel,
+    cache: KvCache,
+    pos: usize,
+    routing: Vec<Vec<(usize, f32)>>,
+}
+
+impl<'m> ReferenceSession<'m> {
+    /// A fresh session at position 0.
+    pub fn new(model: &'m ReferenceModel) -> ReferenceSession<'m> {
+        let spec = model.spec();
+        ReferenceSession {
+            model,
+            cache: KvCache::new(spec.layers, spec.kv_dim()),
+            pos: 0,
+            routing: vec![Vec::new(); spec.layers],
+        }
+    }
+
+    /// Tokens processed so far (the position the next token will take).
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// The routing of the last step: for each layer, the chosen `(expert, weight)` pairs in
+    /// descending weight order (empty for dense layers and before the first step).
+    pub fn routing(&self) -> &[Vec<(usize, f32)>] {
+        &self.routing
+    }
+
+    /// Feeds one token at the current position and returns the next-token logits `[vocab]`.
+    ///
+    /// Errors with [`Error::TokenOutOfRange`] for an id outside the vocabulary and
+    /// [`Error::ContextOverflow`] once the model's `max_positions` are used up; the session is
+    /// unchanged on error.
+    pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        let model = self.model;
+        let spec = model.spec();
+        if token as usize >= spec.vocab {
+            return Err(Error::TokenOutOfRange { id: token, vocab: spec.vocab });
+        }
+        if self.pos >= spec.max_positions {
+            return Err(Error::ContextOverflow { requested: self.pos + 1, context: spec.max_positions });
+        }
+        let h = spec.hidden;
+        let t = token as usize;
+        let mut x = model.embed().data[t * h..(t + 1) * h].to_vec();
+        for (i, lw) in model.layers().iter().enumerate() {
+            attention_block(spec, lw, i, self.pos, &mut x, &mut self.cache);
+            self.routing[i] = ffn_block(spec, lw, model.experts(i), &mut x);
+        }
+        let mut normed = vec![0.0f32; h];
+        rms_norm(&x, &model.final_norm().data, spec.rms_eps, &mut normed);
+        let mut logits = vec![0.0f32; spec.vocab];
+        matvec(&model.lm_head().data, spec.vocab, h, &normed, &mut logits);
+        self.pos += 1;
+        Ok(logits)
+    }
+}

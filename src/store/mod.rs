@@ -1,0 +1,63 @@
+//! The expert store `experts.bin`: every routed expert of every MoE layer in one file, one
+//! contiguous 4 KiB-aligned extent per expert, so one `pread` brings one expert.
+//!
+//! # File layout (all integers little-endian)
+//!
+//! **Fixed header**, 160 bytes ([`FIXED_HEADER_LEN`]):
+//!
+//! | offset | type | field |
+//! | --- | --- | --- |
+//! | 0 | `[u8; 8]` | magic `b"MOEXPRT1"` |
+//! | 8 | u32 | format version (1) |
+//! | 12 | u32 | fixed header length (160) |
+//! | 16 | u64 | architecture hash (caller-defined) |
+//! | 24 | u32 | `L`: number of MoE layers stored |
+//! | 28 | u32 | `E`: experts per layer |
+//! | 32 | u32 | hidden size |
+//! | 36 | u32 | intermediate size |
+//! | 40 | u32 | encoding: 0 = f16, 1 = int4 symmetric, 2 = int4 affine |
+//! | 44 | u32 | int4 group size (32 or 64; 0 for f16) |
+//! | 48 | u64 | extent length (multiple of 4096, same for every expert) |
+//! | 56 | u64 | data offset: file offset of the first extent |
+//! | 64 | 24 B | gate_proj: offset u64, length u64 (within the extent), rows u32, cols u32 |
+//! | 88 | 24 B | up_proj: same fields |
+//! | 112 | 24 B | down_proj: same fields |
+//! | 136 | u64 | data length within an extent (`down.offset + down.len`) |
+//! | 144 | 12 B | reserved (zero) |
+//! | 156 | u32 | crc32 of bytes 0..156 |
+//!
+//! Then, from byte 160:
+//!
+//! * **layer table**: `L` × u32, the model layer index of each layer slot;
+//! * **index**: `L·E` entries of 20 bytes, slot-major (entry `slot·E + expert`): extent offset
+//!   u64, extent length u64, crc32 u32 of the whole extent (padding included);
+//! * **region crc**: u32, crc32 of every byte from 0 up to here (fixed header, table, index);
+//! * zero padding up to the data offset (`align_up(160 + 4L + 20LE + 4, 4096)`).
+//!
+//! **Extents** follow, each at a 4096-aligned offset and `extent_len` bytes long (zero padded):
+//! gate (`[intermediate, hidden]`), up (`[intermediate, hidden]`) and down (`[hidden,
+//! intermediate]`) blobs back to back from extent offset 0, each in the blob format of
+//! [`crate::quant`] for the store's [`WeightEncoding`](crate::quant::WeightEncoding) (segments
+//! 256-aligned within the blob, blob lengths multiples of 256). See [`ExpertLayout`].
+//!
+//! Checks at open, in order: magic ([`StoreError::BadMagic`]), length of the fixed header
+//! ([`StoreError::Truncated`]), version, arch hash, fixed-header crc and consistency
+//! ([`StoreError::IndexCorrupt`]), header region within the file (`Truncated`), region crc,
+//! index entries (`IndexCorrupt`), every extent within the file (`Truncated`). Each read
+//! verifies its extent's crc ([`StoreError::Checksum`]).
+
+mod aligned;
+mod decode;
+mod error;
+mod header;
+mod layout;
+mod reader;
+mod writer;
+
+pub use aligned::AlignedBuf;
+pub use decode::decode_expert;
+pub use error::StoreError;
+pub use header::{IndexEntry, StoreInfo, FIXED_HEADER_LEN, FORMAT_VERSION, INDEX_ENTRY_LEN, MAGIC, MAX_DIM};
+pub use layout::{ExpertLayout, ProjectionLayout, EXTENT_ALIGN};
+pub use reader::{ExpertStore, IoMode, OpenOptions};
+pub use writer::StoreWriter;

@@ -1,0 +1,292 @@
+//! Broken checkpoints and bad inputs must give specific typed errors, never panics.
+//!
+//! Every case builds a tiny Mixtral-shaped checkpoint in its own temporary directory (written
+//! with the `safetensors` crate), breaks one thing, and matches the [`Error`] variant.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use moestream::model::{ArchSpec, Checkpoint};
+use moestream::reference::ReferenceModel;
+use moestream::Error;
+use safetensors::tensor::TensorView;
+use safetensors::Dtype;
+use serde_json::{json, Value};
+
+const HIDDEN: usize = 8;
+const VOCAB: usize = 16;
+const INTER: usize = 12;
+const EXPERTS: usize = 3;
+const MAX_POS: usize = 8;
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("moestream-bad-ckpt-{}-{tag}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config() -> Value {
+    json!({
+        "architectures": ["MixtralForCausalLM"],
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTER,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "vocab_size": VOCAB,
+        "num_local_experts": EXPERTS,
+        "num_experts_per_tok": 2,
+        "max_position_embeddings": MAX_POS,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": false
+    })
+}
+
+/// One stored tensor: dtype, shape and raw little-endian bytes.
+struct Raw {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+fn f32_tensor(shape: &[usize], seed: usize) -> Raw {
+    let n: usize = shape.iter().product();
+    let bytes = (0..n).flat_map(|i| (((i * 7 + seed * 13) % 17) as f32 / 17.0 - 0.5).to_le_bytes()).collect();
+    Raw { dtype: Dtype::F32, shape: shape.to_vec(), bytes }
+}
+
+/// Every tensor of the tiny model (head_dim 4: q `[8, 8]`, k/v `[4, 8]`).
+fn tensors() -> BTreeMap<String, Raw> {
+    let (h, kv) = (HIDDEN, 4);
+    let mut specs: Vec<(String, Vec<usize>)> = vec![
+        ("model.embed_tokens.weight".into(), vec![VOCAB, h]),
+        ("model.norm.weight".into(), vec![h]),
+        ("lm_head.weight".into(), vec![VOCAB, h]),
+        ("model.layers.0.input_layernorm.weight".into(), vec![h]),
+        ("model.layers.0.post_attention_layernorm.weight".into(), vec![h]),
+        ("model.layers.0.self_attn.q_proj.weight".into(), vec![h, h]),
+        ("model.layers.0.self_attn.k_proj.weight".into(), vec![kv, h]),
+        ("model.layers.0.self_attn.v_proj.weight".into(), vec![kv, h]),
+        ("model.layers.0.self_attn.o_proj.weight".into(), vec![h, h]),
+        ("model.layers.0.block_sparse_moe.gate.weight".into(), vec![EXPERTS, h]),
+    ];
+    for e in 0..EXPERTS {
+        let p = format!("model.layers.0.block_sparse_moe.experts.{e}");
+        specs.push((format!("{p}.w1.weight"), vec![INTER, h]));
+        specs.push((format!("{p}.w3.weight"), vec![INTER, h]));
+        specs.push((format!("{p}.w2.weight"), vec![h, INTER]));
+    }
+    specs.into_iter().enumerate().map(|(i, (name, shape))| (name, f32_tensor(&shape, i))).collect()
+}
+
+fn write_config(dir: &Path, cfg: &Value) {
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(cfg).unwrap()).unwrap();
+}
+
+fn write_weights(dir: &Path, t: &BTreeMap<String, Raw>) {
+    let views: Vec<(String, TensorView<'_>)> = t
+        .iter()
+        .map(|(name, r)| (name.clone(), TensorView::new(r.dtype, r.shape.clone(), &r.bytes).unwrap()))
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+}
+
+/// A complete, valid checkpoint after `edit` has changed its config and tensors.
+fn checkpoint(tag: &str, edit: impl FnOnce(&mut Value, &mut BTreeMap<String, Raw>)) -> TempDir {
+    let dir = TempDir::new(tag);
+    let (mut cfg, mut t) = (config(), tensors());
+    edit(&mut cfg, &mut t);
+    write_config(dir.path(), &cfg);
+    write_weights(dir.path(), &t);
+    dir
+}
+
+fn load_err(dir: &TempDir) -> Error {
+    match ReferenceModel::load(dir.path()) {
+        Ok(_) => panic!("loading {} unexpectedly succeeded", dir.path().display()),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn valid_tiny_checkpoint_loads_and_runs() {
+    let dir = checkpoint("valid", |_, _| {});
+    let model = ReferenceModel::load(dir.path()).unwrap();
+    let logits = model.forward(&[1, 2, 3]).unwrap();
+    assert_eq!(logits.len(), 3);
+    assert!(logits.iter().flatten().all(|v| v.is_finite()));
+    assert_eq!(model.greedy(&[1, 2], 3).unwrap().len(), 3);
+    assert_eq!(model.log_probs(&[4]).unwrap(), Vec::<f32>::new());
+}
+
+#[test]
+fn unknown_architecture() {
+    let dir = checkpoint("arch", |c, _| c["architectures"] = json!(["GPT2LMHeadModel"]));
+    assert!(matches!(load_err(&dir), Error::UnsupportedArchitecture(a) if a == "GPT2LMHeadModel"));
+}
+
+#[test]
+fn missing_config_field() {
+    let dir = checkpoint("field", |c, _| {
+        c.as_object_mut().unwrap().remove("hidden_size");
+    });
+    assert!(matches!(load_err(&dir), Error::ConfigField(f) if f == "hidden_size"));
+    let dir = checkpoint("field-type", |c, _| c["num_hidden_layers"] = json!("two"));
+    assert!(matches!(load_err(&dir), Error::ConfigField(f) if f == "num_hidden_layers"));
+}
+
+#[test]
+fn unsupported_rope_scaling() {
+    let dir = checkpoint("yarn", |c, _| c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4.0}));
+    assert!(matches!(load_err(&dir), Error::UnsupportedConfig(_)));
+}
+
+#[test]
+fn missing_tensor() {
+    let name = "model.layers.0.self_attn.k_proj.weight";
+    let dir = checkpoint("missing", |_, t| {
+        t.remove(name);
+    });
+    assert!(matches!(load_err(&dir), Error::MissingTensor(n) if n == name));
+    let expert = "model.layers.0.block_sparse_moe.experts.2.w2.weight";
+    let dir = checkpoint("missing-expert", |_, t| {
+        t.remove(expert);
+    });
+    assert!(matches!(load_err(&dir), Error::MissingTensor(n) if n == expert));
+}
+
+#[test]
+fn wrong_shape() {
+    let name = "model.layers.0.self_attn.q_proj.weight";
+    let dir = checkpoint("shape", |_, t| {
+        t.insert(name.into(), f32_tensor(&[HIDDEN, HIDDEN + 1], 0));
+    });
+    match load_err(&dir) {
+        Error::TensorShape { name: n, actual, expected } => {
+            assert_eq!(n, name);
+            assert_eq!(actual, vec![HIDDEN, HIDDEN + 1]);
+            assert_eq!(expected, vec![HIDDEN, HIDDEN]);
+        }
+        e => panic!("expected TensorShape, got {e:?}"),
+    }
+}
+
+#[test]
+fn wrong_dtype() {
+    let name = "model.norm.weight";
+    let dir = checkpoint("dtype", |_, t| {
+        t.insert(name.into(), Raw { dtype: Dtype::I32, shape: vec![HIDDEN], bytes: vec![0; 4 * HIDDEN] });
+    });
+    assert!(matches!(load_err(&dir), Error::TensorDtype { name: n, dtype } if n == name && dtype == "I32"));
+    assert!(matches!(Checkpoint::open(dir.path()), Err(Error::TensorDtype { .. })));
+}
+
+#[test]
+fn truncated_safetensors() {
+    let dir = checkpoint("truncated", |_, _| {});
+    let file = dir.path().join("model.safetensors");
+    let len = std::fs::metadata(&file).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    // Cut inside the tensor data.
+    f.set_len(len - 100).unwrap();
+    assert!(matches!(load_err(&dir), Error::Safetensors { .. }));
+    // Cut inside the JSON header.
+    f.set_len(40).unwrap();
+    assert!(matches!(load_err(&dir), Error::Safetensors { .. }));
+    // Shorter than the 8-byte header length.
+    f.set_len(3).unwrap();
+    assert!(matches!(load_err(&dir), Error::Safetensors { .. }));
+}
+
+#[test]
+fn corrupt_safetensors_header() {
+    let dir = checkpoint("garbage", |_, _| {});
+    let mut bytes = 20u64.to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"{not json at all!!!}");
+    std::fs::write(dir.path().join("model.safetensors"), bytes).unwrap();
+    assert!(matches!(load_err(&dir), Error::Safetensors { .. }));
+}
+
+#[test]
+fn no_weights() {
+    let dir = TempDir::new("noweights");
+    write_config(dir.path(), &config());
+    assert!(matches!(load_err(&dir), Error::NoWeights(p) if p == dir.path()));
+    assert!(matches!(Checkpoint::open(dir.path()), Err(Error::NoWeights(_))));
+}
+
+#[test]
+fn missing_config() {
+    let dir = TempDir::new("noconfig");
+    write_weights(dir.path(), &tensors());
+    assert!(matches!(load_err(&dir), Error::Io { path, .. } if path.ends_with("config.json")));
+    assert!(matches!(ArchSpec::from_dir(dir.path()), Err(Error::Io { .. })));
+    // A directory that does not exist at all.
+    let gone = dir.path().join("does-not-exist");
+    assert!(matches!(ReferenceModel::load(&gone), Err(Error::Io { .. })));
+}
+
+#[test]
+fn malformed_json() {
+    let dir = checkpoint("json", |_, _| {});
+    std::fs::write(dir.path().join("config.json"), "{\"architectures\": [\"MixtralForCausalLM\"],").unwrap();
+    assert!(matches!(load_err(&dir), Error::Json { path, .. } if path.ends_with("config.json")));
+}
+
+#[test]
+fn missing_shard_of_index() {
+    let dir = checkpoint("shard", |_, _| {});
+    let index = json!({"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}});
+    std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+    assert!(matches!(load_err(&dir), Error::Io { .. }));
+    std::fs::write(dir.path().join("model.safetensors.index.json"), "[1, 2").unwrap();
+    assert!(matches!(load_err(&dir), Error::Json { .. }));
+}
+
+#[test]
+fn bad_prompts_at_forward_time() {
+    let dir = checkpoint("prompts", |_, _| {});
+    let model = ReferenceModel::load(dir.path()).unwrap();
+    let vocab = VOCAB as u32;
+    assert!(matches!(model.forward(&[1, vocab, 2]), Err(Error::TokenOutOfRange { id, vocab: v }) if id == vocab && v == VOCAB));
+    assert!(matches!(model.forward(&[u32::MAX]), Err(Error::TokenOutOfRange { .. })));
+    assert!(matches!(model.forward(&[]), Err(Error::EmptyPrompt)));
+    assert!(matches!(model.log_probs(&[]), Err(Error::EmptyPrompt)));
+    assert!(matches!(model.greedy(&[], 2), Err(Error::EmptyPrompt)));
+    let long = vec![1u32; MAX_POS + 1];
+    assert!(matches!(
+        model.forward(&long),
+        Err(Error::ContextOverflow { requested, context }) if requested == MAX_POS + 1 && context == MAX_POS
+    ));
+    assert!(model.forward(&long[..MAX_POS]).is_ok());
+    assert!(matches!(model.greedy(&long[..MAX_POS - 1], 2), Err(Error::ContextOverflow { .. })));
+    assert!(matches!(model.log_probs(&long), Err(Error::ContextOverflow { .. })));
+    // Step-by-step sessions check the same limits and stay usable after an error.
+    let mut s = model.session();
+    assert!(matches!(s.step(vocab), Err(Error::TokenOutOfRange { .. })));
+    for _ in 0..MAX_POS {
+        s.step(3).unwrap();
+    }
+    assert!(matches!(s.step(3), Err(Error::ContextOverflow { .. })));
+    assert_eq!(s.position(), MAX_POS);
+}
