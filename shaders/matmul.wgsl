@@ -3,6 +3,7 @@
 // takes up to 8 tokens so a weight row is read once per 8 tokens. One workgroup of 64
 // threads per (row, 8-token tile); threads split k, then reduce (subgroups when available).
 // Output rows start at step.pos when at_cache_pos is set (k/v written into the KV cache).
+// first_row is the chunk's first weight row (bias index).
 //#include common
 //#if F16
 //#include weights_f16
@@ -16,7 +17,7 @@ struct Params {
     row_offset: u32,
     out_stride: u32,
     at_cache_pos: u32,
-    pad0: u32,
+    first_row: u32,
     pad1: u32,
     pad2: u32,
 }
@@ -93,7 +94,7 @@ fn main(
         let yi = (t0 + lid + p.at_cache_pos * step.pos) * p.out_stride + col;
         var v = total;
 //#if BIAS
-        v += bias[col];
+        v += bias[p.first_row + n];
 //#endif
 //#if ACCUMULATE
         v += y[yi];

@@ -6,12 +6,15 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod experts;
 pub mod gpu;
 pub mod model;
 pub mod ops;
 pub mod quant;
 pub mod reference;
 pub mod runtime;
+
+pub use runtime::{Engine, EngineOptions};
 pub mod store;
 
 pub use error::{Error, Result};

@@ -14,25 +14,49 @@ use super::Gpu;
 pub const SOURCES: &[(&str, &str)] = &[
     ("common", include_str!("../../shaders/common.wgsl")),
     ("reduce", include_str!("../../shaders/reduce.wgsl")),
-    ("weights_f32", include_str!("../../shaders/weights_f32.wgsl")),
-    ("weights_f16", include_str!("../../shaders/weights_f16.wgsl")),
+    (
+        "weights_f32",
+        include_str!("../../shaders/weights_f32.wgsl"),
+    ),
+    (
+        "weights_f16",
+        include_str!("../../shaders/weights_f16.wgsl"),
+    ),
     ("embed", include_str!("../../shaders/embed.wgsl")),
     ("rms_norm", include_str!("../../shaders/rms_norm.wgsl")),
     ("rope", include_str!("../../shaders/rope.wgsl")),
     ("attention", include_str!("../../shaders/attention.wgsl")),
     ("matmul", include_str!("../../shaders/matmul.wgsl")),
-    ("router_topk", include_str!("../../shaders/router_topk.wgsl")),
-    ("expert_gate_up", include_str!("../../shaders/expert_gate_up.wgsl")),
-    ("expert_down", include_str!("../../shaders/expert_down.wgsl")),
-    ("moe_combine", include_str!("../../shaders/moe_combine.wgsl")),
+    (
+        "router_topk",
+        include_str!("../../shaders/router_topk.wgsl"),
+    ),
+    (
+        "expert_gate_up",
+        include_str!("../../shaders/expert_gate_up.wgsl"),
+    ),
+    (
+        "expert_down",
+        include_str!("../../shaders/expert_down.wgsl"),
+    ),
+    (
+        "moe_combine",
+        include_str!("../../shaders/moe_combine.wgsl"),
+    ),
     ("swiglu", include_str!("../../shaders/swiglu.wgsl")),
     ("argmax", include_str!("../../shaders/argmax.wgsl")),
-    ("token_logprob", include_str!("../../shaders/token_logprob.wgsl")),
+    (
+        "token_logprob",
+        include_str!("../../shaders/token_logprob.wgsl"),
+    ),
 ];
 
 /// The kernel files (everything in [`SOURCES`] that has an entry point).
 pub fn kernel_names() -> impl Iterator<Item = &'static str> {
-    SOURCES.iter().map(|(n, _)| *n).filter(|n| !matches!(*n, "common" | "reduce") && !n.starts_with("weights_"))
+    SOURCES
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| !matches!(*n, "common" | "reduce") && !n.starts_with("weights_"))
 }
 
 fn source(name: &str) -> &'static str {
@@ -89,18 +113,22 @@ impl Gpu {
             return p.clone();
         }
         let code = preprocess(name, &all);
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(name),
-            source: wgpu::ShaderSource::Wgsl(code.into()),
-        });
-        let pipeline = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(name),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        }));
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(name),
+                source: wgpu::ShaderSource::Wgsl(code.into()),
+            });
+        let pipeline = Arc::new(self.device.create_compute_pipeline(
+            &wgpu::ComputePipelineDescriptor {
+                label: Some(name),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            },
+        ));
         self.pipelines.lock().unwrap().insert(key, pipeline.clone());
         pipeline
     }
@@ -119,11 +147,18 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
 
 /// Every define combination of kernel `name`, with and without `SUBGROUPS`.
 pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
-    let flags: &[&str] = KERNEL_FLAGS.iter().find(|(n, _)| *n == name).map_or(&[], |(_, f)| f);
+    let flags: &[&str] = KERNEL_FLAGS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(&[], |(_, f)| f);
     let mut out = Vec::new();
     for mask in 0..(1u32 << (flags.len() + 1)) {
-        let mut set: Vec<&'static str> =
-            flags.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, f)| *f).collect();
+        let mut set: Vec<&'static str> = flags
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, f)| *f)
+            .collect();
         if mask & (1 << flags.len()) != 0 {
             set.push("SUBGROUPS");
         }

@@ -118,9 +118,17 @@ pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights>
                 )),
                 None => None,
             };
-            FfnWeights::Moe(MoeWeights { router: ck.tensor(&names::router(spec.family, i), &[m.num_experts, h])?, shared })
+            FfnWeights::Moe(MoeWeights {
+                router: ck.tensor(&names::router(spec.family, i), &[m.num_experts, h])?,
+                shared,
+            })
         }
-        _ => FfnWeights::Dense(mlp(ck, names::mlp(&format!("{p}.mlp")), h, spec.dense_intermediate)?),
+        _ => FfnWeights::Dense(mlp(
+            ck,
+            names::mlp(&format!("{p}.mlp")),
+            h,
+            spec.dense_intermediate,
+        )?),
     };
     Ok(LayerWeights {
         input_norm: ck.tensor(&format!("{p}.input_layernorm.weight"), &[h])?,
@@ -132,9 +140,14 @@ pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights>
 
 /// Reads routed expert `e` of MoE layer `i`, from per-expert tensors or the fused layout.
 pub fn expert(ck: &Checkpoint, spec: &ArchSpec, i: usize, e: usize) -> Result<MlpWeights> {
-    let m = spec.moe.as_ref().ok_or_else(|| Error::InvalidArgument("dense model has no experts".into()))?;
+    let m = spec
+        .moe
+        .as_ref()
+        .ok_or_else(|| Error::InvalidArgument("dense model has no experts".into()))?;
     if e >= m.num_experts || !spec.is_moe_layer(i) {
-        return Err(Error::InvalidArgument(format!("layer {i} has no routed expert {e}")));
+        return Err(Error::InvalidArgument(format!(
+            "layer {i} has no routed expert {e}"
+        )));
     }
     let (h, inter) = (spec.hidden, m.expert_intermediate);
     let per_expert = names::expert(spec.family, i, e);

@@ -2,6 +2,7 @@
 //! per-family tensor names ([`names`]).
 
 pub mod config;
+pub mod decoder;
 pub mod layer_weights;
 pub mod names;
 pub mod weights;

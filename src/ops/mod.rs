@@ -1,1 +1,28 @@
-//! (being written)
+//! Kernel launchers: one file per WGSL kernel in `shaders/`. Each launcher binds its buffers
+//! once at construction and records a dispatch sized for the step's token count, so the
+//! per-token path allocates nothing.
+
+pub mod argmax;
+pub mod attention;
+pub mod embed;
+pub mod experts;
+pub mod matmul;
+pub mod matrix;
+pub mod moe_combine;
+pub mod rms_norm;
+pub mod rope;
+pub mod router;
+pub mod swiglu;
+pub mod token_logprob;
+
+pub use matrix::{GpuMatrix, WeightFormat};
+
+/// Packs kernel parameters (u32 words; f32 values as their bits) for a uniform buffer.
+pub(crate) fn params(words: &[u32]) -> Vec<u8> {
+    bytemuck::cast_slice(words).to_vec()
+}
+
+/// Workgroups needed to cover `items` with 64 invocations each.
+pub(crate) fn groups64(items: usize) -> u32 {
+    items.div_ceil(64) as u32
+}

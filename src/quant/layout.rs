@@ -46,7 +46,11 @@ impl Int4Layout {
         let scales_offset = align_up(packed_len, SEGMENT_ALIGN);
         let scales_len = align_up(n_scales * 2, 4);
         let mins_offset = align_up(scales_offset + scales_len, SEGMENT_ALIGN);
-        let mins_len = if params.scheme.has_mins() { scales_len } else { 0 };
+        let mins_len = if params.scheme.has_mins() {
+            scales_len
+        } else {
+            0
+        };
         let total_len = align_up(mins_offset + mins_len, SEGMENT_ALIGN);
         Ok(Int4Layout {
             rows,

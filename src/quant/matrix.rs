@@ -43,10 +43,18 @@ pub fn quantize(
 ) -> Result<Int4Matrix, QuantError> {
     params.check_shape(rows, cols)?;
     if weights.len() != rows * cols {
-        return Err(QuantError::LengthMismatch { rows, cols, len: weights.len() });
+        return Err(QuantError::LengthMismatch {
+            rows,
+            cols,
+            len: weights.len(),
+        });
     }
     if let Some(i) = weights.iter().position(|v| !v.is_finite()) {
-        return Err(QuantError::NonFinite { row: i / cols, col: i % cols, value: weights[i] });
+        return Err(QuantError::NonFinite {
+            row: i / cols,
+            col: i % cols,
+            value: weights[i],
+        });
     }
     let gpr = cols / params.group_size;
     let wpr = cols / 8;
@@ -56,10 +64,16 @@ pub fn quantize(
         params,
         packed: vec![0; rows * wpr],
         scales: vec![f16::ZERO; rows * gpr],
-        mins: if params.scheme.has_mins() { vec![f16::ZERO; rows * gpr] } else { Vec::new() },
+        mins: if params.scheme.has_mins() {
+            vec![f16::ZERO; rows * gpr]
+        } else {
+            Vec::new()
+        },
     };
     let threads = if rows * cols >= PARALLEL_THRESHOLD {
-        std::thread::available_parallelism().map_or(1, |n| n.get()).min(rows)
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(rows)
     } else {
         1
     };
@@ -93,7 +107,9 @@ pub fn quantize(
                     scope.spawn(move || quantize_rows(r0, w, cols, params, p, s, mn))
                 })
                 .collect();
-            handles.into_iter().try_for_each(|h| h.join().expect("quantization thread panicked"))
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().expect("quantization thread panicked"))
         })?;
     }
     Ok(m)
@@ -112,11 +128,19 @@ fn quantize_rows(
     let g = params.group_size;
     let gpr = cols / g;
     let mut codes = vec![0u8; cols];
-    for (r, (row, words)) in weights.chunks_exact(cols).zip(packed.chunks_exact_mut(cols / 8)).enumerate() {
+    for (r, (row, words)) in weights
+        .chunks_exact(cols)
+        .zip(packed.chunks_exact_mut(cols / 8))
+        .enumerate()
+    {
         for gi in 0..gpr {
             let x = &row[gi * g..(gi + 1) * g];
             let out = &mut codes[gi * g..(gi + 1) * g];
-            let overflow = |value| QuantError::F16Overflow { row: row0 + r, col: gi * g, value };
+            let overflow = |value| QuantError::F16Overflow {
+                row: row0 + r,
+                col: gi * g,
+                value,
+            };
             match params.scheme {
                 Int4Scheme::Symmetric => {
                     scales[r * gpr + gi] = scale_search::symmetric(x, out).map_err(overflow)?;
@@ -152,7 +176,12 @@ impl Int4Matrix {
     /// If `r >= rows` or `out.len() < cols`.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         assert!(r < self.rows, "row {r} out of range for {} rows", self.rows);
-        assert!(out.len() >= self.cols, "output row has {} < {} elements", out.len(), self.cols);
+        assert!(
+            out.len() >= self.cols,
+            "output row has {} < {} elements",
+            out.len(),
+            self.cols
+        );
         let g = self.params.group_size;
         let gpr = self.cols / g;
         let wpr = self.cols / 8;

@@ -14,7 +14,7 @@
 //!   `q = n - 8` in `-8..=7` is stored in offset binary (no sign extension needed).
 //!
 //! Both decode formulas are evaluated in f32 with the f16 scale/min widened to f32 first.
-//! How the scales are chosen is documented on [`quantize`](crate::quant::quantize).
+//! How the scales are chosen is documented on [`quantize`].
 //!
 //! # Bit layout (what the WGSL kernels read)
 //!

@@ -45,7 +45,10 @@ pub struct QuantParams {
 impl Default for QuantParams {
     /// Affine, groups of 32.
     fn default() -> Self {
-        QuantParams { scheme: Int4Scheme::Affine, group_size: 32 }
+        QuantParams {
+            scheme: Int4Scheme::Affine,
+            group_size: 32,
+        }
     }
 }
 
@@ -72,8 +75,12 @@ impl QuantParams {
         if rows == 0 || cols == 0 {
             return Err(QuantError::Empty { rows, cols });
         }
-        if cols % self.group_size != 0 {
-            return Err(QuantError::ColsNotMultiple { rows, cols, group_size: self.group_size });
+        if !cols.is_multiple_of(self.group_size) {
+            return Err(QuantError::ColsNotMultiple {
+                rows,
+                cols,
+                group_size: self.group_size,
+            });
         }
         Ok(())
     }

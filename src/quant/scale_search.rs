@@ -47,10 +47,10 @@ pub(crate) fn symmetric(x: &[f32], codes: &mut [u8]) -> Result<f16, f32> {
         return Err(amax);
     };
     // Least-squares refit of the scale for the chosen codes.
-    let sf = h.to_f32();
+    let inv = recip(h.to_f32());
     let (mut qx, mut qq) = (0.0f64, 0.0f64);
     for &v in x {
-        let q = sym_code(v, sf) as f64;
+        let q = sym_nibble(v, inv) as f64 - 8.0;
         qx += q * v as f64;
         qq += q * q;
     }
@@ -58,27 +58,35 @@ pub(crate) fn symmetric(x: &[f32], codes: &mut [u8]) -> Result<f16, f32> {
         consider((qx / qq) as f32, &mut best);
     }
     let (_, h) = best.expect("a finite candidate exists");
-    let sf = h.to_f32();
+    let inv = recip(h.to_f32());
     for (c, &v) in codes.iter_mut().zip(x) {
-        *c = (sym_code(v, sf) + 8) as u8;
+        *c = sym_nibble(v, inv);
     }
     Ok(h)
 }
 
-/// Signed code in -8..=7 nearest to `v / s` (0 when `s` is 0).
+/// `1 / s`, or 0 when `s` is 0 (every code then decodes to 0 or to the min).
 #[inline]
-fn sym_code(v: f32, s: f32) -> i32 {
+fn recip(s: f32) -> f32 {
     if s == 0.0 {
-        0
+        0.0
     } else {
-        (v / s).round().clamp(-8.0, 7.0) as i32
+        1.0 / s
     }
 }
 
+/// Offset-binary nibble `q + 8` of the signed code `q` in -8..=7 nearest to `v * inv`
+/// (clamp, then round half up via truncation of a non-negative value: no libm call).
+#[inline]
+fn sym_nibble(v: f32, inv: f32) -> u8 {
+    ((v * inv).clamp(-8.0, 7.0) + 8.5) as u8
+}
+
 fn sym_sse(x: &[f32], s: f32) -> f32 {
+    let inv = recip(s);
     x.iter()
         .map(|&v| {
-            let e = sym_code(v, s) as f32 * s - v;
+            let e = (sym_nibble(v, inv) as f32 - 8.0) * s - v;
             e * e
         })
         .sum()
@@ -112,7 +120,13 @@ pub(crate) fn affine(x: &[f32], codes: &mut [u8]) -> Result<(f16, f16), f32> {
     if range == 0.0 {
         consider(0.0, lo, &mut best);
     } else {
-        for (a, b) in [(0.0f32, 0.0f32), (0.05, 0.0), (0.0, 0.05), (0.05, 0.05), (0.1, 0.1)] {
+        for (a, b) in [
+            (0.0f32, 0.0f32),
+            (0.05, 0.0),
+            (0.0, 0.05),
+            (0.05, 0.05),
+            (0.1, 0.1),
+        ] {
             let (l, h) = (lo + a * range, hi - b * range);
             let Some(mut cur) = consider((h - l) / 15.0, l, &mut best) else {
                 continue;
@@ -131,27 +145,24 @@ pub(crate) fn affine(x: &[f32], codes: &mut [u8]) -> Result<(f16, f16), f32> {
     let Some((_, hs, hm)) = best else {
         return Err(lo.abs().max(hi.abs()));
     };
-    let (sf, mf) = (hs.to_f32(), hm.to_f32());
+    let (inv, mf) = (recip(hs.to_f32()), hm.to_f32());
     for (c, &v) in codes.iter_mut().zip(x) {
-        *c = aff_code(v, sf, mf);
+        *c = aff_code(v, inv, mf);
     }
     Ok((hs, hm))
 }
 
-/// Code in 0..=15 nearest to `(v - m) / s` (0 when `s` is 0).
+/// Code in 0..=15 nearest to `(v - m) * inv` (clamp, then round half up by truncation).
 #[inline]
-fn aff_code(v: f32, s: f32, m: f32) -> u8 {
-    if s == 0.0 {
-        0
-    } else {
-        ((v - m) / s).round().clamp(0.0, 15.0) as u8
-    }
+fn aff_code(v: f32, inv: f32, m: f32) -> u8 {
+    (((v - m) * inv).clamp(0.0, 15.0) + 0.5) as u8
 }
 
 fn aff_sse(x: &[f32], s: f32, m: f32) -> f32 {
+    let inv = recip(s);
     x.iter()
         .map(|&v| {
-            let e = aff_code(v, s, m) as f32 * s + m - v;
+            let e = aff_code(v, inv, m) as f32 * s + m - v;
             e * e
         })
         .sum()
@@ -160,9 +171,10 @@ fn aff_sse(x: &[f32], s: f32, m: f32) -> f32 {
 /// Least-squares `(scale, min)` for the codes that `(s, m)` assigns; `None` if degenerate.
 fn aff_refit(x: &[f32], s: f32, m: f32) -> Option<(f32, f32)> {
     let n = x.len() as f64;
+    let inv = recip(s);
     let (mut sq, mut sqq, mut sx, mut sqx) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
     for &v in x {
-        let q = aff_code(v, s, m) as f64;
+        let q = aff_code(v, inv, m) as f64;
         sq += q;
         sqq += q * q;
         sx += v as f64;

@@ -23,8 +23,14 @@ impl Int4Matrix {
         for (dst, w) in packed.chunks_exact_mut(4).zip(&self.packed) {
             dst.copy_from_slice(&w.to_le_bytes());
         }
-        write_f16s(&mut out[l.scales_offset..l.scales_offset + l.scales_len], &self.scales);
-        write_f16s(&mut out[l.mins_offset..l.mins_offset + l.mins_len], &self.mins);
+        write_f16s(
+            &mut out[l.scales_offset..l.scales_offset + l.scales_len],
+            &self.scales,
+        );
+        write_f16s(
+            &mut out[l.mins_offset..l.mins_offset + l.mins_len],
+            &self.mins,
+        );
         Ok(())
     }
 
@@ -47,8 +53,19 @@ impl Int4Matrix {
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         let scales = read_f16s(&bytes[l.scales_offset..], n_groups);
-        let mins = if l.mins_len > 0 { read_f16s(&bytes[l.mins_offset..], n_groups) } else { Vec::new() };
-        Ok(Int4Matrix { rows: l.rows, cols: l.cols, params: l.params, packed, scales, mins })
+        let mins = if l.mins_len > 0 {
+            read_f16s(&bytes[l.mins_offset..], n_groups)
+        } else {
+            Vec::new()
+        };
+        Ok(Int4Matrix {
+            rows: l.rows,
+            cols: l.cols,
+            params: l.params,
+            packed,
+            scales,
+            mins,
+        })
     }
 }
 

@@ -1,1 +1,10 @@
-//! (being written)
+//! Running a model: the [`Engine`] (load, generate, score), sampling, tokenization, stats.
+
+pub mod engine;
+pub mod sampler;
+pub mod stats;
+pub mod tokenizer;
+
+pub use engine::{Engine, EngineOptions, GenerateOptions, Generation, Score};
+pub use sampler::SamplingParams;
+pub use stats::Stats;

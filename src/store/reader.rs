@@ -6,7 +6,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::header::{parse_fixed, parse_region, FIXED_HEADER_LEN};
-use super::{decode_expert, AlignedBuf, ExpertLayout, IndexEntry, StoreError, StoreInfo, EXTENT_ALIGN};
+use super::{
+    decode_expert, AlignedBuf, DecodedExpert, ExpertLayout, IndexEntry, StoreError, StoreInfo,
+    EXTENT_ALIGN,
+};
 
 /// How [`ExpertStore::open_with`] opens the file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,7 +46,16 @@ pub struct ExpertStore {
 }
 
 /// `O_DIRECT` for this target, where known.
-#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "x86", target_arch = "riscv64", target_arch = "loongarch64", target_arch = "s390x")))]
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "riscv64",
+        target_arch = "loongarch64",
+        target_arch = "s390x"
+    )
+))]
 const O_DIRECT: Option<i32> = Some(0o40000);
 /// `O_DIRECT` for this target, where known.
 #[cfg(all(target_os = "linux", any(target_arch = "aarch64", target_arch = "arm")))]
@@ -51,7 +63,15 @@ const O_DIRECT: Option<i32> = Some(0o200000);
 /// `O_DIRECT` for this target, where known.
 #[cfg(not(all(
     target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "x86", target_arch = "riscv64", target_arch = "loongarch64", target_arch = "s390x", target_arch = "aarch64", target_arch = "arm")
+    any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "riscv64",
+        target_arch = "loongarch64",
+        target_arch = "s390x",
+        target_arch = "aarch64",
+        target_arch = "arm"
+    )
 )))]
 const O_DIRECT: Option<i32> = None;
 
@@ -64,7 +84,11 @@ impl ExpertStore {
     /// Opens and validates `path`: magic, version, arch hash, header and index checksums,
     /// internal consistency, and that every extent lies within the file (so truncation is
     /// reported here, as [`StoreError::Truncated`]).
-    pub fn open_with(path: impl AsRef<Path>, expected_arch_hash: u64, options: OpenOptions) -> Result<Self, StoreError> {
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        expected_arch_hash: u64,
+        options: OpenOptions,
+    ) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let io = |e| StoreError::io(&path, e);
         let file = File::open(&path).map_err(io)?;
@@ -73,13 +97,29 @@ impl ExpertStore {
         file.read_exact_at(&mut head, 0).map_err(io)?;
         let mut fixed = parse_fixed(&path, &head, file_len, expected_arch_hash)?;
         if fixed.region_len > file_len as u128 {
-            return Err(StoreError::Truncated { path, expected_len: fixed.region_len.min(u64::MAX as u128) as u64, file_len });
+            return Err(StoreError::Truncated {
+                path,
+                expected_len: fixed.region_len.min(u64::MAX as u128) as u64,
+                file_len,
+            });
         }
         let mut region = vec![0u8; fixed.region_len as usize];
         file.read_exact_at(&mut region, 0).map_err(io)?;
         let index = parse_region(&path, &mut fixed, &region)?;
-        check_extents(&path, &index, fixed.data_offset, fixed.layout.extent_len as u64, file_len)?;
-        let mut slots: Vec<(u32, usize)> = fixed.info.layers.iter().enumerate().map(|(s, &l)| (l, s)).collect();
+        check_extents(
+            &path,
+            &index,
+            fixed.data_offset,
+            fixed.layout.extent_len as u64,
+            file_len,
+        )?;
+        let mut slots: Vec<(u32, usize)> = fixed
+            .info
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(s, &l)| (l, s))
+            .collect();
         slots.sort_unstable();
         let mut store = ExpertStore {
             path,
@@ -113,7 +153,8 @@ impl ExpertStore {
             .open(&self.path)
             .map_err(|e| format!("O_DIRECT open failed: {e}"))?;
         let mut probe = AlignedBuf::new(EXTENT_ALIGN);
-        f.read_exact_at(&mut probe, 0).map_err(|e| format!("O_DIRECT read failed: {e}"))?;
+        f.read_exact_at(&mut probe, 0)
+            .map_err(|e| format!("O_DIRECT read failed: {e}"))?;
         Ok(f)
     }
 
@@ -175,14 +216,23 @@ impl ExpertStore {
 
     fn slot(&self, layer: usize) -> Option<usize> {
         let l = u32::try_from(layer).ok()?;
-        self.slots.binary_search_by_key(&l, |&(l, _)| l).ok().map(|i| self.slots[i].1)
+        self.slots
+            .binary_search_by_key(&l, |&(l, _)| l)
+            .ok()
+            .map(|i| self.slots[i].1)
     }
 
     /// The index entry of (model `layer`, `expert`).
     pub fn entry(&self, layer: usize, expert: usize) -> Result<IndexEntry, StoreError> {
         match self.slot(layer) {
-            Some(s) if expert < self.info.experts_per_layer => Ok(self.index[s * self.info.experts_per_layer + expert]),
-            _ => Err(StoreError::IndexOutOfRange { path: self.path.clone(), layer, expert }),
+            Some(s) if expert < self.info.experts_per_layer => {
+                Ok(self.index[s * self.info.experts_per_layer + expert])
+            }
+            _ => Err(StoreError::IndexOutOfRange {
+                path: self.path.clone(),
+                layer,
+                expert,
+            }),
         }
     }
 
@@ -199,46 +249,79 @@ impl ExpertStore {
     /// retried buffered. Errors: [`StoreError::IndexOutOfRange`], [`StoreError::BufferTooSmall`],
     /// [`StoreError::Checksum`], [`StoreError::Truncated`] if the file shrank since open,
     /// [`StoreError::Io`].
-    pub fn read_expert(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<(), StoreError> {
+    pub fn read_expert(
+        &self,
+        layer: usize,
+        expert: usize,
+        buf: &mut [u8],
+    ) -> Result<(), StoreError> {
         let e = self.entry(layer, expert)?;
         let n = self.layout.extent_len;
         if buf.len() < n {
-            return Err(StoreError::BufferTooSmall { needed: n, got: buf.len() });
+            return Err(StoreError::BufferTooSmall {
+                needed: n,
+                got: buf.len(),
+            });
         }
         let dst = &mut buf[..n];
         let direct_ok = match &self.direct {
-            Some(f) if (dst.as_ptr() as usize) % AlignedBuf::ALIGN == 0 => f.read_exact_at(dst, e.offset).is_ok(),
+            Some(f) if (dst.as_ptr() as usize).is_multiple_of(AlignedBuf::ALIGN) => {
+                f.read_exact_at(dst, e.offset).is_ok()
+            }
             _ => false,
         };
         if !direct_ok {
             self.file.read_exact_at(dst, e.offset).map_err(|err| {
                 if err.kind() == ErrorKind::UnexpectedEof {
                     let file_len = self.file.metadata().map(|m| m.len()).unwrap_or(0);
-                    StoreError::Truncated { path: self.path.clone(), expected_len: e.offset + e.length, file_len }
+                    StoreError::Truncated {
+                        path: self.path.clone(),
+                        expected_len: e.offset + e.length,
+                        file_len,
+                    }
                 } else {
                     StoreError::io(&self.path, err)
                 }
             })?;
         }
         if crc32fast::hash(dst) != e.crc32 {
-            return Err(StoreError::Checksum { path: self.path.clone(), layer, expert });
+            return Err(StoreError::Checksum {
+                path: self.path.clone(),
+                layer,
+                expert,
+            });
         }
         Ok(())
     }
 
     /// Dequantizes an extent read by [`read_expert`](ExpertStore::read_expert) into
     /// `(gate, up, down)` f32 weights (see [`decode_expert`]).
-    pub fn decode_expert(&self, bytes: &[u8]) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>), StoreError> {
+    pub fn decode_expert(&self, bytes: &[u8]) -> Result<DecodedExpert, StoreError> {
         decode_expert(&self.layout, bytes)
     }
 }
 
 /// Every entry: right length, aligned, after the header, not overlapping, within the file.
-fn check_extents(path: &Path, index: &[IndexEntry], data_offset: u64, extent_len: u64, file_len: u64) -> Result<(), StoreError> {
+fn check_extents(
+    path: &Path,
+    index: &[IndexEntry],
+    data_offset: u64,
+    extent_len: u64,
+    file_len: u64,
+) -> Result<(), StoreError> {
     let mut end_max = 0u64;
     for (i, e) in index.iter().enumerate() {
-        if e.length != extent_len || e.offset % EXTENT_ALIGN as u64 != 0 || e.offset < data_offset {
-            return Err(StoreError::corrupt(path, format!("index entry {i} has bad offset {} / length {}", e.offset, e.length)));
+        if e.length != extent_len
+            || !e.offset.is_multiple_of(EXTENT_ALIGN as u64)
+            || e.offset < data_offset
+        {
+            return Err(StoreError::corrupt(
+                path,
+                format!(
+                    "index entry {i} has bad offset {} / length {}",
+                    e.offset, e.length
+                ),
+            ));
         }
         let end = e
             .offset
@@ -252,7 +335,11 @@ fn check_extents(path: &Path, index: &[IndexEntry], data_offset: u64, extent_len
         return Err(StoreError::corrupt(path, "overlapping extents"));
     }
     if end_max > file_len {
-        return Err(StoreError::Truncated { path: path.to_path_buf(), expected_len: end_max, file_len });
+        return Err(StoreError::Truncated {
+            path: path.to_path_buf(),
+            expected_len: end_max,
+            file_len,
+        });
     }
     Ok(())
 }

@@ -1,0 +1,826 @@
+//! The generic decoder on the GPU, built from the ops for any [`ArchSpec`]: weights uploaded
+//! once, every kernel bound once, each step records the same dispatch list for its token count.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::experts::{SlotArena, SlotTable};
+use crate::gpu::{Gpu, Readback, StepUniform};
+use crate::model::layer_weights::{self, FfnWeights, MlpWeights};
+use crate::model::{ArchSpec, Checkpoint, HostTensor, QkNorm};
+use crate::ops::argmax::Argmax;
+use crate::ops::attention::{Attention, Heads};
+use crate::ops::embed::Embed;
+use crate::ops::experts::{ExpertFfn, ExpertIo};
+use crate::ops::matmul::{MatMul, MatMulOut};
+use crate::ops::moe_combine::MoeCombine;
+use crate::ops::rms_norm::{NormRows, RmsNorm};
+use crate::ops::rope::{rope_tables, Rope};
+use crate::ops::router::RouterTopK;
+use crate::ops::swiglu::SwiGlu;
+use crate::ops::token_logprob::TokenLogprob;
+use crate::ops::{GpuMatrix, WeightFormat};
+
+/// How the decoder is built.
+#[derive(Clone, Copy, Debug)]
+pub struct DecoderOptions {
+    /// Weight format on the GPU.
+    pub format: WeightFormat,
+    /// Longest sequence (KV cache rows).
+    pub context: usize,
+    /// Most tokens one step processes (prefill chunk).
+    pub max_batch: usize,
+}
+
+/// What a step should produce besides updating the KV cache.
+#[derive(Clone, Copy, Debug)]
+pub enum StepOutput<'a> {
+    /// Nothing (prefill of tokens whose logits nobody needs).
+    None,
+    /// The greedy next token after the step's last token.
+    Argmax,
+    /// The full logits of the step's last token.
+    Logits,
+    /// `log p(targets[i] | tokens[..=i])` for every token of the step.
+    LogProbs(&'a [u32]),
+}
+
+/// A step's result, matching the requested [`StepOutput`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepResult {
+    /// No output requested.
+    None,
+    /// The greedy token.
+    Token(u32),
+    /// Logits of the last token.
+    Logits(Vec<f32>),
+    /// Per-token log-probabilities.
+    LogProbs(Vec<f32>),
+}
+
+struct Mlp {
+    gate_up: MatMul,
+    swiglu: SwiGlu,
+    down: MatMul,
+}
+
+struct Shared {
+    mlp: Mlp,
+    gate: MatMul,
+}
+
+enum Ffn {
+    Dense(Mlp),
+    Moe {
+        router: MatMul,
+        topk: RouterTopK,
+        experts: ExpertFfn,
+        shared: Option<Shared>,
+        combine: MoeCombine,
+    },
+}
+
+struct Layer {
+    attn_norm: RmsNorm,
+    q: MatMul,
+    k: MatMul,
+    v: MatMul,
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
+    rope_q: Rope,
+    rope_k: Rope,
+    attention: Attention,
+    o: MatMul,
+    ffn_norm: RmsNorm,
+    ffn: Ffn,
+}
+
+/// Activation buffers, sized for `max_batch` tokens.
+struct Activations {
+    tokens: wgpu::Buffer,
+    targets: wgpu::Buffer,
+    x: wgpu::Buffer,
+    hn: wgpu::Buffer,
+    q: wgpu::Buffer,
+    attn: wgpu::Buffer,
+    gu: wgpu::Buffer,
+    mh: wgpu::Buffer,
+    router_logits: wgpu::Buffer,
+    ids: wgpu::Buffer,
+    route_w: wgpu::Buffer,
+    eh: wgpu::Buffer,
+    ey: wgpu::Buffer,
+    shared_out: wgpu::Buffer,
+    shared_gate: wgpu::Buffer,
+    logits: wgpu::Buffer,
+    logprobs: wgpu::Buffer,
+    argmax: wgpu::Buffer,
+}
+
+/// A model resident on the GPU, ready to run steps.
+pub struct GpuModel {
+    gpu: Arc<Gpu>,
+    spec: ArchSpec,
+    options: DecoderOptions,
+    step: StepUniform,
+    acts: Activations,
+    embed: Embed,
+    layers: Vec<Layer>,
+    final_norm: RmsNorm,
+    lm_head: MatMul,
+    argmax: Argmax,
+    token_logprob: TokenLogprob,
+    readback: Readback,
+    /// Keeps every weight and cache buffer alive for the bind groups.
+    _buffers: Vec<wgpu::Buffer>,
+    _matrices: Vec<GpuMatrix>,
+    _experts: Option<(SlotArena, SlotTable)>,
+}
+
+fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
+    gpu.upload(label, bytemuck::cast_slice(&t.data))
+}
+
+fn concat_rows(a: &HostTensor, b: &HostTensor) -> Vec<f32> {
+    let mut v = a.data.clone();
+    v.extend_from_slice(&b.data);
+    v
+}
+
+/// Checks the limits of the kernels against a spec.
+fn check_supported(spec: &ArchSpec) -> Result<()> {
+    if spec.head_dim > 256 {
+        return Err(Error::UnsupportedConfig(format!(
+            "head_dim {} > 256",
+            spec.head_dim
+        )));
+    }
+    if let Some(m) = &spec.moe {
+        if m.num_experts > 256 {
+            return Err(Error::UnsupportedConfig(format!(
+                "{} experts per layer > 256",
+                m.num_experts
+            )));
+        }
+    }
+    for (what, n) in [
+        ("hidden_size", spec.hidden),
+        ("q width", spec.q_dim()),
+        ("kv width", spec.kv_dim()),
+    ] {
+        if n % 8 != 0 {
+            return Err(Error::UnsupportedConfig(format!(
+                "{what} {n} is not a multiple of 8"
+            )));
+        }
+    }
+    Ok(())
+}
+
+struct Builder<'a> {
+    gpu: &'a Gpu,
+    step: &'a wgpu::Buffer,
+    format: WeightFormat,
+    buffers: Vec<wgpu::Buffer>,
+    matrices: Vec<GpuMatrix>,
+}
+
+impl Builder<'_> {
+    fn matrix(&mut self, label: &str, data: &[f32], rows: usize, cols: usize) -> Result<usize> {
+        self.matrices.push(GpuMatrix::upload(
+            self.gpu,
+            label,
+            data,
+            rows,
+            cols,
+            self.format,
+        )?);
+        Ok(self.matrices.len() - 1)
+    }
+
+    fn matmul(
+        &mut self,
+        label: &str,
+        w: &HostTensor,
+        bias: Option<&HostTensor>,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        out: MatMulOut,
+    ) -> Result<MatMul> {
+        let (rows, cols) = (w.shape[0], w.shape[1]);
+        let m = self.matrix(label, &w.data, rows, cols)?;
+        let bias = bias.map(|b| f32_buf(self.gpu, label, b));
+        let mm = MatMul::new(
+            self.gpu,
+            self.step,
+            x,
+            &self.matrices[m],
+            bias.as_ref(),
+            y,
+            out,
+        );
+        self.buffers.extend(bias);
+        Ok(mm)
+    }
+
+    fn mlp(
+        &mut self,
+        label: &str,
+        w: &MlpWeights,
+        x: &wgpu::Buffer,
+        acts: &Activations,
+        out: &wgpu::Buffer,
+        accumulate: bool,
+        hidden: usize,
+    ) -> Result<Mlp> {
+        let inter = w.gate.shape[0];
+        let gu = self.matrix(label, &concat_rows(&w.gate, &w.up), 2 * inter, hidden)?;
+        let gate_up = MatMul::new(
+            self.gpu,
+            self.step,
+            x,
+            &self.matrices[gu],
+            None,
+            &acts.gu,
+            MatMulOut::plain(2 * inter),
+        );
+        let swiglu = SwiGlu::new(self.gpu, self.step, &acts.gu, &acts.mh, inter);
+        let down = self.matmul(
+            label,
+            &w.down,
+            None,
+            &acts.mh,
+            out,
+            MatMulOut {
+                accumulate,
+                ..MatMulOut::plain(hidden)
+            },
+        )?;
+        Ok(Mlp {
+            gate_up,
+            swiglu,
+            down,
+        })
+    }
+
+    fn norm(
+        &mut self,
+        weight: &HostTensor,
+        x: &wgpu::Buffer,
+        out: Option<&wgpu::Buffer>,
+        rows: NormRows,
+        eps: f32,
+    ) -> RmsNorm {
+        let w = f32_buf(self.gpu, "norm", weight);
+        let n = RmsNorm::new(self.gpu, self.step, &w, x, out, rows, eps);
+        self.buffers.push(w);
+        n
+    }
+}
+
+impl GpuModel {
+    /// Uploads `ckpt` (described by `spec`) to `gpu` and binds every kernel.
+    pub fn load(
+        gpu: Arc<Gpu>,
+        spec: &ArchSpec,
+        ckpt: &Checkpoint,
+        options: DecoderOptions,
+    ) -> Result<GpuModel> {
+        check_supported(spec)?;
+        let h = spec.hidden;
+        let max_batch = options.max_batch.clamp(
+            1,
+            (gpu.caps.max_binding / (spec.vocab as u64 * 4)).max(1) as usize,
+        );
+        let options = DecoderOptions {
+            max_batch,
+            ..options
+        };
+        let b = max_batch;
+        let moe = spec.moe.clone();
+        let top_k = moe.as_ref().map_or(1, |m| m.top_k);
+        let inter_max = [
+            spec.dense_intermediate,
+            moe.as_ref()
+                .and_then(|m| m.shared_expert_intermediate)
+                .unwrap_or(0),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+        .max(8);
+        let expert_inter = moe.as_ref().map_or(8, |m| m.expert_intermediate);
+        let n_experts = moe.as_ref().map_or(1, |m| m.num_experts);
+        let f = |n: usize| (n * 4) as u64;
+        let acts = Activations {
+            tokens: gpu.storage("tokens", f(b)),
+            targets: gpu.storage("targets", f(b)),
+            x: gpu.storage("x", f(b * h)),
+            hn: gpu.storage("hn", f(b * h)),
+            q: gpu.storage("q", f(b * spec.q_dim())),
+            attn: gpu.storage("attn", f(b * spec.q_dim())),
+            gu: gpu.storage("gu", f(b * 2 * inter_max)),
+            mh: gpu.storage("mh", f(b * inter_max)),
+            router_logits: gpu.storage("router logits", f(b * n_experts)),
+            ids: gpu.storage("ids", f(b * top_k)),
+            route_w: gpu.storage("route weights", f(b * top_k)),
+            eh: gpu.storage("expert h", f(b * top_k * expert_inter)),
+            ey: gpu.storage("expert y", f(b * top_k * h)),
+            shared_out: gpu.storage("shared out", f(b * h)),
+            shared_gate: gpu.storage("shared gate", f(b)),
+            logits: gpu.storage("logits", f(b * spec.vocab)),
+            logprobs: gpu.storage("logprobs", f(b)),
+            argmax: gpu.storage("argmax", 4),
+        };
+        let step = StepUniform::new(&gpu);
+        let mut bld = Builder {
+            gpu: &gpu,
+            step: &step.buffer,
+            format: options.format,
+            buffers: Vec::new(),
+            matrices: Vec::new(),
+        };
+
+        let (embed_w, final_norm_w, head_w) = layer_weights::globals(ckpt, spec)?;
+        let embed_m = bld.matrix("embed", &embed_w.data, spec.vocab, h)?;
+        let embed = Embed::new(
+            &gpu,
+            &step.buffer,
+            &acts.tokens,
+            &bld.matrices[embed_m],
+            &acts.x,
+        );
+        drop(embed_w);
+
+        let (cos, sin) = rope_tables(spec.rope_theta, spec.head_dim, options.context);
+        let cos = gpu.upload("rope cos", bytemuck::cast_slice(&cos));
+        let sin = gpu.upload("rope sin", bytemuck::cast_slice(&sin));
+        let kv_bytes = f(options.context * spec.kv_dim());
+        if kv_bytes > gpu.caps.max_binding {
+            return Err(Error::UnsupportedConfig(format!(
+                "a context of {} tokens needs {kv_bytes}-byte KV buffers, over the binding limit {}",
+                options.context, gpu.caps.max_binding
+            )));
+        }
+
+        let moe_layers: Vec<usize> = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).collect();
+        let mut experts = match &moe {
+            Some(m) if !moe_layers.is_empty() => {
+                let arena = SlotArena::new(
+                    &gpu,
+                    moe_layers.len() * m.num_experts,
+                    h,
+                    m.expert_intermediate,
+                    options.format,
+                )?;
+                let table = SlotTable::new(&gpu, spec.layers, m.num_experts);
+                Some((arena, table))
+            }
+            _ => None,
+        };
+
+        let mut layers = Vec::with_capacity(spec.layers);
+        for i in 0..spec.layers {
+            let w = layer_weights::layer(ckpt, spec, i)?;
+            let k_cache = gpu.storage("k cache", kv_bytes);
+            let v_cache = gpu.storage("v cache", kv_bytes);
+            let eps = spec.rms_eps;
+            let attn_norm = bld.norm(
+                &w.input_norm,
+                &acts.x,
+                Some(&acts.hn),
+                NormRows {
+                    n: h,
+                    rows_per_token: 1,
+                    at_cache_pos: false,
+                },
+                eps,
+            );
+            let bias = w.attn.qkv_bias.as_ref();
+            let q = bld.matmul(
+                "q",
+                &w.attn.q,
+                bias.map(|b| &b[0]),
+                &acts.hn,
+                &acts.q,
+                MatMulOut::plain(spec.q_dim()),
+            )?;
+            let cache_out = MatMulOut {
+                at_cache_pos: true,
+                ..MatMulOut::plain(spec.kv_dim())
+            };
+            let k = bld.matmul(
+                "k",
+                &w.attn.k,
+                bias.map(|b| &b[1]),
+                &acts.hn,
+                &k_cache,
+                cache_out,
+            )?;
+            let v = bld.matmul(
+                "v",
+                &w.attn.v,
+                bias.map(|b| &b[2]),
+                &acts.hn,
+                &v_cache,
+                cache_out,
+            )?;
+            let qk_norm = w.attn.qk_norm.as_ref().map(|[qn, kn]| {
+                let (q_rows, k_rows, n) = match spec.qk_norm {
+                    QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
+                    _ => (1, 1, 0),
+                };
+                let (qn_n, kn_n) = if n == 0 {
+                    (spec.q_dim(), spec.kv_dim())
+                } else {
+                    (n, n)
+                };
+                (
+                    bld.norm(
+                        qn,
+                        &acts.q,
+                        None,
+                        NormRows {
+                            n: qn_n,
+                            rows_per_token: q_rows,
+                            at_cache_pos: false,
+                        },
+                        eps,
+                    ),
+                    bld.norm(
+                        kn,
+                        &k_cache,
+                        None,
+                        NormRows {
+                            n: kn_n,
+                            rows_per_token: k_rows,
+                            at_cache_pos: true,
+                        },
+                        eps,
+                    ),
+                )
+            });
+            let rope_q = Rope::new(
+                &gpu,
+                &step.buffer,
+                (&cos, &sin),
+                &acts.q,
+                spec.heads,
+                spec.head_dim,
+                false,
+            );
+            let rope_k = Rope::new(
+                &gpu,
+                &step.buffer,
+                (&cos, &sin),
+                &k_cache,
+                spec.kv_heads,
+                spec.head_dim,
+                true,
+            );
+            let heads = Heads {
+                n_heads: spec.heads,
+                n_kv_heads: spec.kv_heads,
+                head_dim: spec.head_dim,
+            };
+            let attention = Attention::new(
+                &gpu,
+                &step.buffer,
+                &acts.q,
+                &k_cache,
+                &v_cache,
+                &acts.attn,
+                heads,
+            );
+            let o = bld.matmul(
+                "o",
+                &w.attn.o,
+                None,
+                &acts.attn,
+                &acts.x,
+                MatMulOut {
+                    accumulate: true,
+                    ..MatMulOut::plain(h)
+                },
+            )?;
+            let ffn_norm = bld.norm(
+                &w.post_norm,
+                &acts.x,
+                Some(&acts.hn),
+                NormRows {
+                    n: h,
+                    rows_per_token: 1,
+                    at_cache_pos: false,
+                },
+                eps,
+            );
+            let ffn = match &w.ffn {
+                FfnWeights::Dense(mlp) => {
+                    Ffn::Dense(bld.mlp("mlp", mlp, &acts.hn, &acts, &acts.x, true, h)?)
+                }
+                FfnWeights::Moe(mw) => {
+                    let m = moe.as_ref().expect("MoE layer implies MoE spec");
+                    let (arena, table) = experts.as_mut().expect("arena exists for MoE layers");
+                    let moe_index = moe_layers
+                        .iter()
+                        .position(|&l| l == i)
+                        .expect("MoE layer listed");
+                    for e in 0..m.num_experts {
+                        let ew = layer_weights::expert(ckpt, spec, i, e)?;
+                        let slot = moe_index * m.num_experts + e;
+                        arena.write(&gpu, slot, &ew.gate.data, &ew.up.data, &ew.down.data);
+                        table.set(&gpu, i, e, slot as u32);
+                    }
+                    let router = bld.matmul(
+                        "router",
+                        &mw.router,
+                        None,
+                        &acts.hn,
+                        &acts.router_logits,
+                        MatMulOut::plain(m.num_experts),
+                    )?;
+                    let topk = RouterTopK::new(
+                        &gpu,
+                        &step.buffer,
+                        &acts.router_logits,
+                        &acts.ids,
+                        &acts.route_w,
+                        m.num_experts,
+                        m.top_k,
+                        m.norm_topk_prob,
+                    );
+                    let io = ExpertIo {
+                        x: &acts.hn,
+                        ids: &acts.ids,
+                        route_w: &acts.route_w,
+                        h: &acts.eh,
+                        y: &acts.ey,
+                    };
+                    let expert_ffn =
+                        ExpertFfn::new(&gpu, &step.buffer, io, arena, table, i, m.top_k);
+                    let shared = match &mw.shared {
+                        Some((sw, gate)) => Some(Shared {
+                            mlp: bld.mlp(
+                                "shared expert",
+                                sw,
+                                &acts.hn,
+                                &acts,
+                                &acts.shared_out,
+                                false,
+                                h,
+                            )?,
+                            gate: bld.matmul(
+                                "shared gate",
+                                gate,
+                                None,
+                                &acts.hn,
+                                &acts.shared_gate,
+                                MatMulOut::plain(1),
+                            )?,
+                        }),
+                        None => None,
+                    };
+                    let combine = MoeCombine::new(
+                        &gpu,
+                        &step.buffer,
+                        &acts.ey,
+                        &acts.x,
+                        shared
+                            .as_ref()
+                            .map(|_| (&acts.shared_out, &acts.shared_gate)),
+                        h,
+                        m.top_k,
+                    );
+                    Ffn::Moe {
+                        router,
+                        topk,
+                        experts: expert_ffn,
+                        shared,
+                        combine,
+                    }
+                }
+            };
+            bld.buffers.push(k_cache);
+            bld.buffers.push(v_cache);
+            layers.push(Layer {
+                attn_norm,
+                q,
+                k,
+                v,
+                qk_norm,
+                rope_q,
+                rope_k,
+                attention,
+                o,
+                ffn_norm,
+                ffn,
+            });
+        }
+        let final_norm = bld.norm(
+            &final_norm_w,
+            &acts.x,
+            Some(&acts.hn),
+            NormRows {
+                n: h,
+                rows_per_token: 1,
+                at_cache_pos: false,
+            },
+            spec.rms_eps,
+        );
+        let lm_head = bld.matmul(
+            "lm_head",
+            &head_w,
+            None,
+            &acts.hn,
+            &acts.logits,
+            MatMulOut::plain(spec.vocab),
+        )?;
+        let argmax = Argmax::new(&gpu, &step.buffer, &acts.logits, &acts.argmax, spec.vocab);
+        let token_logprob = TokenLogprob::new(
+            &gpu,
+            &step.buffer,
+            &acts.logits,
+            &acts.targets,
+            &acts.logprobs,
+            spec.vocab,
+        );
+        let readback = Readback::new(&gpu, f(spec.vocab.max(b)));
+        let Builder {
+            mut buffers,
+            matrices,
+            ..
+        } = bld;
+        buffers.push(cos);
+        buffers.push(sin);
+        gpu.wait()?;
+        Ok(GpuModel {
+            gpu,
+            spec: spec.clone(),
+            options,
+            step,
+            acts,
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+            argmax,
+            token_logprob,
+            readback,
+            _buffers: buffers,
+            _matrices: matrices,
+            _experts: experts,
+        })
+    }
+
+    /// The architecture.
+    pub fn spec(&self) -> &ArchSpec {
+        &self.spec
+    }
+
+    /// The options the model was built with (`max_batch` possibly lowered to fit).
+    pub fn options(&self) -> DecoderOptions {
+        self.options
+    }
+
+    /// The GPU context.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Runs `tokens` (at most `max_batch`) at positions `pos..`, extending the KV cache, and
+    /// returns what `output` asks for.
+    pub fn step(&self, tokens: &[u32], pos: usize, output: StepOutput<'_>) -> Result<StepResult> {
+        let n = tokens.len();
+        if n == 0 || n > self.options.max_batch {
+            return Err(Error::InvalidArgument(format!(
+                "step of {n} tokens (1..={} allowed)",
+                self.options.max_batch
+            )));
+        }
+        if pos + n > self.options.context {
+            return Err(Error::ContextOverflow {
+                requested: pos + n,
+                context: self.options.context,
+            });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.spec.vocab) {
+            return Err(Error::TokenOutOfRange {
+                id: bad,
+                vocab: self.spec.vocab,
+            });
+        }
+        let gpu = &*self.gpu;
+        self.step.set(gpu, n, pos);
+        gpu.queue
+            .write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
+        if let StepOutput::LogProbs(targets) = output {
+            if targets.len() != n {
+                return Err(Error::InvalidArgument(
+                    "one target per token is needed".into(),
+                ));
+            }
+            if let Some(&bad) = targets.iter().find(|&&t| t as usize >= self.spec.vocab) {
+                return Err(Error::TokenOutOfRange {
+                    id: bad,
+                    vocab: self.spec.vocab,
+                });
+            }
+            gpu.queue
+                .write_buffer(&self.acts.targets, 0, bytemuck::cast_slice(targets));
+        }
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            self.record(&mut pass, n, output);
+        }
+        gpu.queue.submit([encoder.finish()]);
+        let v = self.spec.vocab;
+        Ok(match output {
+            StepOutput::None => {
+                gpu.wait()?;
+                StepResult::None
+            }
+            StepOutput::Argmax => {
+                let mut id = [0u8; 4];
+                self.readback.read(gpu, &self.acts.argmax, 0, &mut id)?;
+                StepResult::Token(u32::from_le_bytes(id))
+            }
+            StepOutput::Logits => {
+                let mut logits = vec![0f32; v];
+                self.readback.read(
+                    gpu,
+                    &self.acts.logits,
+                    ((n - 1) * v * 4) as u64,
+                    bytemuck::cast_slice_mut(&mut logits),
+                )?;
+                StepResult::Logits(logits)
+            }
+            StepOutput::LogProbs(_) => {
+                let mut lp = vec![0f32; n];
+                self.readback.read(
+                    gpu,
+                    &self.acts.logprobs,
+                    0,
+                    bytemuck::cast_slice_mut(&mut lp),
+                )?;
+                StepResult::LogProbs(lp)
+            }
+        })
+    }
+
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>, n: usize, output: StepOutput<'_>) {
+        let gpu = &*self.gpu;
+        self.embed.record(gpu, pass, n);
+        for l in &self.layers {
+            l.attn_norm.record(gpu, pass, n);
+            l.q.record(gpu, pass, n);
+            l.k.record(gpu, pass, n);
+            l.v.record(gpu, pass, n);
+            if let Some((qn, kn)) = &l.qk_norm {
+                qn.record(gpu, pass, n);
+                kn.record(gpu, pass, n);
+            }
+            l.rope_q.record(gpu, pass, n);
+            l.rope_k.record(gpu, pass, n);
+            l.attention.record(gpu, pass, n);
+            l.o.record(gpu, pass, n);
+            l.ffn_norm.record(gpu, pass, n);
+            match &l.ffn {
+                Ffn::Dense(mlp) => mlp.record(gpu, pass, n),
+                Ffn::Moe {
+                    router,
+                    topk,
+                    experts,
+                    shared,
+                    combine,
+                } => {
+                    router.record(gpu, pass, n);
+                    topk.record(gpu, pass, n);
+                    experts.record(gpu, pass, n);
+                    if let Some(s) = shared {
+                        s.mlp.record(gpu, pass, n);
+                        s.gate.record(gpu, pass, n);
+                    }
+                    combine.record(gpu, pass, n);
+                }
+            }
+        }
+        if matches!(output, StepOutput::None) {
+            return;
+        }
+        self.final_norm.record(gpu, pass, n);
+        self.lm_head.record(gpu, pass, n);
+        match output {
+            StepOutput::Argmax => self.argmax.record(gpu, pass),
+            StepOutput::LogProbs(_) => self.token_logprob.record(gpu, pass, n),
+            _ => {}
+        }
+    }
+}
+
+impl Mlp {
+    fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+        self.gate_up.record(gpu, pass, n);
+        self.swiglu.record(gpu, pass, n);
+        self.down.record(gpu, pass, n);
+    }
+}

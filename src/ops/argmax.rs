@@ -1,0 +1,31 @@
+//! Greedy token choice on the GPU, so greedy decoding reads back 4 bytes, not the logits.
+
+use super::params;
+use crate::gpu::{Gpu, Kernel};
+
+/// A bound argmax over the last token's logits.
+pub struct Argmax {
+    kernel: Kernel,
+}
+
+impl Argmax {
+    /// Binds `logits` (`[tokens, vocab]`) → `out` (one u32).
+    pub fn new(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        logits: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        vocab: usize,
+    ) -> Argmax {
+        let p = params(&[vocab as u32, 0, 0, 0]);
+        Argmax {
+            kernel: Kernel::new(gpu, "argmax", &[], step, &p, &[logits.into(), out.into()]),
+        }
+    }
+
+    /// Records the argmax of the step's last token.
+    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
+        self.kernel
+            .dispatch(pass, 1, gpu.caps.max_workgroups_per_dim);
+    }
+}

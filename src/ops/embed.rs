@@ -1,0 +1,53 @@
+//! Embedding lookup from a (possibly chunked) table.
+
+use super::{groups64, params, GpuMatrix};
+use crate::gpu::{Gpu, Kernel};
+
+/// A bound embedding lookup: token ids → hidden states.
+pub struct Embed {
+    kernels: Vec<Kernel>,
+    hidden: usize,
+}
+
+impl Embed {
+    /// Binds `tokens` (u32 ids) and `table` (`[vocab, hidden]`) → `x` (`[tokens, hidden]`).
+    pub fn new(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        tokens: &wgpu::Buffer,
+        table: &GpuMatrix,
+        x: &wgpu::Buffer,
+    ) -> Embed {
+        let defines: Vec<&str> = table.format.define().into_iter().collect();
+        let kernels = table
+            .chunks
+            .iter()
+            .map(|c| {
+                let p = params(&[table.cols as u32, c.first_row as u32, c.rows as u32, 0]);
+                Kernel::new(
+                    gpu,
+                    "embed",
+                    &defines,
+                    step,
+                    &p,
+                    &[tokens.into(), (&c.buffer).into(), x.into()],
+                )
+            })
+            .collect();
+        Embed {
+            kernels,
+            hidden: table.cols,
+        }
+    }
+
+    /// Records the lookups for `n_tokens` tokens.
+    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+        for k in &self.kernels {
+            k.dispatch(
+                pass,
+                groups64(n_tokens * self.hidden),
+                gpu.caps.max_workgroups_per_dim,
+            );
+        }
+    }
+}

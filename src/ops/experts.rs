@@ -1,0 +1,108 @@
+//! The routed-expert FFN of one MoE layer over the slot arena: gate/up + SwiGLU, then down
+//! scaled by the routing weight. One dispatch pair per arena chunk.
+
+use super::params;
+use crate::experts::{SlotArena, SlotTable};
+use crate::gpu::{Gpu, Kernel};
+
+/// Buffers an expert FFN reads and writes.
+pub struct ExpertIo<'a> {
+    /// Normed hidden states `[tokens, hidden]`.
+    pub x: &'a wgpu::Buffer,
+    /// Routed expert ids `[tokens * top_k]`.
+    pub ids: &'a wgpu::Buffer,
+    /// Routing weights `[tokens * top_k]`.
+    pub route_w: &'a wgpu::Buffer,
+    /// Scratch `[tokens * top_k, inter]`.
+    pub h: &'a wgpu::Buffer,
+    /// Per-pair outputs `[tokens * top_k, hidden]`.
+    pub y: &'a wgpu::Buffer,
+}
+
+/// A bound expert FFN for one layer.
+pub struct ExpertFfn {
+    gate_up: Vec<Kernel>,
+    down: Vec<Kernel>,
+    top_k: usize,
+    hidden: usize,
+    inter: usize,
+}
+
+impl ExpertFfn {
+    /// Binds layer `layer`'s experts (found through `table`) in `arena`.
+    pub fn new(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        io: ExpertIo<'_>,
+        arena: &SlotArena,
+        table: &SlotTable,
+        layer: usize,
+        top_k: usize,
+    ) -> ExpertFfn {
+        let defines: Vec<&str> = arena.format.define().into_iter().collect();
+        let (hidden, inter) = (arena.hidden, arena.inter);
+        let mut gate_up = Vec::new();
+        let mut down = Vec::new();
+        for (c, chunk) in arena.chunks.iter().enumerate() {
+            let first = c * arena.slots_per_chunk;
+            let p = params(&[
+                hidden as u32,
+                inter as u32,
+                top_k as u32,
+                table.base(layer) as u32,
+                first as u32,
+                arena.slots_per_chunk.min(arena.slots - first) as u32,
+                arena.slot_elems() as u32,
+                0,
+            ]);
+            gate_up.push(Kernel::new(
+                gpu,
+                "expert_gate_up",
+                &defines,
+                step,
+                &p,
+                &[
+                    io.x.into(),
+                    io.ids.into(),
+                    (&table.buffer).into(),
+                    chunk.into(),
+                    io.h.into(),
+                ],
+            ));
+            down.push(Kernel::new(
+                gpu,
+                "expert_down",
+                &defines,
+                step,
+                &p,
+                &[
+                    io.h.into(),
+                    io.ids.into(),
+                    io.route_w.into(),
+                    (&table.buffer).into(),
+                    chunk.into(),
+                    io.y.into(),
+                ],
+            ));
+        }
+        ExpertFfn {
+            gate_up,
+            down,
+            top_k,
+            hidden,
+            inter,
+        }
+    }
+
+    /// Records the expert FFN for `n_tokens` tokens.
+    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+        let pairs = n_tokens * self.top_k;
+        let max = gpu.caps.max_workgroups_per_dim;
+        for k in &self.gate_up {
+            k.dispatch(pass, (pairs * self.inter) as u32, max);
+        }
+        for k in &self.down {
+            k.dispatch(pass, (pairs * self.hidden) as u32, max);
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Sum of the routed experts' outputs (and the gated shared expert) into the residual stream.
+
+use super::{groups64, params};
+use crate::gpu::kernel::Slice;
+use crate::gpu::{Gpu, Kernel};
+
+/// A bound MoE combine.
+pub struct MoeCombine {
+    kernel: Kernel,
+    hidden: usize,
+}
+
+impl MoeCombine {
+    /// Adds the `top_k` rows of `y` per token (and `sigmoid(gate) * out` of the shared expert
+    /// when `shared = Some((out, gate))`) into `x`.
+    pub fn new(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        shared: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
+        hidden: usize,
+        top_k: usize,
+    ) -> MoeCombine {
+        let p = params(&[hidden as u32, top_k as u32, 0, 0]);
+        let mut storage: Vec<Slice> = vec![y.into(), x.into()];
+        let defines: &[&str] = match shared {
+            Some((out, gate)) => {
+                storage.push(out.into());
+                storage.push(gate.into());
+                &["SHARED"]
+            }
+            None => &[],
+        };
+        MoeCombine {
+            kernel: Kernel::new(gpu, "moe_combine", defines, step, &p, &storage),
+            hidden,
+        }
+    }
+
+    /// Records the combine for `n_tokens` tokens.
+    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+        self.kernel.dispatch(
+            pass,
+            groups64(n_tokens * self.hidden),
+            gpu.caps.max_workgroups_per_dim,
+        );
+    }
+}

@@ -1,0 +1,39 @@
+//! Log-probability of each given next token (teacher-forced scoring) without reading back logits.
+
+use super::params;
+use crate::gpu::{Gpu, Kernel};
+
+/// A bound per-token log-softmax gather.
+pub struct TokenLogprob {
+    kernel: Kernel,
+}
+
+impl TokenLogprob {
+    /// Binds `logits` (`[tokens, vocab]`) and `targets` (u32 per token) → `out` (f32 per token).
+    pub fn new(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        logits: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        vocab: usize,
+    ) -> TokenLogprob {
+        let p = params(&[vocab as u32, 0, 0, 0]);
+        TokenLogprob {
+            kernel: Kernel::new(
+                gpu,
+                "token_logprob",
+                &[],
+                step,
+                &p,
+                &[logits.into(), targets.into(), out.into()],
+            ),
+        }
+    }
+
+    /// Records the gather for `n_tokens` tokens.
+    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+        self.kernel
+            .dispatch(pass, n_tokens as u32, gpu.caps.max_workgroups_per_dim);
+    }
+}

@@ -1,0 +1,308 @@
+//! The embeddable engine: load a model directory, generate (streaming, cancellable), score.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::sampler::{Sampler, SamplingParams};
+use super::stats::{peak_rss_bytes, Stats};
+use super::tokenizer::{TextStream, Tokenizer};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, GpuOptions};
+use crate::model::decoder::{DecoderOptions, GpuModel, StepOutput, StepResult};
+use crate::model::{ArchSpec, Checkpoint};
+use crate::ops::WeightFormat;
+
+/// How to load a model.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// A Hugging Face model directory (config.json, *.safetensors, tokenizer.json).
+    pub model_dir: PathBuf,
+    /// Weight format on the GPU.
+    pub format: WeightFormat,
+    /// KV-cache length; `None` = the model's maximum, capped at 4096.
+    pub context: Option<usize>,
+    /// Most prompt tokens per prefill step.
+    pub max_batch: usize,
+    /// Adapter choice and overrides.
+    pub gpu: GpuOptions,
+}
+
+impl EngineOptions {
+    /// Defaults for `model_dir`: f16 weights, context up to 4096, prefill chunks of 64.
+    pub fn new(model_dir: impl Into<PathBuf>) -> Self {
+        EngineOptions {
+            model_dir: model_dir.into(),
+            format: WeightFormat::F16,
+            context: None,
+            max_batch: 64,
+            gpu: GpuOptions::default(),
+        }
+    }
+}
+
+/// What `generate` should do.
+#[derive(Clone, Copy, Debug)]
+pub struct GenerateOptions {
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Token choice.
+    pub sampling: SamplingParams,
+    /// Keep going past end-of-sequence tokens.
+    pub ignore_eos: bool,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_tokens: 128,
+            sampling: SamplingParams::default(),
+            ignore_eos: false,
+        }
+    }
+}
+
+/// A finished generation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Generation {
+    /// The prompt's token ids.
+    pub prompt_tokens: Vec<u32>,
+    /// The generated ids.
+    pub tokens: Vec<u32>,
+    /// The generated text (empty without a tokenizer).
+    pub text: String,
+    /// Speed and memory.
+    pub stats: Stats,
+}
+
+/// Teacher-forced scores of a sequence.
+#[derive(Clone, Debug, Serialize)]
+pub struct Score {
+    /// The sequence.
+    pub tokens: Vec<u32>,
+    /// `log p(tokens[i+1] | tokens[..=i])`, n-1 values.
+    pub logprobs: Vec<f32>,
+    /// `exp(-mean(logprobs))`.
+    pub perplexity: f64,
+}
+
+/// A loaded model ready to generate and score.
+pub struct Engine {
+    model: GpuModel,
+    tokenizer: Option<Tokenizer>,
+    dir: PathBuf,
+}
+
+impl Engine {
+    /// Loads the model described by `options`.
+    pub fn load(options: &EngineOptions) -> Result<Engine> {
+        let gpu = Gpu::new(&options.gpu)?;
+        Self::load_on(gpu, options)
+    }
+
+    /// Loads onto an already opened GPU context (several engines can share one).
+    pub fn load_on(gpu: Arc<Gpu>, options: &EngineOptions) -> Result<Engine> {
+        let dir = &options.model_dir;
+        let spec = ArchSpec::from_dir(dir)?;
+        let ckpt = Checkpoint::open(dir)?;
+        let context = options.context.unwrap_or(spec.max_positions.min(4096));
+        if context == 0 || context > spec.max_positions {
+            return Err(Error::InvalidArgument(format!(
+                "context {context} must be in 1..={} (max_position_embeddings)",
+                spec.max_positions
+            )));
+        }
+        let decoder = DecoderOptions {
+            format: options.format,
+            context,
+            max_batch: options.max_batch,
+        };
+        let model = GpuModel::load(gpu, &spec, &ckpt, decoder)?;
+        let tokenizer = if dir.join("tokenizer.json").exists() {
+            Some(Tokenizer::from_dir(dir)?)
+        } else {
+            None
+        };
+        Ok(Engine {
+            model,
+            tokenizer,
+            dir: dir.clone(),
+        })
+    }
+
+    /// The architecture.
+    pub fn spec(&self) -> &ArchSpec {
+        self.model.spec()
+    }
+
+    /// The model directory.
+    pub fn model_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The GPU context.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        self.model.gpu()
+    }
+
+    /// The KV-cache length.
+    pub fn context(&self) -> usize {
+        self.model.options().context
+    }
+
+    /// The tokenizer, when the model directory has one.
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_ref()
+    }
+
+    /// Token ids of `text` (errors without a tokenizer).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.tokenizer
+            .as_ref()
+            .ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?
+            .encode(text)
+    }
+
+    fn check_prompt(&self, tokens: &[u32]) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        if tokens.len() > self.context() {
+            return Err(Error::ContextOverflow {
+                requested: tokens.len(),
+                context: self.context(),
+            });
+        }
+        let vocab = self.spec().vocab;
+        match tokens.iter().find(|&&t| t as usize >= vocab) {
+            Some(&id) => Err(Error::TokenOutOfRange { id, vocab }),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `tokens[..n-1]` as prefill and the last token as a step producing `last`.
+    fn prefill(&self, tokens: &[u32], last: StepOutput<'_>) -> Result<StepResult> {
+        let b = self.model.options().max_batch;
+        let (head, tail) = tokens.split_at(tokens.len() - 1);
+        for (c, chunk) in head.chunks(b).enumerate() {
+            self.model.step(chunk, c * b, StepOutput::None)?;
+        }
+        self.model.step(tail, head.len(), last)
+    }
+
+    /// Generates after `prompt`, calling `on_token(id, text_piece)` for each new token; the
+    /// callback returns `false` to stop early (cancellation).
+    pub fn generate(
+        &self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        mut on_token: impl FnMut(u32, &str) -> bool,
+    ) -> Result<Generation> {
+        self.check_prompt(prompt)?;
+        let greedy = options.sampling.is_greedy();
+        let want = if greedy {
+            StepOutput::Argmax
+        } else {
+            StepOutput::Logits
+        };
+        let mut sampler = Sampler::new(options.sampling);
+        let mut pick = |r: StepResult| match r {
+            StepResult::Token(t) => t,
+            StepResult::Logits(l) => sampler.sample(&l),
+            _ => unreachable!("generate asks for a token or logits"),
+        };
+        let mut stream = self.tokenizer.as_ref().map(TextStream::new);
+        let mut text = String::new();
+        let mut tokens = Vec::new();
+        let started = Instant::now();
+        let mut next = if options.max_tokens > 0 {
+            Some(pick(self.prefill(prompt, want)?))
+        } else {
+            None
+        };
+        let prefill_s = started.elapsed().as_secs_f64();
+        let decode_start = Instant::now();
+        let eos = &self.spec().eos_token_ids;
+        while let Some(t) = next.take() {
+            if !options.ignore_eos && eos.contains(&t) {
+                break;
+            }
+            tokens.push(t);
+            let piece = match stream.as_mut() {
+                Some(s) => s.push(t)?,
+                None => String::new(),
+            };
+            text.push_str(&piece);
+            let pos = prompt.len() + tokens.len() - 1;
+            if !on_token(t, &piece)
+                || tokens.len() >= options.max_tokens
+                || pos + 1 > self.context()
+            {
+                break;
+            }
+            next = Some(pick(self.model.step(&[t], pos, want)?));
+        }
+        let decode_s = decode_start.elapsed().as_secs_f64();
+        let decode_steps = tokens.len().saturating_sub(1);
+        Ok(Generation {
+            prompt_tokens: prompt.to_vec(),
+            tokens,
+            text,
+            stats: Stats {
+                prefill_tokens_per_s: prompt.len() as f64 / prefill_s.max(1e-9),
+                decode_tokens_per_s: if decode_steps > 0 {
+                    decode_steps as f64 / decode_s.max(1e-9)
+                } else {
+                    0.0
+                },
+                peak_rss_bytes: peak_rss_bytes(),
+                gpu_bytes: self.gpu().bytes_allocated(),
+            },
+        })
+    }
+
+    /// Teacher-forces `tokens` and returns the log-probability of each next token.
+    pub fn score(&self, tokens: &[u32]) -> Result<Score> {
+        self.check_prompt(tokens)?;
+        if tokens.len() < 2 {
+            return Err(Error::InvalidArgument(
+                "scoring needs at least 2 tokens".into(),
+            ));
+        }
+        let b = self.model.options().max_batch;
+        let inputs = &tokens[..tokens.len() - 1];
+        let mut logprobs = Vec::with_capacity(inputs.len());
+        for (c, chunk) in inputs.chunks(b).enumerate() {
+            let start = c * b;
+            let targets = &tokens[start + 1..start + 1 + chunk.len()];
+            match self
+                .model
+                .step(chunk, start, StepOutput::LogProbs(targets))?
+            {
+                StepResult::LogProbs(lp) => logprobs.extend(lp),
+                _ => unreachable!("scoring asks for log-probs"),
+            }
+        }
+        let mean = logprobs.iter().map(|&l| l as f64).sum::<f64>() / logprobs.len() as f64;
+        Ok(Score {
+            tokens: tokens.to_vec(),
+            logprobs,
+            perplexity: (-mean).exp(),
+        })
+    }
+
+    /// Log-softmax of the logits after `tokens` (the distribution of the next token).
+    pub fn next_logprobs(&self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.check_prompt(tokens)?;
+        match self.prefill(tokens, StepOutput::Logits)? {
+            StepResult::Logits(l) => {
+                let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let lse = max + l.iter().map(|v| (v - max).exp()).sum::<f32>().ln();
+                Ok(l.iter().map(|v| v - lse).collect())
+            }
+            _ => unreachable!("asked for logits"),
+        }
+    }
+}

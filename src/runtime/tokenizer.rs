@@ -1,0 +1,73 @@
+//! `tokenizer.json` through the Hugging Face `tokenizers` crate, with streaming decode.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// A loaded tokenizer.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+}
+
+impl Tokenizer {
+    /// Loads `dir/tokenizer.json`.
+    pub fn from_dir(dir: &Path) -> Result<Tokenizer> {
+        let path = dir.join("tokenizer.json");
+        if !path.exists() {
+            return Err(Error::Tokenizer(format!("{} not found", path.display())));
+        }
+        let inner = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        Ok(Tokenizer { inner })
+    }
+
+    /// Token ids of `text`, with the special tokens the tokenizer's post-processor adds (as
+    /// transformers' `tokenizer(text)` does).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode(text, true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Text of `ids`, skipping special tokens.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner
+            .decode(ids, true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+}
+
+/// Turns a growing token sequence into text pieces, holding back incomplete UTF-8.
+pub struct TextStream<'a> {
+    tokenizer: &'a Tokenizer,
+    ids: Vec<u32>,
+    emitted: usize,
+}
+
+impl<'a> TextStream<'a> {
+    /// An empty stream.
+    pub fn new(tokenizer: &'a Tokenizer) -> Self {
+        TextStream {
+            tokenizer,
+            ids: Vec::new(),
+            emitted: 0,
+        }
+    }
+
+    /// Adds a token and returns the new text it completes (possibly empty).
+    pub fn push(&mut self, id: u32) -> Result<String> {
+        self.ids.push(id);
+        let text = self.tokenizer.decode(&self.ids)?;
+        if text.ends_with('\u{FFFD}')
+            || text.len() < self.emitted
+            || !text.is_char_boundary(self.emitted)
+        {
+            return Ok(String::new());
+        }
+        let piece = text[self.emitted..].to_string();
+        self.emitted = text.len();
+        Ok(piece)
+    }
+}

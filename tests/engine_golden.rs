@@ -1,0 +1,79 @@
+//! The GPU engine against Hugging Face transformers' outputs on every fixture architecture:
+//! log-probs within 1e-3 in f32 (looser in f16) and greedy tokens exact (f32).
+
+mod common;
+
+use common::{fixtures, gpu, max_abs_diff};
+use moestream::ops::WeightFormat;
+use moestream::runtime::{Engine, EngineOptions, GenerateOptions};
+
+fn engine(dir: &std::path::Path, format: WeightFormat) -> Engine {
+    let mut o = EngineOptions::new(dir);
+    o.format = format;
+    o.context = Some(1200);
+    Engine::load_on(gpu(), &o).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+}
+
+#[test]
+fn f32_matches_transformers() {
+    for (dir, golden) in fixtures() {
+        let e = engine(&dir, WeightFormat::F32);
+        for p in &golden.prompts {
+            if p.tokens.len() > 1 {
+                let s = e.score(&p.tokens).unwrap();
+                let err = max_abs_diff(&s.logprobs, &p.logprobs);
+                println!(
+                    "{} {}: {} tokens, max |Δ logprob| = {err:.2e}",
+                    golden.architecture,
+                    p.name,
+                    p.tokens.len()
+                );
+                assert!(
+                    err < 1e-3,
+                    "{} {}: log-prob error {err}",
+                    golden.architecture,
+                    p.name
+                );
+            }
+            let last = e.next_logprobs(&p.tokens).unwrap();
+            let err = max_abs_diff(&last, &p.last_logprobs);
+            assert!(
+                err < 1e-3,
+                "{} {}: last-position error {err}",
+                golden.architecture,
+                p.name
+            );
+            let opts = GenerateOptions {
+                max_tokens: p.greedy.len(),
+                ignore_eos: true,
+                ..Default::default()
+            };
+            let g = e.generate(&p.tokens, &opts, |_, _| true).unwrap();
+            assert_eq!(
+                g.tokens, p.greedy,
+                "{} {}: greedy tokens",
+                golden.architecture, p.name
+            );
+        }
+    }
+}
+
+#[test]
+fn f16_weights_stay_close() {
+    for (dir, golden) in fixtures() {
+        let e = engine(&dir, WeightFormat::F16);
+        let p = golden
+            .prompts
+            .iter()
+            .find(|p| p.name == "short")
+            .expect("short prompt");
+        let s = e.score(&p.tokens).unwrap();
+        let err = max_abs_diff(&s.logprobs, &p.logprobs);
+        println!("{} f16: max |Δ logprob| = {err:.2e}", golden.architecture);
+        assert!(
+            err < 0.05,
+            "{} f16: log-prob error {err}",
+            golden.architecture
+        );
+    }
+}
