@@ -215,6 +215,11 @@ impl ArchSpec {
         let heads = usize_field(cfg, "num_attention_heads")?;
         let kv_heads = opt_usize(cfg, "num_key_value_heads")?.unwrap_or(heads);
         let head_dim = opt_usize(cfg, "head_dim")?.unwrap_or(hidden / heads.max(1));
+        if hidden == 0 || head_dim == 0 {
+            return Err(Error::UnsupportedConfig(format!(
+                "hidden_size {hidden} and head_dim {head_dim} must be positive"
+            )));
+        }
         if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
             return Err(Error::UnsupportedConfig(format!(
                 "num_attention_heads {heads} must be a positive multiple of num_key_value_heads {kv_heads}"
@@ -234,6 +239,11 @@ impl ArchSpec {
             );
         }
         let vocab = usize_field(cfg, "vocab_size")?;
+        if vocab == 0 {
+            return Err(Error::UnsupportedConfig(
+                "vocab_size must be positive".into(),
+            ));
+        }
         let default_theta = if family == Family::Mixtral {
             1e6
         } else {

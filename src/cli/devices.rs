@@ -1,0 +1,56 @@
+//! `moestream devices`.
+
+use clap::Args;
+
+use moestream::gpu::Gpu;
+use moestream::Result;
+
+/// Flags of `devices`.
+#[derive(Args, Debug)]
+pub struct DevicesArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `devices`.
+pub fn run(a: DevicesArgs) -> Result<()> {
+    let adapters = Gpu::list_adapters();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&adapters).expect("serialisable")
+        );
+        return Ok(());
+    }
+    if adapters.is_empty() {
+        println!("no GPU adapters found (install a Vulkan driver, e.g. mesa-vulkan-drivers)");
+    }
+    for d in adapters {
+        println!(
+            "[{}] {} ({}, {}{})",
+            d.index,
+            d.name,
+            d.backend,
+            d.device_type,
+            if d.software { ", software" } else { "" }
+        );
+        println!("    driver: {}", d.driver);
+        println!(
+            "    features: {}",
+            if d.features.is_empty() {
+                "none".into()
+            } else {
+                d.features.join(", ")
+            }
+        );
+        println!(
+            "    max storage binding {} MiB, max buffer {} MiB, {} storage buffers/stage, {} KiB workgroup memory",
+            d.max_storage_binding >> 20,
+            d.max_buffer >> 20,
+            d.max_storage_buffers_per_stage,
+            d.max_workgroup_storage >> 10
+        );
+    }
+    Ok(())
+}

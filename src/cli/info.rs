@@ -1,0 +1,66 @@
+//! `moestream info`.
+
+use clap::Args;
+
+use super::model_args::default_model;
+use moestream::model::{ArchSpec, Checkpoint};
+use moestream::Result;
+
+/// Flags of `info`.
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// Model directory; defaults to the bundled model.
+    #[arg(long)]
+    model: Option<std::path::PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `info`.
+pub fn run(a: InfoArgs) -> Result<()> {
+    let dir = a.model.unwrap_or_else(default_model);
+    let spec = ArchSpec::from_dir(&dir)?;
+    let ckpt = Checkpoint::open(&dir)?;
+    let moe_layers = spec.moe_layers.iter().filter(|m| **m).count();
+    let experts = spec.moe.as_ref().map_or(0, |m| m.num_experts);
+    let expert_params = spec.expert_params();
+    let info = serde_json::json!({
+        "architecture": spec.family.hf_name(),
+        "spec": spec,
+        "checkpoint_bytes": ckpt.stored_bytes(),
+        "moe_layers": moe_layers,
+        "experts_per_layer": experts,
+        "params_per_expert": expert_params,
+        "bytes_per_expert_f16": expert_params * 2,
+        "expert_bytes_total_f16": expert_params * 2 * experts * moe_layers,
+    });
+    if a.json {
+        println!("{info:#}");
+    } else {
+        println!("architecture      {}", spec.family.hf_name());
+        println!("layers            {} ({} MoE)", spec.layers, moe_layers);
+        println!("hidden            {}", spec.hidden);
+        println!(
+            "heads             {} (kv {}, head_dim {})",
+            spec.heads, spec.kv_heads, spec.head_dim
+        );
+        println!("vocab             {}", spec.vocab);
+        if let Some(m) = &spec.moe {
+            println!(
+                "experts           {} per layer, top-{}, intermediate {}",
+                m.num_experts, m.top_k, m.expert_intermediate
+            );
+            if let Some(s) = m.shared_expert_intermediate {
+                println!("shared expert     intermediate {s}");
+            }
+            println!("bytes per expert  {} (f16)", expert_params * 2);
+            println!(
+                "expert bytes      {} (f16, all layers)",
+                expert_params * 2 * experts * moe_layers
+            );
+        }
+        println!("checkpoint bytes  {}", ckpt.stored_bytes());
+    }
+    Ok(())
+}

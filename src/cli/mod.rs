@@ -1,0 +1,41 @@
+//! Subcommands and their flags (the stable CLI contract).
+
+mod devices;
+mod generate;
+mod info;
+mod model_args;
+mod score;
+
+use clap::{Parser, Subcommand};
+
+use moestream::Result;
+
+/// Run mixture-of-experts language models on any GPU, streaming experts from SSD.
+#[derive(Parser)]
+#[command(name = "moestream", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text after a prompt, streaming it to stdout.
+    Generate(generate::GenerateArgs),
+    /// Teacher-force a sequence: per-token log-probs and perplexity.
+    Score(score::ScoreArgs),
+    /// Describe a model: architecture, sizes, experts.
+    Info(info::InfoArgs),
+    /// List GPU adapters with backend, type, features and limits.
+    Devices(devices::DevicesArgs),
+}
+
+/// Parses the command line and runs the chosen subcommand.
+pub fn run() -> Result<()> {
+    match Cli::parse().command {
+        Command::Generate(a) => generate::run(a),
+        Command::Score(a) => score::run(a),
+        Command::Info(a) => info::run(a),
+        Command::Devices(a) => devices::run(a),
+    }
+}
