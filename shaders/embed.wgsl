@@ -1,10 +1,14 @@
 // Embedding lookup: x[t, :] = table[tokens[t], :] for the tokens whose id falls in this chunk
 // of the table (rows first_row .. first_row + rows).
 //#include common
+//#if INT4
+//#include weights_int4
+//#else
 //#if F16
 //#include weights_f16
 //#else
 //#include weights_f32
+//#endif
 //#endif
 
 struct Params {
@@ -12,6 +16,10 @@ struct Params {
     first_row: u32,
     rows: u32,
     pad: u32,
+    w_scales: u32,
+    w_mins: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
@@ -31,5 +39,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (id < p.first_row || id >= p.first_row + p.rows) {
         return;
     }
-    x[i] = w_at(WMat(0u, p.hidden, 0u, 0u), id - p.first_row, c);
+    x[i] = w_at(WMat(0u, p.hidden, p.w_scales, p.w_mins), id - p.first_row, c);
 }

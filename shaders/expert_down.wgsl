@@ -3,24 +3,18 @@
 // expert_gate_up. One workgroup per (pair, output row).
 //#include common
 //#include reduce
+//#if INT4
+//#include weights_int4
+//#else
 //#if F16
 //#include weights_f16
 //#else
 //#include weights_f32
 //#endif
+//#endif
 
-struct Params {
-    hidden: u32,
-    inter: u32,
-    top_k: u32,
-    table_base: u32,
-    first_slot: u32,
-    slots: u32,
-    slot_elems: u32,
-    pad: u32,
-}
+//#include expert_params
 
-@group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> h: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> ids: array<u32>;
 @group(0) @binding(4) var<storage, read> route_w: array<f32>;
@@ -40,7 +34,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (slot < p.first_slot || slot >= p.first_slot + p.slots) {
         return;
     }
-    let down = WMat((slot - p.first_slot) * p.slot_elems + 2u * p.inter * p.hidden, p.inter, 0u, 0u);
+    let down = proj(slot - p.first_slot, p.down, p.inter);
     let hb = j * (p.inter / 4u);
     var s = 0.0;
     for (var k8 = lid; k8 < p.inter / 8u; k8 += 64u) {

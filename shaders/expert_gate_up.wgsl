@@ -4,24 +4,18 @@
 // chunk are skipped here and done by that chunk's dispatch. One workgroup per (pair, row).
 //#include common
 //#include reduce
+//#if INT4
+//#include weights_int4
+//#else
 //#if F16
 //#include weights_f16
 //#else
 //#include weights_f32
 //#endif
+//#endif
 
-struct Params {
-    hidden: u32,
-    inter: u32,
-    top_k: u32,
-    table_base: u32,
-    first_slot: u32,
-    slots: u32,
-    slot_elems: u32,
-    pad: u32,
-}
+//#include expert_params
 
-@group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> ids: array<u32>;
 @group(0) @binding(4) var<storage, read> slot_table: array<u32>;
@@ -40,9 +34,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (slot < p.first_slot || slot >= p.first_slot + p.slots) {
         return;
     }
-    let base = (slot - p.first_slot) * p.slot_elems;
-    let gate = WMat(base, p.hidden, 0u, 0u);
-    let up = WMat(base + p.inter * p.hidden, p.hidden, 0u, 0u);
+    let gate = proj(slot - p.first_slot, p.gate, p.hidden);
+    let up = proj(slot - p.first_slot, p.up, p.hidden);
     let xb = (j / p.top_k) * (p.hidden / 4u);
     var sg = 0.0;
     var su = 0.0;

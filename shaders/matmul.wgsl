@@ -5,10 +5,14 @@
 // Output rows start at step.pos when at_cache_pos is set (k/v written into the KV cache).
 // first_row is the chunk's first weight row (bias index).
 //#include common
+//#if INT4
+//#include weights_int4
+//#else
 //#if F16
 //#include weights_f16
 //#else
 //#include weights_f32
+//#endif
 //#endif
 
 struct Params {
@@ -18,8 +22,8 @@ struct Params {
     out_stride: u32,
     at_cache_pos: u32,
     first_row: u32,
-    pad1: u32,
-    pad2: u32,
+    w_scales: u32,
+    w_mins: u32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
@@ -49,7 +53,7 @@ fn main(
         return;
     }
     let nt = min(8u, step.n_tokens - t0);
-    let m = WMat(0u, p.k, 0u, 0u);
+    let m = WMat(0u, p.k, p.w_scales, p.w_mins);
     let k8s = p.k / 8u;
     let xw = p.k / 4u;
     var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);

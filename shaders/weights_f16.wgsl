@@ -1,5 +1,8 @@
 // Weight reader for f16 matrices packed two per u32 word in `w` (low half first), row-major
 // [rows, cols]. WMat.base is the element offset (even); cols must be a multiple of 8.
+// Weights per u32 word of `w` (slot offsets are given in words).
+const UNITS_PER_WORD: u32 = 2u;
+
 struct WMat {
     base: u32,
     cols: u32,

@@ -1,5 +1,8 @@
 // Weight reader for f32 matrices stored as raw u32 words in `w` (row-major [rows, cols]).
 // WMat.base is the element offset of the matrix in `w`; cols must be a multiple of 8.
+// Weights per u32 word of `w` (slot offsets are given in words).
+const UNITS_PER_WORD: u32 = 1u;
+
 struct WMat {
     base: u32,
     cols: u32,

@@ -13,6 +13,7 @@ pub mod ops;
 pub mod quant;
 pub mod reference;
 pub mod runtime;
+pub mod sim;
 
 pub use runtime::{Engine, EngineOptions};
 pub mod store;

@@ -17,10 +17,7 @@ pub struct DevicesArgs {
 pub fn run(a: DevicesArgs) -> Result<()> {
     let adapters = Gpu::list_adapters();
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&adapters).expect("serialisable")
-        );
+        println!("{}", serde_json::to_string_pretty(&adapters).expect("serialisable"));
         return Ok(());
     }
     if adapters.is_empty() {
@@ -36,14 +33,7 @@ pub fn run(a: DevicesArgs) -> Result<()> {
             if d.software { ", software" } else { "" }
         );
         println!("    driver: {}", d.driver);
-        println!(
-            "    features: {}",
-            if d.features.is_empty() {
-                "none".into()
-            } else {
-                d.features.join(", ")
-            }
-        );
+        println!("    features: {}", if d.features.is_empty() { "none".into() } else { d.features.join(", ") });
         println!(
             "    max storage binding {} MiB, max buffer {} MiB, {} storage buffers/stage, {} KiB workgroup memory",
             d.max_storage_binding >> 20,

@@ -52,12 +52,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     };
     let options = GenerateOptions {
         max_tokens: a.max_tokens,
-        sampling: SamplingParams {
-            temperature: a.temperature,
-            top_k: a.top_k,
-            top_p: a.top_p,
-            seed: a.seed,
-        },
+        sampling: SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed },
         ignore_eos: a.ignore_eos,
     };
     let mut stdout = std::io::stdout().lock();
@@ -74,12 +69,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         true
     })?;
     if a.json {
-        writeln!(
-            stdout,
-            "{}",
-            serde_json::to_string(&g).expect("serialisable")
-        )
-        .ok();
+        writeln!(stdout, "{}", serde_json::to_string(&g).expect("serialisable")).ok();
     } else {
         writeln!(stdout).ok();
         eprintln!(

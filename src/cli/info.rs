@@ -41,10 +41,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         println!("architecture      {}", spec.family.hf_name());
         println!("layers            {} ({} MoE)", spec.layers, moe_layers);
         println!("hidden            {}", spec.hidden);
-        println!(
-            "heads             {} (kv {}, head_dim {})",
-            spec.heads, spec.kv_heads, spec.head_dim
-        );
+        println!("heads             {} (kv {}, head_dim {})", spec.heads, spec.kv_heads, spec.head_dim);
         println!("vocab             {}", spec.vocab);
         if let Some(m) = &spec.moe {
             println!(
@@ -55,10 +52,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
                 println!("shared expert     intermediate {s}");
             }
             println!("bytes per expert  {} (f16)", expert_params * 2);
-            println!(
-                "expert bytes      {} (f16, all layers)",
-                expert_params * 2 * experts * moe_layers
-            );
+            println!("expert bytes      {} (f16, all layers)", expert_params * 2 * experts * moe_layers);
         }
         println!("checkpoint bytes  {}", ckpt.stored_bytes());
     }

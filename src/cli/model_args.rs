@@ -40,9 +40,7 @@ pub struct ModelArgs {
 pub fn default_model() -> PathBuf {
     std::env::var_os("MOESTREAM_MODEL")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/moestream-tiny-moe")
-        })
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/moestream-tiny-moe"))
 }
 
 impl ModelArgs {
@@ -60,16 +58,13 @@ impl ModelArgs {
                 dir.display()
             )));
         }
-        let mut o = EngineOptions::new(dir);
-        o.format = match self.dtype {
+        let format = match self.dtype {
             Dtype::F32 => WeightFormat::F32,
             Dtype::F16 => WeightFormat::F16,
         };
+        let mut o = EngineOptions::new(dir).with_format(format);
         o.context = self.context;
-        o.gpu = GpuOptions {
-            adapter: self.adapter.clone(),
-            ..Default::default()
-        };
+        o.gpu = GpuOptions { adapter: self.adapter.clone(), ..Default::default() };
         Engine::load(&o)
     }
 }
@@ -77,10 +72,6 @@ impl ModelArgs {
 /// Parses `1,2,3` into token ids.
 pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
     s.split(',')
-        .map(|t| {
-            t.trim()
-                .parse::<u32>()
-                .map_err(|_| Error::InvalidArgument(format!("bad token id {t:?} in --tokens")))
-        })
+        .map(|t| t.trim().parse::<u32>().map_err(|_| Error::InvalidArgument(format!("bad token id {t:?} in --tokens"))))
         .collect()
 }

@@ -36,11 +36,7 @@ pub fn run(a: ScoreArgs) -> Result<()> {
             let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?;
             let mut ids = engine.encode(&text)?;
             if ids.len() > engine.context() {
-                eprintln!(
-                    "note: {} tokens truncated to the context of {}",
-                    ids.len(),
-                    engine.context()
-                );
+                eprintln!("note: {} tokens truncated to the context of {}", ids.len(), engine.context());
                 ids.truncate(engine.context());
             }
             ids
@@ -54,11 +50,7 @@ pub fn run(a: ScoreArgs) -> Result<()> {
         for (i, lp) in s.logprobs.iter().enumerate() {
             println!("{:>6} {:>8} {:>10.4}", i + 1, s.tokens[i + 1], lp);
         }
-        println!(
-            "perplexity {:.4} over {} tokens",
-            s.perplexity,
-            s.logprobs.len()
-        );
+        println!("perplexity {:.4} over {} tokens", s.perplexity, s.logprobs.len());
     }
     Ok(())
 }

@@ -1,19 +1,69 @@
 //! The expert slot arena: N fixed slots of one expert's size, allocated once, split into
-//! buffers that each fit one storage binding. A slot holds an expert's gate `[I, H]`, up
-//! `[I, H]` and down `[H, I]` projections back to back.
+//! buffers that each fit one storage binding. A slot holds one expert exactly as the expert
+//! store lays out an extent (gate `[I, H]`, up `[I, H]`, down `[H, I]` blobs back to back), so
+//! a read from `experts.bin` is copied into a slot byte for byte.
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::ops::matrix::BlobOffsets;
 use crate::ops::WeightFormat;
+use crate::store::ExpertLayout;
 
-/// Fixed GPU slots for routed experts.
-pub struct SlotArena {
-    /// Weight format of every slot.
+/// Where an expert's three projections lie inside a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotLayout {
+    /// Weight format of every projection.
     pub format: WeightFormat,
     /// Hidden size.
     pub hidden: usize,
     /// Expert intermediate size.
     pub inter: usize,
+    /// Byte offsets of gate, up and down within the slot.
+    pub proj_bytes: [usize; 3],
+    /// Bytes per slot (a multiple of 256).
+    pub slot_bytes: usize,
+}
+
+impl SlotLayout {
+    /// The layout of an expert of `hidden` × `inter` in `format`: the expert store's extent
+    /// layout (without its 4 KiB tail padding) for f16/int4, the same scheme for f32.
+    pub fn new(format: WeightFormat, hidden: usize, inter: usize) -> Result<SlotLayout> {
+        let (proj_bytes, slot_bytes) = match format.encoding() {
+            Some(enc) => {
+                let l = ExpertLayout::new(enc, hidden, inter).map_err(|e| Error::UnsupportedConfig(e.to_string()))?;
+                ([l.gate.offset, l.up.offset, l.down.offset], l.data_len)
+            }
+            None => {
+                let a = format.blob_bytes(inter, hidden)?;
+                let d = format.blob_bytes(hidden, inter)?;
+                ([0, a, 2 * a], 2 * a + d)
+            }
+        };
+        Ok(SlotLayout { format, hidden, inter, proj_bytes, slot_bytes })
+    }
+
+    /// Kernel offsets of projection `i` (0 gate, 1 up, 2 down) relative to the slot start.
+    pub fn proj_offsets(&self, i: usize) -> Result<BlobOffsets> {
+        let (rows, cols) = if i == 2 { (self.hidden, self.inter) } else { (self.inter, self.hidden) };
+        Ok(self.format.offsets(rows, cols)?.shifted(self.format, self.proj_bytes[i]))
+    }
+
+    /// Encodes an expert's f32 weights into slot bytes.
+    pub fn encode(&self, gate: &[f32], up: &[f32], down: &[f32]) -> Result<Vec<u8>> {
+        let mut bytes = vec![0u8; self.slot_bytes];
+        let parts = [(gate, self.inter, self.hidden), (up, self.inter, self.hidden), (down, self.hidden, self.inter)];
+        for (i, (w, rows, cols)) in parts.into_iter().enumerate() {
+            let blob = self.format.encode(w, rows, cols)?;
+            bytes[self.proj_bytes[i]..self.proj_bytes[i] + blob.len()].copy_from_slice(&blob);
+        }
+        Ok(bytes)
+    }
+}
+
+/// Fixed GPU slots for routed experts.
+pub struct SlotArena {
+    /// Layout of every slot.
+    pub layout: SlotLayout,
     /// Total slots.
     pub slots: usize,
     /// Slots per buffer.
@@ -23,15 +73,9 @@ pub struct SlotArena {
 }
 
 impl SlotArena {
-    /// Allocates `slots` slots for experts of `hidden` × `inter`.
-    pub fn new(
-        gpu: &Gpu,
-        slots: usize,
-        hidden: usize,
-        inter: usize,
-        format: WeightFormat,
-    ) -> Result<SlotArena> {
-        let slot_bytes = (Self::elems(hidden, inter) * format.bytes()) as u64;
+    /// Allocates `slots` slots of `layout`.
+    pub fn new(gpu: &Gpu, slots: usize, layout: SlotLayout) -> Result<SlotArena> {
+        let slot_bytes = layout.slot_bytes as u64;
         let slots_per_chunk = (gpu.caps.max_binding / slot_bytes) as usize;
         if slots_per_chunk == 0 {
             return Err(Error::Gpu(format!(
@@ -45,38 +89,19 @@ impl SlotArena {
                 gpu.storage("expert slots", n as u64 * slot_bytes)
             })
             .collect();
-        Ok(SlotArena {
-            format,
-            hidden,
-            inter,
-            slots,
-            slots_per_chunk,
-            chunks,
-        })
+        Ok(SlotArena { layout, slots, slots_per_chunk, chunks })
     }
 
-    /// Weights per slot.
-    pub fn elems(hidden: usize, inter: usize) -> usize {
-        3 * hidden * inter
+    /// Bytes of GPU memory the arena holds.
+    pub fn bytes(&self) -> u64 {
+        (self.slots * self.layout.slot_bytes) as u64
     }
 
-    /// Weights per slot of this arena.
-    pub fn slot_elems(&self) -> usize {
-        Self::elems(self.hidden, self.inter)
-    }
-
-    /// Bytes per slot.
-    pub fn slot_bytes(&self) -> u64 {
-        (self.slot_elems() * self.format.bytes()) as u64
-    }
-
-    /// Uploads an expert into `slot` (queued; visible to work submitted afterwards).
-    pub fn write(&self, gpu: &Gpu, slot: usize, gate: &[f32], up: &[f32], down: &[f32]) {
-        let mut bytes = self.format.encode(gate);
-        bytes.extend(self.format.encode(up));
-        bytes.extend(self.format.encode(down));
+    /// Copies one expert's slot bytes (`layout.slot_bytes` long, or a store extent that starts
+    /// with them) into `slot` (queued; visible to work submitted afterwards).
+    pub fn write(&self, gpu: &Gpu, slot: usize, bytes: &[u8]) {
         let chunk = &self.chunks[slot / self.slots_per_chunk];
-        let offset = (slot % self.slots_per_chunk) as u64 * self.slot_bytes();
-        gpu.queue.write_buffer(chunk, offset, &bytes);
+        let offset = ((slot % self.slots_per_chunk) * self.layout.slot_bytes) as u64;
+        gpu.queue.write_buffer(chunk, offset, &bytes[..self.layout.slot_bytes]);
     }
 }

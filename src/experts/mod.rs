@@ -1,7 +1,12 @@
 //! Routed experts on the GPU: the fixed slot arena and the slot table the expert kernels read.
 
 pub mod arena;
+pub mod cache_model;
+pub mod eam;
+pub mod policy;
+pub mod predictor;
 pub mod slot_table;
+pub mod trace;
 
 pub use arena::SlotArena;
 pub use slot_table::SlotTable;

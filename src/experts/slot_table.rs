@@ -17,11 +17,7 @@ impl SlotTable {
     /// A table for `layers` × `experts` with every entry empty.
     pub fn new(gpu: &Gpu, layers: usize, experts: usize) -> SlotTable {
         let host = vec![NO_SLOT; layers * experts];
-        SlotTable {
-            buffer: gpu.upload("slot table", bytemuck::cast_slice(&host)),
-            host,
-            experts,
-        }
+        SlotTable { buffer: gpu.upload("slot table", bytemuck::cast_slice(&host)), host, experts }
     }
 
     /// Index of (layer, expert 0) in the table, as the kernels take it.
@@ -38,7 +34,6 @@ impl SlotTable {
     pub fn set(&mut self, gpu: &Gpu, layer: usize, expert: usize, slot: u32) {
         let i = self.base(layer) + expert;
         self.host[i] = slot;
-        gpu.queue
-            .write_buffer(&self.buffer, (i * 4) as u64, bytemuck::bytes_of(&slot));
+        gpu.queue.write_buffer(&self.buffer, (i * 4) as u64, bytemuck::bytes_of(&slot));
     }
 }

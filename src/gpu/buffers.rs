@@ -5,9 +5,8 @@ use wgpu::util::DeviceExt;
 use super::Gpu;
 use crate::error::{Error, Result};
 
-const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
-    .union(wgpu::BufferUsages::COPY_SRC)
-    .union(wgpu::BufferUsages::COPY_DST);
+const STORAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
 
 impl Gpu {
     /// A zero-initialised storage buffer of `bytes` (rounded up to 16).
@@ -33,24 +32,22 @@ impl Gpu {
             &padded
         };
         self.count_allocation(contents.len() as u64);
-        self.device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents,
-                usage: STORAGE,
-            })
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents,
+            usage: STORAGE,
+        })
     }
 
     /// A uniform buffer holding `data` (static kernel parameters).
     pub fn uniform(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
         let mut contents = data.to_vec();
         contents.resize(data.len().max(16).next_multiple_of(16), 0);
-        self.device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: &contents,
-                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            })
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: &contents,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        })
     }
 
     /// Copies `count` f32 values starting at element `offset` of `src` back to the host.
@@ -58,12 +55,7 @@ impl Gpu {
     pub fn read_f32(&self, src: &wgpu::Buffer, offset: usize, count: usize) -> Result<Vec<f32>> {
         let rb = Readback::new(self, (count * 4) as u64);
         let mut out = vec![0f32; count];
-        rb.read(
-            self,
-            src,
-            (offset * 4) as u64,
-            bytemuck::cast_slice_mut(&mut out),
-        )?;
+        rb.read(self, src, (offset * 4) as u64, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)
     }
 }
@@ -91,10 +83,7 @@ impl Readback {
     pub fn read(&self, gpu: &Gpu, src: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
         let len = out.len() as u64;
         if len > self.capacity || len % 4 != 0 {
-            return Err(Error::Gpu(format!(
-                "readback of {len} bytes exceeds staging capacity {}",
-                self.capacity
-            )));
+            return Err(Error::Gpu(format!("readback of {len} bytes exceeds staging capacity {}", self.capacity)));
         }
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(src, offset, &self.buffer, 0, len);
@@ -109,9 +98,7 @@ impl Readback {
             .map_err(|_| Error::Gpu("readback callback dropped".into()))?
             .map_err(|e| Error::Gpu(format!("readback map failed: {e}")))?;
         {
-            let view = slice
-                .get_mapped_range()
-                .map_err(|e| Error::Gpu(format!("readback view failed: {e}")))?;
+            let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("readback view failed: {e}")))?;
             out.copy_from_slice(&view);
         }
         self.buffer.unmap();
@@ -143,20 +130,12 @@ pub struct StepUniform {
 impl StepUniform {
     /// A new step uniform (zeroed).
     pub fn new(gpu: &Gpu) -> Self {
-        StepUniform {
-            buffer: gpu.uniform("step", bytemuck::bytes_of(&StepValues::default())),
-        }
+        StepUniform { buffer: gpu.uniform("step", bytemuck::bytes_of(&StepValues::default())) }
     }
 
     /// Sets the step's token count and start position (visible to work submitted afterwards).
     pub fn set(&self, gpu: &Gpu, n_tokens: usize, pos: usize) {
-        let v = StepValues {
-            n_tokens: n_tokens as u32,
-            pos: pos as u32,
-            kv_len: (pos + n_tokens) as u32,
-            pad: 0,
-        };
-        gpu.queue
-            .write_buffer(&self.buffer, 0, bytemuck::bytes_of(&v));
+        let v = StepValues { n_tokens: n_tokens as u32, pos: pos as u32, kv_len: (pos + n_tokens) as u32, pad: 0 };
+        gpu.queue.write_buffer(&self.buffer, 0, bytemuck::bytes_of(&v));
     }
 }

@@ -109,9 +109,7 @@ fn report(index: usize, adapter: &wgpu::Adapter) -> AdapterReport {
         name: info.name.clone(),
         backend: format!("{:?}", info.backend),
         device_type: format!("{:?}", info.device_type),
-        driver: format!("{} {}", info.driver, info.driver_info)
-            .trim()
-            .to_string(),
+        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
         software: info.device_type == wgpu::DeviceType::Cpu,
         features: names,
         max_storage_binding: limits.max_storage_buffer_binding_size as u64,
@@ -140,11 +138,7 @@ fn sorted_adapters() -> Vec<wgpu::Adapter> {
 impl Gpu {
     /// Lists every adapter, best first, as `moestream devices` prints them.
     pub fn list_adapters() -> Vec<AdapterReport> {
-        sorted_adapters()
-            .iter()
-            .enumerate()
-            .map(|(i, a)| report(i, a))
-            .collect()
+        sorted_adapters().iter().enumerate().map(|(i, a)| report(i, a)).collect()
     }
 
     /// Opens the chosen adapter (see [`GpuOptions`]) with every optional feature it offers.
@@ -155,19 +149,13 @@ impl Gpu {
                 "no GPU adapter found (install a Vulkan driver, e.g. mesa-vulkan-drivers)".into(),
             ));
         }
-        let wanted = options
-            .adapter
-            .clone()
-            .or_else(|| std::env::var("MOESTREAM_ADAPTER").ok());
+        let wanted = options.adapter.clone().or_else(|| std::env::var("MOESTREAM_ADAPTER").ok());
         let index = match wanted.as_deref() {
             None => 0,
             Some(w) => match w.parse::<usize>() {
                 Ok(i) if i < adapters.len() => i,
                 Ok(i) => {
-                    return Err(Error::Adapter(format!(
-                        "adapter index {i} out of range (have {})",
-                        adapters.len()
-                    )))
+                    return Err(Error::Adapter(format!("adapter index {i} out of range (have {})", adapters.len())))
                 }
                 Err(_) => adapters
                     .iter()
@@ -178,8 +166,7 @@ impl Gpu {
         let adapter = &adapters[index];
         let report = report(index, adapter);
         let offered = adapter.features();
-        let wanted_features =
-            wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+        let wanted_features = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
         let required_features = offered & wanted_features;
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -191,15 +178,10 @@ impl Gpu {
             trace: wgpu::Trace::Off,
         }))
         .map_err(|e| Error::Adapter(format!("could not open {}: {e}", report.name)))?;
-        let device_binding =
-            (limits.max_storage_buffer_binding_size as u64).min(limits.max_buffer_size);
-        let max_binding = options
-            .max_binding_override
-            .map_or(device_binding, |o| o.min(device_binding))
-            & !255;
+        let device_binding = (limits.max_storage_buffer_binding_size as u64).min(limits.max_buffer_size);
+        let max_binding = options.max_binding_override.map_or(device_binding, |o| o.min(device_binding)) & !255;
         let caps = Caps {
-            subgroups: required_features.contains(wgpu::Features::SUBGROUP)
-                && !options.disable_subgroups,
+            subgroups: required_features.contains(wgpu::Features::SUBGROUP) && !options.disable_subgroups,
             shader_f16: required_features.contains(wgpu::Features::SHADER_F16),
             timestamps: required_features.contains(wgpu::Features::TIMESTAMP_QUERY),
             max_binding,
@@ -207,13 +189,7 @@ impl Gpu {
             max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
         };
-        log::info!(
-            "GPU: {} ({}, {}), caps {:?}",
-            report.name,
-            report.backend,
-            report.device_type,
-            caps
-        );
+        log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         Ok(Arc::new(Gpu {
             device,
             queue,

@@ -21,11 +21,7 @@ pub struct Slice<'a> {
 
 impl<'a> From<&'a wgpu::Buffer> for Slice<'a> {
     fn from(buffer: &'a wgpu::Buffer) -> Self {
-        Slice {
-            buffer,
-            offset: 0,
-            size: None,
-        }
+        Slice { buffer, offset: 0, size: None }
     }
 }
 
@@ -50,14 +46,8 @@ impl Kernel {
         let pipeline = gpu.pipeline(name, defines);
         let params = gpu.uniform(name, params);
         let mut entries = vec![
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: step.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: params.as_entire_binding(),
-            },
+            wgpu::BindGroupEntry { binding: 0, resource: step.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: params.as_entire_binding() },
         ];
         for (i, s) in storage.iter().enumerate() {
             entries.push(wgpu::BindGroupEntry {
@@ -74,11 +64,7 @@ impl Kernel {
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
-        Kernel {
-            pipeline,
-            bind_group,
-            name,
-        }
+        Kernel { pipeline, bind_group, name }
     }
 
     /// Records a dispatch of `groups` workgroups, folded into x/y when over the per-dimension

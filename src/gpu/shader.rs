@@ -10,45 +10,33 @@ use std::sync::Arc;
 
 use super::Gpu;
 
+/// `(name, source)` of a shader file in `shaders/`.
+macro_rules! shader {
+    ($name:literal) => {
+        ($name, include_str!(concat!("../../shaders/", $name, ".wgsl")))
+    };
+}
+
 /// Every shader file, by name (without `.wgsl`).
 pub const SOURCES: &[(&str, &str)] = &[
-    ("common", include_str!("../../shaders/common.wgsl")),
-    ("reduce", include_str!("../../shaders/reduce.wgsl")),
-    (
-        "weights_f32",
-        include_str!("../../shaders/weights_f32.wgsl"),
-    ),
-    (
-        "weights_f16",
-        include_str!("../../shaders/weights_f16.wgsl"),
-    ),
-    ("embed", include_str!("../../shaders/embed.wgsl")),
-    ("rms_norm", include_str!("../../shaders/rms_norm.wgsl")),
-    ("rope", include_str!("../../shaders/rope.wgsl")),
-    ("attention", include_str!("../../shaders/attention.wgsl")),
-    ("matmul", include_str!("../../shaders/matmul.wgsl")),
-    (
-        "router_topk",
-        include_str!("../../shaders/router_topk.wgsl"),
-    ),
-    (
-        "expert_gate_up",
-        include_str!("../../shaders/expert_gate_up.wgsl"),
-    ),
-    (
-        "expert_down",
-        include_str!("../../shaders/expert_down.wgsl"),
-    ),
-    (
-        "moe_combine",
-        include_str!("../../shaders/moe_combine.wgsl"),
-    ),
-    ("swiglu", include_str!("../../shaders/swiglu.wgsl")),
-    ("argmax", include_str!("../../shaders/argmax.wgsl")),
-    (
-        "token_logprob",
-        include_str!("../../shaders/token_logprob.wgsl"),
-    ),
+    shader!("common"),
+    shader!("reduce"),
+    shader!("weights_f32"),
+    shader!("weights_f16"),
+    shader!("weights_int4"),
+    shader!("expert_params"),
+    shader!("embed"),
+    shader!("rms_norm"),
+    shader!("rope"),
+    shader!("attention"),
+    shader!("matmul"),
+    shader!("router_topk"),
+    shader!("expert_gate_up"),
+    shader!("expert_down"),
+    shader!("moe_combine"),
+    shader!("swiglu"),
+    shader!("argmax"),
+    shader!("token_logprob"),
 ];
 
 /// The kernel files (everything in [`SOURCES`] that has an entry point).
@@ -56,15 +44,11 @@ pub fn kernel_names() -> impl Iterator<Item = &'static str> {
     SOURCES
         .iter()
         .map(|(n, _)| *n)
-        .filter(|n| !matches!(*n, "common" | "reduce") && !n.starts_with("weights_"))
+        .filter(|n| !matches!(*n, "common" | "reduce" | "expert_params") && !n.starts_with("weights_"))
 }
 
 fn source(name: &str) -> &'static str {
-    SOURCES
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, s)| *s)
-        .unwrap_or_else(|| panic!("unknown shader {name}"))
+    SOURCES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s).unwrap_or_else(|| panic!("unknown shader {name}"))
 }
 
 /// Expands `//#include`, `//#if`, `//#else` and `//#endif` in shader `name` for `defines`.
@@ -113,22 +97,18 @@ impl Gpu {
             return p.clone();
         }
         let code = preprocess(name, &all);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(name),
-                source: wgpu::ShaderSource::Wgsl(code.into()),
-            });
-        let pipeline = Arc::new(self.device.create_compute_pipeline(
-            &wgpu::ComputePipelineDescriptor {
-                label: Some(name),
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            },
-        ));
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(name),
+            source: wgpu::ShaderSource::Wgsl(code.into()),
+        });
+        let pipeline = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(name),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        }));
         self.pipelines.lock().unwrap().insert(key, pipeline.clone());
         pipeline
     }
@@ -137,28 +117,21 @@ impl Gpu {
 /// The `//#if` flags each kernel understands (besides `SUBGROUPS`), for the portability test
 /// that compiles every combination.
 pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
-    ("embed", &["F16"]),
+    ("embed", &["F16", "INT4", "INT4_SYM", "G64"]),
     ("rms_norm", &["OUT"]),
-    ("matmul", &["F16", "BIAS", "ACCUMULATE"]),
-    ("expert_gate_up", &["F16"]),
-    ("expert_down", &["F16"]),
+    ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE"]),
+    ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64"]),
+    ("expert_down", &["F16", "INT4", "INT4_SYM", "G64"]),
     ("moe_combine", &["SHARED"]),
 ];
 
 /// Every define combination of kernel `name`, with and without `SUBGROUPS`.
 pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
-    let flags: &[&str] = KERNEL_FLAGS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map_or(&[], |(_, f)| f);
+    let flags: &[&str] = KERNEL_FLAGS.iter().find(|(n, _)| *n == name).map_or(&[], |(_, f)| f);
     let mut out = Vec::new();
     for mask in 0..(1u32 << (flags.len() + 1)) {
-        let mut set: Vec<&'static str> = flags
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| mask & (1 << i) != 0)
-            .map(|(_, f)| *f)
-            .collect();
+        let mut set: Vec<&'static str> =
+            flags.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, f)| *f).collect();
         if mask & (1 << flags.len()) != 0 {
             set.push("SUBGROUPS");
         }

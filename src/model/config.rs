@@ -124,29 +124,20 @@ fn get<'a>(cfg: &'a Value, key: &str) -> Option<&'a Value> {
 }
 
 fn usize_field(cfg: &Value, key: &str) -> Result<usize> {
-    get(cfg, key)
-        .and_then(Value::as_u64)
-        .map(|v| v as usize)
-        .ok_or_else(|| Error::ConfigField(key.into()))
+    get(cfg, key).and_then(Value::as_u64).map(|v| v as usize).ok_or_else(|| Error::ConfigField(key.into()))
 }
 
 fn opt_usize(cfg: &Value, key: &str) -> Result<Option<usize>> {
     match get(cfg, key) {
         None => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(|v| Some(v as usize))
-            .ok_or_else(|| Error::ConfigField(key.into())),
+        Some(v) => v.as_u64().map(|v| Some(v as usize)).ok_or_else(|| Error::ConfigField(key.into())),
     }
 }
 
 fn f32_field(cfg: &Value, key: &str, default: f32) -> Result<f32> {
     match get(cfg, key) {
         None => Ok(default),
-        Some(v) => v
-            .as_f64()
-            .map(|v| v as f32)
-            .ok_or_else(|| Error::ConfigField(key.into())),
+        Some(v) => v.as_f64().map(|v| v as f32).ok_or_else(|| Error::ConfigField(key.into())),
     }
 }
 
@@ -162,15 +153,9 @@ fn bool_field(cfg: &Value, key: &str, default: bool) -> Result<bool> {
 fn rope(cfg: &Value, default_theta: f32) -> Result<f32> {
     let params = get(cfg, "rope_parameters").or_else(|| get(cfg, "rope_scaling"));
     if let Some(p) = params {
-        let kind = p
-            .get("rope_type")
-            .or_else(|| p.get("type"))
-            .and_then(Value::as_str)
-            .unwrap_or("default");
+        let kind = p.get("rope_type").or_else(|| p.get("type")).and_then(Value::as_str).unwrap_or("default");
         if kind != "default" {
-            return Err(Error::UnsupportedConfig(format!(
-                "rope scaling type {kind:?} (only plain RoPE is supported)"
-            )));
+            return Err(Error::UnsupportedConfig(format!("rope scaling type {kind:?} (only plain RoPE is supported)")));
         }
         if let Some(theta) = p.get("rope_theta").and_then(Value::as_f64) {
             return Ok(theta as f32);
@@ -182,11 +167,7 @@ fn rope(cfg: &Value, default_theta: f32) -> Result<f32> {
 fn eos_ids(cfg: &Value) -> Vec<u32> {
     match get(cfg, "eos_token_id") {
         Some(Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .filter_map(Value::as_u64)
-            .map(|v| v as u32)
-            .collect(),
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|v| v as u32).collect(),
         _ => Vec::new(),
     }
 }
@@ -196,10 +177,8 @@ impl ArchSpec {
     pub fn from_dir(dir: &Path) -> Result<ArchSpec> {
         let path = dir.join("config.json");
         let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-        let value: Value = serde_json::from_str(&text).map_err(|e| Error::Json {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
+        let value: Value =
+            serde_json::from_str(&text).map_err(|e| Error::Json { path: path.clone(), message: e.to_string() })?;
         ArchSpec::from_config(&value)
     }
 
@@ -226,33 +205,20 @@ impl ArchSpec {
             )));
         }
         if head_dim % 2 != 0 {
-            return Err(Error::UnsupportedConfig(format!(
-                "head_dim {head_dim} must be even for RoPE"
-            )));
+            return Err(Error::UnsupportedConfig(format!("head_dim {head_dim} must be even for RoPE")));
         }
         if get(cfg, "clip_qkv").is_some() {
             return Err(Error::UnsupportedConfig("clip_qkv is not supported".into()));
         }
         if family == Family::Mixtral && get(cfg, "sliding_window").is_some() {
-            log::warn!(
-                "sliding_window is ignored: attention is full-context (exact up to the window)"
-            );
+            log::warn!("sliding_window is ignored: attention is full-context (exact up to the window)");
         }
         let vocab = usize_field(cfg, "vocab_size")?;
         if vocab == 0 {
-            return Err(Error::UnsupportedConfig(
-                "vocab_size must be positive".into(),
-            ));
+            return Err(Error::UnsupportedConfig("vocab_size must be positive".into()));
         }
-        let default_theta = if family == Family::Mixtral {
-            1e6
-        } else {
-            10000.0
-        };
-        let moe_family = matches!(
-            family,
-            Family::Mixtral | Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe
-        );
+        let default_theta = if family == Family::Mixtral { 1e6 } else { 10000.0 };
+        let moe_family = matches!(family, Family::Mixtral | Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe);
         let dense_intermediate = opt_usize(cfg, "intermediate_size")?.unwrap_or(0);
         let (moe, moe_layers) = if moe_family {
             let num_experts = opt_usize(cfg, "num_local_experts")?
@@ -260,9 +226,7 @@ impl ArchSpec {
                 .ok_or_else(|| Error::ConfigField("num_experts".into()))?;
             let top_k = usize_field(cfg, "num_experts_per_tok")?;
             if top_k == 0 || top_k > num_experts {
-                return Err(Error::UnsupportedConfig(format!(
-                    "num_experts_per_tok {top_k} not in 1..={num_experts}"
-                )));
+                return Err(Error::UnsupportedConfig(format!("num_experts_per_tok {top_k} not in 1..={num_experts}")));
             }
             let expert_intermediate = match family {
                 Family::Mixtral | Family::Olmoe => dense_intermediate,
@@ -281,17 +245,11 @@ impl ArchSpec {
             let step = opt_usize(cfg, "decoder_sparse_step")?.unwrap_or(1).max(1);
             let mlp_only: Vec<usize> = get(cfg, "mlp_only_layers")
                 .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_u64)
-                        .map(|v| v as usize)
-                        .collect()
-                })
+                .map(|a| a.iter().filter_map(Value::as_u64).map(|v| v as usize).collect())
                 .unwrap_or_default();
             let uses_step = matches!(family, Family::Qwen2Moe | Family::Qwen3Moe);
-            let moe_layers = (0..layers)
-                .map(|i| !uses_step || (!mlp_only.contains(&i) && (i + 1) % step == 0))
-                .collect::<Vec<_>>();
+            let moe_layers =
+                (0..layers).map(|i| !uses_step || (!mlp_only.contains(&i) && (i + 1) % step == 0)).collect::<Vec<_>>();
             (
                 Some(MoeSpec {
                     num_experts,
@@ -354,9 +312,7 @@ impl ArchSpec {
 
     /// Bytes of one routed expert's gate, up and down weights at `bytes_per_weight` (2 for f16).
     pub fn expert_params(&self) -> usize {
-        self.moe
-            .as_ref()
-            .map_or(0, |m| 3 * self.hidden * m.expert_intermediate)
+        self.moe.as_ref().map_or(0, |m| 3 * self.hidden * m.expert_intermediate)
     }
 
     /// Whether layer `i` runs routed experts.
@@ -367,8 +323,6 @@ impl ArchSpec {
     /// A stable 64-bit hash of the architecture (FNV-1a over its JSON), tying stores to models.
     pub fn hash(&self) -> u64 {
         let json = serde_json::to_vec(self).expect("ArchSpec serialises");
-        json.iter().fold(0xcbf29ce484222325u64, |h, &b| {
-            (h ^ b as u64).wrapping_mul(0x100000001b3)
-        })
+        json.iter().fold(0xcbf29ce484222325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100000001b3))
     }
 }

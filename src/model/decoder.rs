@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::experts::arena::SlotLayout;
 use crate::experts::{SlotArena, SlotTable};
 use crate::gpu::{Gpu, Readback, StepUniform};
 use crate::model::layer_weights::{self, FfnWeights, MlpWeights};
@@ -24,12 +25,27 @@ use crate::ops::{GpuMatrix, WeightFormat};
 /// How the decoder is built.
 #[derive(Clone, Copy, Debug)]
 pub struct DecoderOptions {
-    /// Weight format on the GPU.
-    pub format: WeightFormat,
+    /// Format of the routed experts.
+    pub experts: WeightFormat,
+    /// Format of attention, dense and shared-expert projections and the lm_head.
+    pub dense: WeightFormat,
     /// Longest sequence (KV cache rows).
     pub context: usize,
     /// Most tokens one step processes (prefill chunk).
     pub max_batch: usize,
+}
+
+impl DecoderOptions {
+    /// The format of the matrix with role `label`: routed experts use `experts`; embeddings
+    /// and routers are never int4 (lookups and routing decisions stay precise, f16 instead);
+    /// everything else (attention, dense and shared FFNs, lm_head) uses `dense`.
+    pub fn format_of(&self, label: &str) -> WeightFormat {
+        match (label, self.dense) {
+            ("experts", _) => self.experts,
+            ("embed" | "router", WeightFormat::Int4(_)) => WeightFormat::F16,
+            _ => self.dense,
+        }
+    }
 }
 
 /// What a step should produce besides updating the KV cache.
@@ -71,13 +87,7 @@ struct Shared {
 
 enum Ffn {
     Dense(Mlp),
-    Moe {
-        router: MatMul,
-        topk: RouterTopK,
-        experts: ExpertFfn,
-        shared: Option<Shared>,
-        combine: MoeCombine,
-    },
+    Moe { router: MatMul, topk: RouterTopK, experts: ExpertFfn, shared: Option<Shared>, combine: MoeCombine },
 }
 
 struct Layer {
@@ -149,28 +159,16 @@ fn concat_rows(a: &HostTensor, b: &HostTensor) -> Vec<f32> {
 /// Checks the limits of the kernels against a spec.
 fn check_supported(spec: &ArchSpec) -> Result<()> {
     if spec.head_dim > 256 {
-        return Err(Error::UnsupportedConfig(format!(
-            "head_dim {} > 256",
-            spec.head_dim
-        )));
+        return Err(Error::UnsupportedConfig(format!("head_dim {} > 256", spec.head_dim)));
     }
     if let Some(m) = &spec.moe {
         if m.num_experts > 256 {
-            return Err(Error::UnsupportedConfig(format!(
-                "{} experts per layer > 256",
-                m.num_experts
-            )));
+            return Err(Error::UnsupportedConfig(format!("{} experts per layer > 256", m.num_experts)));
         }
     }
-    for (what, n) in [
-        ("hidden_size", spec.hidden),
-        ("q width", spec.q_dim()),
-        ("kv width", spec.kv_dim()),
-    ] {
+    for (what, n) in [("hidden_size", spec.hidden), ("q width", spec.q_dim()), ("kv width", spec.kv_dim())] {
         if n % 8 != 0 {
-            return Err(Error::UnsupportedConfig(format!(
-                "{what} {n} is not a multiple of 8"
-            )));
+            return Err(Error::UnsupportedConfig(format!("{what} {n} is not a multiple of 8")));
         }
     }
     Ok(())
@@ -179,21 +177,15 @@ fn check_supported(spec: &ArchSpec) -> Result<()> {
 struct Builder<'a> {
     gpu: &'a Gpu,
     step: &'a wgpu::Buffer,
-    format: WeightFormat,
+    options: DecoderOptions,
     buffers: Vec<wgpu::Buffer>,
     matrices: Vec<GpuMatrix>,
 }
 
 impl Builder<'_> {
     fn matrix(&mut self, label: &str, data: &[f32], rows: usize, cols: usize) -> Result<usize> {
-        self.matrices.push(GpuMatrix::upload(
-            self.gpu,
-            label,
-            data,
-            rows,
-            cols,
-            self.format,
-        )?);
+        let format = self.options.format_of(label);
+        self.matrices.push(GpuMatrix::upload(self.gpu, label, data, rows, cols, format)?);
         Ok(self.matrices.len() - 1)
     }
 
@@ -209,15 +201,7 @@ impl Builder<'_> {
         let (rows, cols) = (w.shape[0], w.shape[1]);
         let m = self.matrix(label, &w.data, rows, cols)?;
         let bias = bias.map(|b| f32_buf(self.gpu, label, b));
-        let mm = MatMul::new(
-            self.gpu,
-            self.step,
-            x,
-            &self.matrices[m],
-            bias.as_ref(),
-            y,
-            out,
-        );
+        let mm = MatMul::new(self.gpu, self.step, x, &self.matrices[m], bias.as_ref(), y, out);
         self.buffers.extend(bias);
         Ok(mm)
     }
@@ -234,32 +218,12 @@ impl Builder<'_> {
     ) -> Result<Mlp> {
         let inter = w.gate.shape[0];
         let gu = self.matrix(label, &concat_rows(&w.gate, &w.up), 2 * inter, hidden)?;
-        let gate_up = MatMul::new(
-            self.gpu,
-            self.step,
-            x,
-            &self.matrices[gu],
-            None,
-            &acts.gu,
-            MatMulOut::plain(2 * inter),
-        );
+        let gate_up =
+            MatMul::new(self.gpu, self.step, x, &self.matrices[gu], None, &acts.gu, MatMulOut::plain(2 * inter));
         let swiglu = SwiGlu::new(self.gpu, self.step, &acts.gu, &acts.mh, inter);
-        let down = self.matmul(
-            label,
-            &w.down,
-            None,
-            &acts.mh,
-            out,
-            MatMulOut {
-                accumulate,
-                ..MatMulOut::plain(hidden)
-            },
-        )?;
-        Ok(Mlp {
-            gate_up,
-            swiglu,
-            down,
-        })
+        let down =
+            self.matmul(label, &w.down, None, &acts.mh, out, MatMulOut { accumulate, ..MatMulOut::plain(hidden) })?;
+        Ok(Mlp { gate_up, swiglu, down })
     }
 
     fn norm(
@@ -279,35 +243,19 @@ impl Builder<'_> {
 
 impl GpuModel {
     /// Uploads `ckpt` (described by `spec`) to `gpu` and binds every kernel.
-    pub fn load(
-        gpu: Arc<Gpu>,
-        spec: &ArchSpec,
-        ckpt: &Checkpoint,
-        options: DecoderOptions,
-    ) -> Result<GpuModel> {
+    pub fn load(gpu: Arc<Gpu>, spec: &ArchSpec, ckpt: &Checkpoint, options: DecoderOptions) -> Result<GpuModel> {
         check_supported(spec)?;
         let h = spec.hidden;
-        let max_batch = options.max_batch.clamp(
-            1,
-            (gpu.caps.max_binding / (spec.vocab as u64 * 4)).max(1) as usize,
-        );
-        let options = DecoderOptions {
-            max_batch,
-            ..options
-        };
+        let max_batch = options.max_batch.clamp(1, (gpu.caps.max_binding / (spec.vocab as u64 * 4)).max(1) as usize);
+        let options = DecoderOptions { max_batch, ..options };
         let b = max_batch;
         let moe = spec.moe.clone();
         let top_k = moe.as_ref().map_or(1, |m| m.top_k);
-        let inter_max = [
-            spec.dense_intermediate,
-            moe.as_ref()
-                .and_then(|m| m.shared_expert_intermediate)
-                .unwrap_or(0),
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0)
-        .max(8);
+        let inter_max = [spec.dense_intermediate, moe.as_ref().and_then(|m| m.shared_expert_intermediate).unwrap_or(0)]
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+            .max(8);
         let expert_inter = moe.as_ref().map_or(8, |m| m.expert_intermediate);
         let n_experts = moe.as_ref().map_or(1, |m| m.num_experts);
         let f = |n: usize| (n * 4) as u64;
@@ -332,23 +280,11 @@ impl GpuModel {
             argmax: gpu.storage("argmax", 4),
         };
         let step = StepUniform::new(&gpu);
-        let mut bld = Builder {
-            gpu: &gpu,
-            step: &step.buffer,
-            format: options.format,
-            buffers: Vec::new(),
-            matrices: Vec::new(),
-        };
+        let mut bld = Builder { gpu: &gpu, step: &step.buffer, options, buffers: Vec::new(), matrices: Vec::new() };
 
         let (embed_w, final_norm_w, head_w) = layer_weights::globals(ckpt, spec)?;
         let embed_m = bld.matrix("embed", &embed_w.data, spec.vocab, h)?;
-        let embed = Embed::new(
-            &gpu,
-            &step.buffer,
-            &acts.tokens,
-            &bld.matrices[embed_m],
-            &acts.x,
-        );
+        let embed = Embed::new(&gpu, &step.buffer, &acts.tokens, &bld.matrices[embed_m], &acts.x);
         drop(embed_w);
 
         let (cos, sin) = rope_tables(spec.rope_theta, spec.head_dim, options.context);
@@ -365,13 +301,8 @@ impl GpuModel {
         let moe_layers: Vec<usize> = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).collect();
         let mut experts = match &moe {
             Some(m) if !moe_layers.is_empty() => {
-                let arena = SlotArena::new(
-                    &gpu,
-                    moe_layers.len() * m.num_experts,
-                    h,
-                    m.expert_intermediate,
-                    options.format,
-                )?;
+                let layout = SlotLayout::new(options.experts, h, m.expert_intermediate)?;
+                let arena = SlotArena::new(&gpu, moe_layers.len() * m.num_experts, layout)?;
                 let table = SlotTable::new(&gpu, spec.layers, m.num_experts);
                 Some((arena, table))
             }
@@ -388,146 +319,55 @@ impl GpuModel {
                 &w.input_norm,
                 &acts.x,
                 Some(&acts.hn),
-                NormRows {
-                    n: h,
-                    rows_per_token: 1,
-                    at_cache_pos: false,
-                },
+                NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
                 eps,
             );
             let bias = w.attn.qkv_bias.as_ref();
-            let q = bld.matmul(
-                "q",
-                &w.attn.q,
-                bias.map(|b| &b[0]),
-                &acts.hn,
-                &acts.q,
-                MatMulOut::plain(spec.q_dim()),
-            )?;
-            let cache_out = MatMulOut {
-                at_cache_pos: true,
-                ..MatMulOut::plain(spec.kv_dim())
-            };
-            let k = bld.matmul(
-                "k",
-                &w.attn.k,
-                bias.map(|b| &b[1]),
-                &acts.hn,
-                &k_cache,
-                cache_out,
-            )?;
-            let v = bld.matmul(
-                "v",
-                &w.attn.v,
-                bias.map(|b| &b[2]),
-                &acts.hn,
-                &v_cache,
-                cache_out,
-            )?;
+            let q =
+                bld.matmul("q", &w.attn.q, bias.map(|b| &b[0]), &acts.hn, &acts.q, MatMulOut::plain(spec.q_dim()))?;
+            let cache_out = MatMulOut { at_cache_pos: true, ..MatMulOut::plain(spec.kv_dim()) };
+            let k = bld.matmul("k", &w.attn.k, bias.map(|b| &b[1]), &acts.hn, &k_cache, cache_out)?;
+            let v = bld.matmul("v", &w.attn.v, bias.map(|b| &b[2]), &acts.hn, &v_cache, cache_out)?;
             let qk_norm = w.attn.qk_norm.as_ref().map(|[qn, kn]| {
                 let (q_rows, k_rows, n) = match spec.qk_norm {
                     QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
                     _ => (1, 1, 0),
                 };
-                let (qn_n, kn_n) = if n == 0 {
-                    (spec.q_dim(), spec.kv_dim())
-                } else {
-                    (n, n)
-                };
+                let (qn_n, kn_n) = if n == 0 { (spec.q_dim(), spec.kv_dim()) } else { (n, n) };
                 (
-                    bld.norm(
-                        qn,
-                        &acts.q,
-                        None,
-                        NormRows {
-                            n: qn_n,
-                            rows_per_token: q_rows,
-                            at_cache_pos: false,
-                        },
-                        eps,
-                    ),
-                    bld.norm(
-                        kn,
-                        &k_cache,
-                        None,
-                        NormRows {
-                            n: kn_n,
-                            rows_per_token: k_rows,
-                            at_cache_pos: true,
-                        },
-                        eps,
-                    ),
+                    bld.norm(qn, &acts.q, None, NormRows { n: qn_n, rows_per_token: q_rows, at_cache_pos: false }, eps),
+                    bld.norm(kn, &k_cache, None, NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: true }, eps),
                 )
             });
-            let rope_q = Rope::new(
-                &gpu,
-                &step.buffer,
-                (&cos, &sin),
-                &acts.q,
-                spec.heads,
-                spec.head_dim,
-                false,
-            );
-            let rope_k = Rope::new(
-                &gpu,
-                &step.buffer,
-                (&cos, &sin),
-                &k_cache,
-                spec.kv_heads,
-                spec.head_dim,
-                true,
-            );
-            let heads = Heads {
-                n_heads: spec.heads,
-                n_kv_heads: spec.kv_heads,
-                head_dim: spec.head_dim,
-            };
-            let attention = Attention::new(
-                &gpu,
-                &step.buffer,
-                &acts.q,
-                &k_cache,
-                &v_cache,
-                &acts.attn,
-                heads,
-            );
+            let rope_q = Rope::new(&gpu, &step.buffer, (&cos, &sin), &acts.q, spec.heads, spec.head_dim, false);
+            let rope_k = Rope::new(&gpu, &step.buffer, (&cos, &sin), &k_cache, spec.kv_heads, spec.head_dim, true);
+            let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
+            let attention = Attention::new(&gpu, &step.buffer, &acts.q, &k_cache, &v_cache, &acts.attn, heads);
             let o = bld.matmul(
                 "o",
                 &w.attn.o,
                 None,
                 &acts.attn,
                 &acts.x,
-                MatMulOut {
-                    accumulate: true,
-                    ..MatMulOut::plain(h)
-                },
+                MatMulOut { accumulate: true, ..MatMulOut::plain(h) },
             )?;
             let ffn_norm = bld.norm(
                 &w.post_norm,
                 &acts.x,
                 Some(&acts.hn),
-                NormRows {
-                    n: h,
-                    rows_per_token: 1,
-                    at_cache_pos: false,
-                },
+                NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
                 eps,
             );
             let ffn = match &w.ffn {
-                FfnWeights::Dense(mlp) => {
-                    Ffn::Dense(bld.mlp("mlp", mlp, &acts.hn, &acts, &acts.x, true, h)?)
-                }
+                FfnWeights::Dense(mlp) => Ffn::Dense(bld.mlp("mlp", mlp, &acts.hn, &acts, &acts.x, true, h)?),
                 FfnWeights::Moe(mw) => {
                     let m = moe.as_ref().expect("MoE layer implies MoE spec");
                     let (arena, table) = experts.as_mut().expect("arena exists for MoE layers");
-                    let moe_index = moe_layers
-                        .iter()
-                        .position(|&l| l == i)
-                        .expect("MoE layer listed");
+                    let moe_index = moe_layers.iter().position(|&l| l == i).expect("MoE layer listed");
                     for e in 0..m.num_experts {
                         let ew = layer_weights::expert(ckpt, spec, i, e)?;
                         let slot = moe_index * m.num_experts + e;
-                        arena.write(&gpu, slot, &ew.gate.data, &ew.up.data, &ew.down.data);
+                        arena.write(&gpu, slot, &arena.layout.encode(&ew.gate.data, &ew.up.data, &ew.down.data)?);
                         table.set(&gpu, i, e, slot as u32);
                     }
                     let router = bld.matmul(
@@ -548,26 +388,11 @@ impl GpuModel {
                         m.top_k,
                         m.norm_topk_prob,
                     );
-                    let io = ExpertIo {
-                        x: &acts.hn,
-                        ids: &acts.ids,
-                        route_w: &acts.route_w,
-                        h: &acts.eh,
-                        y: &acts.ey,
-                    };
-                    let expert_ffn =
-                        ExpertFfn::new(&gpu, &step.buffer, io, arena, table, i, m.top_k);
+                    let io = ExpertIo { x: &acts.hn, ids: &acts.ids, route_w: &acts.route_w, h: &acts.eh, y: &acts.ey };
+                    let expert_ffn = ExpertFfn::new(&gpu, &step.buffer, io, arena, table, i, m.top_k);
                     let shared = match &mw.shared {
                         Some((sw, gate)) => Some(Shared {
-                            mlp: bld.mlp(
-                                "shared expert",
-                                sw,
-                                &acts.hn,
-                                &acts,
-                                &acts.shared_out,
-                                false,
-                                h,
-                            )?,
+                            mlp: bld.mlp("shared expert", sw, &acts.hn, &acts, &acts.shared_out, false, h)?,
                             gate: bld.matmul(
                                 "shared gate",
                                 gate,
@@ -584,71 +409,30 @@ impl GpuModel {
                         &step.buffer,
                         &acts.ey,
                         &acts.x,
-                        shared
-                            .as_ref()
-                            .map(|_| (&acts.shared_out, &acts.shared_gate)),
+                        shared.as_ref().map(|_| (&acts.shared_out, &acts.shared_gate)),
                         h,
                         m.top_k,
                     );
-                    Ffn::Moe {
-                        router,
-                        topk,
-                        experts: expert_ffn,
-                        shared,
-                        combine,
-                    }
+                    Ffn::Moe { router, topk, experts: expert_ffn, shared, combine }
                 }
             };
             bld.buffers.push(k_cache);
             bld.buffers.push(v_cache);
-            layers.push(Layer {
-                attn_norm,
-                q,
-                k,
-                v,
-                qk_norm,
-                rope_q,
-                rope_k,
-                attention,
-                o,
-                ffn_norm,
-                ffn,
-            });
+            layers.push(Layer { attn_norm, q, k, v, qk_norm, rope_q, rope_k, attention, o, ffn_norm, ffn });
         }
         let final_norm = bld.norm(
             &final_norm_w,
             &acts.x,
             Some(&acts.hn),
-            NormRows {
-                n: h,
-                rows_per_token: 1,
-                at_cache_pos: false,
-            },
+            NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
             spec.rms_eps,
         );
-        let lm_head = bld.matmul(
-            "lm_head",
-            &head_w,
-            None,
-            &acts.hn,
-            &acts.logits,
-            MatMulOut::plain(spec.vocab),
-        )?;
+        let lm_head = bld.matmul("lm_head", &head_w, None, &acts.hn, &acts.logits, MatMulOut::plain(spec.vocab))?;
         let argmax = Argmax::new(&gpu, &step.buffer, &acts.logits, &acts.argmax, spec.vocab);
-        let token_logprob = TokenLogprob::new(
-            &gpu,
-            &step.buffer,
-            &acts.logits,
-            &acts.targets,
-            &acts.logprobs,
-            spec.vocab,
-        );
+        let token_logprob =
+            TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
         let readback = Readback::new(&gpu, f(spec.vocab.max(b)));
-        let Builder {
-            mut buffers,
-            matrices,
-            ..
-        } = bld;
+        let Builder { mut buffers, matrices, .. } = bld;
         buffers.push(cos);
         buffers.push(sin);
         gpu.wait()?;
@@ -691,41 +475,25 @@ impl GpuModel {
     pub fn step(&self, tokens: &[u32], pos: usize, output: StepOutput<'_>) -> Result<StepResult> {
         let n = tokens.len();
         if n == 0 || n > self.options.max_batch {
-            return Err(Error::InvalidArgument(format!(
-                "step of {n} tokens (1..={} allowed)",
-                self.options.max_batch
-            )));
+            return Err(Error::InvalidArgument(format!("step of {n} tokens (1..={} allowed)", self.options.max_batch)));
         }
         if pos + n > self.options.context {
-            return Err(Error::ContextOverflow {
-                requested: pos + n,
-                context: self.options.context,
-            });
+            return Err(Error::ContextOverflow { requested: pos + n, context: self.options.context });
         }
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.spec.vocab) {
-            return Err(Error::TokenOutOfRange {
-                id: bad,
-                vocab: self.spec.vocab,
-            });
+            return Err(Error::TokenOutOfRange { id: bad, vocab: self.spec.vocab });
         }
         let gpu = &*self.gpu;
         self.step.set(gpu, n, pos);
-        gpu.queue
-            .write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
+        gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
         if let StepOutput::LogProbs(targets) = output {
             if targets.len() != n {
-                return Err(Error::InvalidArgument(
-                    "one target per token is needed".into(),
-                ));
+                return Err(Error::InvalidArgument("one target per token is needed".into()));
             }
             if let Some(&bad) = targets.iter().find(|&&t| t as usize >= self.spec.vocab) {
-                return Err(Error::TokenOutOfRange {
-                    id: bad,
-                    vocab: self.spec.vocab,
-                });
+                return Err(Error::TokenOutOfRange { id: bad, vocab: self.spec.vocab });
             }
-            gpu.queue
-                .write_buffer(&self.acts.targets, 0, bytemuck::cast_slice(targets));
+            gpu.queue.write_buffer(&self.acts.targets, 0, bytemuck::cast_slice(targets));
         }
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
         {
@@ -756,12 +524,7 @@ impl GpuModel {
             }
             StepOutput::LogProbs(_) => {
                 let mut lp = vec![0f32; n];
-                self.readback.read(
-                    gpu,
-                    &self.acts.logprobs,
-                    0,
-                    bytemuck::cast_slice_mut(&mut lp),
-                )?;
+                self.readback.read(gpu, &self.acts.logprobs, 0, bytemuck::cast_slice_mut(&mut lp))?;
                 StepResult::LogProbs(lp)
             }
         })
@@ -786,13 +549,7 @@ impl GpuModel {
             l.ffn_norm.record(gpu, pass, n);
             match &l.ffn {
                 Ffn::Dense(mlp) => mlp.record(gpu, pass, n),
-                Ffn::Moe {
-                    router,
-                    topk,
-                    experts,
-                    shared,
-                    combine,
-                } => {
+                Ffn::Moe { router, topk, experts, shared, combine } => {
                     router.record(gpu, pass, n);
                     topk.record(gpu, pass, n);
                     experts.record(gpu, pass, n);

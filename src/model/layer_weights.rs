@@ -95,10 +95,9 @@ pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights>
             ck.tensor(&format!("{a}.q_norm.weight"), &[spec.head_dim])?,
             ck.tensor(&format!("{a}.k_norm.weight"), &[spec.head_dim])?,
         ]),
-        QkNorm::Full => Some([
-            ck.tensor(&format!("{a}.q_norm.weight"), &[qd])?,
-            ck.tensor(&format!("{a}.k_norm.weight"), &[kvd])?,
-        ]),
+        QkNorm::Full => {
+            Some([ck.tensor(&format!("{a}.q_norm.weight"), &[qd])?, ck.tensor(&format!("{a}.k_norm.weight"), &[kvd])?])
+        }
     };
     let attn = AttentionWeights {
         q: ck.tensor(&format!("{a}.q_proj.weight"), &[qd, h])?,
@@ -123,12 +122,7 @@ pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights>
                 shared,
             })
         }
-        _ => FfnWeights::Dense(mlp(
-            ck,
-            names::mlp(&format!("{p}.mlp")),
-            h,
-            spec.dense_intermediate,
-        )?),
+        _ => FfnWeights::Dense(mlp(ck, names::mlp(&format!("{p}.mlp")), h, spec.dense_intermediate)?),
     };
     Ok(LayerWeights {
         input_norm: ck.tensor(&format!("{p}.input_layernorm.weight"), &[h])?,
@@ -140,14 +134,9 @@ pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights>
 
 /// Reads routed expert `e` of MoE layer `i`, from per-expert tensors or the fused layout.
 pub fn expert(ck: &Checkpoint, spec: &ArchSpec, i: usize, e: usize) -> Result<MlpWeights> {
-    let m = spec
-        .moe
-        .as_ref()
-        .ok_or_else(|| Error::InvalidArgument("dense model has no experts".into()))?;
+    let m = spec.moe.as_ref().ok_or_else(|| Error::InvalidArgument("dense model has no experts".into()))?;
     if e >= m.num_experts || !spec.is_moe_layer(i) {
-        return Err(Error::InvalidArgument(format!(
-            "layer {i} has no routed expert {e}"
-        )));
+        return Err(Error::InvalidArgument(format!("layer {i} has no routed expert {e}")));
     }
     let (h, inter) = (spec.hidden, m.expert_intermediate);
     let per_expert = names::expert(spec.family, i, e);

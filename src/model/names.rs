@@ -16,11 +16,7 @@ pub const LM_HEAD: &str = "lm_head.weight";
 
 /// The module holding a layer's FFN block.
 pub fn ffn_prefix(family: Family, layer_index: usize) -> String {
-    let block = if family == Family::Mixtral {
-        "block_sparse_moe"
-    } else {
-        "mlp"
-    };
+    let block = if family == Family::Mixtral { "block_sparse_moe" } else { "mlp" };
     format!("{}.{block}", layer(layer_index))
 }
 
@@ -29,17 +25,9 @@ pub fn ffn_prefix(family: Family, layer_index: usize) -> String {
 pub fn expert(family: Family, layer_index: usize, e: usize) -> [String; 3] {
     let p = format!("{}.experts.{e}", ffn_prefix(family, layer_index));
     if family == Family::Mixtral {
-        [
-            format!("{p}.w1.weight"),
-            format!("{p}.w3.weight"),
-            format!("{p}.w2.weight"),
-        ]
+        [format!("{p}.w1.weight"), format!("{p}.w3.weight"), format!("{p}.w2.weight")]
     } else {
-        [
-            format!("{p}.gate_proj.weight"),
-            format!("{p}.up_proj.weight"),
-            format!("{p}.down_proj.weight"),
-        ]
+        [format!("{p}.gate_proj.weight"), format!("{p}.up_proj.weight"), format!("{p}.down_proj.weight")]
     }
 }
 
@@ -57,9 +45,5 @@ pub fn router(family: Family, layer_index: usize) -> String {
 
 /// Names of a plain SwiGLU MLP's (gate, up, down) under module `prefix`.
 pub fn mlp(prefix: &str) -> [String; 3] {
-    [
-        format!("{prefix}.gate_proj.weight"),
-        format!("{prefix}.up_proj.weight"),
-        format!("{prefix}.down_proj.weight"),
-    ]
+    [format!("{prefix}.gate_proj.weight"), format!("{prefix}.up_proj.weight"), format!("{prefix}.down_proj.weight")]
 }

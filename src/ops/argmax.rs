@@ -10,22 +10,13 @@ pub struct Argmax {
 
 impl Argmax {
     /// Binds `logits` (`[tokens, vocab]`) → `out` (one u32).
-    pub fn new(
-        gpu: &Gpu,
-        step: &wgpu::Buffer,
-        logits: &wgpu::Buffer,
-        out: &wgpu::Buffer,
-        vocab: usize,
-    ) -> Argmax {
+    pub fn new(gpu: &Gpu, step: &wgpu::Buffer, logits: &wgpu::Buffer, out: &wgpu::Buffer, vocab: usize) -> Argmax {
         let p = params(&[vocab as u32, 0, 0, 0]);
-        Argmax {
-            kernel: Kernel::new(gpu, "argmax", &[], step, &p, &[logits.into(), out.into()]),
-        }
+        Argmax { kernel: Kernel::new(gpu, "argmax", &[], step, &p, &[logits.into(), out.into()]) }
     }
 
     /// Records the argmax of the step's last token.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
-        self.kernel
-            .dispatch(pass, 1, gpu.caps.max_workgroups_per_dim);
+        self.kernel.dispatch(pass, 1, gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -31,37 +31,16 @@ impl Attention {
         out: &wgpu::Buffer,
         heads: Heads,
     ) -> Attention {
-        assert!(
-            heads.head_dim <= 256,
-            "head_dim above 256 is rejected at load"
-        );
+        assert!(heads.head_dim <= 256, "head_dim above 256 is rejected at load");
         let scale = 1.0 / (heads.head_dim as f32).sqrt();
-        let p = params(&[
-            heads.n_heads as u32,
-            heads.n_kv_heads as u32,
-            heads.head_dim as u32,
-            scale.to_bits(),
-        ]);
-        let kernel = Kernel::new(
-            gpu,
-            "attention",
-            &[],
-            step,
-            &p,
-            &[q.into(), k_cache.into(), v_cache.into(), out.into()],
-        );
-        Attention {
-            kernel,
-            n_heads: heads.n_heads,
-        }
+        let p = params(&[heads.n_heads as u32, heads.n_kv_heads as u32, heads.head_dim as u32, scale.to_bits()]);
+        let kernel =
+            Kernel::new(gpu, "attention", &[], step, &p, &[q.into(), k_cache.into(), v_cache.into(), out.into()]);
+        Attention { kernel, n_heads: heads.n_heads }
     }
 
     /// Records attention for `n_tokens` queries.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
-        self.kernel.dispatch(
-            pass,
-            (n_tokens * self.n_heads) as u32,
-            gpu.caps.max_workgroups_per_dim,
-        );
+        self.kernel.dispatch(pass, (n_tokens * self.n_heads) as u32, gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -11,43 +11,32 @@ pub struct Embed {
 
 impl Embed {
     /// Binds `tokens` (u32 ids) and `table` (`[vocab, hidden]`) → `x` (`[tokens, hidden]`).
-    pub fn new(
-        gpu: &Gpu,
-        step: &wgpu::Buffer,
-        tokens: &wgpu::Buffer,
-        table: &GpuMatrix,
-        x: &wgpu::Buffer,
-    ) -> Embed {
-        let defines: Vec<&str> = table.format.define().into_iter().collect();
+    pub fn new(gpu: &Gpu, step: &wgpu::Buffer, tokens: &wgpu::Buffer, table: &GpuMatrix, x: &wgpu::Buffer) -> Embed {
+        let defines = table.format.defines();
         let kernels = table
             .chunks
             .iter()
             .map(|c| {
-                let p = params(&[table.cols as u32, c.first_row as u32, c.rows as u32, 0]);
-                Kernel::new(
-                    gpu,
-                    "embed",
-                    &defines,
-                    step,
-                    &p,
-                    &[tokens.into(), (&c.buffer).into(), x.into()],
-                )
+                let p = params(&[
+                    table.cols as u32,
+                    c.first_row as u32,
+                    c.rows as u32,
+                    0,
+                    c.offsets.scales,
+                    c.offsets.mins,
+                    0,
+                    0,
+                ]);
+                Kernel::new(gpu, "embed", &defines, step, &p, &[tokens.into(), (&c.buffer).into(), x.into()])
             })
             .collect();
-        Embed {
-            kernels,
-            hidden: table.cols,
-        }
+        Embed { kernels, hidden: table.cols }
     }
 
     /// Records the lookups for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
         for k in &self.kernels {
-            k.dispatch(
-                pass,
-                groups64(n_tokens * self.hidden),
-                gpu.caps.max_workgroups_per_dim,
-            );
+            k.dispatch(pass, groups64(n_tokens * self.hidden), gpu.caps.max_workgroups_per_dim);
         }
     }
 }

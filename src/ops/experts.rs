@@ -39,35 +39,38 @@ impl ExpertFfn {
         layer: usize,
         top_k: usize,
     ) -> ExpertFfn {
-        let defines: Vec<&str> = arena.format.define().into_iter().collect();
-        let (hidden, inter) = (arena.hidden, arena.inter);
+        let layout = &arena.layout;
+        let defines = layout.format.defines();
+        let (hidden, inter) = (layout.hidden, layout.inter);
+        let proj: Vec<u32> = (0..3)
+            .flat_map(|i| {
+                let o = layout.proj_offsets(i).expect("slot layout was validated when the arena was made");
+                [o.data, o.scales, o.mins, 0]
+            })
+            .collect();
         let mut gate_up = Vec::new();
         let mut down = Vec::new();
         for (c, chunk) in arena.chunks.iter().enumerate() {
             let first = c * arena.slots_per_chunk;
-            let p = params(&[
+            let mut words = vec![
                 hidden as u32,
                 inter as u32,
                 top_k as u32,
                 table.base(layer) as u32,
                 first as u32,
                 arena.slots_per_chunk.min(arena.slots - first) as u32,
-                arena.slot_elems() as u32,
+                (layout.slot_bytes / 4) as u32,
                 0,
-            ]);
+            ];
+            words.extend(&proj);
+            let p = params(&words);
             gate_up.push(Kernel::new(
                 gpu,
                 "expert_gate_up",
                 &defines,
                 step,
                 &p,
-                &[
-                    io.x.into(),
-                    io.ids.into(),
-                    (&table.buffer).into(),
-                    chunk.into(),
-                    io.h.into(),
-                ],
+                &[io.x.into(), io.ids.into(), (&table.buffer).into(), chunk.into(), io.h.into()],
             ));
             down.push(Kernel::new(
                 gpu,
@@ -75,23 +78,10 @@ impl ExpertFfn {
                 &defines,
                 step,
                 &p,
-                &[
-                    io.h.into(),
-                    io.ids.into(),
-                    io.route_w.into(),
-                    (&table.buffer).into(),
-                    chunk.into(),
-                    io.y.into(),
-                ],
+                &[io.h.into(), io.ids.into(), io.route_w.into(), (&table.buffer).into(), chunk.into(), io.y.into()],
             ));
         }
-        ExpertFfn {
-            gate_up,
-            down,
-            top_k,
-            hidden,
-            inter,
-        }
+        ExpertFfn { gate_up, down, top_k, hidden, inter }
     }
 
     /// Records the expert FFN for `n_tokens` tokens.

@@ -20,12 +20,7 @@ pub struct MatMulOut {
 impl MatMulOut {
     /// A plain output of `width` values per token.
     pub fn plain(width: usize) -> Self {
-        MatMulOut {
-            stride: width,
-            col_offset: 0,
-            accumulate: false,
-            at_cache_pos: false,
-        }
+        MatMulOut { stride: width, col_offset: 0, accumulate: false, at_cache_pos: false }
     }
 }
 
@@ -46,7 +41,7 @@ impl MatMul {
         out: MatMulOut,
     ) -> MatMul {
         let mut defines = Vec::new();
-        defines.extend(w.format.define());
+        defines.extend(w.format.defines());
         if bias.is_some() {
             defines.push("BIAS");
         }
@@ -64,15 +59,12 @@ impl MatMul {
                     out.stride as u32,
                     out.at_cache_pos as u32,
                     c.first_row as u32,
-                    0,
-                    0,
+                    c.offsets.scales,
+                    c.offsets.mins,
                 ]);
                 let mut storage: Vec<Slice> = vec![x.into(), (&c.buffer).into(), y.into()];
                 storage.extend(bias.map(Slice::from));
-                (
-                    Kernel::new(gpu, "matmul", &defines, step, &p, &storage),
-                    c.rows as u32,
-                )
+                (Kernel::new(gpu, "matmul", &defines, step, &p, &storage), c.rows as u32)
             })
             .collect();
         MatMul { kernels }
@@ -81,11 +73,7 @@ impl MatMul {
     /// Records the dispatches for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
         for (k, rows) in &self.kernels {
-            k.dispatch(
-                pass,
-                rows * n_tokens.div_ceil(8) as u32,
-                gpu.caps.max_workgroups_per_dim,
-            );
+            k.dispatch(pass, rows * n_tokens.div_ceil(8) as u32, gpu.caps.max_workgroups_per_dim);
         }
     }
 }

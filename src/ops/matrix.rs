@@ -1,9 +1,8 @@
 //! Weight matrices on the GPU, split by rows into chunks that each fit one storage binding.
 
-use half::f16;
-
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::quant::{Int4Layout, Int4Scheme, QuantParams, WeightEncoding};
 
 /// How weights are stored on the GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -12,45 +11,119 @@ pub enum WeightFormat {
     F32,
     /// IEEE halves packed two per 32-bit word.
     F16,
+    /// Group-quantized 4-bit weights (see [`crate::quant`] for the layout).
+    Int4(QuantParams),
+}
+
+/// Where a blob's segments start, in the units the kernels index (`WMat` in the WGSL readers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlobOffsets {
+    /// Weight data: f32 / f16 element index, or packed-word index for int4.
+    pub data: u32,
+    /// f16 index of the scales (int4 only).
+    pub scales: u32,
+    /// f16 index of the mins (affine int4 only).
+    pub mins: u32,
+}
+
+impl BlobOffsets {
+    /// The offsets shifted by `byte_offset` bytes (a multiple of 4) within a larger buffer.
+    pub fn shifted(self, format: WeightFormat, byte_offset: usize) -> BlobOffsets {
+        let data_unit = match format {
+            WeightFormat::F16 => 2,
+            _ => 4,
+        };
+        BlobOffsets {
+            data: self.data + (byte_offset / data_unit) as u32,
+            scales: self.scales + (byte_offset / 2) as u32,
+            mins: self.mins + (byte_offset / 2) as u32,
+        }
+    }
 }
 
 impl WeightFormat {
-    /// Bytes per weight.
-    pub fn bytes(self) -> usize {
+    /// The shader defines selecting this format's weight reader.
+    pub fn defines(self) -> Vec<&'static str> {
         match self {
-            WeightFormat::F32 => 4,
-            WeightFormat::F16 => 2,
+            WeightFormat::F32 => vec![],
+            WeightFormat::F16 => vec!["F16"],
+            WeightFormat::Int4(p) => {
+                let mut d = vec!["INT4"];
+                if p.scheme == Int4Scheme::Symmetric {
+                    d.push("INT4_SYM");
+                }
+                if p.group_size == 64 {
+                    d.push("G64");
+                }
+                d
+            }
         }
     }
 
-    /// The shader define selecting this format's weight reader.
-    pub fn define(self) -> Option<&'static str> {
+    /// Human-readable name (`f32`, `f16`, `int4-affine-g32`, ...).
+    pub fn name(self) -> String {
+        match self {
+            WeightFormat::F32 => "f32".into(),
+            WeightFormat::F16 => WeightEncoding::F16.name(),
+            WeightFormat::Int4(p) => WeightEncoding::Int4(p).name(),
+        }
+    }
+
+    /// Bytes of a `[rows, cols]` blob (a multiple of 256).
+    pub fn blob_bytes(self, rows: usize, cols: usize) -> Result<usize> {
+        match self {
+            WeightFormat::F32 => Ok((rows * cols * 4).next_multiple_of(256)),
+            WeightFormat::F16 => Ok(WeightEncoding::F16.segment_bytes(rows, cols).map_err(quant_err)?),
+            WeightFormat::Int4(p) => Ok(WeightEncoding::Int4(p).segment_bytes(rows, cols).map_err(quant_err)?),
+        }
+    }
+
+    /// Segment offsets of a `[rows, cols]` blob relative to its start.
+    pub fn offsets(self, rows: usize, cols: usize) -> Result<BlobOffsets> {
+        Ok(match self {
+            WeightFormat::Int4(p) => {
+                let l = Int4Layout::new(rows, cols, p).map_err(quant_err)?;
+                BlobOffsets { data: 0, scales: (l.scales_offset / 2) as u32, mins: (l.mins_offset / 2) as u32 }
+            }
+            _ => BlobOffsets::default(),
+        })
+    }
+
+    /// Encodes a row-major `[rows, cols]` matrix as a blob (quantizing for int4).
+    pub fn encode(self, values: &[f32], rows: usize, cols: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.blob_bytes(rows, cols)?];
+        match self {
+            WeightFormat::F32 => out[..values.len() * 4].copy_from_slice(bytemuck::cast_slice(values)),
+            WeightFormat::F16 => WeightEncoding::F16.encode(values, rows, cols, &mut out).map_err(quant_err)?,
+            WeightFormat::Int4(p) => WeightEncoding::Int4(p).encode(values, rows, cols, &mut out).map_err(quant_err)?,
+        }
+        Ok(out)
+    }
+
+    /// The store encoding of this format (`None` for f32, which stores do not hold).
+    pub fn encoding(self) -> Option<WeightEncoding> {
         match self {
             WeightFormat::F32 => None,
-            WeightFormat::F16 => Some("F16"),
+            WeightFormat::F16 => Some(WeightEncoding::F16),
+            WeightFormat::Int4(p) => Some(WeightEncoding::Int4(p)),
         }
     }
+}
 
-    /// Encodes `values` in this format.
-    pub fn encode(self, values: &[f32]) -> Vec<u8> {
-        match self {
-            WeightFormat::F32 => bytemuck::cast_slice(values).to_vec(),
-            WeightFormat::F16 => values
-                .iter()
-                .flat_map(|v| f16::from_f32(*v).to_le_bytes())
-                .collect(),
-        }
-    }
+fn quant_err(e: crate::quant::QuantError) -> Error {
+    Error::UnsupportedConfig(e.to_string())
 }
 
 /// One row range of a matrix in its own buffer.
 pub struct MatrixChunk {
-    /// The buffer holding rows `first_row .. first_row + rows`.
+    /// The buffer holding rows `first_row .. first_row + rows` as one blob.
     pub buffer: wgpu::Buffer,
     /// First row held.
     pub first_row: usize,
     /// Rows held.
     pub rows: usize,
+    /// Segment offsets inside the blob.
+    pub offsets: BlobOffsets,
 }
 
 /// A row-major `[rows, cols]` weight matrix on the GPU.
@@ -76,13 +149,17 @@ impl GpuMatrix {
         format: WeightFormat,
     ) -> Result<Self> {
         if cols % 8 != 0 {
-            return Err(Error::UnsupportedConfig(format!(
-                "{label}: {cols} columns is not a multiple of 8"
-            )));
+            return Err(Error::UnsupportedConfig(format!("{label}: {cols} columns is not a multiple of 8")));
         }
-        assert_eq!(data.len(), rows * cols, "{label}: data length");
-        let row_bytes = (cols * format.bytes()) as u64;
-        let rows_per_chunk = (gpu.caps.max_binding / row_bytes) as usize;
+        if data.len() != rows * cols {
+            return Err(Error::InvalidArgument(format!("{label}: {} values for a {rows}x{cols} matrix", data.len())));
+        }
+        // Every chunk's blob (segments padded to 256 bytes) must fit one binding.
+        let row_bytes = format.blob_bytes(1, cols)? as u64;
+        let mut rows_per_chunk = (gpu.caps.max_binding / row_bytes.max(1)) as usize;
+        while rows_per_chunk > 0 && format.blob_bytes(rows_per_chunk.min(rows), cols)? as u64 > gpu.caps.max_binding {
+            rows_per_chunk -= rows_per_chunk.div_ceil(16);
+        }
         if rows_per_chunk == 0 {
             return Err(Error::Gpu(format!(
                 "{label}: one row ({row_bytes} bytes) exceeds the storage binding limit ({})",
@@ -93,19 +170,27 @@ impl GpuMatrix {
         let mut first_row = 0;
         while first_row < rows {
             let n = rows_per_chunk.min(rows - first_row);
-            let bytes = format.encode(&data[first_row * cols..(first_row + n) * cols]);
+            let bytes = format.encode(&data[first_row * cols..(first_row + n) * cols], n, cols)?;
             chunks.push(MatrixChunk {
                 buffer: gpu.upload(label, &bytes),
                 first_row,
                 rows: n,
+                offsets: format.offsets(n, cols)?,
             });
             first_row += n;
         }
-        Ok(GpuMatrix {
-            rows,
-            cols,
-            format,
-            chunks,
+        Ok(GpuMatrix { rows, cols, format, chunks })
+    }
+}
+
+impl WeightFormat {
+    /// The values the GPU sees for a `[rows, cols]` matrix stored in this format (encode then
+    /// decode), so a CPU reference can run on exactly the same weights.
+    pub fn round_trip(self, values: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
+        Ok(match self {
+            WeightFormat::F32 => values.to_vec(),
+            WeightFormat::F16 => values.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
+            WeightFormat::Int4(p) => crate::quant::quantize(values, rows, cols, p).map_err(quant_err)?.dequantize(),
         })
     }
 }

@@ -32,18 +32,11 @@ impl MoeCombine {
             }
             None => &[],
         };
-        MoeCombine {
-            kernel: Kernel::new(gpu, "moe_combine", defines, step, &p, &storage),
-            hidden,
-        }
+        MoeCombine { kernel: Kernel::new(gpu, "moe_combine", defines, step, &p, &storage), hidden }
     }
 
     /// Records the combine for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
-        self.kernel.dispatch(
-            pass,
-            groups64(n_tokens * self.hidden),
-            gpu.caps.max_workgroups_per_dim,
-        );
+        self.kernel.dispatch(pass, groups64(n_tokens * self.hidden), gpu.caps.max_workgroups_per_dim);
     }
 }

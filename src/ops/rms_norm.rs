@@ -31,35 +31,16 @@ impl RmsNorm {
         rows: NormRows,
         eps: f32,
     ) -> RmsNorm {
-        let p = params(&[
-            rows.n as u32,
-            rows.rows_per_token as u32,
-            eps.to_bits(),
-            rows.at_cache_pos as u32,
-        ]);
+        let p = params(&[rows.n as u32, rows.rows_per_token as u32, eps.to_bits(), rows.at_cache_pos as u32]);
         let kernel = match out {
-            Some(o) => Kernel::new(
-                gpu,
-                "rms_norm",
-                &["OUT"],
-                step,
-                &p,
-                &[weight.into(), x.into(), o.into()],
-            ),
+            Some(o) => Kernel::new(gpu, "rms_norm", &["OUT"], step, &p, &[weight.into(), x.into(), o.into()]),
             None => Kernel::new(gpu, "rms_norm", &[], step, &p, &[weight.into(), x.into()]),
         };
-        RmsNorm {
-            kernel,
-            rows_per_token: rows.rows_per_token,
-        }
+        RmsNorm { kernel, rows_per_token: rows.rows_per_token }
     }
 
     /// Records the norm for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
-        self.kernel.dispatch(
-            pass,
-            (n_tokens * self.rows_per_token) as u32,
-            gpu.caps.max_workgroups_per_dim,
-        );
+        self.kernel.dispatch(pass, (n_tokens * self.rows_per_token) as u32, gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -7,9 +7,7 @@ use crate::gpu::{Gpu, Kernel};
 /// `inv_freq = 1 / theta^(2i/d)`, `angle = pos * inv_freq`.
 pub fn rope_tables(theta: f32, head_dim: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
     let half = head_dim / 2;
-    let inv: Vec<f32> = (0..half)
-        .map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32))
-        .collect();
+    let inv: Vec<f32> = (0..half).map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32)).collect();
     let mut cos = Vec::with_capacity(positions * half);
     let mut sin = Vec::with_capacity(positions * half);
     for p in 0..positions {
@@ -40,26 +38,12 @@ impl Rope {
         at_cache_pos: bool,
     ) -> Rope {
         let p = params(&[n_heads as u32, head_dim as u32, at_cache_pos as u32, 0]);
-        let kernel = Kernel::new(
-            gpu,
-            "rope",
-            &[],
-            step,
-            &p,
-            &[tables.0.into(), tables.1.into(), x.into()],
-        );
-        Rope {
-            kernel,
-            pairs_per_token: n_heads * head_dim / 2,
-        }
+        let kernel = Kernel::new(gpu, "rope", &[], step, &p, &[tables.0.into(), tables.1.into(), x.into()]);
+        Rope { kernel, pairs_per_token: n_heads * head_dim / 2 }
     }
 
     /// Records the rotation for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
-        self.kernel.dispatch(
-            pass,
-            groups64(n_tokens * self.pairs_per_token),
-            gpu.caps.max_workgroups_per_dim,
-        );
+        self.kernel.dispatch(pass, groups64(n_tokens * self.pairs_per_token), gpu.caps.max_workgroups_per_dim);
     }
 }

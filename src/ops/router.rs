@@ -20,26 +20,15 @@ impl RouterTopK {
         top_k: usize,
         renormalize: bool,
     ) -> RouterTopK {
-        assert!(
-            n_experts <= 256,
-            "more than 256 experts is rejected at load"
-        );
+        assert!(n_experts <= 256, "more than 256 experts is rejected at load");
         let p = params(&[n_experts as u32, top_k as u32, renormalize as u32, 0]);
         RouterTopK {
-            kernel: Kernel::new(
-                gpu,
-                "router_topk",
-                &[],
-                step,
-                &p,
-                &[logits.into(), ids.into(), weights.into()],
-            ),
+            kernel: Kernel::new(gpu, "router_topk", &[], step, &p, &[logits.into(), ids.into(), weights.into()]),
         }
     }
 
     /// Records routing for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
-        self.kernel
-            .dispatch(pass, groups64(n_tokens), gpu.caps.max_workgroups_per_dim);
+        self.kernel.dispatch(pass, groups64(n_tokens), gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -11,26 +11,13 @@ pub struct SwiGlu {
 
 impl SwiGlu {
     /// Binds `gu` (`[tokens, 2 * inter]`) → `h` (`[tokens, inter]`).
-    pub fn new(
-        gpu: &Gpu,
-        step: &wgpu::Buffer,
-        gu: &wgpu::Buffer,
-        h: &wgpu::Buffer,
-        inter: usize,
-    ) -> SwiGlu {
+    pub fn new(gpu: &Gpu, step: &wgpu::Buffer, gu: &wgpu::Buffer, h: &wgpu::Buffer, inter: usize) -> SwiGlu {
         let p = params(&[inter as u32, 0, 0, 0]);
-        SwiGlu {
-            kernel: Kernel::new(gpu, "swiglu", &[], step, &p, &[gu.into(), h.into()]),
-            inter,
-        }
+        SwiGlu { kernel: Kernel::new(gpu, "swiglu", &[], step, &p, &[gu.into(), h.into()]), inter }
     }
 
     /// Records the activation for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
-        self.kernel.dispatch(
-            pass,
-            groups64(n_tokens * self.inter),
-            gpu.caps.max_workgroups_per_dim,
-        );
+        self.kernel.dispatch(pass, groups64(n_tokens * self.inter), gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -20,20 +20,12 @@ impl TokenLogprob {
     ) -> TokenLogprob {
         let p = params(&[vocab as u32, 0, 0, 0]);
         TokenLogprob {
-            kernel: Kernel::new(
-                gpu,
-                "token_logprob",
-                &[],
-                step,
-                &p,
-                &[logits.into(), targets.into(), out.into()],
-            ),
+            kernel: Kernel::new(gpu, "token_logprob", &[], step, &p, &[logits.into(), targets.into(), out.into()]),
         }
     }
 
     /// Records the gather for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
-        self.kernel
-            .dispatch(pass, n_tokens as u32, gpu.caps.max_workgroups_per_dim);
+        self.kernel.dispatch(pass, n_tokens as u32, gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -44,29 +44,15 @@ impl WeightEncoding {
 
     /// Encodes a row-major `[rows, cols]` f32 matrix into `out[..segment_bytes]`
     /// (quantizing for int4). Padding is zeroed.
-    pub fn encode(
-        &self,
-        weights: &[f32],
-        rows: usize,
-        cols: usize,
-        out: &mut [u8],
-    ) -> Result<(), QuantError> {
+    pub fn encode(&self, weights: &[f32], rows: usize, cols: usize, out: &mut [u8]) -> Result<(), QuantError> {
         let needed = self.segment_bytes(rows, cols)?;
         if out.len() < needed {
-            return Err(QuantError::BufferTooSmall {
-                what: "weight blob",
-                needed,
-                got: out.len(),
-            });
+            return Err(QuantError::BufferTooSmall { what: "weight blob", needed, got: out.len() });
         }
         match self {
             WeightEncoding::F16 => {
                 if weights.len() != rows * cols {
-                    return Err(QuantError::LengthMismatch {
-                        rows,
-                        cols,
-                        len: weights.len(),
-                    });
+                    return Err(QuantError::LengthMismatch { rows, cols, len: weights.len() });
                 }
                 let mut h = Vec::with_capacity(weights.len());
                 for (i, &v) in weights.iter().enumerate() {
@@ -93,17 +79,10 @@ impl WeightEncoding {
     pub fn decode(&self, bytes: &[u8], rows: usize, cols: usize) -> Result<Vec<f32>, QuantError> {
         let needed = self.segment_bytes(rows, cols)?;
         if bytes.len() < needed {
-            return Err(QuantError::BufferTooSmall {
-                what: "weight blob",
-                needed,
-                got: bytes.len(),
-            });
+            return Err(QuantError::BufferTooSmall { what: "weight blob", needed, got: bytes.len() });
         }
         match self {
-            WeightEncoding::F16 => Ok(read_f16s(bytes, rows * cols)
-                .into_iter()
-                .map(f16::to_f32)
-                .collect()),
+            WeightEncoding::F16 => Ok(read_f16s(bytes, rows * cols).into_iter().map(f16::to_f32).collect()),
             WeightEncoding::Int4(p) => {
                 let l = Int4Layout::new(rows, cols, *p)?;
                 Ok(Int4Matrix::read_from(bytes, &l)?.dequantize())

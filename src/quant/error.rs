@@ -7,14 +7,14 @@ pub enum QuantError {
     #[error("unsupported int4 group size {0}; supported: 32, 64")]
     BadGroupSize(usize),
     /// The number of columns is not a multiple of the group size.
-    #[error("a [{rows}, {cols}] matrix cannot be quantized in groups of {group_size}: {cols} columns is not a multiple of {group_size}")]
+    #[error(
+        "a [{rows}, {cols}] matrix cannot be stored in int4: {cols} columns is not a multiple of 8 (one packed word)"
+    )]
     ColsNotMultiple {
-        /// Rows of the matrix.
+        /// Rows.
         rows: usize,
-        /// Columns of the matrix.
+        /// Columns.
         cols: usize,
-        /// Requested group size.
-        group_size: usize,
     },
     /// A matrix with zero rows or columns was given.
     #[error("cannot quantize an empty [{rows}, {cols}] matrix")]

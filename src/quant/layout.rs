@@ -42,15 +42,11 @@ impl Int4Layout {
     pub fn new(rows: usize, cols: usize, params: QuantParams) -> Result<Self, QuantError> {
         params.check_shape(rows, cols)?;
         let packed_len = rows * cols / 2;
-        let n_scales = rows * (cols / params.group_size);
+        let n_scales = rows * params.groups_per_row(cols);
         let scales_offset = align_up(packed_len, SEGMENT_ALIGN);
         let scales_len = align_up(n_scales * 2, 4);
         let mins_offset = align_up(scales_offset + scales_len, SEGMENT_ALIGN);
-        let mins_len = if params.scheme.has_mins() {
-            scales_len
-        } else {
-            0
-        };
+        let mins_len = if params.scheme.has_mins() { scales_len } else { 0 };
         let total_len = align_up(mins_offset + mins_len, SEGMENT_ALIGN);
         Ok(Int4Layout {
             rows,
@@ -71,9 +67,9 @@ impl Int4Layout {
         self.cols / 8
     }
 
-    /// Groups (scales) per row (`cols / group_size`).
+    /// Groups (scales) per row (`ceil(cols / group_size)`).
     pub fn groups_per_row(&self) -> usize {
-        self.cols / self.params.group_size
+        self.params.groups_per_row(self.cols)
     }
 }
 

@@ -15,7 +15,7 @@ pub struct Int4Matrix {
     pub params: QuantParams,
     /// Packed codes: `rows * cols / 8` words, row-major, 8 nibbles per word, low nibble first.
     pub packed: Vec<u32>,
-    /// One f16 scale per (row, group), row-major `[rows, cols / group_size]`.
+    /// One f16 scale per (row, group), row-major `[rows, ceil(cols / group_size)]`.
     pub scales: Vec<f16>,
     /// One f16 min per (row, group) for affine; empty for symmetric.
     pub mins: Vec<f16>,
@@ -35,28 +35,15 @@ const PARALLEL_THRESHOLD: usize = 1 << 18;
 ///
 /// Errors (never panics): bad group size, `cols` not a multiple of it, empty matrix, wrong
 /// slice length, a non-finite weight, or a scale/min beyond the f16 range.
-pub fn quantize(
-    weights: &[f32],
-    rows: usize,
-    cols: usize,
-    params: QuantParams,
-) -> Result<Int4Matrix, QuantError> {
+pub fn quantize(weights: &[f32], rows: usize, cols: usize, params: QuantParams) -> Result<Int4Matrix, QuantError> {
     params.check_shape(rows, cols)?;
     if weights.len() != rows * cols {
-        return Err(QuantError::LengthMismatch {
-            rows,
-            cols,
-            len: weights.len(),
-        });
+        return Err(QuantError::LengthMismatch { rows, cols, len: weights.len() });
     }
     if let Some(i) = weights.iter().position(|v| !v.is_finite()) {
-        return Err(QuantError::NonFinite {
-            row: i / cols,
-            col: i % cols,
-            value: weights[i],
-        });
+        return Err(QuantError::NonFinite { row: i / cols, col: i % cols, value: weights[i] });
     }
-    let gpr = cols / params.group_size;
+    let gpr = params.groups_per_row(cols);
     let wpr = cols / 8;
     let mut m = Int4Matrix {
         rows,
@@ -64,16 +51,10 @@ pub fn quantize(
         params,
         packed: vec![0; rows * wpr],
         scales: vec![f16::ZERO; rows * gpr],
-        mins: if params.scheme.has_mins() {
-            vec![f16::ZERO; rows * gpr]
-        } else {
-            Vec::new()
-        },
+        mins: if params.scheme.has_mins() { vec![f16::ZERO; rows * gpr] } else { Vec::new() },
     };
     let threads = if rows * cols >= PARALLEL_THRESHOLD {
-        std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(rows)
+        std::thread::available_parallelism().map_or(1, |n| n.get()).min(rows)
     } else {
         1
     };
@@ -103,13 +84,9 @@ pub fn quantize(
         std::thread::scope(|scope| {
             let handles: Vec<_> = jobs
                 .into_iter()
-                .map(|(r0, w, p, s, mn)| {
-                    scope.spawn(move || quantize_rows(r0, w, cols, params, p, s, mn))
-                })
+                .map(|(r0, w, p, s, mn)| scope.spawn(move || quantize_rows(r0, w, cols, params, p, s, mn)))
                 .collect();
-            handles
-                .into_iter()
-                .try_for_each(|h| h.join().expect("quantization thread panicked"))
+            handles.into_iter().try_for_each(|h| h.join().expect("quantization thread panicked"))
         })?;
     }
     Ok(m)
@@ -125,22 +102,15 @@ fn quantize_rows(
     scales: &mut [f16],
     mins: &mut [f16],
 ) -> Result<(), QuantError> {
-    let g = params.group_size;
-    let gpr = cols / g;
+    let gpr = params.groups_per_row(cols);
     let mut codes = vec![0u8; cols];
-    for (r, (row, words)) in weights
-        .chunks_exact(cols)
-        .zip(packed.chunks_exact_mut(cols / 8))
-        .enumerate()
-    {
+    for (r, (row, words)) in weights.chunks_exact(cols).zip(packed.chunks_exact_mut(cols / 8)).enumerate() {
         for gi in 0..gpr {
-            let x = &row[gi * g..(gi + 1) * g];
-            let out = &mut codes[gi * g..(gi + 1) * g];
-            let overflow = |value| QuantError::F16Overflow {
-                row: row0 + r,
-                col: gi * g,
-                value,
-            };
+            let span = params.group_cols(gi, cols);
+            let col = span.start;
+            let x = &row[span.clone()];
+            let out = &mut codes[span];
+            let overflow = |value| QuantError::F16Overflow { row: row0 + r, col, value };
             match params.scheme {
                 Int4Scheme::Symmetric => {
                     scales[r * gpr + gi] = scale_search::symmetric(x, out).map_err(overflow)?;
@@ -160,8 +130,7 @@ fn quantize_rows(
 impl Int4Matrix {
     /// The serialized layout of this matrix.
     pub fn layout(&self) -> Int4Layout {
-        Int4Layout::new(self.rows, self.cols, self.params)
-            .expect("an Int4Matrix always has a valid shape")
+        Int4Layout::new(self.rows, self.cols, self.params).expect("an Int4Matrix always has a valid shape")
     }
 
     /// The 4-bit code (`0..=15`) of element `(r, c)`.
@@ -176,30 +145,26 @@ impl Int4Matrix {
     /// If `r >= rows` or `out.len() < cols`.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         assert!(r < self.rows, "row {r} out of range for {} rows", self.rows);
-        assert!(
-            out.len() >= self.cols,
-            "output row has {} < {} elements",
-            out.len(),
-            self.cols
-        );
-        let g = self.params.group_size;
-        let gpr = self.cols / g;
+        assert!(out.len() >= self.cols, "output row has {} < {} elements", out.len(), self.cols);
+        let gpr = self.params.groups_per_row(self.cols);
         let wpr = self.cols / 8;
         let words = &self.packed[r * wpr..(r + 1) * wpr];
         for gi in 0..gpr {
             let s = self.scales[r * gpr + gi].to_f32();
-            let group = &mut out[gi * g..(gi + 1) * g];
+            let span = self.params.group_cols(gi, self.cols);
+            let start = span.start;
+            let group = &mut out[span];
             match self.params.scheme {
                 Int4Scheme::Symmetric => {
                     for (j, o) in group.iter_mut().enumerate() {
-                        let n = pack::unpack_nibble(words, gi * g + j);
+                        let n = pack::unpack_nibble(words, start + j);
                         *o = (n as f32 - 8.0) * s;
                     }
                 }
                 Int4Scheme::Affine => {
                     let m = self.mins[r * gpr + gi].to_f32();
                     for (j, o) in group.iter_mut().enumerate() {
-                        let n = pack::unpack_nibble(words, gi * g + j);
+                        let n = pack::unpack_nibble(words, start + j);
                         *o = n as f32 * s + m;
                     }
                 }

@@ -5,7 +5,8 @@
 //!
 //! A weight matrix is row-major `[rows, cols]` f32 (HF linear weights are `[out, in]`, so `cols`
 //! is the input dimension). Each row is cut into groups of `group_size` (32 or 64) consecutive
-//! columns; `cols` must be a multiple of `group_size`. Every group gets its own f16 scale (and,
+//! columns (the last group of a row is shorter when `cols` is not a multiple of `group_size`;
+//! `cols` must be a multiple of 8). Every group gets its own f16 scale (and,
 //! for the affine scheme, its own f16 offset called *min*). A 4-bit code `n` in `0..=15`
 //! (a *nibble*) is stored per weight and decodes as
 //!
@@ -27,9 +28,9 @@
 //!    columns `8w .. 8w+7`, column `8w + j` in bits `4j .. 4j+3` (low nibble first). Read it as
 //!    `n = (word >> (4u * j)) & 0xFu`. In bytes: byte `4w + k` of a row holds column `8w + 2k`
 //!    in its low nibble and column `8w + 2k + 1` in its high nibble.
-//! 2. **scales** at `scales_offset`: `rows * cols/group_size` little-endian f16, row-major
-//!    `[rows, cols/group_size]`: the scale of column `c` of row `r` is entry
-//!    `r * (cols/group_size) + c / group_size`. The segment is padded with zero bytes to a
+//! 2. **scales** at `scales_offset`: `rows * ceil(cols/group_size)` little-endian f16, row-major
+//!    `[rows, ceil(cols/group_size)]`: the scale of column `c` of row `r` is entry
+//!    `r * ceil(cols/group_size) + c / group_size`. The segment is padded with zero bytes to a
 //!    multiple of 4 bytes, so a kernel reads it as `array<u32>`: entry `i` is the low half
 //!    (`unpack2x16float(words[i / 2]).x`) when `i` is even and the high half (`.y`) when odd.
 //! 3. **mins** at `mins_offset` (affine only; zero length for symmetric): same shape, order and

@@ -6,11 +6,7 @@
 /// # Panics
 /// If the lengths disagree (an internal invariant: callers size both from `cols`).
 pub fn pack_row(codes: &[u8], out: &mut [u32]) {
-    assert_eq!(
-        codes.len(),
-        out.len() * 8,
-        "pack_row: codes/words length mismatch"
-    );
+    assert_eq!(codes.len(), out.len() * 8, "pack_row: codes/words length mismatch");
     for (word, chunk) in out.iter_mut().zip(codes.chunks_exact(8)) {
         let mut w = 0u32;
         for (j, &n) in chunk.iter().enumerate() {

@@ -45,10 +45,7 @@ pub struct QuantParams {
 impl Default for QuantParams {
     /// Affine, groups of 32.
     fn default() -> Self {
-        QuantParams {
-            scheme: Int4Scheme::Affine,
-            group_size: 32,
-        }
+        QuantParams { scheme: Int4Scheme::Affine, group_size: 32 }
     }
 }
 
@@ -75,13 +72,20 @@ impl QuantParams {
         if rows == 0 || cols == 0 {
             return Err(QuantError::Empty { rows, cols });
         }
-        if !cols.is_multiple_of(self.group_size) {
-            return Err(QuantError::ColsNotMultiple {
-                rows,
-                cols,
-                group_size: self.group_size,
-            });
+        if !cols.is_multiple_of(8) {
+            return Err(QuantError::ColsNotMultiple { rows, cols });
         }
         Ok(())
+    }
+
+    /// Groups per row: `ceil(cols / group_size)`; the last group is shorter when `cols` is not
+    /// a multiple of the group size (it is always a multiple of 8, one packed word).
+    pub fn groups_per_row(&self, cols: usize) -> usize {
+        cols.div_ceil(self.group_size)
+    }
+
+    /// Columns of group `gi` in a row of `cols`.
+    pub fn group_cols(&self, gi: usize, cols: usize) -> std::ops::Range<usize> {
+        gi * self.group_size..((gi + 1) * self.group_size).min(cols)
     }
 }

@@ -120,13 +120,7 @@ pub(crate) fn affine(x: &[f32], codes: &mut [u8]) -> Result<(f16, f16), f32> {
     if range == 0.0 {
         consider(0.0, lo, &mut best);
     } else {
-        for (a, b) in [
-            (0.0f32, 0.0f32),
-            (0.05, 0.0),
-            (0.0, 0.05),
-            (0.05, 0.05),
-            (0.1, 0.1),
-        ] {
+        for (a, b) in [(0.0f32, 0.0f32), (0.05, 0.0), (0.0, 0.05), (0.05, 0.05), (0.1, 0.1)] {
             let (l, h) = (lo + a * range, hi - b * range);
             let Some(mut cur) = consider((h - l) / 15.0, l, &mut best) else {
                 continue;

@@ -11,11 +11,7 @@ impl Int4Matrix {
     pub fn write_into(&self, out: &mut [u8]) -> Result<(), QuantError> {
         let l = self.layout();
         if out.len() < l.total_len {
-            return Err(QuantError::BufferTooSmall {
-                what: "int4 matrix blob",
-                needed: l.total_len,
-                got: out.len(),
-            });
+            return Err(QuantError::BufferTooSmall { what: "int4 matrix blob", needed: l.total_len, got: out.len() });
         }
         let out = &mut out[..l.total_len];
         out.fill(0);
@@ -23,14 +19,8 @@ impl Int4Matrix {
         for (dst, w) in packed.chunks_exact_mut(4).zip(&self.packed) {
             dst.copy_from_slice(&w.to_le_bytes());
         }
-        write_f16s(
-            &mut out[l.scales_offset..l.scales_offset + l.scales_len],
-            &self.scales,
-        );
-        write_f16s(
-            &mut out[l.mins_offset..l.mins_offset + l.mins_len],
-            &self.mins,
-        );
+        write_f16s(&mut out[l.scales_offset..l.scales_offset + l.scales_len], &self.scales);
+        write_f16s(&mut out[l.mins_offset..l.mins_offset + l.mins_len], &self.mins);
         Ok(())
     }
 
@@ -41,11 +31,7 @@ impl Int4Matrix {
     pub fn read_from(bytes: &[u8], layout: &Int4Layout) -> Result<Int4Matrix, QuantError> {
         let l = Int4Layout::new(layout.rows, layout.cols, layout.params)?;
         if bytes.len() < l.total_len {
-            return Err(QuantError::BufferTooSmall {
-                what: "int4 matrix blob",
-                needed: l.total_len,
-                got: bytes.len(),
-            });
+            return Err(QuantError::BufferTooSmall { what: "int4 matrix blob", needed: l.total_len, got: bytes.len() });
         }
         let n_groups = l.rows * l.groups_per_row();
         let packed = bytes[l.packed_offset..l.packed_offset + l.packed_len]
@@ -53,19 +39,8 @@ impl Int4Matrix {
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         let scales = read_f16s(&bytes[l.scales_offset..], n_groups);
-        let mins = if l.mins_len > 0 {
-            read_f16s(&bytes[l.mins_offset..], n_groups)
-        } else {
-            Vec::new()
-        };
-        Ok(Int4Matrix {
-            rows: l.rows,
-            cols: l.cols,
-            params: l.params,
-            packed,
-            scales,
-            mins,
-        })
+        let mins = if l.mins_len > 0 { read_f16s(&bytes[l.mins_offset..], n_groups) } else { Vec::new() };
+        Ok(Int4Matrix { rows: l.rows, cols: l.cols, params: l.params, packed, scales, mins })
     }
 }
 
@@ -78,8 +53,5 @@ pub(crate) fn write_f16s(out: &mut [u8], vals: &[f16]) {
 
 /// Reads `n` little-endian f16 values from the start of `bytes` (which must hold them).
 pub(crate) fn read_f16s(bytes: &[u8], n: usize) -> Vec<f16> {
-    bytes[..n * 2]
-        .chunks_exact(2)
-        .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])))
-        .collect()
+    bytes[..n * 2].chunks_exact(2).map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]]))).collect()
 }

@@ -12,19 +12,12 @@ pub struct KvCache {
 impl KvCache {
     /// An empty cache for `layers` layers of KV width `kv_dim`.
     pub fn new(layers: usize, kv_dim: usize) -> KvCache {
-        KvCache {
-            kv_dim,
-            keys: vec![Vec::new(); layers],
-            values: vec![Vec::new(); layers],
-        }
+        KvCache { kv_dim, keys: vec![Vec::new(); layers], values: vec![Vec::new(); layers] }
     }
 
     /// Appends one position's key and value rows to layer `layer`.
     pub fn push(&mut self, layer: usize, k: &[f32], v: &[f32]) {
-        assert!(
-            k.len() == self.kv_dim && v.len() == self.kv_dim,
-            "KvCache::push: row width"
-        );
+        assert!(k.len() == self.kv_dim && v.len() == self.kv_dim, "KvCache::push: row width");
         self.keys[layer].extend_from_slice(k);
         self.values[layer].extend_from_slice(v);
     }

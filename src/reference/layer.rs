@@ -48,16 +48,7 @@ pub(crate) fn attention_block(
     cache.push(layer, &k, &v);
     let kv_len = cache.len(layer);
     let mut attn = vec![0.0f32; qd];
-    attention(
-        &q,
-        cache.keys(layer),
-        cache.values(layer),
-        spec.heads,
-        spec.kv_heads,
-        hd,
-        kv_len,
-        &mut attn,
-    );
+    attention(&q, cache.keys(layer), cache.values(layer), spec.heads, spec.kv_heads, hd, kv_len, &mut attn);
     let mut o = vec![0.0f32; h];
     matvec(&w.o.data, h, qd, &attn, &mut o);
     for (xi, oi) in x.iter_mut().zip(&o) {
@@ -76,15 +67,7 @@ fn norm_heads(x: &mut [f32], weight: &[f32], width: usize, eps: f32) {
 
 fn run_mlp(m: &MlpWeights, hidden: usize, x: &[f32], out: &mut [f32]) {
     let inter = m.gate.shape[0];
-    swiglu_mlp(
-        &m.gate.data,
-        &m.up.data,
-        &m.down.data,
-        hidden,
-        inter,
-        x,
-        out,
-    );
+    swiglu_mlp(&m.gate.data, &m.up.data, &m.down.data, hidden, inter, x, out);
 }
 
 /// The layer's residual update from its FFN: `x += ffn(norm(x))`. `experts` are the layer's

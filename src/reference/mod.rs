@@ -10,6 +10,7 @@ mod kv_cache;
 mod layer;
 mod model;
 pub mod ops;
+mod rounding;
 mod session;
 
 pub use kv_cache::KvCache;

@@ -12,13 +12,13 @@ use crate::model::{ArchSpec, Checkpoint, HostTensor};
 ///
 /// Meant for tiny test checkpoints only: it reads every routed expert up front.
 pub struct ReferenceModel {
-    spec: ArchSpec,
-    embed: HostTensor,
-    final_norm: HostTensor,
-    lm_head: HostTensor,
-    layers: Vec<LayerWeights>,
+    pub(super) spec: ArchSpec,
+    pub(super) embed: HostTensor,
+    pub(super) final_norm: HostTensor,
+    pub(super) lm_head: HostTensor,
+    pub(super) layers: Vec<LayerWeights>,
     /// `experts[layer][expert]`; empty for dense layers.
-    experts: Vec<Vec<MlpWeights>>,
+    pub(super) experts: Vec<Vec<MlpWeights>>,
 }
 
 impl ReferenceModel {
@@ -40,20 +40,9 @@ impl ReferenceModel {
                 Some(m) if spec.is_moe_layer(i) => m.num_experts,
                 _ => 0,
             };
-            experts.push(
-                (0..n)
-                    .map(|e| layer_weights::expert(ck, &spec, i, e))
-                    .collect::<Result<Vec<_>>>()?,
-            );
+            experts.push((0..n).map(|e| layer_weights::expert(ck, &spec, i, e)).collect::<Result<Vec<_>>>()?);
         }
-        Ok(ReferenceModel {
-            spec,
-            embed,
-            final_norm,
-            lm_head,
-            layers,
-            experts,
-        })
+        Ok(ReferenceModel { spec, embed, final_norm, lm_head, layers, experts })
     }
 
     /// The architecture.
@@ -99,16 +88,10 @@ impl ReferenceModel {
             return Err(Error::EmptyPrompt);
         }
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.spec.vocab) {
-            return Err(Error::TokenOutOfRange {
-                id,
-                vocab: self.spec.vocab,
-            });
+            return Err(Error::TokenOutOfRange { id, vocab: self.spec.vocab });
         }
         if total > self.spec.max_positions {
-            return Err(Error::ContextOverflow {
-                requested: total,
-                context: self.spec.max_positions,
-            });
+            return Err(Error::ContextOverflow { requested: total, context: self.spec.max_positions });
         }
         Ok(())
     }
@@ -123,11 +106,7 @@ impl ReferenceModel {
     /// `log p(tokens[i + 1] | tokens[..=i])` for every `i`: `tokens.len() - 1` values.
     pub fn log_probs(&self, tokens: &[u32]) -> Result<Vec<f32>> {
         let logits = self.forward(tokens)?;
-        Ok(logits
-            .iter()
-            .zip(&tokens[1..])
-            .map(|(l, &next)| log_softmax(l)[next as usize])
-            .collect())
+        Ok(logits.iter().zip(&tokens[1..]).map(|(l, &next)| log_softmax(l)[next as usize]).collect())
     }
 
     /// Greedy (argmax, lowest id on ties) continuation of `tokens` by `n` new tokens, without

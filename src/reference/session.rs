@@ -46,16 +46,10 @@ impl<'m> ReferenceSession<'m> {
         let model = self.model;
         let spec = model.spec();
         if token as usize >= spec.vocab {
-            return Err(Error::TokenOutOfRange {
-                id: token,
-                vocab: spec.vocab,
-            });
+            return Err(Error::TokenOutOfRange { id: token, vocab: spec.vocab });
         }
         if self.pos >= spec.max_positions {
-            return Err(Error::ContextOverflow {
-                requested: self.pos + 1,
-                context: spec.max_positions,
-            });
+            return Err(Error::ContextOverflow { requested: self.pos + 1, context: spec.max_positions });
         }
         let h = spec.hidden;
         let t = token as usize;

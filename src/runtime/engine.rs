@@ -20,8 +20,10 @@ use crate::ops::WeightFormat;
 pub struct EngineOptions {
     /// A Hugging Face model directory (config.json, *.safetensors, tokenizer.json).
     pub model_dir: PathBuf,
-    /// Weight format on the GPU.
-    pub format: WeightFormat,
+    /// Format of the routed experts on the GPU.
+    pub experts: WeightFormat,
+    /// Format of attention, dense/shared FFN and lm_head weights on the GPU.
+    pub dense: WeightFormat,
     /// KV-cache length; `None` = the model's maximum, capped at 4096.
     pub context: Option<usize>,
     /// Most prompt tokens per prefill step.
@@ -31,11 +33,19 @@ pub struct EngineOptions {
 }
 
 impl EngineOptions {
+    /// Uses `format` for every weight.
+    pub fn with_format(mut self, format: WeightFormat) -> Self {
+        self.experts = format;
+        self.dense = format;
+        self
+    }
+
     /// Defaults for `model_dir`: f16 weights, context up to 4096, prefill chunks of 64.
     pub fn new(model_dir: impl Into<PathBuf>) -> Self {
         EngineOptions {
             model_dir: model_dir.into(),
-            format: WeightFormat::F16,
+            experts: WeightFormat::F16,
+            dense: WeightFormat::F16,
             context: None,
             max_batch: 64,
             gpu: GpuOptions::default(),
@@ -56,11 +66,7 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions {
-            max_tokens: 128,
-            sampling: SamplingParams::default(),
-            ignore_eos: false,
-        }
+        GenerateOptions { max_tokens: 128, sampling: SamplingParams::default(), ignore_eos: false }
     }
 }
 
@@ -114,22 +120,11 @@ impl Engine {
                 spec.max_positions
             )));
         }
-        let decoder = DecoderOptions {
-            format: options.format,
-            context,
-            max_batch: options.max_batch,
-        };
+        let decoder =
+            DecoderOptions { experts: options.experts, dense: options.dense, context, max_batch: options.max_batch };
         let model = GpuModel::load(gpu, &spec, &ckpt, decoder)?;
-        let tokenizer = if dir.join("tokenizer.json").exists() {
-            Some(Tokenizer::from_dir(dir)?)
-        } else {
-            None
-        };
-        Ok(Engine {
-            model,
-            tokenizer,
-            dir: dir.clone(),
-        })
+        let tokenizer = if dir.join("tokenizer.json").exists() { Some(Tokenizer::from_dir(dir)?) } else { None };
+        Ok(Engine { model, tokenizer, dir: dir.clone() })
     }
 
     /// The architecture.
@@ -159,10 +154,7 @@ impl Engine {
 
     /// Token ids of `text` (errors without a tokenizer).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        self.tokenizer
-            .as_ref()
-            .ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?
-            .encode(text)
+        self.tokenizer.as_ref().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?.encode(text)
     }
 
     fn check_prompt(&self, tokens: &[u32]) -> Result<()> {
@@ -170,10 +162,7 @@ impl Engine {
             return Err(Error::EmptyPrompt);
         }
         if tokens.len() > self.context() {
-            return Err(Error::ContextOverflow {
-                requested: tokens.len(),
-                context: self.context(),
-            });
+            return Err(Error::ContextOverflow { requested: tokens.len(), context: self.context() });
         }
         let vocab = self.spec().vocab;
         match tokens.iter().find(|&&t| t as usize >= vocab) {
@@ -202,11 +191,7 @@ impl Engine {
     ) -> Result<Generation> {
         self.check_prompt(prompt)?;
         let greedy = options.sampling.is_greedy();
-        let want = if greedy {
-            StepOutput::Argmax
-        } else {
-            StepOutput::Logits
-        };
+        let want = if greedy { StepOutput::Argmax } else { StepOutput::Logits };
         let mut sampler = Sampler::new(options.sampling);
         let mut pick = |r: StepResult| match r {
             StepResult::Token(t) => t,
@@ -217,11 +202,7 @@ impl Engine {
         let mut text = String::new();
         let mut tokens = Vec::new();
         let started = Instant::now();
-        let mut next = if options.max_tokens > 0 {
-            Some(pick(self.prefill(prompt, want)?))
-        } else {
-            None
-        };
+        let mut next = if options.max_tokens > 0 { Some(pick(self.prefill(prompt, want)?)) } else { None };
         let prefill_s = started.elapsed().as_secs_f64();
         let decode_start = Instant::now();
         let eos = &self.spec().eos_token_ids;
@@ -236,10 +217,7 @@ impl Engine {
             };
             text.push_str(&piece);
             let pos = prompt.len() + tokens.len() - 1;
-            if !on_token(t, &piece)
-                || tokens.len() >= options.max_tokens
-                || pos + 1 > self.context()
-            {
+            if !on_token(t, &piece) || tokens.len() >= options.max_tokens || pos + 1 > self.context() {
                 break;
             }
             next = Some(pick(self.model.step(&[t], pos, want)?));
@@ -252,11 +230,7 @@ impl Engine {
             text,
             stats: Stats {
                 prefill_tokens_per_s: prompt.len() as f64 / prefill_s.max(1e-9),
-                decode_tokens_per_s: if decode_steps > 0 {
-                    decode_steps as f64 / decode_s.max(1e-9)
-                } else {
-                    0.0
-                },
+                decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
                 peak_rss_bytes: peak_rss_bytes(),
                 gpu_bytes: self.gpu().bytes_allocated(),
             },
@@ -267,9 +241,7 @@ impl Engine {
     pub fn score(&self, tokens: &[u32]) -> Result<Score> {
         self.check_prompt(tokens)?;
         if tokens.len() < 2 {
-            return Err(Error::InvalidArgument(
-                "scoring needs at least 2 tokens".into(),
-            ));
+            return Err(Error::InvalidArgument("scoring needs at least 2 tokens".into()));
         }
         let b = self.model.options().max_batch;
         let inputs = &tokens[..tokens.len() - 1];
@@ -277,20 +249,13 @@ impl Engine {
         for (c, chunk) in inputs.chunks(b).enumerate() {
             let start = c * b;
             let targets = &tokens[start + 1..start + 1 + chunk.len()];
-            match self
-                .model
-                .step(chunk, start, StepOutput::LogProbs(targets))?
-            {
+            match self.model.step(chunk, start, StepOutput::LogProbs(targets))? {
                 StepResult::LogProbs(lp) => logprobs.extend(lp),
                 _ => unreachable!("scoring asks for log-probs"),
             }
         }
         let mean = logprobs.iter().map(|&l| l as f64).sum::<f64>() / logprobs.len() as f64;
-        Ok(Score {
-            tokens: tokens.to_vec(),
-            logprobs,
-            perplexity: (-mean).exp(),
-        })
+        Ok(Score { tokens: tokens.to_vec(), logprobs, perplexity: (-mean).exp() })
     }
 
     /// Log-softmax of the logits after `tokens` (the distribution of the next token).

@@ -15,12 +15,7 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams {
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            seed: 0,
-        }
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
     }
 }
 
@@ -40,10 +35,7 @@ pub struct Sampler {
 impl Sampler {
     /// A sampler for `params`.
     pub fn new(params: SamplingParams) -> Sampler {
-        Sampler {
-            params,
-            state: params.seed ^ 0x9E37_79B9_7F4A_7C15,
-        }
+        Sampler { params, state: params.seed ^ 0x9E37_79B9_7F4A_7C15 }
     }
 
     fn next_f64(&mut self) -> f64 {
@@ -61,11 +53,7 @@ impl Sampler {
             return argmax(logits);
         }
         let t = self.params.temperature;
-        let mut cands: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| (i as u32, l / t))
-            .collect();
+        let mut cands: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l / t)).collect();
         cands.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         if self.params.top_k > 0 {
             cands.truncate(self.params.top_k);
@@ -122,18 +110,9 @@ mod tests {
     #[test]
     fn top_k_one_is_greedy_and_seeds_reproduce() {
         let logits = [0.1, 0.5, 2.0, 1.9, -1.0];
-        let p = SamplingParams {
-            temperature: 1.0,
-            top_k: 1,
-            ..Default::default()
-        };
+        let p = SamplingParams { temperature: 1.0, top_k: 1, ..Default::default() };
         assert_eq!(Sampler::new(p).sample(&logits), 2);
-        let p = SamplingParams {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            seed: 7,
-        };
+        let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 7 };
         let a: Vec<u32> = {
             let mut s = Sampler::new(p);
             (0..50).map(|_| s.sample(&logits)).collect()
@@ -143,22 +122,14 @@ mod tests {
             (0..50).map(|_| s.sample(&logits)).collect()
         };
         assert_eq!(a, b);
-        assert!(
-            a.iter().any(|&t| t == 3),
-            "sampling explores beyond the argmax"
-        );
+        assert!(a.iter().any(|&t| t == 3), "sampling explores beyond the argmax");
     }
 
     #[test]
     fn top_p_restricts_to_nucleus() {
         // Two dominant tokens hold ~99.9% of the mass; top_p 0.9 must never pick the others.
         let logits = [10.0, 10.0, 0.0, 0.0, 0.0];
-        let p = SamplingParams {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 0.9,
-            seed: 3,
-        };
+        let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.9, seed: 3 };
         let mut s = Sampler::new(p);
         for _ in 0..200 {
             assert!(s.sample(&logits) < 2);

@@ -24,18 +24,13 @@ impl Tokenizer {
     /// Token ids of `text`, with the special tokens the tokenizer's post-processor adds (as
     /// transformers' `tokenizer(text)` does).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self
-            .inner
-            .encode(text, true)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let enc = self.inner.encode(text, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
     /// Text of `ids`, skipping special tokens.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.inner
-            .decode(ids, true)
-            .map_err(|e| Error::Tokenizer(e.to_string()))
+        self.inner.decode(ids, true).map_err(|e| Error::Tokenizer(e.to_string()))
     }
 }
 
@@ -49,21 +44,14 @@ pub struct TextStream<'a> {
 impl<'a> TextStream<'a> {
     /// An empty stream.
     pub fn new(tokenizer: &'a Tokenizer) -> Self {
-        TextStream {
-            tokenizer,
-            ids: Vec::new(),
-            emitted: 0,
-        }
+        TextStream { tokenizer, ids: Vec::new(), emitted: 0 }
     }
 
     /// Adds a token and returns the new text it completes (possibly empty).
     pub fn push(&mut self, id: u32) -> Result<String> {
         self.ids.push(id);
         let text = self.tokenizer.decode(&self.ids)?;
-        if text.ends_with('\u{FFFD}')
-            || text.len() < self.emitted
-            || !text.is_char_boundary(self.emitted)
-        {
+        if text.ends_with('\u{FFFD}') || text.len() < self.emitted || !text.is_char_boundary(self.emitted) {
             return Ok(String::new());
         }
         let piece = text[self.emitted..].to_string();

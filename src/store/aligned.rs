@@ -23,11 +23,7 @@ impl AlignedBuf {
         let storage = vec![0u8; len + Self::ALIGN];
         let addr = storage.as_ptr() as usize;
         let start = (Self::ALIGN - addr % Self::ALIGN) % Self::ALIGN;
-        AlignedBuf {
-            storage,
-            start,
-            len,
-        }
+        AlignedBuf { storage, start, len }
     }
 
     /// Length in bytes.

@@ -12,23 +12,13 @@ pub type DecodedExpert = (Vec<f32>, Vec<f32>, Vec<f32>);
 /// [`StoreError::BufferTooSmall`] if it is shorter.
 pub fn decode_expert(layout: &ExpertLayout, bytes: &[u8]) -> Result<DecodedExpert, StoreError> {
     if bytes.len() < layout.data_len {
-        return Err(StoreError::BufferTooSmall {
-            needed: layout.data_len,
-            got: bytes.len(),
-        });
+        return Err(StoreError::BufferTooSmall { needed: layout.data_len, got: bytes.len() });
     }
     let dec = |name: &str, p: super::ProjectionLayout| {
         layout
             .encoding
             .decode(p.slice(bytes), p.rows, p.cols)
-            .map_err(|source| StoreError::Quant {
-                context: format!("decoding {name}"),
-                source,
-            })
+            .map_err(|source| StoreError::Quant { context: format!("decoding {name}"), source })
     };
-    Ok((
-        dec("gate_proj", layout.gate)?,
-        dec("up_proj", layout.up)?,
-        dec("down_proj", layout.down)?,
-    ))
+    Ok((dec("gate_proj", layout.gate)?, dec("up_proj", layout.up)?, dec("down_proj", layout.down)?))
 }

@@ -24,7 +24,9 @@ pub enum StoreError {
         found: [u8; 8],
     },
     /// The format version is not one this build reads.
-    #[error("expert store {path} has format version {found}; this build reads version {expected} (re-convert the model)")]
+    #[error(
+        "expert store {path} has format version {found}; this build reads version {expected} (re-convert the model)"
+    )]
     UnsupportedVersion {
         /// The file involved.
         path: PathBuf,
@@ -72,9 +74,7 @@ pub enum StoreError {
         expert: usize,
     },
     /// An expert's extent does not match its crc32.
-    #[error(
-        "expert store {path}: checksum mismatch in layer {layer} expert {expert} (extent corrupt)"
-    )]
+    #[error("expert store {path}: checksum mismatch in layer {layer} expert {expert} (extent corrupt)")]
     Checksum {
         /// The file involved.
         path: PathBuf,
@@ -134,26 +134,17 @@ pub enum StoreError {
 
 impl From<QuantError> for StoreError {
     fn from(source: QuantError) -> Self {
-        StoreError::Quant {
-            context: "quantization".to_string(),
-            source,
-        }
+        StoreError::Quant { context: "quantization".to_string(), source }
     }
 }
 
 impl StoreError {
     /// Wraps an I/O error with the path it concerns.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        StoreError::Io {
-            path: path.into(),
-            source,
-        }
+        StoreError::Io { path: path.into(), source }
     }
 
     pub(crate) fn corrupt(path: &std::path::Path, detail: impl Into<String>) -> Self {
-        StoreError::IndexCorrupt {
-            path: path.to_path_buf(),
-            detail: detail.into(),
-        }
+        StoreError::IndexCorrupt { path: path.to_path_buf(), detail: detail.into() }
     }
 }

@@ -48,10 +48,7 @@ pub struct IndexEntry {
 
 /// Length of the header region (fixed header, layer table, index, crc) before padding.
 pub(crate) fn region_len(layers: u64, experts: u64) -> u128 {
-    FIXED_HEADER_LEN as u128
-        + 4 * layers as u128
-        + INDEX_ENTRY_LEN as u128 * layers as u128 * experts as u128
-        + 4
+    FIXED_HEADER_LEN as u128 + 4 * layers as u128 + INDEX_ENTRY_LEN as u128 * layers as u128 * experts as u128 + 4
 }
 
 fn encoding_code(e: WeightEncoding) -> (u32, u32) {
@@ -74,9 +71,7 @@ fn decode_encoding(code: u32, group: u32) -> Option<WeightEncoding> {
         2 => Int4Scheme::Affine,
         _ => return None,
     };
-    QuantParams::new(scheme, group as usize)
-        .ok()
-        .map(WeightEncoding::Int4)
+    QuantParams::new(scheme, group as usize).ok().map(WeightEncoding::Int4)
 }
 
 /// Serializes the header region (`region_len` bytes) for `info`, `layout` and `index`.
@@ -86,21 +81,13 @@ pub(crate) fn encode_region(
     data_offset: u64,
     index: &[IndexEntry],
 ) -> Vec<u8> {
-    let mut b = Vec::with_capacity(region_len(
-        info.layers.len() as u64,
-        info.experts_per_layer as u64,
-    ) as usize);
+    let mut b = Vec::with_capacity(region_len(info.layers.len() as u64, info.experts_per_layer as u64) as usize);
     let (code, group) = encoding_code(info.encoding);
     b.extend_from_slice(&MAGIC);
     b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     b.extend_from_slice(&(FIXED_HEADER_LEN as u32).to_le_bytes());
     b.extend_from_slice(&info.arch_hash.to_le_bytes());
-    for v in [
-        info.layers.len(),
-        info.experts_per_layer,
-        info.hidden,
-        info.intermediate,
-    ] {
+    for v in [info.layers.len(), info.experts_per_layer, info.hidden, info.intermediate] {
         b.extend_from_slice(&(v as u32).to_le_bytes());
     }
     b.extend_from_slice(&code.to_le_bytes());
@@ -150,53 +137,27 @@ pub(crate) struct Fixed {
 
 /// Checks magic (given at least 8 bytes), then length, version, arch hash, crc and
 /// consistency of the fixed header. `bytes` is the start of the file (up to 160 bytes).
-pub(crate) fn parse_fixed(
-    path: &Path,
-    bytes: &[u8],
-    file_len: u64,
-    expected_hash: u64,
-) -> Result<Fixed, StoreError> {
+pub(crate) fn parse_fixed(path: &Path, bytes: &[u8], file_len: u64, expected_hash: u64) -> Result<Fixed, StoreError> {
     if bytes.len() >= 8 && bytes[..8] != MAGIC {
-        return Err(StoreError::BadMagic {
-            path: path.into(),
-            found: bytes[..8].try_into().expect("8 bytes"),
-        });
+        return Err(StoreError::BadMagic { path: path.into(), found: bytes[..8].try_into().expect("8 bytes") });
     }
     if bytes.len() < FIXED_HEADER_LEN {
-        return Err(StoreError::Truncated {
-            path: path.into(),
-            expected_len: FIXED_HEADER_LEN as u64,
-            file_len,
-        });
+        return Err(StoreError::Truncated { path: path.into(), expected_len: FIXED_HEADER_LEN as u64, file_len });
     }
     let b = &bytes[..FIXED_HEADER_LEN];
     let version = u32_at(b, 8);
     if version != FORMAT_VERSION {
-        return Err(StoreError::UnsupportedVersion {
-            path: path.into(),
-            found: version,
-            expected: FORMAT_VERSION,
-        });
+        return Err(StoreError::UnsupportedVersion { path: path.into(), found: version, expected: FORMAT_VERSION });
     }
     let hash = u64_at(b, 16);
     if hash != expected_hash {
-        return Err(StoreError::ArchMismatch {
-            path: path.into(),
-            found: hash,
-            expected: expected_hash,
-        });
+        return Err(StoreError::ArchMismatch { path: path.into(), found: hash, expected: expected_hash });
     }
     if crc32fast::hash(&b[..FIXED_HEADER_LEN - 4]) != u32_at(b, FIXED_HEADER_LEN - 4) {
         return Err(StoreError::corrupt(path, "fixed header checksum mismatch"));
     }
     if u32_at(b, 12) as usize != FIXED_HEADER_LEN {
-        return Err(StoreError::corrupt(
-            path,
-            format!(
-                "fixed header length {} != {FIXED_HEADER_LEN}",
-                u32_at(b, 12)
-            ),
-        ));
+        return Err(StoreError::corrupt(path, format!("fixed header length {} != {FIXED_HEADER_LEN}", u32_at(b, 12))));
     }
     let (n_layers, experts) = (u32_at(b, 24), u32_at(b, 28));
     let (hidden, inter) = (u32_at(b, 32) as usize, u32_at(b, 36) as usize);
@@ -204,17 +165,10 @@ pub(crate) fn parse_fixed(
         return Err(StoreError::corrupt(path, "zero layers or experts"));
     }
     if hidden > MAX_DIM || inter > MAX_DIM {
-        return Err(StoreError::corrupt(
-            path,
-            format!("implausible shapes hidden={hidden} intermediate={inter}"),
-        ));
+        return Err(StoreError::corrupt(path, format!("implausible shapes hidden={hidden} intermediate={inter}")));
     }
-    let encoding = decode_encoding(u32_at(b, 40), u32_at(b, 44)).ok_or_else(|| {
-        StoreError::corrupt(
-            path,
-            format!("unknown encoding {}/{}", u32_at(b, 40), u32_at(b, 44)),
-        )
-    })?;
+    let encoding = decode_encoding(u32_at(b, 40), u32_at(b, 44))
+        .ok_or_else(|| StoreError::corrupt(path, format!("unknown encoding {}/{}", u32_at(b, 40), u32_at(b, 44))))?;
     let layout = ExpertLayout::new(encoding, hidden, inter)
         .map_err(|e| StoreError::corrupt(path, format!("invalid expert shape: {e}")))?;
     let proj = |o: usize| ProjectionLayout {
@@ -223,34 +177,14 @@ pub(crate) fn parse_fixed(
         rows: u32_at(b, o + 16) as usize,
         cols: u32_at(b, o + 20) as usize,
     };
-    let stored = (
-        proj(64),
-        proj(88),
-        proj(112),
-        u64_at(b, 136) as usize,
-        u64_at(b, 48) as usize,
-    );
-    if stored
-        != (
-            layout.gate,
-            layout.up,
-            layout.down,
-            layout.data_len,
-            layout.extent_len,
-        )
-    {
-        return Err(StoreError::corrupt(
-            path,
-            "expert sub-layout disagrees with encoding and shapes",
-        ));
+    let stored = (proj(64), proj(88), proj(112), u64_at(b, 136) as usize, u64_at(b, 48) as usize);
+    if stored != (layout.gate, layout.up, layout.down, layout.data_len, layout.extent_len) {
+        return Err(StoreError::corrupt(path, "expert sub-layout disagrees with encoding and shapes"));
     }
     let region_len = region_len(n_layers as u64, experts as u64);
     let data_offset = u64_at(b, 56);
     if data_offset as u128 != region_len.div_ceil(EXTENT_ALIGN as u128) * EXTENT_ALIGN as u128 {
-        return Err(StoreError::corrupt(
-            path,
-            format!("data offset {data_offset} inconsistent with index size"),
-        ));
+        return Err(StoreError::corrupt(path, format!("data offset {data_offset} inconsistent with index size")));
     }
     let info = StoreInfo {
         arch_hash: hash,
@@ -260,30 +194,18 @@ pub(crate) fn parse_fixed(
         intermediate: inter,
         encoding,
     };
-    Ok(Fixed {
-        info,
-        layout,
-        data_offset,
-        region_len,
-        n_layers: n_layers as usize,
-    })
+    Ok(Fixed { info, layout, data_offset, region_len, n_layers: n_layers as usize })
 }
 
 /// Checks the region crc and parses the layer table and index. `region` is the whole header
 /// region (`fixed.region_len` bytes, checked against the file length by the caller); fills `fixed.info.layers` and returns the index.
-pub(crate) fn parse_region(
-    path: &Path,
-    fixed: &mut Fixed,
-    region: &[u8],
-) -> Result<Vec<IndexEntry>, StoreError> {
+pub(crate) fn parse_region(path: &Path, fixed: &mut Fixed, region: &[u8]) -> Result<Vec<IndexEntry>, StoreError> {
     let n = region.len();
     if crc32fast::hash(&region[..n - 4]) != u32_at(region, n - 4) {
         return Err(StoreError::corrupt(path, "index checksum mismatch"));
     }
     let n_layers = fixed.n_layers;
-    fixed.info.layers = (0..n_layers)
-        .map(|i| u32_at(region, FIXED_HEADER_LEN + 4 * i))
-        .collect();
+    fixed.info.layers = (0..n_layers).map(|i| u32_at(region, FIXED_HEADER_LEN + 4 * i)).collect();
     let mut sorted = fixed.info.layers.clone();
     sorted.sort_unstable();
     if sorted.windows(2).any(|w| w[0] == w[1]) {
@@ -294,11 +216,7 @@ pub(crate) fn parse_region(
     Ok((0..count)
         .map(|i| {
             let o = base + INDEX_ENTRY_LEN * i;
-            IndexEntry {
-                offset: u64_at(region, o),
-                length: u64_at(region, o + 8),
-                crc32: u32_at(region, o + 16),
-            }
+            IndexEntry { offset: u64_at(region, o), length: u64_at(region, o + 8), crc32: u32_at(region, o + 16) }
         })
         .collect())
 }

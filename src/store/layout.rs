@@ -59,20 +59,10 @@ pub struct ExpertLayout {
 
 impl ExpertLayout {
     /// Computes the layout; fails if the shapes do not suit the encoding.
-    pub fn new(
-        encoding: WeightEncoding,
-        hidden: usize,
-        intermediate: usize,
-    ) -> Result<Self, QuantError> {
-        let proj =
-            |offset: usize, rows: usize, cols: usize| -> Result<ProjectionLayout, QuantError> {
-                Ok(ProjectionLayout {
-                    offset,
-                    len: encoding.segment_bytes(rows, cols)?,
-                    rows,
-                    cols,
-                })
-            };
+    pub fn new(encoding: WeightEncoding, hidden: usize, intermediate: usize) -> Result<Self, QuantError> {
+        let proj = |offset: usize, rows: usize, cols: usize| -> Result<ProjectionLayout, QuantError> {
+            Ok(ProjectionLayout { offset, len: encoding.segment_bytes(rows, cols)?, rows, cols })
+        };
         let gate = proj(0, intermediate, hidden)?;
         let up = proj(gate.offset + gate.len, intermediate, hidden)?;
         let down = proj(up.offset + up.len, hidden, intermediate)?;
@@ -91,10 +81,6 @@ impl ExpertLayout {
 
     /// The three projections with their HF names, in extent order.
     pub fn projections(&self) -> [(&'static str, ProjectionLayout); 3] {
-        [
-            ("gate_proj", self.gate),
-            ("up_proj", self.up),
-            ("down_proj", self.down),
-        ]
+        [("gate_proj", self.gate), ("up_proj", self.up), ("down_proj", self.down)]
     }
 }

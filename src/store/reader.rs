@@ -6,10 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::header::{parse_fixed, parse_region, FIXED_HEADER_LEN};
-use super::{
-    decode_expert, AlignedBuf, DecodedExpert, ExpertLayout, IndexEntry, StoreError, StoreInfo,
-    EXTENT_ALIGN,
-};
+use super::{decode_expert, AlignedBuf, DecodedExpert, ExpertLayout, IndexEntry, StoreError, StoreInfo, EXTENT_ALIGN};
 
 /// How [`ExpertStore::open_with`] opens the file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -106,20 +103,8 @@ impl ExpertStore {
         let mut region = vec![0u8; fixed.region_len as usize];
         file.read_exact_at(&mut region, 0).map_err(io)?;
         let index = parse_region(&path, &mut fixed, &region)?;
-        check_extents(
-            &path,
-            &index,
-            fixed.data_offset,
-            fixed.layout.extent_len as u64,
-            file_len,
-        )?;
-        let mut slots: Vec<(u32, usize)> = fixed
-            .info
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(s, &l)| (l, s))
-            .collect();
+        check_extents(&path, &index, fixed.data_offset, fixed.layout.extent_len as u64, file_len)?;
+        let mut slots: Vec<(u32, usize)> = fixed.info.layers.iter().enumerate().map(|(s, &l)| (l, s)).collect();
         slots.sort_unstable();
         let mut store = ExpertStore {
             path,
@@ -153,8 +138,7 @@ impl ExpertStore {
             .open(&self.path)
             .map_err(|e| format!("O_DIRECT open failed: {e}"))?;
         let mut probe = AlignedBuf::new(EXTENT_ALIGN);
-        f.read_exact_at(&mut probe, 0)
-            .map_err(|e| format!("O_DIRECT read failed: {e}"))?;
+        f.read_exact_at(&mut probe, 0).map_err(|e| format!("O_DIRECT read failed: {e}"))?;
         Ok(f)
     }
 
@@ -216,23 +200,14 @@ impl ExpertStore {
 
     fn slot(&self, layer: usize) -> Option<usize> {
         let l = u32::try_from(layer).ok()?;
-        self.slots
-            .binary_search_by_key(&l, |&(l, _)| l)
-            .ok()
-            .map(|i| self.slots[i].1)
+        self.slots.binary_search_by_key(&l, |&(l, _)| l).ok().map(|i| self.slots[i].1)
     }
 
     /// The index entry of (model `layer`, `expert`).
     pub fn entry(&self, layer: usize, expert: usize) -> Result<IndexEntry, StoreError> {
         match self.slot(layer) {
-            Some(s) if expert < self.info.experts_per_layer => {
-                Ok(self.index[s * self.info.experts_per_layer + expert])
-            }
-            _ => Err(StoreError::IndexOutOfRange {
-                path: self.path.clone(),
-                layer,
-                expert,
-            }),
+            Some(s) if expert < self.info.experts_per_layer => Ok(self.index[s * self.info.experts_per_layer + expert]),
+            _ => Err(StoreError::IndexOutOfRange { path: self.path.clone(), layer, expert }),
         }
     }
 
@@ -249,19 +224,11 @@ impl ExpertStore {
     /// retried buffered. Errors: [`StoreError::IndexOutOfRange`], [`StoreError::BufferTooSmall`],
     /// [`StoreError::Checksum`], [`StoreError::Truncated`] if the file shrank since open,
     /// [`StoreError::Io`].
-    pub fn read_expert(
-        &self,
-        layer: usize,
-        expert: usize,
-        buf: &mut [u8],
-    ) -> Result<(), StoreError> {
+    pub fn read_expert(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<(), StoreError> {
         let e = self.entry(layer, expert)?;
         let n = self.layout.extent_len;
         if buf.len() < n {
-            return Err(StoreError::BufferTooSmall {
-                needed: n,
-                got: buf.len(),
-            });
+            return Err(StoreError::BufferTooSmall { needed: n, got: buf.len() });
         }
         let dst = &mut buf[..n];
         let direct_ok = match &self.direct {
@@ -274,22 +241,14 @@ impl ExpertStore {
             self.file.read_exact_at(dst, e.offset).map_err(|err| {
                 if err.kind() == ErrorKind::UnexpectedEof {
                     let file_len = self.file.metadata().map(|m| m.len()).unwrap_or(0);
-                    StoreError::Truncated {
-                        path: self.path.clone(),
-                        expected_len: e.offset + e.length,
-                        file_len,
-                    }
+                    StoreError::Truncated { path: self.path.clone(), expected_len: e.offset + e.length, file_len }
                 } else {
                     StoreError::io(&self.path, err)
                 }
             })?;
         }
         if crc32fast::hash(dst) != e.crc32 {
-            return Err(StoreError::Checksum {
-                path: self.path.clone(),
-                layer,
-                expert,
-            });
+            return Err(StoreError::Checksum { path: self.path.clone(), layer, expert });
         }
         Ok(())
     }
@@ -311,16 +270,10 @@ fn check_extents(
 ) -> Result<(), StoreError> {
     let mut end_max = 0u64;
     for (i, e) in index.iter().enumerate() {
-        if e.length != extent_len
-            || !e.offset.is_multiple_of(EXTENT_ALIGN as u64)
-            || e.offset < data_offset
-        {
+        if e.length != extent_len || !e.offset.is_multiple_of(EXTENT_ALIGN as u64) || e.offset < data_offset {
             return Err(StoreError::corrupt(
                 path,
-                format!(
-                    "index entry {i} has bad offset {} / length {}",
-                    e.offset, e.length
-                ),
+                format!("index entry {i} has bad offset {} / length {}", e.offset, e.length),
             ));
         }
         let end = e
@@ -335,11 +288,7 @@ fn check_extents(
         return Err(StoreError::corrupt(path, "overlapping extents"));
     }
     if end_max > file_len {
-        return Err(StoreError::Truncated {
-            path: path.to_path_buf(),
-            expected_len: end_max,
-            file_len,
-        });
+        return Err(StoreError::Truncated { path: path.to_path_buf(), expected_len: end_max, file_len });
     }
     Ok(())
 }

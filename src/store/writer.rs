@@ -33,35 +33,23 @@ impl StoreWriter {
     /// encoding cannot hold) or the file cannot be created.
     pub fn create(path: impl AsRef<Path>, info: StoreInfo) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let invalid = |detail: String| StoreError::InvalidSpec {
-            path: path.clone(),
-            detail,
-        };
+        let invalid = |detail: String| StoreError::InvalidSpec { path: path.clone(), detail };
         if info.layers.is_empty() || info.experts_per_layer == 0 {
-            return Err(invalid(
-                "a store needs at least one layer and one expert".into(),
-            ));
+            return Err(invalid("a store needs at least one layer and one expert".into()));
         }
         if info.experts_per_layer > u32::MAX as usize || info.layers.len() > u32::MAX as usize {
             return Err(invalid("too many layers or experts".into()));
         }
         if info.hidden > MAX_DIM || info.intermediate > MAX_DIM {
-            return Err(invalid(format!(
-                "hidden/intermediate sizes above {MAX_DIM}"
-            )));
+            return Err(invalid(format!("hidden/intermediate sizes above {MAX_DIM}")));
         }
         let mut sorted = info.layers.clone();
         sorted.sort_unstable();
         if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
             return Err(invalid(format!("layer {} listed twice", w[0])));
         }
-        let layout =
-            ExpertLayout::new(info.encoding, info.hidden, info.intermediate).map_err(|source| {
-                StoreError::Quant {
-                    context: format!("expert shape for {}", path.display()),
-                    source,
-                }
-            })?;
+        let layout = ExpertLayout::new(info.encoding, info.hidden, info.intermediate)
+            .map_err(|source| StoreError::Quant { context: format!("expert shape for {}", path.display()), source })?;
         let region = region_len(info.layers.len() as u64, info.experts_per_layer as u64) as u64;
         let data_offset = region.div_ceil(EXTENT_ALIGN as u64) * EXTENT_ALIGN as u64;
         let mut partial = path.clone().into_os_string();
@@ -107,38 +95,20 @@ impl StoreWriter {
             .iter()
             .position(|&l| l as usize == layer)
             .filter(|_| expert < self.info.experts_per_layer)
-            .ok_or_else(|| StoreError::IndexOutOfRange {
-                path: self.path.clone(),
-                layer,
-                expert,
-            })?;
+            .ok_or_else(|| StoreError::IndexOutOfRange { path: self.path.clone(), layer, expert })?;
         let i = slot * self.info.experts_per_layer + expert;
         if self.index[i].is_some() {
-            return Err(StoreError::DuplicateExpert {
-                path: self.path.clone(),
-                layer,
-                expert,
-            });
+            return Err(StoreError::DuplicateExpert { path: self.path.clone(), layer, expert });
         }
         self.buf.fill(0);
         for ((name, p), w) in self.layout.projections().into_iter().zip([gate, up, down]) {
-            self.layout
-                .encoding
-                .encode(w, p.rows, p.cols, &mut self.buf[p.offset..p.offset + p.len])
-                .map_err(|source| StoreError::Quant {
-                    context: format!("layer {layer} expert {expert} {name}"),
-                    source,
-                })?;
+            self.layout.encoding.encode(w, p.rows, p.cols, &mut self.buf[p.offset..p.offset + p.len]).map_err(
+                |source| StoreError::Quant { context: format!("layer {layer} expert {expert} {name}"), source },
+            )?;
         }
         let offset = self.next_offset;
-        self.file
-            .write_all_at(&self.buf, offset)
-            .map_err(|e| StoreError::io(&self.partial, e))?;
-        self.index[i] = Some(IndexEntry {
-            offset,
-            length: self.buf.len() as u64,
-            crc32: crc32fast::hash(&self.buf),
-        });
+        self.file.write_all_at(&self.buf, offset).map_err(|e| StoreError::io(&self.partial, e))?;
+        self.index[i] = Some(IndexEntry { offset, length: self.buf.len() as u64, crc32: crc32fast::hash(&self.buf) });
         self.next_offset += self.buf.len() as u64;
         Ok(())
     }
@@ -148,9 +118,7 @@ impl StoreWriter {
     /// Fails with [`StoreError::Incomplete`] if any (layer, expert) was not written.
     pub fn finish(mut self) -> Result<(), StoreError> {
         let e = self.info.experts_per_layer;
-        let missing: Vec<usize> = (0..self.index.len())
-            .filter(|&i| self.index[i].is_none())
-            .collect();
+        let missing: Vec<usize> = (0..self.index.len()).filter(|&i| self.index[i].is_none()).collect();
         if let Some(&first) = missing.first() {
             return Err(StoreError::Incomplete {
                 path: self.path.clone(),

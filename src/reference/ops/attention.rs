@@ -22,16 +22,10 @@ pub fn attention(
     out: &mut [f32],
 ) {
     let kv_dim = n_kv_heads * head_dim;
-    assert!(
-        n_kv_heads > 0 && n_heads.is_multiple_of(n_kv_heads),
-        "attention: heads not a multiple of kv heads"
-    );
+    assert!(n_kv_heads > 0 && n_heads.is_multiple_of(n_kv_heads), "attention: heads not a multiple of kv heads");
     assert_eq!(q.len(), n_heads * head_dim, "attention: q length");
     assert_eq!(out.len(), n_heads * head_dim, "attention: out length");
-    assert!(
-        k_cache.len() >= kv_len * kv_dim && v_cache.len() >= kv_len * kv_dim,
-        "attention: cache too short"
-    );
+    assert!(k_cache.len() >= kv_len * kv_dim && v_cache.len() >= kv_len * kv_dim, "attention: cache too short");
     let group = n_heads / n_kv_heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
     let mut scores = vec![0.0f32; kv_len];

@@ -61,11 +61,7 @@ mod tests {
     fn dot_odd_length_matches_naive() {
         let a: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin()).collect();
         let b: Vec<f32> = (0..37).map(|i| (i as f32 * 0.11).cos()).collect();
-        let naive: f64 = a
-            .iter()
-            .zip(&b)
-            .map(|(x, y)| (*x as f64) * (*y as f64))
-            .sum();
+        let naive: f64 = a.iter().zip(&b).map(|(x, y)| (*x as f64) * (*y as f64)).sum();
         assert!((dot(&a, &b) as f64 - naive).abs() < 1e-5);
     }
 }

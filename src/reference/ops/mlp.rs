@@ -5,15 +5,7 @@ use super::matvec::matvec;
 
 /// `out = down · (silu(gate · x) * (up · x))`, with `gate`, `up` row-major `[inter, hidden]`
 /// and `down` `[hidden, inter]`; `x` and `out` have length `hidden`.
-pub fn swiglu_mlp(
-    gate: &[f32],
-    up: &[f32],
-    down: &[f32],
-    hidden: usize,
-    inter: usize,
-    x: &[f32],
-    out: &mut [f32],
-) {
+pub fn swiglu_mlp(gate: &[f32], up: &[f32], down: &[f32], hidden: usize, inter: usize, x: &[f32], out: &mut [f32]) {
     let mut g = vec![0.0f32; inter];
     let mut u = vec![0.0f32; inter];
     matvec(gate, inter, hidden, x, &mut g);

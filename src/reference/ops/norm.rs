@@ -5,11 +5,7 @@
 ///
 /// The mean of squares is accumulated in f64 (at least as accurate as torch's f32 reduction).
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
-    assert_eq!(
-        x.len(),
-        weight.len(),
-        "rms_norm: weight length != row length"
-    );
+    assert_eq!(x.len(), weight.len(), "rms_norm: weight length != row length");
     assert_eq!(x.len(), out.len(), "rms_norm: output length != row length");
     if x.is_empty() {
         return;

@@ -3,9 +3,7 @@
 /// The RoPE inverse frequencies `1 / theta^(2i / head_dim)` for `i < head_dim / 2`, computed in
 /// f32 as transformers does (`1.0 / base ** (arange(0, d, 2).float() / d)`).
 pub fn rope_inv_freq(head_dim: usize, theta: f32) -> Vec<f32> {
-    (0..head_dim / 2)
-        .map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32))
-        .collect()
+    (0..head_dim / 2).map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32)).collect()
 }
 
 /// Rotates `n_heads` consecutive heads of `head_dim` values in `x` to position `pos`.
@@ -13,11 +11,7 @@ pub fn rope_inv_freq(head_dim: usize, theta: f32) -> Vec<f32> {
 /// For `i < half = head_dim / 2`: `angle = pos * inv_freq[i]` (f32),
 /// `out[i] = x[i] cos - x[i+half] sin`, `out[i+half] = x[i+half] cos + x[i] sin`.
 pub fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, pos: usize, theta: f32) {
-    assert_eq!(
-        x.len(),
-        n_heads * head_dim,
-        "rope: length != n_heads * head_dim"
-    );
+    assert_eq!(x.len(), n_heads * head_dim, "rope: length != n_heads * head_dim");
     assert!(head_dim.is_multiple_of(2), "rope: head_dim must be even");
     if head_dim == 0 {
         return;

@@ -14,11 +14,7 @@ pub fn router_topk(logits: &[f32], top_k: usize, norm_topk_prob: bool) -> Vec<(u
     let mut order: Vec<usize> = (0..probs.len()).collect();
     // Stable sort: equal probabilities keep ascending index order.
     order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
-    let mut chosen: Vec<(usize, f32)> = order
-        .into_iter()
-        .take(top_k)
-        .map(|e| (e, probs[e]))
-        .collect();
+    let mut chosen: Vec<(usize, f32)> = order.into_iter().take(top_k).map(|e| (e, probs[e])).collect();
     if norm_topk_prob {
         let sum: f32 = chosen.iter().map(|&(_, w)| w).sum();
         if sum > 0.0 {

@@ -1,0 +1,25 @@
+// Parameters shared by the two expert kernels: model dims, the slot-table base of the layer,
+// the arena chunk this dispatch covers, and where each projection lies inside a slot.
+struct Params {
+    hidden: u32,
+    inter: u32,
+    top_k: u32,
+    table_base: u32,
+    first_slot: u32,
+    slots: u32,
+    slot_words: u32,
+    pad: u32,
+    // Per projection, relative to the slot start: (data in weight units, scales f16 index,
+    // mins f16 index, unused).
+    gate: vec4<u32>,
+    up: vec4<u32>,
+    down: vec4<u32>,
+}
+
+// The projection `o` of the expert in slot `slot` (already relative to this chunk).
+fn proj(slot: u32, o: vec4<u32>, cols: u32) -> WMat {
+    let words = slot * p.slot_words;
+    return WMat(words * UNITS_PER_WORD + o.x, cols, words * 2u + o.y, words * 2u + o.z);
+}
+
+@group(0) @binding(1) var<uniform> p: Params;

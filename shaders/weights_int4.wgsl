@@ -1,0 +1,58 @@
+// Weight reader for int4 matrices (see src/quant for the layout): packed u32 words, 8 nibbles
+// per word (column 8w+j in bits 4j..4j+3), row-major [rows, cols/8]; f16 scales (and mins for
+// the affine scheme) per (row, group) in their own segments, two per word. WMat.base is the
+// packed segment's word offset in `w`, WMat.scales / WMat.mins the f16 index of the segments.
+// Affine: value = n * scale + min; symmetric (INT4_SYM): value = (n - 8) * scale. Rows have
+// ceil(cols / GROUP) groups; the last may be shorter (cols is a multiple of 8).
+
+// Packed words per u32 word of `w` (slot offsets are given in words).
+const UNITS_PER_WORD: u32 = 1u;
+
+//#if G64
+const GROUP: u32 = 64u;
+//#else
+const GROUP: u32 = 32u;
+//#endif
+
+struct WMat {
+    base: u32,
+    cols: u32,
+    scales: u32,
+    mins: u32,
+}
+
+// Eight consecutive weights of a row.
+struct W8 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+}
+
+fn half_at(i: u32) -> f32 {
+    let pair = unpack2x16float(w[i >> 1u]);
+    return select(pair.x, pair.y, (i & 1u) == 1u);
+}
+
+fn dequant(n: vec4<f32>, g: u32, m: WMat) -> vec4<f32> {
+    let s = half_at(m.scales + g);
+//#if INT4_SYM
+    return (n - 8.0) * s;
+//#else
+    return n * s + half_at(m.mins + g);
+//#endif
+}
+
+// Weights (row, 8*k8 .. 8*k8+7): one packed word, one group.
+fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
+    let word = w[m.base + row * (m.cols >> 3u) + k8];
+    let g = row * ((m.cols + GROUP - 1u) / GROUP) + (k8 * 8u) / GROUP;
+    let lo = vec4<f32>(f32(word & 15u), f32((word >> 4u) & 15u), f32((word >> 8u) & 15u), f32((word >> 12u) & 15u));
+    let hi = vec4<f32>(f32((word >> 16u) & 15u), f32((word >> 20u) & 15u), f32((word >> 24u) & 15u), f32(word >> 28u));
+    return W8(dequant(lo, g, m), dequant(hi, g, m));
+}
+
+// Weight at (row, col), for gathers.
+fn w_at(m: WMat, row: u32, col: u32) -> f32 {
+    let word = w[m.base + row * (m.cols >> 3u) + (col >> 3u)];
+    let n = f32((word >> (4u * (col & 7u))) & 15u);
+    return dequant(vec4<f32>(n), row * ((m.cols + GROUP - 1u) / GROUP) + col / GROUP, m).x;
+}

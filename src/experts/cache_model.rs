@@ -1,0 +1,363 @@
+//! The expert cache as pure logic: which expert sits in which slot, what to load, what to evict.
+//!
+//! No GPU and no I/O: the engine applies the returned [`Wave`]s and prefetch loads to the slot
+//! arena and slot table, and the simulator replays traces through the very same model.
+//!
+//! Per step the engine calls [`CacheModel::begin_step`], then per MoE layer
+//! [`CacheModel::route`] (apply its waves in order: load, map, run the expert kernel), then
+//! optionally [`CacheModel::prefetch`] (applied after the layer's waves). Requests are bracketed
+//! by [`CacheModel::begin_request`] / [`CacheModel::end_request`].
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::experts::eam::EamTracker;
+use crate::experts::policy::{CachePolicy, ExpertId, Phase, PolicyContext};
+use crate::experts::predictor::Predictor;
+
+const NO_SLOT: u32 = u32::MAX;
+
+/// Counters of a cache's life.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CacheStats {
+    /// Distinct (layer, expert) needs per step already resident.
+    pub hits: u64,
+    /// Distinct (layer, expert) needs per step that had to be loaded.
+    pub misses: u64,
+    /// Experts loaded by prefetch.
+    pub prefetch_issued: u64,
+    /// Prefetched experts later hit before being evicted.
+    pub prefetch_used: u64,
+    /// Experts loaded (misses and prefetches).
+    pub loads: u64,
+    /// Experts evicted.
+    pub evictions: u64,
+    /// Steps begun.
+    pub steps: u64,
+    /// Tokens of those steps.
+    pub tokens: u64,
+}
+
+impl CacheStats {
+    /// `hits / (hits + misses)`, 0 before any access.
+    pub fn hit_rate(&self) -> f64 {
+        let total = self.hits + self.misses;
+        if total == 0 {
+            0.0
+        } else {
+            self.hits as f64 / total as f64
+        }
+    }
+
+    /// Prefetched experts evicted unused (or still unused).
+    pub fn prefetch_wasted(&self) -> u64 {
+        self.prefetch_issued - self.prefetch_used
+    }
+}
+
+/// One pass of a layer's expert kernel: at most `capacity` experts mapped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wave {
+    /// Experts to read into slots before this pass.
+    pub loads: Vec<(ExpertId, u32)>,
+    /// Experts leaving their slots for those loads (apply before the loads).
+    pub evictions: Vec<(ExpertId, u32)>,
+    /// Every expert of this pass and its slot (the layer's slot-table entries for the pass).
+    pub resident: Vec<(u32, u32)>,
+}
+
+/// Slot bookkeeping plus a replacement policy and an optional prefetch predictor.
+pub struct CacheModel {
+    capacity: usize,
+    experts: usize,
+    slots: Vec<Option<ExpertId>>,
+    slot_of: Vec<u32>,
+    free: BTreeSet<u32>,
+    policy: Box<dyn CachePolicy>,
+    predictor: Option<Box<dyn Predictor>>,
+    tracker: EamTracker,
+    clock: u64,
+    phase: Phase,
+    tokens: usize,
+    top_k: usize,
+    max_prefetch: Option<usize>,
+    /// Prefetched and not yet used, per dense index.
+    prefetched: Vec<bool>,
+    /// Scratch marks per dense index (experts that may not be evicted right now).
+    pinned: Vec<bool>,
+    /// Distinct experts of the last routed layer.
+    last_needed: Vec<ExpertId>,
+    stats: CacheStats,
+}
+
+impl CacheModel {
+    /// A cache of `capacity` slots for a model of `layers` layers of `experts` experts.
+    ///
+    /// # Panics
+    /// If `capacity` is 0 (callers validate user input first).
+    pub fn new(
+        capacity: usize,
+        layers: usize,
+        experts: usize,
+        policy: Box<dyn CachePolicy>,
+        predictor: Option<Box<dyn Predictor>>,
+        tracker: EamTracker,
+    ) -> CacheModel {
+        assert!(capacity > 0, "an expert cache needs at least one slot");
+        assert_eq!(
+            (tracker.layers(), tracker.experts()),
+            (layers, experts),
+            "EAM tracker dimensions differ from the cache's"
+        );
+        CacheModel {
+            capacity,
+            experts,
+            slots: vec![None; capacity],
+            slot_of: vec![NO_SLOT; layers * experts],
+            free: (0..capacity as u32).collect(),
+            policy,
+            predictor,
+            tracker,
+            clock: 0,
+            phase: Phase::Prefill,
+            tokens: 0,
+            top_k: 0,
+            max_prefetch: None,
+            prefetched: vec![false; layers * experts],
+            pinned: vec![false; layers * experts],
+            last_needed: Vec::new(),
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// Caps the loads of one [`prefetch`](Self::prefetch) call; `None` (the default) means twice
+    /// the top-k seen in the last routed layer.
+    pub fn with_max_prefetch(mut self, max: Option<usize>) -> CacheModel {
+        self.max_prefetch = max;
+        self
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// Hit rate so far.
+    pub fn hit_rate(&self) -> f64 {
+        self.stats.hit_rate()
+    }
+
+    /// Name of the replacement policy.
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// Name of the predictor, if any.
+    pub fn predictor_name(&self) -> Option<&'static str> {
+        self.predictor.as_ref().map(|p| p.name())
+    }
+
+    /// The EAM tracker (save its collection after a run).
+    pub fn tracker(&self) -> &EamTracker {
+        &self.tracker
+    }
+
+    /// The EAM tracker, mutably (load a saved collection before a run).
+    pub fn tracker_mut(&mut self) -> &mut EamTracker {
+        &mut self.tracker
+    }
+
+    /// Resident experts and their slots, in slot order.
+    pub fn resident(&self) -> impl Iterator<Item = (ExpertId, u32)> + '_ {
+        self.slots.iter().enumerate().filter_map(|(s, id)| id.map(|id| (id, s as u32)))
+    }
+
+    /// The slot holding `id`, if resident.
+    pub fn slot_of(&self, id: ExpertId) -> Option<u32> {
+        Some(self.slot_of[self.index(id)]).filter(|&s| s != NO_SLOT)
+    }
+
+    /// Starts a request.
+    pub fn begin_request(&mut self) {
+        self.tracker.begin_request();
+        self.policy.begin_request();
+    }
+
+    /// Ends a request: its EAM joins the EAM collection.
+    pub fn end_request(&mut self) {
+        self.tracker.end_request();
+    }
+
+    /// Starts a forward step of `n_tokens` tokens.
+    pub fn begin_step(&mut self, phase: Phase, n_tokens: usize) {
+        self.phase = phase;
+        self.tokens = n_tokens;
+        self.tracker.begin_step(phase);
+        self.stats.steps += 1;
+        self.stats.tokens += n_tokens as u64;
+    }
+
+    /// Registers the routing of `layer` (every token's top-k ids, duplicates allowed) and plans
+    /// residency of its distinct experts: one wave if they fit, otherwise several waves of at
+    /// most `capacity` experts, each needed expert in exactly one wave (hits in the first).
+    pub fn route(&mut self, layer: usize, routed: &[u32]) -> Vec<Wave> {
+        let mut counts = vec![0u32; self.experts];
+        for &e in routed {
+            assert!((e as usize) < self.experts, "expert id {e} out of range");
+            counts[e as usize] += 1;
+        }
+        if self.tokens > 0 {
+            self.top_k = routed.len() / self.tokens;
+        }
+        let needed: Vec<ExpertId> =
+            (0..self.experts).filter(|&e| counts[e] > 0).map(|e| ExpertId::new(layer, e)).collect();
+        for id in &needed {
+            self.tracker.record(layer, id.expert as usize, counts[id.expert as usize]);
+        }
+        let (hits, misses): (Vec<ExpertId>, Vec<ExpertId>) = needed.iter().partition(|&&id| self.slot_of(id).is_some());
+        self.stats.hits += hits.len() as u64;
+        self.stats.misses += misses.len() as u64;
+        for &id in &hits {
+            let i = self.index(id);
+            if std::mem::take(&mut self.prefetched[i]) {
+                self.stats.prefetch_used += 1;
+            }
+        }
+        let order: Vec<ExpertId> = hits.into_iter().chain(misses).collect();
+        let waves = order.chunks(self.capacity).map(|wave| self.plan_wave(layer, wave)).collect();
+        self.last_needed = needed;
+        waves
+    }
+
+    /// Makes every expert of `wave` resident, evicting only experts outside it.
+    fn plan_wave(&mut self, layer: usize, wave: &[ExpertId]) -> Wave {
+        for &id in wave {
+            let i = self.index(id);
+            self.pinned[i] = true;
+        }
+        let mut out = Wave::default();
+        let mut candidates: Option<Vec<ExpertId>> = None;
+        for &id in wave {
+            let slot = match self.slot_of(id) {
+                Some(slot) => slot,
+                None => {
+                    let slot = match self.free.pop_first() {
+                        Some(slot) => slot,
+                        None => {
+                            let c = candidates.get_or_insert_with(|| self.unpinned());
+                            let (victim, slot) = self.evict_victim(c, layer);
+                            out.evictions.push((victim, slot));
+                            slot
+                        }
+                    };
+                    self.insert(id, slot, layer);
+                    out.loads.push((id, slot));
+                    slot
+                }
+            };
+            self.access(id, layer);
+            out.resident.push((id.expert, slot));
+        }
+        for &id in wave {
+            let i = self.index(id);
+            self.pinned[i] = false;
+        }
+        out
+    }
+
+    /// After routing `layer`: loads the predictor's likely experts of later layers into free
+    /// slots or in place of policy victims, never evicting an expert of `layer`'s routing nor
+    /// one just prefetched, at most the prefetch cap. Apply after the layer's waves.
+    pub fn prefetch(&mut self, layer: usize) -> Vec<(ExpertId, u32)> {
+        let Some(predictor) = self.predictor.as_mut() else {
+            return Vec::new();
+        };
+        let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
+        let predicted = predictor.predict(layer, &ctx);
+        let limit = self.max_prefetch.unwrap_or(2 * self.top_k);
+        let mut protected: Vec<ExpertId> = self.last_needed.clone();
+        for &id in &protected {
+            let i = self.index(id);
+            self.pinned[i] = true;
+        }
+        let mut candidates: Option<Vec<ExpertId>> = None;
+        let mut loads = Vec::new();
+        for id in predicted {
+            if loads.len() >= limit {
+                break;
+            }
+            if id.layer as usize <= layer || self.slot_of(id).is_some() {
+                continue;
+            }
+            let slot = match self.free.pop_first() {
+                Some(slot) => slot,
+                None => {
+                    let c = candidates.get_or_insert_with(|| self.unpinned());
+                    if c.is_empty() {
+                        break;
+                    }
+                    self.evict_victim(c, layer).1
+                }
+            };
+            self.insert(id, slot, layer);
+            let i = self.index(id);
+            self.prefetched[i] = true;
+            self.pinned[i] = true;
+            protected.push(id);
+            self.stats.prefetch_issued += 1;
+            loads.push((id, slot));
+        }
+        for id in protected {
+            let i = self.index(id);
+            self.pinned[i] = false;
+        }
+        loads
+    }
+
+    fn index(&self, id: ExpertId) -> usize {
+        id.layer as usize * self.experts + id.expert as usize
+    }
+
+    /// Resident experts not pinned, in slot order.
+    fn unpinned(&self) -> Vec<ExpertId> {
+        self.resident().map(|(id, _)| id).filter(|&id| !self.pinned[self.index(id)]).collect()
+    }
+
+    /// Asks the policy for a victim among `candidates`, removes it from them, evicts it and
+    /// returns it with its freed slot.
+    fn evict_victim(&mut self, candidates: &mut Vec<ExpertId>, layer: usize) -> (ExpertId, u32) {
+        let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
+        let pick = self.policy.victim(candidates, &ctx);
+        let victim = candidates.remove(pick);
+        let slot = self.slot_of(victim).expect("eviction candidates are resident");
+        let i = self.index(victim);
+        self.slots[slot as usize] = None;
+        self.slot_of[i] = NO_SLOT;
+        self.prefetched[i] = false;
+        self.policy.on_evict(victim);
+        self.stats.evictions += 1;
+        (victim, slot)
+    }
+
+    fn insert(&mut self, id: ExpertId, slot: u32, layer: usize) {
+        let i = self.index(id);
+        self.slots[slot as usize] = Some(id);
+        self.slot_of[i] = slot;
+        self.clock += 1;
+        let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
+        self.policy.on_insert(id, &ctx);
+        self.stats.loads += 1;
+    }
+
+    fn access(&mut self, id: ExpertId, layer: usize) {
+        self.clock += 1;
+        let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
+        self.policy.on_access(id, &ctx);
+    }
+}

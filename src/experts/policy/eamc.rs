@@ -1,0 +1,55 @@
+//! MoE-Infinity's activation-aware replacement (Algorithm 1 of the paper).
+//!
+//! For every candidate the priority is
+//! `p = (pEAM[l][e] + ε) / (Σ_e' pEAM[l][e'] + E·ε) · (1 − l/L)`, where `pEAM` is the predicted
+//! activation matrix of [`EamTracker::prediction`](crate::experts::eam::EamTracker::prediction)
+//! (the best-matching EAMs of the collection, or the current request's own EAM while the
+//! collection is empty), `l` the candidate's layer and `L` the number of layers. The `E·ε` in the
+//! denominator keeps an empty row finite (every expert of it gets `1/E`). The lowest priority is
+//! evicted; ties (e.g. experts never seen in the prediction) go to the least recently used.
+
+use super::{argmin, entry, CachePolicy, ExpertId, PolicyContext};
+use crate::experts::eam::Prediction;
+
+/// The ε added to every predicted count before normalising a row.
+pub const EPSILON: f32 = 1e-4;
+
+/// Eviction priority of `id` under `prediction` in a model of `layers` layers (higher = keep).
+pub fn priority(prediction: &Prediction, id: ExpertId, layers: usize) -> f32 {
+    let layer = id.layer as usize;
+    let experts = prediction.experts() as f32;
+    let p = (prediction.count(layer, id.expert as usize) + EPSILON) / (prediction.row_sum(layer) + experts * EPSILON);
+    p * (1.0 - layer as f32 / layers as f32)
+}
+
+/// The EAMC policy; keeps recency only to break ties.
+#[derive(Default)]
+pub struct EamcPolicy {
+    last: Vec<u64>,
+}
+
+impl CachePolicy for EamcPolicy {
+    fn name(&self) -> &'static str {
+        "eamc"
+    }
+
+    fn on_access(&mut self, id: ExpertId, ctx: &PolicyContext) {
+        *entry(&mut self.last, ctx.index(id)) = ctx.clock;
+    }
+
+    fn on_insert(&mut self, id: ExpertId, ctx: &PolicyContext) {
+        *entry(&mut self.last, ctx.index(id)) = ctx.clock;
+    }
+
+    fn on_evict(&mut self, _id: ExpertId) {}
+
+    fn victim(&mut self, candidates: &[ExpertId], ctx: &PolicyContext) -> usize {
+        let prediction = ctx.eam.prediction();
+        let layers = ctx.layers();
+        argmin(
+            candidates
+                .iter()
+                .map(|&c| (priority(&prediction, c, layers), self.last.get(ctx.index(c)).copied().unwrap_or(0))),
+        )
+    }
+}

@@ -1,0 +1,164 @@
+//! Cache replacement policies for the expert slot cache, and the ids they speak about.
+//!
+//! A policy only *chooses*: the [`CacheModel`](crate::experts::cache_model::CacheModel) owns
+//! the slots and tells the policy about accesses, inserts and evictions, then asks it for a
+//! victim among the resident experts it may evict.
+
+pub mod belady;
+pub mod eamc;
+pub mod lfu;
+pub mod lru;
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::experts::eam::EamTracker;
+
+pub use belady::Belady;
+pub use eamc::EamcPolicy;
+pub use lfu::Lfu;
+pub use lru::Lru;
+
+/// One routed expert: its model layer and its index within that layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ExpertId {
+    /// Model layer (dense layers simply never appear).
+    pub layer: u32,
+    /// Expert index within the layer.
+    pub expert: u32,
+}
+
+impl ExpertId {
+    /// The id of `expert` in `layer`.
+    pub fn new(layer: usize, expert: usize) -> ExpertId {
+        ExpertId { layer: layer as u32, expert: expert as u32 }
+    }
+}
+
+/// The phase a forward step belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// The prompt: many tokens per step.
+    Prefill,
+    /// Generation: one token per step.
+    Decode,
+}
+
+/// What a policy may look at when it is told about an event or asked for a victim.
+pub struct PolicyContext<'a> {
+    /// The layer being routed (or prefetched from).
+    pub layer: usize,
+    /// Logical clock: grows by one at every access and every insert.
+    pub clock: u64,
+    /// Phase of the current step.
+    pub phase: Phase,
+    /// Expert activation tracking (current request, EAM collection, predictions).
+    pub eam: &'a EamTracker,
+}
+
+impl PolicyContext<'_> {
+    /// Number of model layers.
+    pub fn layers(&self) -> usize {
+        self.eam.layers()
+    }
+
+    /// Dense index of `id` in a `layers × experts` table.
+    pub fn index(&self, id: ExpertId) -> usize {
+        id.layer as usize * self.eam.experts() + id.expert as usize
+    }
+}
+
+/// A replacement policy: told about every event, asked for victims.
+pub trait CachePolicy: Send {
+    /// Short name, as used on the command line (`lru`, `lfu`, `eamc`, `belady`).
+    fn name(&self) -> &'static str;
+    /// `id` is used by the current step (hit or just loaded).
+    fn on_access(&mut self, id: ExpertId, ctx: &PolicyContext);
+    /// `id` was loaded into a slot (on demand or by prefetch).
+    fn on_insert(&mut self, id: ExpertId, ctx: &PolicyContext);
+    /// `id` left its slot.
+    fn on_evict(&mut self, id: ExpertId);
+    /// Index into `candidates` (never empty) of the expert to evict.
+    fn victim(&mut self, candidates: &[ExpertId], ctx: &PolicyContext) -> usize;
+    /// A new request starts.
+    fn begin_request(&mut self) {}
+}
+
+/// The policies selectable by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyKind {
+    /// Least recently used.
+    Lru,
+    /// Least frequently used (global counts, ties → LRU).
+    Lfu,
+    /// MoE-Infinity's activation-aware priority.
+    Eamc,
+    /// Belady's MIN: needs the future, so only the simulator can build it.
+    Belady,
+}
+
+impl PolicyKind {
+    /// Every kind, in plotting order (Belady last so it is drawn on top).
+    pub const ALL: [PolicyKind; 4] = [PolicyKind::Lru, PolicyKind::Lfu, PolicyKind::Eamc, PolicyKind::Belady];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Lru => "lru",
+            PolicyKind::Lfu => "lfu",
+            PolicyKind::Eamc => "eamc",
+            PolicyKind::Belady => "belady",
+        }
+    }
+
+    /// Builds an online policy; Belady needs a trace and is refused here.
+    pub fn build(self) -> crate::Result<Box<dyn CachePolicy>> {
+        match self {
+            PolicyKind::Lru => Ok(Box::new(Lru::default())),
+            PolicyKind::Lfu => Ok(Box::new(Lfu::default())),
+            PolicyKind::Eamc => Ok(Box::new(EamcPolicy::default())),
+            PolicyKind::Belady => Err(crate::Error::InvalidArgument(
+                "the belady policy needs the future accesses; use it with `simulate`".into(),
+            )),
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PolicyKind {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<PolicyKind> {
+        PolicyKind::ALL.into_iter().find(|k| k.name().eq_ignore_ascii_case(s.trim())).ok_or_else(|| {
+            crate::Error::InvalidArgument(format!("unknown cache policy {s:?}; expected lru, lfu, eamc or belady"))
+        })
+    }
+}
+
+/// The entry `i` of a dense per-expert table, growing the table with zeros as needed.
+pub(crate) fn entry(table: &mut Vec<u64>, i: usize) -> &mut u64 {
+    if table.len() <= i {
+        table.resize(i + 1, 0);
+    }
+    &mut table[i]
+}
+
+/// Index of the smallest key (first one on ties).
+pub(crate) fn argmin<K: PartialOrd>(keys: impl Iterator<Item = K>) -> usize {
+    let mut best: Option<(usize, K)> = None;
+    for (i, k) in keys.enumerate() {
+        if best.as_ref().is_none_or(|(_, b)| k < *b) {
+            best = Some((i, k));
+        }
+    }
+    best.map_or(0, |(i, _)| i)
+}

@@ -1,0 +1,93 @@
+//! Prefetch predictors: which experts of later layers are likely to be routed next.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::experts::policy::{ExpertId, PolicyContext};
+
+/// Guesses the experts later layers will need, from what has been routed so far.
+pub trait Predictor: Send {
+    /// Short name, as used on the command line.
+    fn name(&self) -> &'static str;
+    /// After routing `layer`: experts of later layers only, most likely first.
+    fn predict(&mut self, layer: usize, ctx: &PolicyContext) -> Vec<ExpertId>;
+}
+
+/// Default number of later layers (with any predicted activation) an [`EamcPredictor`] covers.
+pub const DEFAULT_LOOKAHEAD: usize = 2;
+
+/// MoE-Infinity's prefetch: PredictEAM over the next few layers, weighted by `1 − (i − l)/L`.
+pub struct EamcPredictor {
+    lookahead: usize,
+}
+
+impl EamcPredictor {
+    /// A predictor covering the next `lookahead` layers that have predicted activations.
+    pub fn new(lookahead: usize) -> EamcPredictor {
+        EamcPredictor { lookahead }
+    }
+}
+
+impl Default for EamcPredictor {
+    fn default() -> EamcPredictor {
+        EamcPredictor::new(DEFAULT_LOOKAHEAD)
+    }
+}
+
+impl Predictor for EamcPredictor {
+    fn name(&self) -> &'static str {
+        "eamc"
+    }
+
+    fn predict(&mut self, layer: usize, ctx: &PolicyContext) -> Vec<ExpertId> {
+        ctx.eam.predict(layer, self.lookahead).into_iter().map(|(id, _)| id).collect()
+    }
+}
+
+/// The prefetchers selectable by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrefetchKind {
+    /// Demand loading only.
+    None,
+    /// [`EamcPredictor`].
+    Eamc,
+}
+
+impl PrefetchKind {
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PrefetchKind::None => "none",
+            PrefetchKind::Eamc => "eamc",
+        }
+    }
+
+    /// The predictor, if any.
+    pub fn build(self) -> Option<Box<dyn Predictor>> {
+        match self {
+            PrefetchKind::None => None,
+            PrefetchKind::Eamc => Some(Box::new(EamcPredictor::default())),
+        }
+    }
+}
+
+impl fmt::Display for PrefetchKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PrefetchKind {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<PrefetchKind> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" => Ok(PrefetchKind::None),
+            "eamc" => Ok(PrefetchKind::Eamc),
+            _ => Err(crate::Error::InvalidArgument(format!("unknown prefetcher {s:?}; expected none or eamc"))),
+        }
+    }
+}

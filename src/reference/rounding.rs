@@ -1,0 +1,55 @@
+//! Rounding a reference model's weights to what the GPU holds in a given format, so that
+//! quantized GPU runs can be checked against an exact CPU computation on the same weights.
+
+use super::ReferenceModel;
+use crate::error::Result;
+use crate::model::decoder::DecoderOptions;
+use crate::model::layer_weights::{FfnWeights, MlpWeights};
+use crate::model::HostTensor;
+use crate::ops::WeightFormat;
+
+fn round(t: &mut HostTensor, format: WeightFormat) -> Result<()> {
+    let (rows, cols) = match t.shape[..] {
+        [r, c] => (r, c),
+        _ => return Ok(()), // vectors (norms, biases) stay f32 on the GPU
+    };
+    t.data = format.round_trip(&t.data, rows, cols)?;
+    Ok(())
+}
+
+fn round_mlp(m: &mut MlpWeights, format: WeightFormat) -> Result<()> {
+    for t in [&mut m.gate, &mut m.up, &mut m.down] {
+        round(t, format)?;
+    }
+    Ok(())
+}
+
+impl ReferenceModel {
+    /// Replaces every matrix by its round trip through the format the GPU decoder built with
+    /// `options` stores it in ([`DecoderOptions::format_of`]).
+    pub fn rounded_like(mut self, options: &DecoderOptions) -> Result<ReferenceModel> {
+        round(&mut self.embed, options.format_of("embed"))?;
+        round(&mut self.lm_head, options.format_of("lm_head"))?;
+        for l in &mut self.layers {
+            for t in [&mut l.attn.q, &mut l.attn.k, &mut l.attn.v, &mut l.attn.o] {
+                round(t, options.format_of("attention"))?;
+            }
+            match &mut l.ffn {
+                FfnWeights::Dense(m) => round_mlp(m, options.format_of("mlp"))?,
+                FfnWeights::Moe(moe) => {
+                    round(&mut moe.router, options.format_of("router"))?;
+                    if let Some((m, gate)) = &mut moe.shared {
+                        round_mlp(m, options.format_of("mlp"))?;
+                        round(gate, options.format_of("mlp"))?;
+                    }
+                }
+            }
+        }
+        for layer in &mut self.experts {
+            for e in layer {
+                round_mlp(e, options.experts)?;
+            }
+        }
+        Ok(self)
+    }
+}

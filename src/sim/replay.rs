@@ -1,0 +1,168 @@
+//! Replaying a trace through the [`CacheModel`] under a policy, capacity and prefetcher.
+
+use serde::Serialize;
+
+use crate::experts::cache_model::{CacheModel, CacheStats};
+use crate::experts::eam::{EamTracker, DEFAULT_MATCHES};
+use crate::experts::policy::{Belady, CachePolicy, ExpertId, PolicyKind};
+use crate::experts::predictor::PrefetchKind;
+use crate::experts::trace::{Trace, TraceEvent};
+
+/// One simulated configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimConfig {
+    /// Expert slots.
+    pub slots: usize,
+    /// Replacement policy.
+    pub policy: PolicyKind,
+    /// Prefetcher (ignored for Belady, which is demand-only).
+    pub prefetch: PrefetchKind,
+    /// EAM collection capacity (for the EAMC policy or prefetcher).
+    pub eamc_capacity: usize,
+}
+
+/// The outcome of one configuration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimResult {
+    /// Policy name.
+    pub policy: String,
+    /// Prefetcher name.
+    pub prefetch: String,
+    /// Expert slots.
+    pub slots: usize,
+    /// Distinct (layer, expert) needs per step found resident.
+    pub hits: u64,
+    /// Distinct (layer, expert) needs per step loaded on demand.
+    pub misses: u64,
+    /// `hits / (hits + misses)`.
+    pub hit_rate: f64,
+    /// Bytes read from the store: (misses + prefetch loads) × expert bytes.
+    pub bytes_read: u64,
+    /// Prefetch loads.
+    pub prefetch_issued: u64,
+    /// Prefetched experts hit before eviction.
+    pub prefetch_used: u64,
+    /// Prefetched experts never used.
+    pub prefetch_wasted: u64,
+}
+
+/// Every access the cache makes, in replay order: per step, per routed layer, its distinct
+/// experts in ascending order. This is the future Belady's MIN is built from.
+pub fn access_sequence(trace: &Trace) -> Vec<ExpertId> {
+    let mut out = Vec::new();
+    let mut seen = vec![false; trace.header.experts];
+    for event in &trace.events {
+        let TraceEvent::Step(step) = event else {
+            continue;
+        };
+        for (layer, ids) in &step.layers {
+            seen.fill(false);
+            for &e in ids {
+                seen[e as usize] = true;
+            }
+            out.extend((0..seen.len()).filter(|&e| seen[e]).map(|e| ExpertId::new(*layer as usize, e)));
+        }
+    }
+    out
+}
+
+/// The cache model for `config` (Belady gets its future from `trace`, and no prefetcher).
+fn build(trace: &Trace, config: SimConfig) -> crate::Result<CacheModel> {
+    if config.slots == 0 {
+        return Err(crate::Error::InvalidArgument("a simulated cache needs at least one slot".into()));
+    }
+    let h = &trace.header;
+    let policy: Box<dyn CachePolicy> = match config.policy {
+        PolicyKind::Belady => Box::new(Belady::new(&access_sequence(trace))),
+        online => online.build()?,
+    };
+    let prefetch = effective_prefetch(config);
+    let eamc = config.policy == PolicyKind::Eamc || prefetch == PrefetchKind::Eamc;
+    let capacity = if eamc { config.eamc_capacity } else { 0 };
+    let tracker = EamTracker::new(h.layers, h.experts, capacity, DEFAULT_MATCHES);
+    Ok(CacheModel::new(config.slots, h.layers, h.experts, policy, prefetch.build(), tracker))
+}
+
+fn effective_prefetch(config: SimConfig) -> PrefetchKind {
+    match config.policy {
+        PolicyKind::Belady => PrefetchKind::None,
+        _ => config.prefetch,
+    }
+}
+
+/// Replays `trace`; `request_done` sees the cumulative stats after each request.
+fn replay(trace: &Trace, config: SimConfig, mut request_done: impl FnMut(CacheStats)) -> crate::Result<CacheStats> {
+    let mut cache = build(trace, config)?;
+    let mut open = false;
+    for event in &trace.events {
+        match event {
+            TraceEvent::Request(_) => {
+                if open {
+                    cache.end_request();
+                    request_done(cache.stats());
+                }
+                cache.begin_request();
+                open = true;
+            }
+            TraceEvent::Step(step) => {
+                if !open {
+                    cache.begin_request();
+                    open = true;
+                }
+                cache.begin_step(step.phase, step.tokens);
+                for (layer, ids) in &step.layers {
+                    cache.route(*layer as usize, ids);
+                    cache.prefetch(*layer as usize);
+                }
+            }
+        }
+    }
+    if open {
+        cache.end_request();
+        request_done(cache.stats());
+    }
+    Ok(cache.stats())
+}
+
+/// Replays `trace` once per policy × capacity (policies outer, capacities inner).
+pub fn simulate(
+    trace: &Trace,
+    slots: &[usize],
+    policies: &[PolicyKind],
+    prefetch: PrefetchKind,
+    eamc_capacity: usize,
+) -> crate::Result<Vec<SimResult>> {
+    let mut out = Vec::new();
+    for &policy in policies {
+        for &s in slots {
+            let config = SimConfig { slots: s, policy, prefetch, eamc_capacity };
+            let stats = replay(trace, config, |_| {})?;
+            out.push(SimResult {
+                policy: policy.name().into(),
+                prefetch: effective_prefetch(config).name().into(),
+                slots: s,
+                hits: stats.hits,
+                misses: stats.misses,
+                hit_rate: stats.hit_rate(),
+                bytes_read: stats.loads * trace.header.expert_bytes,
+                prefetch_issued: stats.prefetch_issued,
+                prefetch_used: stats.prefetch_used,
+                prefetch_wasted: stats.prefetch_wasted(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Hit rate of each request in turn under `config` (0 for a request without accesses).
+pub fn per_request_hit_rates(trace: &Trace, config: SimConfig) -> crate::Result<Vec<f64>> {
+    let mut rates = Vec::new();
+    let mut before = CacheStats::default();
+    replay(trace, config, |now| {
+        let hits = now.hits - before.hits;
+        let total = hits + now.misses - before.misses;
+        rates.push(if total == 0 { 0.0 } else { hits as f64 / total as f64 });
+        before = now;
+    })?;
+    Ok(rates)
+}
