@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 
 use moestream::quant::{quantize, Int4Scheme, QuantParams, WeightEncoding};
 use moestream::store::{
-    AlignedBuf, ExpertStore, IoMode, OpenOptions, StoreError, StoreInfo, StoreWriter,
-    FIXED_HEADER_LEN, INDEX_ENTRY_LEN,
+    AlignedBuf, ExpertStore, IoMode, OpenOptions, StoreError, StoreInfo, StoreWriter, FIXED_HEADER_LEN, INDEX_ENTRY_LEN,
 };
 
 const HASH: u64 = 0x0123_4567_89AB_CDEF;
@@ -18,14 +17,8 @@ const INTER: usize = 32;
 
 /// A fresh, unique scratch directory under `base`.
 fn scratch_dir(base: &Path, name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let dir = base.join(format!(
-        "moestream-test-{name}-{}-{nanos}",
-        std::process::id()
-    ));
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let dir = base.join(format!("moestream-test-{name}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -35,9 +28,7 @@ fn proj(layer: u32, expert: usize, which: usize, n: usize) -> Vec<f32> {
     let mut s = (layer as u64) << 32 | (expert as u64) << 8 | which as u64;
     (0..n)
         .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
         })
         .collect()
@@ -66,10 +57,7 @@ fn info(encoding: WeightEncoding) -> StoreInfo {
 fn write_store(dir: &Path, encoding: WeightEncoding) -> PathBuf {
     let path = dir.join("experts.bin");
     let mut w = StoreWriter::create(&path, info(encoding)).unwrap();
-    let mut order: Vec<(u32, usize)> = LAYERS
-        .iter()
-        .flat_map(|&l| (0..EXPERTS).map(move |e| (l, e)))
-        .collect();
+    let mut order: Vec<(u32, usize)> = LAYERS.iter().flat_map(|&l| (0..EXPERTS).map(move |e| (l, e))).collect();
     order.reverse();
     order.swap(1, 5);
     for (l, e) in order {
@@ -87,11 +75,7 @@ fn expected(encoding: WeightEncoding, layer: u32, expert: usize) -> [Vec<f32>; 3
         WeightEncoding::F16 => w.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
         WeightEncoding::Int4(p) => quantize(w, rows, cols, p).unwrap().dequantize(),
     };
-    [
-        dq(&g, INTER, HIDDEN),
-        dq(&u, INTER, HIDDEN),
-        dq(&d, HIDDEN, INTER),
-    ]
+    [dq(&g, INTER, HIDDEN), dq(&u, INTER, HIDDEN), dq(&d, HIDDEN, INTER)]
 }
 
 fn assert_send_sync<T: Send + Sync>() {}
@@ -112,10 +96,7 @@ fn round_trip_all_encodings() {
         assert_eq!(store.extent_len() % 4096, 0);
         assert_eq!(store.data_offset() % 4096, 0);
         let file_len = std::fs::metadata(&path).unwrap().len();
-        assert_eq!(
-            file_len,
-            store.data_offset() + (LAYERS.len() * EXPERTS * store.extent_len()) as u64
-        );
+        assert_eq!(file_len, store.data_offset() + (LAYERS.len() * EXPERTS * store.extent_len()) as u64);
         // Many threads read concurrently through one store.
         std::thread::scope(|s| {
             for &l in &LAYERS {
@@ -128,12 +109,7 @@ fn round_trip_all_encodings() {
                         store.read_expert(l as usize, e, &mut buf).unwrap();
                         let (g, u, d) = store.decode_expert(&buf).unwrap();
                         let [eg, eu, ed] = expected(encoding, l, e);
-                        assert_eq!(
-                            (g, u, d),
-                            (eg, eu, ed),
-                            "{} layer {l} expert {e}",
-                            encoding.name()
-                        );
+                        assert_eq!((g, u, d), (eg, eu, ed), "{} layer {l} expert {e}", encoding.name());
                     });
                 }
             }
@@ -146,10 +122,7 @@ fn round_trip_all_encodings() {
         let mut blob = vec![0u8; lay.gate.len];
         encoding.encode(&g, INTER, HIDDEN, &mut blob).unwrap();
         assert_eq!(lay.gate.slice(&buf), &blob[..]);
-        assert!(
-            buf[lay.data_len..].iter().all(|&b| b == 0),
-            "extent padding is zero"
-        );
+        assert!(buf[lay.data_len..].iter().all(|&b| b == 0), "extent padding is zero");
         std::fs::remove_file(&path).unwrap();
     }
     std::fs::remove_dir_all(&dir).unwrap();
@@ -171,26 +144,11 @@ fn check(path: &Path, pos: usize, want: &Expect) {
     let r = ExpertStore::open(path, HASH);
     let store = match (want, r) {
         (Expect::BadMagic, Err(StoreError::BadMagic { .. })) => return,
-        (
-            Expect::Version,
-            Err(StoreError::UnsupportedVersion {
-                found, expected: 1, ..
-            }),
-        ) if found != 1 => return,
-        (
-            Expect::Arch,
-            Err(StoreError::ArchMismatch {
-                found,
-                expected: HASH,
-                ..
-            }),
-        ) if found != HASH => return,
+        (Expect::Version, Err(StoreError::UnsupportedVersion { found, expected: 1, .. })) if found != 1 => return,
+        (Expect::Arch, Err(StoreError::ArchMismatch { found, expected: HASH, .. })) if found != HASH => return,
         (Expect::Index, Err(StoreError::IndexCorrupt { .. })) => return,
         (Expect::Nothing | Expect::Checksum(..), Ok(s)) => s,
-        (w, r) => panic!(
-            "byte {pos}: expected {w:?} at open, got {:?}",
-            r.map(|_| ())
-        ),
+        (w, r) => panic!("byte {pos}: expected {w:?} at open, got {:?}", r.map(|_| ())),
     };
     let mut buf = store.alloc_buffer();
     for &l in &LAYERS {
@@ -198,15 +156,10 @@ fn check(path: &Path, pos: usize, want: &Expect) {
             let r = store.read_expert(l as usize, e, &mut buf);
             match want {
                 Expect::Checksum(cl, ce) if (*cl, *ce) == (l as usize, e) => match r {
-                    Err(StoreError::Checksum { layer, expert, .. })
-                        if (layer, expert) == (*cl, *ce) => {}
-                    r => panic!(
-                        "byte {pos}: expected checksum error on layer {l} expert {e}, got {r:?}"
-                    ),
+                    Err(StoreError::Checksum { layer, expert, .. }) if (layer, expert) == (*cl, *ce) => {}
+                    r => panic!("byte {pos}: expected checksum error on layer {l} expert {e}, got {r:?}"),
                 },
-                _ => r.unwrap_or_else(|err| {
-                    panic!("byte {pos}: layer {l} expert {e}: unexpected {err}")
-                }),
+                _ => r.unwrap_or_else(|err| panic!("byte {pos}: layer {l} expert {e}: unexpected {err}")),
             }
         }
     }
@@ -219,8 +172,7 @@ fn every_single_byte_flip_is_detected() {
     let path = write_store(&dir, encoding);
     let original = std::fs::read(&path).unwrap();
     let store = ExpertStore::open(&path, HASH).unwrap();
-    let region_len =
-        FIXED_HEADER_LEN + 4 * LAYERS.len() + INDEX_ENTRY_LEN * LAYERS.len() * EXPERTS + 4;
+    let region_len = FIXED_HEADER_LEN + 4 * LAYERS.len() + INDEX_ENTRY_LEN * LAYERS.len() * EXPERTS + 4;
     let data_offset = store.data_offset() as usize;
     let mut owner = vec![None; original.len()];
     for &l in &LAYERS {
@@ -249,15 +201,9 @@ fn every_single_byte_flip_is_detected() {
         file.write_all_at(&[byte ^ 0xFF], pos as u64).unwrap();
         check(&path, pos, &want);
         file.write_all_at(&[byte], pos as u64).unwrap();
-        *counts
-            .entry(format!("{:?}", std::mem::discriminant(&want)))
-            .or_insert(0) += 1;
+        *counts.entry(format!("{:?}", std::mem::discriminant(&want))).or_insert(0) += 1;
     }
-    println!(
-        "flipped {} bytes, one at a time (classes: {:?})",
-        original.len(),
-        counts.values().collect::<Vec<_>>()
-    );
+    println!("flipped {} bytes, one at a time (classes: {:?})", original.len(), counts.values().collect::<Vec<_>>());
     assert_eq!(std::fs::read(&path).unwrap(), original);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -274,8 +220,7 @@ fn crafted_inconsistent_index_is_rejected() {
     let encoding = WeightEncoding::Int4(QuantParams::new(Int4Scheme::Symmetric, 32).unwrap());
     let path = write_store(&dir, encoding);
     let original = std::fs::read(&path).unwrap();
-    let region_len =
-        FIXED_HEADER_LEN + 4 * LAYERS.len() + INDEX_ENTRY_LEN * LAYERS.len() * EXPERTS + 4;
+    let region_len = FIXED_HEADER_LEN + 4 * LAYERS.len() + INDEX_ENTRY_LEN * LAYERS.len() * EXPERTS + 4;
     let idx = FIXED_HEADER_LEN + 4 * LAYERS.len();
     let crafted = dir.join("crafted.bin");
     let attempt = |edit: &dyn Fn(&mut Vec<u8>)| {
@@ -287,9 +232,7 @@ fn crafted_inconsistent_index_is_rejected() {
     };
     // Two entries pointing at the same extent.
     let r = attempt(&|b| {
-        let second: [u8; 8] = b[idx + INDEX_ENTRY_LEN..idx + INDEX_ENTRY_LEN + 8]
-            .try_into()
-            .unwrap();
+        let second: [u8; 8] = b[idx + INDEX_ENTRY_LEN..idx + INDEX_ENTRY_LEN + 8].try_into().unwrap();
         b[idx..idx + 8].copy_from_slice(&second);
     });
     assert!(matches!(r, Err(StoreError::IndexCorrupt { .. })), "{r:?}");
@@ -318,57 +261,29 @@ fn truncation_is_detected_at_open() {
     drop(store);
     let n = original.len();
     let cut = dir.join("cut.bin");
-    for len in [
-        0,
-        5,
-        8,
-        100,
-        159,
-        160,
-        170,
-        200,
-        331,
-        data_offset,
-        data_offset + 100,
-        data_offset + extent,
-        n - extent,
-        n - 1,
-    ] {
+    for len in
+        [0, 5, 8, 100, 159, 160, 170, 200, 331, data_offset, data_offset + 100, data_offset + extent, n - extent, n - 1]
+    {
         std::fs::write(&cut, &original[..len]).unwrap();
         match ExpertStore::open(&cut, HASH) {
-            Err(StoreError::Truncated {
-                expected_len,
-                file_len,
-                path,
-            }) => {
+            Err(StoreError::Truncated { expected_len, file_len, path }) => {
                 assert_eq!(file_len, len as u64);
                 assert!(expected_len > file_len);
                 assert_eq!(path, cut);
             }
-            r => panic!(
-                "truncated to {len}: expected Truncated, got {:?}",
-                r.map(|_| ())
-            ),
+            r => panic!("truncated to {len}: expected Truncated, got {:?}", r.map(|_| ())),
         }
     }
     // Truncated after open: the read reports it.
     std::fs::write(&cut, &original).unwrap();
     let store = ExpertStore::open(&cut, HASH).unwrap();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&cut)
-        .unwrap()
-        .set_len((n - 10) as u64)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(&cut).unwrap().set_len((n - 10) as u64).unwrap();
     let last = (0..EXPERTS)
         .flat_map(|e| LAYERS.iter().map(move |&l| (l as usize, e)))
         .max_by_key(|&(l, e)| store.entry(l, e).unwrap().offset)
         .unwrap();
     let mut buf = store.alloc_buffer();
-    assert!(matches!(
-        store.read_expert(last.0, last.1, &mut buf),
-        Err(StoreError::Truncated { .. })
-    ));
+    assert!(matches!(store.read_expert(last.0, last.1, &mut buf), Err(StoreError::Truncated { .. })));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -379,66 +294,34 @@ fn misuse_gives_typed_errors() {
     let path = write_store(&dir, WeightEncoding::Int4(p32));
     // Reader.
     let r = ExpertStore::open(&path, HASH ^ 1);
-    assert!(matches!(
-        r,
-        Err(StoreError::ArchMismatch { found: HASH, .. })
-    ));
+    assert!(matches!(r, Err(StoreError::ArchMismatch { found: HASH, .. })));
     let msg = r.unwrap_err().to_string();
     assert!(msg.contains("experts.bin"), "message names the file: {msg}");
-    assert!(matches!(
-        ExpertStore::open(dir.join("missing.bin"), HASH),
-        Err(StoreError::Io { .. })
-    ));
+    assert!(matches!(ExpertStore::open(dir.join("missing.bin"), HASH), Err(StoreError::Io { .. })));
     std::fs::write(dir.join("junk.bin"), vec![7u8; 10000]).unwrap();
-    assert!(matches!(
-        ExpertStore::open(dir.join("junk.bin"), HASH),
-        Err(StoreError::BadMagic { .. })
-    ));
+    assert!(matches!(ExpertStore::open(dir.join("junk.bin"), HASH), Err(StoreError::BadMagic { .. })));
     let store = ExpertStore::open(&path, HASH).unwrap();
     let mut buf = vec![0u8; store.extent_len()];
     for (l, e) in [(0, 0), (2, 0), (1, EXPERTS), (usize::MAX, 0)] {
         match store.read_expert(l, e, &mut buf) {
             Err(err @ StoreError::IndexOutOfRange { .. }) => {
-                assert!(
-                    err.to_string()
-                        .contains(&format!("expert {e} of layer {l}")),
-                    "{err}"
-                )
+                assert!(err.to_string().contains(&format!("expert {e} of layer {l}")), "{err}")
             }
             r => panic!("({l}, {e}): {r:?}"),
         }
     }
     let mut small = vec![0u8; store.extent_len() - 1];
-    assert!(matches!(
-        store.read_expert(1, 0, &mut small),
-        Err(StoreError::BufferTooSmall { .. })
-    ));
-    assert!(matches!(
-        store.decode_expert(&small[..100]),
-        Err(StoreError::BufferTooSmall { .. })
-    ));
+    assert!(matches!(store.read_expert(1, 0, &mut small), Err(StoreError::BufferTooSmall { .. })));
+    assert!(matches!(store.decode_expert(&small[..100]), Err(StoreError::BufferTooSmall { .. })));
 
     // Writer.
     let out = dir.join("w.bin");
     let [g, u, d] = expert_weights(1, 0);
     let mut w = StoreWriter::create(&out, info(WeightEncoding::Int4(p32))).unwrap();
     w.write_expert(1, 0, &g, &u, &d).unwrap();
-    assert!(matches!(
-        w.write_expert(1, 0, &g, &u, &d),
-        Err(StoreError::DuplicateExpert {
-            layer: 1,
-            expert: 0,
-            ..
-        })
-    ));
-    assert!(matches!(
-        w.write_expert(2, 0, &g, &u, &d),
-        Err(StoreError::IndexOutOfRange { layer: 2, .. })
-    ));
-    assert!(matches!(
-        w.write_expert(1, EXPERTS, &g, &u, &d),
-        Err(StoreError::IndexOutOfRange { .. })
-    ));
+    assert!(matches!(w.write_expert(1, 0, &g, &u, &d), Err(StoreError::DuplicateExpert { layer: 1, expert: 0, .. })));
+    assert!(matches!(w.write_expert(2, 0, &g, &u, &d), Err(StoreError::IndexOutOfRange { layer: 2, .. })));
+    assert!(matches!(w.write_expert(1, EXPERTS, &g, &u, &d), Err(StoreError::IndexOutOfRange { .. })));
     match w.write_expert(1, 1, &g, &u, &d[1..]) {
         Err(StoreError::Quant { context, .. }) => {
             assert!(context.contains("layer 1 expert 1 down_proj"), "{context}")
@@ -447,57 +330,32 @@ fn misuse_gives_typed_errors() {
     }
     let mut nan = g.clone();
     nan[3] = f32::NAN;
-    assert!(matches!(
-        w.write_expert(1, 1, &nan, &u, &d),
-        Err(StoreError::Quant { .. })
-    ));
+    assert!(matches!(w.write_expert(1, 1, &nan, &u, &d), Err(StoreError::Quant { .. })));
     match w.finish() {
-        Err(StoreError::Incomplete {
-            missing,
-            layer: 1,
-            expert: 1,
-            ..
-        }) => assert_eq!(missing, LAYERS.len() * EXPERTS - 1),
+        Err(StoreError::Incomplete { missing, layer: 1, expert: 1, .. }) => {
+            assert_eq!(missing, LAYERS.len() * EXPERTS - 1)
+        }
         r => panic!("{r:?}"),
     }
-    assert!(
-        !out.exists(),
-        "an unfinished store never appears at its path"
-    );
-    assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e
-        .unwrap()
-        .file_name()
-        .to_string_lossy()
-        .ends_with(".partial")));
+    assert!(!out.exists(), "an unfinished store never appears at its path");
+    assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".partial")));
     // Shapes the encoding cannot hold, duplicated layers, empty stores.
-    let mut bad = info(WeightEncoding::Int4(
-        QuantParams::new(Int4Scheme::Affine, 64).unwrap(),
-    ));
-    assert!(matches!(
-        StoreWriter::create(&out, bad.clone()),
-        Err(StoreError::Quant { .. })
-    ));
+    let mut bad = info(WeightEncoding::Int4(QuantParams::new(Int4Scheme::Affine, 64).unwrap()));
+    bad.intermediate = 36; // not a multiple of 8: down_proj rows cannot be packed
+    assert!(matches!(StoreWriter::create(&out, bad.clone()), Err(StoreError::Quant { .. })));
+    bad.intermediate = INTER;
     bad.encoding = WeightEncoding::F16;
     bad.layers = vec![2, 2];
-    assert!(matches!(
-        StoreWriter::create(&out, bad.clone()),
-        Err(StoreError::InvalidSpec { .. })
-    ));
+    assert!(matches!(StoreWriter::create(&out, bad.clone()), Err(StoreError::InvalidSpec { .. })));
     bad.layers = vec![];
-    assert!(matches!(
-        StoreWriter::create(&out, bad),
-        Err(StoreError::InvalidSpec { .. })
-    ));
+    assert!(matches!(StoreWriter::create(&out, bad), Err(StoreError::InvalidSpec { .. })));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn direct_io_read_path() {
     let encoding = WeightEncoding::Int4(QuantParams::new(Int4Scheme::Affine, 32).unwrap());
-    for base in [
-        std::env::temp_dir(),
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
-    ] {
+    for base in [std::env::temp_dir(), PathBuf::from(env!("CARGO_TARGET_TMPDIR"))] {
         let dir = scratch_dir(&base, "direct");
         let path = write_store(&dir, encoding);
         let store = ExpertStore::open_with(&path, HASH, OpenOptions { direct_io: true }).unwrap();
@@ -518,9 +376,7 @@ fn direct_io_read_path() {
                 store.read_expert(l as usize, e, &mut aligned).unwrap();
                 let (g, u, d) = store.decode_expert(&aligned).unwrap();
                 assert_eq!([g, u, d], want);
-                store
-                    .read_expert(l as usize, e, &mut unaligned[1..])
-                    .unwrap();
+                store.read_expert(l as usize, e, &mut unaligned[1..]).unwrap();
                 assert_eq!(&unaligned[1..], &aligned[..]);
             }
         }
