@@ -27,10 +27,7 @@ impl TempDir {
     fn new(tag: &str) -> TempDir {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "moestream-bad-ckpt-{}-{tag}-{n}",
-            std::process::id()
-        ));
+        let dir = std::env::temp_dir().join(format!("moestream-bad-ckpt-{}-{tag}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
@@ -74,14 +71,8 @@ struct Raw {
 
 fn f32_tensor(shape: &[usize], seed: usize) -> Raw {
     let n: usize = shape.iter().product();
-    let bytes = (0..n)
-        .flat_map(|i| (((i * 7 + seed * 13) % 17) as f32 / 17.0 - 0.5).to_le_bytes())
-        .collect();
-    Raw {
-        dtype: Dtype::F32,
-        shape: shape.to_vec(),
-        bytes,
-    }
+    let bytes = (0..n).flat_map(|i| (((i * 7 + seed * 13) % 17) as f32 / 17.0 - 0.5).to_le_bytes()).collect();
+    Raw { dtype: Dtype::F32, shape: shape.to_vec(), bytes }
 }
 
 /// Every tensor of the tiny model (head_dim 4: q `[8, 8]`, k/v `[4, 8]`).
@@ -92,18 +83,12 @@ fn tensors() -> BTreeMap<String, Raw> {
         ("model.norm.weight".into(), vec![h]),
         ("lm_head.weight".into(), vec![VOCAB, h]),
         ("model.layers.0.input_layernorm.weight".into(), vec![h]),
-        (
-            "model.layers.0.post_attention_layernorm.weight".into(),
-            vec![h],
-        ),
+        ("model.layers.0.post_attention_layernorm.weight".into(), vec![h]),
         ("model.layers.0.self_attn.q_proj.weight".into(), vec![h, h]),
         ("model.layers.0.self_attn.k_proj.weight".into(), vec![kv, h]),
         ("model.layers.0.self_attn.v_proj.weight".into(), vec![kv, h]),
         ("model.layers.0.self_attn.o_proj.weight".into(), vec![h, h]),
-        (
-            "model.layers.0.block_sparse_moe.gate.weight".into(),
-            vec![EXPERTS, h],
-        ),
+        ("model.layers.0.block_sparse_moe.gate.weight".into(), vec![EXPERTS, h]),
     ];
     for e in 0..EXPERTS {
         let p = format!("model.layers.0.block_sparse_moe.experts.{e}");
@@ -111,30 +96,17 @@ fn tensors() -> BTreeMap<String, Raw> {
         specs.push((format!("{p}.w3.weight"), vec![INTER, h]));
         specs.push((format!("{p}.w2.weight"), vec![h, INTER]));
     }
-    specs
-        .into_iter()
-        .enumerate()
-        .map(|(i, (name, shape))| (name, f32_tensor(&shape, i)))
-        .collect()
+    specs.into_iter().enumerate().map(|(i, (name, shape))| (name, f32_tensor(&shape, i))).collect()
 }
 
 fn write_config(dir: &Path, cfg: &Value) {
-    std::fs::write(
-        dir.join("config.json"),
-        serde_json::to_string_pretty(cfg).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(cfg).unwrap()).unwrap();
 }
 
 fn write_weights(dir: &Path, t: &BTreeMap<String, Raw>) {
     let views: Vec<(String, TensorView<'_>)> = t
         .iter()
-        .map(|(name, r)| {
-            (
-                name.clone(),
-                TensorView::new(r.dtype, r.shape.clone(), &r.bytes).unwrap(),
-            )
-        })
+        .map(|(name, r)| (name.clone(), TensorView::new(r.dtype, r.shape.clone(), &r.bytes).unwrap()))
         .collect();
     safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
 }
@@ -169,9 +141,7 @@ fn valid_tiny_checkpoint_loads_and_runs() {
 
 #[test]
 fn unknown_architecture() {
-    let dir = checkpoint("arch", |c, _| {
-        c["architectures"] = json!(["GPT2LMHeadModel"])
-    });
+    let dir = checkpoint("arch", |c, _| c["architectures"] = json!(["GPT2LMHeadModel"]));
     assert!(matches!(load_err(&dir), Error::UnsupportedArchitecture(a) if a == "GPT2LMHeadModel"));
 }
 
@@ -187,9 +157,7 @@ fn missing_config_field() {
 
 #[test]
 fn unsupported_rope_scaling() {
-    let dir = checkpoint("yarn", |c, _| {
-        c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4.0})
-    });
+    let dir = checkpoint("yarn", |c, _| c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4.0}));
     assert!(matches!(load_err(&dir), Error::UnsupportedConfig(_)));
 }
 
@@ -214,11 +182,7 @@ fn wrong_shape() {
         t.insert(name.into(), f32_tensor(&[HIDDEN, HIDDEN + 1], 0));
     });
     match load_err(&dir) {
-        Error::TensorShape {
-            name: n,
-            actual,
-            expected,
-        } => {
+        Error::TensorShape { name: n, actual, expected } => {
             assert_eq!(n, name);
             assert_eq!(actual, vec![HIDDEN, HIDDEN + 1]);
             assert_eq!(expected, vec![HIDDEN, HIDDEN]);
@@ -231,22 +195,10 @@ fn wrong_shape() {
 fn wrong_dtype() {
     let name = "model.norm.weight";
     let dir = checkpoint("dtype", |_, t| {
-        t.insert(
-            name.into(),
-            Raw {
-                dtype: Dtype::I32,
-                shape: vec![HIDDEN],
-                bytes: vec![0; 4 * HIDDEN],
-            },
-        );
+        t.insert(name.into(), Raw { dtype: Dtype::I32, shape: vec![HIDDEN], bytes: vec![0; 4 * HIDDEN] });
     });
-    assert!(
-        matches!(load_err(&dir), Error::TensorDtype { name: n, dtype } if n == name && dtype == "I32")
-    );
-    assert!(matches!(
-        Checkpoint::open(dir.path()),
-        Err(Error::TensorDtype { .. })
-    ));
+    assert!(matches!(load_err(&dir), Error::TensorDtype { name: n, dtype } if n == name && dtype == "I32"));
+    assert!(matches!(Checkpoint::open(dir.path()), Err(Error::TensorDtype { .. })));
 }
 
 #[test]
@@ -280,10 +232,7 @@ fn no_weights() {
     let dir = TempDir::new("noweights");
     write_config(dir.path(), &config());
     assert!(matches!(load_err(&dir), Error::NoWeights(p) if p == dir.path()));
-    assert!(matches!(
-        Checkpoint::open(dir.path()),
-        Err(Error::NoWeights(_))
-    ));
+    assert!(matches!(Checkpoint::open(dir.path()), Err(Error::NoWeights(_))));
 }
 
 #[test]
@@ -291,10 +240,7 @@ fn missing_config() {
     let dir = TempDir::new("noconfig");
     write_weights(dir.path(), &tensors());
     assert!(matches!(load_err(&dir), Error::Io { path, .. } if path.ends_with("config.json")));
-    assert!(matches!(
-        ArchSpec::from_dir(dir.path()),
-        Err(Error::Io { .. })
-    ));
+    assert!(matches!(ArchSpec::from_dir(dir.path()), Err(Error::Io { .. })));
     // A directory that does not exist at all.
     let gone = dir.path().join("does-not-exist");
     assert!(matches!(ReferenceModel::load(&gone), Err(Error::Io { .. })));
@@ -303,11 +249,7 @@ fn missing_config() {
 #[test]
 fn malformed_json() {
     let dir = checkpoint("json", |_, _| {});
-    std::fs::write(
-        dir.path().join("config.json"),
-        "{\"architectures\": [\"MixtralForCausalLM\"],",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("config.json"), "{\"architectures\": [\"MixtralForCausalLM\"],").unwrap();
     assert!(matches!(load_err(&dir), Error::Json { path, .. } if path.ends_with("config.json")));
 }
 
@@ -315,11 +257,7 @@ fn malformed_json() {
 fn missing_shard_of_index() {
     let dir = checkpoint("shard", |_, _| {});
     let index = json!({"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}});
-    std::fs::write(
-        dir.path().join("model.safetensors.index.json"),
-        index.to_string(),
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
     assert!(matches!(load_err(&dir), Error::Io { .. }));
     std::fs::write(dir.path().join("model.safetensors.index.json"), "[1, 2").unwrap();
     assert!(matches!(load_err(&dir), Error::Json { .. }));
@@ -333,10 +271,7 @@ fn bad_prompts_at_forward_time() {
     assert!(
         matches!(model.forward(&[1, vocab, 2]), Err(Error::TokenOutOfRange { id, vocab: v }) if id == vocab && v == VOCAB)
     );
-    assert!(matches!(
-        model.forward(&[u32::MAX]),
-        Err(Error::TokenOutOfRange { .. })
-    ));
+    assert!(matches!(model.forward(&[u32::MAX]), Err(Error::TokenOutOfRange { .. })));
     assert!(matches!(model.forward(&[]), Err(Error::EmptyPrompt)));
     assert!(matches!(model.log_probs(&[]), Err(Error::EmptyPrompt)));
     assert!(matches!(model.greedy(&[], 2), Err(Error::EmptyPrompt)));
@@ -346,14 +281,8 @@ fn bad_prompts_at_forward_time() {
         Err(Error::ContextOverflow { requested, context }) if requested == MAX_POS + 1 && context == MAX_POS
     ));
     assert!(model.forward(&long[..MAX_POS]).is_ok());
-    assert!(matches!(
-        model.greedy(&long[..MAX_POS - 1], 2),
-        Err(Error::ContextOverflow { .. })
-    ));
-    assert!(matches!(
-        model.log_probs(&long),
-        Err(Error::ContextOverflow { .. })
-    ));
+    assert!(matches!(model.greedy(&long[..MAX_POS - 1], 2), Err(Error::ContextOverflow { .. })));
+    assert!(matches!(model.log_probs(&long), Err(Error::ContextOverflow { .. })));
     // Step-by-step sessions check the same limits and stay usable after an error.
     let mut s = model.session();
     assert!(matches!(s.step(vocab), Err(Error::TokenOutOfRange { .. })));
@@ -368,10 +297,7 @@ fn bad_prompts_at_forward_time() {
 fn empty_weight_file() {
     let dir = checkpoint("empty-file", |_, _| {});
     std::fs::write(dir.path().join("model.safetensors"), b"").unwrap();
-    assert!(matches!(
-        load_err(&dir),
-        Error::Safetensors { .. } | Error::Io { .. }
-    ));
+    assert!(matches!(load_err(&dir), Error::Safetensors { .. } | Error::Io { .. }));
 }
 
 #[test]

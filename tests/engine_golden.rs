@@ -8,8 +8,7 @@ use moestream::ops::WeightFormat;
 use moestream::runtime::{Engine, EngineOptions, GenerateOptions};
 
 fn engine(dir: &std::path::Path, format: WeightFormat) -> Engine {
-    let mut o = EngineOptions::new(dir);
-    o.format = format;
+    let mut o = EngineOptions::new(dir).with_format(format);
     o.context = Some(1200);
     Engine::load_on(gpu(), &o).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
 }
@@ -22,38 +21,15 @@ fn f32_matches_transformers() {
             if p.tokens.len() > 1 {
                 let s = e.score(&p.tokens).unwrap();
                 let err = max_abs_diff(&s.logprobs, &p.logprobs);
-                println!(
-                    "{} {}: {} tokens, max |Δ logprob| = {err:.2e}",
-                    golden.architecture,
-                    p.name,
-                    p.tokens.len()
-                );
-                assert!(
-                    err < 1e-3,
-                    "{} {}: log-prob error {err}",
-                    golden.architecture,
-                    p.name
-                );
+                println!("{} {}: {} tokens, max |Δ logprob| = {err:.2e}", golden.architecture, p.name, p.tokens.len());
+                assert!(err < 1e-3, "{} {}: log-prob error {err}", golden.architecture, p.name);
             }
             let last = e.next_logprobs(&p.tokens).unwrap();
             let err = max_abs_diff(&last, &p.last_logprobs);
-            assert!(
-                err < 1e-3,
-                "{} {}: last-position error {err}",
-                golden.architecture,
-                p.name
-            );
-            let opts = GenerateOptions {
-                max_tokens: p.greedy.len(),
-                ignore_eos: true,
-                ..Default::default()
-            };
+            assert!(err < 1e-3, "{} {}: last-position error {err}", golden.architecture, p.name);
+            let opts = GenerateOptions { max_tokens: p.greedy.len(), ignore_eos: true, ..Default::default() };
             let g = e.generate(&p.tokens, &opts, |_, _| true).unwrap();
-            assert_eq!(
-                g.tokens, p.greedy,
-                "{} {}: greedy tokens",
-                golden.architecture, p.name
-            );
+            assert_eq!(g.tokens, p.greedy, "{} {}: greedy tokens", golden.architecture, p.name);
         }
     }
 }
@@ -62,18 +38,10 @@ fn f32_matches_transformers() {
 fn f16_weights_stay_close() {
     for (dir, golden) in fixtures() {
         let e = engine(&dir, WeightFormat::F16);
-        let p = golden
-            .prompts
-            .iter()
-            .find(|p| p.name == "short")
-            .expect("short prompt");
+        let p = golden.prompts.iter().find(|p| p.name == "short").expect("short prompt");
         let s = e.score(&p.tokens).unwrap();
         let err = max_abs_diff(&s.logprobs, &p.logprobs);
         println!("{} f16: max |Δ logprob| = {err:.2e}", golden.architecture);
-        assert!(
-            err < 0.05,
-            "{} f16: log-prob error {err}",
-            golden.architecture
-        );
+        assert!(err < 0.05, "{} f16: log-prob error {err}", golden.architecture);
     }
 }

@@ -20,7 +20,7 @@ fn check(format: WeightFormat, prompt_names: &[&str]) {
         let mut o = EngineOptions::new(&dir).with_format(format);
         o.context = Some(1200);
         let engine = Engine::load_on(gpu(), &o).unwrap();
-        let decoder = DecoderOptions { experts: format, dense: format, context: 1200, max_batch: 64 };
+        let decoder = DecoderOptions { experts: format, dense: format, context: 1200, max_batch: 64, streaming: None };
         let reference = ReferenceModel::load(&dir).unwrap().rounded_like(&decoder).unwrap();
         for p in golden.prompts.iter().filter(|p| prompt_names.contains(&p.name.as_str())) {
             let gpu_lp = engine.score(&p.tokens).unwrap().logprobs;

@@ -60,11 +60,7 @@ fn read_golden(path: &Path) -> (String, Vec<Prompt>) {
 fn fixture_dirs() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.join("golden.json").is_file())
-                .collect()
-        })
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("golden.json").is_file()).collect())
         .unwrap_or_default();
     dirs.sort();
     dirs
@@ -72,10 +68,7 @@ fn fixture_dirs() -> Vec<PathBuf> {
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 /// Checks one fixture; returns a description of every failure (empty when it passes).
@@ -91,36 +84,20 @@ fn check_fixture(dir: &Path) -> Vec<String> {
     let (mut worst_lp, mut worst_last) = (0.0f32, 0.0f32);
     for p in &prompts {
         let logits = model.forward(&p.tokens).unwrap();
-        let lp: Vec<f32> = logits
-            .iter()
-            .zip(&p.tokens[1..])
-            .map(|(l, &next)| log_softmax(l)[next as usize])
-            .collect();
+        let lp: Vec<f32> = logits.iter().zip(&p.tokens[1..]).map(|(l, &next)| log_softmax(l)[next as usize]).collect();
         let last = log_softmax(logits.last().unwrap());
-        let (e_lp, e_last) = (
-            max_abs_diff(&lp, &p.logprobs),
-            max_abs_diff(&last, &p.last_logprobs),
-        );
+        let (e_lp, e_last) = (max_abs_diff(&lp, &p.logprobs), max_abs_diff(&last, &p.last_logprobs));
         worst_lp = worst_lp.max(e_lp);
         worst_last = worst_last.max(e_last);
         if e_lp > TOL || e_lp.is_nan() {
-            failures.push(format!(
-                "{name}/{}: logprobs max abs error {e_lp:.3e} > {TOL:e}",
-                p.name
-            ));
+            failures.push(format!("{name}/{}: logprobs max abs error {e_lp:.3e} > {TOL:e}", p.name));
         }
         if e_last > TOL || e_last.is_nan() {
-            failures.push(format!(
-                "{name}/{}: last_logprobs max abs error {e_last:.3e} > {TOL:e}",
-                p.name
-            ));
+            failures.push(format!("{name}/{}: last_logprobs max abs error {e_last:.3e} > {TOL:e}", p.name));
         }
         let greedy = model.greedy(&p.tokens, p.greedy.len()).unwrap();
         if greedy != p.greedy {
-            failures.push(format!(
-                "{name}/{}: greedy {greedy:?} != golden {:?}",
-                p.name, p.greedy
-            ));
+            failures.push(format!("{name}/{}: greedy {greedy:?} != golden {:?}", p.name, p.greedy));
         }
     }
     println!(
@@ -136,20 +113,10 @@ fn reference_matches_transformers_golden() {
     assert!(!dirs.is_empty(), "no tests/fixtures/*/golden.json found");
     // One thread per fixture: they are independent and the long prompt dominates.
     let failures: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = dirs
-            .iter()
-            .map(|d| s.spawn(move || check_fixture(d)))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("fixture thread panicked"))
-            .collect()
+        let handles: Vec<_> = dirs.iter().map(|d| s.spawn(move || check_fixture(d))).collect();
+        handles.into_iter().flat_map(|h| h.join().expect("fixture thread panicked")).collect()
     });
-    assert!(
-        failures.is_empty(),
-        "golden mismatches:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "golden mismatches:\n{}", failures.join("\n"));
 }
 
 #[test]

@@ -251,7 +251,9 @@ impl CacheModel {
                         Some(slot) => slot,
                         None => {
                             let c = candidates.get_or_insert_with(|| self.unpinned());
-                            let (victim, slot) = self.evict_victim(c, layer);
+                            let pick = self.pick_victim(c, layer);
+                            let victim = c.remove(pick);
+                            let slot = self.evict(victim);
                             out.evictions.push((victim, slot));
                             slot
                         }
@@ -272,10 +274,12 @@ impl CacheModel {
     }
 
     /// After routing `layer`: loads the predictor's likely experts of later layers into free
-    /// slots or in place of policy victims, never evicting an expert of `layer`'s routing nor
-    /// one just prefetched, at most the prefetch cap. Apply after the layer's waves.
+    /// slots or in place of policy victims the predictor deems less useful
+    /// ([`Predictor::worth_evicting`]), never evicting an expert of `layer`'s routing nor one
+    /// just prefetched, at most the prefetch cap. Apply after the layer's waves; a load into an
+    /// occupied slot replaces (unmaps) its occupant.
     pub fn prefetch(&mut self, layer: usize) -> Vec<(ExpertId, u32)> {
-        let Some(predictor) = self.predictor.as_mut() else {
+        let Some(mut predictor) = self.predictor.take() else {
             return Vec::new();
         };
         let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
@@ -302,7 +306,12 @@ impl CacheModel {
                     if c.is_empty() {
                         break;
                     }
-                    self.evict_victim(c, layer).1
+                    let pick = self.pick_victim(c, layer);
+                    let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
+                    if !predictor.worth_evicting(id, c[pick], &ctx) {
+                        continue;
+                    }
+                    self.evict(c.remove(pick))
                 }
             };
             self.insert(id, slot, layer);
@@ -317,6 +326,7 @@ impl CacheModel {
             let i = self.index(id);
             self.pinned[i] = false;
         }
+        self.predictor = Some(predictor);
         loads
     }
 
@@ -329,12 +339,14 @@ impl CacheModel {
         self.resident().map(|(id, _)| id).filter(|&id| !self.pinned[self.index(id)]).collect()
     }
 
-    /// Asks the policy for a victim among `candidates`, removes it from them, evicts it and
-    /// returns it with its freed slot.
-    fn evict_victim(&mut self, candidates: &mut Vec<ExpertId>, layer: usize) -> (ExpertId, u32) {
+    /// The policy's choice among `candidates` (an index into them).
+    fn pick_victim(&mut self, candidates: &[ExpertId], layer: usize) -> usize {
         let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
-        let pick = self.policy.victim(candidates, &ctx);
-        let victim = candidates.remove(pick);
+        self.policy.victim(candidates, &ctx)
+    }
+
+    /// Takes `victim` out of its slot and returns the slot.
+    fn evict(&mut self, victim: ExpertId) -> u32 {
         let slot = self.slot_of(victim).expect("eviction candidates are resident");
         let i = self.index(victim);
         self.slots[slot as usize] = None;
@@ -342,7 +354,7 @@ impl CacheModel {
         self.prefetched[i] = false;
         self.policy.on_evict(victim);
         self.stats.evictions += 1;
-        (victim, slot)
+        slot
     }
 
     fn insert(&mut self, id: ExpertId, slot: u32, layer: usize) {

@@ -3,9 +3,12 @@
 pub mod arena;
 pub mod cache_model;
 pub mod eam;
+pub mod io_pool;
 pub mod policy;
 pub mod predictor;
+pub mod residency;
 pub mod slot_table;
+pub mod source;
 pub mod trace;
 
 pub use arena::SlotArena;

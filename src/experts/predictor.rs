@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::experts::policy::eamc::priority;
 use crate::experts::policy::{ExpertId, PolicyContext};
 
 /// Guesses the experts later layers will need, from what has been routed so far.
@@ -13,6 +14,11 @@ pub trait Predictor: Send {
     fn name(&self) -> &'static str;
     /// After routing `layer`: experts of later layers only, most likely first.
     fn predict(&mut self, layer: usize, ctx: &PolicyContext) -> Vec<ExpertId>;
+    /// Whether prefetching `candidate` is worth evicting `victim` (the policy's choice); free
+    /// slots are always used. Default: yes.
+    fn worth_evicting(&self, _candidate: ExpertId, _victim: ExpertId, _ctx: &PolicyContext) -> bool {
+        true
+    }
 }
 
 /// Default number of later layers (with any predicted activation) an [`EamcPredictor`] covers.
@@ -43,6 +49,14 @@ impl Predictor for EamcPredictor {
 
     fn predict(&mut self, layer: usize, ctx: &PolicyContext) -> Vec<ExpertId> {
         ctx.eam.predict(layer, self.lookahead).into_iter().map(|(id, _)| id).collect()
+    }
+
+    /// Only when the candidate's EAMC priority beats the victim's, so prefetch never pushes
+    /// out an expert the prediction values more.
+    fn worth_evicting(&self, candidate: ExpertId, victim: ExpertId, ctx: &PolicyContext) -> bool {
+        let prediction = ctx.eam.prediction();
+        let layers = ctx.layers();
+        priority(&prediction, candidate, layers) > priority(&prediction, victim, layers)
     }
 }
 

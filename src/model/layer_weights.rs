@@ -151,9 +151,8 @@ pub fn expert(ck: &Checkpoint, spec: &ArchSpec, i: usize, e: usize) -> Result<Ml
     // call is acceptable only for small models. Large models use the per-expert layout.
     let gu = ck.tensor(&gate_up, &[m.num_experts, 2 * inter, h])?;
     let dn = ck.tensor(&down, &[m.num_experts, h, inter])?;
-    let slab = |t: &HostTensor, start: usize, rows: usize, cols: usize| HostTensor {
-        shape: vec![rows, cols],
-        data: t.data[start * cols..(start + rows) * cols].to_vec(),
+    let slab = |t: &HostTensor, start: usize, rows: usize, cols: usize| {
+        HostTensor::new(vec![rows, cols], t.data[start * cols..(start + rows) * cols].to_vec())
     };
     Ok(MlpWeights {
         gate: slab(&gu, e * 2 * inter, inter, h),

@@ -8,6 +8,7 @@ use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 
 use crate::error::{Error, Result};
+use crate::quant::{Int4Layout, Int4Matrix, Int4Scheme, QuantParams};
 
 /// Element type of a stored tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,6 +19,8 @@ pub enum StoredDtype {
     F16,
     /// bfloat16.
     BF16,
+    /// An int4 blob (see [`crate::quant`]) written by `moestream convert`.
+    Int4Blob,
 }
 
 struct Entry {
@@ -33,14 +36,48 @@ struct Entry {
 pub struct HostTensor {
     /// Shape, outermost first.
     pub shape: Vec<usize>,
-    /// Row-major values.
+    /// Row-major values (dequantized when the tensor is stored in int4).
     pub data: Vec<f32>,
+    /// The stored int4 form, when the checkpoint holds this tensor quantized (a converted
+    /// model's `resident.safetensors`), so uploads need not quantize again.
+    pub int4: Option<Int4Matrix>,
 }
+
+impl HostTensor {
+    /// A plain f32 tensor.
+    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> HostTensor {
+        HostTensor { shape, data, int4: None }
+    }
+
+    /// The rows of `a` followed by those of `b` (two matrices of equal width), keeping the
+    /// int4 form when both have one with the same parameters.
+    pub fn concat_rows(a: &HostTensor, b: &HostTensor) -> HostTensor {
+        assert_eq!(a.shape[1], b.shape[1], "concat_rows needs equal widths");
+        let mut data = a.data.clone();
+        data.extend_from_slice(&b.data);
+        let int4 = match (&a.int4, &b.int4) {
+            (Some(x), Some(y)) if x.params == y.params => {
+                let mut m = x.clone();
+                m.rows += y.rows;
+                m.packed.extend_from_slice(&y.packed);
+                m.scales.extend_from_slice(&y.scales);
+                m.mins.extend_from_slice(&y.mins);
+                Some(m)
+            }
+            _ => None,
+        };
+        HostTensor { shape: vec![a.shape[0] + b.shape[0], a.shape[1]], data, int4 }
+    }
+}
+
+/// The safetensors metadata key naming the int4 parameters of a file's U8 tensors.
+pub const INT4_METADATA_KEY: &str = "moestream.int4";
 
 /// All tensors of a checkpoint directory, mapped but not yet read.
 pub struct Checkpoint {
     files: Vec<(PathBuf, Mmap)>,
     entries: HashMap<String, Entry>,
+    int4: Option<QuantParams>,
 }
 
 fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -79,6 +116,7 @@ impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Checkpoint> {
         let mut files = Vec::new();
         let mut entries = HashMap::new();
+        let mut int4 = None;
         for path in weight_files(dir)? {
             let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
             // SAFETY: the file is opened read-only; a concurrent writer would be a user error
@@ -88,18 +126,29 @@ impl Checkpoint {
                 .map_err(|e| Error::Safetensors { path: path.clone(), message: e.to_string() })?;
             let data_start = 8 + header_len;
             let file_index = files.len();
+            if let Some(spec) = meta.metadata().as_ref().and_then(|m| m.get(INT4_METADATA_KEY)) {
+                int4 = Some(parse_int4(spec).ok_or_else(|| Error::Safetensors {
+                    path: path.clone(),
+                    message: format!("bad {INT4_METADATA_KEY} metadata {spec:?}"),
+                })?);
+            }
             for (name, info) in meta.tensors() {
                 let dtype = match info.dtype {
                     Dtype::F32 => StoredDtype::F32,
                     Dtype::F16 => StoredDtype::F16,
                     Dtype::BF16 => StoredDtype::BF16,
+                    Dtype::U8 if int4.is_some() => StoredDtype::Int4Blob,
                     other => return Err(Error::TensorDtype { name, dtype: format!("{other:?}") }),
                 };
                 let (a, b) = info.data_offsets;
                 let (start, end) = (data_start + a, data_start + b);
                 let elems: usize = info.shape.iter().product();
-                let width = if dtype == StoredDtype::F32 { 4 } else { 2 };
-                if end > mmap.len() || end - start != elems * width {
+                let width = match dtype {
+                    StoredDtype::F32 => 4,
+                    StoredDtype::Int4Blob => 1,
+                    _ => 2,
+                };
+                if end > mmap.len() || end < start || end - start != elems * width {
                     return Err(Error::Safetensors {
                         path: path.clone(),
                         message: format!("tensor {name} data range is out of bounds or mis-sized"),
@@ -109,7 +158,7 @@ impl Checkpoint {
             }
             files.push((path, mmap));
         }
-        Ok(Checkpoint { files, entries })
+        Ok(Checkpoint { files, entries, int4 })
     }
 
     /// Whether a tensor of that name exists.
@@ -130,6 +179,9 @@ impl Checkpoint {
     /// Reads `name` as f32, checking that its shape is `expected`.
     pub fn tensor(&self, name: &str, expected: &[usize]) -> Result<HostTensor> {
         let e = self.entries.get(name).ok_or_else(|| Error::MissingTensor(name.into()))?;
+        if e.dtype == StoredDtype::Int4Blob {
+            return self.int4_tensor(name, e, expected);
+        }
         if e.shape != expected {
             return Err(Error::TensorShape { name: name.into(), actual: e.shape.clone(), expected: expected.to_vec() });
         }
@@ -138,12 +190,72 @@ impl Checkpoint {
             StoredDtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             StoredDtype::F16 => bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
             StoredDtype::BF16 => bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            StoredDtype::Int4Blob => unreachable!("handled above"),
         };
-        Ok(HostTensor { shape: e.shape.clone(), data })
+        Ok(HostTensor::new(e.shape.clone(), data))
+    }
+
+    fn int4_tensor(&self, name: &str, e: &Entry, expected: &[usize]) -> Result<HostTensor> {
+        let params = self.int4.expect("Int4Blob entries exist only with int4 metadata");
+        let bad = |message: String| Error::Safetensors { path: self.files[e.file].0.clone(), message };
+        let [rows, cols] = expected[..] else {
+            return Err(bad(format!("int4 tensor {name} must be a matrix, expected shape {expected:?}")));
+        };
+        let layout = Int4Layout::new(rows, cols, params).map_err(|err| bad(format!("{name}: {err}")))?;
+        if e.shape != [layout.total_len] {
+            return Err(Error::TensorShape {
+                name: name.into(),
+                actual: e.shape.clone(),
+                expected: vec![layout.total_len],
+            });
+        }
+        let m = Int4Matrix::read_from(&self.files[e.file].1[e.start..e.end], &layout)
+            .map_err(|err| bad(format!("{name}: {err}")))?;
+        Ok(HostTensor { shape: expected.to_vec(), data: m.dequantize(), int4: Some(m) })
+    }
+
+    /// Drops the pages of `name` from this process's memory (they are re-read from disk if
+    /// touched again), so streaming over a large checkpoint keeps the resident set small.
+    pub fn release(&self, name: &str) {
+        if let Some(e) = self.entries.get(name) {
+            let mmap = &self.files[e.file].1;
+            let page = 4096;
+            let start = e.start / page * page;
+            let end = e.end.next_multiple_of(page).min(mmap.len());
+            // SAFETY: the mapping is private and read-only; dropping its pages only makes later
+            // reads fetch them from the file again.
+            let _ = unsafe { mmap.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
+    }
+
+    /// Every tensor name.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// Whether the checkpoint stores a tensor as f32 (else 16-bit or int4).
+    pub fn is_f32(&self, name: &str) -> bool {
+        self.entries.get(name).is_some_and(|e| e.dtype == StoredDtype::F32)
     }
 
     /// The files backing this checkpoint.
     pub fn paths(&self) -> impl Iterator<Item = &Path> {
         self.files.iter().map(|(p, _)| p.as_path())
     }
+}
+
+/// Parses `affine-g32` / `symmetric-g64`.
+fn parse_int4(spec: &str) -> Option<QuantParams> {
+    let (scheme, group) = spec.split_once("-g")?;
+    let scheme = match scheme {
+        "affine" => Int4Scheme::Affine,
+        "symmetric" => Int4Scheme::Symmetric,
+        _ => return None,
+    };
+    QuantParams::new(scheme, group.parse().ok()?).ok()
+}
+
+/// The metadata value naming `p` (inverse of the parser used by [`Checkpoint::open`]).
+pub fn int4_metadata(p: QuantParams) -> String {
+    format!("{}-g{}", p.scheme.name(), p.group_size)
 }

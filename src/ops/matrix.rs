@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::model::HostTensor;
 use crate::quant::{Int4Layout, Int4Scheme, QuantParams, WeightEncoding};
 
 /// How weights are stored on the GPU.
@@ -100,6 +101,14 @@ impl WeightFormat {
         Ok(out)
     }
 
+    /// The format of a store encoding.
+    pub fn from_encoding(e: WeightEncoding) -> WeightFormat {
+        match e {
+            WeightEncoding::F16 => WeightFormat::F16,
+            WeightEncoding::Int4(p) => WeightFormat::Int4(p),
+        }
+    }
+
     /// The store encoding of this format (`None` for f32, which stores do not hold).
     pub fn encoding(self) -> Option<WeightEncoding> {
         match self {
@@ -139,21 +148,17 @@ pub struct GpuMatrix {
 }
 
 impl GpuMatrix {
-    /// Uploads `data` (`rows * cols` values) in `format`, chunked by the binding limit.
-    pub fn upload(
-        gpu: &Gpu,
-        label: &str,
-        data: &[f32],
-        rows: usize,
-        cols: usize,
-        format: WeightFormat,
-    ) -> Result<Self> {
+    /// Uploads the 2-D tensor `t` in `format`, chunked by the binding limit. An int4 tensor
+    /// already in `format` (from a converted model) is uploaded as stored.
+    pub fn upload(gpu: &Gpu, label: &str, t: &HostTensor, format: WeightFormat) -> Result<Self> {
+        let (rows, cols, data) = match t.shape[..] {
+            [r, c] => (r, c, &t.data),
+            _ => return Err(Error::InvalidArgument(format!("{label}: shape {:?} is not a matrix", t.shape))),
+        };
         if cols % 8 != 0 {
             return Err(Error::UnsupportedConfig(format!("{label}: {cols} columns is not a multiple of 8")));
         }
-        if data.len() != rows * cols {
-            return Err(Error::InvalidArgument(format!("{label}: {} values for a {rows}x{cols} matrix", data.len())));
-        }
+        let stored = t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == format);
         // Every chunk's blob (segments padded to 256 bytes) must fit one binding.
         let row_bytes = format.blob_bytes(1, cols)? as u64;
         let mut rows_per_chunk = (gpu.caps.max_binding / row_bytes.max(1)) as usize;
@@ -170,7 +175,15 @@ impl GpuMatrix {
         let mut first_row = 0;
         while first_row < rows {
             let n = rows_per_chunk.min(rows - first_row);
-            let bytes = format.encode(&data[first_row * cols..(first_row + n) * cols], n, cols)?;
+            let bytes = match stored {
+                Some(m) => {
+                    let part = m.rows(first_row..first_row + n);
+                    let mut blob = vec![0u8; format.blob_bytes(n, cols)?];
+                    part.write_into(&mut blob).map_err(quant_err)?;
+                    blob
+                }
+                None => format.encode(&data[first_row * cols..(first_row + n) * cols], n, cols)?,
+            };
             chunks.push(MatrixChunk {
                 buffer: gpu.upload(label, &bytes),
                 first_row,

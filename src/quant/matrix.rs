@@ -181,3 +181,22 @@ impl Int4Matrix {
         out
     }
 }
+
+impl Int4Matrix {
+    /// Rows `range` as their own matrix (groups are per row, so this is exactly what
+    /// quantizing those rows alone gives).
+    pub fn rows(&self, range: std::ops::Range<usize>) -> Int4Matrix {
+        let wpr = self.cols / 8;
+        let gpr = self.params.groups_per_row(self.cols);
+        let slice_groups =
+            |v: &Vec<f16>| if v.is_empty() { Vec::new() } else { v[range.start * gpr..range.end * gpr].to_vec() };
+        Int4Matrix {
+            rows: range.len(),
+            cols: self.cols,
+            params: self.params,
+            packed: self.packed[range.start * wpr..range.end * wpr].to_vec(),
+            scales: slice_groups(&self.scales),
+            mins: slice_groups(&self.mins),
+        }
+    }
+}

@@ -10,8 +10,15 @@ use super::sampler::{Sampler, SamplingParams};
 use super::stats::{peak_rss_bytes, Stats};
 use super::tokenizer::{TextStream, Tokenizer};
 use crate::error::{Error, Result};
+use crate::experts::arena::SlotLayout;
+use crate::experts::eam::DEFAULT_EAMC_CAPACITY;
+use crate::experts::policy::{Phase, PolicyKind};
+use crate::experts::predictor::PrefetchKind;
+use crate::experts::residency::ExpertStats;
+use crate::experts::source::{CheckpointExperts, ExpertSource};
+use crate::experts::trace::TraceHeader;
 use crate::gpu::{Gpu, GpuOptions};
-use crate::model::decoder::{DecoderOptions, GpuModel, StepOutput, StepResult};
+use crate::model::decoder::{DecoderOptions, GpuModel, StepOutput, StepResult, StreamingOptions};
 use crate::model::{ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
 
@@ -30,7 +37,37 @@ pub struct EngineOptions {
     pub max_batch: usize,
     /// Adapter choice and overrides.
     pub gpu: GpuOptions,
+    /// GPU memory for routed experts.
+    pub budget: ExpertBudget,
+    /// Eviction policy when streaming.
+    pub policy: PolicyKind,
+    /// Prefetch predictor when streaming.
+    pub prefetch: PrefetchKind,
+    /// Reader threads for the expert store.
+    pub io_threads: usize,
+    /// Capacity of the EAMC collection.
+    pub eamc_capacity: usize,
+    /// EAMC collection file: loaded at start if it exists, saved when the engine is dropped.
+    pub eamc_file: Option<PathBuf>,
+    /// Write per-step routing to this file.
+    pub trace: Option<PathBuf>,
+    /// Read the expert store with O_DIRECT.
+    pub direct_io: bool,
 }
+
+/// How much GPU memory routed experts may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertBudget {
+    /// Every expert resident when they fit in available memory, else the largest budget that does.
+    Auto,
+    /// This many expert slots.
+    Slots(usize),
+    /// This many bytes of expert slots.
+    Bytes(u64),
+}
+
+/// Reader threads by default: NVMe drives want several requests in flight.
+pub const DEFAULT_IO_THREADS: usize = 4;
 
 impl EngineOptions {
     /// Uses `format` for every weight.
@@ -49,6 +86,14 @@ impl EngineOptions {
             context: None,
             max_batch: 64,
             gpu: GpuOptions::default(),
+            budget: ExpertBudget::Auto,
+            policy: PolicyKind::Eamc,
+            prefetch: PrefetchKind::Eamc,
+            io_threads: DEFAULT_IO_THREADS,
+            eamc_capacity: DEFAULT_EAMC_CAPACITY,
+            eamc_file: None,
+            trace: None,
+            direct_io: false,
         }
     }
 }
@@ -92,6 +137,8 @@ pub struct Score {
     pub logprobs: Vec<f32>,
     /// `exp(-mean(logprobs))`.
     pub perplexity: f64,
+    /// Expert-cache figures of the scoring pass.
+    pub experts: ExpertStats,
 }
 
 /// A loaded model ready to generate and score.
@@ -99,6 +146,37 @@ pub struct Engine {
     model: GpuModel,
     tokenizer: Option<Tokenizer>,
     dir: PathBuf,
+    eamc_file: Option<PathBuf>,
+}
+
+/// The slot budget `options` asks for, `None` when every expert stays resident.
+fn budget_slots(spec: &ArchSpec, slot_bytes: usize, options: &EngineOptions) -> Result<Option<usize>> {
+    let m = spec.moe.as_ref().expect("only MoE models have experts");
+    let total = spec.moe_layers.iter().filter(|x| **x).count() * m.num_experts;
+    let slots = match options.budget {
+        ExpertBudget::Slots(n) => n,
+        ExpertBudget::Bytes(b) => (b / slot_bytes as u64) as usize,
+        ExpertBudget::Auto => {
+            // Keep a quarter of available memory for everything else.
+            let available = available_memory_bytes().unwrap_or(u64::MAX) / 4 * 3;
+            (available / slot_bytes as u64).min(total as u64) as usize
+        }
+    };
+    if slots < m.top_k {
+        return Err(Error::InvalidArgument(format!(
+            "an expert budget of {slots} slots ({} bytes each) is below one layer's top-k ({}); the minimum is {} slots",
+            slot_bytes, m.top_k, m.top_k
+        )));
+    }
+    Ok((slots < total).then_some(slots))
+}
+
+/// Host memory available to the process (Linux `MemAvailable`). On software adapters and
+/// unified-memory GPUs this is also the GPU's; discrete GPUs are assumed to have no less.
+fn available_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
 impl Engine {
@@ -110,9 +188,19 @@ impl Engine {
 
     /// Loads onto an already opened GPU context (several engines can share one).
     pub fn load_on(gpu: Arc<Gpu>, options: &EngineOptions) -> Result<Engine> {
+        Self::load_with_experts(gpu, options, &|source| source)
+    }
+
+    /// Like [`Engine::load_on`], with `wrap` interposed on the expert source (tests inject
+    /// read delays and failures this way).
+    pub fn load_with_experts(
+        gpu: Arc<Gpu>,
+        options: &EngineOptions,
+        wrap: &dyn Fn(Arc<dyn ExpertSource>) -> Arc<dyn ExpertSource>,
+    ) -> Result<Engine> {
         let dir = &options.model_dir;
         let spec = ArchSpec::from_dir(dir)?;
-        let ckpt = Checkpoint::open(dir)?;
+        let ckpt = Arc::new(Checkpoint::open(dir)?);
         let context = options.context.unwrap_or(spec.max_positions.min(4096));
         if context == 0 || context > spec.max_positions {
             return Err(Error::InvalidArgument(format!(
@@ -120,11 +208,48 @@ impl Engine {
                 spec.max_positions
             )));
         }
-        let decoder =
-            DecoderOptions { experts: options.experts, dense: options.dense, context, max_batch: options.max_batch };
-        let model = GpuModel::load(gpu, &spec, &ckpt, decoder)?;
+        let source: Option<Arc<dyn ExpertSource>> = match &spec.moe {
+            Some(m) => {
+                let layout = SlotLayout::new(options.experts, spec.hidden, m.expert_intermediate)?;
+                Some(wrap(Arc::new(CheckpointExperts::new(ckpt.clone(), spec.clone(), layout))))
+            }
+            None => None,
+        };
+        let streaming =
+            source.as_ref().map(|s| budget_slots(&spec, s.layout().slot_bytes, options)).transpose()?.flatten();
+        let decoder = DecoderOptions {
+            experts: options.experts,
+            dense: options.dense,
+            context,
+            max_batch: options.max_batch,
+            streaming: streaming.map(|slots| StreamingOptions {
+                slots,
+                policy: options.policy,
+                prefetch: options.prefetch,
+                io_threads: options.io_threads,
+                eamc_capacity: options.eamc_capacity,
+            }),
+        };
+        let model = GpuModel::load(gpu, &spec, &ckpt, source, decoder)?;
+        if let Some(mut r) = model.residency() {
+            if let (Some(path), Some(cache)) = (&options.eamc_file, r.cache_mut()) {
+                if path.exists() {
+                    cache
+                        .tracker_mut()
+                        .load(path)
+                        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))?;
+                }
+            }
+            if let Some(path) = &options.trace {
+                let m = spec.moe.as_ref().expect("residency implies MoE");
+                let moe_layers = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).map(|i| i as u32).collect();
+                let header =
+                    TraceHeader::new(spec.layers, m.num_experts, m.top_k, moe_layers, r.arena.layout.slot_bytes as u64);
+                r.start_trace(path, &header)?;
+            }
+        }
         let tokenizer = if dir.join("tokenizer.json").exists() { Some(Tokenizer::from_dir(dir)?) } else { None };
-        Ok(Engine { model, tokenizer, dir: dir.clone() })
+        Ok(Engine { model, tokenizer, dir: dir.clone(), eamc_file: options.eamc_file.clone() })
     }
 
     /// The architecture.
@@ -176,9 +301,9 @@ impl Engine {
         let b = self.model.options().max_batch;
         let (head, tail) = tokens.split_at(tokens.len() - 1);
         for (c, chunk) in head.chunks(b).enumerate() {
-            self.model.step(chunk, c * b, StepOutput::None)?;
+            self.model.step(chunk, c * b, Phase::Prefill, StepOutput::None)?;
         }
-        self.model.step(tail, head.len(), last)
+        self.model.step(tail, head.len(), Phase::Prefill, last)
     }
 
     /// Generates after `prompt`, calling `on_token(id, text_piece)` for each new token; the
@@ -190,6 +315,7 @@ impl Engine {
         mut on_token: impl FnMut(u32, &str) -> bool,
     ) -> Result<Generation> {
         self.check_prompt(prompt)?;
+        let before = self.begin_request()?;
         let greedy = options.sampling.is_greedy();
         let want = if greedy { StepOutput::Argmax } else { StepOutput::Logits };
         let mut sampler = Sampler::new(options.sampling);
@@ -220,10 +346,11 @@ impl Engine {
             if !on_token(t, &piece) || tokens.len() >= options.max_tokens || pos + 1 > self.context() {
                 break;
             }
-            next = Some(pick(self.model.step(&[t], pos, want)?));
+            next = Some(pick(self.model.step(&[t], pos, Phase::Decode, want)?));
         }
         let decode_s = decode_start.elapsed().as_secs_f64();
         let decode_steps = tokens.len().saturating_sub(1);
+        let experts = self.end_request(before);
         Ok(Generation {
             prompt_tokens: prompt.to_vec(),
             tokens,
@@ -233,8 +360,36 @@ impl Engine {
                 decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
                 peak_rss_bytes: peak_rss_bytes(),
                 gpu_bytes: self.gpu().bytes_allocated(),
+                experts,
             },
         })
+    }
+
+    /// Marks a request's start for the expert cache and trace; returns the figures so far.
+    fn begin_request(&self) -> Result<ExpertStats> {
+        match self.model.residency() {
+            Some(mut r) => {
+                r.begin_request()?;
+                Ok(r.stats())
+            }
+            None => Ok(ExpertStats::default()),
+        }
+    }
+
+    /// Marks the request's end; returns its expert figures.
+    fn end_request(&self, before: ExpertStats) -> ExpertStats {
+        match self.model.residency() {
+            Some(mut r) => {
+                r.end_request();
+                r.stats().since(&before)
+            }
+            None => ExpertStats::default(),
+        }
+    }
+
+    /// Cumulative expert-cache figures of this engine.
+    pub fn expert_stats(&self) -> ExpertStats {
+        self.model.residency().map(|r| r.stats()).unwrap_or_default()
     }
 
     /// Teacher-forces `tokens` and returns the log-probability of each next token.
@@ -246,28 +401,49 @@ impl Engine {
         let b = self.model.options().max_batch;
         let inputs = &tokens[..tokens.len() - 1];
         let mut logprobs = Vec::with_capacity(inputs.len());
+        let before = self.begin_request()?;
         for (c, chunk) in inputs.chunks(b).enumerate() {
             let start = c * b;
             let targets = &tokens[start + 1..start + 1 + chunk.len()];
-            match self.model.step(chunk, start, StepOutput::LogProbs(targets))? {
+            match self.model.step(chunk, start, Phase::Prefill, StepOutput::LogProbs(targets))? {
                 StepResult::LogProbs(lp) => logprobs.extend(lp),
                 _ => unreachable!("scoring asks for log-probs"),
             }
         }
+        let experts = self.end_request(before);
         let mean = logprobs.iter().map(|&l| l as f64).sum::<f64>() / logprobs.len() as f64;
-        Ok(Score { tokens: tokens.to_vec(), logprobs, perplexity: (-mean).exp() })
+        Ok(Score { tokens: tokens.to_vec(), logprobs, perplexity: (-mean).exp(), experts })
     }
 
     /// Log-softmax of the logits after `tokens` (the distribution of the next token).
     pub fn next_logprobs(&self, tokens: &[u32]) -> Result<Vec<f32>> {
         self.check_prompt(tokens)?;
-        match self.prefill(tokens, StepOutput::Logits)? {
+        let before = self.begin_request()?;
+        let result = self.prefill(tokens, StepOutput::Logits);
+        self.end_request(before);
+        match result? {
             StepResult::Logits(l) => {
                 let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let lse = max + l.iter().map(|v| (v - max).exp()).sum::<f32>().ln();
                 Ok(l.iter().map(|v| v - lse).collect())
             }
             _ => unreachable!("asked for logits"),
+        }
+    }
+}
+
+impl Drop for Engine {
+    /// Saves the EAMC collection (`--eamc FILE`) and flushes the trace.
+    fn drop(&mut self) {
+        if let Some(mut r) = self.model.residency() {
+            if let Err(e) = r.finish_trace() {
+                log::error!("{e}");
+            }
+            if let (Some(path), Some(cache)) = (&self.eamc_file, r.cache()) {
+                if let Err(e) = cache.tracker().save(path) {
+                    log::error!("saving the EAMC collection to {}: {e}", path.display());
+                }
+            }
         }
     }
 }

@@ -5,6 +5,6 @@ pub mod sampler;
 pub mod stats;
 pub mod tokenizer;
 
-pub use engine::{Engine, EngineOptions, GenerateOptions, Generation, Score};
+pub use engine::{Engine, EngineOptions, ExpertBudget, GenerateOptions, Generation, Score};
 pub use sampler::SamplingParams;
 pub use stats::Stats;

@@ -13,6 +13,9 @@ pub struct Stats {
     pub peak_rss_bytes: u64,
     /// GPU buffer bytes allocated.
     pub gpu_bytes: u64,
+    /// Expert cache figures (hits, misses, prefetches, bytes read, stall time).
+    #[serde(flatten)]
+    pub experts: crate::experts::residency::ExpertStats,
 }
 
 /// The process's peak resident set size (Linux `VmHWM`; 0 where unavailable).

@@ -36,8 +36,7 @@ pub fn fixtures() -> Vec<(PathBuf, Golden)> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("golden.json").exists())
         .map(|p| {
-            let g = serde_json::from_str(&std::fs::read_to_string(p.join("golden.json")).unwrap())
-                .unwrap();
+            let g = serde_json::from_str(&std::fs::read_to_string(p.join("golden.json")).unwrap()).unwrap();
             (p, g)
         })
         .collect();
@@ -49,17 +48,191 @@ pub fn fixtures() -> Vec<(PathBuf, Golden)> {
 /// The GPU used by tests (lavapipe in CI), opened once per test binary.
 pub fn gpu() -> std::sync::Arc<Gpu> {
     static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions::default()).expect("a Vulkan adapter (lavapipe) is required")
-    })
-    .clone()
+    GPU.get_or_init(|| Gpu::new(&GpuOptions::default()).expect("a Vulkan adapter (lavapipe) is required")).clone()
 }
 
 /// Largest absolute difference.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel-test helpers (tests/kernels_*.rs): deterministic random data, one-pass submission,
+// typed uploads/readbacks and tolerance checks against the CPU reference.
+
+/// A small deterministic xorshift64* generator (no external crate needed).
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    /// Uniform in [lo, hi).
+    pub fn range(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * self.unit()
+    }
+
+    /// Uniform integer in 0..n.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// `n` values uniform in [lo, hi).
+    pub fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.range(lo, hi)).collect()
+    }
+
+    /// Fisher–Yates shuffle.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i + 1));
+        }
+    }
+}
+
+/// A GPU whose storage bindings are capped at 4096 bytes, so weight matrices and the expert
+/// arena are split into many chunks (opened once per test binary).
+pub fn gpu_chunked() -> std::sync::Arc<Gpu> {
+    static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
+    GPU.get_or_init(|| {
+        Gpu::new(&GpuOptions { max_binding_override: Some(4096), ..Default::default() })
+            .expect("a Vulkan adapter (lavapipe) is required")
+    })
+    .clone()
+}
+
+/// A GPU with subgroup operations disabled, so the shared-memory fallback kernels run.
+pub fn gpu_no_subgroups() -> std::sync::Arc<Gpu> {
+    static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
+    GPU.get_or_init(|| {
+        Gpu::new(&GpuOptions { disable_subgroups: true, ..Default::default() })
+            .expect("a Vulkan adapter (lavapipe) is required")
+    })
+    .clone()
+}
+
+/// Records whatever `f` puts in one compute pass, submits it (read-backs wait for it).
+pub fn submit(gpu: &Gpu, f: impl FnOnce(&mut wgpu::ComputePass<'_>)) {
+    let mut encoder = gpu.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        f(&mut pass);
+    }
+    gpu.queue.submit([encoder.finish()]);
+}
+
+/// A storage buffer holding `data`.
+pub fn upload_f32(gpu: &Gpu, data: &[f32]) -> wgpu::Buffer {
+    gpu.upload("test f32", bytemuck::cast_slice(data))
+}
+
+/// A storage buffer holding `data`.
+pub fn upload_u32(gpu: &Gpu, data: &[u32]) -> wgpu::Buffer {
+    gpu.upload("test u32", bytemuck::cast_slice(data))
+}
+
+/// Reads `count` f32 values back.
+pub fn read_f32(gpu: &Gpu, buf: &wgpu::Buffer, count: usize) -> Vec<f32> {
+    gpu.read_f32(buf, 0, count).expect("readback")
+}
+
+/// Reads `count` u32 values back.
+pub fn read_u32(gpu: &Gpu, buf: &wgpu::Buffer, count: usize) -> Vec<u32> {
+    read_f32(gpu, buf, count).into_iter().map(f32::to_bits).collect()
+}
+
+/// The values after a round trip through f16 (what an f16 weight upload holds).
+pub fn f16_round(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+}
+
+/// Normalised mean squared error `sum (got-want)^2 / sum want^2`.
+pub fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len(), "length mismatch");
+    let num: f64 = got.iter().zip(want).map(|(g, w)| ((g - w) as f64).powi(2)).sum();
+    let den: f64 = want.iter().map(|w| (*w as f64).powi(2)).sum();
+    num / den.max(1e-30)
+}
+
+/// Asserts `|got - want| <= tol * (1 + |want|)` element-wise (NaN fails), naming the worst
+/// element on failure.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length mismatch");
+    let mut worst = (0usize, 0.0f32);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs() / (1.0 + w.abs());
+        if err.is_nan() || err > worst.1 {
+            worst = (i, if err.is_nan() { f32::INFINITY } else { err });
+        }
+    }
+    let (i, err) = worst;
+    assert!(
+        err <= tol,
+        "{what}: |Δ| ≤ {tol:e}·(1+|ref|) violated at [{i}]: got {} want {} (scaled err {err:e}, \
+         NMSE {:e})",
+        got[i],
+        want[i],
+        nmse(got, want)
+    );
+}
+
+/// Asserts bit-exact equality, naming the first differing element.
+pub fn assert_bits_eq(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length mismatch");
+    if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+        panic!("{what}: not bit-identical at [{i}]: got {} want {}", got[i], want[i]);
+    }
+}
+
+/// Every weight format the kernels read: f32, f16, int4 affine (groups of 32) and int4
+/// symmetric (groups of 64).
+pub fn weight_formats() -> [moestream::ops::WeightFormat; 4] {
+    use moestream::ops::WeightFormat;
+    use moestream::quant::{Int4Scheme, QuantParams};
+    [
+        WeightFormat::F32,
+        WeightFormat::F16,
+        WeightFormat::Int4(QuantParams { scheme: Int4Scheme::Affine, group_size: 32 }),
+        WeightFormat::Int4(QuantParams { scheme: Int4Scheme::Symmetric, group_size: 64 }),
+    ]
+}
+
+/// The values a `[rows, cols]` matrix holds once stored in `format` (f16-rounded, or
+/// quantized and dequantized by the CPU codec), for running the reference on what the GPU sees.
+pub fn as_stored(format: moestream::ops::WeightFormat, w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    match format.encoding() {
+        None => w.to_vec(),
+        Some(enc) => {
+            let bytes = format.encode(w, rows, cols).expect("encode");
+            enc.decode(&bytes, rows, cols).expect("decode")
+        }
+    }
+}
+
+/// Uploads a row-major `[rows, cols]` f32 matrix in `format` (chunked by the binding limit).
+pub fn upload_matrix(
+    gpu: &Gpu,
+    data: &[f32],
+    rows: usize,
+    cols: usize,
+    format: moestream::ops::WeightFormat,
+) -> moestream::ops::GpuMatrix {
+    let t = moestream::model::weights::HostTensor::new(vec![rows, cols], data.to_vec());
+    moestream::ops::GpuMatrix::upload(gpu, "test matrix", &t, format).expect("matrix upload")
 }

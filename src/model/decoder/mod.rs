@@ -1,10 +1,18 @@
 //! The generic decoder on the GPU, built from the ops for any [`ArchSpec`]: weights uploaded
 //! once, every kernel bound once, each step records the same dispatch list for its token count.
 
-use std::sync::Arc;
+mod step;
+
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::experts::arena::SlotLayout;
+use crate::experts::cache_model::CacheModel;
+use crate::experts::eam::{EamTracker, DEFAULT_MATCHES};
+use crate::experts::policy::PolicyKind;
+use crate::experts::predictor::PrefetchKind;
+use crate::experts::residency::ExpertResidency;
+use crate::experts::source::ExpertSource;
 use crate::experts::{SlotArena, SlotTable};
 use crate::gpu::{Gpu, Readback, StepUniform};
 use crate::model::layer_weights::{self, FfnWeights, MlpWeights};
@@ -33,6 +41,24 @@ pub struct DecoderOptions {
     pub context: usize,
     /// Most tokens one step processes (prefill chunk).
     pub max_batch: usize,
+    /// Stream experts through a slot budget; `None` keeps every expert resident.
+    pub streaming: Option<StreamingOptions>,
+}
+
+/// How routed experts are streamed when they do not all get a slot.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamingOptions {
+    /// GPU slots for experts (at least one layer's top-k). A budget holding every expert means
+    /// fully resident.
+    pub slots: usize,
+    /// Eviction policy.
+    pub policy: PolicyKind,
+    /// Prefetch predictor.
+    pub prefetch: PrefetchKind,
+    /// Reader threads.
+    pub io_threads: usize,
+    /// Capacity of the EAMC collection.
+    pub eamc_capacity: usize,
 }
 
 impl DecoderOptions {
@@ -140,20 +166,15 @@ pub struct GpuModel {
     argmax: Argmax,
     token_logprob: TokenLogprob,
     readback: Readback,
+    routing_readback: Readback,
     /// Keeps every weight and cache buffer alive for the bind groups.
     _buffers: Vec<wgpu::Buffer>,
     _matrices: Vec<GpuMatrix>,
-    _experts: Option<(SlotArena, SlotTable)>,
+    experts: Option<Mutex<ExpertResidency>>,
 }
 
 fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
     gpu.upload(label, bytemuck::cast_slice(&t.data))
-}
-
-fn concat_rows(a: &HostTensor, b: &HostTensor) -> Vec<f32> {
-    let mut v = a.data.clone();
-    v.extend_from_slice(&b.data);
-    v
 }
 
 /// Checks the limits of the kernels against a spec.
@@ -183,9 +204,9 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn matrix(&mut self, label: &str, data: &[f32], rows: usize, cols: usize) -> Result<usize> {
+    fn matrix(&mut self, label: &str, t: &HostTensor) -> Result<usize> {
         let format = self.options.format_of(label);
-        self.matrices.push(GpuMatrix::upload(self.gpu, label, data, rows, cols, format)?);
+        self.matrices.push(GpuMatrix::upload(self.gpu, label, t, format)?);
         Ok(self.matrices.len() - 1)
     }
 
@@ -198,8 +219,7 @@ impl Builder<'_> {
         y: &wgpu::Buffer,
         out: MatMulOut,
     ) -> Result<MatMul> {
-        let (rows, cols) = (w.shape[0], w.shape[1]);
-        let m = self.matrix(label, &w.data, rows, cols)?;
+        let m = self.matrix(label, w)?;
         let bias = bias.map(|b| f32_buf(self.gpu, label, b));
         let mm = MatMul::new(self.gpu, self.step, x, &self.matrices[m], bias.as_ref(), y, out);
         self.buffers.extend(bias);
@@ -217,7 +237,7 @@ impl Builder<'_> {
         hidden: usize,
     ) -> Result<Mlp> {
         let inter = w.gate.shape[0];
-        let gu = self.matrix(label, &concat_rows(&w.gate, &w.up), 2 * inter, hidden)?;
+        let gu = self.matrix(label, &HostTensor::concat_rows(&w.gate, &w.up))?;
         let gate_up =
             MatMul::new(self.gpu, self.step, x, &self.matrices[gu], None, &acts.gu, MatMulOut::plain(2 * inter));
         let swiglu = SwiGlu::new(self.gpu, self.step, &acts.gu, &acts.mh, inter);
@@ -243,7 +263,14 @@ impl Builder<'_> {
 
 impl GpuModel {
     /// Uploads `ckpt` (described by `spec`) to `gpu` and binds every kernel.
-    pub fn load(gpu: Arc<Gpu>, spec: &ArchSpec, ckpt: &Checkpoint, options: DecoderOptions) -> Result<GpuModel> {
+    /// Uploads the non-expert weights of `ckpt` and every routed expert from `experts`.
+    pub fn load(
+        gpu: Arc<Gpu>,
+        spec: &ArchSpec,
+        ckpt: &Checkpoint,
+        expert_source: Option<Arc<dyn ExpertSource>>,
+        options: DecoderOptions,
+    ) -> Result<GpuModel> {
         check_supported(spec)?;
         let h = spec.hidden;
         let max_batch = options.max_batch.clamp(1, (gpu.caps.max_binding / (spec.vocab as u64 * 4)).max(1) as usize);
@@ -283,7 +310,7 @@ impl GpuModel {
         let mut bld = Builder { gpu: &gpu, step: &step.buffer, options, buffers: Vec::new(), matrices: Vec::new() };
 
         let (embed_w, final_norm_w, head_w) = layer_weights::globals(ckpt, spec)?;
-        let embed_m = bld.matrix("embed", &embed_w.data, spec.vocab, h)?;
+        let embed_m = bld.matrix("embed", &embed_w)?;
         let embed = Embed::new(&gpu, &step.buffer, &acts.tokens, &bld.matrices[embed_m], &acts.x);
         drop(embed_w);
 
@@ -299,12 +326,40 @@ impl GpuModel {
         }
 
         let moe_layers: Vec<usize> = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).collect();
-        let mut experts = match &moe {
+        let residency = match &moe {
             Some(m) if !moe_layers.is_empty() => {
-                let layout = SlotLayout::new(options.experts, h, m.expert_intermediate)?;
-                let arena = SlotArena::new(&gpu, moe_layers.len() * m.num_experts, layout)?;
-                let table = SlotTable::new(&gpu, spec.layers, m.num_experts);
-                Some((arena, table))
+                let source = expert_source
+                    .ok_or_else(|| Error::InvalidArgument("an MoE model needs an expert source".into()))?;
+                let layout = source.layout();
+                if layout != SlotLayout::new(options.experts, h, m.expert_intermediate)? {
+                    return Err(Error::InvalidArgument(format!(
+                        "expert source holds {}, the decoder was asked for {}",
+                        layout.format.name(),
+                        options.experts.name()
+                    )));
+                }
+                let e = m.num_experts;
+                let total = moe_layers.len() * e;
+                let table = SlotTable::new(&gpu, spec.layers, e);
+                Some(match options.streaming.filter(|s| s.slots < total) {
+                    None => {
+                        let arena = SlotArena::new(&gpu, total, layout)?;
+                        ExpertResidency::resident(&gpu, arena, table, source, &moe_layers, e)?
+                    }
+                    Some(st) => {
+                        if st.slots < m.top_k {
+                            return Err(Error::InvalidArgument(format!(
+                                "an expert budget of {} slots is below one layer's top-k ({}); the minimum is {}",
+                                st.slots, m.top_k, m.top_k
+                            )));
+                        }
+                        let arena = SlotArena::new(&gpu, st.slots, layout)?;
+                        let tracker = EamTracker::new(spec.layers, e, st.eamc_capacity, DEFAULT_MATCHES);
+                        let cache =
+                            CacheModel::new(st.slots, spec.layers, e, st.policy.build()?, st.prefetch.build(), tracker);
+                        ExpertResidency::streaming(arena, table, source, cache, st.io_threads)
+                    }
+                })
             }
             _ => None,
         };
@@ -362,14 +417,7 @@ impl GpuModel {
                 FfnWeights::Dense(mlp) => Ffn::Dense(bld.mlp("mlp", mlp, &acts.hn, &acts, &acts.x, true, h)?),
                 FfnWeights::Moe(mw) => {
                     let m = moe.as_ref().expect("MoE layer implies MoE spec");
-                    let (arena, table) = experts.as_mut().expect("arena exists for MoE layers");
-                    let moe_index = moe_layers.iter().position(|&l| l == i).expect("MoE layer listed");
-                    for e in 0..m.num_experts {
-                        let ew = layer_weights::expert(ckpt, spec, i, e)?;
-                        let slot = moe_index * m.num_experts + e;
-                        arena.write(&gpu, slot, &arena.layout.encode(&ew.gate.data, &ew.up.data, &ew.down.data)?);
-                        table.set(&gpu, i, e, slot as u32);
-                    }
+                    let r = residency.as_ref().expect("residency exists for MoE layers");
                     let router = bld.matmul(
                         "router",
                         &mw.router,
@@ -389,7 +437,7 @@ impl GpuModel {
                         m.norm_topk_prob,
                     );
                     let io = ExpertIo { x: &acts.hn, ids: &acts.ids, route_w: &acts.route_w, h: &acts.eh, y: &acts.ey };
-                    let expert_ffn = ExpertFfn::new(&gpu, &step.buffer, io, arena, table, i, m.top_k);
+                    let expert_ffn = ExpertFfn::new(&gpu, &step.buffer, io, &r.arena, &r.table, i, m.top_k);
                     let shared = match &mw.shared {
                         Some((sw, gate)) => Some(Shared {
                             mlp: bld.mlp("shared expert", sw, &acts.hn, &acts, &acts.shared_out, false, h)?,
@@ -432,6 +480,7 @@ impl GpuModel {
         let token_logprob =
             TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
         let readback = Readback::new(&gpu, f(spec.vocab.max(b)));
+        let routing_readback = Readback::new(&gpu, f(b * top_k));
         let Builder { mut buffers, matrices, .. } = bld;
         buffers.push(cos);
         buffers.push(sin);
@@ -449,9 +498,10 @@ impl GpuModel {
             argmax,
             token_logprob,
             readback,
+            routing_readback,
             _buffers: buffers,
             _matrices: matrices,
-            _experts: experts,
+            experts: residency.map(Mutex::new),
         })
     }
 
@@ -468,109 +518,6 @@ impl GpuModel {
     /// The GPU context.
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
-    }
-
-    /// Runs `tokens` (at most `max_batch`) at positions `pos..`, extending the KV cache, and
-    /// returns what `output` asks for.
-    pub fn step(&self, tokens: &[u32], pos: usize, output: StepOutput<'_>) -> Result<StepResult> {
-        let n = tokens.len();
-        if n == 0 || n > self.options.max_batch {
-            return Err(Error::InvalidArgument(format!("step of {n} tokens (1..={} allowed)", self.options.max_batch)));
-        }
-        if pos + n > self.options.context {
-            return Err(Error::ContextOverflow { requested: pos + n, context: self.options.context });
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.spec.vocab) {
-            return Err(Error::TokenOutOfRange { id: bad, vocab: self.spec.vocab });
-        }
-        let gpu = &*self.gpu;
-        self.step.set(gpu, n, pos);
-        gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
-        if let StepOutput::LogProbs(targets) = output {
-            if targets.len() != n {
-                return Err(Error::InvalidArgument("one target per token is needed".into()));
-            }
-            if let Some(&bad) = targets.iter().find(|&&t| t as usize >= self.spec.vocab) {
-                return Err(Error::TokenOutOfRange { id: bad, vocab: self.spec.vocab });
-            }
-            gpu.queue.write_buffer(&self.acts.targets, 0, bytemuck::cast_slice(targets));
-        }
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            self.record(&mut pass, n, output);
-        }
-        gpu.queue.submit([encoder.finish()]);
-        let v = self.spec.vocab;
-        Ok(match output {
-            StepOutput::None => {
-                gpu.wait()?;
-                StepResult::None
-            }
-            StepOutput::Argmax => {
-                let mut id = [0u8; 4];
-                self.readback.read(gpu, &self.acts.argmax, 0, &mut id)?;
-                StepResult::Token(u32::from_le_bytes(id))
-            }
-            StepOutput::Logits => {
-                let mut logits = vec![0f32; v];
-                self.readback.read(
-                    gpu,
-                    &self.acts.logits,
-                    ((n - 1) * v * 4) as u64,
-                    bytemuck::cast_slice_mut(&mut logits),
-                )?;
-                StepResult::Logits(logits)
-            }
-            StepOutput::LogProbs(_) => {
-                let mut lp = vec![0f32; n];
-                self.readback.read(gpu, &self.acts.logprobs, 0, bytemuck::cast_slice_mut(&mut lp))?;
-                StepResult::LogProbs(lp)
-            }
-        })
-    }
-
-    fn record(&self, pass: &mut wgpu::ComputePass<'_>, n: usize, output: StepOutput<'_>) {
-        let gpu = &*self.gpu;
-        self.embed.record(gpu, pass, n);
-        for l in &self.layers {
-            l.attn_norm.record(gpu, pass, n);
-            l.q.record(gpu, pass, n);
-            l.k.record(gpu, pass, n);
-            l.v.record(gpu, pass, n);
-            if let Some((qn, kn)) = &l.qk_norm {
-                qn.record(gpu, pass, n);
-                kn.record(gpu, pass, n);
-            }
-            l.rope_q.record(gpu, pass, n);
-            l.rope_k.record(gpu, pass, n);
-            l.attention.record(gpu, pass, n);
-            l.o.record(gpu, pass, n);
-            l.ffn_norm.record(gpu, pass, n);
-            match &l.ffn {
-                Ffn::Dense(mlp) => mlp.record(gpu, pass, n),
-                Ffn::Moe { router, topk, experts, shared, combine } => {
-                    router.record(gpu, pass, n);
-                    topk.record(gpu, pass, n);
-                    experts.record(gpu, pass, n);
-                    if let Some(s) = shared {
-                        s.mlp.record(gpu, pass, n);
-                        s.gate.record(gpu, pass, n);
-                    }
-                    combine.record(gpu, pass, n);
-                }
-            }
-        }
-        if matches!(output, StepOutput::None) {
-            return;
-        }
-        self.final_norm.record(gpu, pass, n);
-        self.lm_head.record(gpu, pass, n);
-        match output {
-            StepOutput::Argmax => self.argmax.record(gpu, pass),
-            StepOutput::LogProbs(_) => self.token_logprob.record(gpu, pass, n),
-            _ => {}
-        }
     }
 }
 

@@ -1,0 +1,317 @@
+//! Which experts are in GPU slots, and getting the right ones there in time.
+//!
+//! Two modes. **Resident**: every expert has its own slot, filled at load; nothing moves.
+//! **Streaming**: a budget of slots; after each MoE layer's routing comes back to the CPU, the
+//! [`CacheModel`] plans waves, missing experts are read by the [`IoPool`] (or picked up from a
+//! prefetch already in flight), copied into their slots and mapped in the [`SlotTable`]. A slot
+//! is only written between submissions, after the GPU finished all work that read it (the
+//! routing readback waits for it), so queued work never sees a slot change under it.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::arena::SlotArena;
+use super::cache_model::{CacheModel, Wave};
+use super::io_pool::{IoPool, Ticket, Urgency};
+use super::policy::{ExpertId, Phase};
+use super::slot_table::{SlotTable, NO_SLOT};
+use super::source::ExpertSource;
+use super::trace::{TraceError, TraceHeader, TraceWriter};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+
+/// Expert-cache figures of a run (all zero but `hit_rate` = 1 when every expert is resident).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct ExpertStats {
+    /// Distinct (layer, expert) needs per step found in a slot.
+    pub expert_hits: u64,
+    /// Needs that had to be loaded.
+    pub expert_misses: u64,
+    /// `hits / (hits + misses)`.
+    pub hit_rate: f64,
+    /// Experts loaded ahead of need by the predictor.
+    pub prefetch_issued: u64,
+    /// Prefetched experts that were then used.
+    pub prefetch_used: u64,
+    /// Bytes read from the expert source.
+    pub bytes_read: u64,
+    /// Milliseconds the GPU pipeline waited for expert data.
+    pub stall_ms: f64,
+}
+
+impl ExpertStats {
+    /// The figures accumulated since `before` was taken.
+    pub fn since(&self, before: &ExpertStats) -> ExpertStats {
+        let hits = self.expert_hits - before.expert_hits;
+        let misses = self.expert_misses - before.expert_misses;
+        ExpertStats {
+            expert_hits: hits,
+            expert_misses: misses,
+            hit_rate: if hits + misses == 0 { self.hit_rate } else { hits as f64 / (hits + misses) as f64 },
+            prefetch_issued: self.prefetch_issued - before.prefetch_issued,
+            prefetch_used: self.prefetch_used - before.prefetch_used,
+            bytes_read: self.bytes_read - before.bytes_read,
+            stall_ms: self.stall_ms - before.stall_ms,
+        }
+    }
+}
+
+struct Streaming {
+    cache: CacheModel,
+    pool: IoPool,
+    /// Reads in flight into a slot, by expert.
+    pending: HashMap<ExpertId, (u32, Ticket)>,
+    /// Which expert each slot holds or is receiving.
+    owner: Vec<Option<ExpertId>>,
+    stall: Duration,
+    reads: u64,
+}
+
+/// The slot arena, the slot table and how they are kept filled.
+pub struct ExpertResidency {
+    /// The GPU slots.
+    pub arena: SlotArena,
+    /// The (layer, expert) → slot map the kernels read.
+    pub table: SlotTable,
+    source: Arc<dyn ExpertSource>,
+    streaming: Option<Streaming>,
+    trace: Option<TraceRecorder>,
+}
+
+/// Routing of the current step, written as one trace event when the step ends.
+struct TraceRecorder {
+    writer: TraceWriter<BufWriter<File>>,
+    phase: Phase,
+    tokens: usize,
+    layers: Vec<(u32, Vec<u32>)>,
+    requests: u64,
+}
+
+impl ExpertResidency {
+    /// Every expert of `moe_layers` in its own slot, read now.
+    pub fn resident(
+        gpu: &Gpu,
+        arena: SlotArena,
+        mut table: SlotTable,
+        source: Arc<dyn ExpertSource>,
+        moe_layers: &[usize],
+        experts: usize,
+    ) -> Result<Self> {
+        let mut buf = vec![0u8; source.read_len()];
+        for (m, &layer) in moe_layers.iter().enumerate() {
+            for e in 0..experts {
+                source.read(layer, e, &mut buf)?;
+                let slot = m * experts + e;
+                arena.write(gpu, slot, &buf);
+                table.set(gpu, layer, e, slot as u32);
+            }
+        }
+        Ok(ExpertResidency { arena, table, source, streaming: None, trace: None })
+    }
+
+    /// A budget of `arena.slots` slots filled on demand under `cache`'s policy, read by
+    /// `io_threads` threads.
+    pub fn streaming(
+        arena: SlotArena,
+        table: SlotTable,
+        source: Arc<dyn ExpertSource>,
+        cache: CacheModel,
+        io_threads: usize,
+    ) -> Self {
+        let owner = vec![None; arena.slots];
+        let pool = IoPool::new(source.clone(), io_threads);
+        let streaming = Streaming { cache, pool, pending: HashMap::new(), owner, stall: Duration::ZERO, reads: 0 };
+        ExpertResidency { arena, table, source, streaming: Some(streaming), trace: None }
+    }
+
+    /// Whether experts move.
+    pub fn is_streaming(&self) -> bool {
+        self.streaming.is_some()
+    }
+
+    /// Whether routing must come back to the CPU after each MoE layer (streaming or tracing).
+    pub fn needs_routing(&self) -> bool {
+        self.streaming.is_some() || self.trace.is_some()
+    }
+
+    /// Writes every step's routing to `path` (see [`crate::experts::trace`]).
+    pub fn start_trace(&mut self, path: &Path, header: &TraceHeader) -> Result<()> {
+        let writer = TraceWriter::create(path, header).map_err(trace_err)?;
+        self.trace = Some(TraceRecorder { writer, phase: Phase::Prefill, tokens: 0, layers: Vec::new(), requests: 0 });
+        Ok(())
+    }
+
+    /// Flushes the trace, if one is being written.
+    pub fn finish_trace(&mut self) -> Result<()> {
+        match self.trace.take() {
+            Some(t) => t.writer.finish().map(|_| ()).map_err(trace_err),
+            None => Ok(()),
+        }
+    }
+
+    /// A request (prompt + generation) starts.
+    pub fn begin_request(&mut self) -> Result<()> {
+        if let Some(s) = &mut self.streaming {
+            s.cache.begin_request();
+        }
+        if let Some(t) = &mut self.trace {
+            t.writer.request(t.requests).map_err(trace_err)?;
+            t.requests += 1;
+        }
+        Ok(())
+    }
+
+    /// The request ends (EAMC files its activation matrix).
+    pub fn end_request(&mut self) {
+        if let Some(s) = &mut self.streaming {
+            s.cache.end_request();
+        }
+    }
+
+    /// The step's routing is complete: writes it to the trace.
+    pub fn end_step(&mut self) -> Result<()> {
+        if let Some(t) = &mut self.trace {
+            let layers = std::mem::take(&mut t.layers);
+            t.writer.step(t.phase, t.tokens, &layers).map_err(trace_err)?;
+        }
+        Ok(())
+    }
+
+    /// The cache model, when streaming.
+    pub fn cache(&self) -> Option<&CacheModel> {
+        self.streaming.as_ref().map(|s| &s.cache)
+    }
+
+    /// The cache model, when streaming (for request boundaries and EAMC persistence).
+    pub fn cache_mut(&mut self) -> Option<&mut CacheModel> {
+        self.streaming.as_mut().map(|s| &mut s.cache)
+    }
+
+    /// Marks the start of a step of `n_tokens` tokens.
+    pub fn begin_step(&mut self, phase: Phase, n_tokens: usize) {
+        if let Some(s) = &mut self.streaming {
+            s.cache.begin_step(phase, n_tokens);
+        }
+        if let Some(t) = &mut self.trace {
+            t.phase = phase;
+            t.tokens = n_tokens;
+        }
+    }
+
+    /// Plans the residency of `layer`'s routed experts (`routed`: every token's top-k ids).
+    pub fn route(&mut self, layer: usize, routed: &[u32]) -> Vec<Wave> {
+        if let Some(t) = &mut self.trace {
+            t.layers.push((layer as u32, routed.to_vec()));
+        }
+        match &mut self.streaming {
+            Some(s) => s.cache.route(layer, routed),
+            None => Vec::new(),
+        }
+    }
+
+    /// Makes `wave` resident in `layer`: evicted experts unmapped, loads waited for and copied
+    /// into their slots, every expert of the wave mapped. Call before recording the wave's
+    /// expert kernel, with no GPU work in flight that reads the slots being written.
+    pub fn apply_wave(&mut self, gpu: &Gpu, layer: usize, wave: &Wave) -> Result<()> {
+        let Some(s) = self.streaming.as_mut() else { return Ok(()) };
+        let tickets: Vec<(ExpertId, u32, Ticket)> = wave
+            .loads
+            .iter()
+            .map(|&(id, slot)| {
+                claim(s, &mut self.table, gpu, slot, id);
+                (id, slot, s.pool.submit(id, Urgency::Demand))
+            })
+            .collect();
+        let started = Instant::now();
+        for (id, slot, ticket) in tickets {
+            let buf = s.pool.wait(ticket)?;
+            self.arena.write(gpu, slot as usize, &buf);
+            s.pool.recycle(buf);
+            s.reads += 1;
+            self.table.set(gpu, id.layer as usize, id.expert as usize, slot);
+        }
+        // Hits that are prefetches still in flight must land before the kernel runs.
+        for &(expert, _) in &wave.resident {
+            let id = ExpertId::new(layer, expert as usize);
+            if let Some((slot, ticket)) = s.pending.remove(&id) {
+                let buf = s.pool.wait(ticket)?;
+                self.arena.write(gpu, slot as usize, &buf);
+                s.pool.recycle(buf);
+                s.reads += 1;
+                self.table.set(gpu, layer, expert as usize, slot);
+            }
+        }
+        s.stall += started.elapsed();
+        Ok(())
+    }
+
+    /// Starts the predictor's prefetches after `layer`'s routing.
+    pub fn prefetch(&mut self, gpu: &Gpu, layer: usize) {
+        let Some(s) = self.streaming.as_mut() else { return };
+        for (id, slot) in s.cache.prefetch(layer) {
+            claim(s, &mut self.table, gpu, slot, id);
+            let ticket = s.pool.submit(id, Urgency::Prefetch);
+            s.pending.insert(id, (slot, ticket));
+        }
+    }
+
+    /// Copies finished prefetches into their slots and maps them (without waiting).
+    pub fn land_prefetches(&mut self, gpu: &Gpu) -> Result<()> {
+        let Some(s) = self.streaming.as_mut() else { return Ok(()) };
+        let ready: Vec<(ExpertId, u32, Vec<u8>)> = s
+            .pending
+            .iter()
+            .filter_map(|(&id, &(slot, ticket))| s.pool.try_take(ticket).map(|r| r.map(|buf| (id, slot, buf))))
+            .collect::<Result<_>>()?;
+        for (id, slot, buf) in ready {
+            s.pending.remove(&id);
+            self.arena.write(gpu, slot as usize, &buf);
+            s.pool.recycle(buf);
+            s.reads += 1;
+            self.table.set(gpu, id.layer as usize, id.expert as usize, slot);
+        }
+        Ok(())
+    }
+
+    /// The figures so far.
+    pub fn stats(&self) -> ExpertStats {
+        match &self.streaming {
+            None => ExpertStats { hit_rate: 1.0, ..Default::default() },
+            Some(s) => {
+                let c = s.cache.stats();
+                ExpertStats {
+                    expert_hits: c.hits,
+                    expert_misses: c.misses,
+                    hit_rate: c.hit_rate(),
+                    prefetch_issued: c.prefetch_issued,
+                    prefetch_used: c.prefetch_used,
+                    bytes_read: s.reads * self.source.disk_bytes(),
+                    stall_ms: s.stall.as_secs_f64() * 1e3,
+                }
+            }
+        }
+    }
+}
+
+/// Gives `slot` to `id`: unmaps its previous owner (cancelling that owner's read if still in
+/// flight) so no kernel reads the slot until `id`'s data has landed and is mapped.
+fn claim(s: &mut Streaming, table: &mut SlotTable, gpu: &Gpu, slot: u32, id: ExpertId) {
+    if let Some(old) = s.owner[slot as usize].replace(id) {
+        if table.get(old.layer as usize, old.expert as usize) == Some(slot) {
+            table.set(gpu, old.layer as usize, old.expert as usize, NO_SLOT);
+        }
+        if let Some((_, ticket)) = s.pending.remove(&old) {
+            s.pool.cancel(ticket);
+        }
+    }
+}
+
+fn trace_err(e: TraceError) -> Error {
+    Error::InvalidArgument(format!("trace: {e}"))
+}

@@ -1,0 +1,173 @@
+//! Running one step: the dispatch list recorded in as few submissions as possible. With
+//! streaming (or tracing) each MoE layer's routing comes back to the CPU, the expert residency
+//! brings the routed experts into slots (in waves when they exceed the budget), and recording
+//! resumes; otherwise the whole step is one submission.
+
+use super::{Ffn, GpuModel, StepOutput, StepResult};
+use crate::error::{Error, Result};
+use crate::experts::policy::Phase;
+use crate::experts::residency::ExpertResidency;
+
+/// An encoder with an open compute pass.
+struct Recording {
+    encoder: wgpu::CommandEncoder,
+    pass: Option<wgpu::ComputePass<'static>>,
+}
+
+impl Recording {
+    fn new(device: &wgpu::Device) -> Recording {
+        let mut encoder = device.create_command_encoder(&Default::default());
+        let pass = encoder.begin_compute_pass(&Default::default()).forget_lifetime();
+        Recording { encoder, pass: Some(pass) }
+    }
+
+    fn pass(&mut self) -> &mut wgpu::ComputePass<'static> {
+        self.pass.as_mut().expect("pass is open until submit")
+    }
+
+    fn submit(mut self, queue: &wgpu::Queue) {
+        drop(self.pass.take());
+        queue.submit([self.encoder.finish()]);
+    }
+}
+
+impl GpuModel {
+    /// Runs `tokens` (at most `max_batch`) at positions `pos..`, extending the KV cache, and
+    /// returns what `output` asks for. `phase` tells the expert cache whether this is prompt
+    /// processing or generation.
+    pub fn step(&self, tokens: &[u32], pos: usize, phase: Phase, output: StepOutput<'_>) -> Result<StepResult> {
+        let n = tokens.len();
+        if n == 0 || n > self.options.max_batch {
+            return Err(Error::InvalidArgument(format!("step of {n} tokens (1..={} allowed)", self.options.max_batch)));
+        }
+        if pos + n > self.options.context {
+            return Err(Error::ContextOverflow { requested: pos + n, context: self.options.context });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.spec.vocab) {
+            return Err(Error::TokenOutOfRange { id: bad, vocab: self.spec.vocab });
+        }
+        let gpu = &*self.gpu;
+        if let StepOutput::LogProbs(targets) = output {
+            if targets.len() != n {
+                return Err(Error::InvalidArgument("one target per token is needed".into()));
+            }
+            if let Some(&bad) = targets.iter().find(|&&t| t as usize >= self.spec.vocab) {
+                return Err(Error::TokenOutOfRange { id: bad, vocab: self.spec.vocab });
+            }
+            gpu.queue.write_buffer(&self.acts.targets, 0, bytemuck::cast_slice(targets));
+        }
+        self.step.set(gpu, n, pos);
+        gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
+        let mut residency = self.experts.as_ref().map(|m| m.lock().expect("expert residency lock"));
+        if let Some(r) = residency.as_deref_mut() {
+            r.begin_step(phase, n);
+        }
+        let mut rec = Recording::new(&gpu.device);
+        self.embed.record(gpu, rec.pass(), n);
+        for (i, l) in self.layers.iter().enumerate() {
+            l.attn_norm.record(gpu, rec.pass(), n);
+            l.q.record(gpu, rec.pass(), n);
+            l.k.record(gpu, rec.pass(), n);
+            l.v.record(gpu, rec.pass(), n);
+            if let Some((qn, kn)) = &l.qk_norm {
+                qn.record(gpu, rec.pass(), n);
+                kn.record(gpu, rec.pass(), n);
+            }
+            l.rope_q.record(gpu, rec.pass(), n);
+            l.rope_k.record(gpu, rec.pass(), n);
+            l.attention.record(gpu, rec.pass(), n);
+            l.o.record(gpu, rec.pass(), n);
+            l.ffn_norm.record(gpu, rec.pass(), n);
+            match &l.ffn {
+                Ffn::Dense(mlp) => mlp.record(gpu, rec.pass(), n),
+                Ffn::Moe { router, topk, experts, shared, combine } => {
+                    router.record(gpu, rec.pass(), n);
+                    topk.record(gpu, rec.pass(), n);
+                    match residency.as_deref_mut().filter(|r| r.needs_routing()) {
+                        None => experts.record(gpu, rec.pass(), n),
+                        Some(r) => {
+                            rec.submit(&gpu.queue);
+                            let routed = self.read_routing(n)?;
+                            let waves = r.route(i, &routed);
+                            for wave in &waves {
+                                r.apply_wave(gpu, i, wave)?;
+                                let mut wave_rec = Recording::new(&gpu.device);
+                                experts.record(gpu, wave_rec.pass(), n);
+                                wave_rec.submit(&gpu.queue);
+                            }
+                            if waves.is_empty() {
+                                // Tracing a resident model: nothing moves.
+                                let mut wave_rec = Recording::new(&gpu.device);
+                                experts.record(gpu, wave_rec.pass(), n);
+                                wave_rec.submit(&gpu.queue);
+                            }
+                            r.prefetch(gpu, i);
+                            r.land_prefetches(gpu)?;
+                            rec = Recording::new(&gpu.device);
+                        }
+                    }
+                    if let Some(s) = shared {
+                        s.mlp.record(gpu, rec.pass(), n);
+                        s.gate.record(gpu, rec.pass(), n);
+                    }
+                    combine.record(gpu, rec.pass(), n);
+                }
+            }
+        }
+        if let Some(r) = residency.as_deref_mut() {
+            r.end_step()?;
+        }
+        drop(residency);
+        if !matches!(output, StepOutput::None) {
+            self.final_norm.record(gpu, rec.pass(), n);
+            self.lm_head.record(gpu, rec.pass(), n);
+            match output {
+                StepOutput::Argmax => self.argmax.record(gpu, rec.pass()),
+                StepOutput::LogProbs(_) => self.token_logprob.record(gpu, rec.pass(), n),
+                _ => {}
+            }
+        }
+        rec.submit(&gpu.queue);
+        self.collect(n, output)
+    }
+
+    /// The routed expert ids of every token of the step (after a submission that computed them).
+    fn read_routing(&self, n: usize) -> Result<Vec<u32>> {
+        let k = self.spec.moe.as_ref().map_or(0, |m| m.top_k);
+        let mut ids = vec![0u32; n * k];
+        self.routing_readback.read(&self.gpu, &self.acts.ids, 0, bytemuck::cast_slice_mut(&mut ids))?;
+        Ok(ids)
+    }
+
+    fn collect(&self, n: usize, output: StepOutput<'_>) -> Result<StepResult> {
+        let gpu = &*self.gpu;
+        let v = self.spec.vocab;
+        Ok(match output {
+            StepOutput::None => {
+                gpu.wait()?;
+                StepResult::None
+            }
+            StepOutput::Argmax => {
+                let mut id = [0u8; 4];
+                self.readback.read(gpu, &self.acts.argmax, 0, &mut id)?;
+                StepResult::Token(u32::from_le_bytes(id))
+            }
+            StepOutput::Logits => {
+                let mut logits = vec![0f32; v];
+                let offset = ((n - 1) * v * 4) as u64;
+                self.readback.read(gpu, &self.acts.logits, offset, bytemuck::cast_slice_mut(&mut logits))?;
+                StepResult::Logits(logits)
+            }
+            StepOutput::LogProbs(_) => {
+                let mut lp = vec![0f32; n];
+                self.readback.read(gpu, &self.acts.logprobs, 0, bytemuck::cast_slice_mut(&mut lp))?;
+                StepResult::LogProbs(lp)
+            }
+        })
+    }
+
+    /// The expert residency (slots, cache, stats), for MoE models.
+    pub fn residency(&self) -> Option<std::sync::MutexGuard<'_, ExpertResidency>> {
+        self.experts.as_ref().map(|m| m.lock().expect("expert residency lock"))
+    }
+}
