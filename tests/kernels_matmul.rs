@@ -1,0 +1,295 @@
+//! The matmul kernel (decode matvec and 8-token-tile prefill) against `reference::ops::matvec`:
+//! f32, f16 and int4 (affine g32, symmetric g64) weights, bias, ACCUMULATE, `at_cache_pos`, column-offset outputs, token counts
+//! 1..=17, k above the 64-thread × 8 stride; plus chunked weights (tiny binding limit) and the
+//! shared-memory fallback without subgroups, and workgroup counts above the per-dimension limit.
+//!
+//! Tolerance: |Δ| ≤ 1e-4·(1+|ref|) per element against the reference in f32 (for f16 and int4
+//! weights, the reference runs on the f16-rounded / CPU-dequantized weights). Chunked results must be bit-identical to the
+//! unchunked ones; the no-subgroup variant must agree with the subgroup one to 1e-5·(1+|ref|).
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{
+    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_no_subgroups, read_f32, submit, upload_f32,
+    upload_matrix, weight_formats, Rng,
+};
+use moestream::gpu::{Gpu, StepUniform};
+use moestream::ops::matmul::{MatMul, MatMulOut};
+use moestream::ops::WeightFormat;
+use moestream::reference::ops as refops;
+
+const TOL: f32 = 1e-4;
+
+/// One matmul problem.
+struct Case {
+    rows: usize,
+    cols: usize,
+    t: usize,
+    pos: usize,
+    format: WeightFormat,
+    bias: bool,
+    out: MatMulOut,
+    /// Rows of the output buffer (≥ t, or ≥ pos + t with at_cache_pos).
+    out_rows: usize,
+}
+
+struct Data {
+    w: Vec<f32>,
+    x: Vec<f32>,
+    bias: Vec<f32>,
+    y0: Vec<f32>,
+}
+
+fn data(c: &Case, seed: u64) -> Data {
+    let mut rng = Rng::new(seed);
+    Data {
+        w: rng.vec(c.rows * c.cols, -1.0, 1.0),
+        x: rng.vec(c.t * c.cols, -1.0, 1.0),
+        bias: rng.vec(c.rows, -0.5, 0.5),
+        y0: rng.vec(c.out_rows * c.out.stride, -2.0, 2.0),
+    }
+}
+
+fn run(gpu: &Arc<Gpu>, c: &Case, d: &Data) -> Vec<f32> {
+    let step = StepUniform::new(gpu);
+    step.set(gpu, c.t, c.pos);
+    let w = upload_matrix(gpu, &d.w, c.rows, c.cols, c.format);
+    let xb = upload_f32(gpu, &d.x);
+    let bb = upload_f32(gpu, &d.bias);
+    let yb = upload_f32(gpu, &d.y0);
+    let op = MatMul::new(gpu, &step.buffer, &xb, &w, c.bias.then_some(&bb), &yb, c.out);
+    submit(gpu, |pass| op.record(gpu, pass, c.t));
+    read_f32(gpu, &yb, d.y0.len())
+}
+
+/// The expected output buffer: y0 with the step's cells replaced (or accumulated into).
+fn reference(c: &Case, d: &Data) -> Vec<f32> {
+    let w = as_stored(c.format, &d.w, c.rows, c.cols);
+    let mut y = d.y0.clone();
+    let mut r = vec![0.0f32; c.rows];
+    for t in 0..c.t {
+        refops::matvec(&w, c.rows, c.cols, &d.x[t * c.cols..(t + 1) * c.cols], &mut r);
+        if c.bias {
+            refops::add_bias(&mut r, &d.bias);
+        }
+        let row = t + if c.out.at_cache_pos { c.pos } else { 0 };
+        for (n, v) in r.iter().enumerate() {
+            let cell = &mut y[row * c.out.stride + c.out.col_offset + n];
+            *cell = if c.out.accumulate { *cell + v } else { *v };
+        }
+    }
+    y
+}
+
+fn describe(c: &Case) -> String {
+    format!("matmul {:?} rows={} cols={} T={} pos={} bias={} {:?}", c.format, c.rows, c.cols, c.t, c.pos, c.bias, c.out)
+}
+
+fn check(c: &Case, seed: u64) {
+    let d = data(c, seed);
+    let got = run(&gpu(), c, &d);
+    assert_close(&describe(c), &got, &reference(c, &d), TOL);
+}
+
+fn plain(rows: usize, cols: usize, t: usize, format: WeightFormat, bias: bool) -> Case {
+    Case { rows, cols, t, pos: 0, format, bias, out: MatMulOut::plain(rows), out_rows: t }
+}
+
+#[test]
+fn matmul_f32_token_sweep() {
+    // Every token count 1..=17 crosses the 8-token tile in all its partial shapes.
+    for t in 1..=17 {
+        check(&plain(37, 72, t, WeightFormat::F32, false), t as u64);
+    }
+}
+
+#[test]
+fn matmul_f16_token_sweep() {
+    for t in 1..=17 {
+        check(&plain(37, 40, t, WeightFormat::F16, false), 100 + t as u64);
+    }
+}
+
+#[test]
+fn matmul_int4_token_sweep() {
+    // cols 72: a short last group for both group sizes (32+32+8, 64+8).
+    for t in 1..=17 {
+        for format in &weight_formats()[2..] {
+            check(&plain(29, 72, t, *format, t % 2 == 0), 150 + t as u64);
+        }
+    }
+}
+
+#[test]
+fn matmul_shapes_and_bias() {
+    let mut seed = 200;
+    // cols 1032 > 64 threads × 8 so threads loop over k; rows 1000 spans many workgroups.
+    for &(rows, cols) in &[(37usize, 40usize), (129, 72), (1000, 40), (129, 1032), (8, 8)] {
+        for &t in &[1usize, 3, 9, 17] {
+            for format in weight_formats() {
+                for bias in [false, true] {
+                    seed += 1;
+                    check(&plain(rows, cols, t, format, bias), seed);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_accumulate_into_residual() {
+    let mut seed = 300;
+    for &t in &[1usize, 8, 9, 17] {
+        for format in weight_formats() {
+            for bias in [false, true] {
+                seed += 1;
+                let mut c = plain(72, 40, t, format, bias);
+                c.out.accumulate = true;
+                check(&c, seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_at_cache_pos_writes_step_rows_only() {
+    let mut seed = 400;
+    // k/v projection straight into a KV cache of `ctx` rows: only rows pos..pos+T change.
+    for &(t, pos) in &[(1usize, 0usize), (1, 63), (3, 64), (9, 100), (17, 283)] {
+        for format in weight_formats() {
+            seed += 1;
+            let c = Case {
+                rows: 48,
+                cols: 72,
+                t,
+                pos,
+                format,
+                bias: seed % 2 == 0,
+                out: MatMulOut { at_cache_pos: true, ..MatMulOut::plain(48) },
+                out_rows: pos + t + 5,
+            };
+            check(&c, seed);
+        }
+    }
+}
+
+#[test]
+fn matmul_column_offset_shares_one_output() {
+    // Two matrices writing columns [0, 37) and [37, 37+29) of one [T, 70] output (one spare
+    // column at the end that nobody writes), each checked on its own and then together.
+    for &t in &[1usize, 9, 17] {
+        for format in weight_formats() {
+            let stride = 70;
+            for (rows, col_offset, bias, accumulate) in
+                [(37usize, 0usize, true, false), (29, 37, false, true), (29, 41, true, true)]
+            {
+                let c = Case {
+                    rows,
+                    cols: 40,
+                    t,
+                    pos: 0,
+                    format,
+                    bias,
+                    out: MatMulOut { stride, col_offset, accumulate, at_cache_pos: false },
+                    out_rows: t,
+                };
+                check(&c, 500 + t as u64 + col_offset as u64);
+            }
+        }
+    }
+    // Column offset combined with at_cache_pos (k and v halves of one cache row).
+    let c = Case {
+        rows: 24,
+        cols: 40,
+        t: 9,
+        pos: 61,
+        format: WeightFormat::F32,
+        bias: true,
+        out: MatMulOut { stride: 48, col_offset: 24, accumulate: false, at_cache_pos: true },
+        out_rows: 75,
+    };
+    check(&c, 599);
+}
+
+#[test]
+fn matmul_chunked_weights_are_bit_identical() {
+    let chunked = gpu_chunked();
+    assert_eq!(chunked.caps.max_binding, 4096);
+    let mut seed = 600;
+    for &(rows, cols, t) in &[(129usize, 72usize, 9usize), (37, 40, 17), (1000, 40, 3)] {
+        for format in weight_formats() {
+            for (bias, accumulate, at_cache_pos) in
+                [(false, false, false), (true, false, false), (true, true, false), (false, false, true)]
+            {
+                seed += 1;
+                let pos = if at_cache_pos { 70 } else { 0 };
+                let c = Case {
+                    rows,
+                    cols,
+                    t,
+                    pos,
+                    format,
+                    bias,
+                    out: MatMulOut { stride: rows + 3, col_offset: 2, accumulate, at_cache_pos },
+                    out_rows: pos + t,
+                };
+                let w = upload_matrix(&chunked, &vec![0.0; rows * cols], rows, cols, format);
+                assert!(w.chunks.len() >= 3, "{}: not chunked", describe(&c));
+                let d = data(&c, seed);
+                let whole = run(&gpu(), &c, &d);
+                let split = run(&chunked, &c, &d);
+                assert_bits_eq(&format!("chunked {}", describe(&c)), &split, &whole);
+                assert_close(&describe(&c), &split, &reference(&c, &d), TOL);
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_without_subgroups_matches_with() {
+    let with = gpu();
+    let without = gpu_no_subgroups();
+    assert!(!without.caps.subgroups);
+    eprintln!("adapter {}: subgroups {}", with.adapter.name, with.caps.subgroups);
+    if !with.caps.subgroups {
+        eprintln!("note: adapter has no SUBGROUP feature; both runs use the fallback kernel");
+    }
+    let mut seed = 700;
+    for &(rows, cols) in &[(37usize, 72usize), (129, 1032), (8, 8)] {
+        for &t in &[1usize, 3, 8, 9, 17] {
+            for format in weight_formats() {
+                seed += 1;
+                let mut c = plain(rows, cols, t, format, seed % 2 == 0);
+                c.out.accumulate = seed % 3 == 0;
+                let d = data(&c, seed);
+                let a = run(&with, &c, &d);
+                let b = run(&without, &c, &d);
+                assert_close(&format!("no-subgroups vs subgroups {}", describe(&c)), &b, &a, 1e-5);
+                assert_close(&format!("no-subgroups {}", describe(&c)), &b, &reference(&c, &d), TOL);
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_folds_dispatch_over_dimension_limit() {
+    // rows × ⌈T/8⌉ workgroups above the per-dimension limit are folded into x and y; the
+    // surplus workgroups of the fold must not write anything.
+    let gpu = gpu();
+    let rows = gpu.caps.max_workgroups_per_dim as usize + 1234;
+    for &t in &[1usize, 9] {
+        let c = Case {
+            rows,
+            cols: 8,
+            t,
+            pos: 0,
+            format: WeightFormat::F16,
+            bias: true,
+            out: MatMulOut { stride: rows + 1, col_offset: 1, accumulate: false, at_cache_pos: false },
+            out_rows: t + 1,
+        };
+        check(&c, 800 + t as u64);
+    }
+}

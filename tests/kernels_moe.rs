@@ -1,0 +1,379 @@
+//! MoE kernels against the CPU reference: router softmax/top-k (`reference::ops::router_topk`),
+//! the routed-expert FFN over the slot arena + slot table (`w · swiglu_mlp` per pair, with
+//! experts that are in no slot left untouched), the arena split into many chunks, and the MoE
+//! combine with and without the gated shared expert.
+//!
+//! Tolerances: router ids exact and weights |Δ| ≤ 1e-6 (logits built without near-ties);
+//! expert FFN |Δ| ≤ 1e-4·(1+|ref|) for f32, f16 and int4 experts (reference on the f16-rounded /
+//! CPU-dequantized weights), chunked arena
+//! bit-identical to the unchunked one; moe_combine |Δ| ≤ 1e-5·(1+|ref|).
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{
+    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, read_f32, read_u32, submit, upload_f32, upload_u32,
+    weight_formats, Rng,
+};
+use moestream::experts::arena::SlotLayout;
+use moestream::experts::{SlotArena, SlotTable};
+use moestream::gpu::{Gpu, StepUniform};
+use moestream::ops::experts::{ExpertFfn, ExpertIo};
+use moestream::ops::moe_combine::MoeCombine;
+use moestream::ops::router::RouterTopK;
+use moestream::ops::WeightFormat;
+use moestream::reference::ops as refops;
+
+// ----------------------------------------------------------------------------------- router
+
+/// Logits whose sorted values are at least `gap` apart (a random permutation of a ladder plus
+/// jitter below the gap), so top-k choices are unambiguous.
+fn ladder_logits(rng: &mut Rng, n: usize, gap: f32) -> Vec<f32> {
+    let mut order: Vec<usize> = (0..n).collect();
+    rng.shuffle(&mut order);
+    let offset = rng.range(-4.0, 2.0);
+    order.iter().map(|&r| offset + r as f32 * gap + rng.range(0.0, gap * 0.4)).collect()
+}
+
+fn run_router(logits: &[f32], t: usize, e: usize, k: usize, renorm: bool) -> (Vec<u32>, Vec<f32>) {
+    let gpu = gpu();
+    let step = StepUniform::new(&gpu);
+    step.set(&gpu, t, 0);
+    let lb = upload_f32(&gpu, logits);
+    let ib = upload_u32(&gpu, &vec![u32::MAX; t * k + 1]);
+    let wb = upload_f32(&gpu, &vec![-1.0; t * k + 1]);
+    let op = RouterTopK::new(&gpu, &step.buffer, &lb, &ib, &wb, e, k, renorm);
+    submit(&gpu, |pass| op.record(&gpu, pass, t));
+    let ids = read_u32(&gpu, &ib, t * k + 1);
+    let w = read_f32(&gpu, &wb, t * k + 1);
+    assert_eq!(ids[t * k], u32::MAX, "router wrote past T*top_k ids");
+    assert_eq!(w[t * k], -1.0, "router wrote past T*top_k weights");
+    (ids[..t * k].to_vec(), w[..t * k].to_vec())
+}
+
+fn check_router(logits: &[f32], t: usize, e: usize, k: usize, renorm: bool) {
+    let (ids, w) = run_router(logits, t, e, k, renorm);
+    for tok in 0..t {
+        let want = refops::router_topk(&logits[tok * e..(tok + 1) * e], k, renorm);
+        for (i, &(id, weight)) in want.iter().enumerate() {
+            let what = format!("router E={e} k={k} renorm={renorm} T={t} token {tok} choice {i}");
+            assert_eq!(ids[tok * k + i] as usize, id, "{what}: expert id");
+            let got = w[tok * k + i];
+            assert!((got - weight).abs() <= 1e-6, "{what}: weight {got} vs {weight} (|Δ| ≤ 1e-6)");
+        }
+    }
+}
+
+#[test]
+fn router_topk_matches_reference() {
+    let mut rng = Rng::new(1);
+    for &e in &[2usize, 8, 37, 60, 64] {
+        for k in 1..=4usize.min(e) {
+            for renorm in [false, true] {
+                for &t in &[1usize, 3, 17, 70] {
+                    let logits: Vec<f32> = (0..t).flat_map(|_| ladder_logits(&mut rng, e, 0.05)).collect();
+                    check_router(&logits, t, e, k, renorm);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn router_topk_many_experts() {
+    // Up to the 256-expert maximum (all eight words of the kernel's taken-bitmask), top_k 8.
+    let mut rng = Rng::new(2);
+    for &(e, k) in &[(128usize, 8usize), (256, 8), (256, 1), (160, 6)] {
+        for renorm in [false, true] {
+            let t = 5;
+            let logits: Vec<f32> = (0..t).flat_map(|_| ladder_logits(&mut rng, e, 0.05)).collect();
+            check_router(&logits, t, e, k, renorm);
+        }
+    }
+}
+
+#[test]
+fn router_topk_exact_ties_pick_lower_index() {
+    // Exact ties are well defined: the lower expert index is chosen first.
+    let e = 12;
+    let mut logits = vec![0.5f32; e];
+    logits[3] = 2.0;
+    logits[9] = 2.0;
+    logits[7] = 1.0;
+    logits[1] = 1.0;
+    check_router(&logits, 1, e, 4, true);
+    check_router(&logits, 1, e, 4, false);
+    let (ids, _) = run_router(&logits, 1, e, 4, true);
+    assert_eq!(ids, vec![3, 9, 1, 7]);
+    let (ids, w) = run_router(&vec![0.25f32; 64], 1, 64, 3, false);
+    assert_eq!(ids, vec![0, 1, 2], "all-equal logits");
+    for x in w {
+        assert!((x - 1.0 / 64.0).abs() <= 1e-6, "all-equal weight {x}");
+    }
+}
+
+// ------------------------------------------------------------------------------- expert FFN
+
+struct Expert {
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+}
+
+/// A random MoE layer setup: experts, which are resident where, and a routing.
+struct FfnCase {
+    format: WeightFormat,
+    hidden: usize,
+    inter: usize,
+    n_experts: usize,
+    slots: usize,
+    layers: usize,
+    layer: usize,
+    t: usize,
+    top_k: usize,
+    /// Experts of `layer` to leave out of the arena.
+    absent: usize,
+}
+
+struct FfnData {
+    /// Experts of every layer, `[layer][expert]`.
+    experts: Vec<Vec<Expert>>,
+    /// (layer, expert) → slot.
+    placement: Vec<(usize, usize, u32)>,
+    x: Vec<f32>,
+    ids: Vec<u32>,
+    route_w: Vec<f32>,
+}
+
+const SENTINEL: f32 = 4242.0;
+
+fn ffn_data(c: &FfnCase, seed: u64) -> FfnData {
+    let mut rng = Rng::new(seed);
+    let (h, i) = (c.hidden, c.inter);
+    let experts: Vec<Vec<Expert>> = (0..c.layers)
+        .map(|_| {
+            (0..c.n_experts)
+                .map(|_| Expert {
+                    gate: rng.vec(i * h, -0.5, 0.5),
+                    up: rng.vec(i * h, -0.5, 0.5),
+                    down: rng.vec(h * i, -0.5, 0.5),
+                })
+                .collect()
+        })
+        .collect();
+    // The layer under test gets n_experts - absent resident experts in random slots; the other
+    // slots hold experts of another layer (which must never be used for this layer).
+    let mut slots: Vec<u32> = (0..c.slots as u32).collect();
+    rng.shuffle(&mut slots);
+    let mut resident: Vec<usize> = (0..c.n_experts).collect();
+    rng.shuffle(&mut resident);
+    resident.truncate(c.n_experts - c.absent);
+    assert!(resident.len() <= c.slots);
+    let mut placement = Vec::new();
+    let mut free = slots.into_iter();
+    for &e in &resident {
+        placement.push((c.layer, e, free.next().unwrap()));
+    }
+    let other = (c.layer + 1) % c.layers;
+    if other != c.layer {
+        for (e, s) in free.enumerate() {
+            placement.push((other, e % c.n_experts, s));
+        }
+    }
+    let x = rng.vec(c.t * h, -1.0, 1.0);
+    let mut ids = Vec::new();
+    for _ in 0..c.t {
+        let mut all: Vec<u32> = (0..c.n_experts as u32).collect();
+        rng.shuffle(&mut all);
+        ids.extend(&all[..c.top_k]);
+    }
+    let route_w = rng.vec(c.t * c.top_k, 0.05, 1.0);
+    FfnData { experts, placement, x, ids, route_w }
+}
+
+/// Runs the expert FFN; returns (h, y) buffers read back.
+fn run_ffn(gpu: &Arc<Gpu>, c: &FfnCase, d: &FfnData) -> (Vec<f32>, Vec<f32>, usize) {
+    let pairs = c.t * c.top_k;
+    let step = StepUniform::new(gpu);
+    step.set(gpu, c.t, 0);
+    let layout = SlotLayout::new(c.format, c.hidden, c.inter).unwrap();
+    let arena = SlotArena::new(gpu, c.slots, layout).unwrap();
+    let mut table = SlotTable::new(gpu, c.layers, c.n_experts);
+    for &(l, e, s) in &d.placement {
+        let ex = &d.experts[l][e];
+        let bytes = layout.encode(&ex.gate, &ex.up, &ex.down).unwrap();
+        arena.write(gpu, s as usize, &bytes);
+        table.set(gpu, l, e, s);
+    }
+    let xb = upload_f32(gpu, &d.x);
+    let ib = upload_u32(gpu, &d.ids);
+    let wb = upload_f32(gpu, &d.route_w);
+    let hb = upload_f32(gpu, &vec![SENTINEL; pairs * c.inter]);
+    let yb = upload_f32(gpu, &vec![SENTINEL; (pairs + 1) * c.hidden]);
+    let io = ExpertIo { x: &xb, ids: &ib, route_w: &wb, h: &hb, y: &yb };
+    let op = ExpertFfn::new(gpu, &step.buffer, io, &arena, &table, c.layer, c.top_k);
+    submit(gpu, |pass| op.record(gpu, pass, c.t));
+    (read_f32(gpu, &hb, pairs * c.inter), read_f32(gpu, &yb, (pairs + 1) * c.hidden), arena.chunks.len())
+}
+
+fn describe(c: &FfnCase) -> String {
+    format!(
+        "expert FFN {:?} H={} I={} E={} slots={} layer={} T={} k={}",
+        c.format, c.hidden, c.inter, c.n_experts, c.slots, c.layer, c.t, c.top_k
+    )
+}
+
+fn check_ffn_against_reference(c: &FfnCase, d: &FfnData, h: &[f32], y: &[f32]) {
+    let (hd, id) = (c.hidden, c.inter);
+    let what = describe(c);
+
+    let mut absent_pairs = 0;
+    for j in 0..c.t * c.top_k {
+        let e = d.ids[j] as usize;
+        let (hj, yj) = (&h[j * id..(j + 1) * id], &y[j * hd..(j + 1) * hd]);
+        let resident = d.placement.iter().any(|&(l, pe, _)| l == c.layer && pe == e);
+        if !resident {
+            absent_pairs += 1;
+            assert!(
+                hj.iter().chain(yj).all(|&v| v == SENTINEL),
+                "{what}: pair {j} routes to non-resident expert {e} but its h/y rows were written"
+            );
+            continue;
+        }
+        let ex = &d.experts[c.layer][e];
+        let gate = as_stored(c.format, &ex.gate, id, hd);
+        let up = as_stored(c.format, &ex.up, id, hd);
+        let down = as_stored(c.format, &ex.down, hd, id);
+        let xt = &d.x[(j / c.top_k) * hd..(j / c.top_k + 1) * hd];
+        // h = silu(gate·x) * (up·x)
+        let (mut g, mut u) = (vec![0.0; id], vec![0.0; id]);
+        refops::matvec(&gate, id, hd, xt, &mut g);
+        refops::matvec(&up, id, hd, xt, &mut u);
+        let want_h: Vec<f32> = g.iter().zip(&u).map(|(a, b)| refops::silu(*a) * b).collect();
+        assert_close(&format!("{what}: h of pair {j} (expert {e})"), hj, &want_h, 1e-4);
+        let mut want_y = vec![0.0; hd];
+        refops::swiglu_mlp(&gate, &up, &down, hd, id, xt, &mut want_y);
+        for v in want_y.iter_mut() {
+            *v *= d.route_w[j];
+        }
+        assert_close(&format!("{what}: y of pair {j} (expert {e})"), yj, &want_y, 1e-4);
+    }
+    assert!(y[c.t * c.top_k * hd..].iter().all(|&v| v == SENTINEL), "{what}: wrote y past T*top_k pairs");
+    if c.absent > 0 && c.t * c.top_k >= c.n_experts {
+        assert!(absent_pairs > 0, "{what}: test routed no pair to an absent expert");
+    }
+}
+
+fn case(format: WeightFormat, hidden: usize, inter: usize, t: usize, top_k: usize) -> FfnCase {
+    FfnCase { format, hidden, inter, n_experts: 12, slots: 9, layers: 3, layer: 1, t, top_k, absent: 4 }
+}
+
+#[test]
+fn expert_ffn_matches_reference() {
+    let mut seed = 10;
+    for format in weight_formats() {
+        for &(hidden, inter) in &[(40usize, 24usize), (72, 48), (16, 520), (520, 16)] {
+            for &(t, k) in &[(1usize, 1usize), (1, 4), (3, 2), (9, 3), (17, 4)] {
+                seed += 1;
+                let c = case(format, hidden, inter, t, k);
+                let d = ffn_data(&c, seed);
+                let (h, y, _) = run_ffn(&gpu(), &c, &d);
+                check_ffn_against_reference(&c, &d, &h, &y);
+            }
+        }
+    }
+}
+
+#[test]
+fn expert_ffn_layer_zero_and_all_resident() {
+    // Layer 0 (table base 0) with every expert resident and every slot used.
+    for format in weight_formats() {
+        let c = FfnCase {
+            format,
+            hidden: 40,
+            inter: 24,
+            n_experts: 8,
+            slots: 8,
+            layers: 1,
+            layer: 0,
+            t: 17,
+            top_k: 2,
+            absent: 0,
+        };
+        let d = ffn_data(&c, 77);
+        let (h, y, _) = run_ffn(&gpu(), &c, &d);
+        check_ffn_against_reference(&c, &d, &h, &y);
+    }
+}
+
+#[test]
+fn expert_ffn_chunked_arena_is_bit_identical() {
+    let chunked = gpu_chunked();
+    let mut seed = 300;
+    // With a 4096-byte binding limit a 16×16 expert (3 KiB in f32, 1.5 KiB in f16) leaves one
+    // or two slots per arena chunk, so pairs are spread over many dispatches.
+    for format in weight_formats() {
+        for &(hidden, inter) in &[(16usize, 16usize), (8, 40)] {
+            for &(t, k) in &[(1usize, 2usize), (9, 3), (17, 4)] {
+                seed += 1;
+                let c = case(format, hidden, inter, t, k);
+                let d = ffn_data(&c, seed);
+                let (h1, y1, n1) = run_ffn(&gpu(), &c, &d);
+                let (h2, y2, n2) = run_ffn(&chunked, &c, &d);
+                let what = describe(&c);
+                assert_eq!(n1, 1, "{what}: default arena should be one chunk");
+                assert!(n2 >= 4, "{what}: chunked arena has only {n2} chunks");
+                assert_bits_eq(&format!("chunked {what}: h"), &h2, &h1);
+                assert_bits_eq(&format!("chunked {what}: y"), &y2, &y1);
+                check_ffn_against_reference(&c, &d, &h2, &y2);
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------ moe_combine
+
+#[test]
+fn moe_combine_with_and_without_shared() {
+    let mut rng = Rng::new(9);
+    let gpu = gpu();
+    for &hidden in &[40usize, 72, 1000] {
+        for top_k in 1..=4usize {
+            for &t in &[1usize, 3, 17, 70] {
+                for shared in [false, true] {
+                    let x0 = rng.vec((t + 1) * hidden, -2.0, 2.0);
+                    let y = rng.vec(t * top_k * hidden, -1.0, 1.0);
+                    let so = rng.vec(t * hidden, -1.0, 1.0);
+                    let sg = rng.vec(t, -4.0, 4.0);
+                    let step = StepUniform::new(&gpu);
+                    step.set(&gpu, t, 0);
+                    let xb = upload_f32(&gpu, &x0);
+                    let yb = upload_f32(&gpu, &y);
+                    let sob = upload_f32(&gpu, &so);
+                    let sgb = upload_f32(&gpu, &sg);
+                    let op =
+                        MoeCombine::new(&gpu, &step.buffer, &yb, &xb, shared.then_some((&sob, &sgb)), hidden, top_k);
+                    submit(&gpu, |pass| op.record(&gpu, pass, t));
+                    let got = read_f32(&gpu, &xb, x0.len());
+                    let mut want = x0.clone();
+                    for tok in 0..t {
+                        for n in 0..hidden {
+                            let mut s = 0.0f32;
+                            for j in 0..top_k {
+                                s += y[(tok * top_k + j) * hidden + n];
+                            }
+                            if shared {
+                                s += refops::sigmoid(sg[tok]) * so[tok * hidden + n];
+                            }
+                            want[tok * hidden + n] += s;
+                        }
+                    }
+                    let what = format!("moe_combine H={hidden} k={top_k} T={t} shared={shared}");
+                    assert_close(&what, &got, &want, 1e-5);
+                    assert_bits_eq(&format!("{what}: row T untouched"), &got[t * hidden..], &x0[t * hidden..]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! RMSNorm and RoPE kernels against the CPU reference at odd sizes: in place and into a
+//! separate output, whole rows and per-head rows, rows at the step position of a KV cache
+//! (`at_cache_pos`), token counts crossing workgroup sizes.
+//!
+//! Tolerances: RMSNorm |Δ| ≤ 1e-5·(1+|ref|) (f32 sum of squares vs the reference's f64);
+//! RoPE |Δ| ≤ 1e-5·(1+|ref|) (the host table computes cos/sin in f64, the reference in f32).
+//! Rows outside the step must be bit-for-bit untouched.
+
+mod common;
+
+use common::{assert_bits_eq, assert_close, gpu, read_f32, submit, upload_f32, Rng};
+use moestream::gpu::StepUniform;
+use moestream::ops::rms_norm::{NormRows, RmsNorm};
+use moestream::ops::rope::{rope_tables, Rope};
+use moestream::reference::ops as refops;
+
+const NORM_TOL: f32 = 1e-5;
+const ROPE_TOL: f32 = 1e-5;
+
+/// Reference RMSNorm of every `n`-row of `x`.
+fn ref_norm_rows(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for (o, r) in out.chunks_exact_mut(n).zip(x.chunks_exact(n)) {
+        refops::rms_norm(r, w, eps, o);
+    }
+    out
+}
+
+/// Runs one RMSNorm over a buffer of `total_rows` rows of `n`; returns (x after, out after).
+#[allow(clippy::too_many_arguments)]
+fn run_norm(
+    x: &[f32],
+    w: &[f32],
+    rows: NormRows,
+    with_out: bool,
+    out_len: usize,
+    n_tokens: usize,
+    pos: usize,
+    eps: f32,
+) -> (Vec<f32>, Vec<f32>) {
+    let gpu = gpu();
+    let step = StepUniform::new(&gpu);
+    step.set(&gpu, n_tokens, pos);
+    let xb = upload_f32(&gpu, x);
+    let wb = upload_f32(&gpu, w);
+    let sentinel = vec![-777.0f32; out_len.max(1)];
+    let ob = upload_f32(&gpu, &sentinel);
+    let op = RmsNorm::new(&gpu, &step.buffer, &wb, &xb, with_out.then_some(&ob), rows, eps);
+    submit(&gpu, |pass| op.record(&gpu, pass, n_tokens));
+    (read_f32(&gpu, &xb, x.len()), read_f32(&gpu, &ob, out_len.max(1)))
+}
+
+#[test]
+fn rms_norm_in_place_whole_rows() {
+    let mut rng = Rng::new(1);
+    // n crosses the 64-thread stride (40 < 64 < 72 < 128 < 1000); tokens cross 8 and 64.
+    for &n in &[40usize, 72, 129, 1000] {
+        for &t in &[1usize, 3, 9, 17, 70] {
+            let w = rng.vec(n, 0.5, 1.5);
+            // A row scale varying over tokens exercises the normalisation, not just the weight.
+            let x: Vec<f32> = (0..t * n).map(|i| rng.range(-1.0, 1.0) * (1.0 + (i / n) as f32)).collect();
+            let eps = 1e-6;
+            let rows = NormRows { n, rows_per_token: 1, at_cache_pos: false };
+            let (got, _) = run_norm(&x, &w, rows, false, 0, t, 0, eps);
+            let want = ref_norm_rows(&x, &w, n, eps);
+            assert_close(&format!("rms_norm n={n} T={t}"), &got, &want, NORM_TOL);
+        }
+    }
+}
+
+#[test]
+fn rms_norm_out_variant_leaves_input_and_tail() {
+    let mut rng = Rng::new(2);
+    for &(n, t) in &[(72usize, 1usize), (40, 17), (1000, 3)] {
+        let w = rng.vec(n, -1.5, 1.5);
+        let x = rng.vec(t * n, -3.0, 3.0);
+        let eps = 1e-5;
+        let rows = NormRows { n, rows_per_token: 1, at_cache_pos: false };
+        // The output buffer has one spare row that must stay untouched.
+        let (x_after, out) = run_norm(&x, &w, rows, true, (t + 1) * n, t, 0, eps);
+        assert_bits_eq("rms_norm OUT: input unchanged", &x_after, &x);
+        let want = ref_norm_rows(&x, &w, n, eps);
+        assert_close(&format!("rms_norm OUT n={n} T={t}"), &out[..t * n], &want, NORM_TOL);
+        assert!(out[t * n..].iter().all(|&v| v == -777.0), "rms_norm OUT wrote past T rows");
+    }
+}
+
+#[test]
+fn rms_norm_per_head_rows() {
+    let mut rng = Rng::new(3);
+    // q-norm: rows_per_token = n_heads, n = head_dim.
+    for &(hd, heads, t) in &[(24usize, 6usize, 1usize), (40, 3, 9), (128, 6, 17), (64, 2, 3)] {
+        let w = rng.vec(hd, 0.5, 1.5);
+        let x = rng.vec(t * heads * hd, -2.0, 2.0);
+        let rows = NormRows { n: hd, rows_per_token: heads, at_cache_pos: false };
+        let (got, _) = run_norm(&x, &w, rows, false, 0, t, 0, 1e-6);
+        let want = ref_norm_rows(&x, &w, hd, 1e-6);
+        assert_close(&format!("rms_norm per-head hd={hd} heads={heads} T={t}"), &got, &want, NORM_TOL);
+    }
+}
+
+#[test]
+fn rms_norm_at_cache_pos_only_touches_step_rows() {
+    let mut rng = Rng::new(4);
+    // k-norm in the KV cache: rows of kv_heads*head_dim, step at `pos`, ctx rows in total.
+    for &(hd, kvh, t, pos) in &[(64usize, 2usize, 1usize, 63usize), (40, 3, 9, 5), (24, 2, 17, 100), (128, 1, 3, 64)] {
+        let ctx = pos + t + 4;
+        let w = rng.vec(hd, 0.5, 1.5);
+        let x = rng.vec(ctx * kvh * hd, -2.0, 2.0);
+        let rows = NormRows { n: hd, rows_per_token: kvh, at_cache_pos: true };
+        let (got, _) = run_norm(&x, &w, rows, false, 0, t, pos, 1e-6);
+        let width = kvh * hd;
+        let (lo, hi) = (pos * width, (pos + t) * width);
+        let want = ref_norm_rows(&x[lo..hi], &w, hd, 1e-6);
+        let what = format!("rms_norm at_cache_pos hd={hd} kvh={kvh} T={t} pos={pos}");
+        assert_close(&what, &got[lo..hi], &want, NORM_TOL);
+        assert_bits_eq(&format!("{what}: rows before"), &got[..lo], &x[..lo]);
+        assert_bits_eq(&format!("{what}: rows after"), &got[hi..], &x[hi..]);
+
+        // OUT variant: reads cache rows at pos, writes out rows from 0.
+        let (x_after, out) = run_norm(&x, &w, rows, true, t * width, t, pos, 1e-6);
+        assert_bits_eq(&format!("{what} OUT: input"), &x_after, &x);
+        assert_close(&format!("{what} OUT"), &out, &want, NORM_TOL);
+    }
+}
+
+/// Rotates `x` with the GPU kernel; returns x after.
+fn run_rope(x: &[f32], heads: usize, hd: usize, t: usize, pos: usize, theta: f32, at_cache_pos: bool) -> Vec<f32> {
+    let gpu = gpu();
+    let step = StepUniform::new(&gpu);
+    step.set(&gpu, t, pos);
+    let (cos, sin) = rope_tables(theta, hd, pos + t + 1);
+    let cb = upload_f32(&gpu, &cos);
+    let sb = upload_f32(&gpu, &sin);
+    let xb = upload_f32(&gpu, x);
+    let op = Rope::new(&gpu, &step.buffer, (&cb, &sb), &xb, heads, hd, at_cache_pos);
+    submit(&gpu, |pass| op.record(&gpu, pass, t));
+    read_f32(&gpu, &xb, x.len())
+}
+
+#[test]
+fn rope_matches_reference_at_offsets() {
+    let mut rng = Rng::new(5);
+    for &(hd, heads, t, pos, theta) in &[
+        (24usize, 6usize, 1usize, 0usize, 10_000.0f32),
+        (40, 3, 9, 7, 10_000.0),
+        (64, 2, 17, 300, 1_000_000.0),
+        (128, 6, 3, 63, 10_000.0),
+        (128, 1, 1, 1199, 500_000.0),
+    ] {
+        let width = heads * hd;
+        let x = rng.vec(t * width, -2.0, 2.0);
+        let got = run_rope(&x, heads, hd, t, pos, theta, false);
+        let mut want = x.clone();
+        for (i, row) in want.chunks_exact_mut(width).enumerate() {
+            refops::rope(row, heads, hd, pos + i, theta);
+        }
+        assert_close(&format!("rope hd={hd} heads={heads} T={t} pos={pos}"), &got, &want, ROPE_TOL);
+    }
+}
+
+#[test]
+fn rope_at_cache_pos_only_touches_step_rows() {
+    let mut rng = Rng::new(6);
+    for &(hd, kvh, t, pos) in &[(64usize, 2usize, 1usize, 64usize), (40, 3, 17, 48), (24, 2, 9, 1)] {
+        let width = kvh * hd;
+        let ctx = pos + t + 3;
+        let x = rng.vec(ctx * width, -2.0, 2.0);
+        let got = run_rope(&x, kvh, hd, t, pos, 10_000.0, true);
+        let (lo, hi) = (pos * width, (pos + t) * width);
+        let mut want = x[lo..hi].to_vec();
+        for (i, row) in want.chunks_exact_mut(width).enumerate() {
+            refops::rope(row, kvh, hd, pos + i, 10_000.0);
+        }
+        let what = format!("rope at_cache_pos hd={hd} kvh={kvh} T={t} pos={pos}");
+        assert_close(&what, &got[lo..hi], &want, ROPE_TOL);
+        assert_bits_eq(&format!("{what}: rows before"), &got[..lo], &x[..lo]);
+        assert_bits_eq(&format!("{what}: rows after"), &got[hi..], &x[hi..]);
+    }
+}
