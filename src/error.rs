@@ -99,6 +99,14 @@ pub enum Error {
     /// Generation was cancelled by the caller.
     #[error("cancelled")]
     Cancelled,
+    /// A file of a converted model does not match the size or checksum its manifest records.
+    #[error("corrupt file {path}: {detail}")]
+    Corrupt {
+        /// The file involved.
+        path: PathBuf,
+        /// What does not match.
+        detail: String,
+    },
 }
 
 /// Result alias used across the crate.

@@ -72,16 +72,30 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         writeln!(stdout, "{}", serde_json::to_string(&g).expect("serialisable")).ok();
     } else {
         writeln!(stdout).ok();
+        let s = &g.stats;
         eprintln!(
             "[{} prompt tokens at {:.1} tok/s, {} generated at {:.1} tok/s, peak RSS {:.0} MiB, GPU {:.0} MiB, {}]",
             g.prompt_tokens.len(),
-            g.stats.prefill_tokens_per_s,
+            s.prefill_tokens_per_s,
             g.tokens.len(),
-            g.stats.decode_tokens_per_s,
-            g.stats.peak_rss_bytes as f64 / 1048576.0,
-            g.stats.gpu_bytes as f64 / 1048576.0,
+            s.decode_tokens_per_s,
+            s.peak_rss_bytes as f64 / 1048576.0,
+            s.gpu_bytes as f64 / 1048576.0,
             engine.gpu().adapter.name,
         );
+        let e = &s.experts;
+        if e.expert_hits + e.expert_misses > 0 {
+            eprintln!(
+                "[experts: hit rate {:.1}% ({} hits, {} misses), prefetch {}/{} used, {:.1} MiB read, {:.0} ms stalled]",
+                e.hit_rate * 100.0,
+                e.expert_hits,
+                e.expert_misses,
+                e.prefetch_used,
+                e.prefetch_issued,
+                e.bytes_read as f64 / 1048576.0,
+                e.stall_ms,
+            );
+        }
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Subcommands and their flags (the stable CLI contract).
 
+mod convert;
 mod devices;
 mod generate;
 mod info;
@@ -28,6 +29,8 @@ enum Command {
     Info(info::InfoArgs),
     /// List GPU adapters with backend, type, features and limits.
     Devices(devices::DevicesArgs),
+    /// Convert a Hugging Face checkpoint into a moestream model directory (int4/f16).
+    Convert(convert::ConvertArgs),
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -37,5 +40,6 @@ pub fn run() -> Result<()> {
         Command::Score(a) => score::run(a),
         Command::Info(a) => info::run(a),
         Command::Devices(a) => devices::run(a),
+        Command::Convert(a) => convert::run(a),
     }
 }

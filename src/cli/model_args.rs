@@ -4,9 +4,12 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+use moestream::experts::policy::PolicyKind;
+use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::GpuOptions;
 use moestream::ops::WeightFormat;
-use moestream::runtime::EngineOptions;
+use moestream::quant::QuantParams;
+use moestream::runtime::{EngineOptions, ExpertBudget};
 use moestream::{Engine, Error, Result};
 
 /// Weight precision on the GPU.
@@ -14,8 +17,30 @@ use moestream::{Engine, Error, Result};
 pub enum Dtype {
     /// 32-bit floats: exact comparison with the reference.
     F32,
-    /// 16-bit floats (default).
+    /// 16-bit floats (default for Hugging Face directories).
     F16,
+    /// 4-bit groups (affine, group 32): the default for converted models.
+    Int4,
+}
+
+/// Expert eviction policy.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Policy {
+    /// Least recently used.
+    Lru,
+    /// Least frequently used.
+    Lfu,
+    /// MoE-Infinity's activation-matrix priority.
+    Eamc,
+}
+
+/// Expert prefetcher.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Prefetch {
+    /// Load on demand only.
+    None,
+    /// Prefetch what the EAM collection predicts for the next layers.
+    Eamc,
 }
 
 /// Where the model is and how to run it.
@@ -33,6 +58,52 @@ pub struct ModelArgs {
     /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
     #[arg(long)]
     pub adapter: Option<String>,
+    /// GPU slots for routed experts (default: all experts if they fit in memory).
+    #[arg(long, conflicts_with = "gpu_memory")]
+    pub expert_slots: Option<usize>,
+    /// GPU memory for routed experts, e.g. `512MiB`, `2GiB` (converted to slots).
+    #[arg(long, value_parser = parse_bytes)]
+    pub gpu_memory: Option<u64>,
+    /// Expert eviction policy when streaming.
+    #[arg(long, value_enum, default_value = "eamc")]
+    pub policy: Policy,
+    /// Expert prefetcher when streaming.
+    #[arg(long, value_enum, default_value = "eamc")]
+    pub prefetch: Prefetch,
+    /// Threads reading the expert store.
+    #[arg(long, default_value_t = moestream::runtime::engine::DEFAULT_IO_THREADS)]
+    pub io_threads: usize,
+    /// Requests remembered by the EAMC collection.
+    #[arg(long, default_value_t = moestream::experts::eam::DEFAULT_EAMC_CAPACITY)]
+    pub eamc_capacity: usize,
+    /// EAMC collection file, loaded at start and saved at exit.
+    #[arg(long)]
+    pub eamc: Option<PathBuf>,
+    /// Write per-step, per-layer routed expert ids to this file (JSON lines).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Read the expert store with O_DIRECT (bypassing the page cache).
+    #[arg(long)]
+    pub direct_io: bool,
+}
+
+/// Parses `123`, `512MiB`, `2GiB`, `1.5GB` into bytes.
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("unknown size unit {other:?} (use B, KiB, MiB, GiB, KB, MB, GB)")),
+    };
+    Ok((value * scale) as u64)
 }
 
 /// The bundled model's directory: `$MOESTREAM_MODEL`, else `models/moestream-tiny-moe` in the
@@ -61,10 +132,30 @@ impl ModelArgs {
         let format = match self.dtype {
             Dtype::F32 => WeightFormat::F32,
             Dtype::F16 => WeightFormat::F16,
+            Dtype::Int4 => WeightFormat::Int4(QuantParams::default()),
         };
         let mut o = EngineOptions::new(dir).with_format(format);
         o.context = self.context;
         o.gpu = GpuOptions { adapter: self.adapter.clone(), ..Default::default() };
+        o.budget = match (self.expert_slots, self.gpu_memory) {
+            (Some(n), _) => ExpertBudget::Slots(n),
+            (None, Some(b)) => ExpertBudget::Bytes(b),
+            (None, None) => ExpertBudget::Auto,
+        };
+        o.policy = match self.policy {
+            Policy::Lru => PolicyKind::Lru,
+            Policy::Lfu => PolicyKind::Lfu,
+            Policy::Eamc => PolicyKind::Eamc,
+        };
+        o.prefetch = match self.prefetch {
+            Prefetch::None => PrefetchKind::None,
+            Prefetch::Eamc => PrefetchKind::Eamc,
+        };
+        o.io_threads = self.io_threads;
+        o.eamc_capacity = self.eamc_capacity;
+        o.eamc_file = self.eamc.clone();
+        o.trace = self.trace.clone();
+        o.direct_io = self.direct_io;
         Engine::load(&o)
     }
 }

@@ -9,18 +9,22 @@ use serde::Serialize;
 use super::sampler::{Sampler, SamplingParams};
 use super::stats::{peak_rss_bytes, Stats};
 use super::tokenizer::{TextStream, Tokenizer};
+use crate::convert::{
+    cached_conversion, default_cache_root, is_converted, ConvertOptions, ModelManifest, EXPERTS_FILE,
+};
 use crate::error::{Error, Result};
 use crate::experts::arena::SlotLayout;
 use crate::experts::eam::DEFAULT_EAMC_CAPACITY;
 use crate::experts::policy::{Phase, PolicyKind};
 use crate::experts::predictor::PrefetchKind;
 use crate::experts::residency::ExpertStats;
-use crate::experts::source::{CheckpointExperts, ExpertSource};
+use crate::experts::source::{CheckpointExperts, ExpertSource, StoreExperts};
 use crate::experts::trace::TraceHeader;
 use crate::gpu::{Gpu, GpuOptions};
 use crate::model::decoder::{DecoderOptions, GpuModel, StepOutput, StepResult, StreamingOptions};
 use crate::model::{ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
+use crate::store::{ExpertStore, OpenOptions as StoreOpenOptions};
 
 /// How to load a model.
 #[derive(Clone, Debug)]
@@ -53,6 +57,9 @@ pub struct EngineOptions {
     pub trace: Option<PathBuf>,
     /// Read the expert store with O_DIRECT.
     pub direct_io: bool,
+    /// Where Hugging Face directories run in int4 are converted (once); `None` means
+    /// [`crate::convert::default_cache_root`].
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// How much GPU memory routed experts may use.
@@ -94,6 +101,7 @@ impl EngineOptions {
             eamc_file: None,
             trace: None,
             direct_io: false,
+            cache_dir: None,
         }
     }
 }
@@ -149,6 +157,20 @@ pub struct Engine {
     eamc_file: Option<PathBuf>,
 }
 
+/// The directory to load: a converted model as is; a Hugging Face directory as is in f32/f16,
+/// or converted once into the cache when int4 is asked for.
+fn resolve_model_dir(options: &EngineOptions) -> Result<PathBuf> {
+    let dir = &options.model_dir;
+    let wants_int4 = matches!(options.experts, WeightFormat::Int4(_)) || matches!(options.dense, WeightFormat::Int4(_));
+    if is_converted(dir) || !wants_int4 {
+        return Ok(dir.clone());
+    }
+    let root = options.cache_dir.clone().unwrap_or_else(default_cache_root);
+    let convert = ConvertOptions { experts: options.experts, dense: options.dense };
+    log::warn!("using an int4 conversion of {} cached under {}", dir.display(), root.display());
+    cached_conversion(dir, &root, &convert, &mut |_| {})
+}
+
 /// The slot budget `options` asks for, `None` when every expert stays resident.
 fn budget_slots(spec: &ArchSpec, slot_bytes: usize, options: &EngineOptions) -> Result<Option<usize>> {
     let m = spec.moe.as_ref().expect("only MoE models have experts");
@@ -198,8 +220,22 @@ impl Engine {
         options: &EngineOptions,
         wrap: &dyn Fn(Arc<dyn ExpertSource>) -> Arc<dyn ExpertSource>,
     ) -> Result<Engine> {
-        let dir = &options.model_dir;
-        let spec = ArchSpec::from_dir(dir)?;
+        let dir = &resolve_model_dir(options)?;
+        let converted = match is_converted(dir) {
+            true => Some(ModelManifest::load(dir)?),
+            false => None,
+        };
+        let spec = match &converted {
+            Some(m) => {
+                m.verify_files(dir, false)?;
+                m.arch.clone()
+            }
+            None => ArchSpec::from_dir(dir)?,
+        };
+        let (expert_format, dense_format) = match &converted {
+            Some(m) => (m.expert_format(), m.dense_format()),
+            None => (options.experts, options.dense),
+        };
         let ckpt = Arc::new(Checkpoint::open(dir)?);
         let context = options.context.unwrap_or(spec.max_positions.min(4096));
         if context == 0 || context > spec.max_positions {
@@ -208,18 +244,27 @@ impl Engine {
                 spec.max_positions
             )));
         }
-        let source: Option<Arc<dyn ExpertSource>> = match &spec.moe {
-            Some(m) => {
-                let layout = SlotLayout::new(options.experts, spec.hidden, m.expert_intermediate)?;
+        let source: Option<Arc<dyn ExpertSource>> = match (&spec.moe, &converted) {
+            (None, _) => None,
+            (Some(m), Some(manifest)) => {
+                let file = manifest.experts.file.as_deref().unwrap_or(EXPERTS_FILE);
+                let store = ExpertStore::open_with(
+                    dir.join(file),
+                    spec.hash(),
+                    StoreOpenOptions { direct_io: options.direct_io },
+                )?;
+                Some(wrap(Arc::new(StoreExperts::new(store, spec.hidden, m.expert_intermediate)?)))
+            }
+            (Some(m), None) => {
+                let layout = SlotLayout::new(expert_format, spec.hidden, m.expert_intermediate)?;
                 Some(wrap(Arc::new(CheckpointExperts::new(ckpt.clone(), spec.clone(), layout))))
             }
-            None => None,
         };
         let streaming =
             source.as_ref().map(|s| budget_slots(&spec, s.layout().slot_bytes, options)).transpose()?.flatten();
         let decoder = DecoderOptions {
-            experts: options.experts,
-            dense: options.dense,
+            experts: expert_format,
+            dense: dense_format,
             context,
             max_batch: options.max_batch,
             streaming: streaming.map(|slots| StreamingOptions {
