@@ -5,6 +5,7 @@
 //! by tests; `quant` and `store` hold the int4 format and the on-disk expert store.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod convert;
 pub mod error;
 pub mod experts;

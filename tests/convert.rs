@@ -96,6 +96,15 @@ fn check_conversion(name: &str, options: ConvertOptions) {
         (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).map(|i| names::router(spec.family, i)).collect();
     let mut expected_names: Vec<&str> = source.names().filter(|n| !n.contains(".experts.")).collect();
     let mut got_names: Vec<&str> = converted.names().collect();
+    if spec.tie_embeddings && !source.contains(names::LM_HEAD) {
+        // A tied lm_head is stored in int4 on its own, quantized from the original embedding.
+        assert!(got_names.contains(&names::LM_HEAD), "{name}: tied lm_head stored");
+        let head = converted.tensor(names::LM_HEAD, &[spec.vocab, spec.hidden]).unwrap();
+        let embed = source.tensor(names::EMBED, &[spec.vocab, spec.hidden]).unwrap();
+        let q = quantize(&embed.data, spec.vocab, spec.hidden, QuantParams::default()).unwrap();
+        assert_eq!(head.int4.as_ref().unwrap().packed, q.packed, "{name}: lm_head codes");
+        got_names.retain(|n| *n != names::LM_HEAD);
+    }
     expected_names.sort_unstable();
     got_names.sort_unstable();
     assert_eq!(got_names, expected_names, "{name}: resident tensor names");

@@ -24,9 +24,13 @@ fn f32_matches_transformers() {
                 println!("{} {}: {} tokens, max |Δ logprob| = {err:.2e}", golden.architecture, p.name, p.tokens.len());
                 assert!(err < 1e-3, "{} {}: log-prob error {err}", golden.architecture, p.name);
             }
-            let last = e.next_logprobs(&p.tokens).unwrap();
-            let err = max_abs_diff(&last, &p.last_logprobs);
-            assert!(err < 1e-3, "{} {}: last-position error {err}", golden.architecture, p.name);
+            // The full next-token distribution after short prompts (the long prompt's positions
+            // are all covered by the per-position log-probs above).
+            if p.tokens.len() <= 64 {
+                let last = e.next_logprobs(&p.tokens).unwrap();
+                let err = max_abs_diff(&last, &p.last_logprobs);
+                assert!(err < 1e-3, "{} {}: last-position error {err}", golden.architecture, p.name);
+            }
             let opts = GenerateOptions { max_tokens: p.greedy.len(), ignore_eos: true, ..Default::default() };
             let g = e.generate(&p.tokens, &opts, |_, _| true).unwrap();
             assert_eq!(g.tokens, p.greedy, "{} {}: greedy tokens", golden.architecture, p.name);

@@ -16,7 +16,7 @@ use moestream::ops::WeightFormat;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
 use moestream::{Error, Result};
 
-/// Wraps a source with random delays and an optional failure after `fail_after` reads.
+/// Wraps a source with random delays and failures of reads number `fail_after .. +3`.
 struct Faulty {
     inner: Arc<dyn ExpertSource>,
     rng: Mutex<Rng>,
@@ -24,10 +24,12 @@ struct Faulty {
     fail_after: Option<usize>,
 }
 
+const FAILED_READS: usize = 3;
+
 impl ExpertSource for Faulty {
     fn read(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<()> {
         let n = self.reads.fetch_add(1, Ordering::SeqCst);
-        if self.fail_after.is_some_and(|f| n >= f) {
+        if self.fail_after.is_some_and(|f| (f..f + FAILED_READS).contains(&n)) {
             return Err(Error::io("experts.bin", std::io::Error::other("injected read failure")));
         }
         let micros = self.rng.lock().unwrap().below(3000);
@@ -75,7 +77,7 @@ fn one_thread_random_delays_tiny_budget_is_exact() {
 }
 
 #[test]
-fn read_failure_mid_generation_is_an_error() {
+fn read_failure_mid_generation_is_an_error_and_the_engine_recovers() {
     let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with("mixtral")).unwrap();
     let prompt = &golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens;
     let wrap = |inner: Arc<dyn ExpertSource>| -> Arc<dyn ExpertSource> {
@@ -93,4 +95,12 @@ fn read_failure_mid_generation_is_an_error() {
         other => panic!("expected the injected I/O error, got {other:?}"),
     }
     assert!(streamed < 64, "generation must stop at the failure");
+    // The failed experts were forgotten, not left mapped to stale slots: once reads work
+    // again the same engine gives the resident output.
+    let want = Engine::load_on(gpu(), &options(&dir, ExpertBudget::Auto))
+        .unwrap()
+        .generate(prompt, &gen, |_, _| true)
+        .unwrap();
+    let again = (0..=FAILED_READS).find_map(|_| e.generate(prompt, &gen, |_, _| true).ok()).expect("reads recover");
+    assert_eq!(again.tokens, want.tokens);
 }

@@ -1,5 +1,6 @@
 //! Subcommands and their flags (the stable CLI contract).
 
+mod bench;
 mod convert;
 mod devices;
 mod generate;
@@ -31,6 +32,8 @@ enum Command {
     Devices(devices::DevicesArgs),
     /// Convert a Hugging Face checkpoint into a moestream model directory (int4/f16).
     Convert(convert::ConvertArgs),
+    /// Measure kernel and end-to-end speed.
+    Bench(bench::BenchArgs),
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -41,5 +44,6 @@ pub fn run() -> Result<()> {
         Command::Info(a) => info::run(a),
         Command::Devices(a) => devices::run(a),
         Command::Convert(a) => convert::run(a),
+        Command::Bench(a) => bench::run(a),
     }
 }

@@ -49,9 +49,14 @@ pub struct ModelArgs {
     /// Model directory (Hugging Face layout); defaults to the bundled model.
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Weight precision on the GPU.
+    /// Weight precision on the GPU for Hugging Face directories (int4 converts once into the
+    /// cache); converted models run in the format they were converted to.
     #[arg(long, value_enum, default_value = "f16")]
     pub dtype: Dtype,
+    /// Where int4 conversions of Hugging Face directories are cached (default
+    /// `$MOESTREAM_CACHE`, `$XDG_CACHE_HOME/moestream` or `~/.cache/moestream`).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
     /// KV-cache length in tokens (default: the model's maximum, at most 4096).
     #[arg(long)]
     pub context: Option<usize>,
@@ -156,6 +161,7 @@ impl ModelArgs {
         o.eamc_file = self.eamc.clone();
         o.trace = self.trace.clone();
         o.direct_io = self.direct_io;
+        o.cache_dir = self.cache_dir.clone();
         Engine::load(&o)
     }
 }

@@ -40,6 +40,7 @@ struct Shared<'a, 'r> {
 /// A tensor whose bytes are produced when the writer asks for them.
 struct LazyTensor<'s, 'a, 'r> {
     shared: &'s Shared<'a, 'r>,
+    /// The checkpoint tensor the bytes come from (the embedding for a tied lm_head).
     name: String,
     /// Shape in the source checkpoint.
     source_shape: Vec<usize>,
@@ -159,6 +160,18 @@ pub(super) fn write_resident(
             name.to_string(),
             LazyTensor { shared: &shared, name: name.to_string(), source_shape, shape, encoding },
         ));
+    }
+    // A tied lm_head stored in int4 must be quantized from the original embedding, not from
+    // its f16 copy, so that converted and directly loaded models hold the same weights.
+    if spec.tie_embeddings && !ckpt.contains(names::LM_HEAD) && matches!(dense, WeightFormat::Int4(_)) {
+        let source_shape = vec![spec.vocab, spec.hidden];
+        let encoding = encoding_of(names::LM_HEAD, &source_shape, &routers, dense)?;
+        let shape = match encoding {
+            Encoding::Int4 { layout } => vec![layout.total_len],
+            _ => source_shape.clone(),
+        };
+        let lazy = LazyTensor { shared: &shared, name: names::EMBED.to_string(), source_shape, shape, encoding };
+        tensors.push((names::LM_HEAD.to_string(), lazy));
     }
     let count = tensors.len();
     let metadata = match dense {

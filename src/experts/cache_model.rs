@@ -212,14 +212,14 @@ impl CacheModel {
             assert!((e as usize) < self.experts, "expert id {e} out of range");
             counts[e as usize] += 1;
         }
-        if self.tokens > 0 {
-            self.top_k = routed.len() / self.tokens;
+        if let Some(k) = routed.len().checked_div(self.tokens) {
+            self.top_k = k;
         }
         let needed: Vec<ExpertId> =
             (0..self.experts).filter(|&e| counts[e] > 0).map(|e| ExpertId::new(layer, e)).collect();
-        for id in &needed {
-            self.tracker.record(layer, id.expert as usize, counts[id.expert as usize]);
-        }
+        let activations: Vec<(usize, u32)> =
+            needed.iter().map(|id| (id.expert as usize, counts[id.expert as usize])).collect();
+        self.tracker.record_layer(layer, &activations);
         let (hits, misses): (Vec<ExpertId>, Vec<ExpertId>) = needed.iter().partition(|&&id| self.slot_of(id).is_some());
         self.stats.hits += hits.len() as u64;
         self.stats.misses += misses.len() as u64;
@@ -237,27 +237,21 @@ impl CacheModel {
 
     /// Makes every expert of `wave` resident, evicting only experts outside it.
     fn plan_wave(&mut self, layer: usize, wave: &[ExpertId]) -> Wave {
-        for &id in wave {
-            let i = self.index(id);
-            self.pinned[i] = true;
-        }
+        let misses = wave.iter().filter(|&&id| self.slot_of(id).is_none()).count();
+        let from_free = misses.min(self.free.len());
+        let mut slots: Vec<u32> = (0..from_free).filter_map(|_| self.free.pop_first()).collect();
         let mut out = Wave::default();
-        let mut candidates: Option<Vec<ExpertId>> = None;
+        for victim in self.victims_outside(wave, misses - from_free, layer) {
+            let slot = self.evict(victim);
+            out.evictions.push((victim, slot));
+            slots.push(slot);
+        }
+        let mut slots = slots.into_iter();
         for &id in wave {
             let slot = match self.slot_of(id) {
                 Some(slot) => slot,
                 None => {
-                    let slot = match self.free.pop_first() {
-                        Some(slot) => slot,
-                        None => {
-                            let c = candidates.get_or_insert_with(|| self.unpinned());
-                            let pick = self.pick_victim(c, layer);
-                            let victim = c.remove(pick);
-                            let slot = self.evict(victim);
-                            out.evictions.push((victim, slot));
-                            slot
-                        }
-                    };
+                    let slot = slots.next().expect("a wave never exceeds the capacity");
                     self.insert(id, slot, layer);
                     out.loads.push((id, slot));
                     slot
@@ -266,65 +260,50 @@ impl CacheModel {
             self.access(id, layer);
             out.resident.push((id.expert, slot));
         }
-        for &id in wave {
-            let i = self.index(id);
-            self.pinned[i] = false;
-        }
         out
     }
 
-    /// After routing `layer`: loads the predictor's likely experts of later layers into free
-    /// slots or in place of policy victims the predictor deems less useful
-    /// ([`Predictor::worth_evicting`]), never evicting an expert of `layer`'s routing nor one
-    /// just prefetched, at most the prefetch cap. Apply after the layer's waves; a load into an
-    /// occupied slot replaces (unmaps) its occupant.
+    /// After routing `layer`: loads the predictor's most likely experts of later layers (at most
+    /// the prefetch cap) into free slots, then in place of policy victims while the predictor
+    /// deems the swap worth it ([`Predictor::worth_evicting`]: the likeliest candidate against
+    /// the least valuable victim first). Never evicts an expert of `layer`'s routing. Apply
+    /// after the layer's waves; a load into an occupied slot replaces (unmaps) its occupant.
     pub fn prefetch(&mut self, layer: usize) -> Vec<(ExpertId, u32)> {
         let Some(mut predictor) = self.predictor.take() else {
             return Vec::new();
         };
         let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
-        let predicted = predictor.predict(layer, &ctx);
         let limit = self.max_prefetch.unwrap_or(2 * self.top_k);
-        let mut protected: Vec<ExpertId> = self.last_needed.clone();
-        for &id in &protected {
-            let i = self.index(id);
-            self.pinned[i] = true;
-        }
-        let mut candidates: Option<Vec<ExpertId>> = None;
+        let wanted: Vec<ExpertId> = predictor
+            .predict(layer, &ctx)
+            .into_iter()
+            .filter(|&id| id.layer as usize > layer && self.slot_of(id).is_none())
+            .take(limit)
+            .collect();
+        let from_free = wanted.len().min(self.free.len());
+        let pinned = std::mem::take(&mut self.last_needed);
+        let victims = self.victims_outside(&pinned, wanted.len() - from_free, layer);
+        self.last_needed = pinned;
         let mut loads = Vec::new();
-        for id in predicted {
-            if loads.len() >= limit {
-                break;
-            }
-            if id.layer as usize <= layer || self.slot_of(id).is_some() {
-                continue;
-            }
+        for (i, &id) in wanted.iter().enumerate() {
             let slot = match self.free.pop_first() {
                 Some(slot) => slot,
                 None => {
-                    let c = candidates.get_or_insert_with(|| self.unpinned());
-                    if c.is_empty() {
+                    let Some(&victim) = victims.get(i - from_free) else {
+                        break;
+                    };
+                    let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
+                    if !predictor.worth_evicting(id, victim, &ctx) {
                         break;
                     }
-                    let pick = self.pick_victim(c, layer);
-                    let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
-                    if !predictor.worth_evicting(id, c[pick], &ctx) {
-                        continue;
-                    }
-                    self.evict(c.remove(pick))
+                    self.evict(victim)
                 }
             };
             self.insert(id, slot, layer);
             let i = self.index(id);
             self.prefetched[i] = true;
-            self.pinned[i] = true;
-            protected.push(id);
             self.stats.prefetch_issued += 1;
             loads.push((id, slot));
-        }
-        for id in protected {
-            let i = self.index(id);
-            self.pinned[i] = false;
         }
         self.predictor = Some(predictor);
         loads
@@ -334,15 +313,24 @@ impl CacheModel {
         id.layer as usize * self.experts + id.expert as usize
     }
 
-    /// Resident experts not pinned, in slot order.
-    fn unpinned(&self) -> Vec<ExpertId> {
-        self.resident().map(|(id, _)| id).filter(|&id| !self.pinned[self.index(id)]).collect()
-    }
-
-    /// The policy's choice among `candidates` (an index into them).
-    fn pick_victim(&mut self, candidates: &[ExpertId], layer: usize) -> usize {
+    /// Up to `n` policy victims, in eviction order, among resident experts not in `keep`.
+    fn victims_outside(&mut self, keep: &[ExpertId], n: usize, layer: usize) -> Vec<ExpertId> {
+        if n == 0 {
+            return Vec::new();
+        }
+        for &id in keep {
+            let i = self.index(id);
+            self.pinned[i] = true;
+        }
+        let candidates: Vec<ExpertId> =
+            self.resident().map(|(id, _)| id).filter(|&id| !self.pinned[self.index(id)]).collect();
+        for &id in keep {
+            let i = self.index(id);
+            self.pinned[i] = false;
+        }
         let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
-        self.policy.victim(candidates, &ctx)
+        let picks = self.policy.victims(&candidates, n.min(candidates.len()), &ctx);
+        picks.into_iter().map(|p| candidates[p]).collect()
     }
 
     /// Takes `victim` out of its slot and returns the slot.
@@ -371,5 +359,20 @@ impl CacheModel {
         self.clock += 1;
         let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
         self.policy.on_access(id, &ctx);
+    }
+}
+
+impl CacheModel {
+    /// Frees `id`'s slot without counting an eviction: its data never arrived (a failed read),
+    /// so the next need of `id` is a miss that reads it again.
+    pub fn forget(&mut self, id: ExpertId) {
+        if let Some(slot) = self.slot_of(id) {
+            let i = self.index(id);
+            self.slots[slot as usize] = None;
+            self.slot_of[i] = NO_SLOT;
+            self.prefetched[i] = false;
+            self.policy.on_evict(id);
+            self.free.insert(slot);
+        }
     }
 }

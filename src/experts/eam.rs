@@ -465,6 +465,8 @@ pub struct EamTracker {
     dots: Vec<[f64; 2]>,
     /// Squared norms of the current request's (prefill, decode).
     query_norm2: [f64; 2],
+    /// The best matches for the current request, kept up to date by every change.
+    best: Vec<(usize, f64)>,
 }
 
 impl EamTracker {
@@ -479,6 +481,7 @@ impl EamTracker {
             matches: m,
             dots: Vec::new(),
             query_norm2: [0.0; 2],
+            best: Vec::new(),
         }
     }
 
@@ -536,16 +539,36 @@ impl EamTracker {
 
     /// Counts `tokens` tokens routed to (layer, expert) in the current step.
     pub fn record(&mut self, layer: usize, expert: usize, tokens: u32) {
-        let n = tokens as f32;
+        self.add(layer, expert, tokens);
+        self.refresh_matches();
+    }
+
+    /// Counts a whole layer's routing at once: (expert, tokens) pairs.
+    pub fn record_layer(&mut self, layer: usize, counts: &[(usize, u32)]) {
+        for &(expert, tokens) in counts {
+            self.add(layer, expert, tokens);
+        }
+        self.refresh_matches();
+    }
+
+    fn add(&mut self, layer: usize, expert: usize, tokens: u32) {
+        let n = tokens as f64;
         let h = phase_index(self.phase);
         let i = layer * self.experts() + expert;
         let old = self.current.phase(self.phase).counts()[i] as f64;
-        self.query_norm2[h] += 2.0 * old * n as f64 + (n as f64) * (n as f64);
+        self.query_norm2[h] += 2.0 * old * n + n * n;
         for (d, e) in self.dots.iter_mut().zip(&self.collection.entries) {
-            d[h] += n as f64 * e.phase(self.phase).counts()[i] as f64;
+            d[h] += n * e.phase(self.phase).counts()[i] as f64;
         }
-        self.current.add(self.phase, layer, expert, n);
-        self.iteration.add(layer, expert, n);
+        self.current.add(self.phase, layer, expert, tokens as f32);
+        self.iteration.add(layer, expert, tokens as f32);
+    }
+
+    /// Re-ranks the collection against the current request.
+    fn refresh_matches(&mut self) {
+        let qn = self.query_norm2.map(f64::sqrt);
+        let sims = self.dots.iter().zip(&self.collection.norms).map(|(&d, &n)| combine(d, qn, n)).enumerate();
+        self.best = top_m(sims, self.matches);
     }
 
     /// Recomputes the incremental match state from scratch.
@@ -555,18 +578,17 @@ impl EamTracker {
             self.collection.entries.iter().map(|e| [q.prefill.dot(&e.prefill), q.decode.dot(&e.decode)]).collect();
         let n = q.norms();
         self.query_norm2 = [n[0] * n[0], n[1] * n[1]];
+        self.refresh_matches();
     }
 
     /// The `m` entries best matching the current request: (index, similarity), best first.
-    pub fn best_matches(&self) -> Vec<(usize, f64)> {
-        let qn = self.query_norm2.map(f64::sqrt);
-        let sims = self.dots.iter().zip(&self.collection.norms).map(|(&d, &n)| combine(d, qn, n)).enumerate();
-        top_m(sims, self.matches)
+    pub fn best_matches(&self) -> &[(usize, f64)] {
+        &self.best
     }
 
     /// PredictEAM for the current phase: the best matches, or the current request's own EAM.
     pub fn prediction(&self) -> Prediction<'_> {
-        let matches = self.best_matches();
+        let matches = &self.best;
         let sources: Vec<&Eam> = if matches.is_empty() {
             vec![self.current.for_phase(self.phase)]
         } else {

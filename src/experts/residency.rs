@@ -219,6 +219,37 @@ impl ExpertResidency {
     /// into their slots, every expert of the wave mapped. Call before recording the wave's
     /// expert kernel, with no GPU work in flight that reads the slots being written.
     pub fn apply_wave(&mut self, gpu: &Gpu, layer: usize, wave: &Wave) -> Result<()> {
+        let result = self.try_apply_wave(gpu, layer, wave);
+        if result.is_err() {
+            self.resync(gpu);
+        }
+        result
+    }
+
+    /// After a failed step: the cache forgets every expert it places in a slot that does not
+    /// actually hold it (failed reads, and later waves of the step that never ran), so nothing
+    /// stale is ever mapped and later steps read those experts again.
+    fn resync(&mut self, gpu: &Gpu) {
+        let Some(s) = self.streaming.as_mut() else { return };
+        let planned: Vec<(ExpertId, u32)> = s.cache.resident().collect();
+        for (id, slot) in planned {
+            let holds = s.owner[slot as usize] == Some(id)
+                && (self.table.get(id.layer as usize, id.expert as usize) == Some(slot) || s.pending.contains_key(&id));
+            if !holds {
+                s.cache.forget(id);
+                if let Some(other) = s.owner[slot as usize].take() {
+                    if self.table.get(other.layer as usize, other.expert as usize) == Some(slot) {
+                        self.table.set(gpu, other.layer as usize, other.expert as usize, NO_SLOT);
+                    }
+                    if let Some((_, ticket)) = s.pending.remove(&other) {
+                        s.pool.cancel(ticket);
+                    }
+                }
+            }
+        }
+    }
+
+    fn try_apply_wave(&mut self, gpu: &Gpu, layer: usize, wave: &Wave) -> Result<()> {
         let Some(s) = self.streaming.as_mut() else { return Ok(()) };
         let tickets: Vec<(ExpertId, u32, Ticket)> = wave
             .loads
@@ -229,22 +260,47 @@ impl ExpertResidency {
             })
             .collect();
         let started = Instant::now();
+        let mut failure = None;
         for (id, slot, ticket) in tickets {
-            let buf = s.pool.wait(ticket)?;
-            self.arena.write(gpu, slot as usize, &buf);
-            s.pool.recycle(buf);
-            s.reads += 1;
-            self.table.set(gpu, id.layer as usize, id.expert as usize, slot);
+            if failure.is_some() {
+                s.pool.cancel(ticket);
+                release(s, &mut self.table, gpu, id, slot);
+                continue;
+            }
+            match s.pool.wait(ticket) {
+                Ok(buf) => {
+                    self.arena.write(gpu, slot as usize, &buf);
+                    s.pool.recycle(buf);
+                    s.reads += 1;
+                    self.table.set(gpu, id.layer as usize, id.expert as usize, slot);
+                }
+                Err(e) => {
+                    release(s, &mut self.table, gpu, id, slot);
+                    failure = Some(e);
+                }
+            }
+        }
+        if let Some(e) = failure {
+            s.stall += started.elapsed();
+            return Err(e);
         }
         // Hits that are prefetches still in flight must land before the kernel runs.
         for &(expert, _) in &wave.resident {
             let id = ExpertId::new(layer, expert as usize);
             if let Some((slot, ticket)) = s.pending.remove(&id) {
-                let buf = s.pool.wait(ticket)?;
-                self.arena.write(gpu, slot as usize, &buf);
-                s.pool.recycle(buf);
-                s.reads += 1;
-                self.table.set(gpu, layer, expert as usize, slot);
+                match s.pool.wait(ticket) {
+                    Ok(buf) => {
+                        self.arena.write(gpu, slot as usize, &buf);
+                        s.pool.recycle(buf);
+                        s.reads += 1;
+                        self.table.set(gpu, layer, expert as usize, slot);
+                    }
+                    Err(e) => {
+                        release(s, &mut self.table, gpu, id, slot);
+                        s.stall += started.elapsed();
+                        return Err(e);
+                    }
+                }
             }
         }
         s.stall += started.elapsed();
@@ -264,19 +320,28 @@ impl ExpertResidency {
     /// Copies finished prefetches into their slots and maps them (without waiting).
     pub fn land_prefetches(&mut self, gpu: &Gpu) -> Result<()> {
         let Some(s) = self.streaming.as_mut() else { return Ok(()) };
-        let ready: Vec<(ExpertId, u32, Vec<u8>)> = s
+        let finished: Vec<(ExpertId, u32, Result<Vec<u8>>)> = s
             .pending
             .iter()
-            .filter_map(|(&id, &(slot, ticket))| s.pool.try_take(ticket).map(|r| r.map(|buf| (id, slot, buf))))
-            .collect::<Result<_>>()?;
-        for (id, slot, buf) in ready {
+            .filter_map(|(&id, &(slot, ticket))| s.pool.try_take(ticket).map(|r| (id, slot, r)))
+            .collect();
+        let mut failure = None;
+        for (id, slot, result) in finished {
             s.pending.remove(&id);
-            self.arena.write(gpu, slot as usize, &buf);
-            s.pool.recycle(buf);
-            s.reads += 1;
-            self.table.set(gpu, id.layer as usize, id.expert as usize, slot);
+            match result {
+                Ok(buf) => {
+                    self.arena.write(gpu, slot as usize, &buf);
+                    s.pool.recycle(buf);
+                    s.reads += 1;
+                    self.table.set(gpu, id.layer as usize, id.expert as usize, slot);
+                }
+                Err(e) => {
+                    release(s, &mut self.table, gpu, id, slot);
+                    failure.get_or_insert(e);
+                }
+            }
         }
-        Ok(())
+        failure.map_or(Ok(()), Err)
     }
 
     /// The figures so far.
@@ -296,6 +361,18 @@ impl ExpertResidency {
                 }
             }
         }
+    }
+}
+
+/// Undoes the claim of `slot` by `id` whose data did not arrive: the cache forgets it, the
+/// slot is free and unmapped, so later steps read it again instead of using stale bytes.
+fn release(s: &mut Streaming, table: &mut SlotTable, gpu: &Gpu, id: ExpertId, slot: u32) {
+    s.cache.forget(id);
+    if s.owner[slot as usize] == Some(id) {
+        s.owner[slot as usize] = None;
+    }
+    if table.get(id.layer as usize, id.expert as usize) == Some(slot) {
+        table.set(gpu, id.layer as usize, id.expert as usize, NO_SLOT);
     }
 }
 

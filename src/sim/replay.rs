@@ -73,7 +73,7 @@ fn build(trace: &Trace, config: SimConfig) -> crate::Result<CacheModel> {
     }
     let h = &trace.header;
     let policy: Box<dyn CachePolicy> = match config.policy {
-        PolicyKind::Belady => Box::new(Belady::new(&access_sequence(trace))),
+        PolicyKind::Belady => Box::new(Belady::new(&access_sequence(trace), h.experts)),
         online => online.build()?,
     };
     let prefetch = effective_prefetch(config);
@@ -124,7 +124,8 @@ fn replay(trace: &Trace, config: SimConfig, mut request_done: impl FnMut(CacheSt
     Ok(cache.stats())
 }
 
-/// Replays `trace` once per policy × capacity (policies outer, capacities inner).
+/// Replays `trace` once per policy × capacity (results: policies outer, capacities inner),
+/// running configurations on parallel threads.
 pub fn simulate(
     trace: &Trace,
     slots: &[usize],
@@ -132,26 +133,48 @@ pub fn simulate(
     prefetch: PrefetchKind,
     eamc_capacity: usize,
 ) -> crate::Result<Vec<SimResult>> {
-    let mut out = Vec::new();
-    for &policy in policies {
-        for &s in slots {
-            let config = SimConfig { slots: s, policy, prefetch, eamc_capacity };
-            let stats = replay(trace, config, |_| {})?;
-            out.push(SimResult {
-                policy: policy.name().into(),
-                prefetch: effective_prefetch(config).name().into(),
-                slots: s,
-                hits: stats.hits,
-                misses: stats.misses,
-                hit_rate: stats.hit_rate(),
-                bytes_read: stats.loads * trace.header.expert_bytes,
-                prefetch_issued: stats.prefetch_issued,
-                prefetch_used: stats.prefetch_used,
-                prefetch_wasted: stats.prefetch_wasted(),
-            });
-        }
-    }
-    Ok(out)
+    let configs: Vec<SimConfig> = policies
+        .iter()
+        .flat_map(|&policy| slots.iter().map(move |&s| SimConfig { slots: s, policy, prefetch, eamc_capacity }))
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(configs.len()).max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, crate::Result<SimResult>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&config) = configs.get(i) else {
+                            return mine;
+                        };
+                        mine.push((i, run(trace, config)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("simulation thread panicked")).collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
+/// One configuration's result.
+fn run(trace: &Trace, config: SimConfig) -> crate::Result<SimResult> {
+    let stats = replay(trace, config, |_| {})?;
+    Ok(SimResult {
+        policy: config.policy.name().into(),
+        prefetch: effective_prefetch(config).name().into(),
+        slots: config.slots,
+        hits: stats.hits,
+        misses: stats.misses,
+        hit_rate: stats.hit_rate(),
+        bytes_read: stats.loads * trace.header.expert_bytes,
+        prefetch_issued: stats.prefetch_issued,
+        prefetch_used: stats.prefetch_used,
+        prefetch_wasted: stats.prefetch_wasted(),
+    })
 }
 
 /// Hit rate of each request in turn under `config` (0 for a request without accesses).

@@ -6,28 +6,39 @@
 //! [`crate::sim::access_sequence`]); each `on_access` consumes that expert's next position, so
 //! the cursor advances by itself. Within one routed layer the order of accesses does not matter.
 
-use std::collections::{HashMap, VecDeque};
-
-use super::{argmin, CachePolicy, ExpertId, PolicyContext};
+use super::{lowest, CachePolicy, ExpertId, PolicyContext};
 
 /// Belady's optimal offline policy (demand caching only).
 pub struct Belady {
-    next: HashMap<ExpertId, VecDeque<usize>>,
+    experts: usize,
+    /// Per dense id (`layer × experts + expert`): the positions of its uses, ascending.
+    uses: Vec<Vec<usize>>,
+    /// Per dense id: how many of its uses are consumed.
+    cursor: Vec<usize>,
 }
 
 impl Belady {
-    /// A policy that knows every future access, in order.
-    pub fn new(sequence: &[ExpertId]) -> Belady {
-        let mut next: HashMap<ExpertId, VecDeque<usize>> = HashMap::new();
+    /// A policy that knows every future access, in order, for a model of `experts` experts per
+    /// layer.
+    pub fn new(sequence: &[ExpertId], experts: usize) -> Belady {
+        let index = |id: ExpertId| id.layer as usize * experts + id.expert as usize;
+        let ids = sequence.iter().map(|&id| index(id) + 1).max().unwrap_or(0);
+        let mut uses = vec![Vec::new(); ids];
         for (t, &id) in sequence.iter().enumerate() {
-            next.entry(id).or_default().push_back(t);
+            uses[index(id)].push(t);
         }
-        Belady { next }
+        Belady { experts, uses, cursor: vec![0; ids] }
     }
 
     /// Position of the next use of `id`, `usize::MAX` if it is never used again.
     pub fn next_use(&self, id: ExpertId) -> usize {
-        self.next.get(&id).and_then(|q| q.front().copied()).unwrap_or(usize::MAX)
+        let i = id.layer as usize * self.experts + id.expert as usize;
+        self.uses.get(i).and_then(|u| u.get(self.cursor[i])).copied().unwrap_or(usize::MAX)
+    }
+
+    /// Farthest next use first: `Reverse(next use)` of each candidate.
+    fn keys(&self, candidates: &[ExpertId]) -> Vec<std::cmp::Reverse<usize>> {
+        candidates.iter().map(|&c| std::cmp::Reverse(self.next_use(c))).collect()
     }
 }
 
@@ -37,8 +48,9 @@ impl CachePolicy for Belady {
     }
 
     fn on_access(&mut self, id: ExpertId, _ctx: &PolicyContext) {
-        if let Some(q) = self.next.get_mut(&id) {
-            q.pop_front();
+        let i = id.layer as usize * self.experts + id.expert as usize;
+        if let Some(c) = self.cursor.get_mut(i) {
+            *c += 1;
         }
     }
 
@@ -47,7 +59,10 @@ impl CachePolicy for Belady {
     fn on_evict(&mut self, _id: ExpertId) {}
 
     fn victim(&mut self, candidates: &[ExpertId], _ctx: &PolicyContext) -> usize {
-        // Farthest next use = smallest `Reverse(next)`; first candidate on ties.
-        argmin(candidates.iter().map(|&c| std::cmp::Reverse(self.next_use(c))))
+        lowest(&self.keys(candidates), 1)[0]
+    }
+
+    fn victims(&mut self, candidates: &[ExpertId], n: usize, _ctx: &PolicyContext) -> Vec<usize> {
+        lowest(&self.keys(candidates), n)
     }
 }

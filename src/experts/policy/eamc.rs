@@ -8,7 +8,7 @@
 //! denominator keeps an empty row finite (every expert of it gets `1/E`). The lowest priority is
 //! evicted; ties (e.g. experts never seen in the prediction) go to the least recently used.
 
-use super::{argmin, entry, CachePolicy, ExpertId, PolicyContext};
+use super::{entry, lowest, CachePolicy, ExpertId, PolicyContext};
 use crate::experts::eam::Prediction;
 
 /// The ε added to every predicted count before normalising a row.
@@ -16,10 +16,14 @@ pub const EPSILON: f32 = 1e-4;
 
 /// Eviction priority of `id` under `prediction` in a model of `layers` layers (higher = keep).
 pub fn priority(prediction: &Prediction, id: ExpertId, layers: usize) -> f32 {
-    let layer = id.layer as usize;
+    (prediction.count(id.layer as usize, id.expert as usize) + EPSILON)
+        * layer_scale(prediction, id.layer as usize, layers)
+}
+
+/// The per-layer factor of [`priority`]: `(1 − l/L) / (Σ_e' pEAM[l][e'] + E·ε)`.
+fn layer_scale(prediction: &Prediction, layer: usize, layers: usize) -> f32 {
     let experts = prediction.experts() as f32;
-    let p = (prediction.count(layer, id.expert as usize) + EPSILON) / (prediction.row_sum(layer) + experts * EPSILON);
-    p * (1.0 - layer as f32 / layers as f32)
+    (1.0 - layer as f32 / layers as f32) / (prediction.row_sum(layer) + experts * EPSILON)
 }
 
 /// The EAMC policy; keeps recency only to break ties.
@@ -44,12 +48,26 @@ impl CachePolicy for EamcPolicy {
     fn on_evict(&mut self, _id: ExpertId) {}
 
     fn victim(&mut self, candidates: &[ExpertId], ctx: &PolicyContext) -> usize {
+        lowest(&self.keys(candidates, ctx), 1)[0]
+    }
+
+    fn victims(&mut self, candidates: &[ExpertId], n: usize, ctx: &PolicyContext) -> Vec<usize> {
+        lowest(&self.keys(candidates, ctx), n)
+    }
+}
+
+impl EamcPolicy {
+    /// (priority, last use) of each candidate (smallest is evicted first).
+    fn keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<(f32, u64)> {
         let prediction = ctx.eam.prediction();
         let layers = ctx.layers();
-        argmin(
-            candidates
-                .iter()
-                .map(|&c| (priority(&prediction, c, layers), self.last.get(ctx.index(c)).copied().unwrap_or(0))),
-        )
+        let scale: Vec<f32> = (0..layers).map(|l| layer_scale(&prediction, l, layers)).collect();
+        candidates
+            .iter()
+            .map(|&c| {
+                let count = prediction.count(c.layer as usize, c.expert as usize);
+                ((count + EPSILON) * scale[c.layer as usize], self.last.get(ctx.index(c)).copied().unwrap_or(0))
+            })
+            .collect()
     }
 }

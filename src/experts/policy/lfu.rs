@@ -4,7 +4,7 @@
 //! was used since the cache was built, not since it was last loaded. Ties go to the least
 //! recently used.
 
-use super::{argmin, entry, CachePolicy, ExpertId, PolicyContext};
+use super::{entry, lowest, CachePolicy, ExpertId, PolicyContext};
 
 /// LFU over global use counts, ties → LRU.
 #[derive(Default)]
@@ -31,9 +31,23 @@ impl CachePolicy for Lfu {
     fn on_evict(&mut self, _id: ExpertId) {}
 
     fn victim(&mut self, candidates: &[ExpertId], ctx: &PolicyContext) -> usize {
-        argmin(candidates.iter().map(|&c| {
-            let i = ctx.index(c);
-            (self.count.get(i).copied().unwrap_or(0), self.last.get(i).copied().unwrap_or(0))
-        }))
+        lowest(&self.keys(candidates, ctx), 1)[0]
+    }
+
+    fn victims(&mut self, candidates: &[ExpertId], n: usize, ctx: &PolicyContext) -> Vec<usize> {
+        lowest(&self.keys(candidates, ctx), n)
+    }
+}
+
+impl Lfu {
+    /// (use count, last use) of each candidate (smallest is evicted first).
+    fn keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<(u64, u64)> {
+        candidates
+            .iter()
+            .map(|&c| {
+                let i = ctx.index(c);
+                (self.count.get(i).copied().unwrap_or(0), self.last.get(i).copied().unwrap_or(0))
+            })
+            .collect()
     }
 }

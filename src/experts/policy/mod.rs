@@ -83,6 +83,20 @@ pub trait CachePolicy: Send {
     fn on_evict(&mut self, id: ExpertId);
     /// Index into `candidates` (never empty) of the expert to evict.
     fn victim(&mut self, candidates: &[ExpertId], ctx: &PolicyContext) -> usize;
+    /// The `n` experts to evict (`n ≤ candidates.len()`), in eviction order, as indices into
+    /// `candidates`: what `n` calls of [`victim`](Self::victim) would pick, removing each pick.
+    /// The cache asks once per wave; override when one ranking serves all picks.
+    fn victims(&mut self, candidates: &[ExpertId], n: usize, ctx: &PolicyContext) -> Vec<usize> {
+        let mut left: Vec<usize> = (0..candidates.len()).collect();
+        let mut rest = candidates.to_vec();
+        (0..n.min(rest.len()))
+            .map(|_| {
+                let i = self.victim(&rest, ctx);
+                rest.remove(i);
+                left.remove(i)
+            })
+            .collect()
+    }
     /// A new request starts.
     fn begin_request(&mut self) {}
 }
@@ -152,13 +166,19 @@ pub(crate) fn entry(table: &mut Vec<u64>, i: usize) -> &mut u64 {
     &mut table[i]
 }
 
-/// Index of the smallest key (first one on ties).
-pub(crate) fn argmin<K: PartialOrd>(keys: impl Iterator<Item = K>) -> usize {
-    let mut best: Option<(usize, K)> = None;
-    for (i, k) in keys.enumerate() {
-        if best.as_ref().is_none_or(|(_, b)| k < *b) {
-            best = Some((i, k));
-        }
+/// Indices of the `n` smallest keys, smallest first (ties → lower index).
+pub(crate) fn lowest<K: PartialOrd>(keys: &[K], n: usize) -> Vec<usize> {
+    let cmp =
+        |a: &usize, b: &usize| keys[*a].partial_cmp(&keys[*b]).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(b));
+    let mut idx: Vec<usize> = (0..keys.len()).collect();
+    let n = n.min(idx.len());
+    if n == 0 {
+        return Vec::new();
     }
-    best.map_or(0, |(i, _)| i)
+    if n < idx.len() {
+        idx.select_nth_unstable_by(n - 1, cmp);
+        idx.truncate(n);
+    }
+    idx.sort_unstable_by(cmp);
+    idx
 }

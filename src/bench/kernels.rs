@@ -1,0 +1,231 @@
+//! Kernel bandwidth: the decode matvec (T = 1 matmul) in int4, f16 and f32, against a plain
+//! buffer-to-buffer copy on the same adapter.
+//!
+//! Each measurement records many dispatches (or copies) into one submission after a warm-up
+//! and times the submission on the wall clock, syncing with [`Gpu::wait`]; the figure is the
+//! median of three such submissions. Dispatches rotate over enough replicas of the matrix that
+//! the working set is at least [`KernelBenchOptions::working_set`] bytes, so large GPU caches
+//! do not serve the weights. Bytes counted per dispatch:
+//! * int4: the weight blob (packed codes + f16 scales + f16 mins, without padding),
+//! * f16: `rows * cols * 2`, f32: `rows * cols * 4` (the input vector and output are ignored),
+//! * copy: the bytes *read* (a buffer of `rows * cols * 2` bytes); memory traffic is twice that.
+
+use std::time::Instant;
+
+use half::f16;
+use serde::Serialize;
+
+use super::timing::median;
+use super::workload::SplitMix64;
+use crate::error::Result;
+use crate::gpu::{Gpu, StepUniform};
+use crate::model::HostTensor;
+use crate::ops::matmul::{MatMul, MatMulOut};
+use crate::ops::matrix::MatrixChunk;
+use crate::ops::{GpuMatrix, WeightFormat};
+use crate::quant::{Int4Layout, Int4Matrix, QuantParams};
+
+/// What to measure.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelBenchOptions {
+    /// Matrix rows (output features).
+    pub rows: usize,
+    /// Matrix columns (input features); a multiple of 64.
+    pub cols: usize,
+    /// Wall-clock seconds of timed submissions per kernel (split over three submissions).
+    pub seconds: f64,
+    /// Least bytes each kernel's dispatches cycle through (replicas of the matrix).
+    pub working_set: u64,
+}
+
+impl Default for KernelBenchOptions {
+    /// 4096 × 4096, 1.5 s per kernel, 256 MiB working set.
+    fn default() -> Self {
+        KernelBenchOptions { rows: 4096, cols: 4096, seconds: 1.5, working_set: 256 << 20 }
+    }
+}
+
+/// Bandwidth figures of one adapter (GB/s are 10^9 bytes per second).
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelReport {
+    /// Adapter name.
+    pub adapter: String,
+    /// Vulkan, Metal, Dx12, ...
+    pub backend: String,
+    /// Matrix rows.
+    pub rows: usize,
+    /// Matrix columns.
+    pub cols: usize,
+    /// int4 matvec, weight-blob bytes per second.
+    pub int4_gbps: f64,
+    /// f16 matvec, weight bytes per second.
+    pub f16_gbps: f64,
+    /// f32 matvec, weight bytes per second.
+    pub f32_gbps: f64,
+    /// Buffer copy, bytes read per second.
+    pub copy_gbps: f64,
+    /// `int4_gbps / copy_gbps`.
+    pub int4_vs_copy: f64,
+    /// `f16_gbps / copy_gbps`.
+    pub f16_vs_copy: f64,
+    /// Weights per second of the int4 matvec over those of the f16 matvec.
+    pub int4_vs_f16: f64,
+    /// Microseconds per int4 matvec.
+    pub int4_us: f64,
+    /// Microseconds per f16 matvec.
+    pub f16_us: f64,
+    /// Microseconds per f32 matvec.
+    pub f32_us: f64,
+    /// Microseconds per copy.
+    pub copy_us: f64,
+    /// Bytes counted per int4 matvec.
+    pub int4_bytes: u64,
+}
+
+/// Seconds per operation and bytes per operation of one kernel.
+struct Measured {
+    seconds: f64,
+    bytes: u64,
+}
+
+impl Measured {
+    fn gbps(&self) -> f64 {
+        self.bytes as f64 / self.seconds / 1e9
+    }
+}
+
+/// Measures the four kernels on `gpu`.
+pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
+    let (rows, cols) = (o.rows, o.cols);
+    if rows == 0 || cols == 0 || cols % 64 != 0 {
+        return Err(crate::Error::InvalidArgument(format!(
+            "bench kernels needs rows > 0 and cols a positive multiple of 64, got {rows} x {cols}"
+        )));
+    }
+    let mut rng = SplitMix64::new(1);
+    let params = QuantParams::default();
+    let int4_bytes = int4_weight_bytes(rows, cols, params)?;
+    let m = random_int4(rows, cols, params, &mut rng);
+    let host = HostTensor { shape: vec![rows, cols], data: m.dequantize(), int4: Some(m) };
+    let int4 = matvec(gpu, o, host, WeightFormat::Int4(params), int4_bytes)?;
+    let dense = HostTensor::new(vec![rows, cols], (0..rows * cols).map(|_| rng.next_signed() * 0.05).collect());
+    let f16 = matvec(gpu, o, dense.clone(), WeightFormat::F16, (rows * cols * 2) as u64)?;
+    let f32 = matvec(gpu, o, dense, WeightFormat::F32, (rows * cols * 4) as u64)?;
+    let copy = copy(gpu, o, (rows * cols * 2) as u64)?;
+    Ok(KernelReport {
+        adapter: gpu.adapter.name.clone(),
+        backend: gpu.adapter.backend.clone(),
+        rows,
+        cols,
+        int4_gbps: int4.gbps(),
+        f16_gbps: f16.gbps(),
+        f32_gbps: f32.gbps(),
+        copy_gbps: copy.gbps(),
+        int4_vs_copy: int4.gbps() / copy.gbps(),
+        f16_vs_copy: f16.gbps() / copy.gbps(),
+        int4_vs_f16: f16.seconds / int4.seconds,
+        int4_us: int4.seconds * 1e6,
+        f16_us: f16.seconds * 1e6,
+        f32_us: f32.seconds * 1e6,
+        copy_us: copy.seconds * 1e6,
+        int4_bytes,
+    })
+}
+
+/// A `[rows, cols]` int4 matrix with random codes and plausible scales and mins (the matvec's
+/// speed does not depend on the values, and this skips quantizing millions of weights).
+fn random_int4(rows: usize, cols: usize, params: QuantParams, rng: &mut SplitMix64) -> Int4Matrix {
+    let groups = rows * params.groups_per_row(cols);
+    let scales: Vec<f32> = (0..groups).map(|_| 0.004 + 0.002 * rng.next_signed()).collect();
+    let mins = if params.scheme.has_mins() { scales.iter().map(|s| f16::from_f32(-7.5 * s)).collect() } else { vec![] };
+    let scales = scales.into_iter().map(f16::from_f32).collect();
+    let packed = (0..rows * cols / 8).map(|_| rng.next_u64() as u32).collect();
+    Int4Matrix { rows, cols, params, packed, scales, mins }
+}
+
+/// Bytes of an int4 blob's segments without their padding.
+fn int4_weight_bytes(rows: usize, cols: usize, params: QuantParams) -> Result<u64> {
+    let l = Int4Layout::new(rows, cols, params).map_err(|e| crate::Error::UnsupportedConfig(e.to_string()))?;
+    Ok((l.packed_len + l.scales_len + l.mins_len) as u64)
+}
+
+/// Replicas needed for a working set of at least `o.working_set` bytes (at most 64).
+fn replicas(o: &KernelBenchOptions, bytes: u64) -> usize {
+    o.working_set.div_ceil(bytes.max(1)).clamp(1, 64) as usize
+}
+
+/// A GPU-side copy of `m` (same chunks, new buffers).
+fn replicate(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, m: &GpuMatrix) -> GpuMatrix {
+    let chunks = m
+        .chunks
+        .iter()
+        .map(|c| {
+            let buffer = gpu.storage("bench matrix replica", c.buffer.size());
+            encoder.copy_buffer_to_buffer(&c.buffer, 0, &buffer, 0, c.buffer.size());
+            MatrixChunk { buffer, first_row: c.first_row, rows: c.rows, offsets: c.offsets }
+        })
+        .collect();
+    GpuMatrix { rows: m.rows, cols: m.cols, format: m.format, chunks }
+}
+
+/// Times submissions of `record(encoder, n)` (which records `n` operations): a warm-up of
+/// `warmup` operations, which also calibrates `n`, then three timed submissions taking about
+/// `seconds` in all; returns the median seconds per operation.
+fn time_ops(gpu: &Gpu, seconds: f64, warmup: usize, record: impl Fn(&mut wgpu::CommandEncoder, usize)) -> Result<f64> {
+    let submit = |n: usize| -> Result<f64> {
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        record(&mut encoder, n);
+        let start = Instant::now();
+        gpu.queue.submit([encoder.finish()]);
+        gpu.wait()?;
+        Ok(start.elapsed().as_secs_f64())
+    };
+    let per_op = submit(warmup)? / warmup as f64;
+    let n = ((seconds / 3.0 / per_op.max(1e-9)) as usize).clamp(1, 20_000);
+    let times = (0..3).map(|_| submit(n).map(|s| s / n as f64)).collect::<Result<Vec<f64>>>()?;
+    Ok(median(&times))
+}
+
+/// Times the T = 1 matmul of `host` stored as `format`, counting `bytes` per dispatch.
+fn matvec(gpu: &Gpu, o: &KernelBenchOptions, host: HostTensor, format: WeightFormat, bytes: u64) -> Result<Measured> {
+    let (rows, cols) = (o.rows, o.cols);
+    let first = GpuMatrix::upload(gpu, "bench matrix", &host, format)?;
+    drop(host);
+    let mut encoder = gpu.device.create_command_encoder(&Default::default());
+    let mut mats = vec![];
+    for _ in 1..replicas(o, bytes) {
+        mats.push(replicate(gpu, &mut encoder, &first));
+    }
+    gpu.queue.submit([encoder.finish()]);
+    mats.push(first);
+    let step = StepUniform::new(gpu);
+    step.set(gpu, 1, 0);
+    let mut rng = SplitMix64::new(2);
+    let x: Vec<f32> = (0..cols).map(|_| rng.next_signed()).collect();
+    let x = gpu.upload("bench x", bytemuck::cast_slice(&x));
+    let y = gpu.storage("bench y", (rows * 4) as u64);
+    let kernels: Vec<MatMul> =
+        mats.iter().map(|m| MatMul::new(gpu, &step.buffer, &x, m, None, &y, MatMulOut::plain(rows))).collect();
+    let seconds = time_ops(gpu, o.seconds, kernels.len(), |encoder, n| {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        for i in 0..n {
+            kernels[i % kernels.len()].record(gpu, &mut pass, 1);
+        }
+    })?;
+    Ok(Measured { seconds, bytes })
+}
+
+/// Times `copy_buffer_to_buffer` of `bytes`, counting the bytes read.
+fn copy(gpu: &Gpu, o: &KernelBenchOptions, bytes: u64) -> Result<Measured> {
+    let bytes = bytes.next_multiple_of(16);
+    let pairs: Vec<(wgpu::Buffer, wgpu::Buffer)> = (0..replicas(o, bytes))
+        .map(|_| (gpu.storage("bench copy src", bytes), gpu.storage("bench copy dst", bytes)))
+        .collect();
+    let seconds = time_ops(gpu, o.seconds, pairs.len(), |encoder, n| {
+        for i in 0..n {
+            let (src, dst) = &pairs[i % pairs.len()];
+            encoder.copy_buffer_to_buffer(src, 0, dst, 0, bytes);
+        }
+    })?;
+    Ok(Measured { seconds, bytes })
+}

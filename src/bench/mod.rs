@@ -1,0 +1,13 @@
+//! Benchmarks behind `moestream bench`: kernel bandwidth ([`kernels`]), end-to-end model speed
+//! ([`model`]) and the expert-streaming sweep ([`streaming`]).
+//!
+//! Each benchmark is a library function returning a serialisable report, so the command line
+//! only parses flags and prints; `benches/README.md` shows how to run them and what the
+//! reference figures are.
+
+pub mod kernels;
+pub mod model;
+pub mod streaming;
+pub mod workload;
+
+mod timing;

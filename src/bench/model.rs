@@ -1,0 +1,98 @@
+//! End-to-end speed of one model: a prefill of seeded random token ids, then a greedy decode
+//! (end-of-sequence ignored), once to warm up and then `runs` times; medians are reported.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::timing::median;
+use super::workload::random_tokens;
+use crate::error::Result;
+use crate::experts::residency::ExpertStats;
+use crate::runtime::{GenerateOptions, SamplingParams};
+use crate::Engine;
+
+/// What to run.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelBenchOptions {
+    /// Prompt length (random ids).
+    pub prompt_tokens: usize,
+    /// Tokens generated per run.
+    pub decode_tokens: usize,
+    /// Timed runs after the warm-up.
+    pub runs: usize,
+    /// Seed of the prompt's ids.
+    pub seed: u64,
+}
+
+/// Speed and memory of one model.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelReport {
+    /// Adapter name.
+    pub adapter: String,
+    /// Model directory.
+    pub model: String,
+    /// Seconds to load the model (including any quantization at load).
+    pub load_s: f64,
+    /// Prompt length.
+    pub prompt_tokens: usize,
+    /// Tokens generated per run.
+    pub decode_tokens: usize,
+    /// Timed runs.
+    pub runs: usize,
+    /// Median prompt tokens per second.
+    pub prefill_tokens_per_s: f64,
+    /// Median generated tokens per second.
+    pub decode_tokens_per_s: f64,
+    /// Prefill speed of every timed run.
+    pub prefill_runs: Vec<f64>,
+    /// Decode speed of every timed run.
+    pub decode_runs: Vec<f64>,
+    /// Peak resident set size of the process, in bytes.
+    pub peak_rss_bytes: u64,
+    /// GPU buffer bytes allocated.
+    pub gpu_bytes: u64,
+    /// Expert-cache figures over the timed runs.
+    #[serde(flatten)]
+    pub experts: ExpertStats,
+}
+
+/// Loads a model with `load` (timed) and measures it.
+pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Result<ModelReport> {
+    if o.prompt_tokens == 0 || o.decode_tokens == 0 || o.runs == 0 {
+        return Err(crate::Error::InvalidArgument("bench model needs prompt and decode tokens and runs > 0".into()));
+    }
+    let started = Instant::now();
+    let engine = load()?;
+    let load_s = started.elapsed().as_secs_f64();
+    let prompt = random_tokens(o.prompt_tokens, engine.spec().vocab, o.seed);
+    let options =
+        GenerateOptions { max_tokens: o.decode_tokens, sampling: SamplingParams::default(), ignore_eos: true };
+    engine.generate(&prompt, &options, |_, _| true)?;
+    let before = engine.expert_stats();
+    let mut prefill = Vec::new();
+    let mut decode = Vec::new();
+    let mut last = None;
+    for _ in 0..o.runs {
+        let g = engine.generate(&prompt, &options, |_, _| true)?;
+        prefill.push(g.stats.prefill_tokens_per_s);
+        decode.push(g.stats.decode_tokens_per_s);
+        last = Some(g.stats);
+    }
+    let last = last.expect("runs > 0");
+    Ok(ModelReport {
+        adapter: engine.gpu().adapter.name.clone(),
+        model: engine.model_dir().display().to_string(),
+        load_s,
+        prompt_tokens: o.prompt_tokens,
+        decode_tokens: o.decode_tokens,
+        runs: o.runs,
+        prefill_tokens_per_s: median(&prefill),
+        decode_tokens_per_s: median(&decode),
+        prefill_runs: prefill,
+        decode_runs: decode,
+        peak_rss_bytes: last.peak_rss_bytes,
+        gpu_bytes: last.gpu_bytes,
+        experts: engine.expert_stats().since(&before),
+    })
+}

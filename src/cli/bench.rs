@@ -1,0 +1,268 @@
+//! `moestream bench kernels | model | streaming`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use super::model_args::{default_model, Dtype, ModelArgs};
+use moestream::bench::kernels::{self, KernelBenchOptions};
+use moestream::bench::model::{self, ModelBenchOptions};
+use moestream::bench::streaming::{self, StreamingBenchOptions};
+use moestream::experts::policy::PolicyKind;
+use moestream::experts::predictor::PrefetchKind;
+use moestream::gpu::{Gpu, GpuOptions};
+use moestream::ops::WeightFormat;
+use moestream::quant::QuantParams;
+use moestream::runtime::EngineOptions;
+use moestream::{Error, Result};
+
+/// Flags of `bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: BenchCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Bandwidth of the int4 / f16 / f32 matvec against a buffer copy on this adapter.
+    Kernels(KernelsArgs),
+    /// Prefill and decode speed of one model (median of several runs after a warm-up).
+    Model(ModelBenchArgs),
+    /// Expert streaming: every budget × policy × prefetcher against the fully resident run.
+    Streaming(StreamingArgs),
+}
+
+/// Flags of `bench kernels`.
+#[derive(Args, Debug)]
+struct KernelsArgs {
+    /// Matrix rows (output features).
+    #[arg(long, default_value_t = 4096)]
+    rows: usize,
+    /// Matrix columns (input features), a multiple of 64.
+    #[arg(long, default_value_t = 4096)]
+    cols: usize,
+    /// Seconds of timed dispatches per kernel.
+    #[arg(long, default_value_t = 1.5)]
+    seconds: f64,
+    /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
+    #[arg(long)]
+    adapter: Option<String>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Flags of `bench model`.
+#[derive(Args, Debug)]
+struct ModelBenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt length (seeded random token ids).
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    /// Tokens generated per run (greedy, end-of-sequence ignored).
+    #[arg(long, default_value_t = 64)]
+    decode_tokens: usize,
+    /// Timed runs after the warm-up.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Seed of the prompt's ids.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Flags of `bench streaming` (the budget, policy and prefetcher are swept).
+#[derive(Args, Debug)]
+struct StreamingArgs {
+    /// Model directory (Hugging Face layout); defaults to the bundled model.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Weight precision on the GPU.
+    #[arg(long, value_enum, default_value = "f16")]
+    dtype: Dtype,
+    /// KV-cache length in tokens (default: the model's maximum, at most 4096).
+    #[arg(long)]
+    context: Option<usize>,
+    /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
+    #[arg(long)]
+    adapter: Option<String>,
+    /// Threads reading the expert store.
+    #[arg(long, default_value_t = moestream::runtime::engine::DEFAULT_IO_THREADS)]
+    io_threads: usize,
+    /// Read the expert store with O_DIRECT (bypassing the page cache).
+    #[arg(long)]
+    direct_io: bool,
+    /// Expert budgets in percent of all routed experts (at least top-k slots).
+    #[arg(long, value_delimiter = ',', value_parser = parse_percent, default_value = "10%,25%,50%,100%")]
+    budgets: Vec<f64>,
+    /// Eviction policies to compare.
+    #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "lru,lfu,eamc")]
+    policies: Vec<PolicyKind>,
+    /// Prefetchers to compare.
+    #[arg(long, value_delimiter = ',', value_parser = parse_prefetch, default_value = "none,eamc")]
+    prefetch: Vec<PrefetchKind>,
+    /// Requests in the workload.
+    #[arg(long, default_value_t = 8)]
+    requests: usize,
+    /// Prompt tokens per request (windows of the model's validation.txt, else random ids).
+    #[arg(long, default_value_t = 64)]
+    prompt_tokens: usize,
+    /// Tokens generated per request.
+    #[arg(long, default_value_t = 32)]
+    decode_tokens: usize,
+    /// Seed of random prompts.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print one JSON object instead of a markdown table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Parses `25%` or `25` into 25.0.
+fn parse_percent(s: &str) -> std::result::Result<f64, String> {
+    s.trim().trim_end_matches('%').parse::<f64>().map_err(|_| format!("bad percentage {s:?}"))
+}
+
+fn parse_policy(s: &str) -> std::result::Result<PolicyKind, String> {
+    s.trim().parse().map_err(|e: Error| e.to_string())
+}
+
+fn parse_prefetch(s: &str) -> std::result::Result<PrefetchKind, String> {
+    s.trim().parse().map_err(|e: Error| e.to_string())
+}
+
+/// Runs `bench`.
+pub fn run(a: BenchArgs) -> Result<()> {
+    match a.what {
+        BenchCommand::Kernels(k) => run_kernels(k),
+        BenchCommand::Model(m) => run_model(m),
+        BenchCommand::Streaming(s) => run_streaming(s),
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) {
+    println!("{}", serde_json::to_string(value).expect("serialisable"));
+}
+
+fn run_kernels(a: KernelsArgs) -> Result<()> {
+    let gpu = Gpu::new(&GpuOptions { adapter: a.adapter.clone(), ..Default::default() })?;
+    let o = KernelBenchOptions { rows: a.rows, cols: a.cols, seconds: a.seconds, ..Default::default() };
+    let r = kernels::run(&gpu, &o)?;
+    if a.json {
+        print_json(&r);
+        return Ok(());
+    }
+    println!("{} ({}), matvec {} x {}", r.adapter, r.backend, r.rows, r.cols);
+    println!("{:<8} {:>10} {:>10} {:>10}", "kernel", "GB/s", "us/op", "vs copy");
+    for (name, gbps, us) in [
+        ("int4", r.int4_gbps, r.int4_us),
+        ("f16", r.f16_gbps, r.f16_us),
+        ("f32", r.f32_gbps, r.f32_us),
+        ("copy", r.copy_gbps, r.copy_us),
+    ] {
+        println!("{name:<8} {gbps:>10.2} {us:>10.1} {:>10.2}", gbps / r.copy_gbps);
+    }
+    println!(
+        "int4 vs f16 weights/s: {:.2}x (int4 counts {} blob bytes: codes + scales + mins)",
+        r.int4_vs_f16, r.int4_bytes
+    );
+    println!("copy GB/s counts bytes read; the memory traffic is twice that");
+    Ok(())
+}
+
+fn run_model(a: ModelBenchArgs) -> Result<()> {
+    let o = ModelBenchOptions {
+        prompt_tokens: a.prompt_tokens,
+        decode_tokens: a.decode_tokens,
+        runs: a.runs,
+        seed: a.seed,
+    };
+    let r = model::run(|| a.model.load(), &o)?;
+    let dtype = format!("{:?}", a.model.dtype).to_lowercase();
+    if a.json {
+        let mut v = serde_json::to_value(&r).expect("serialisable");
+        v["dtype"] = dtype.into();
+        print_json(&v);
+        return Ok(());
+    }
+    println!("{} ({dtype}) on {}, loaded in {:.1} s", r.model, r.adapter, r.load_s);
+    println!("prefill  {:>10.1} tok/s  ({} tokens, median of {})", r.prefill_tokens_per_s, r.prompt_tokens, r.runs);
+    println!("decode   {:>10.1} tok/s  ({} tokens, median of {})", r.decode_tokens_per_s, r.decode_tokens, r.runs);
+    println!("peak RSS {:>10.0} MiB", r.peak_rss_bytes as f64 / 1048576.0);
+    println!("GPU      {:>10.0} MiB", r.gpu_bytes as f64 / 1048576.0);
+    let e = &r.experts;
+    println!(
+        "experts  hit rate {:.1}% ({} hits, {} misses), prefetch {}/{} used, {:.1} MiB read, {:.0} ms stalled",
+        e.hit_rate * 100.0,
+        e.expert_hits,
+        e.expert_misses,
+        e.prefetch_used,
+        e.prefetch_issued,
+        e.bytes_read as f64 / 1048576.0,
+        e.stall_ms
+    );
+    Ok(())
+}
+
+fn run_streaming(a: StreamingArgs) -> Result<()> {
+    let dir = a.model.clone().unwrap_or_else(default_model);
+    if !dir.join("config.json").exists() {
+        return Err(Error::InvalidArgument(format!(
+            "{} is not a model directory (no config.json); pass --model DIR",
+            dir.display()
+        )));
+    }
+    let format = match a.dtype {
+        Dtype::F32 => WeightFormat::F32,
+        Dtype::F16 => WeightFormat::F16,
+        Dtype::Int4 => WeightFormat::Int4(QuantParams::default()),
+    };
+    let mut base = EngineOptions::new(dir).with_format(format);
+    base.context = a.context;
+    base.gpu = GpuOptions { adapter: a.adapter.clone(), ..Default::default() };
+    base.io_threads = a.io_threads;
+    base.direct_io = a.direct_io;
+    let o = StreamingBenchOptions {
+        base,
+        budgets_pct: a.budgets.clone(),
+        policies: a.policies.clone(),
+        prefetch: a.prefetch.clone(),
+        requests: a.requests,
+        prompt_tokens: a.prompt_tokens,
+        decode_tokens: a.decode_tokens,
+        seed: a.seed,
+    };
+    let r = streaming::run(&o, |r| {
+        eprintln!(
+            "[{}% = {} slots, {} / {}: hit rate {:.1}%, {:.2} tok/s ({:.2}x resident)]",
+            r.budget_pct,
+            r.slots,
+            r.policy,
+            r.prefetch,
+            r.hit_rate * 100.0,
+            r.decode_tokens_per_s,
+            r.vs_resident
+        );
+    })?;
+    if a.json {
+        print_json(&r);
+        return Ok(());
+    }
+    println!(
+        "{} on {}: {} requests ({}) of {} prompt + {} generated tokens, {} experts; resident prefill {:.1} tok/s\n",
+        r.model,
+        r.adapter,
+        r.requests,
+        r.workload,
+        r.prompt_tokens,
+        r.decode_tokens,
+        r.total_experts,
+        r.resident.prefill_tokens_per_s
+    );
+    print!("{}", r.markdown());
+    Ok(())
+}
