@@ -7,6 +7,8 @@ mod generate;
 mod info;
 mod model_args;
 mod score;
+mod simulate;
+mod trace_stats;
 
 use clap::{Parser, Subcommand};
 
@@ -34,6 +36,10 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Measure kernel and end-to-end speed.
     Bench(bench::BenchArgs),
+    /// Replay a routing trace under cache policies (LRU, LFU, EAMC, Belady's optimum).
+    Simulate(simulate::SimulateArgs),
+    /// Expert-activation statistics of a routing trace.
+    TraceStats(trace_stats::TraceStatsArgs),
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -45,5 +51,7 @@ pub fn run() -> Result<()> {
         Command::Devices(a) => devices::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Simulate(a) => simulate::run(a),
+        Command::TraceStats(a) => trace_stats::run(a),
     }
 }
