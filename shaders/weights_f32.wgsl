@@ -3,18 +3,7 @@
 // Weights per u32 word of `w` (slot offsets are given in words).
 const UNITS_PER_WORD: u32 = 1u;
 
-struct WMat {
-    base: u32,
-    cols: u32,
-    scales: u32,
-    mins: u32,
-}
-
-// Eight consecutive weights of a row.
-struct W8 {
-    a: vec4<f32>,
-    b: vec4<f32>,
-}
+//#include weights_common
 
 // Weights (row, 8*k8 .. 8*k8+7).
 fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {

@@ -14,18 +14,7 @@ const GROUP: u32 = 64u;
 const GROUP: u32 = 32u;
 //#endif
 
-struct WMat {
-    base: u32,
-    cols: u32,
-    scales: u32,
-    mins: u32,
-}
-
-// Eight consecutive weights of a row.
-struct W8 {
-    a: vec4<f32>,
-    b: vec4<f32>,
-}
+//#include weights_common
 
 fn half_at(i: u32) -> f32 {
     let pair = unpack2x16float(w[i >> 1u]);

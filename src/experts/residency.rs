@@ -259,52 +259,30 @@ impl ExpertResidency {
                 (id, slot, s.pool.submit(id, Urgency::Demand))
             })
             .collect();
+        // Hits that are prefetches still in flight must land before the kernel runs too.
+        let in_flight: Vec<(ExpertId, u32, Ticket)> = wave
+            .resident
+            .iter()
+            .filter_map(|&(expert, _)| {
+                let id = ExpertId::new(layer, expert as usize);
+                s.pending.remove(&id).map(|(slot, ticket)| (id, slot, ticket))
+            })
+            .collect();
         let started = Instant::now();
         let mut failure = None;
-        for (id, slot, ticket) in tickets {
+        for (id, slot, ticket) in tickets.into_iter().chain(in_flight) {
             if failure.is_some() {
                 s.pool.cancel(ticket);
                 release(s, &mut self.table, gpu, id, slot);
                 continue;
             }
-            match s.pool.wait(ticket) {
-                Ok(buf) => {
-                    self.arena.write(gpu, slot as usize, &buf);
-                    s.pool.recycle(buf);
-                    s.reads += 1;
-                    self.table.set(gpu, id.layer as usize, id.expert as usize, slot);
-                }
-                Err(e) => {
-                    release(s, &mut self.table, gpu, id, slot);
-                    failure = Some(e);
-                }
-            }
-        }
-        if let Some(e) = failure {
-            s.stall += started.elapsed();
-            return Err(e);
-        }
-        // Hits that are prefetches still in flight must land before the kernel runs.
-        for &(expert, _) in &wave.resident {
-            let id = ExpertId::new(layer, expert as usize);
-            if let Some((slot, ticket)) = s.pending.remove(&id) {
-                match s.pool.wait(ticket) {
-                    Ok(buf) => {
-                        self.arena.write(gpu, slot as usize, &buf);
-                        s.pool.recycle(buf);
-                        s.reads += 1;
-                        self.table.set(gpu, layer, expert as usize, slot);
-                    }
-                    Err(e) => {
-                        release(s, &mut self.table, gpu, id, slot);
-                        s.stall += started.elapsed();
-                        return Err(e);
-                    }
-                }
+            let data = s.pool.wait(ticket);
+            if let Err(e) = land(s, &self.arena, &mut self.table, gpu, id, slot, data) {
+                failure = Some(e);
             }
         }
         s.stall += started.elapsed();
-        Ok(())
+        failure.map_or(Ok(()), Err)
     }
 
     /// Starts the predictor's prefetches after `layer`'s routing.
@@ -326,19 +304,10 @@ impl ExpertResidency {
             .filter_map(|(&id, &(slot, ticket))| s.pool.try_take(ticket).map(|r| (id, slot, r)))
             .collect();
         let mut failure = None;
-        for (id, slot, result) in finished {
+        for (id, slot, data) in finished {
             s.pending.remove(&id);
-            match result {
-                Ok(buf) => {
-                    self.arena.write(gpu, slot as usize, &buf);
-                    s.pool.recycle(buf);
-                    s.reads += 1;
-                    self.table.set(gpu, id.layer as usize, id.expert as usize, slot);
-                }
-                Err(e) => {
-                    release(s, &mut self.table, gpu, id, slot);
-                    failure.get_or_insert(e);
-                }
+            if let Err(e) = land(s, &self.arena, &mut self.table, gpu, id, slot, data) {
+                failure.get_or_insert(e);
             }
         }
         failure.map_or(Ok(()), Err)
@@ -360,6 +329,32 @@ impl ExpertResidency {
                     stall_ms: s.stall.as_secs_f64() * 1e3,
                 }
             }
+        }
+    }
+}
+
+/// Puts a finished read of `id` into `slot` and maps it, or, when the read failed, releases
+/// the slot and returns the error.
+fn land(
+    s: &mut Streaming,
+    arena: &SlotArena,
+    table: &mut SlotTable,
+    gpu: &Gpu,
+    id: ExpertId,
+    slot: u32,
+    data: Result<Vec<u8>>,
+) -> Result<()> {
+    match data {
+        Ok(buf) => {
+            arena.write(gpu, slot as usize, &buf);
+            s.pool.recycle(buf);
+            s.reads += 1;
+            table.set(gpu, id.layer as usize, id.expert as usize, slot);
+            Ok(())
+        }
+        Err(e) => {
+            release(s, table, gpu, id, slot);
+            Err(e)
         }
     }
 }

@@ -21,6 +21,7 @@ macro_rules! shader {
 pub const SOURCES: &[(&str, &str)] = &[
     shader!("common"),
     shader!("reduce"),
+    shader!("weights_common"),
     shader!("weights_f32"),
     shader!("weights_f16"),
     shader!("weights_int4"),

@@ -1,0 +1,19 @@
+// The interface every weight reader (weights_f32, weights_f16, weights_int4) implements:
+//   fn w_load8(m: WMat, row: u32, k8: u32) -> W8   weights (row, 8*k8 .. 8*k8+7)
+//   fn w_at(m: WMat, row: u32, col: u32) -> f32     one weight
+//   const UNITS_PER_WORD: u32                       data units per u32 word of `w`
+// A matrix inside the bound array `w`: `base` is its data offset (elements for f32/f16,
+// packed words for int4), `cols` its row length, `scales` / `mins` the f16 indices of the
+// int4 scale and min segments (unused otherwise).
+struct WMat {
+    base: u32,
+    cols: u32,
+    scales: u32,
+    mins: u32,
+}
+
+// Eight consecutive weights of a row.
+struct W8 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+}
