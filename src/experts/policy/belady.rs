@@ -6,7 +6,7 @@
 //! [`crate::sim::access_sequence`]); each `on_access` consumes that expert's next position, so
 //! the cursor advances by itself. Within one routed layer the order of accesses does not matter.
 
-use super::{lowest, CachePolicy, ExpertId, PolicyContext};
+use super::{CachePolicy, EvictionKey, ExpertId, PolicyContext};
 
 /// Belady's optimal offline policy (demand caching only).
 pub struct Belady {
@@ -35,11 +35,6 @@ impl Belady {
         let i = id.layer as usize * self.experts + id.expert as usize;
         self.uses.get(i).and_then(|u| u.get(self.cursor[i])).copied().unwrap_or(usize::MAX)
     }
-
-    /// Farthest next use first: `Reverse(next use)` of each candidate.
-    fn keys(&self, candidates: &[ExpertId]) -> Vec<std::cmp::Reverse<usize>> {
-        candidates.iter().map(|&c| std::cmp::Reverse(self.next_use(c))).collect()
-    }
 }
 
 impl CachePolicy for Belady {
@@ -58,11 +53,8 @@ impl CachePolicy for Belady {
 
     fn on_evict(&mut self, _id: ExpertId) {}
 
-    fn victim(&mut self, candidates: &[ExpertId], _ctx: &PolicyContext) -> usize {
-        lowest(&self.keys(candidates), 1)[0]
-    }
-
-    fn victims(&mut self, candidates: &[ExpertId], n: usize, _ctx: &PolicyContext) -> Vec<usize> {
-        lowest(&self.keys(candidates), n)
+    /// The farthest next use goes first.
+    fn eviction_keys(&self, candidates: &[ExpertId], _ctx: &PolicyContext) -> Vec<EvictionKey> {
+        candidates.iter().map(|&c| (-(self.next_use(c) as f64), 0)).collect()
     }
 }

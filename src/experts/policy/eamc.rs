@@ -8,7 +8,7 @@
 //! denominator keeps an empty row finite (every expert of it gets `1/E`). The lowest priority is
 //! evicted; ties (e.g. experts never seen in the prediction) go to the least recently used.
 
-use super::{entry, lowest, CachePolicy, ExpertId, PolicyContext};
+use super::{CachePolicy, EvictionKey, ExpertId, PolicyContext, Recency};
 use crate::experts::eam::Prediction;
 
 /// The ε added to every predicted count before normalising a row.
@@ -29,7 +29,7 @@ fn layer_scale(prediction: &Prediction, layer: usize, layers: usize) -> f32 {
 /// The EAMC policy; keeps recency only to break ties.
 #[derive(Default)]
 pub struct EamcPolicy {
-    last: Vec<u64>,
+    recency: Recency,
 }
 
 impl CachePolicy for EamcPolicy {
@@ -38,27 +38,17 @@ impl CachePolicy for EamcPolicy {
     }
 
     fn on_access(&mut self, id: ExpertId, ctx: &PolicyContext) {
-        *entry(&mut self.last, ctx.index(id)) = ctx.clock;
+        self.recency.touch(id, ctx);
     }
 
     fn on_insert(&mut self, id: ExpertId, ctx: &PolicyContext) {
-        *entry(&mut self.last, ctx.index(id)) = ctx.clock;
+        self.recency.touch(id, ctx);
     }
 
     fn on_evict(&mut self, _id: ExpertId) {}
 
-    fn victim(&mut self, candidates: &[ExpertId], ctx: &PolicyContext) -> usize {
-        lowest(&self.keys(candidates, ctx), 1)[0]
-    }
-
-    fn victims(&mut self, candidates: &[ExpertId], n: usize, ctx: &PolicyContext) -> Vec<usize> {
-        lowest(&self.keys(candidates, ctx), n)
-    }
-}
-
-impl EamcPolicy {
-    /// (priority, last use) of each candidate (smallest is evicted first).
-    fn keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<(f32, u64)> {
+    /// (priority, last use): the lowest priority goes first, ties to the least recently used.
+    fn eviction_keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<EvictionKey> {
         let prediction = ctx.eam.prediction();
         let layers = ctx.layers();
         let scale: Vec<f32> = (0..layers).map(|l| layer_scale(&prediction, l, layers)).collect();
@@ -66,7 +56,7 @@ impl EamcPolicy {
             .iter()
             .map(|&c| {
                 let count = prediction.count(c.layer as usize, c.expert as usize);
-                ((count + EPSILON) * scale[c.layer as usize], self.last.get(ctx.index(c)).copied().unwrap_or(0))
+                (((count + EPSILON) * scale[c.layer as usize]) as f64, self.recency.last(c, ctx))
             })
             .collect()
     }

@@ -1,11 +1,11 @@
 //! Least recently used: evict the expert whose last access (or load) is oldest.
 
-use super::{entry, lowest, CachePolicy, ExpertId, PolicyContext};
+use super::{CachePolicy, EvictionKey, ExpertId, PolicyContext, Recency};
 
 /// LRU over the logical clock; a load counts as a use.
 #[derive(Default)]
 pub struct Lru {
-    last: Vec<u64>,
+    recency: Recency,
 }
 
 impl CachePolicy for Lru {
@@ -14,27 +14,16 @@ impl CachePolicy for Lru {
     }
 
     fn on_access(&mut self, id: ExpertId, ctx: &PolicyContext) {
-        *entry(&mut self.last, ctx.index(id)) = ctx.clock;
+        self.recency.touch(id, ctx);
     }
 
     fn on_insert(&mut self, id: ExpertId, ctx: &PolicyContext) {
-        *entry(&mut self.last, ctx.index(id)) = ctx.clock;
+        self.recency.touch(id, ctx);
     }
 
     fn on_evict(&mut self, _id: ExpertId) {}
 
-    fn victim(&mut self, candidates: &[ExpertId], ctx: &PolicyContext) -> usize {
-        lowest(&self.keys(candidates, ctx), 1)[0]
-    }
-
-    fn victims(&mut self, candidates: &[ExpertId], n: usize, ctx: &PolicyContext) -> Vec<usize> {
-        lowest(&self.keys(candidates, ctx), n)
-    }
-}
-
-impl Lru {
-    /// Last use of each candidate (smallest is evicted first).
-    fn keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<u64> {
-        candidates.iter().map(|&c| self.last.get(ctx.index(c)).copied().unwrap_or(0)).collect()
+    fn eviction_keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<EvictionKey> {
+        candidates.iter().map(|&c| (self.recency.last(c, ctx) as f64, 0)).collect()
     }
 }

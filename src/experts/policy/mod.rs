@@ -71,6 +71,28 @@ impl PolicyContext<'_> {
     }
 }
 
+/// A candidate's place in the eviction order: (primary key, tie-break), smallest first.
+pub type EvictionKey = (f64, u64);
+
+/// When each expert was last used (loaded or hit), by dense index: the LRU order, and the
+/// tie-break of the other policies.
+#[derive(Default)]
+pub struct Recency {
+    last: Vec<u64>,
+}
+
+impl Recency {
+    /// Records a use of `id` now.
+    pub fn touch(&mut self, id: ExpertId, ctx: &PolicyContext) {
+        *entry(&mut self.last, ctx.index(id)) = ctx.clock;
+    }
+
+    /// The clock of `id`'s last use (0 if never used).
+    pub fn last(&self, id: ExpertId, ctx: &PolicyContext) -> u64 {
+        self.last.get(ctx.index(id)).copied().unwrap_or(0)
+    }
+}
+
 /// A replacement policy: told about every event, asked for victims.
 pub trait CachePolicy: Send {
     /// Short name, as used on the command line (`lru`, `lfu`, `eamc`, `belady`).
@@ -81,21 +103,17 @@ pub trait CachePolicy: Send {
     fn on_insert(&mut self, id: ExpertId, ctx: &PolicyContext);
     /// `id` left its slot.
     fn on_evict(&mut self, id: ExpertId);
+    /// The eviction order of `candidates`: the smallest key goes first (the second element
+    /// breaks ties; equal keys go to the lower index).
+    fn eviction_keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<EvictionKey>;
     /// Index into `candidates` (never empty) of the expert to evict.
-    fn victim(&mut self, candidates: &[ExpertId], ctx: &PolicyContext) -> usize;
+    fn victim(&mut self, candidates: &[ExpertId], ctx: &PolicyContext) -> usize {
+        lowest(&self.eviction_keys(candidates, ctx), 1)[0]
+    }
     /// The `n` experts to evict (`n ≤ candidates.len()`), in eviction order, as indices into
-    /// `candidates`: what `n` calls of [`victim`](Self::victim) would pick, removing each pick.
-    /// The cache asks once per wave; override when one ranking serves all picks.
+    /// `candidates`. The cache asks once per wave.
     fn victims(&mut self, candidates: &[ExpertId], n: usize, ctx: &PolicyContext) -> Vec<usize> {
-        let mut left: Vec<usize> = (0..candidates.len()).collect();
-        let mut rest = candidates.to_vec();
-        (0..n.min(rest.len()))
-            .map(|_| {
-                let i = self.victim(&rest, ctx);
-                rest.remove(i);
-                left.remove(i)
-            })
-            .collect()
+        lowest(&self.eviction_keys(candidates, ctx), n)
     }
     /// A new request starts.
     fn begin_request(&mut self) {}
