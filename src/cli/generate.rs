@@ -6,7 +6,7 @@ use clap::Args;
 
 use super::model_args::{parse_tokens, ModelArgs};
 use moestream::runtime::{GenerateOptions, SamplingParams};
-use moestream::Result;
+use moestream::{Engine, Error, Result};
 
 /// Flags of `generate`.
 #[derive(Args, Debug)]
@@ -14,11 +14,15 @@ pub struct GenerateArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// Prompt text.
-    #[arg(long, conflicts_with = "tokens", required_unless_present = "tokens")]
+    #[arg(long, group = "input", required_unless_present_any = ["tokens", "prompt_file"])]
     prompt: Option<String>,
     /// Prompt as comma-separated token ids.
-    #[arg(long)]
+    #[arg(long, group = "input")]
     tokens: Option<String>,
+    /// Many requests, one prompt per non-empty line, run one after another on one engine (the
+    /// expert cache and `--trace` see them as separate requests). With `--json`, one object per line.
+    #[arg(long, group = "input")]
+    prompt_file: Option<std::path::PathBuf>,
     /// Most tokens to generate.
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
@@ -45,30 +49,46 @@ pub struct GenerateArgs {
 /// Runs `generate`.
 pub fn run(a: GenerateArgs) -> Result<()> {
     let engine = a.model.load()?;
-    let prompt = match (&a.prompt, &a.tokens) {
-        (_, Some(t)) => parse_tokens(t)?,
-        (Some(p), None) => engine.encode(p)?,
-        (None, None) => unreachable!("clap requires --prompt or --tokens"),
+    let prompts: Vec<(Option<String>, Vec<u32>)> = match (&a.prompt, &a.tokens, &a.prompt_file) {
+        (_, Some(t), _) => vec![(None, parse_tokens(t)?)],
+        (Some(p), _, _) => vec![(Some(p.clone()), engine.encode(p)?)],
+        (_, _, Some(f)) => {
+            let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?;
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(|l| Ok((Some(l.to_string()), engine.encode(l)?)))
+                .collect::<Result<_>>()?
+        }
+        _ => unreachable!("clap requires one input"),
     };
     let options = GenerateOptions {
         max_tokens: a.max_tokens,
         sampling: SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed },
         ignore_eos: a.ignore_eos,
     };
+    for (text, prompt) in prompts {
+        run_one(&engine, text.as_deref(), &prompt, &options, a.json)?;
+    }
+    Ok(())
+}
+
+/// Generates for one prompt, streaming text (or printing one JSON object).
+fn run_one(engine: &Engine, text: Option<&str>, prompt: &[u32], options: &GenerateOptions, json: bool) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
-    if !a.json {
-        if let Some(p) = &a.prompt {
+    if !json {
+        if let Some(p) = text {
             let _ = write!(stdout, "{p}");
         }
     }
-    let g = engine.generate(&prompt, &options, |_, piece| {
-        if !a.json {
+    let g = engine.generate(prompt, options, |_, piece| {
+        if !json {
             let _ = write!(stdout, "{piece}");
             let _ = stdout.flush();
         }
         true
     })?;
-    if a.json {
+    if json {
         writeln!(stdout, "{}", serde_json::to_string(&g).expect("serialisable")).ok();
     } else {
         writeln!(stdout).ok();
