@@ -8,7 +8,10 @@
 //! do not serve the weights. Bytes counted per dispatch:
 //! * int4: the weight blob (packed codes + f16 scales + f16 mins, without padding),
 //! * f16: `rows * cols * 2`, f32: `rows * cols * 4` (the input vector and output are ignored),
-//! * copy: the bytes *read* (a buffer of `rows * cols * 2` bytes); memory traffic is twice that.
+//! * copy: the bytes *read* (a buffer of `rows * cols * 2` bytes); memory traffic is twice that,
+//! * read: a compute kernel summing a buffer of `rows * cols * 2` bytes (the read roofline; on
+//!   some drivers `copy_buffer_to_buffer` runs far below memory bandwidth, so the matvecs are
+//!   also compared with this).
 
 use std::time::Instant;
 
@@ -64,10 +67,16 @@ pub struct KernelReport {
     pub f32_gbps: f64,
     /// Buffer copy, bytes read per second.
     pub copy_gbps: f64,
+    /// Compute-shader read of a buffer, bytes read per second.
+    pub read_gbps: f64,
     /// `int4_gbps / copy_gbps`.
     pub int4_vs_copy: f64,
     /// `f16_gbps / copy_gbps`.
     pub f16_vs_copy: f64,
+    /// `int4_gbps / read_gbps`.
+    pub int4_vs_read: f64,
+    /// `f16_gbps / read_gbps`.
+    pub f16_vs_read: f64,
     /// Weights per second of the int4 matvec over those of the f16 matvec.
     pub int4_vs_f16: f64,
     /// Microseconds per int4 matvec.
@@ -78,6 +87,8 @@ pub struct KernelReport {
     pub f32_us: f64,
     /// Microseconds per copy.
     pub copy_us: f64,
+    /// Microseconds per read.
+    pub read_us: f64,
     /// Bytes counted per int4 matvec.
     pub int4_bytes: u64,
 }
@@ -94,7 +105,7 @@ impl Measured {
     }
 }
 
-/// Measures the four kernels on `gpu`.
+/// Measures the three matvecs, the copy and the read on `gpu`.
 pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
     let (rows, cols) = (o.rows, o.cols);
     if rows == 0 || cols == 0 || cols % 64 != 0 {
@@ -112,6 +123,7 @@ pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
     let f16 = matvec(gpu, o, dense.clone(), WeightFormat::F16, (rows * cols * 2) as u64)?;
     let f32 = matvec(gpu, o, dense, WeightFormat::F32, (rows * cols * 4) as u64)?;
     let copy = copy(gpu, o, (rows * cols * 2) as u64)?;
+    let read = read(gpu, o, (rows * cols * 2) as u64)?;
     Ok(KernelReport {
         adapter: gpu.adapter.name.clone(),
         backend: gpu.adapter.backend.clone(),
@@ -123,11 +135,15 @@ pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
         copy_gbps: copy.gbps(),
         int4_vs_copy: int4.gbps() / copy.gbps(),
         f16_vs_copy: f16.gbps() / copy.gbps(),
+        read_gbps: read.gbps(),
+        int4_vs_read: int4.gbps() / read.gbps(),
+        f16_vs_read: f16.gbps() / read.gbps(),
         int4_vs_f16: f16.seconds / int4.seconds,
         int4_us: int4.seconds * 1e6,
         f16_us: f16.seconds * 1e6,
         f32_us: f32.seconds * 1e6,
         copy_us: copy.seconds * 1e6,
+        read_us: read.seconds * 1e6,
         int4_bytes,
     })
 }
@@ -225,6 +241,64 @@ fn copy(gpu: &Gpu, o: &KernelBenchOptions, bytes: u64) -> Result<Measured> {
         for i in 0..n {
             let (src, dst) = &pairs[i % pairs.len()];
             encoder.copy_buffer_to_buffer(src, 0, dst, 0, bytes);
+        }
+    })?;
+    Ok(Measured { seconds, bytes })
+}
+
+/// Sums a storage buffer as `vec4<f32>`s, grid-stride, one partial sum per thread.
+const READ_WGSL: &str = "
+@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    var acc = vec4<f32>(0.0);
+    for (var i = gid.x; i < arrayLength(&src); i += nwg.x * 256u) {
+        acc += src[i];
+    }
+    dst[gid.x] = acc.x + acc.y + acc.z + acc.w;
+}
+";
+
+/// Workgroups of the read kernel (256 threads each).
+const READ_GROUPS: u32 = 1024;
+
+/// Times [`READ_WGSL`] over `bytes` (at most one binding), counting the bytes read.
+fn read(gpu: &Gpu, o: &KernelBenchOptions, bytes: u64) -> Result<Measured> {
+    let bytes = bytes.min(gpu.caps.max_binding).next_multiple_of(16);
+    let module = gpu.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("bench read"),
+        source: wgpu::ShaderSource::Wgsl(READ_WGSL.into()),
+    });
+    let pipeline = gpu.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("bench read"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let dst = gpu.storage("bench read dst", READ_GROUPS as u64 * 256 * 4);
+    let groups: Vec<wgpu::BindGroup> = (0..replicas(o, bytes))
+        .map(|_| {
+            let src = gpu.storage("bench read src", bytes);
+            gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("bench read"),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
+                ],
+            })
+        })
+        .collect();
+    let seconds = time_ops(gpu, o.seconds, groups.len(), |encoder, n| {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        for i in 0..n {
+            pass.set_bind_group(0, &groups[i % groups.len()], &[]);
+            pass.dispatch_workgroups(READ_GROUPS, 1, 1);
         }
     })?;
     Ok(Measured { seconds, bytes })

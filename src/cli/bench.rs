@@ -25,7 +25,7 @@ pub struct BenchArgs {
 
 #[derive(Subcommand, Debug)]
 enum BenchCommand {
-    /// Bandwidth of the int4 / f16 / f32 matvec against a buffer copy on this adapter.
+    /// Bandwidth of the int4 / f16 / f32 matvec against a buffer copy and read on this adapter.
     Kernels(KernelsArgs),
     /// Prefill and decode speed of one model (median of several runs after a warm-up).
     Model(ModelBenchArgs),
@@ -157,20 +157,21 @@ fn run_kernels(a: KernelsArgs) -> Result<()> {
         return Ok(());
     }
     println!("{} ({}), matvec {} x {}", r.adapter, r.backend, r.rows, r.cols);
-    println!("{:<8} {:>10} {:>10} {:>10}", "kernel", "GB/s", "us/op", "vs copy");
+    println!("{:<8} {:>10} {:>10} {:>10} {:>10}", "kernel", "GB/s", "us/op", "vs copy", "vs read");
     for (name, gbps, us) in [
         ("int4", r.int4_gbps, r.int4_us),
         ("f16", r.f16_gbps, r.f16_us),
         ("f32", r.f32_gbps, r.f32_us),
         ("copy", r.copy_gbps, r.copy_us),
+        ("read", r.read_gbps, r.read_us),
     ] {
-        println!("{name:<8} {gbps:>10.2} {us:>10.1} {:>10.2}", gbps / r.copy_gbps);
+        println!("{name:<8} {gbps:>10.2} {us:>10.1} {:>10.2} {:>10.2}", gbps / r.copy_gbps, gbps / r.read_gbps);
     }
     println!(
         "int4 vs f16 weights/s: {:.2}x (int4 counts {} blob bytes: codes + scales + mins)",
         r.int4_vs_f16, r.int4_bytes
     );
-    println!("copy GB/s counts bytes read; the memory traffic is twice that");
+    println!("copy GB/s counts bytes read (the memory traffic is twice that); read is a compute-shader sum");
     Ok(())
 }
 

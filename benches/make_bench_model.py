@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Write moestream's reference benchmark model: a random-weight Mixtral-layout checkpoint.
+
+    python3 benches/make_bench_model.py OUT_DIR [--seed S]
+
+Shape: hidden 512, 8 layers, 8 attention heads (head_dim 64), 4 KV heads, 16 experts per
+layer with top-2 routing, expert intermediate 1024, vocab 32000, bf16 weights. That is
+about 240M parameters in all and 64M active per token, roughly 480 MB on disk.
+
+Weights are seeded N(0, 0.02) and norms are 1; there is no tokenizer (the benches feed token
+ids). Only numpy is needed: the safetensors file is written by hand (8-byte header length,
+JSON header, then the tensors back to back), tensor by tensor, so memory stays small. bf16
+is float32 rounded to nearest even on its upper 16 bits. The output is a plain Hugging Face
+directory (config.json, generation_config.json, model.safetensors) that transformers can
+load too. Do not commit it; regenerate it instead (it is deterministic for a given seed).
+"""
+
+import argparse
+import json
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HIDDEN = 512
+LAYERS = 8
+HEADS = 8
+KV_HEADS = 4
+HEAD_DIM = HIDDEN // HEADS
+EXPERTS = 16
+TOP_K = 2
+EXPERT_INTERMEDIATE = 1024
+VOCAB = 32000
+STD = 0.02
+
+
+def config():
+    """config.json of the model (MixtralForCausalLM)."""
+    return {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "attention_dropout": 0.0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "hidden_act": "silu",
+        "hidden_size": HIDDEN,
+        "head_dim": HEAD_DIM,
+        "initializer_range": STD,
+        "intermediate_size": EXPERT_INTERMEDIATE,
+        "max_position_embeddings": 4096,
+        "num_attention_heads": HEADS,
+        "num_experts_per_tok": TOP_K,
+        "num_hidden_layers": LAYERS,
+        "num_key_value_heads": KV_HEADS,
+        "num_local_experts": EXPERTS,
+        "output_router_logits": False,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 1e6,
+        "router_aux_loss_coef": 0.02,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "vocab_size": VOCAB,
+    }
+
+
+def tensors():
+    """(name, shape, is_norm) of every tensor, in file order."""
+    out = [("model.embed_tokens.weight", (VOCAB, HIDDEN), False)]
+    for i in range(LAYERS):
+        p = f"model.layers.{i}"
+        out.append((f"{p}.input_layernorm.weight", (HIDDEN,), True))
+        out.append((f"{p}.self_attn.q_proj.weight", (HEADS * HEAD_DIM, HIDDEN), False))
+        out.append((f"{p}.self_attn.k_proj.weight", (KV_HEADS * HEAD_DIM, HIDDEN), False))
+        out.append((f"{p}.self_attn.v_proj.weight", (KV_HEADS * HEAD_DIM, HIDDEN), False))
+        out.append((f"{p}.self_attn.o_proj.weight", (HIDDEN, HEADS * HEAD_DIM), False))
+        out.append((f"{p}.post_attention_layernorm.weight", (HIDDEN,), True))
+        out.append((f"{p}.block_sparse_moe.gate.weight", (EXPERTS, HIDDEN), False))
+        for e in range(EXPERTS):
+            q = f"{p}.block_sparse_moe.experts.{e}"
+            out.append((f"{q}.w1.weight", (EXPERT_INTERMEDIATE, HIDDEN), False))
+            out.append((f"{q}.w2.weight", (HIDDEN, EXPERT_INTERMEDIATE), False))
+            out.append((f"{q}.w3.weight", (EXPERT_INTERMEDIATE, HIDDEN), False))
+    out.append(("model.norm.weight", (HIDDEN,), True))
+    out.append(("lm_head.weight", (VOCAB, HIDDEN), False))
+    return out
+
+
+def to_bf16(x):
+    """float32 array -> uint16 bf16 bits, rounded to nearest even (no NaNs occur here)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (rounded >> np.uint32(16)).astype("<u2")
+
+
+def write_safetensors(path, specs, rng):
+    header = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, shape, _ in specs:
+        size = int(np.prod(shape)) * 2
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for name, shape, is_norm in specs:
+            if is_norm:
+                values = np.ones(shape, dtype=np.float32)
+            else:
+                values = rng.standard_normal(shape, dtype=np.float32) * np.float32(STD)
+            f.write(to_bf16(values).tobytes())
+    return offset
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    specs = tensors()
+    params = sum(int(np.prod(s)) for _, s, _ in specs)
+    expert_params = LAYERS * EXPERTS * 3 * HIDDEN * EXPERT_INTERMEDIATE
+    active = params - expert_params + LAYERS * TOP_K * 3 * HIDDEN * EXPERT_INTERMEDIATE
+    (args.out_dir / "config.json").write_text(json.dumps(config(), indent=2) + "\n")
+    gen = {"bos_token_id": 1, "eos_token_id": 2}
+    (args.out_dir / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    rng = np.random.default_rng(args.seed)
+    size = write_safetensors(args.out_dir / "model.safetensors", specs, rng)
+    print(
+        f"wrote {args.out_dir}: {params / 1e6:.1f}M parameters ({active / 1e6:.1f}M active per token), "
+        f"{size / 1e6:.0f} MB of bf16 weights",
+        file=sys.stderr,
+    )
+
+
+if __name__ == "__main__":
+    main()
