@@ -1,8 +1,8 @@
 // Routed experts, second half: y[j, n] = route_w[j] * (down_e[n] . h[j]) for every
 // (token, routed expert) pair j, with the same slot lookup and per-chunk skipping as
-// expert_gate_up. One workgroup per (pair, output row).
+// expert_gate_up, and its layout: one workgroup per (pair, block of ROWS output rows), teams
+// of TEAM lanes taking R rows each (LANE_ROWS: one lane per team, no reduction).
 //#include common
-//#include reduce
 //#if INT4
 //#include weights_int4
 //#else
@@ -22,11 +22,62 @@
 @group(0) @binding(6) var<storage, read> w: array<u32>;
 @group(0) @binding(7) var<storage, read_write> y: array<f32>;
 
-@compute @workgroup_size(64)
+//#if LANE_ROWS
+const TEAM: u32 = 1u;
+const WG_SIZE: u32 = 8u;
+const R: u32 = 8u;
+//#else
+const TEAM: u32 = 8u;
+const WG_SIZE: u32 = 64u;
+const R: u32 = 2u;
+//#endif
+// Rows per workgroup (the launcher: DOWN_R in src/ops/experts.rs).
+const ROWS: u32 = WG_SIZE / TEAM * R;
+
+var<workgroup> red: array<f32, WG_SIZE>;
+
+// The sum over this invocation's team, valid in its lane 0. Every invocation must call it.
+fn team_sum(lid: u32, v: f32) -> f32 {
+    if (TEAM == 1u) {
+        return v;
+    }
+//#if SUBGROUPS
+//#if SHARED_REDUCE
+    return team_sum_shared(lid, v);
+//#else
+    var s = v;
+    for (var o = TEAM / 2u; o > 0u; o >>= 1u) {
+        s += subgroupShuffleXor(s, o);
+    }
+    return s;
+//#endif
+//#else
+    return team_sum_shared(lid, v);
+//#endif
+}
+
+// team_sum through shared memory, adding in the shuffle butterfly's order.
+fn team_sum_shared(lid: u32, v: f32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    var t: array<f32, TEAM>;
+    for (var i = 0u; i < TEAM; i++) {
+        t[i] = red[lid - lid % TEAM + i];
+    }
+    for (var o = TEAM / 2u; o > 0u; o >>= 1u) {
+        for (var i = 0u; i < o; i++) {
+            t[i] += t[i + o];
+        }
+    }
+    workgroupBarrier();
+    return t[0];
+}
+
+@compute @workgroup_size(WG_SIZE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = group_index(wid, nwg);
-    let n = g % p.hidden;
-    let j = g / p.hidden;
+    let blocks = (p.hidden + ROWS - 1u) / ROWS;
+    let j = g / blocks;
     if (j >= step.n_tokens * p.top_k) {
         return;
     }
@@ -35,14 +86,46 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let down = proj(slot - p.first_slot, p.down, p.inter);
+    let row0 = (g % blocks) * ROWS + lid / TEAM * R;
+    let lane = lid % TEAM;
     let hb = j * (p.inter / 4u);
-    var s = 0.0;
-    for (var k8 = lid; k8 < p.inter / 8u; k8 += 64u) {
-        let dw = w_load8(down, n, k8);
-        s += dot(dw.a, h[hb + k8 * 2u]) + dot(dw.b, h[hb + k8 * 2u + 1u]);
+    let k8s = p.inter / 8u;
+    // Rows past the end are computed on the last row and not written.
+    var rows: array<u32, R>;
+    for (var r = 0u; r < R; r++) {
+        rows[r] = min(row0 + r, p.hidden - 1u);
     }
-    let total = reduce_sum(lid, s);
-    if (lid == 0u) {
-        y[j * p.hidden + n] = route_w[j] * total;
+    var acc: array<f32, R>;
+    for (var grp = lane; grp * W_GROUP8 < k8s; grp += TEAM) {
+        let k0 = grp * W_GROUP8;
+        let k1 = min(k0 + W_GROUP8, k8s);
+        var d: array<f32, R>;
+        var sx = vec4<f32>(0.0);
+        for (var k8 = k0; k8 < k1; k8++) {
+            let ha = h[hb + k8 * 2u];
+            let hc = h[hb + k8 * 2u + 1u];
+            for (var r = 0u; r < R; r++) {
+                d[r] += w_dot8(down, rows[r], k8, ha, hc);
+            }
+            if (W_OFFSET) {
+                sx += ha + hc;
+            }
+        }
+        let xsum = sx.x + sx.y + sx.z + sx.w;
+        for (var r = 0u; r < R; r++) {
+            let sc = w_group(down, rows[r], grp);
+            acc[r] += sc.x * d[r];
+            if (W_OFFSET) {
+                acc[r] += sc.y * xsum;
+            }
+        }
+    }
+    let rw = route_w[j];
+    for (var r = 0u; r < R; r++) {
+        let total = team_sum(lid, acc[r]);
+        let n = row0 + r;
+        if (lane == 0u && n < p.hidden) {
+            y[j * p.hidden + n] = rw * total;
+        }
     }
 }

@@ -1,9 +1,11 @@
 // Routed experts, first half: for every (token, routed expert) pair j and row r,
 // h[j, r] = silu(gate_e[r] . x[t]) * (up_e[r] . x[t]), with expert e = ids[j] found in the slot
 // arena through the slot table. One dispatch per arena chunk: pairs whose slot lies in another
-// chunk are skipped here and done by that chunk's dispatch. One workgroup per (pair, row).
+// chunk are skipped here and done by that chunk's dispatch. One workgroup per (pair, block of
+// ROWS rows), laid out as matvec: teams of TEAM lanes take R rows each, lanes walk whole scale
+// groups, and the x they load serves both projections of all R rows; teams sum their lanes with
+// subgroup shuffles or through shared memory (LANE_ROWS: one lane per team, no reduction).
 //#include common
-//#include reduce
 //#if INT4
 //#include weights_int4
 //#else
@@ -22,11 +24,61 @@
 @group(0) @binding(5) var<storage, read> w: array<u32>;
 @group(0) @binding(6) var<storage, read_write> h: array<f32>;
 
-@compute @workgroup_size(64)
+//#if LANE_ROWS
+const TEAM: u32 = 1u;
+const WG_SIZE: u32 = 8u;
+//#else
+const TEAM: u32 = 8u;
+const WG_SIZE: u32 = 64u;
+//#endif
+const R: u32 = 4u;
+// Rows per workgroup (the launcher: GATE_UP_R in src/ops/experts.rs).
+const ROWS: u32 = WG_SIZE / TEAM * R;
+
+var<workgroup> red: array<vec2<f32>, WG_SIZE>;
+
+// The sum over this invocation's team, valid in its lane 0. Every invocation must call it.
+fn team_sum(lid: u32, v: vec2<f32>) -> vec2<f32> {
+    if (TEAM == 1u) {
+        return v;
+    }
+//#if SUBGROUPS
+//#if SHARED_REDUCE
+    return team_sum_shared(lid, v);
+//#else
+    var s = v;
+    for (var o = TEAM / 2u; o > 0u; o >>= 1u) {
+        s += subgroupShuffleXor(s, o);
+    }
+    return s;
+//#endif
+//#else
+    return team_sum_shared(lid, v);
+//#endif
+}
+
+// team_sum through shared memory, adding in the shuffle butterfly's order.
+fn team_sum_shared(lid: u32, v: vec2<f32>) -> vec2<f32> {
+    red[lid] = v;
+    workgroupBarrier();
+    var t: array<vec2<f32>, TEAM>;
+    for (var i = 0u; i < TEAM; i++) {
+        t[i] = red[lid - lid % TEAM + i];
+    }
+    for (var o = TEAM / 2u; o > 0u; o >>= 1u) {
+        for (var i = 0u; i < o; i++) {
+            t[i] += t[i + o];
+        }
+    }
+    workgroupBarrier();
+    return t[0];
+}
+
+@compute @workgroup_size(WG_SIZE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = group_index(wid, nwg);
-    let r = g % p.inter;
-    let j = g / p.inter;
+    let blocks = (p.inter + ROWS - 1u) / ROWS;
+    let j = g / blocks;
     if (j >= step.n_tokens * p.top_k) {
         return;
     }
@@ -36,20 +88,48 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let gate = proj(slot - p.first_slot, p.gate, p.hidden);
     let up = proj(slot - p.first_slot, p.up, p.hidden);
+    let row0 = (g % blocks) * ROWS + lid / TEAM * R;
+    let lane = lid % TEAM;
     let xb = (j / p.top_k) * (p.hidden / 4u);
-    var sg = 0.0;
-    var su = 0.0;
-    for (var k8 = lid; k8 < p.hidden / 8u; k8 += 64u) {
-        let xa = x[xb + k8 * 2u];
-        let xc = x[xb + k8 * 2u + 1u];
-        let gw = w_load8(gate, r, k8);
-        let uw = w_load8(up, r, k8);
-        sg += dot(gw.a, xa) + dot(gw.b, xc);
-        su += dot(uw.a, xa) + dot(uw.b, xc);
+    let k8s = p.hidden / 8u;
+    // Rows past the end are computed on the last row and not written.
+    var rows: array<u32, R>;
+    for (var r = 0u; r < R; r++) {
+        rows[r] = min(row0 + r, p.inter - 1u);
     }
-    let gsum = reduce_sum(lid, sg);
-    let usum = reduce_sum(lid, su);
-    if (lid == 0u) {
-        h[j * p.inter + r] = silu(gsum) * usum;
+    var acc: array<vec2<f32>, R>;
+    for (var grp = lane; grp * W_GROUP8 < k8s; grp += TEAM) {
+        let k0 = grp * W_GROUP8;
+        let k1 = min(k0 + W_GROUP8, k8s);
+        var dg: array<f32, R>;
+        var du: array<f32, R>;
+        var sx = vec4<f32>(0.0);
+        for (var k8 = k0; k8 < k1; k8++) {
+            let xa = x[xb + k8 * 2u];
+            let xc = x[xb + k8 * 2u + 1u];
+            for (var r = 0u; r < R; r++) {
+                dg[r] += w_dot8(gate, rows[r], k8, xa, xc);
+                du[r] += w_dot8(up, rows[r], k8, xa, xc);
+            }
+            if (W_OFFSET) {
+                sx += xa + xc;
+            }
+        }
+        let xsum = sx.x + sx.y + sx.z + sx.w;
+        for (var r = 0u; r < R; r++) {
+            let sg = w_group(gate, rows[r], grp);
+            let su = w_group(up, rows[r], grp);
+            acc[r] += vec2<f32>(sg.x * dg[r], su.x * du[r]);
+            if (W_OFFSET) {
+                acc[r] += vec2<f32>(sg.y, su.y) * xsum;
+            }
+        }
+    }
+    for (var r = 0u; r < R; r++) {
+        let s = team_sum(lid, acc[r]);
+        let n = row0 + r;
+        if (lane == 0u && n < p.inter) {
+            h[j * p.inter + n] = silu(s.x) * s.y;
+        }
     }
 }

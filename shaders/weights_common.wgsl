@@ -2,6 +2,13 @@
 //   fn w_load8(m: WMat, row: u32, k8: u32) -> W8   weights (row, 8*k8 .. 8*k8+7)
 //   fn w_at(m: WMat, row: u32, col: u32) -> f32     one weight
 //   const UNITS_PER_WORD: u32                       data units per u32 word of `w`
+// and, for the decode kernels, which take a row one scale group at a time:
+//   const W_GROUP8: u32                             k8 units per scale group (dense: 4)
+//   const W_OFFSET: bool                            whether groups have an additive offset
+//   fn w_group(m: WMat, row: u32, grp: u32) -> vec2<f32>   (scale, offset) of a group
+//   fn w_dot8(m: WMat, row: u32, k8: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32
+//                                                   raw (unscaled) weights (row, 8*k8 ..) · x
+// so that a group's contribution is scale * Σ w_dot8 + offset * Σ x (dense: scale 1, offset 0).
 // A matrix inside the bound array `w`: `base` is its data offset (elements for f32/f16,
 // packed words for int4), `cols` its row length, `scales` / `mins` the f16 indices of the
 // int4 scale and min segments (unused otherwise).

@@ -19,3 +19,17 @@ fn w_at(m: WMat, row: u32, col: u32) -> f32 {
     let pair = unpack2x16float(w[e >> 1u]);
     return select(pair.x, pair.y, (e & 1u) == 1u);
 }
+
+// Dense weights have no scale groups; decode kernels take them 32 at a time.
+const W_GROUP8: u32 = 4u;
+const W_OFFSET: bool = false;
+
+fn w_group(m: WMat, row: u32, grp: u32) -> vec2<f32> {
+    return vec2<f32>(1.0, 0.0);
+}
+
+// Weights (row, 8*k8 .. 8*k8+7) · (xa, xb).
+fn w_dot8(m: WMat, row: u32, k8: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
+    let v = w_load8(m, row, k8);
+    return dot(v.a, xa) + dot(v.b, xb);
+}

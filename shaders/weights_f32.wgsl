@@ -17,3 +17,17 @@ fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
 fn w_at(m: WMat, row: u32, col: u32) -> f32 {
     return bitcast<f32>(w[m.base + row * m.cols + col]);
 }
+
+// Dense weights have no scale groups; decode kernels take them 32 at a time.
+const W_GROUP8: u32 = 4u;
+const W_OFFSET: bool = false;
+
+fn w_group(m: WMat, row: u32, grp: u32) -> vec2<f32> {
+    return vec2<f32>(1.0, 0.0);
+}
+
+// Weights (row, 8*k8 .. 8*k8+7) · (xa, xb).
+fn w_dot8(m: WMat, row: u32, k8: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
+    let v = w_load8(m, row, k8);
+    return dot(v.a, xa) + dot(v.b, xb);
+}

@@ -45,3 +45,26 @@ fn w_at(m: WMat, row: u32, col: u32) -> f32 {
     let n = f32((word >> (4u * (col & 7u))) & 15u);
     return dequant(vec4<f32>(n), row * ((m.cols + GROUP - 1u) / GROUP) + col / GROUP, m).x;
 }
+
+// Decode interface: one scale group per w_group call, raw nibbles per w_dot8.
+const W_GROUP8: u32 = GROUP / 8u;
+const W_OFFSET: bool = true;
+
+// (scale, offset) of group `grp` of `row`: value = n * scale + offset.
+fn w_group(m: WMat, row: u32, grp: u32) -> vec2<f32> {
+    let g = row * ((m.cols + GROUP - 1u) / GROUP) + grp;
+    let s = half_at(m.scales + g);
+//#if INT4_SYM
+    return vec2<f32>(s, -8.0 * s);
+//#else
+    return vec2<f32>(s, half_at(m.mins + g));
+//#endif
+}
+
+// The raw codes of (row, 8*k8 .. 8*k8+7) · (xa, xb): one word, unpacked with vector shifts.
+fn w_dot8(m: WMat, row: u32, k8: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
+    let word = vec4<u32>(w[m.base + row * (m.cols >> 3u) + k8]);
+    let lo = vec4<f32>((word >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(15u));
+    let hi = vec4<f32>((word >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(15u));
+    return dot(lo, xa) + dot(hi, xb);
+}

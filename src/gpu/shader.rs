@@ -31,6 +31,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("rope"),
     shader!("attention"),
     shader!("matmul"),
+    shader!("matvec"),
     shader!("router_topk"),
     shader!("expert_gate_up"),
     shader!("expert_down"),
@@ -121,8 +122,9 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("embed", &["F16", "INT4", "INT4_SYM", "G64"]),
     ("rms_norm", &["OUT"]),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE"]),
-    ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64"]),
-    ("expert_down", &["F16", "INT4", "INT4_SYM", "G64"]),
+    ("matvec", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "LANE_ROWS", "SHARED_REDUCE"]),
+    ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
+    ("expert_down", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
     ("moe_combine", &["SHARED"]),
 ];
 

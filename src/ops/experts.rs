@@ -1,6 +1,8 @@
 //! The routed-expert FFN of one MoE layer over the slot arena: gate/up + SwiGLU, then down
-//! scaled by the routing weight. One dispatch pair per arena chunk.
+//! scaled by the routing weight. One dispatch pair per arena chunk, one workgroup per (token
+//! expert pair, block of rows) laid out as the decode matvec ([`DecodeLayout`]).
 
+use super::matmul::DecodeLayout;
 use super::params;
 use crate::experts::{SlotArena, SlotTable};
 use crate::gpu::{Gpu, Kernel};
@@ -19,6 +21,12 @@ pub struct ExpertIo<'a> {
     pub y: &'a wgpu::Buffer,
 }
 
+/// Rows per team (`R`) of `expert_gate_up` in the (`LaneRows`, `Teams`) layouts, as in its shader.
+const GATE_UP_R: (u32, u32) = (4, 4);
+
+/// Rows per team (`R`) of `expert_down` in the (`LaneRows`, `Teams`) layouts, as in its shader.
+const DOWN_R: (u32, u32) = (8, 2);
+
 /// A bound expert FFN for one layer.
 pub struct ExpertFfn {
     gate_up: Vec<Kernel>,
@@ -26,6 +34,7 @@ pub struct ExpertFfn {
     top_k: usize,
     hidden: usize,
     inter: usize,
+    layout: DecodeLayout,
 }
 
 impl ExpertFfn {
@@ -40,7 +49,9 @@ impl ExpertFfn {
         top_k: usize,
     ) -> ExpertFfn {
         let layout = &arena.layout;
-        let defines = layout.format.defines();
+        let decode = DecodeLayout::for_gpu(gpu);
+        let mut defines = layout.format.defines();
+        defines.extend(decode.defines());
         let (hidden, inter) = (layout.hidden, layout.inter);
         let proj: Vec<u32> = (0..3)
             .flat_map(|i| {
@@ -81,18 +92,20 @@ impl ExpertFfn {
                 &[io.h.into(), io.ids.into(), io.route_w.into(), (&table.buffer).into(), chunk.into(), io.y.into()],
             ));
         }
-        ExpertFfn { gate_up, down, top_k, hidden, inter }
+        ExpertFfn { gate_up, down, top_k, hidden, inter, layout: decode }
     }
 
     /// Records the expert FFN for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
         let pairs = n_tokens * self.top_k;
         let max = gpu.caps.max_workgroups_per_dim;
+        let gate_up_groups = pairs * self.inter.div_ceil(self.layout.rows_per_workgroup(GATE_UP_R) as usize);
+        let down_groups = pairs * self.hidden.div_ceil(self.layout.rows_per_workgroup(DOWN_R) as usize);
         for k in &self.gate_up {
-            k.dispatch(pass, (pairs * self.inter) as u32, max);
+            k.dispatch(pass, gate_up_groups as u32, max);
         }
         for k in &self.down {
-            k.dispatch(pass, (pairs * self.hidden) as u32, max);
+            k.dispatch(pass, down_groups as u32, max);
         }
     }
 }

@@ -1,4 +1,5 @@
-//! `y = W x (+ bias)` for every token of a step: the decode matvec and the prefill matmul.
+//! `y = W x (+ bias)` for every token of a step: the decode matvec (`matvec`, several rows per
+//! workgroup) and the prefill matmul (`matmul`, one row and 8 tokens per workgroup).
 
 use super::{params, GpuMatrix};
 use crate::gpu::kernel::Slice;
@@ -24,9 +25,66 @@ impl MatMulOut {
     }
 }
 
-/// A bound matmul, one kernel per weight chunk.
+/// Lanes per team (one row) of the GPU layout of the decode kernels, which sum a team with
+/// subgroup shuffles.
+const TEAM: u32 = 8;
+
+/// How the decode kernels (`matvec`, `expert_gate_up`, `expert_down`) lay rows over lanes, picked
+/// from the adapter: one lane per row group on CPU adapters (lavapipe), where workgroups are
+/// threads and lanes are SIMD lanes, and teams of lanes per row on GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeLayout {
+    /// Each lane takes whole rows (`LANE_ROWS`): no cross-lane reduction.
+    LaneRows,
+    /// Teams of 8 lanes per row, summed with subgroup shuffles (or shared memory when
+    /// `shared_reduce`: no subgroups, or subgroups that may be smaller than a team).
+    Teams {
+        /// Sum teams through shared memory.
+        shared_reduce: bool,
+    },
+}
+
+impl DecodeLayout {
+    /// The layout for `gpu`, or the one the environment variable `MOESTREAM_DECODE_LAYOUT`
+    /// names (`lanes`, `teams`, `teams-shared`; for testing and comparing the kernels on one
+    /// adapter; `teams` still sums through shared memory where subgroups are off or too small).
+    pub fn for_gpu(gpu: &Gpu) -> DecodeLayout {
+        let shared_reduce = !gpu.caps.subgroups || gpu.device.adapter_info().subgroup_min_size < TEAM;
+        match std::env::var("MOESTREAM_DECODE_LAYOUT").as_deref() {
+            Ok("lanes") => DecodeLayout::LaneRows,
+            Ok("teams") => DecodeLayout::Teams { shared_reduce },
+            Ok("teams-shared") => DecodeLayout::Teams { shared_reduce: true },
+            _ if gpu.adapter.software => DecodeLayout::LaneRows,
+            _ => DecodeLayout::Teams { shared_reduce },
+        }
+    }
+
+    /// The shader defines selecting this layout.
+    pub fn defines(self) -> &'static [&'static str] {
+        match self {
+            DecodeLayout::LaneRows => &["LANE_ROWS"],
+            DecodeLayout::Teams { shared_reduce: true } => &["SHARED_REDUCE"],
+            DecodeLayout::Teams { shared_reduce: false } => &[],
+        }
+    }
+
+    /// Rows a workgroup of a decode kernel computes, given the kernel's rows per team `R` as
+    /// (`LaneRows` layout, `Teams` layout): both layouts have 8 teams per workgroup.
+    pub fn rows_per_workgroup(self, r: (u32, u32)) -> u32 {
+        8 * match self {
+            DecodeLayout::LaneRows => r.0,
+            DecodeLayout::Teams { .. } => r.1,
+        }
+    }
+}
+
+/// Rows per team (`R`) of `matvec` in the (`LaneRows`, `Teams`) layouts, as in shaders/matvec.wgsl.
+const MATVEC_R: (u32, u32) = (8, 2);
+
+/// A bound matmul: per weight chunk, the prefill kernel, the decode kernel and the chunk's rows.
 pub struct MatMul {
-    kernels: Vec<(Kernel, u32)>,
+    kernels: Vec<(Kernel, Kernel, u32)>,
+    layout: DecodeLayout,
 }
 
 impl MatMul {
@@ -48,6 +106,9 @@ impl MatMul {
         if out.accumulate {
             defines.push("ACCUMULATE");
         }
+        let layout = DecodeLayout::for_gpu(gpu);
+        let mut decode_defines = defines.clone();
+        decode_defines.extend(layout.defines());
         let kernels = w
             .chunks
             .iter()
@@ -64,16 +125,25 @@ impl MatMul {
                 ]);
                 let mut storage: Vec<Slice> = vec![x.into(), (&c.buffer).into(), y.into()];
                 storage.extend(bias.map(Slice::from));
-                (Kernel::new(gpu, "matmul", &defines, step, &p, &storage), c.rows as u32)
+                (
+                    Kernel::new(gpu, "matmul", &defines, step, &p, &storage),
+                    Kernel::new(gpu, "matvec", &decode_defines, step, &p, &storage),
+                    c.rows as u32,
+                )
             })
             .collect();
-        MatMul { kernels }
+        MatMul { kernels, layout }
     }
 
-    /// Records the dispatches for `n_tokens` tokens.
+    /// Records the dispatches for `n_tokens` tokens (the decode kernel for one token).
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
-        for (k, rows) in &self.kernels {
-            k.dispatch(pass, rows * n_tokens.div_ceil(8) as u32, gpu.caps.max_workgroups_per_dim);
+        let max = gpu.caps.max_workgroups_per_dim;
+        for (matmul, matvec, rows) in &self.kernels {
+            if n_tokens == 1 {
+                matvec.dispatch(pass, rows.div_ceil(self.layout.rows_per_workgroup(MATVEC_R)), max);
+            } else {
+                matmul.dispatch(pass, rows * n_tokens.div_ceil(8) as u32, max);
+            }
         }
     }
 }

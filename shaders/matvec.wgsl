@@ -1,0 +1,148 @@
+// Decode matvec, the n_tokens = 1 case of matmul (same parameters and bindings):
+// y[row_offset + n] (+)= W[n] · x (+ bias[first_row + n]), rows starting at step.pos when
+// at_cache_pos is set. A workgroup takes ROWS consecutive rows: teams of TEAM lanes take R rows
+// each, every lane walking whole scale groups (lane, lane + TEAM, ...) of its team's rows, so
+// the x it loads serves R rows and a group's scale and offset are applied once per group. A
+// team then sums its lanes (team_sum). Two layouts, picked by the launcher:
+// * LANE_ROWS (CPU adapters such as lavapipe, where a workgroup is one thread and its lanes are
+//   SIMD lanes): one lane per team, no reduction at all, small workgroups.
+// * otherwise (GPUs): teams of 8 lanes reading a row's groups side by side, summed with
+//   subgroup shuffles (SUBGROUPS without SHARED_REDUCE, which the launcher sets where subgroups
+//   may be smaller than a team) or through shared memory; both add in the same order.
+//#include common
+//#if INT4
+//#include weights_int4
+//#else
+//#if F16
+//#include weights_f16
+//#else
+//#include weights_f32
+//#endif
+//#endif
+
+struct Params {
+    k: u32,
+    n: u32,
+    row_offset: u32,
+    out_stride: u32,
+    at_cache_pos: u32,
+    first_row: u32,
+    w_scales: u32,
+    w_mins: u32,
+}
+
+@group(0) @binding(1) var<uniform> p: Params;
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> w: array<u32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+//#if BIAS
+@group(0) @binding(5) var<storage, read> bias: array<f32>;
+//#endif
+
+//#if LANE_ROWS
+const TEAM: u32 = 1u;
+const R: u32 = 8u;
+const WG_SIZE: u32 = 8u;
+//#else
+const TEAM: u32 = 8u;
+const R: u32 = 2u;
+const WG_SIZE: u32 = 64u;
+//#endif
+// Rows per workgroup (the launcher: MATVEC_R in src/ops/matmul.rs).
+const ROWS: u32 = WG_SIZE / TEAM * R;
+
+var<workgroup> red: array<f32, WG_SIZE>;
+
+// The sum over this invocation's team, valid in its lane 0. Every invocation must call it.
+fn team_sum(lid: u32, v: f32) -> f32 {
+    if (TEAM == 1u) {
+        return v;
+    }
+//#if SUBGROUPS
+//#if SHARED_REDUCE
+    return team_sum_shared(lid, v);
+//#else
+    var s = v;
+    for (var o = TEAM / 2u; o > 0u; o >>= 1u) {
+        s += subgroupShuffleXor(s, o);
+    }
+    return s;
+//#endif
+//#else
+    return team_sum_shared(lid, v);
+//#endif
+}
+
+// team_sum through shared memory, adding in the shuffle butterfly's order.
+fn team_sum_shared(lid: u32, v: f32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    var t: array<f32, TEAM>;
+    for (var i = 0u; i < TEAM; i++) {
+        t[i] = red[lid - lid % TEAM + i];
+    }
+    for (var o = TEAM / 2u; o > 0u; o >>= 1u) {
+        for (var i = 0u; i < o; i++) {
+            t[i] += t[i + o];
+        }
+    }
+    workgroupBarrier();
+    return t[0];
+}
+
+@compute @workgroup_size(WG_SIZE)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let first = group_index(wid, nwg) * ROWS;
+    if (first >= p.n) {
+        return;
+    }
+    let row0 = first + lid / TEAM * R;
+    let lane = lid % TEAM;
+    let m = WMat(0u, p.k, p.w_scales, p.w_mins);
+    let k8s = p.k / 8u;
+    // Rows past the end are computed on the last row and not written.
+    var rows: array<u32, R>;
+    for (var r = 0u; r < R; r++) {
+        rows[r] = min(row0 + r, p.n - 1u);
+    }
+    var acc: array<f32, R>;
+    for (var grp = lane; grp * W_GROUP8 < k8s; grp += TEAM) {
+        let k0 = grp * W_GROUP8;
+        let k1 = min(k0 + W_GROUP8, k8s);
+        var d: array<f32, R>;
+        var sx = vec4<f32>(0.0);
+        for (var k8 = k0; k8 < k1; k8++) {
+            let xa = x[k8 * 2u];
+            let xb = x[k8 * 2u + 1u];
+            for (var r = 0u; r < R; r++) {
+                d[r] += w_dot8(m, rows[r], k8, xa, xb);
+            }
+            if (W_OFFSET) {
+                sx += xa + xb;
+            }
+        }
+        let xsum = sx.x + sx.y + sx.z + sx.w;
+        for (var r = 0u; r < R; r++) {
+            let sc = w_group(m, rows[r], grp);
+            acc[r] += sc.x * d[r];
+            if (W_OFFSET) {
+                acc[r] += sc.y * xsum;
+            }
+        }
+    }
+    for (var r = 0u; r < R; r++) {
+        let total = team_sum(lid, acc[r]);
+        let n = row0 + r;
+        if (lane == 0u && n < p.n) {
+            let yi = p.at_cache_pos * step.pos * p.out_stride + p.row_offset + n;
+            var v = total;
+//#if BIAS
+            v += bias[p.first_row + n];
+//#endif
+//#if ACCUMULATE
+            v += y[yi];
+//#endif
+            y[yi] = v;
+        }
+    }
+}
