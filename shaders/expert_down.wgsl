@@ -22,56 +22,16 @@
 @group(0) @binding(6) var<storage, read> w: array<u32>;
 @group(0) @binding(7) var<storage, read_write> y: array<f32>;
 
+alias TeamValue = f32;
+//#include team
+
 //#if LANE_ROWS
-const TEAM: u32 = 1u;
-const WG_SIZE: u32 = 8u;
 const R: u32 = 8u;
 //#else
-const TEAM: u32 = 8u;
-const WG_SIZE: u32 = 64u;
 const R: u32 = 2u;
 //#endif
 // Rows per workgroup (the launcher: DOWN_R in src/ops/experts.rs).
 const ROWS: u32 = WG_SIZE / TEAM * R;
-
-var<workgroup> red: array<f32, WG_SIZE>;
-
-// The sum over this invocation's team, valid in its lane 0. Every invocation must call it.
-fn team_sum(lid: u32, v: f32) -> f32 {
-    if (TEAM == 1u) {
-        return v;
-    }
-//#if SUBGROUPS
-//#if SHARED_REDUCE
-    return team_sum_shared(lid, v);
-//#else
-    var s = v;
-    for (var o = TEAM / 2u; o > 0u; o >>= 1u) {
-        s += subgroupShuffleXor(s, o);
-    }
-    return s;
-//#endif
-//#else
-    return team_sum_shared(lid, v);
-//#endif
-}
-
-// team_sum through shared memory, adding in the shuffle butterfly's order.
-fn team_sum_shared(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    var t: array<f32, TEAM>;
-    for (var i = 0u; i < TEAM; i++) {
-        t[i] = red[lid - lid % TEAM + i];
-    }
-    for (var o = TEAM / 2u; o > 0u; o >>= 1u) {
-        for (var i = 0u; i < o; i++) {
-            t[i] += t[i + o];
-        }
-    }
-    workgroupBarrier();
-    return t[0];
-}
 
 @compute @workgroup_size(WG_SIZE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

@@ -26,6 +26,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("weights_f16"),
     shader!("weights_int4"),
     shader!("expert_params"),
+    shader!("team"),
     shader!("embed"),
     shader!("rms_norm"),
     shader!("rope"),
@@ -46,7 +47,7 @@ pub fn kernel_names() -> impl Iterator<Item = &'static str> {
     SOURCES
         .iter()
         .map(|(n, _)| *n)
-        .filter(|n| !matches!(*n, "common" | "reduce" | "expert_params") && !n.starts_with("weights_"))
+        .filter(|n| !matches!(*n, "common" | "reduce" | "expert_params" | "team") && !n.starts_with("weights_"))
 }
 
 fn source(name: &str) -> &'static str {
