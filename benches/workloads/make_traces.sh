@@ -10,7 +10,7 @@ OUT=benches/workloads/traces
 mkdir -p "$OUT"
 for w in single mixed shift; do
   "$BIN" generate --model "$MODEL" --prompt-file "benches/workloads/prompts/$w.txt" \
-    --max-tokens 32 --ignore-eos --json --trace "$OUT/$w.jsonl" > /dev/null
+    --max-tokens 8 --ignore-eos --json --trace "$OUT/$w.jsonl" > /dev/null
 done
 "$BIN" trace-stats --trace "$OUT/mixed.jsonl" --heatmap "$OUT/mixed.heatmap.svg" | tee "$OUT/mixed.stats.txt"
 "$BIN" trace-stats --trace "$OUT/single.jsonl" | tee "$OUT/single.stats.txt"
@@ -19,4 +19,4 @@ done
 "$BIN" simulate --trace "$OUT/mixed.jsonl" --slots 5%,10%,25%,50%,75% --policy lru,lfu,eamc --prefetch eamc \
   | tee "$OUT/mixed.sim-prefetch.txt"
 "$BIN" simulate --trace "$OUT/mixed.jsonl" --slots 5%,10%,25%,50%,75% --json > "$OUT/mixed.sim.json"
-"$BIN" simulate --trace "$OUT/shift.jsonl" --slots 25% --policy eamc --shift-at 12 2>&1 | tee "$OUT/shift.sim.txt"
+"$BIN" simulate --trace "$OUT/shift.jsonl" --slots 25% --policy eamc --shift-at 6 2>&1 | tee "$OUT/shift.sim.txt"
