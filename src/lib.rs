@@ -12,6 +12,7 @@ pub mod experts;
 pub mod gpu;
 pub mod model;
 pub mod ops;
+pub mod prerouter;
 pub mod quant;
 pub mod reference;
 pub mod runtime;

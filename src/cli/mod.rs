@@ -6,6 +6,7 @@ mod devices;
 mod generate;
 mod info;
 mod model_args;
+mod prerouter;
 mod score;
 mod simulate;
 mod trace_stats;
@@ -40,6 +41,8 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Expert-activation statistics of a routing trace.
     TraceStats(trace_stats::TraceStatsArgs),
+    /// Collect data for, and train, the prerouter heads.
+    Prerouter(prerouter::PrerouterArgs),
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -53,5 +56,6 @@ pub fn run() -> Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Simulate(a) => simulate::run(a),
         Command::TraceStats(a) => trace_stats::run(a),
+        Command::Prerouter(a) => prerouter::run(a),
     }
 }

@@ -41,6 +41,8 @@ pub enum Prefetch {
     None,
     /// Prefetch what the EAM collection predicts for the next layers.
     Eamc,
+    /// Prefetch what the prerouter heads (`--prerouter FILE`) predicted one token ahead.
+    Prerouter,
 }
 
 /// Where the model is and how to run it.
@@ -87,6 +89,9 @@ pub struct ModelArgs {
     /// Write per-step, per-layer routed expert ids to this file (JSON lines).
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Trained prerouter heads (from `prerouter train`) for `--prefetch prerouter`.
+    #[arg(long)]
+    pub prerouter: Option<PathBuf>,
     /// Read the expert store with O_DIRECT (bypassing the page cache).
     #[arg(long)]
     pub direct_io: bool,
@@ -155,11 +160,13 @@ impl ModelArgs {
         o.prefetch = match self.prefetch {
             Prefetch::None => PrefetchKind::None,
             Prefetch::Eamc => PrefetchKind::Eamc,
+            Prefetch::Prerouter => PrefetchKind::Prerouter,
         };
         o.io_threads = self.io_threads;
         o.eamc_capacity = self.eamc_capacity;
         o.eamc_file = self.eamc.clone();
         o.trace = self.trace.clone();
+        o.prerouter = self.prerouter.clone();
         o.direct_io = self.direct_io;
         o.cache_dir = self.cache_dir.clone();
         Engine::load(&o)

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -60,6 +61,53 @@ impl Predictor for EamcPredictor {
     }
 }
 
+/// Each layer's experts predicted for the coming token (most likely first), shared between
+/// whoever predicts them (the prerouter heads, run after each MoE layer's routing; see
+/// `crate::prerouter::runtime`) and the [`PrerouterPredictor`] that turns them into prefetches.
+#[derive(Clone, Debug, Default)]
+pub struct PredictedRouting(Arc<Mutex<Vec<Vec<u16>>>>);
+
+impl PredictedRouting {
+    /// Replaces `layer`'s prediction.
+    pub fn set(&self, layer: usize, experts: Vec<u16>) {
+        let mut p = self.0.lock().expect("predicted routing lock");
+        if p.len() <= layer {
+            p.resize(layer + 1, Vec::new());
+        }
+        p[layer] = experts;
+    }
+
+    /// Predicted experts of the layers after `layer`, nearest layer first.
+    pub fn after(&self, layer: usize) -> Vec<ExpertId> {
+        let p = self.0.lock().expect("predicted routing lock");
+        let later = p.iter().enumerate().skip(layer + 1);
+        later.flat_map(|(l, es)| es.iter().map(move |&e| ExpertId::new(l, usize::from(e)))).collect()
+    }
+}
+
+/// Edge0's prefetch as a hint: after a layer's routing, the experts the prerouter heads
+/// predicted (one token ahead) for the later layers. Routing itself stays exact.
+pub struct PrerouterPredictor {
+    predicted: PredictedRouting,
+}
+
+impl PrerouterPredictor {
+    /// A predictor reading `predicted`.
+    pub fn new(predicted: PredictedRouting) -> PrerouterPredictor {
+        PrerouterPredictor { predicted }
+    }
+}
+
+impl Predictor for PrerouterPredictor {
+    fn name(&self) -> &'static str {
+        "prerouter"
+    }
+
+    fn predict(&mut self, layer: usize, _ctx: &PolicyContext) -> Vec<ExpertId> {
+        self.predicted.after(layer)
+    }
+}
+
 /// The prefetchers selectable by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -68,6 +116,8 @@ pub enum PrefetchKind {
     None,
     /// [`EamcPredictor`].
     Eamc,
+    /// [`PrerouterPredictor`] (needs trained heads attached to the engine).
+    Prerouter,
 }
 
 impl PrefetchKind {
@@ -76,14 +126,21 @@ impl PrefetchKind {
         match self {
             PrefetchKind::None => "none",
             PrefetchKind::Eamc => "eamc",
+            PrefetchKind::Prerouter => "prerouter",
         }
     }
 
-    /// The predictor, if any.
+    /// The predictor, if any (a prerouter predictor that nothing feeds predicts nothing).
     pub fn build(self) -> Option<Box<dyn Predictor>> {
+        self.build_with(&PredictedRouting::default())
+    }
+
+    /// The predictor, if any; a prerouter predictor reads `predicted`.
+    pub fn build_with(self, predicted: &PredictedRouting) -> Option<Box<dyn Predictor>> {
         match self {
             PrefetchKind::None => None,
             PrefetchKind::Eamc => Some(Box::new(EamcPredictor::default())),
+            PrefetchKind::Prerouter => Some(Box::new(PrerouterPredictor::new(predicted.clone()))),
         }
     }
 }
@@ -101,7 +158,10 @@ impl FromStr for PrefetchKind {
         match s.trim().to_ascii_lowercase().as_str() {
             "none" => Ok(PrefetchKind::None),
             "eamc" => Ok(PrefetchKind::Eamc),
-            _ => Err(crate::Error::InvalidArgument(format!("unknown prefetcher {s:?}; expected none or eamc"))),
+            "prerouter" => Ok(PrefetchKind::Prerouter),
+            _ => Err(crate::Error::InvalidArgument(format!(
+                "unknown prefetcher {s:?}; expected none, eamc or prerouter"
+            ))),
         }
     }
 }

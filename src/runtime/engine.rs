@@ -21,7 +21,7 @@ use crate::experts::residency::ExpertStats;
 use crate::experts::source::{CheckpointExperts, ExpertSource, StoreExperts};
 use crate::experts::trace::TraceHeader;
 use crate::gpu::{Gpu, GpuOptions};
-use crate::model::decoder::{DecoderOptions, GpuModel, StepOutput, StepResult, StreamingOptions};
+use crate::model::decoder::{DecoderOptions, GpuModel, LayerObserver, StepOutput, StepResult, StreamingOptions};
 use crate::model::{ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
 use crate::store::{ExpertStore, OpenOptions as StoreOpenOptions};
@@ -55,6 +55,9 @@ pub struct EngineOptions {
     pub eamc_file: Option<PathBuf>,
     /// Write per-step routing to this file.
     pub trace: Option<PathBuf>,
+    /// Trained prerouter heads (safetensors), run after each token when streaming with
+    /// [`PrefetchKind::Prerouter`].
+    pub prerouter: Option<PathBuf>,
     /// Read the expert store with O_DIRECT.
     pub direct_io: bool,
     /// Where Hugging Face directories run in int4 are converted (once); `None` means
@@ -100,6 +103,7 @@ impl EngineOptions {
             eamc_capacity: DEFAULT_EAMC_CAPACITY,
             eamc_file: None,
             trace: None,
+            prerouter: None,
             direct_io: false,
             cache_dir: None,
         }
@@ -293,6 +297,12 @@ impl Engine {
                 r.start_trace(path, &header)?;
             }
         }
+        if options.prefetch == PrefetchKind::Prerouter && model.residency().is_some_and(|r| r.is_streaming()) {
+            let heads = options.prerouter.as_deref().ok_or_else(|| {
+                Error::InvalidArgument("prefetch `prerouter` needs a heads file (--prerouter FILE)".into())
+            })?;
+            crate::prerouter::runtime::attach(&model, heads)?;
+        }
         let tokenizer = if dir.join("tokenizer.json").exists() { Some(Tokenizer::from_dir(dir)?) } else { None };
         Ok(Engine { model, tokenizer, dir: dir.clone(), eamc_file: options.eamc_file.clone() })
     }
@@ -310,6 +320,12 @@ impl Engine {
     /// The GPU context.
     pub fn gpu(&self) -> &Arc<Gpu> {
         self.model.gpu()
+    }
+
+    /// Installs (or removes) a per-MoE-layer observer of `hn` and routed ids; see
+    /// [`GpuModel::set_observer`].
+    pub fn set_observer(&self, observer: Option<LayerObserver>) {
+        self.model.set_observer(observer);
     }
 
     /// The KV-cache length.

@@ -10,7 +10,7 @@ use crate::experts::arena::SlotLayout;
 use crate::experts::cache_model::CacheModel;
 use crate::experts::eam::{EamTracker, DEFAULT_MATCHES};
 use crate::experts::policy::PolicyKind;
-use crate::experts::predictor::PrefetchKind;
+use crate::experts::predictor::{PredictedRouting, PrefetchKind};
 use crate::experts::residency::ExpertResidency;
 use crate::experts::source::ExpertSource;
 use crate::experts::{SlotArena, SlotTable};
@@ -152,6 +152,17 @@ struct Activations {
     argmax: wgpu::Buffer,
 }
 
+/// Called after each MoE layer's router + top-k with the layer index, that layer's FFN input
+/// (`hn`: the post-attention RMSNorm output, tokens × hidden f32) and its routed ids
+/// (tokens × top-k), for every token of the step. Used to collect prerouter training data.
+pub type LayerObserver = Box<dyn FnMut(usize, &[f32], &[u32]) + Send>;
+
+/// An installed [`LayerObserver`] and the staging buffer its `hn` rows come back through.
+struct Observer {
+    callback: LayerObserver,
+    readback: Readback,
+}
+
 /// A model resident on the GPU, ready to run steps.
 pub struct GpuModel {
     gpu: Arc<Gpu>,
@@ -171,6 +182,8 @@ pub struct GpuModel {
     _buffers: Vec<wgpu::Buffer>,
     _matrices: Vec<GpuMatrix>,
     experts: Option<Mutex<ExpertResidency>>,
+    observer: Mutex<Option<Observer>>,
+    predicted: PredictedRouting,
 }
 
 fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
@@ -326,6 +339,7 @@ impl GpuModel {
         }
 
         let moe_layers: Vec<usize> = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).collect();
+        let predicted = PredictedRouting::default();
         let residency = match &moe {
             Some(m) if !moe_layers.is_empty() => {
                 let source = expert_source
@@ -355,8 +369,8 @@ impl GpuModel {
                         }
                         let arena = SlotArena::new(&gpu, st.slots, layout)?;
                         let tracker = EamTracker::new(spec.layers, e, st.eamc_capacity, DEFAULT_MATCHES);
-                        let cache =
-                            CacheModel::new(st.slots, spec.layers, e, st.policy.build()?, st.prefetch.build(), tracker);
+                        let predictor = st.prefetch.build_with(&predicted);
+                        let cache = CacheModel::new(st.slots, spec.layers, e, st.policy.build()?, predictor, tracker);
                         ExpertResidency::streaming(arena, table, source, cache, st.io_threads)
                     }
                 })
@@ -502,6 +516,8 @@ impl GpuModel {
             _buffers: buffers,
             _matrices: matrices,
             experts: residency.map(Mutex::new),
+            observer: Mutex::new(None),
+            predicted,
         })
     }
 
@@ -518,6 +534,21 @@ impl GpuModel {
     /// The GPU context.
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
+    }
+
+    /// Where a [`PrefetchKind::Prerouter`] predictor reads its predictions (write them from an
+    /// observer).
+    pub fn predicted_routing(&self) -> &PredictedRouting {
+        &self.predicted
+    }
+
+    /// Installs (or with `None` removes) the per-MoE-layer observer. While one is installed,
+    /// every step reads each MoE layer's `hn` and routed ids back to the CPU (one submission
+    /// per MoE layer, as when streaming); the output is unchanged.
+    pub fn set_observer(&self, callback: Option<LayerObserver>) {
+        let bytes = (self.options.max_batch * self.spec.hidden * 4) as u64;
+        *self.observer.lock().expect("observer lock") =
+            callback.map(|callback| Observer { callback, readback: Readback::new(&self.gpu, bytes) });
     }
 }
 

@@ -1,7 +1,7 @@
 //! Running one step: the dispatch list recorded in as few submissions as possible. With
-//! streaming (or tracing) each MoE layer's routing comes back to the CPU, the expert residency
-//! brings the routed experts into slots (in waves when they exceed the budget), and recording
-//! resumes; otherwise the whole step is one submission.
+//! streaming (or tracing, or a layer observer) each MoE layer's routing comes back to the CPU,
+//! the expert residency brings the routed experts into slots (in waves when they exceed the
+//! budget), and recording resumes; otherwise the whole step is one submission.
 
 use super::{Ffn, GpuModel, StepOutput, StepResult};
 use crate::error::{Error, Result};
@@ -62,6 +62,8 @@ impl GpuModel {
         if let Some(r) = residency.as_deref_mut() {
             r.begin_step(phase, n);
         }
+        let mut observer = self.observer.lock().expect("observer lock");
+        let observing = observer.is_some();
         let mut rec = Recording::new(&gpu.device);
         self.embed.record(gpu, rec.pass(), n);
         for (i, l) in self.layers.iter().enumerate() {
@@ -83,11 +85,16 @@ impl GpuModel {
                 Ffn::Moe { router, topk, experts, shared, combine } => {
                     router.record(gpu, rec.pass(), n);
                     topk.record(gpu, rec.pass(), n);
-                    match residency.as_deref_mut().filter(|r| r.needs_routing()) {
+                    match residency.as_deref_mut().filter(|r| observing || r.needs_routing()) {
                         None => experts.record(gpu, rec.pass(), n),
                         Some(r) => {
                             rec.submit(&gpu.queue);
                             let routed = self.read_routing(n)?;
+                            if let Some(o) = observer.as_mut() {
+                                let mut hn = vec![0f32; n * self.spec.hidden];
+                                o.readback.read(gpu, &self.acts.hn, 0, bytemuck::cast_slice_mut(&mut hn))?;
+                                (o.callback)(i, &hn, &routed);
+                            }
                             let waves = r.route(i, &routed);
                             for wave in &waves {
                                 r.apply_wave(gpu, i, wave)?;
@@ -118,6 +125,7 @@ impl GpuModel {
             r.end_step()?;
         }
         drop(residency);
+        drop(observer);
         if !matches!(output, StepOutput::None) {
             self.final_norm.record(gpu, rec.pass(), n);
             self.lm_head.record(gpu, rec.pass(), n);

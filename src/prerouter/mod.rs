@@ -1,0 +1,45 @@
+//! The prerouter (Edge0): small per-layer heads that predict the next MoE layer's experts one
+//! token ahead, so expert reads can start while the current token is still computing.
+//!
+//! Exact routing of MoE layer N+1 needs layer N's output, so its reads start late. The head owned
+//! by MoE layer N reads, right after token t, `[h_N(t), multi-hot top-k of layer N+1 at t,
+//! multi-hot top-k of layer N+1 at t−1]` (`h_N`: layer N's FFN input, the post-attention RMSNorm
+//! output) and scores layer N+1's experts for token t+1:
+//!
+//! ```text
+//! head(x) = fc2(gelu_erf(fc1(x))) + skip(h_N)      skip initialised from layer N+1's router
+//! ```
+//!
+//! The pieces, one job each:
+//! - [`dataset`]: the on-disk training data (`meta.json`, `hidden.f32`, `topk.u16`), written
+//!   token by token with bounded memory and read back with every size checked;
+//! - [`collect`]: teacher-forces text through an [`Engine`](crate::Engine) with a layer
+//!   observer installed and streams what it sees into a dataset;
+//! - [`features`]: which inputs a head reads and how a sample's input is assembled;
+//! - [`head`]: one head's parameters, forward pass and hand-written backward pass;
+//! - [`loss`]: softmax cross-entropy or binary cross-entropy against the routed set;
+//! - [`adam`]: the optimiser;
+//! - [`metrics`]: top-k selection, recall@k and exact-set match;
+//! - [`train`]: the training loop, the held-out split and the baselines;
+//! - [`routers`] + [`compat`]: the model's routers (skip initialisation, baseline) and the
+//!   dimension checks between models, datasets and heads files;
+//! - [`heads_file`]: saving and loading trained heads as safetensors, with typed errors;
+//! - [`runtime`]: running the heads during generation as a prefetch hint
+//!   (`--prefetch prerouter`; routing stays exact);
+//! - [`error`]: those errors.
+
+pub mod adam;
+pub mod collect;
+pub mod compat;
+pub mod dataset;
+pub mod error;
+pub mod features;
+pub mod head;
+pub mod heads_file;
+pub mod loss;
+pub mod metrics;
+pub mod routers;
+pub mod runtime;
+pub mod train;
+
+pub use error::PrerouterError;
