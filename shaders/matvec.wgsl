@@ -20,24 +20,7 @@
 //#endif
 //#endif
 
-struct Params {
-    k: u32,
-    n: u32,
-    row_offset: u32,
-    out_stride: u32,
-    at_cache_pos: u32,
-    first_row: u32,
-    w_scales: u32,
-    w_mins: u32,
-}
-
-@group(0) @binding(1) var<uniform> p: Params;
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> w: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-//#if BIAS
-@group(0) @binding(5) var<storage, read> bias: array<f32>;
-//#endif
+//#include matmul_io
 
 alias TeamValue = f32;
 //#include team

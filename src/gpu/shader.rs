@@ -27,6 +27,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("weights_int4"),
     shader!("expert_params"),
     shader!("team"),
+    shader!("matmul_io"),
     shader!("embed"),
     shader!("rms_norm"),
     shader!("rope"),
@@ -47,7 +48,7 @@ pub fn kernel_names() -> impl Iterator<Item = &'static str> {
     SOURCES
         .iter()
         .map(|(n, _)| *n)
-        .filter(|n| !matches!(*n, "common" | "reduce" | "expert_params" | "team") && !n.starts_with("weights_"))
+        .filter(|n| !matches!(*n, "common" | "reduce" | "expert_params" | "team" | "matmul_io") && !n.starts_with("weights_"))
 }
 
 fn source(name: &str) -> &'static str {
