@@ -45,10 +45,9 @@ pub const SOURCES: &[(&str, &str)] = &[
 
 /// The kernel files (everything in [`SOURCES`] that has an entry point).
 pub fn kernel_names() -> impl Iterator<Item = &'static str> {
-    SOURCES
-        .iter()
-        .map(|(n, _)| *n)
-        .filter(|n| !matches!(*n, "common" | "reduce" | "expert_params" | "team" | "matmul_io") && !n.starts_with("weights_"))
+    SOURCES.iter().map(|(n, _)| *n).filter(|n| {
+        !matches!(*n, "common" | "reduce" | "expert_params" | "team" | "matmul_io") && !n.starts_with("weights_")
+    })
 }
 
 fn source(name: &str) -> &'static str {
