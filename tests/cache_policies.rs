@@ -1,5 +1,8 @@
 //! Cache policies, EAM machinery and the pure-logic cache model.
 
+mod common;
+
+use common::Rng;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -7,22 +10,6 @@ use moestream::experts::cache_model::{CacheModel, Wave};
 use moestream::experts::eam::{Eam, EamCollection, EamError, EamTracker, RequestEam};
 use moestream::experts::policy::{eamc, CachePolicy, EamcPolicy, ExpertId, Lfu, Lru, Phase, PolicyContext, PolicyKind};
 use moestream::experts::predictor::{EamcPredictor, PrefetchKind};
-
-/// Small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("moestream-{}-{name}", std::process::id()))
@@ -194,7 +181,7 @@ fn predictions_decay_with_layer_distance() {
 
 #[test]
 fn incremental_matching_equals_full_matching() {
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let mut t = EamTracker::new(3, 5, 6, 2);
     for _ in 0..9 {
         t.begin_request();
@@ -256,7 +243,7 @@ fn empty_collection_falls_back_to_current_request() {
 
 #[test]
 fn persistence_round_trip_and_dims_check() {
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     let mut t = EamTracker::new(4, 6, 5, 2);
     for r in 0..8 {
         t.begin_request();
@@ -419,7 +406,7 @@ fn prefetch_respects_its_cap() {
 type Run = (Vec<Vec<Wave>>, Vec<Vec<(ExpertId, u32)>>, String);
 
 fn random_run(seed: u64) -> Run {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut c = eamc_cache(6, None);
     let mut slots = vec![None; 6];
     let (mut waves, mut prefetches) = (Vec::new(), Vec::new());

@@ -1,5 +1,8 @@
 //! Trace format, replay simulator, Belady bound, statistics and plots.
 
+mod common;
+
+use common::Rng;
 use moestream::experts::policy::{Phase, PolicyKind};
 use moestream::experts::predictor::PrefetchKind;
 use moestream::experts::trace::{Trace, TraceError, TraceEvent, TraceHeader, TraceReader, TraceStep, TraceWriter};
@@ -7,25 +10,6 @@ use moestream::sim::{
     access_sequence, heatmap_svg, parse_capacities, per_request_hit_rates, plot_svg, results_json, results_table,
     shift_recovery, simulate, trace_stats, workload_shift, SimConfig, SimResult,
 };
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-}
 
 const EXPERT_BYTES: u64 = 1 << 20;
 
@@ -61,7 +45,7 @@ fn distinct(k: usize, experts: usize, mut pick: impl FnMut() -> usize) -> Vec<u3
 /// (chosen with probability `skew`), the rest uniform. `groups` lists each request's group.
 fn grouped_trace(seed: u64, groups: &[usize], skew: f64, prompt: usize, decode: usize) -> Trace {
     let (layers, experts, k) = (4, 16, 2);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let hot: Vec<Vec<Vec<usize>>> = (0..=*groups.iter().max().unwrap())
         .map(|_| {
             (0..layers)
@@ -79,7 +63,7 @@ fn grouped_trace(seed: u64, groups: &[usize], skew: f64, prompt: usize, decode: 
                     let ids = (0..tokens)
                         .flat_map(|_| {
                             distinct(k, experts, || {
-                                if rng.chance(skew) {
+                                if f64::from(rng.unit()) < skew {
                                     hot[g][l][rng.below(2 * k)]
                                 } else {
                                     rng.below(experts)
@@ -126,9 +110,9 @@ fn belady_bounds_every_policy() {
         traces.push(grouped_trace(seed + 10, &[0, 0, 1, 1, 2, 0, 1, 2], 0.9, 7, 20));
     }
     let mut seq = Vec::new();
-    let mut rng = Rng(99);
+    let mut rng = Rng::new(99);
     for _ in 0..200 {
-        seq.push(if rng.chance(0.7) { rng.below(3) } else { rng.below(8) } as u32);
+        seq.push(if rng.unit() < 0.7 { rng.below(3) } else { rng.below(8) } as u32);
     }
     traces.push(paging_trace(&seq));
     let online = [PolicyKind::Lru, PolicyKind::Lfu, PolicyKind::Eamc];
