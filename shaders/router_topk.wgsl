@@ -1,6 +1,10 @@
 // Router: softmax over the experts' logits, top-k (ties go to the lower index), optional
-// renormalisation of the k probabilities. One invocation per token; at most 256 experts.
+// renormalisation of the k probabilities. One workgroup of 64 lanes per token; each lane holds
+// up to 4 experts (at most 256), and every step is a workgroup reduction, with no per-lane
+// loops over all experts (lavapipe compiled the old one-lane-per-token version into a
+// pathologically slow shader).
 //#include common
+//#include reduce
 
 struct Params {
     n_experts: u32,
@@ -14,40 +18,73 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> ids: array<u32>;
 @group(0) @binding(4) var<storage, read_write> weights: array<f32>;
 
+const NONE: f32 = -3.0e38;
+
+var<workgroup> best_v: array<f32, 64>;
+var<workgroup> best_i: array<u32, 64>;
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let t = group_index(wid, nwg) * 64u + lid;
+    let t = group_index(wid, nwg);
     if (t >= step.n_tokens) {
         return;
     }
     let base = t * p.n_experts;
-    var mx = -1.0e30;
-    for (var e = 0u; e < p.n_experts; e++) {
-        mx = max(mx, logits[base + e]);
+    var vals = array<f32, 4>(NONE, NONE, NONE, NONE);
+    var local_max = NONE;
+    for (var j = 0u; j < 4u; j++) {
+        let e = lid + 64u * j;
+        if (e < p.n_experts) {
+            vals[j] = logits[base + e];
+            local_max = max(local_max, vals[j]);
+        }
     }
-    var total = 0.0;
-    for (var e = 0u; e < p.n_experts; e++) {
-        total += exp(logits[base + e] - mx);
+    let mx = reduce_max(lid, local_max);
+    var local_sum = 0.0;
+    for (var j = 0u; j < 4u; j++) {
+        if (lid + 64u * j < p.n_experts) {
+            local_sum += exp(vals[j] - mx);
+        }
     }
-    var taken = array<u32, 8>(0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u);
+    let total = reduce_sum(lid, local_sum);
     var chosen_sum = 0.0;
     for (var i = 0u; i < p.top_k; i++) {
-        var best = 0u;
-        var best_logit = -3.0e38;
-        for (var e = 0u; e < p.n_experts; e++) {
-            let free = (taken[e / 32u] & (1u << (e % 32u))) == 0u;
-            if (free && logits[base + e] > best_logit) {
-                best = e;
-                best_logit = logits[base + e];
+        // This lane's best untaken expert (lowest index among equals).
+        var bv = NONE;
+        var bi = 0xffffffffu;
+        for (var j = 0u; j < 4u; j++) {
+            if (vals[j] > bv) {
+                bv = vals[j];
+                bi = lid + 64u * j;
             }
         }
-        taken[best / 32u] |= 1u << (best % 32u);
-        let prob = exp(best_logit - mx) / total;
-        ids[t * p.top_k + i] = best;
-        weights[t * p.top_k + i] = prob;
+        best_v[lid] = bv;
+        best_i[lid] = bi;
+        workgroupBarrier();
+        for (var s = 32u; s > 0u; s >>= 1u) {
+            if (lid < s) {
+                let ov = best_v[lid + s];
+                let oi = best_i[lid + s];
+                if (ov > best_v[lid] || (ov == best_v[lid] && oi < best_i[lid])) {
+                    best_v[lid] = ov;
+                    best_i[lid] = oi;
+                }
+            }
+            workgroupBarrier();
+        }
+        let winner = best_i[0];
+        let prob = exp(best_v[0] - mx) / total;
+        workgroupBarrier();
+        if (winner % 64u == lid) {
+            vals[winner / 64u] = NONE;
+        }
+        if (lid == 0u) {
+            ids[t * p.top_k + i] = winner;
+            weights[t * p.top_k + i] = prob;
+        }
         chosen_sum += prob;
     }
-    if (p.renormalize == 1u) {
+    if (p.renormalize == 1u && lid == 0u) {
         for (var i = 0u; i < p.top_k; i++) {
             weights[t * p.top_k + i] /= chosen_sum;
         }

@@ -1,6 +1,6 @@
 //! Router softmax + top-k (+ renormalisation) over router logits.
 
-use super::{groups64, params};
+use super::params;
 use crate::gpu::{Gpu, Kernel};
 
 /// A bound router top-k.
@@ -29,6 +29,6 @@ impl RouterTopK {
 
     /// Records routing for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
-        self.kernel.dispatch(pass, groups64(n_tokens), gpu.caps.max_workgroups_per_dim);
+        self.kernel.dispatch(pass, n_tokens as u32, gpu.caps.max_workgroups_per_dim);
     }
 }
