@@ -20,9 +20,6 @@ struct Params {
 
 const NONE: f32 = -3.0e38;
 
-var<workgroup> best_v: array<f32, 64>;
-var<workgroup> best_i: array<u32, 64>;
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = group_index(wid, nwg);
@@ -58,23 +55,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 bi = lid + 64u * j;
             }
         }
-        best_v[lid] = bv;
-        best_i[lid] = bi;
-        workgroupBarrier();
-        for (var s = 32u; s > 0u; s >>= 1u) {
-            if (lid < s) {
-                let ov = best_v[lid + s];
-                let oi = best_i[lid + s];
-                if (ov > best_v[lid] || (ov == best_v[lid] && oi < best_i[lid])) {
-                    best_v[lid] = ov;
-                    best_i[lid] = oi;
-                }
-            }
-            workgroupBarrier();
-        }
-        let winner = best_i[0];
-        let prob = exp(best_v[0] - mx) / total;
-        workgroupBarrier();
+        let best = reduce_argmax(lid, bv, bi);
+        let winner = best.i;
+        let prob = exp(best.v - mx) / total;
         if (winner % 64u == lid) {
             vals[winner / 64u] = NONE;
         }
