@@ -33,6 +33,15 @@ const R: u32 = 2u;
 // Rows per workgroup (the launcher: DOWN_R in src/ops/experts.rs).
 const ROWS: u32 = WG_SIZE / TEAM * R;
 
+// The (token, expert) pair this workgroup serves: its row of `h` is the input.
+var<private> pair: u32;
+
+fn x_at(i: u32) -> vec4<f32> {
+    return h[pair * (p.inter / 4u) + i];
+}
+
+//#include rows_dot
+
 @compute @workgroup_size(WG_SIZE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = group_index(wid, nwg);
@@ -48,38 +57,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let down = proj(slot - p.first_slot, p.down, p.inter);
     let row0 = (g % blocks) * ROWS + lid / TEAM * R;
     let lane = lid % TEAM;
-    let hb = j * (p.inter / 4u);
+    pair = j;
     let k8s = p.inter / 8u;
-    // Rows past the end are computed on the last row and not written.
-    var rows: array<u32, R>;
-    for (var r = 0u; r < R; r++) {
-        rows[r] = min(row0 + r, p.hidden - 1u);
-    }
-    var acc: array<f32, R>;
-    for (var grp = lane; grp * W_GROUP8 < k8s; grp += TEAM) {
-        let k0 = grp * W_GROUP8;
-        let k1 = min(k0 + W_GROUP8, k8s);
-        var d: array<f32, R>;
-        var sx = vec4<f32>(0.0);
-        for (var k8 = k0; k8 < k1; k8++) {
-            let ha = h[hb + k8 * 2u];
-            let hc = h[hb + k8 * 2u + 1u];
-            for (var r = 0u; r < R; r++) {
-                d[r] += w_dot8(down, rows[r], k8, ha, hc);
-            }
-            if (W_OFFSET) {
-                sx += ha + hc;
-            }
-        }
-        let xsum = sx.x + sx.y + sx.z + sx.w;
-        for (var r = 0u; r < R; r++) {
-            let sc = w_group(down, rows[r], grp);
-            acc[r] += sc.x * d[r];
-            if (W_OFFSET) {
-                acc[r] += sc.y * xsum;
-            }
-        }
-    }
+    let rows = team_rows(row0, p.hidden);
+    let acc = rows_dot(down, rows, lane, k8s);
     let rw = route_w[j];
     for (var r = 0u; r < R; r++) {
         let total = team_sum(lid, acc[r]);

@@ -49,11 +49,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let lane = lid % TEAM;
     let xb = (j / p.top_k) * (p.hidden / 4u);
     let k8s = p.hidden / 8u;
-    // Rows past the end are computed on the last row and not written.
-    var rows: array<u32, R>;
-    for (var r = 0u; r < R; r++) {
-        rows[r] = min(row0 + r, p.inter - 1u);
-    }
+    let rows = team_rows(row0, p.inter);
     var acc: array<vec2<f32>, R>;
     for (var grp = lane; grp * W_GROUP8 < k8s; grp += TEAM) {
         let k0 = grp * W_GROUP8;

@@ -33,6 +33,12 @@ const R: u32 = 2u;
 // Rows per workgroup (the launcher: MATVEC_R in src/ops/matmul.rs).
 const ROWS: u32 = WG_SIZE / TEAM * R;
 
+fn x_at(i: u32) -> vec4<f32> {
+    return x[i];
+}
+
+//#include rows_dot
+
 @compute @workgroup_size(WG_SIZE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let first = group_index(wid, nwg) * ROWS;
@@ -43,36 +49,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let lane = lid % TEAM;
     let m = WMat(0u, p.k, p.w_scales, p.w_mins);
     let k8s = p.k / 8u;
-    // Rows past the end are computed on the last row and not written.
-    var rows: array<u32, R>;
-    for (var r = 0u; r < R; r++) {
-        rows[r] = min(row0 + r, p.n - 1u);
-    }
-    var acc: array<f32, R>;
-    for (var grp = lane; grp * W_GROUP8 < k8s; grp += TEAM) {
-        let k0 = grp * W_GROUP8;
-        let k1 = min(k0 + W_GROUP8, k8s);
-        var d: array<f32, R>;
-        var sx = vec4<f32>(0.0);
-        for (var k8 = k0; k8 < k1; k8++) {
-            let xa = x[k8 * 2u];
-            let xb = x[k8 * 2u + 1u];
-            for (var r = 0u; r < R; r++) {
-                d[r] += w_dot8(m, rows[r], k8, xa, xb);
-            }
-            if (W_OFFSET) {
-                sx += xa + xb;
-            }
-        }
-        let xsum = sx.x + sx.y + sx.z + sx.w;
-        for (var r = 0u; r < R; r++) {
-            let sc = w_group(m, rows[r], grp);
-            acc[r] += sc.x * d[r];
-            if (W_OFFSET) {
-                acc[r] += sc.y * xsum;
-            }
-        }
-    }
+    let rows = team_rows(row0, p.n);
+    let acc = rows_dot(m, rows, lane, k8s);
     for (var r = 0u; r < R; r++) {
         let total = team_sum(lid, acc[r]);
         let n = row0 + r;

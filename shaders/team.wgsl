@@ -52,3 +52,13 @@ fn team_sum_shared(lid: u32, v: TeamValue) -> TeamValue {
     workgroupBarrier();
     return t[0];
 }
+
+// The R rows from `row0`, clamped to the last of `n` rows (rows past the end are computed on the
+// last row and not written).
+fn team_rows(row0: u32, n: u32) -> array<u32, R> {
+    var rows: array<u32, R>;
+    for (var r = 0u; r < R; r++) {
+        rows[r] = min(row0 + r, n - 1u);
+    }
+    return rows;
+}
