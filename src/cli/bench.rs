@@ -195,17 +195,7 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
     println!("decode   {:>10.1} tok/s  ({} tokens, median of {})", r.decode_tokens_per_s, r.decode_tokens, r.runs);
     println!("peak RSS {:>10.0} MiB", r.peak_rss_bytes as f64 / 1048576.0);
     println!("GPU      {:>10.0} MiB", r.gpu_bytes as f64 / 1048576.0);
-    let e = &r.experts;
-    println!(
-        "experts  hit rate {:.1}% ({} hits, {} misses), prefetch {}/{} used, {:.1} MiB read, {:.0} ms stalled",
-        e.hit_rate * 100.0,
-        e.expert_hits,
-        e.expert_misses,
-        e.prefetch_used,
-        e.prefetch_issued,
-        e.bytes_read as f64 / 1048576.0,
-        e.stall_ms
-    );
+    println!("experts  {}", r.experts);
     Ok(())
 }
 

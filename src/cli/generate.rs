@@ -105,16 +105,7 @@ fn run_one(engine: &Engine, text: Option<&str>, prompt: &[u32], options: &Genera
         );
         let e = &s.experts;
         if e.expert_hits + e.expert_misses > 0 {
-            eprintln!(
-                "[experts: hit rate {:.1}% ({} hits, {} misses), prefetch {}/{} used, {:.1} MiB read, {:.0} ms stalled]",
-                e.hit_rate * 100.0,
-                e.expert_hits,
-                e.expert_misses,
-                e.prefetch_used,
-                e.prefetch_issued,
-                e.bytes_read as f64 / 1048576.0,
-                e.stall_ms,
-            );
+            eprintln!("[experts: {e}]");
         }
     }
     Ok(())

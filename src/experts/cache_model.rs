@@ -340,7 +340,6 @@ impl CacheModel {
         self.slots[slot as usize] = None;
         self.slot_of[i] = NO_SLOT;
         self.prefetched[i] = false;
-        self.policy.on_evict(victim);
         self.stats.evictions += 1;
         slot
     }
@@ -371,7 +370,6 @@ impl CacheModel {
             self.slots[slot as usize] = None;
             self.slot_of[i] = NO_SLOT;
             self.prefetched[i] = false;
-            self.policy.on_evict(id);
             self.free.insert(slot);
         }
     }

@@ -45,6 +45,23 @@ pub struct ExpertStats {
     pub stall_ms: f64,
 }
 
+impl std::fmt::Display for ExpertStats {
+    /// One line: hit rate, hits and misses, prefetches used of issued, MiB read, stall time.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "hit rate {:.1}% ({} hits, {} misses), prefetch {}/{} used, {:.1} MiB read, {:.0} ms stalled",
+            self.hit_rate * 100.0,
+            self.expert_hits,
+            self.expert_misses,
+            self.prefetch_used,
+            self.prefetch_issued,
+            self.bytes_read as f64 / 1048576.0,
+            self.stall_ms
+        )
+    }
+}
+
 impl ExpertStats {
     /// The figures accumulated since `before` was taken.
     pub fn since(&self, before: &ExpertStats) -> ExpertStats {

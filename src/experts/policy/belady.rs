@@ -51,8 +51,6 @@ impl CachePolicy for Belady {
 
     fn on_insert(&mut self, _id: ExpertId, _ctx: &PolicyContext) {}
 
-    fn on_evict(&mut self, _id: ExpertId) {}
-
     /// The farthest next use goes first.
     fn eviction_keys(&self, candidates: &[ExpertId], _ctx: &PolicyContext) -> Vec<EvictionKey> {
         candidates.iter().map(|&c| (-(self.next_use(c) as f64), 0)).collect()

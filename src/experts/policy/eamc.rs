@@ -45,8 +45,6 @@ impl CachePolicy for EamcPolicy {
         self.recency.touch(id, ctx);
     }
 
-    fn on_evict(&mut self, _id: ExpertId) {}
-
     /// (priority, last use): the lowest priority goes first, ties to the least recently used.
     fn eviction_keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<EvictionKey> {
         let prediction = ctx.eam.prediction();

@@ -27,8 +27,6 @@ impl CachePolicy for Lfu {
         self.recency.touch(id, ctx);
     }
 
-    fn on_evict(&mut self, _id: ExpertId) {}
-
     /// (use count, last use): the least used goes first, ties to the least recently used.
     fn eviction_keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<EvictionKey> {
         candidates

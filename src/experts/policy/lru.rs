@@ -21,8 +21,6 @@ impl CachePolicy for Lru {
         self.recency.touch(id, ctx);
     }
 
-    fn on_evict(&mut self, _id: ExpertId) {}
-
     fn eviction_keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<EvictionKey> {
         candidates.iter().map(|&c| (self.recency.last(c, ctx) as f64, 0)).collect()
     }

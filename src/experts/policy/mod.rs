@@ -101,8 +101,6 @@ pub trait CachePolicy: Send {
     fn on_access(&mut self, id: ExpertId, ctx: &PolicyContext);
     /// `id` was loaded into a slot (on demand or by prefetch).
     fn on_insert(&mut self, id: ExpertId, ctx: &PolicyContext);
-    /// `id` left its slot.
-    fn on_evict(&mut self, id: ExpertId);
     /// The eviction order of `candidates`: the smallest key goes first (the second element
     /// breaks ties; equal keys go to the lower index).
     fn eviction_keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<EvictionKey>;
