@@ -4,16 +4,13 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::model_args::{default_model, Dtype, ModelArgs};
+use super::model_args::{base_options, default_model, Dtype, ModelArgs};
 use moestream::bench::kernels::{self, KernelBenchOptions};
 use moestream::bench::model::{self, ModelBenchOptions};
 use moestream::bench::streaming::{self, StreamingBenchOptions};
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::{Gpu, GpuOptions};
-use moestream::ops::WeightFormat;
-use moestream::quant::QuantParams;
-use moestream::runtime::EngineOptions;
 use moestream::{Error, Result};
 
 /// Flags of `bench`.
@@ -200,19 +197,7 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
 }
 
 fn run_streaming(a: StreamingArgs) -> Result<()> {
-    let dir = a.model.clone().unwrap_or_else(default_model);
-    if !dir.join("config.json").exists() {
-        return Err(Error::InvalidArgument(format!(
-            "{} is not a model directory (no config.json); pass --model DIR",
-            dir.display()
-        )));
-    }
-    let format = match a.dtype {
-        Dtype::F32 => WeightFormat::F32,
-        Dtype::F16 => WeightFormat::F16,
-        Dtype::Int4 => WeightFormat::Int4(QuantParams::default()),
-    };
-    let mut base = EngineOptions::new(dir).with_format(format);
+    let mut base = base_options(&a.model.clone().unwrap_or_else(default_model), a.dtype)?;
     base.context = a.context;
     base.gpu = GpuOptions { adapter: a.adapter.clone(), ..Default::default() };
     base.io_threads = a.io_threads;

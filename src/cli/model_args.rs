@@ -132,19 +132,7 @@ impl ModelArgs {
 
     /// Loads the engine these flags describe.
     pub fn load(&self) -> Result<Engine> {
-        let dir = self.dir();
-        if !dir.join("config.json").exists() {
-            return Err(Error::InvalidArgument(format!(
-                "{} is not a model directory (no config.json); pass --model DIR",
-                dir.display()
-            )));
-        }
-        let format = match self.dtype {
-            Dtype::F32 => WeightFormat::F32,
-            Dtype::F16 => WeightFormat::F16,
-            Dtype::Int4 => WeightFormat::Int4(QuantParams::default()),
-        };
-        let mut o = EngineOptions::new(dir).with_format(format);
+        let mut o = base_options(&self.dir(), self.dtype)?;
         o.context = self.context;
         o.gpu = GpuOptions { adapter: self.adapter.clone(), ..Default::default() };
         o.budget = match (self.expert_slots, self.gpu_memory) {
@@ -171,6 +159,22 @@ impl ModelArgs {
         o.cache_dir = self.cache_dir.clone();
         Engine::load(&o)
     }
+}
+
+/// Engine options for the model in `dir` at `dtype`, after checking `dir` is a model directory.
+pub fn base_options(dir: &std::path::Path, dtype: Dtype) -> Result<EngineOptions> {
+    if !dir.join("config.json").exists() {
+        return Err(Error::InvalidArgument(format!(
+            "{} is not a model directory (no config.json); pass --model DIR",
+            dir.display()
+        )));
+    }
+    let format = match dtype {
+        Dtype::F32 => WeightFormat::F32,
+        Dtype::F16 => WeightFormat::F16,
+        Dtype::Int4 => WeightFormat::Int4(QuantParams::default()),
+    };
+    Ok(EngineOptions::new(dir).with_format(format))
 }
 
 /// Parses `1,2,3` into token ids.
