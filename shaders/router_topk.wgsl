@@ -3,6 +3,8 @@
 // up to 4 experts (at most 256), and every step is a workgroup reduction, with no per-lane
 // loops over all experts (lavapipe compiled the old one-lane-per-token version into a
 // pathologically slow shader).
+// Variant FORCED (the prerouter's prediction-as-routing): the k experts are not chosen here but
+// read from forced[forced_offset..], and their probabilities come from this softmax.
 //#include common
 //#include reduce
 
@@ -10,13 +12,16 @@ struct Params {
     n_experts: u32,
     top_k: u32,
     renormalize: u32,
-    pad: u32,
+    forced_offset: u32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> logits: array<f32>;
 @group(0) @binding(3) var<storage, read_write> ids: array<u32>;
 @group(0) @binding(4) var<storage, read_write> weights: array<f32>;
+//#if FORCED
+@group(0) @binding(5) var<storage, read> forced: array<u32>;
+//#endif
 
 const NONE: f32 = -3.0e38;
 
@@ -46,6 +51,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let total = reduce_sum(lid, local_sum);
     var chosen_sum = 0.0;
     for (var i = 0u; i < p.top_k; i++) {
+//#if FORCED
+        let winner = forced[p.forced_offset + i];
+        let prob = exp(logits[base + winner] - mx) / total;
+//#else
         // This lane's best untaken expert (lowest index among equals).
         var bv = NONE;
         var bi = 0xffffffffu;
@@ -61,6 +70,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (winner % 64u == lid) {
             vals[winner / 64u] = NONE;
         }
+//#endif
         if (lid == 0u) {
             ids[t * p.top_k + i] = winner;
             weights[t * p.top_k + i] = prob;

@@ -21,7 +21,7 @@ use moestream::experts::{SlotArena, SlotTable};
 use moestream::gpu::{Gpu, StepUniform};
 use moestream::ops::experts::{ExpertFfn, ExpertIo};
 use moestream::ops::moe_combine::MoeCombine;
-use moestream::ops::router::RouterTopK;
+use moestream::ops::router::{RouterIo, RouterShape, RouterTopK};
 use moestream::ops::WeightFormat;
 use moestream::reference::ops as refops;
 
@@ -43,7 +43,8 @@ fn run_router(logits: &[f32], t: usize, e: usize, k: usize, renorm: bool) -> (Ve
     let lb = upload_f32(&gpu, logits);
     let ib = upload_u32(&gpu, &vec![u32::MAX; t * k + 1]);
     let wb = upload_f32(&gpu, &vec![-1.0; t * k + 1]);
-    let op = RouterTopK::new(&gpu, &step.buffer, &lb, &ib, &wb, e, k, renorm);
+    let io = RouterIo { logits: &lb, ids: &ib, weights: &wb };
+    let op = RouterTopK::new(&gpu, &step.buffer, io, RouterShape { n_experts: e, top_k: k, renormalize: renorm });
     submit(&gpu, |pass| op.record(&gpu, pass, t));
     let ids = read_u32(&gpu, &ib, t * k + 1);
     let w = read_f32(&gpu, &wb, t * k + 1);
@@ -110,6 +111,41 @@ fn router_topk_exact_ties_pick_lower_index() {
     assert_eq!(ids, vec![0, 1, 2], "all-equal logits");
     for x in w {
         assert!((x - 1.0 / 64.0).abs() <= 1e-6, "all-equal weight {x}");
+    }
+}
+
+#[test]
+fn forced_router_weighs_the_given_experts() {
+    // Prediction-as-routing: the experts come from a buffer (at an offset), the weights from
+    // the softmax over all logits.
+    let mut rng = Rng::new(4);
+    for &(e, k) in &[(8usize, 2usize), (60, 4), (256, 8)] {
+        for renorm in [false, true] {
+            let gpu = gpu();
+            let step = StepUniform::new(&gpu);
+            step.set(&gpu, 1, 0);
+            let logits = rng.vec(e, -3.0, 3.0);
+            let offset = 5;
+            let mut chosen: Vec<usize> = (0..e).collect();
+            rng.shuffle(&mut chosen);
+            chosen.truncate(k);
+            let mut forced = vec![u32::MAX; offset + k + 3];
+            for (i, &c) in chosen.iter().enumerate() {
+                forced[offset + i] = c as u32;
+            }
+            let (lb, fb) = (upload_f32(&gpu, &logits), upload_u32(&gpu, &forced));
+            let ib = upload_u32(&gpu, &vec![u32::MAX; k]);
+            let wb = upload_f32(&gpu, &vec![-1.0; k]);
+            let io = RouterIo { logits: &lb, ids: &ib, weights: &wb };
+            let shape = RouterShape { n_experts: e, top_k: k, renormalize: renorm };
+            let op = RouterTopK::forced(&gpu, &step.buffer, io, shape, &fb, offset);
+            submit(&gpu, |pass| op.record(&gpu, pass, 1));
+            let (ids, w) = (read_u32(&gpu, &ib, k), read_f32(&gpu, &wb, k));
+            for (i, (id, weight)) in refops::router_forced(&logits, &chosen, renorm).into_iter().enumerate() {
+                assert_eq!(ids[i] as usize, id, "forced E={e} k={k} choice {i}");
+                assert!((w[i] - weight).abs() <= 1e-6, "forced E={e} k={k} weight {} vs {weight}", w[i]);
+            }
+        }
     }
 }
 

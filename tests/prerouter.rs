@@ -1,25 +1,29 @@
 //! The prerouter: backprop gradient check, dataset format round trip, collection from a fixture
-//! (output unchanged by the observer), training to a stated recall, heads file errors.
+//! (output unchanged by the observer), training to a stated recall, heads file errors, the
+//! heads as a prefetch hint (output exact) and as the routing (exactly the predicted experts).
 
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use common::gpu;
 use moestream::bench::workload::SplitMix64;
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
+use moestream::model::decoder::RoutingMode;
 use moestream::model::ArchSpec;
 use moestream::ops::WeightFormat;
 use moestream::prerouter::collect::collect;
 use moestream::prerouter::compat::ModelDims;
 use moestream::prerouter::dataset::{Dataset, DatasetMeta, DatasetWriter, FORMAT_VERSION, HIDDEN_FILE};
-use moestream::prerouter::features::Features;
+use moestream::prerouter::features::{Features, RoutingContext};
 use moestream::prerouter::head::{Head, HeadDims, HeadParams, Tape};
 use moestream::prerouter::heads_file::Heads;
 use moestream::prerouter::loss::Loss;
+use moestream::prerouter::metrics::top_k;
 use moestream::prerouter::routers::read_routers;
-use moestream::prerouter::train::{train, TrainOptions};
+use moestream::prerouter::train::{train, TrainOptions, TrainedHead};
 use moestream::prerouter::PrerouterError;
 use moestream::runtime::{ExpertBudget, GenerateOptions};
 use moestream::{Engine, EngineOptions};
@@ -184,6 +188,20 @@ fn collect_is_exact_and_training_beats_baselines() {
         Err(PrerouterError::Mismatch { what: "experts" | "top_k" | "MoE layer count", .. })
     ));
     prefetch_hint_keeps_output_exact(&file, &tokens);
+    // The trained head predicts this periodic text perfectly: routing and perplexity barely move.
+    let (differs, ratio) = predicted_routing_uses_exactly_the_predictions(&file, &tokens);
+    assert!((ratio - 1.0).abs() < 0.02 && differs <= 2, "trained head: {differs} tokens differ, ratio {ratio}");
+    // A random head predicts other experts than the router's: they are used all the same.
+    let random_file = dir.join("random-heads.safetensors");
+    let d = loaded.heads[0].head.dims;
+    let mut random = Head::new(d, None, &mut SplitMix64::new(11));
+    for w in &mut random.params.fc2_weight {
+        *w = SplitMix64::new(w.to_bits() as u64).next_signed();
+    }
+    let trained = TrainedHead { head: random, ..loaded.heads[0].clone() };
+    Heads::new(&dims, Features::EDGE0, 32, vec![trained]).save(&random_file).unwrap();
+    let (differs, ratio) = predicted_routing_uses_exactly_the_predictions(&random_file, &tokens);
+    assert!(differs >= 20 && (ratio - 1.0).abs() > 0.01, "random head: {differs} tokens differ, ratio {ratio}");
 
     let bytes = std::fs::read(&file).unwrap();
     for bad in [&bytes[..bytes.len() / 2], &bytes[..5], b"not a safetensors file at all".as_slice()] {
@@ -206,12 +224,77 @@ fn prefetch_hint_keeps_output_exact(heads: &Path, tokens: &[u32]) {
         prerouter: Some(heads.to_path_buf()),
         ..base.clone()
     };
-    let engine = Engine::load_on(gpu(), &streaming).unwrap();
-    let streamed = engine.generate(prompt, &options, |_, _| true).unwrap();
-    assert_eq!(streamed.tokens, resident.tokens);
-    let stats = streamed.stats.experts;
-    eprintln!("prerouter prefetch: {stats:?}");
-    assert!(stats.prefetch_issued > 0 && stats.prefetch_used > 0, "{stats:?}");
-    let missing = Engine::load_on(gpu(), &EngineOptions { prerouter: None, ..streaming });
+    for prefetch in [PrefetchKind::Prerouter, PrefetchKind::PrerouterEamc] {
+        let engine = Engine::load_on(gpu(), &EngineOptions { prefetch, ..streaming.clone() }).unwrap();
+        let streamed = engine.generate(prompt, &options, |_, _| true).unwrap();
+        assert_eq!(streamed.tokens, resident.tokens, "{prefetch}");
+        let stats = streamed.stats.experts;
+        eprintln!("{prefetch} prefetch: {stats:?}");
+        assert!(stats.prefetch_issued > 0 && stats.prefetch_used > 0, "{prefetch}: {stats:?}");
+    }
+    let missing = Engine::load_on(gpu(), &EngineOptions { prerouter: None, ..streaming.clone() });
     assert!(matches!(missing, Err(moestream::Error::InvalidArgument(_))));
+    let other_model = EngineOptions { model_dir: fixture("olmoe"), ..streaming };
+    assert!(Engine::load_on(gpu(), &other_model).is_err(), "heads of another model must be refused");
+}
+
+/// What an observer saw: per call, the MoE layer, its `hn` rows and routed ids.
+type Seen = Arc<Mutex<Vec<(usize, Vec<f32>, Vec<u32>)>>>;
+
+fn observe(engine: &Engine) -> Seen {
+    let seen: Seen = Arc::default();
+    let sink = seen.clone();
+    engine.set_observer(Some(Box::new(move |layer, hn, ids| {
+        sink.lock().unwrap().push((layer, hn.to_vec(), ids.to_vec()));
+    })));
+    seen
+}
+
+/// `--routing predicted`: the first token and the head-less layer 0 route natively; from the
+/// second token on, layer 2 routes to exactly the experts the CPU head predicts from the token
+/// before (its FFN input at layer 0 and layer 2's routing at t−1 and t−2).
+/// Returns how many tokens' layer-2 routing differs from native, and the perplexity ratio
+/// predicted / native.
+fn predicted_routing_uses_exactly_the_predictions(file: &Path, tokens: &[u32]) -> (usize, f64) {
+    let base = EngineOptions::new(fixture("qwen3_moe")).with_format(WeightFormat::F32);
+    let text = &tokens[..40];
+    let native = Engine::load_on(gpu(), &base).unwrap();
+    let native_seen = observe(&native);
+    let native_score = native.score(text).unwrap();
+    let options =
+        EngineOptions { routing: RoutingMode::Predicted, prerouter: Some(file.to_path_buf()), ..base.clone() };
+    let engine = Engine::load_on(gpu(), &options).unwrap();
+    let seen = observe(&engine);
+    let predicted_score = engine.score(text).unwrap();
+
+    let heads = Heads::load(file).unwrap();
+    let head = &heads.heads[0];
+    let (k, e) = (heads.config.top_k, heads.config.experts);
+    let seen = seen.lock().unwrap();
+    // One-token steps: per token, layer 0 then layer 2.
+    assert_eq!(seen.len(), 2 * (text.len() - 1));
+    let layer0: Vec<&(usize, Vec<f32>, Vec<u32>)> = seen.iter().filter(|s| s.0 == 0).collect();
+    let layer2: Vec<Vec<u16>> =
+        seen.iter().filter(|s| s.0 == 2).map(|s| s.2.iter().map(|&x| x as u16).collect()).collect();
+    // Layer 0 has no head: its routing is the native one, token by token.
+    let native_seen = native_seen.lock().unwrap();
+    let native0: Vec<u32> = native_seen.iter().filter(|s| s.0 == 0).flat_map(|s| s.2.clone()).collect();
+    let native2: Vec<u32> = native_seen.iter().filter(|s| s.0 == 2).flat_map(|s| s.2.clone()).collect();
+    assert_eq!(layer0.iter().flat_map(|s| s.2.clone()).collect::<Vec<u32>>(), native0);
+    assert_eq!(layer2[0].iter().map(|&x| u32::from(x)).collect::<Vec<u32>>(), native2[..k].to_vec(), "first token");
+    let mut tape = Tape::default();
+    let mut logits = vec![0f32; e];
+    let mut differs = 0;
+    for t in 1..layer2.len() {
+        let ctx = RoutingContext { next: &layer2[t - 1], prev: (t >= 2).then(|| layer2[t - 2].as_slice()), own: &[] };
+        head.head.forward(&layer0[t - 1].1, &heads.config.features.active(e, &ctx), &mut tape, &mut logits);
+        assert_eq!(layer2[t], top_k(&logits, k), "token {t}: layer 2 routes to the predicted experts");
+        let native_set: Vec<u16> = native2[t * k..(t + 1) * k].iter().map(|&x| x as u16).collect();
+        differs += usize::from(layer2[t].iter().any(|x| !native_set.contains(x)));
+    }
+    let ratio = predicted_score.perplexity / native_score.perplexity;
+    eprintln!("predicted routing: {differs} of {} tokens differ from native; perplexity ratio {ratio}", layer2.len());
+    let missing = Engine::load_on(gpu(), &EngineOptions { prerouter: None, ..options });
+    assert!(matches!(missing, Err(moestream::Error::InvalidArgument(_))));
+    (differs, ratio)
 }

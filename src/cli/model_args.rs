@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::GpuOptions;
+use moestream::model::decoder::RoutingMode;
 use moestream::ops::WeightFormat;
 use moestream::quant::QuantParams;
 use moestream::runtime::{EngineOptions, ExpertBudget};
@@ -43,6 +44,19 @@ pub enum Prefetch {
     Eamc,
     /// Prefetch what the prerouter heads (`--prerouter FILE`) predicted one token ahead.
     Prerouter,
+    /// Both: the prerouter's prediction first, then EAMC's guesses.
+    #[value(name = "prerouter+eamc")]
+    PrerouterEamc,
+}
+
+/// Where a MoE layer's experts come from.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Routing {
+    /// The model's router (exact).
+    Native,
+    /// The prerouter's one-token-ahead prediction, for layers with a head (Edge0's
+    /// prediction-as-routing; needs `--prerouter FILE`).
+    Predicted,
 }
 
 /// Where the model is and how to run it.
@@ -89,9 +103,13 @@ pub struct ModelArgs {
     /// Write per-step, per-layer routed expert ids to this file (JSON lines).
     #[arg(long)]
     pub trace: Option<PathBuf>,
-    /// Trained prerouter heads (from `prerouter train`) for `--prefetch prerouter`.
+    /// Trained prerouter heads (from `prerouter train`) for `--prefetch prerouter` or
+    /// `--routing predicted`.
     #[arg(long)]
     pub prerouter: Option<PathBuf>,
+    /// Expert routing of decode steps.
+    #[arg(long, value_enum, default_value = "native")]
+    pub routing: Routing,
     /// Read the expert store with O_DIRECT (bypassing the page cache).
     #[arg(long)]
     pub direct_io: bool,
@@ -149,6 +167,11 @@ impl ModelArgs {
             Prefetch::None => PrefetchKind::None,
             Prefetch::Eamc => PrefetchKind::Eamc,
             Prefetch::Prerouter => PrefetchKind::Prerouter,
+            Prefetch::PrerouterEamc => PrefetchKind::PrerouterEamc,
+        };
+        o.routing = match self.routing {
+            Routing::Native => RoutingMode::Native,
+            Routing::Predicted => RoutingMode::Predicted,
         };
         o.io_threads = self.io_threads;
         o.eamc_capacity = self.eamc_capacity;

@@ -273,17 +273,46 @@ impl CacheModel {
             return Vec::new();
         };
         let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
+        let wanted: Vec<ExpertId> =
+            predictor.predict(layer, &ctx).into_iter().filter(|&id| id.layer as usize > layer).collect();
         let limit = self.max_prefetch.unwrap_or(2 * self.top_k);
-        let wanted: Vec<ExpertId> = predictor
-            .predict(layer, &ctx)
-            .into_iter()
-            .filter(|&id| id.layer as usize > layer && self.slot_of(id).is_none())
-            .take(limit)
-            .collect();
+        let keep = std::mem::take(&mut self.last_needed);
+        let loads = self.load_predicted(&mut *predictor, wanted, limit, &keep, layer);
+        self.last_needed = keep;
+        self.predictor = Some(predictor);
+        loads
+    }
+
+    /// After a step: loads every layer's experts the predictor expects the next token to use
+    /// ([`Predictor::next_token`], the prerouter's one-token-ahead prediction), nearest layer
+    /// first, so all reads for token t+1 start while token t finishes. Predicted experts are
+    /// never evicted for each other, and one layer's top-k of slots stays for demand loads.
+    pub fn prefetch_next_token(&mut self) -> Vec<(ExpertId, u32)> {
+        let Some(mut predictor) = self.predictor.take() else {
+            return Vec::new();
+        };
+        let ctx = PolicyContext { layer: 0, clock: self.clock, phase: self.phase, eam: &self.tracker };
+        let predicted = predictor.next_token(&ctx);
+        let limit = self.capacity.saturating_sub(self.top_k.max(1));
+        let loads = self.load_predicted(&mut *predictor, predicted.clone(), limit, &predicted, 0);
+        self.predictor = Some(predictor);
+        loads
+    }
+
+    /// Loads up to `limit` of `candidates` that are not resident, into free slots and then in
+    /// place of policy victims outside `keep` while `predictor` deems it worth it.
+    fn load_predicted(
+        &mut self,
+        predictor: &mut dyn Predictor,
+        candidates: Vec<ExpertId>,
+        limit: usize,
+        keep: &[ExpertId],
+        layer: usize,
+    ) -> Vec<(ExpertId, u32)> {
+        let wanted: Vec<ExpertId> =
+            candidates.into_iter().filter(|&id| self.slot_of(id).is_none()).take(limit).collect();
         let from_free = wanted.len().min(self.free.len());
-        let pinned = std::mem::take(&mut self.last_needed);
-        let victims = self.victims_outside(&pinned, wanted.len() - from_free, layer);
-        self.last_needed = pinned;
+        let victims = self.victims_outside(keep, wanted.len() - from_free, layer);
         let mut loads = Vec::new();
         for (i, &id) in wanted.iter().enumerate() {
             let slot = match self.free.pop_first() {
@@ -305,7 +334,6 @@ impl CacheModel {
             self.stats.prefetch_issued += 1;
             loads.push((id, slot));
         }
-        self.predictor = Some(predictor);
         loads
     }
 

@@ -20,6 +20,11 @@ pub trait Predictor: Send {
     fn worth_evicting(&self, _candidate: ExpertId, _victim: ExpertId, _ctx: &PolicyContext) -> bool {
         true
     }
+    /// After a step: experts of every layer the next token is expected to use, nearest layer
+    /// first (a one-token-ahead predictor's whole prediction). Default: none.
+    fn next_token(&mut self, _ctx: &PolicyContext) -> Vec<ExpertId> {
+        Vec::new()
+    }
 }
 
 /// Default number of later layers (with any predicted activation) an [`EamcPredictor`] covers.
@@ -79,8 +84,23 @@ impl PredictedRouting {
 
     /// Predicted experts of the layers after `layer`, nearest layer first.
     pub fn after(&self, layer: usize) -> Vec<ExpertId> {
+        self.layers_from(layer + 1)
+    }
+
+    /// Predicted experts of every layer, nearest layer first.
+    pub fn all(&self) -> Vec<ExpertId> {
+        self.layers_from(0)
+    }
+
+    /// Whether `id` is predicted.
+    pub fn contains(&self, id: ExpertId) -> bool {
         let p = self.0.lock().expect("predicted routing lock");
-        let later = p.iter().enumerate().skip(layer + 1);
+        p.get(id.layer as usize).is_some_and(|es| es.iter().any(|&e| u32::from(e) == id.expert))
+    }
+
+    fn layers_from(&self, first: usize) -> Vec<ExpertId> {
+        let p = self.0.lock().expect("predicted routing lock");
+        let later = p.iter().enumerate().skip(first);
         later.flat_map(|(l, es)| es.iter().map(move |&e| ExpertId::new(l, usize::from(e)))).collect()
     }
 }
@@ -106,6 +126,42 @@ impl Predictor for PrerouterPredictor {
     fn predict(&mut self, layer: usize, _ctx: &PolicyContext) -> Vec<ExpertId> {
         self.predicted.after(layer)
     }
+
+    fn next_token(&mut self, _ctx: &PolicyContext) -> Vec<ExpertId> {
+        self.predicted.all()
+    }
+}
+
+/// Both: the prerouter's one-token-ahead prediction first, then MoE-Infinity's EAMC guesses
+/// for the next layers. A predicted expert is always worth a slot; an EAMC guess only by EAMC
+/// priority.
+pub struct PrerouterEamcPredictor {
+    prerouter: PrerouterPredictor,
+    eamc: EamcPredictor,
+}
+
+impl Predictor for PrerouterEamcPredictor {
+    fn name(&self) -> &'static str {
+        "prerouter+eamc"
+    }
+
+    fn predict(&mut self, layer: usize, ctx: &PolicyContext) -> Vec<ExpertId> {
+        let mut out = self.prerouter.predict(layer, ctx);
+        for id in self.eamc.predict(layer, ctx) {
+            if !out.contains(&id) {
+                out.push(id);
+            }
+        }
+        out
+    }
+
+    fn worth_evicting(&self, candidate: ExpertId, victim: ExpertId, ctx: &PolicyContext) -> bool {
+        self.prerouter.predicted.contains(candidate) || self.eamc.worth_evicting(candidate, victim, ctx)
+    }
+
+    fn next_token(&mut self, ctx: &PolicyContext) -> Vec<ExpertId> {
+        self.prerouter.next_token(ctx)
+    }
 }
 
 /// The prefetchers selectable by name.
@@ -118,6 +174,9 @@ pub enum PrefetchKind {
     Eamc,
     /// [`PrerouterPredictor`] (needs trained heads attached to the engine).
     Prerouter,
+    /// [`PrerouterEamcPredictor`] (needs trained heads attached to the engine).
+    #[serde(rename = "prerouter+eamc")]
+    PrerouterEamc,
 }
 
 impl PrefetchKind {
@@ -127,7 +186,13 @@ impl PrefetchKind {
             PrefetchKind::None => "none",
             PrefetchKind::Eamc => "eamc",
             PrefetchKind::Prerouter => "prerouter",
+            PrefetchKind::PrerouterEamc => "prerouter+eamc",
         }
+    }
+
+    /// Whether this prefetcher reads the prerouter heads' predictions.
+    pub fn uses_prerouter(self) -> bool {
+        matches!(self, PrefetchKind::Prerouter | PrefetchKind::PrerouterEamc)
     }
 
     /// The predictor, if any (a prerouter predictor that nothing feeds predicts nothing).
@@ -141,6 +206,10 @@ impl PrefetchKind {
             PrefetchKind::None => None,
             PrefetchKind::Eamc => Some(Box::new(EamcPredictor::default())),
             PrefetchKind::Prerouter => Some(Box::new(PrerouterPredictor::new(predicted.clone()))),
+            PrefetchKind::PrerouterEamc => Some(Box::new(PrerouterEamcPredictor {
+                prerouter: PrerouterPredictor::new(predicted.clone()),
+                eamc: EamcPredictor::default(),
+            })),
         }
     }
 }
@@ -159,8 +228,9 @@ impl FromStr for PrefetchKind {
             "none" => Ok(PrefetchKind::None),
             "eamc" => Ok(PrefetchKind::Eamc),
             "prerouter" => Ok(PrefetchKind::Prerouter),
+            "prerouter+eamc" | "eamc+prerouter" => Ok(PrefetchKind::PrerouterEamc),
             _ => Err(crate::Error::InvalidArgument(format!(
-                "unknown prefetcher {s:?}; expected none, eamc or prerouter"
+                "unknown prefetcher {s:?}; expected none, eamc, prerouter or prerouter+eamc"
             ))),
         }
     }

@@ -304,8 +304,18 @@ impl ExpertResidency {
 
     /// Starts the predictor's prefetches after `layer`'s routing.
     pub fn prefetch(&mut self, gpu: &Gpu, layer: usize) {
+        self.start_prefetches(gpu, |cache| cache.prefetch(layer));
+    }
+
+    /// Starts the predictor's prefetches for the next token after a step
+    /// ([`CacheModel::prefetch_next_token`]).
+    pub fn prefetch_next_token(&mut self, gpu: &Gpu) {
+        self.start_prefetches(gpu, CacheModel::prefetch_next_token);
+    }
+
+    fn start_prefetches(&mut self, gpu: &Gpu, plan: impl FnOnce(&mut CacheModel) -> Vec<(ExpertId, u32)>) {
         let Some(s) = self.streaming.as_mut() else { return };
-        for (id, slot) in s.cache.prefetch(layer) {
+        for (id, slot) in plan(&mut s.cache) {
             claim(s, &mut self.table, gpu, slot, id);
             let ticket = s.pool.submit(id, Urgency::Prefetch);
             s.pending.insert(id, (slot, ticket));

@@ -42,6 +42,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("swiglu"),
     shader!("argmax"),
     shader!("token_logprob"),
+    shader!("prerouter_capture"),
+    shader!("prerouter_heads"),
 ];
 
 /// The kernel files (everything in [`SOURCES`] that has an entry point).
@@ -129,6 +131,8 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
     ("expert_down", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
     ("moe_combine", &["SHARED"]),
+    ("router_topk", &["FORCED"]),
+    ("prerouter_heads", &["SCORES"]),
 ];
 
 /// Every define combination of kernel `name`, with and without `SUBGROUPS`.

@@ -24,8 +24,9 @@
 //! - [`routers`] + [`compat`]: the model's routers (skip initialisation, baseline) and the
 //!   dimension checks between models, datasets and heads files;
 //! - [`heads_file`]: saving and loading trained heads as safetensors, with typed errors;
-//! - [`runtime`]: running the heads during generation as a prefetch hint
-//!   (`--prefetch prerouter`; routing stays exact);
+//! - [`runtime`]: attaching the heads to a model, where they run on the GPU after each step
+//!   (`--prefetch prerouter`: a prefetch hint, routing stays exact; `--routing predicted`:
+//!   Edge0's prediction-as-routing);
 //! - [`error`]: those errors.
 
 pub mod adam;

@@ -21,7 +21,9 @@ use crate::experts::residency::ExpertStats;
 use crate::experts::source::{CheckpointExperts, ExpertSource, StoreExperts};
 use crate::experts::trace::TraceHeader;
 use crate::gpu::{Gpu, GpuOptions};
-use crate::model::decoder::{DecoderOptions, GpuModel, LayerObserver, StepOutput, StepResult, StreamingOptions};
+use crate::model::decoder::{
+    DecoderOptions, GpuModel, LayerObserver, RoutingMode, StepOutput, StepResult, StreamingOptions,
+};
 use crate::model::{ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
 use crate::store::{ExpertStore, OpenOptions as StoreOpenOptions};
@@ -55,9 +57,11 @@ pub struct EngineOptions {
     pub eamc_file: Option<PathBuf>,
     /// Write per-step routing to this file.
     pub trace: Option<PathBuf>,
-    /// Trained prerouter heads (safetensors), run after each token when streaming with
-    /// [`PrefetchKind::Prerouter`].
+    /// Trained prerouter heads (safetensors), run after each token when streaming with a
+    /// prefetcher that reads them or with [`RoutingMode::Predicted`].
     pub prerouter: Option<PathBuf>,
+    /// Native routing, or the prerouter's prediction as the routing of decode steps.
+    pub routing: RoutingMode,
     /// Read the expert store with O_DIRECT.
     pub direct_io: bool,
     /// Where Hugging Face directories run in int4 are converted (once); `None` means
@@ -104,6 +108,7 @@ impl EngineOptions {
             eamc_file: None,
             trace: None,
             prerouter: None,
+            routing: RoutingMode::Native,
             direct_io: false,
             cache_dir: None,
         }
@@ -159,6 +164,7 @@ pub struct Engine {
     tokenizer: Option<Tokenizer>,
     dir: PathBuf,
     eamc_file: Option<PathBuf>,
+    routing: RoutingMode,
 }
 
 /// The directory to load: a converted model as is; a Hugging Face directory as is in f32/f16,
@@ -279,7 +285,7 @@ impl Engine {
                 eamc_capacity: options.eamc_capacity,
             }),
         };
-        let model = GpuModel::load(gpu, &spec, &ckpt, source, decoder)?;
+        let mut model = GpuModel::load(gpu, &spec, &ckpt, source, decoder)?;
         if let Some(mut r) = model.residency() {
             if let (Some(path), Some(cache)) = (&options.eamc_file, r.cache_mut()) {
                 if path.exists() {
@@ -297,14 +303,25 @@ impl Engine {
                 r.start_trace(path, &header)?;
             }
         }
-        if options.prefetch == PrefetchKind::Prerouter && model.residency().is_some_and(|r| r.is_streaming()) {
+        let publish = options.prefetch.uses_prerouter() && model.residency().is_some_and(|r| r.is_streaming());
+        if publish || options.routing == RoutingMode::Predicted {
             let heads = options.prerouter.as_deref().ok_or_else(|| {
-                Error::InvalidArgument("prefetch `prerouter` needs a heads file (--prerouter FILE)".into())
+                let what =
+                    if publish { format!("prefetch `{}`", options.prefetch) } else { "predicted routing".into() };
+                Error::InvalidArgument(format!("{what} needs a prerouter heads file (--prerouter FILE)"))
             })?;
-            crate::prerouter::runtime::attach(&model, heads)?;
+            crate::prerouter::runtime::attach(&mut model, heads, options.routing, publish)?;
+        } else if options.prerouter.is_some() {
+            log::warn!("prerouter heads unused: they need --routing predicted or a streaming --prefetch prerouter");
         }
         let tokenizer = if dir.join("tokenizer.json").exists() { Some(Tokenizer::from_dir(dir)?) } else { None };
-        Ok(Engine { model, tokenizer, dir: dir.clone(), eamc_file: options.eamc_file.clone() })
+        Ok(Engine {
+            model,
+            tokenizer,
+            dir: dir.clone(),
+            eamc_file: options.eamc_file.clone(),
+            routing: options.routing,
+        })
     }
 
     /// The architecture.
@@ -459,7 +476,9 @@ impl Engine {
         if tokens.len() < 2 {
             return Err(Error::InvalidArgument("scoring needs at least 2 tokens".into()));
         }
-        let b = self.model.options().max_batch;
+        // Predicted routing applies to one-token steps only: each token's routing is the
+        // prediction made after the token before.
+        let b = if self.routing == RoutingMode::Predicted { 1 } else { self.model.options().max_batch };
         let inputs = &tokens[..tokens.len() - 1];
         let mut logprobs = Vec::with_capacity(inputs.len());
         let before = self.begin_request()?;

@@ -77,7 +77,8 @@ fn build(trace: &Trace, config: SimConfig) -> crate::Result<CacheModel> {
         online => online.build()?,
     };
     let prefetch = effective_prefetch(config);
-    let eamc = config.policy == PolicyKind::Eamc || prefetch == PrefetchKind::Eamc;
+    let eamc =
+        config.policy == PolicyKind::Eamc || matches!(prefetch, PrefetchKind::Eamc | PrefetchKind::PrerouterEamc);
     let capacity = if eamc { config.eamc_capacity } else { 0 };
     let tracker = EamTracker::new(h.layers, h.experts, capacity, DEFAULT_MATCHES);
     Ok(CacheModel::new(config.slots, h.layers, h.experts, policy, prefetch.build(), tracker))

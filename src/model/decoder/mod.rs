@@ -1,7 +1,10 @@
 //! The generic decoder on the GPU, built from the ops for any [`ArchSpec`]: weights uploaded
 //! once, every kernel bound once, each step records the same dispatch list for its token count.
 
+mod prerouter;
 mod step;
+
+pub use prerouter::RoutingMode;
 
 use std::sync::{Arc, Mutex};
 
@@ -16,7 +19,7 @@ use crate::experts::source::ExpertSource;
 use crate::experts::{SlotArena, SlotTable};
 use crate::gpu::{Gpu, Readback, StepUniform};
 use crate::model::layer_weights::{self, FfnWeights, MlpWeights};
-use crate::model::{ArchSpec, Checkpoint, HostTensor, QkNorm};
+use crate::model::{ArchSpec, Checkpoint, HostTensor, MoeSpec, QkNorm};
 use crate::ops::argmax::Argmax;
 use crate::ops::attention::{Attention, Heads};
 use crate::ops::embed::Embed;
@@ -25,7 +28,7 @@ use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::moe_combine::MoeCombine;
 use crate::ops::rms_norm::{NormRows, RmsNorm};
 use crate::ops::rope::{rope_tables, Rope};
-use crate::ops::router::RouterTopK;
+use crate::ops::router::{RouterIo, RouterShape, RouterTopK};
 use crate::ops::swiglu::SwiGlu;
 use crate::ops::token_logprob::TokenLogprob;
 use crate::ops::{GpuMatrix, WeightFormat};
@@ -152,6 +155,18 @@ struct Activations {
     argmax: wgpu::Buffer,
 }
 
+impl Activations {
+    /// The router top-k's buffers.
+    fn router_io(&self) -> RouterIo<'_> {
+        RouterIo { logits: &self.router_logits, ids: &self.ids, weights: &self.route_w }
+    }
+}
+
+/// The router top-k's shape for `m`.
+fn router_shape(m: &MoeSpec) -> RouterShape {
+    RouterShape { n_experts: m.num_experts, top_k: m.top_k, renormalize: m.norm_topk_prob }
+}
+
 /// Called after each MoE layer's router + top-k with the layer index, that layer's FFN input
 /// (`hn`: the post-attention RMSNorm output, tokens × hidden f32) and its routed ids
 /// (tokens × top-k), for every token of the step. Used to collect prerouter training data.
@@ -184,6 +199,7 @@ pub struct GpuModel {
     experts: Option<Mutex<ExpertResidency>>,
     observer: Mutex<Option<Observer>>,
     predicted: PredictedRouting,
+    prerouter: Option<prerouter::DecoderPrerouter>,
 }
 
 fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
@@ -440,16 +456,7 @@ impl GpuModel {
                         &acts.router_logits,
                         MatMulOut::plain(m.num_experts),
                     )?;
-                    let topk = RouterTopK::new(
-                        &gpu,
-                        &step.buffer,
-                        &acts.router_logits,
-                        &acts.ids,
-                        &acts.route_w,
-                        m.num_experts,
-                        m.top_k,
-                        m.norm_topk_prob,
-                    );
+                    let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), router_shape(m));
                     let io = ExpertIo { x: &acts.hn, ids: &acts.ids, route_w: &acts.route_w, h: &acts.eh, y: &acts.ey };
                     let expert_ffn = ExpertFfn::new(&gpu, &step.buffer, io, &r.arena, &r.table, i, m.top_k);
                     let shared = match &mw.shared {
@@ -518,6 +525,7 @@ impl GpuModel {
             experts: residency.map(Mutex::new),
             observer: Mutex::new(None),
             predicted,
+            prerouter: None,
         })
     }
 
@@ -536,8 +544,8 @@ impl GpuModel {
         &self.gpu
     }
 
-    /// Where a [`PrefetchKind::Prerouter`] predictor reads its predictions (write them from an
-    /// observer).
+    /// Where a [`PrefetchKind::Prerouter`] predictor reads its predictions (written after each
+    /// step by attached prerouter heads, see [`GpuModel::attach_prerouter`]).
     pub fn predicted_routing(&self) -> &PredictedRouting {
         &self.predicted
     }

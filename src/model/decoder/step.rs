@@ -62,6 +62,10 @@ impl GpuModel {
         if let Some(r) = residency.as_deref_mut() {
             r.begin_step(phase, n);
         }
+        let prerouter = self.prerouter.as_ref();
+        if let Some(p) = prerouter {
+            p.begin_step(gpu, pos);
+        }
         let mut observer = self.observer.lock().expect("observer lock");
         let observing = observer.is_some();
         let mut rec = Recording::new(&gpu.device);
@@ -84,7 +88,13 @@ impl GpuModel {
                 Ffn::Dense(mlp) => mlp.record(gpu, rec.pass(), n),
                 Ffn::Moe { router, topk, experts, shared, combine } => {
                     router.record(gpu, rec.pass(), n);
-                    topk.record(gpu, rec.pass(), n);
+                    match prerouter.and_then(|p| p.forced_router(i, n)) {
+                        Some(forced) => forced.record(gpu, rec.pass(), n),
+                        None => topk.record(gpu, rec.pass(), n),
+                    }
+                    if let Some(capture) = prerouter.and_then(|p| p.capture(i)) {
+                        capture.record(gpu, rec.pass());
+                    }
                     match residency.as_deref_mut().filter(|r| observing || r.needs_routing()) {
                         None => experts.record(gpu, rec.pass(), n),
                         Some(r) => {
@@ -124,8 +134,10 @@ impl GpuModel {
         if let Some(r) = residency.as_deref_mut() {
             r.end_step()?;
         }
-        drop(residency);
         drop(observer);
+        if let Some(p) = prerouter {
+            p.record_heads(gpu, rec.pass());
+        }
         if !matches!(output, StepOutput::None) {
             self.final_norm.record(gpu, rec.pass(), n);
             self.lm_head.record(gpu, rec.pass(), n);
@@ -136,7 +148,16 @@ impl GpuModel {
             }
         }
         rec.submit(&gpu.queue);
-        self.collect(n, output)
+        let result = self.collect(n, output)?;
+        if let Some(predicted) = prerouter.map(|p| p.finish_step(gpu)).transpose()?.flatten() {
+            for (layer, experts) in predicted {
+                self.predicted.set(layer, experts);
+            }
+            if let Some(r) = residency.as_deref_mut() {
+                r.prefetch_next_token(gpu);
+            }
+        }
+        Ok(result)
     }
 
     /// The routed expert ids of every token of the step (after a submission that computed them).

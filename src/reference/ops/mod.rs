@@ -18,4 +18,4 @@ pub use matvec::{add_bias, dot, matvec};
 pub use mlp::swiglu_mlp;
 pub use norm::rms_norm;
 pub use rope::{rope, rope_inv_freq};
-pub use router::router_topk;
+pub use router::{router_forced, router_topk};

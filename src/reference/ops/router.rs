@@ -14,16 +14,30 @@ pub fn router_topk(logits: &[f32], top_k: usize, norm_topk_prob: bool) -> Vec<(u
     let mut order: Vec<usize> = (0..probs.len()).collect();
     // Stable sort: equal probabilities keep ascending index order.
     order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
-    let mut chosen: Vec<(usize, f32)> = order.into_iter().take(top_k).map(|e| (e, probs[e])).collect();
+    order.truncate(top_k);
+    weigh(&probs, &order, norm_topk_prob)
+}
+
+/// The router's weights for experts chosen elsewhere (the prerouter's prediction-as-routing):
+/// each expert's softmax probability over all logits, renormalised over `chosen` when
+/// `norm_topk_prob`. Returns `(expert, weight)` pairs in the order of `chosen`.
+pub fn router_forced(logits: &[f32], chosen: &[usize], norm_topk_prob: bool) -> Vec<(usize, f32)> {
+    let mut probs = logits.to_vec();
+    softmax(&mut probs);
+    weigh(&probs, chosen, norm_topk_prob)
+}
+
+fn weigh(probs: &[f32], chosen: &[usize], norm_topk_prob: bool) -> Vec<(usize, f32)> {
+    let mut out: Vec<(usize, f32)> = chosen.iter().map(|&e| (e, probs[e])).collect();
     if norm_topk_prob {
-        let sum: f32 = chosen.iter().map(|&(_, w)| w).sum();
+        let sum: f32 = out.iter().map(|&(_, w)| w).sum();
         if sum > 0.0 {
-            for (_, w) in chosen.iter_mut() {
+            for (_, w) in out.iter_mut() {
                 *w /= sum;
             }
         }
     }
-    chosen
+    out
 }
 
 #[cfg(test)]

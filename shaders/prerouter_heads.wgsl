@@ -1,0 +1,140 @@
+// Prerouter heads (Edge0), run once per step on the step's last token t. The head owned by MoE
+// layer N (ordinal owners[h]) predicts layer N+1's experts at t+1 from
+//   x = [hist_h[N], (hist_h[last] with the DEEP feature)]   (dense part)
+//   multi-hot blocks of layer N+1's ids at t (next), at t−1 (prev), layer N's ids at t (own)
+// Default variant, one workgroup per (head, fc1 row f):
+//   act[h, f] = gelu_erf(fc1[h, f] · [x, multi-hot] + b1[h, f])
+// Variant SCORES, one workgroup per (head, expert e):
+//   logits[h, e] = fc2[h, e] · act[h] + b2[h, e] + skip[h, e] · hist_h[N]
+// Weights of a group of heads (starting at global head first_head) are row-major [out, in].
+// The step uniform's n_tokens holds the number of heads (all groups).
+//#include common
+//#include reduce
+
+struct Params {
+    hidden: u32,
+    dense: u32,
+    inner: u32,
+    experts: u32,
+    top_k: u32,
+    first_head: u32,
+    group_heads: u32,
+    // bit 0 next, bit 1 prev, bit 2 own, bit 3 deep.
+    features: u32,
+    moe_layers: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
+}
+
+@group(0) @binding(1) var<uniform> p: Params;
+@group(0) @binding(2) var<storage, read> owners: array<u32>;
+@group(0) @binding(3) var<storage, read> hist_h: array<f32>;
+//#if SCORES
+@group(0) @binding(4) var<storage, read> fc2: array<f32>;
+@group(0) @binding(5) var<storage, read> b2: array<f32>;
+@group(0) @binding(6) var<storage, read> skip: array<f32>;
+@group(0) @binding(7) var<storage, read> act: array<f32>;
+@group(0) @binding(8) var<storage, read_write> logits: array<f32>;
+//#else
+@group(0) @binding(4) var<storage, read> hist_ids: array<u32>;
+@group(0) @binding(5) var<storage, read> fc1: array<f32>;
+@group(0) @binding(6) var<storage, read> b1: array<f32>;
+@group(0) @binding(7) var<storage, read_write> act: array<f32>;
+//#endif
+
+//#if SCORES
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = group_index(wid, nwg);
+    let local_head = g / p.experts;
+    if (local_head >= p.group_heads) {
+        return;
+    }
+    let e = g % p.experts;
+    let head = p.first_head + local_head;
+    if (head >= step.n_tokens) {
+        return;
+    }
+    let x = owners[head] * p.hidden;
+    let w2 = (local_head * p.experts + e) * p.inner;
+    let ws = (local_head * p.experts + e) * p.hidden;
+    var acc = 0.0;
+    for (var i = lid; i < p.inner; i += 64u) {
+        acc += fc2[w2 + i] * act[head * p.inner + i];
+    }
+    for (var i = lid; i < p.hidden; i += 64u) {
+        acc += skip[ws + i] * hist_h[x + i];
+    }
+    let total = reduce_sum(lid, acc);
+    if (lid == 0u) {
+        logits[head * p.experts + e] = total + b2[local_head * p.experts + e];
+    }
+}
+//#else
+// The error function (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7), as the CPU heads use.
+fn erf(x: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.3275911 * abs(x));
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    return sign(x) * (1.0 - poly * exp(-x * x));
+}
+
+// Adds this row's fc1 weights at the ones of one multi-hot block (ids ≥ experts are absent).
+fn block_sum(row: u32, block: u32, ids_at: u32) -> f32 {
+    var s = 0.0;
+    for (var i = 0u; i < p.top_k; i++) {
+        let id = hist_ids[ids_at + i];
+        if (id < p.experts) {
+            s += fc1[row + p.dense + block * p.experts + id];
+        }
+    }
+    return s;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = group_index(wid, nwg);
+    let local_head = g / p.inner;
+    if (local_head >= p.group_heads) {
+        return;
+    }
+    let f = g % p.inner;
+    let head = p.first_head + local_head;
+    if (head >= step.n_tokens) {
+        return;
+    }
+    let owner = owners[head];
+    let blocks = countOneBits(p.features & 7u);
+    let row = (local_head * p.inner + f) * (p.dense + blocks * p.experts);
+    var acc = 0.0;
+    for (var i = lid; i < p.dense; i += 64u) {
+        var xi: f32;
+        if (i < p.hidden) {
+            xi = hist_h[owner * p.hidden + i];
+        } else {
+            xi = hist_h[(p.moe_layers - 1u) * p.hidden + i - p.hidden];
+        }
+        acc += fc1[row + i] * xi;
+    }
+    let total = reduce_sum(lid, acc);
+    if (lid == 0u) {
+        let cur = (owner + 1u) * p.top_k;
+        let prev = p.moe_layers * p.top_k + cur;
+        var sparse = 0.0;
+        var block = 0u;
+        if ((p.features & 1u) != 0u) {
+            sparse += block_sum(row, block, cur);
+            block += 1u;
+        }
+        if ((p.features & 2u) != 0u) {
+            sparse += block_sum(row, block, prev);
+            block += 1u;
+        }
+        if ((p.features & 4u) != 0u) {
+            sparse += block_sum(row, block, owner * p.top_k);
+        }
+        let a = total + sparse + b1[local_head * p.inner + f];
+        act[head * p.inner + f] = a * 0.5 * (1.0 + erf(a * 0.70710678118654752));
+    }
+}
+//#endif

@@ -1,0 +1,177 @@
+//! The prerouter attached to a decoder: per MoE layer a capture of the last token's FFN input
+//! and routing, after the step every head on the GPU in one batch, and, with
+//! [`RoutingMode::Predicted`], router top-k kernels that take the heads' prediction as the
+//! routing of the next one-token step.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use super::{router_shape, GpuModel};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, Readback};
+use crate::ops::prerouter_capture::{PrerouterCapture, PrerouterHistory};
+use crate::ops::prerouter_heads::{HeadToRun, PrerouterHeads};
+use crate::ops::router::RouterTopK;
+use crate::prerouter::heads_file::Heads;
+
+/// Where a MoE layer's experts come from during decoding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RoutingMode {
+    /// The model's own router (exact).
+    #[default]
+    Native,
+    /// Edge0's prediction-as-routing: in one-token steps, a layer with a prerouter head uses
+    /// the experts the head predicted one token ahead (weighted by the native router's
+    /// probabilities of those experts); other layers, prompt steps and a sequence's first
+    /// token route natively.
+    Predicted,
+}
+
+impl fmt::Display for RoutingMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RoutingMode::Native => "native",
+            RoutingMode::Predicted => "predicted",
+        })
+    }
+}
+
+impl FromStr for RoutingMode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<RoutingMode> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "native" => Ok(RoutingMode::Native),
+            "predicted" => Ok(RoutingMode::Predicted),
+            _ => Err(Error::InvalidArgument(format!("unknown routing {s:?}; expected native or predicted"))),
+        }
+    }
+}
+
+/// A model layer and the experts predicted for it.
+pub(super) type LayerPrediction = (usize, Vec<u16>);
+
+/// The prerouter's kernels and state inside a [`GpuModel`].
+pub(super) struct DecoderPrerouter {
+    history: PrerouterHistory,
+    /// Per model layer: the capture after its routing (MoE layers).
+    captures: Vec<Option<PrerouterCapture>>,
+    heads: PrerouterHeads,
+    /// Per head: the model layer it predicts.
+    targets: Vec<usize>,
+    /// Per model layer: the top-k taking the prediction as routing (predicted mode, layers
+    /// with a head).
+    forced: Vec<Option<RouterTopK>>,
+    /// Reads the predictions back for the prefetcher, when one uses them.
+    readback: Option<Readback>,
+    /// The history holds a token of the current sequence, so a prediction exists.
+    ready: AtomicBool,
+    top_k: usize,
+}
+
+impl DecoderPrerouter {
+    /// At a sequence start (position 0) forgets the previous sequence.
+    pub(super) fn begin_step(&self, gpu: &Gpu, pos: usize) {
+        if pos == 0 {
+            self.history.reset(gpu);
+            self.ready.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// The top-k to record for model layer `layer` in a step of `n` tokens: the forced one
+    /// when predicted routing applies.
+    pub(super) fn forced_router(&self, layer: usize, n: usize) -> Option<&RouterTopK> {
+        if n != 1 || !self.ready.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.forced.get(layer).and_then(Option::as_ref)
+    }
+
+    /// The capture to record after model layer `layer`'s routing.
+    pub(super) fn capture(&self, layer: usize) -> Option<&PrerouterCapture> {
+        self.captures.get(layer).and_then(Option::as_ref)
+    }
+
+    /// Records every head (at the end of a step).
+    pub(super) fn record_heads(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
+        self.heads.record(gpu, pass);
+    }
+
+    /// After the step's submission: marks the prediction ready and, when a prefetcher reads
+    /// it, returns each predicted layer's experts.
+    pub(super) fn finish_step(&self, gpu: &Gpu) -> Result<Option<Vec<LayerPrediction>>> {
+        self.ready.store(true, Ordering::Relaxed);
+        let Some(readback) = &self.readback else { return Ok(None) };
+        let mut ids = vec![0u32; self.targets.len() * self.top_k];
+        readback.read(gpu, &self.heads.predicted, 0, bytemuck::cast_slice_mut(&mut ids))?;
+        let per_layer =
+            self.targets.iter().zip(ids.chunks(self.top_k)).map(|(&l, es)| (l, es.iter().map(|&e| e as u16).collect()));
+        Ok(Some(per_layer.collect()))
+    }
+}
+
+impl GpuModel {
+    /// Runs `heads` on the GPU after every step (their dimensions must match this model:
+    /// check with [`crate::prerouter::compat::ModelDims`] first). With `routing`
+    /// [`RoutingMode::Predicted`] their predictions become the routing of one-token steps; with
+    /// `publish` they are read back after each step into [`GpuModel::predicted_routing`] and
+    /// the expert cache prefetches them for the next token.
+    pub fn attach_prerouter(&mut self, heads: &Heads, routing: RoutingMode, publish: bool) -> Result<()> {
+        let m =
+            self.spec.moe.clone().ok_or_else(|| Error::InvalidArgument("prerouter heads need an MoE model".into()))?;
+        let c = &heads.config;
+        let moe_layers: Vec<usize> = (0..self.spec.layers).filter(|&i| self.spec.is_moe_layer(i)).collect();
+        if c.moe_layers != moe_layers
+            || c.hidden != self.spec.hidden
+            || c.experts != m.num_experts
+            || c.top_k != m.top_k
+        {
+            return Err(Error::InvalidArgument("the prerouter heads were trained for another model".into()));
+        }
+        let gpu = &*self.gpu;
+        let ordinal = |layer: usize| moe_layers.iter().position(|&l| l == layer).expect("heads own MoE layers");
+        let history = PrerouterHistory::new(gpu, moe_layers.len(), c.hidden, c.top_k);
+        let to_run: Vec<HeadToRun<'_>> =
+            heads.heads.iter().map(|h| HeadToRun { owner: ordinal(h.layer), params: &h.head.params }).collect();
+        let dims = heads
+            .heads
+            .first()
+            .map(|h| h.head.dims)
+            .ok_or_else(|| Error::InvalidArgument("the prerouter heads file holds no head".into()))?;
+        let bound = PrerouterHeads::new(gpu, &history, &to_run, dims, c.features, c.top_k, moe_layers.len())?;
+        let step = &self.step.buffer;
+        let captures = (0..self.spec.layers)
+            .map(|l| {
+                moe_layers
+                    .iter()
+                    .position(|&x| x == l)
+                    .map(|j| PrerouterCapture::new(gpu, step, &self.acts.hn, &self.acts.ids, &history, j, c.hidden))
+            })
+            .collect();
+        let targets: Vec<usize> = heads.heads.iter().map(|h| h.target_layer).collect();
+        let mut forced: Vec<Option<RouterTopK>> = (0..self.spec.layers).map(|_| None).collect();
+        if routing == RoutingMode::Predicted {
+            for (h, &target) in targets.iter().enumerate() {
+                let io = self.acts.router_io();
+                forced[target] =
+                    Some(RouterTopK::forced(gpu, step, io, router_shape(&m), &bound.predicted, h * c.top_k));
+            }
+        }
+        let readback = publish.then(|| Readback::new(gpu, (targets.len() * c.top_k * 4) as u64));
+        self.prerouter = Some(DecoderPrerouter {
+            history,
+            captures,
+            heads: bound,
+            targets,
+            forced,
+            readback,
+            ready: AtomicBool::new(false),
+            top_k: c.top_k,
+        });
+        Ok(())
+    }
+}
