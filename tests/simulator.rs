@@ -98,6 +98,8 @@ fn belady_matches_textbook_optimum() {
     assert_eq!(result(&rs, "belady", 3).misses, 7);
     assert_eq!(result(&rs, "lru", 3).misses, 10);
     assert_eq!(result(&rs, "belady", 4).misses, 6);
+    // Traces carry no prerouter predictions: asking for them is an error, not a silent no-op.
+    assert!(simulate(&t, &[3], &[PolicyKind::Lru], PrefetchKind::Prerouter, 300).is_err());
     assert_eq!(result(&rs, "lru", 4).misses, 8);
     assert_eq!(result(&rs, "belady", 4).bytes_read, 6 * EXPERT_BYTES);
 }

@@ -311,6 +311,11 @@ impl Engine {
                 Error::InvalidArgument(format!("{what} needs a prerouter heads file (--prerouter FILE)"))
             })?;
             crate::prerouter::runtime::attach(&mut model, heads, options.routing, publish)?;
+            if !publish && model.residency().is_some_and(|r| r.is_streaming()) {
+                log::warn!(
+                    "predicted routing while streaming: add --prefetch prerouter to load the predicted experts ahead"
+                );
+            }
         } else if options.prerouter.is_some() {
             log::warn!("prerouter heads unused: they need --routing predicted or a streaming --prefetch prerouter");
         }

@@ -134,6 +134,11 @@ pub fn simulate(
     prefetch: PrefetchKind,
     eamc_capacity: usize,
 ) -> crate::Result<Vec<SimResult>> {
+    if prefetch.uses_prerouter() {
+        return Err(crate::Error::InvalidArgument(format!(
+            "traces hold the routing only, not prerouter predictions: simulate supports --prefetch none or eamc, not {prefetch}"
+        )));
+    }
     let configs: Vec<SimConfig> = policies
         .iter()
         .flat_map(|&policy| slots.iter().map(move |&s| SimConfig { slots: s, policy, prefetch, eamc_capacity }))
