@@ -99,6 +99,17 @@ pub enum Error {
     /// Generation was cancelled by the caller.
     #[error("cancelled")]
     Cancelled,
+    /// A LoRA adapter's configuration or files cannot be used with this model.
+    #[error("LoRA adapter {path}: {message}")]
+    Lora {
+        /// The adapter file involved.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A LoRA adapter holds a tensor for a module moestream does not adapt.
+    #[error("LoRA tensor `{0}` is not supported; adapters may target self_attn.{{q,k,v,o}}_proj, mlp.{{gate,up,down}}_proj of dense layers and mlp.shared_expert.{{gate,up,down}}_proj, as lora_A / lora_B weights")]
+    UnsupportedLoraTensor(String),
     /// A file of a converted model does not match the size or checksum its manifest records.
     #[error("corrupt file {path}: {detail}")]
     Corrupt {

@@ -3,10 +3,12 @@
 //! Every case builds a tiny Mixtral-shaped checkpoint in its own temporary directory (written
 //! with the `safetensors` crate), breaks one thing, and matches the [`Error`] variant.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
 
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::TempDir;
 use moestream::model::{ArchSpec, Checkpoint};
 use moestream::reference::ReferenceModel;
 use moestream::Error;
@@ -19,30 +21,6 @@ const VOCAB: usize = 16;
 const INTER: usize = 12;
 const EXPERTS: usize = 3;
 const MAX_POS: usize = 8;
-
-/// A temporary directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("moestream-bad-ckpt-{}-{tag}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn config() -> Value {
     json!({
@@ -113,7 +91,7 @@ fn write_weights(dir: &Path, t: &BTreeMap<String, Raw>) {
 
 /// A complete, valid checkpoint after `edit` has changed its config and tensors.
 fn checkpoint(tag: &str, edit: impl FnOnce(&mut Value, &mut BTreeMap<String, Raw>)) -> TempDir {
-    let dir = TempDir::new(tag);
+    let dir = TempDir::new(&format!("bad-ckpt-{tag}"));
     let (mut cfg, mut t) = (config(), tensors());
     edit(&mut cfg, &mut t);
     write_config(dir.path(), &cfg);
@@ -229,7 +207,7 @@ fn corrupt_safetensors_header() {
 
 #[test]
 fn no_weights() {
-    let dir = TempDir::new("noweights");
+    let dir = TempDir::new("bad-ckpt-noweights");
     write_config(dir.path(), &config());
     assert!(matches!(load_err(&dir), Error::NoWeights(p) if p == dir.path()));
     assert!(matches!(Checkpoint::open(dir.path()), Err(Error::NoWeights(_))));
@@ -237,7 +215,7 @@ fn no_weights() {
 
 #[test]
 fn missing_config() {
-    let dir = TempDir::new("noconfig");
+    let dir = TempDir::new("bad-ckpt-noconfig");
     write_weights(dir.path(), &tensors());
     assert!(matches!(load_err(&dir), Error::Io { path, .. } if path.ends_with("config.json")));
     assert!(matches!(ArchSpec::from_dir(dir.path()), Err(Error::Io { .. })));

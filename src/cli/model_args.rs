@@ -113,6 +113,10 @@ pub struct ModelArgs {
     /// Read the expert store with O_DIRECT (bypassing the page cache).
     #[arg(long)]
     pub direct_io: bool,
+    /// A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors), applied
+    /// unmerged on top of the model's weights.
+    #[arg(long, value_name = "DIR")]
+    pub lora: Option<PathBuf>,
 }
 
 /// Parses `123`, `512MiB`, `2GiB`, `1.5GB` into bytes.
@@ -179,6 +183,7 @@ impl ModelArgs {
         o.trace = self.trace.clone();
         o.prerouter = self.prerouter.clone();
         o.direct_io = self.direct_io;
+        o.lora = self.lora.clone();
         o.cache_dir = self.cache_dir.clone();
         Engine::load(&o)
     }

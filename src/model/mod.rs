@@ -1,9 +1,10 @@
 //! Checkpoints: `config.json` → [`ArchSpec`] ([`config`]), safetensors loading ([`weights`]),
-//! per-family tensor names ([`names`]).
+//! per-family tensor names ([`names`]), PEFT LoRA adapters ([`lora`]).
 
 pub mod config;
 pub mod decoder;
 pub mod layer_weights;
+pub mod lora;
 pub mod names;
 pub mod weights;
 

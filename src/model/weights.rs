@@ -114,10 +114,19 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
 impl Checkpoint {
     /// Maps every safetensors file of `dir` and indexes its tensors.
     pub fn open(dir: &Path) -> Result<Checkpoint> {
+        Checkpoint::open_files(weight_files(dir)?)
+    }
+
+    /// Maps the one safetensors file `path` (an adapter's weights, for example).
+    pub fn open_file(path: &Path) -> Result<Checkpoint> {
+        Checkpoint::open_files(vec![path.to_path_buf()])
+    }
+
+    fn open_files(paths: Vec<PathBuf>) -> Result<Checkpoint> {
         let mut files = Vec::new();
         let mut entries = HashMap::new();
         let mut int4 = None;
-        for path in weight_files(dir)? {
+        for path in paths {
             let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
             // SAFETY: the file is opened read-only; a concurrent writer would be a user error
             // that can only change values, which the readers below bounds-check.

@@ -6,6 +6,7 @@ use super::ops::{argmax, log_softmax};
 use super::session::ReferenceSession;
 use crate::error::{Error, Result};
 use crate::model::layer_weights::{self, LayerWeights, MlpWeights};
+use crate::model::lora::LoraAdapter;
 use crate::model::{ArchSpec, Checkpoint, HostTensor};
 
 /// A whole model held in host memory as f32, run on the CPU one token at a time.
@@ -43,6 +44,14 @@ impl ReferenceModel {
             experts.push((0..n).map(|e| layer_weights::expert(ck, &spec, i, e)).collect::<Result<Vec<_>>>()?);
         }
         Ok(ReferenceModel { spec, embed, final_norm, lm_head, layers, experts })
+    }
+
+    /// The model with `adapter` merged into its weights ([`LoraAdapter::merge_into`]), to
+    /// check the GPU's unmerged deltas against. Merge after [`ReferenceModel::rounded_like`]:
+    /// the GPU rounds the base weights, never the f32 deltas.
+    pub fn with_lora(mut self, adapter: &LoraAdapter) -> Result<ReferenceModel> {
+        adapter.merge_into(&mut self.layers)?;
+        Ok(self)
     }
 
     /// The architecture.

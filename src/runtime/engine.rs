@@ -24,6 +24,7 @@ use crate::gpu::{Gpu, GpuOptions};
 use crate::model::decoder::{
     DecoderOptions, GpuModel, LayerObserver, RoutingMode, StepOutput, StepResult, StreamingOptions,
 };
+use crate::model::lora::LoraAdapter;
 use crate::model::{ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
 use crate::store::{ExpertStore, OpenOptions as StoreOpenOptions};
@@ -64,6 +65,9 @@ pub struct EngineOptions {
     pub routing: RoutingMode,
     /// Read the expert store with O_DIRECT.
     pub direct_io: bool,
+    /// A PEFT LoRA adapter directory (`adapter_config.json`, `adapter_model.safetensors`),
+    /// applied unmerged on top of the weights in whatever format they run.
+    pub lora: Option<PathBuf>,
     /// Where Hugging Face directories run in int4 are converted (once); `None` means
     /// [`crate::convert::default_cache_root`].
     pub cache_dir: Option<PathBuf>,
@@ -110,6 +114,7 @@ impl EngineOptions {
             prerouter: None,
             routing: RoutingMode::Native,
             direct_io: false,
+            lora: None,
             cache_dir: None,
         }
     }
@@ -246,6 +251,7 @@ impl Engine {
             Some(m) => (m.expert_format(), m.dense_format()),
             None => (options.experts, options.dense),
         };
+        let lora = options.lora.as_deref().map(|d| LoraAdapter::load(d, &spec)).transpose()?;
         let ckpt = Arc::new(Checkpoint::open(dir)?);
         let context = options.context.unwrap_or(spec.max_positions.min(4096));
         if context == 0 || context > spec.max_positions {
@@ -285,7 +291,7 @@ impl Engine {
                 eamc_capacity: options.eamc_capacity,
             }),
         };
-        let mut model = GpuModel::load(gpu, &spec, &ckpt, source, decoder)?;
+        let mut model = GpuModel::load(gpu, &spec, &ckpt, source, decoder, lora.as_ref())?;
         if let Some(mut r) = model.residency() {
             if let (Some(path), Some(cache)) = (&options.eamc_file, r.cache_mut()) {
                 if path.exists() {

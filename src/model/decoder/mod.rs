@@ -2,6 +2,7 @@
 //! once, every kernel bound once, each step records the same dispatch list for its token count.
 
 mod prerouter;
+mod projection;
 mod step;
 
 pub use prerouter::RoutingMode;
@@ -19,6 +20,7 @@ use crate::experts::source::ExpertSource;
 use crate::experts::{SlotArena, SlotTable};
 use crate::gpu::{Gpu, Readback, StepUniform};
 use crate::model::layer_weights::{self, FfnWeights, MlpWeights};
+use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
 use crate::model::{ArchSpec, Checkpoint, HostTensor, MoeSpec, QkNorm};
 use crate::ops::argmax::Argmax;
 use crate::ops::attention::{Attention, Heads};
@@ -32,6 +34,7 @@ use crate::ops::router::{RouterIo, RouterShape, RouterTopK};
 use crate::ops::swiglu::SwiGlu;
 use crate::ops::token_logprob::TokenLogprob;
 use crate::ops::{GpuMatrix, WeightFormat};
+use projection::{padded_rank, LoraBinding, Projection};
 
 /// How the decoder is built.
 #[derive(Clone, Copy, Debug)]
@@ -104,9 +107,9 @@ pub enum StepResult {
 }
 
 struct Mlp {
-    gate_up: MatMul,
+    gate_up: Projection,
     swiglu: SwiGlu,
-    down: MatMul,
+    down: Projection,
 }
 
 struct Shared {
@@ -121,14 +124,14 @@ enum Ffn {
 
 struct Layer {
     attn_norm: RmsNorm,
-    q: MatMul,
-    k: MatMul,
-    v: MatMul,
+    q: Projection,
+    k: Projection,
+    v: Projection,
     qk_norm: Option<(RmsNorm, RmsNorm)>,
     rope_q: Rope,
     rope_k: Rope,
     attention: Attention,
-    o: MatMul,
+    o: Projection,
     ffn_norm: RmsNorm,
     ffn: Ffn,
 }
@@ -228,6 +231,7 @@ struct Builder<'a> {
     gpu: &'a Gpu,
     step: &'a wgpu::Buffer,
     options: DecoderOptions,
+    lora: Option<LoraBinding<'a>>,
     buffers: Vec<wgpu::Buffer>,
     matrices: Vec<GpuMatrix>,
 }
@@ -255,23 +259,28 @@ impl Builder<'_> {
         Ok(mm)
     }
 
+    /// A SwiGLU MLP from `x` into `out`, whose projections are the adapter targets `site`
+    /// makes of layer `layer` (dense MLP or shared expert).
     fn mlp(
         &mut self,
         label: &str,
         w: &MlpWeights,
         x: &wgpu::Buffer,
         acts: &Activations,
-        out: &wgpu::Buffer,
-        accumulate: bool,
-        hidden: usize,
+        (out, accumulate): (&wgpu::Buffer, bool),
+        (layer, site): (usize, fn(MlpProj) -> LoraTarget),
     ) -> Result<Mlp> {
         let inter = w.gate.shape[0];
         let gu = self.matrix(label, &HostTensor::concat_rows(&w.gate, &w.up))?;
-        let gate_up =
-            MatMul::new(self.gpu, self.step, x, &self.matrices[gu], None, &acts.gu, MatMulOut::plain(2 * inter));
+        // The fused matrix holds the gate rows, then the up rows: each delta owns its columns.
+        let gu_out = MatMulOut::plain(2 * inter);
+        let base = MatMul::new(self.gpu, self.step, x, &self.matrices[gu], None, &acts.gu, gu_out);
+        let gu_targets =
+            [(site(MlpProj::Gate), gu_out), (site(MlpProj::Up), MatMulOut { col_offset: inter, ..gu_out })];
+        let gate_up = self.with_lora(base, layer, &gu_targets, x, &acts.gu)?;
         let swiglu = SwiGlu::new(self.gpu, self.step, &acts.gu, &acts.mh, inter);
-        let down =
-            self.matmul(label, &w.down, None, &acts.mh, out, MatMulOut { accumulate, ..MatMulOut::plain(hidden) })?;
+        let down_out = MatMulOut { accumulate, ..MatMulOut::plain(w.down.shape[0]) };
+        let down = self.projection(label, &w.down, None, &acts.mh, out, down_out, (layer, site(MlpProj::Down)))?;
         Ok(Mlp { gate_up, swiglu, down })
     }
 
@@ -292,13 +301,15 @@ impl Builder<'_> {
 
 impl GpuModel {
     /// Uploads `ckpt` (described by `spec`) to `gpu` and binds every kernel.
-    /// Uploads the non-expert weights of `ckpt` and every routed expert from `experts`.
+    /// Uploads the non-expert weights of `ckpt` and every routed expert from `experts`, and
+    /// the pairs of `lora` (applied unmerged after the projections they adapt).
     pub fn load(
         gpu: Arc<Gpu>,
         spec: &ArchSpec,
         ckpt: &Checkpoint,
         expert_source: Option<Arc<dyn ExpertSource>>,
         options: DecoderOptions,
+        lora: Option<&LoraAdapter>,
     ) -> Result<GpuModel> {
         check_supported(spec)?;
         let h = spec.hidden;
@@ -336,7 +347,10 @@ impl GpuModel {
             argmax: gpu.storage("argmax", 4),
         };
         let step = StepUniform::new(&gpu);
-        let mut bld = Builder { gpu: &gpu, step: &step.buffer, options, buffers: Vec::new(), matrices: Vec::new() };
+        let lora = lora
+            .map(|adapter| LoraBinding { adapter, tmp: gpu.storage("lora A x", f(b * padded_rank(adapter.rank()))) });
+        let mut bld =
+            Builder { gpu: &gpu, step: &step.buffer, options, lora, buffers: Vec::new(), matrices: Vec::new() };
 
         let (embed_w, final_norm_w, head_w) = layer_weights::globals(ckpt, spec)?;
         let embed_m = bld.matrix("embed", &embed_w)?;
@@ -408,11 +422,14 @@ impl GpuModel {
                 eps,
             );
             let bias = w.attn.qkv_bias.as_ref();
+            let q_out = MatMulOut::plain(spec.q_dim());
             let q =
-                bld.matmul("q", &w.attn.q, bias.map(|b| &b[0]), &acts.hn, &acts.q, MatMulOut::plain(spec.q_dim()))?;
+                bld.projection("q", &w.attn.q, bias.map(|b| &b[0]), &acts.hn, &acts.q, q_out, (i, LoraTarget::Q))?;
             let cache_out = MatMulOut { at_cache_pos: true, ..MatMulOut::plain(spec.kv_dim()) };
-            let k = bld.matmul("k", &w.attn.k, bias.map(|b| &b[1]), &acts.hn, &k_cache, cache_out)?;
-            let v = bld.matmul("v", &w.attn.v, bias.map(|b| &b[2]), &acts.hn, &v_cache, cache_out)?;
+            let k =
+                bld.projection("k", &w.attn.k, bias.map(|b| &b[1]), &acts.hn, &k_cache, cache_out, (i, LoraTarget::K))?;
+            let v =
+                bld.projection("v", &w.attn.v, bias.map(|b| &b[2]), &acts.hn, &v_cache, cache_out, (i, LoraTarget::V))?;
             let qk_norm = w.attn.qk_norm.as_ref().map(|[qn, kn]| {
                 let (q_rows, k_rows, n) = match spec.qk_norm {
                     QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
@@ -428,14 +445,8 @@ impl GpuModel {
             let rope_k = Rope::new(&gpu, &step.buffer, (&cos, &sin), &k_cache, spec.kv_heads, spec.head_dim, true);
             let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
             let attention = Attention::new(&gpu, &step.buffer, &acts.q, &k_cache, &v_cache, &acts.attn, heads);
-            let o = bld.matmul(
-                "o",
-                &w.attn.o,
-                None,
-                &acts.attn,
-                &acts.x,
-                MatMulOut { accumulate: true, ..MatMulOut::plain(h) },
-            )?;
+            let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
+            let o = bld.projection("o", &w.attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
             let ffn_norm = bld.norm(
                 &w.post_norm,
                 &acts.x,
@@ -444,7 +455,9 @@ impl GpuModel {
                 eps,
             );
             let ffn = match &w.ffn {
-                FfnWeights::Dense(mlp) => Ffn::Dense(bld.mlp("mlp", mlp, &acts.hn, &acts, &acts.x, true, h)?),
+                FfnWeights::Dense(mlp) => {
+                    Ffn::Dense(bld.mlp("mlp", mlp, &acts.hn, &acts, (&acts.x, true), (i, LoraTarget::Mlp))?)
+                }
                 FfnWeights::Moe(mw) => {
                     let m = moe.as_ref().expect("MoE layer implies MoE spec");
                     let r = residency.as_ref().expect("residency exists for MoE layers");
@@ -461,7 +474,14 @@ impl GpuModel {
                     let expert_ffn = ExpertFfn::new(&gpu, &step.buffer, io, &r.arena, &r.table, i, m.top_k);
                     let shared = match &mw.shared {
                         Some((sw, gate)) => Some(Shared {
-                            mlp: bld.mlp("shared expert", sw, &acts.hn, &acts, &acts.shared_out, false, h)?,
+                            mlp: bld.mlp(
+                                "shared expert",
+                                sw,
+                                &acts.hn,
+                                &acts,
+                                (&acts.shared_out, false),
+                                (i, LoraTarget::SharedExpert),
+                            )?,
                             gate: bld.matmul(
                                 "shared gate",
                                 gate,
@@ -502,7 +522,8 @@ impl GpuModel {
             TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
         let readback = Readback::new(&gpu, f(spec.vocab.max(b)));
         let routing_readback = Readback::new(&gpu, f(b * top_k));
-        let Builder { mut buffers, matrices, .. } = bld;
+        let Builder { mut buffers, matrices, lora, .. } = bld;
+        buffers.extend(lora.map(|l| l.tmp));
         buffers.push(cos);
         buffers.push(sin);
         gpu.wait()?;
