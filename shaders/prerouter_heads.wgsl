@@ -1,15 +1,17 @@
 // Prerouter heads (Edge0), run once per step on the step's last token t. The head owned by MoE
-// layer N (ordinal owners[h]) predicts layer N+1's experts at t+1 from
-//   x = [hist_h[N], (hist_h[last] with the DEEP feature)]   (dense part)
-//   multi-hot blocks of layer N+1's ids at t (next), at t−1 (prev), layer N's ids at t (own)
-// Default variant, one workgroup per (head, fc1 row f):
+// layer N (ordinal owners[h]) predicts layer N+1's experts at t+1 from the history the router
+// top-k's CAPTURE variant keeps:
+//   x = [hist_h[N], (hist_h[last MoE layer] with the deep feature)]        (dense part)
+//   multi-hot blocks: layer N+1's ids at t (next), at t−1 (prev), layer N's ids at t (own)
+// Default variant, one lane per (head, fc1 row f):
 //   act[h, f] = gelu_erf(fc1[h, f] · [x, multi-hot] + b1[h, f])
-// Variant SCORES, one workgroup per (head, expert e):
+// Variant SCORES, one lane per (head, expert e):
 //   logits[h, e] = fc2[h, e] · act[h] + b2[h, e] + skip[h, e] · hist_h[N]
-// Weights of a group of heads (starting at global head first_head) are row-major [out, in].
-// The step uniform's n_tokens holds the number of heads (all groups).
+// (the top-k of the logits is the router top-k kernel's). Plain per-lane loops, no barriers:
+// lavapipe runs workgroup reductions or barriers per output several times slower, and the heads
+// are small. Weights of a group of heads (starting at global head first_head) are row-major
+// [out, in]. The step uniform's n_tokens holds the number of heads.
 //#include common
-//#include reduce
 
 struct Params {
     hidden: u32,
@@ -27,6 +29,7 @@ struct Params {
     pad2: u32,
 }
 
+
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> owners: array<u32>;
 @group(0) @binding(3) var<storage, read> hist_h: array<f32>;
@@ -36,42 +39,34 @@ struct Params {
 @group(0) @binding(6) var<storage, read> skip: array<f32>;
 @group(0) @binding(7) var<storage, read> act: array<f32>;
 @group(0) @binding(8) var<storage, read_write> logits: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = group_index(wid, nwg) * 64u + lid;
+    let local = g / p.experts;
+    let head = p.first_head + local;
+    if (local >= p.group_heads || head >= step.n_tokens) {
+        return;
+    }
+    let e = g % p.experts;
+    let x = owners[head] * p.hidden;
+    let w2 = (local * p.experts + e) * p.inner;
+    let ws = (local * p.experts + e) * p.hidden;
+    var acc = b2[local * p.experts + e];
+    for (var i = 0u; i < p.inner; i++) {
+        acc += fc2[w2 + i] * act[head * p.inner + i];
+    }
+    for (var i = 0u; i < p.hidden; i++) {
+        acc += skip[ws + i] * hist_h[x + i];
+    }
+    logits[head * p.experts + e] = acc;
+}
 //#else
 @group(0) @binding(4) var<storage, read> hist_ids: array<u32>;
 @group(0) @binding(5) var<storage, read> fc1: array<f32>;
 @group(0) @binding(6) var<storage, read> b1: array<f32>;
 @group(0) @binding(7) var<storage, read_write> act: array<f32>;
-//#endif
 
-//#if SCORES
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let g = group_index(wid, nwg);
-    let local_head = g / p.experts;
-    if (local_head >= p.group_heads) {
-        return;
-    }
-    let e = g % p.experts;
-    let head = p.first_head + local_head;
-    if (head >= step.n_tokens) {
-        return;
-    }
-    let x = owners[head] * p.hidden;
-    let w2 = (local_head * p.experts + e) * p.inner;
-    let ws = (local_head * p.experts + e) * p.hidden;
-    var acc = 0.0;
-    for (var i = lid; i < p.inner; i += 64u) {
-        acc += fc2[w2 + i] * act[head * p.inner + i];
-    }
-    for (var i = lid; i < p.hidden; i += 64u) {
-        acc += skip[ws + i] * hist_h[x + i];
-    }
-    let total = reduce_sum(lid, acc);
-    if (lid == 0u) {
-        logits[head * p.experts + e] = total + b2[local_head * p.experts + e];
-    }
-}
-//#else
 // The error function (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7), as the CPU heads use.
 fn erf(x: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.3275911 * abs(x));
@@ -79,7 +74,7 @@ fn erf(x: f32) -> f32 {
     return sign(x) * (1.0 - poly * exp(-x * x));
 }
 
-// Adds this row's fc1 weights at the ones of one multi-hot block (ids ≥ experts are absent).
+// This row's fc1 weights summed at the ones of one multi-hot block (ids ≥ experts are absent).
 fn block_sum(row: u32, block: u32, ids_at: u32) -> f32 {
     var s = 0.0;
     for (var i = 0u; i < p.top_k; i++) {
@@ -91,50 +86,44 @@ fn block_sum(row: u32, block: u32, ids_at: u32) -> f32 {
     return s;
 }
 
+// fc1 row f of the group's head `local` (owned by MoE ordinal `owner`), after the GELU.
+fn hidden_unit(local: u32, owner: u32, f: u32) -> f32 {
+    let blocks = countOneBits(p.features & 7u);
+    let row = (local * p.inner + f) * (p.dense + blocks * p.experts);
+    var acc = b1[local * p.inner + f];
+    for (var i = 0u; i < p.hidden; i++) {
+        acc += fc1[row + i] * hist_h[owner * p.hidden + i];
+    }
+    if ((p.features & 8u) != 0u) {
+        let last = (p.moe_layers - 1u) * p.hidden;
+        for (var i = 0u; i < p.hidden; i++) {
+            acc += fc1[row + p.hidden + i] * hist_h[last + i];
+        }
+    }
+    let cur = (owner + 1u) * p.top_k;
+    var block = 0u;
+    if ((p.features & 1u) != 0u) {
+        acc += block_sum(row, block, cur);
+        block += 1u;
+    }
+    if ((p.features & 2u) != 0u) {
+        acc += block_sum(row, block, p.moe_layers * p.top_k + cur);
+        block += 1u;
+    }
+    if ((p.features & 4u) != 0u) {
+        acc += block_sum(row, block, owner * p.top_k);
+    }
+    return acc * 0.5 * (1.0 + erf(acc * 0.70710678118654752));
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let g = group_index(wid, nwg);
-    let local_head = g / p.inner;
-    if (local_head >= p.group_heads) {
+    let g = group_index(wid, nwg) * 64u + lid;
+    let local = g / p.inner;
+    let head = p.first_head + local;
+    if (local >= p.group_heads || head >= step.n_tokens) {
         return;
     }
-    let f = g % p.inner;
-    let head = p.first_head + local_head;
-    if (head >= step.n_tokens) {
-        return;
-    }
-    let owner = owners[head];
-    let blocks = countOneBits(p.features & 7u);
-    let row = (local_head * p.inner + f) * (p.dense + blocks * p.experts);
-    var acc = 0.0;
-    for (var i = lid; i < p.dense; i += 64u) {
-        var xi: f32;
-        if (i < p.hidden) {
-            xi = hist_h[owner * p.hidden + i];
-        } else {
-            xi = hist_h[(p.moe_layers - 1u) * p.hidden + i - p.hidden];
-        }
-        acc += fc1[row + i] * xi;
-    }
-    let total = reduce_sum(lid, acc);
-    if (lid == 0u) {
-        let cur = (owner + 1u) * p.top_k;
-        let prev = p.moe_layers * p.top_k + cur;
-        var sparse = 0.0;
-        var block = 0u;
-        if ((p.features & 1u) != 0u) {
-            sparse += block_sum(row, block, cur);
-            block += 1u;
-        }
-        if ((p.features & 2u) != 0u) {
-            sparse += block_sum(row, block, prev);
-            block += 1u;
-        }
-        if ((p.features & 4u) != 0u) {
-            sparse += block_sum(row, block, owner * p.top_k);
-        }
-        let a = total + sparse + b1[local_head * p.inner + f];
-        act[head * p.inner + f] = a * 0.5 * (1.0 + erf(a * 0.70710678118654752));
-    }
+    act[head * p.inner + g % p.inner] = hidden_unit(local, owners[head], g % p.inner);
 }
 //#endif

@@ -5,6 +5,10 @@
 // pathologically slow shader).
 // Variant FORCED (the prerouter's prediction-as-routing): the k experts are not chosen here but
 // read from forced[forced_offset..], and their probabilities come from this softmax.
+// Variant CAPTURE (prerouter heads attached): also keeps what the heads read at the end of the
+// step, for MoE layer ordinal `layer`: the step's last token's FFN input (hist_h[layer]) and
+// routed ids (hist_ids cur block), and the ids of the token before (prev block: the step's
+// second-to-last token, or the previous step's last token). Ids 0xffffffff mean "no token".
 //#include common
 //#include reduce
 
@@ -13,6 +17,10 @@ struct Params {
     top_k: u32,
     renormalize: u32,
     forced_offset: u32,
+    hidden: u32,
+    layer: u32,
+    moe_layers: u32,
+    pad: u32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
@@ -21,6 +29,17 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> weights: array<f32>;
 //#if FORCED
 @group(0) @binding(5) var<storage, read> forced: array<u32>;
+//#if CAPTURE
+@group(0) @binding(6) var<storage, read> hn: array<f32>;
+@group(0) @binding(7) var<storage, read_write> hist_h: array<f32>;
+@group(0) @binding(8) var<storage, read_write> hist_ids: array<u32>;
+//#endif
+//#else
+//#if CAPTURE
+@group(0) @binding(5) var<storage, read> hn: array<f32>;
+@group(0) @binding(6) var<storage, read_write> hist_h: array<f32>;
+@group(0) @binding(7) var<storage, read_write> hist_ids: array<u32>;
+//#endif
 //#endif
 
 const NONE: f32 = -3.0e38;
@@ -74,9 +93,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (lid == 0u) {
             ids[t * p.top_k + i] = winner;
             weights[t * p.top_k + i] = prob;
+//#if CAPTURE
+            let cur = p.layer * p.top_k + i;
+            let prev = p.moe_layers * p.top_k + cur;
+            if (t + 1u == step.n_tokens) {
+                if (t == 0u) {
+                    hist_ids[prev] = hist_ids[cur];
+                }
+                hist_ids[cur] = winner;
+            } else if (t + 2u == step.n_tokens) {
+                hist_ids[prev] = winner;
+            }
+//#endif
         }
         chosen_sum += prob;
     }
+//#if CAPTURE
+    if (t + 1u == step.n_tokens) {
+        for (var i = lid; i < p.hidden; i += 64u) {
+            hist_h[p.layer * p.hidden + i] = hn[t * p.hidden + i];
+        }
+    }
+//#endif
     if (p.renormalize == 1u && lid == 0u) {
         for (var i = 0u; i < p.top_k; i++) {
             weights[t * p.top_k + i] /= chosen_sum;

@@ -21,7 +21,7 @@ use moestream::experts::{SlotArena, SlotTable};
 use moestream::gpu::{Gpu, StepUniform};
 use moestream::ops::experts::{ExpertFfn, ExpertIo};
 use moestream::ops::moe_combine::MoeCombine;
-use moestream::ops::router::{RouterIo, RouterShape, RouterTopK};
+use moestream::ops::router::{Forced, RouterIo, RouterShape, RouterTopK};
 use moestream::ops::WeightFormat;
 use moestream::reference::ops as refops;
 
@@ -138,7 +138,8 @@ fn forced_router_weighs_the_given_experts() {
             let wb = upload_f32(&gpu, &vec![-1.0; k]);
             let io = RouterIo { logits: &lb, ids: &ib, weights: &wb };
             let shape = RouterShape { n_experts: e, top_k: k, renormalize: renorm };
-            let op = RouterTopK::forced(&gpu, &step.buffer, io, shape, &fb, offset);
+            let forced = Forced { experts: &fb, offset };
+            let op = RouterTopK::with(&gpu, &step.buffer, io, shape, Some(forced), None);
             submit(&gpu, |pass| op.record(&gpu, pass, 1));
             let (ids, w) = (read_u32(&gpu, &ib, k), read_f32(&gpu, &wb, k));
             for (i, (id, weight)) in refops::router_forced(&logits, &chosen, renorm).into_iter().enumerate() {

@@ -1,12 +1,13 @@
-//! The prerouter on the GPU (capture of each MoE layer's last token, every head in one batch,
-//! top-k) against the CPU heads ([`Head::forward`], the training code's forward pass).
+//! The prerouter on the GPU (the router top-k's capture of each MoE layer's last token, then
+//! every head in one dispatch: fc1, scores, top-k) against the CPU heads ([`Head::forward`],
+//! the training code's forward pass).
 
 mod common;
 
-use common::{assert_close, gpu, gpu_chunked, read_f32, read_u32, submit, upload_f32, upload_u32, Rng};
+use common::{assert_close, gpu, gpu_chunked, read_f32, read_u32, submit, Rng};
 use moestream::gpu::{Gpu, StepUniform};
-use moestream::ops::prerouter_capture::{PrerouterCapture, PrerouterHistory};
-use moestream::ops::prerouter_heads::{HeadToRun, PrerouterHeads};
+use moestream::ops::prerouter_heads::{HeadToRun, PrerouterHeads, PrerouterHistory};
+use moestream::ops::router::{Capture, RouterIo, RouterShape, RouterTopK};
 use moestream::prerouter::features::{Features, RoutingContext};
 use moestream::prerouter::head::{Head, HeadDims, HeadParams, Tape};
 use moestream::prerouter::metrics::top_k;
@@ -31,12 +32,32 @@ fn random_params(rng: &mut Rng, d: HeadDims) -> HeadParams {
     p
 }
 
-/// Distinct random experts.
-fn routing(rng: &mut Rng, experts: usize, k: usize) -> Vec<u32> {
-    let mut all: Vec<u32> = (0..experts as u32).collect();
-    rng.shuffle(&mut all);
-    all.truncate(k);
-    all
+/// A router top-k over `logits` that captures MoE layer `layer` into `history`.
+struct CapturingRouter {
+    router: RouterTopK,
+    logits: wgpu::Buffer,
+    ids: wgpu::Buffer,
+    hn: wgpu::Buffer,
+}
+
+fn capturing_router(
+    gpu: &Gpu,
+    step: &StepUniform,
+    history: &PrerouterHistory,
+    c: &Case,
+    layer: usize,
+    max_tokens: usize,
+) -> CapturingRouter {
+    let f = |n: usize| (n * 4) as u64;
+    let logits = gpu.storage("logits", f(max_tokens * c.experts));
+    let ids = gpu.storage("ids", f(max_tokens * c.top_k));
+    let weights = gpu.storage("weights", f(max_tokens * c.top_k));
+    let hn = gpu.storage("hn", f(max_tokens * c.hidden));
+    let io = RouterIo { logits: &logits, ids: &ids, weights: &weights };
+    let shape = RouterShape { n_experts: c.experts, top_k: c.top_k, renormalize: true };
+    let capture = Capture { hn: &hn, history, layer, hidden: c.hidden };
+    let router = RouterTopK::with(gpu, &step.buffer, io, shape, None, Some(capture));
+    CapturingRouter { router, logits, ids, hn }
 }
 
 /// Runs two steps (of `first` tokens, then of one token) through the captures of every MoE
@@ -55,24 +76,21 @@ fn check(gpu: &Gpu, c: &Case, first: usize, seed: u64) {
     let history = PrerouterHistory::new(gpu, c.moe_layers, c.hidden, c.top_k);
     let to_run: Vec<HeadToRun<'_>> =
         c.owners.iter().zip(&params).map(|(&owner, params)| HeadToRun { owner, params }).collect();
-    let heads = PrerouterHeads::new(gpu, &history, &to_run, dims, c.features, c.top_k, c.moe_layers).unwrap();
-    let hn = gpu.storage("hn", (first * c.hidden * 4) as u64);
-    let ids = gpu.storage("ids", (first * c.top_k * 4) as u64);
-    let captures: Vec<PrerouterCapture> =
-        (0..c.moe_layers).map(|j| PrerouterCapture::new(gpu, &step.buffer, &hn, &ids, &history, j, c.hidden)).collect();
-    // Per step, per layer: hidden rows and routed ids of every token.
+    let heads = PrerouterHeads::new(gpu, &history, &to_run, dims, c.features).unwrap();
+    let routers: Vec<CapturingRouter> =
+        (0..c.moe_layers).map(|j| capturing_router(gpu, &step, &history, c, j, first)).collect();
+    // Per layer, per token of both steps: hidden row and routed ids.
     let mut seen_h: Vec<Vec<Vec<f32>>> = vec![Vec::new(); c.moe_layers];
     let mut seen_ids: Vec<Vec<Vec<u32>>> = vec![Vec::new(); c.moe_layers];
     for n in [first, 1] {
         step.set(gpu, n, 0);
-        for (j, capture) in captures.iter().enumerate() {
+        for (j, r) in routers.iter().enumerate() {
             let h = rng.vec(n * c.hidden, -1.0, 1.0);
-            let routed: Vec<u32> = (0..n).flat_map(|_| routing(&mut rng, c.experts, c.top_k)).collect();
-            gpu.queue.write_buffer(&hn, 0, bytemuck::cast_slice(&h));
-            gpu.queue.write_buffer(&ids, 0, bytemuck::cast_slice(&routed));
-            submit(gpu, |pass| capture.record(gpu, pass));
+            gpu.queue.write_buffer(&r.hn, 0, bytemuck::cast_slice(&h));
+            gpu.queue.write_buffer(&r.logits, 0, bytemuck::cast_slice(&rng.vec(n * c.experts, -2.0, 2.0)));
+            submit(gpu, |pass| r.router.record(gpu, pass, n));
             seen_h[j].extend(h.chunks(c.hidden).map(<[f32]>::to_vec));
-            seen_ids[j].extend(routed.chunks(c.top_k).map(<[u32]>::to_vec));
+            seen_ids[j].extend(read_u32(gpu, &r.ids, n * c.top_k).chunks(c.top_k).map(<[u32]>::to_vec));
         }
     }
     step.set(gpu, 1, 0);
@@ -148,13 +166,21 @@ fn sequence_start_has_no_previous_routing() {
     let step = StepUniform::new(&gpu);
     step.set(&gpu, 1, 0);
     let history = PrerouterHistory::new(&gpu, 2, hidden, k);
-    let heads = PrerouterHeads::new(&gpu, &history, &[HeadToRun { owner: 0, params: &params }], dims, f, k, 2).unwrap();
+    let heads = PrerouterHeads::new(&gpu, &history, &[HeadToRun { owner: 0, params: &params }], dims, f).unwrap();
+    let case = Case { hidden, experts, top_k: k, inner, moe_layers: 2, owners: vec![0], features: f };
     let (h0, h1) = (rng.vec(hidden, -1.0, 1.0), rng.vec(hidden, -1.0, 1.0));
-    let (ids0, ids1) = (vec![3u32, 5], vec![1u32, 6]);
-    for (j, (h, ids)) in [(&h0, &ids0), (&h1, &ids1)].into_iter().enumerate() {
-        let (hb, ib) = (upload_f32(&gpu, h), upload_u32(&gpu, ids));
-        let capture = PrerouterCapture::new(&gpu, &step.buffer, &hb, &ib, &history, j, hidden);
-        submit(&gpu, |pass| capture.record(&gpu, pass));
+    // Logits whose top-2 are known: layer 0 routes to 3, 5 and layer 1 to 1, 6.
+    let ladder = |top: [usize; 2]| {
+        let mut l = vec![0f32; experts];
+        l[top[0]] = 3.0;
+        l[top[1]] = 2.0;
+        l
+    };
+    for (j, (h, logits)) in [(&h0, ladder([3, 5])), (&h1, ladder([1, 6]))].into_iter().enumerate() {
+        let r = capturing_router(&gpu, &step, &history, &case, j, 1);
+        gpu.queue.write_buffer(&r.hn, 0, bytemuck::cast_slice(h));
+        gpu.queue.write_buffer(&r.logits, 0, bytemuck::cast_slice(&logits));
+        submit(&gpu, |pass| r.router.record(&gpu, pass, 1));
     }
     submit(&gpu, |pass| heads.record(&gpu, pass));
     let got = read_f32(&gpu, &heads.logits, experts);

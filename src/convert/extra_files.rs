@@ -4,10 +4,17 @@ use std::path::Path;
 
 use super::{EXPERTS_FILE, MANIFEST_FILE, RESIDENT_FILE};
 use crate::error::{Error, Result};
+use crate::prerouter::heads_file::HEADS_FILE;
 
 /// Small files copied verbatim from the source, when present (`config.json` is required).
-const COPIED_FILES: [&str; 5] =
-    ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"];
+const COPIED_FILES: [&str; 6] = [
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+    "special_tokens_map.json",
+    HEADS_FILE,
+];
 
 /// Whether `name` is something a conversion writes (including its temporaries), so that a
 /// previous or interrupted conversion may be overwritten.

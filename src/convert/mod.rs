@@ -7,7 +7,7 @@
 //! | --- | --- |
 //! | `experts.bin` | every routed expert of every MoE layer ([`crate::store`]), int4 or f16; absent for dense models |
 //! | `resident.safetensors` | every other tensor under its Hugging Face name (see below) |
-//! | `config.json`, `tokenizer.json`, `tokenizer_config.json`, `generation_config.json`, `special_tokens_map.json` | copied when present |
+//! | `config.json`, `tokenizer.json`, `tokenizer_config.json`, `generation_config.json`, `special_tokens_map.json`, `prerouter.safetensors` | copied when present |
 //! | `model.json` | the [`ModelManifest`], written last and atomically |
 //!
 //! In `resident.safetensors`, 1-D tensors (norms, biases) are F32; the embedding and the

@@ -42,7 +42,6 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("swiglu"),
     shader!("argmax"),
     shader!("token_logprob"),
-    shader!("prerouter_capture"),
     shader!("prerouter_heads"),
 ];
 
@@ -131,7 +130,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
     ("expert_down", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
     ("moe_combine", &["SHARED"]),
-    ("router_topk", &["FORCED"]),
+    ("router_topk", &["FORCED", "CAPTURE"]),
     ("prerouter_heads", &["SCORES"]),
 ];
 

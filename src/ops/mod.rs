@@ -9,7 +9,6 @@ pub mod experts;
 pub mod matmul;
 pub mod matrix;
 pub mod moe_combine;
-pub mod prerouter_capture;
 pub mod prerouter_heads;
 pub mod rms_norm;
 pub mod rope;

@@ -20,6 +20,9 @@ use super::features::Features;
 use super::head::{Head, HeadDims, HeadParams};
 use super::train::TrainedHead;
 
+/// Name of the heads file inside a model directory, found without `--prerouter` (and copied
+/// by `convert`).
+pub const HEADS_FILE: &str = "prerouter.safetensors";
 /// Metadata key of the [`HeadsConfig`] JSON.
 pub const CONFIG_KEY: &str = "prerouter";
 /// Metadata key of the training report JSON.

@@ -27,6 +27,7 @@ use crate::model::decoder::{
 use crate::model::lora::LoraAdapter;
 use crate::model::{ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
+use crate::prerouter::heads_file::HEADS_FILE;
 use crate::store::{ExpertStore, OpenOptions as StoreOpenOptions};
 
 /// How to load a model.
@@ -59,7 +60,8 @@ pub struct EngineOptions {
     /// Write per-step routing to this file.
     pub trace: Option<PathBuf>,
     /// Trained prerouter heads (safetensors), run after each token when streaming with a
-    /// prefetcher that reads them or with [`RoutingMode::Predicted`].
+    /// prefetcher that reads them or with [`RoutingMode::Predicted`]; `None` uses the model
+    /// directory's `prerouter.safetensors` when it has one.
     pub prerouter: Option<PathBuf>,
     /// Native routing, or the prerouter's prediction as the routing of decode steps.
     pub routing: RoutingMode,
@@ -310,8 +312,11 @@ impl Engine {
             }
         }
         let publish = options.prefetch.uses_prerouter() && model.residency().is_some_and(|r| r.is_streaming());
+        // Heads shipped with the model (`prerouter.safetensors`) serve when none are named.
+        let shipped = [&options.model_dir, dir].map(|d| d.join(HEADS_FILE)).into_iter().find(|p| p.exists());
+        let heads_file = options.prerouter.clone().or(shipped);
         if publish || options.routing == RoutingMode::Predicted {
-            let heads = options.prerouter.as_deref().ok_or_else(|| {
+            let heads = heads_file.as_deref().ok_or_else(|| {
                 let what =
                     if publish { format!("prefetch `{}`", options.prefetch) } else { "predicted routing".into() };
                 Error::InvalidArgument(format!("{what} needs a prerouter heads file (--prerouter FILE)"))

@@ -1,7 +1,7 @@
-//! The prerouter attached to a decoder: per MoE layer a capture of the last token's FFN input
-//! and routing, after the step every head on the GPU in one batch, and, with
-//! [`RoutingMode::Predicted`], router top-k kernels that take the heads' prediction as the
-//! routing of the next one-token step.
+//! The prerouter attached to a decoder: per MoE layer a router top-k that also captures the
+//! last token's FFN input and routing, after the step every head on the GPU in one dispatch,
+//! and, with [`RoutingMode::Predicted`], router top-k kernels that take the heads' prediction
+//! as the routing of the next one-token step.
 
 use std::fmt;
 use std::str::FromStr;
@@ -12,9 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::{router_shape, GpuModel};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, Readback};
-use crate::ops::prerouter_capture::{PrerouterCapture, PrerouterHistory};
-use crate::ops::prerouter_heads::{HeadToRun, PrerouterHeads};
-use crate::ops::router::RouterTopK;
+use crate::ops::prerouter_heads::{HeadToRun, PrerouterHeads, PrerouterHistory};
+use crate::ops::router::{Capture, Forced, RouterTopK};
 use crate::prerouter::heads_file::Heads;
 
 /// Where a MoE layer's experts come from during decoding.
@@ -58,14 +57,14 @@ pub(super) type LayerPrediction = (usize, Vec<u16>);
 /// The prerouter's kernels and state inside a [`GpuModel`].
 pub(super) struct DecoderPrerouter {
     history: PrerouterHistory,
-    /// Per model layer: the capture after its routing (MoE layers).
-    captures: Vec<Option<PrerouterCapture>>,
+    /// Per model layer (MoE layers): the router top-k that also captures the heads' inputs.
+    native: Vec<Option<RouterTopK>>,
+    /// Per model layer: the capturing top-k taking the prediction as routing (predicted mode,
+    /// layers with a head).
+    forced: Vec<Option<RouterTopK>>,
     heads: PrerouterHeads,
     /// Per head: the model layer it predicts.
     targets: Vec<usize>,
-    /// Per model layer: the top-k taking the prediction as routing (predicted mode, layers
-    /// with a head).
-    forced: Vec<Option<RouterTopK>>,
     /// Reads the predictions back for the prefetcher, when one uses them.
     readback: Option<Readback>,
     /// The history holds a token of the current sequence, so a prediction exists.
@@ -82,18 +81,12 @@ impl DecoderPrerouter {
         }
     }
 
-    /// The top-k to record for model layer `layer` in a step of `n` tokens: the forced one
-    /// when predicted routing applies.
-    pub(super) fn forced_router(&self, layer: usize, n: usize) -> Option<&RouterTopK> {
-        if n != 1 || !self.ready.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.forced.get(layer).and_then(Option::as_ref)
-    }
-
-    /// The capture to record after model layer `layer`'s routing.
-    pub(super) fn capture(&self, layer: usize) -> Option<&PrerouterCapture> {
-        self.captures.get(layer).and_then(Option::as_ref)
+    /// The top-k to record for model layer `layer` in a step of `n` tokens (in place of the
+    /// decoder's own): the forced one when predicted routing applies, else the capturing one.
+    pub(super) fn router(&self, layer: usize, n: usize) -> Option<&RouterTopK> {
+        let forced = self.forced.get(layer).and_then(Option::as_ref);
+        let forced = forced.filter(|_| n == 1 && self.ready.load(Ordering::Relaxed));
+        forced.or_else(|| self.native.get(layer).and_then(Option::as_ref))
     }
 
     /// Records every head (at the end of a step).
@@ -142,32 +135,27 @@ impl GpuModel {
             .first()
             .map(|h| h.head.dims)
             .ok_or_else(|| Error::InvalidArgument("the prerouter heads file holds no head".into()))?;
-        let bound = PrerouterHeads::new(gpu, &history, &to_run, dims, c.features, c.top_k, moe_layers.len())?;
+        let bound = PrerouterHeads::new(gpu, &history, &to_run, dims, c.features)?;
         let step = &self.step.buffer;
-        let captures = (0..self.spec.layers)
-            .map(|l| {
-                moe_layers
-                    .iter()
-                    .position(|&x| x == l)
-                    .map(|j| PrerouterCapture::new(gpu, step, &self.acts.hn, &self.acts.ids, &history, j, c.hidden))
-            })
-            .collect();
+        let router = |layer: usize, forced: Option<Forced<'_>>| {
+            let capture = Capture { hn: &self.acts.hn, history: &history, layer: ordinal(layer), hidden: c.hidden };
+            RouterTopK::with(gpu, step, self.acts.router_io(), router_shape(&m), forced, Some(capture))
+        };
+        let native = (0..self.spec.layers).map(|l| moe_layers.contains(&l).then(|| router(l, None))).collect();
         let targets: Vec<usize> = heads.heads.iter().map(|h| h.target_layer).collect();
         let mut forced: Vec<Option<RouterTopK>> = (0..self.spec.layers).map(|_| None).collect();
         if routing == RoutingMode::Predicted {
             for (h, &target) in targets.iter().enumerate() {
-                let io = self.acts.router_io();
-                forced[target] =
-                    Some(RouterTopK::forced(gpu, step, io, router_shape(&m), &bound.predicted, h * c.top_k));
+                forced[target] = Some(router(target, Some(Forced { experts: &bound.predicted, offset: h * c.top_k })));
             }
         }
         let readback = publish.then(|| Readback::new(gpu, (targets.len() * c.top_k * 4) as u64));
         self.prerouter = Some(DecoderPrerouter {
             history,
-            captures,
+            native,
+            forced,
             heads: bound,
             targets,
-            forced,
             readback,
             ready: AtomicBool::new(false),
             top_k: c.top_k,

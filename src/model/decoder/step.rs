@@ -88,12 +88,9 @@ impl GpuModel {
                 Ffn::Dense(mlp) => mlp.record(gpu, rec.pass(), n),
                 Ffn::Moe { router, topk, experts, shared, combine } => {
                     router.record(gpu, rec.pass(), n);
-                    match prerouter.and_then(|p| p.forced_router(i, n)) {
-                        Some(forced) => forced.record(gpu, rec.pass(), n),
+                    match prerouter.and_then(|p| p.router(i, n)) {
+                        Some(own) => own.record(gpu, rec.pass(), n),
                         None => topk.record(gpu, rec.pass(), n),
-                    }
-                    if let Some(capture) = prerouter.and_then(|p| p.capture(i)) {
-                        capture.record(gpu, rec.pass());
                     }
                     match residency.as_deref_mut().filter(|r| observing || r.needs_routing()) {
                         None => experts.record(gpu, rec.pass(), n),
