@@ -91,6 +91,8 @@ pub struct StreamingReport {
     pub model: String,
     /// Where the prompts came from.
     pub workload: String,
+    /// Expert routing of decode steps (`native` or `predicted`), in every run.
+    pub routing: String,
     /// Requests run per configuration.
     pub requests: usize,
     /// Prompt tokens per request.
@@ -214,6 +216,7 @@ pub fn run(o: &StreamingBenchOptions, mut progress: impl FnMut(&RunReport)) -> R
         adapter: gpu.adapter.name.clone(),
         model: o.base.model_dir.display().to_string(),
         workload: workload.source,
+        routing: o.base.routing.to_string(),
         requests: o.requests,
         prompt_tokens: o.prompt_tokens,
         decode_tokens: o.decode_tokens,

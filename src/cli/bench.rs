@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::model_args::{base_options, default_model, Dtype, ModelArgs};
+use super::model_args::{base_options, default_model, Dtype, ModelArgs, Routing};
 use moestream::bench::kernels::{self, KernelBenchOptions};
 use moestream::bench::model::{self, ModelBenchOptions};
 use moestream::bench::streaming::{self, StreamingBenchOptions};
@@ -99,9 +99,17 @@ struct StreamingArgs {
     /// Eviction policies to compare.
     #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "lru,lfu,eamc")]
     policies: Vec<PolicyKind>,
-    /// Prefetchers to compare.
+    /// Prefetchers to compare (none, eamc, prerouter, prerouter+eamc).
     #[arg(long, value_delimiter = ',', value_parser = parse_prefetch, default_value = "none,eamc")]
     prefetch: Vec<PrefetchKind>,
+    /// Expert routing of decode steps, in every run (the resident baseline too, so the
+    /// exactness check compares like with like).
+    #[arg(long, value_enum, default_value = "native")]
+    routing: Routing,
+    /// Prerouter heads for `prerouter` prefetch or predicted routing (default: the model
+    /// directory's `prerouter.safetensors`).
+    #[arg(long)]
+    prerouter: Option<PathBuf>,
     /// Requests in the workload.
     #[arg(long, default_value_t = 8)]
     requests: usize,
@@ -202,6 +210,8 @@ fn run_streaming(a: StreamingArgs) -> Result<()> {
     base.gpu = GpuOptions { adapter: a.adapter.clone(), ..Default::default() };
     base.io_threads = a.io_threads;
     base.direct_io = a.direct_io;
+    base.routing = a.routing.mode();
+    base.prerouter = a.prerouter.clone();
     let o = StreamingBenchOptions {
         base,
         budgets_pct: a.budgets.clone(),
@@ -229,7 +239,7 @@ fn run_streaming(a: StreamingArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{} on {}: {} requests ({}) of {} prompt + {} generated tokens, {} experts; resident prefill {:.1} tok/s\n",
+        "{} on {}: {} requests ({}) of {} prompt + {} generated tokens, {} experts, {} routing; resident prefill {:.1} tok/s\n",
         r.model,
         r.adapter,
         r.requests,
@@ -237,6 +247,7 @@ fn run_streaming(a: StreamingArgs) -> Result<()> {
         r.prompt_tokens,
         r.decode_tokens,
         r.total_experts,
+        r.routing,
         r.resident.prefill_tokens_per_s
     );
     print!("{}", r.markdown());

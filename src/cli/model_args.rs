@@ -55,8 +55,19 @@ pub enum Routing {
     /// The model's router (exact).
     Native,
     /// The prerouter's one-token-ahead prediction, for layers with a head (Edge0's
-    /// prediction-as-routing; needs `--prerouter FILE`).
+    /// prediction-as-routing; heads from `--prerouter FILE` or the model's
+    /// `prerouter.safetensors`).
     Predicted,
+}
+
+impl Routing {
+    /// The engine's routing mode.
+    pub fn mode(self) -> RoutingMode {
+        match self {
+            Routing::Native => RoutingMode::Native,
+            Routing::Predicted => RoutingMode::Predicted,
+        }
+    }
 }
 
 /// Where the model is and how to run it.
@@ -104,7 +115,7 @@ pub struct ModelArgs {
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Trained prerouter heads (from `prerouter train`) for `--prefetch prerouter` or
-    /// `--routing predicted`.
+    /// `--routing predicted` (default: the model directory's `prerouter.safetensors`).
     #[arg(long)]
     pub prerouter: Option<PathBuf>,
     /// Expert routing of decode steps.
@@ -173,10 +184,7 @@ impl ModelArgs {
             Prefetch::Prerouter => PrefetchKind::Prerouter,
             Prefetch::PrerouterEamc => PrefetchKind::PrerouterEamc,
         };
-        o.routing = match self.routing {
-            Routing::Native => RoutingMode::Native,
-            Routing::Predicted => RoutingMode::Predicted,
-        };
+        o.routing = self.routing.mode();
         o.io_threads = self.io_threads;
         o.eamc_capacity = self.eamc_capacity;
         o.eamc_file = self.eamc.clone();
