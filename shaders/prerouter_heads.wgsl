@@ -33,6 +33,12 @@ struct Params {
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> owners: array<u32>;
 @group(0) @binding(3) var<storage, read> hist_h: array<f32>;
+// This lane's (head within the group, head, output index) for `per_head` outputs per head.
+fn lane_item(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, per_head: u32) -> vec3<u32> {
+    let g = group_index(wid, nwg) * 64u + lid;
+    return vec3<u32>(g / per_head, p.first_head + g / per_head, g % per_head);
+}
+
 //#if SCORES
 @group(0) @binding(4) var<storage, read> fc2: array<f32>;
 @group(0) @binding(5) var<storage, read> b2: array<f32>;
@@ -42,13 +48,13 @@ struct Params {
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let g = group_index(wid, nwg) * 64u + lid;
-    let local = g / p.experts;
-    let head = p.first_head + local;
-    if (local >= p.group_heads || head >= step.n_tokens) {
+    let at = lane_item(wid, nwg, lid, p.experts);
+    if (at.x >= p.group_heads || at.y >= step.n_tokens) {
         return;
     }
-    let e = g % p.experts;
+    let local = at.x;
+    let head = at.y;
+    let e = at.z;
     let x = owners[head] * p.hidden;
     let w2 = (local * p.experts + e) * p.inner;
     let ws = (local * p.experts + e) * p.hidden;
@@ -118,12 +124,10 @@ fn hidden_unit(local: u32, owner: u32, f: u32) -> f32 {
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let g = group_index(wid, nwg) * 64u + lid;
-    let local = g / p.inner;
-    let head = p.first_head + local;
-    if (local >= p.group_heads || head >= step.n_tokens) {
+    let at = lane_item(wid, nwg, lid, p.inner);
+    if (at.x >= p.group_heads || at.y >= step.n_tokens) {
         return;
     }
-    act[head * p.inner + g % p.inner] = hidden_unit(local, owners[head], g % p.inner);
+    act[at.y * p.inner + at.z] = hidden_unit(at.x, owners[at.y], at.z);
 }
 //#endif
