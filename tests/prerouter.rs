@@ -234,8 +234,14 @@ fn prefetch_hint_keeps_output_exact(heads: &Path, tokens: &[u32]) {
     }
     let missing = Engine::load_on(gpu(), &EngineOptions { prerouter: None, ..streaming.clone() });
     assert!(matches!(missing, Err(moestream::Error::InvalidArgument(_))));
-    let other_model = EngineOptions { model_dir: fixture("olmoe"), ..streaming };
-    assert!(Engine::load_on(gpu(), &other_model).is_err(), "heads of another model must be refused");
+    let other_model = EngineOptions { model_dir: fixture("olmoe"), ..streaming.clone() };
+    let refused = Engine::load_on(gpu(), &other_model).err().expect("heads of another model must be refused");
+    assert!(refused.to_string().contains("was made for a model with"), "{refused}");
+    let truncated = heads.with_extension("truncated");
+    let bytes = std::fs::read(heads).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() - 100]).unwrap();
+    let corrupt = Engine::load_on(gpu(), &EngineOptions { prerouter: Some(truncated), ..streaming });
+    assert!(matches!(corrupt, Err(moestream::Error::Corrupt { .. })), "a truncated heads file is a corrupt-file error");
 }
 
 /// What an observer saw: per call, the MoE layer, its `hn` rows and routed ids.
