@@ -272,6 +272,17 @@ fn predicted_routing_uses_exactly_the_predictions(file: &Path, tokens: &[u32]) -
     let engine = Engine::load_on(gpu(), &options).unwrap();
     let seen = observe(&engine);
     let predicted_score = engine.score(text).unwrap();
+    // Streamed through 6 slots with the predictions prefetched (and the routing of predicted
+    // layers taken from them, with no readback), the log-probs are the resident ones.
+    let streaming = EngineOptions {
+        budget: ExpertBudget::Slots(6),
+        policy: PolicyKind::Lru,
+        prefetch: PrefetchKind::Prerouter,
+        ..options.clone()
+    };
+    let streamed = Engine::load_on(gpu(), &streaming).unwrap().score(text).unwrap();
+    assert_eq!(streamed.logprobs, predicted_score.logprobs, "streamed predicted routing == resident");
+    assert!(streamed.experts.prefetch_used > 0, "{:?}", streamed.experts);
 
     let heads = Heads::load(file).unwrap();
     let head = &heads.heads[0];

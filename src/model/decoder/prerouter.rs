@@ -6,6 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -69,6 +70,8 @@ pub(super) struct DecoderPrerouter {
     readback: Option<Readback>,
     /// The history holds a token of the current sequence, so a prediction exists.
     ready: AtomicBool,
+    /// Per model layer: the experts the last read-back prediction gave it (with a readback).
+    known: Mutex<Vec<Option<Vec<u32>>>>,
     top_k: usize,
 }
 
@@ -89,6 +92,17 @@ impl DecoderPrerouter {
         forced.or_else(|| self.native.get(layer).and_then(Option::as_ref))
     }
 
+    /// Model layer `layer`'s routing in a step of `n` tokens when the CPU already knows it:
+    /// the forced router applies and the prediction it reads was read back. The step then
+    /// needs no GPU round trip to learn it.
+    pub(super) fn known_routing(&self, layer: usize, n: usize) -> Option<Vec<u32>> {
+        let forced = self.forced.get(layer).is_some_and(Option::is_some);
+        if !forced || n != 1 || !self.ready.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.known.lock().expect("prerouter lock").get(layer).cloned().flatten()
+    }
+
     /// Records every head (at the end of a step).
     pub(super) fn record_heads(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
         self.heads.record(gpu, pass);
@@ -101,6 +115,10 @@ impl DecoderPrerouter {
         let Some(readback) = &self.readback else { return Ok(None) };
         let mut ids = vec![0u32; self.targets.len() * self.top_k];
         readback.read(gpu, &self.heads.predicted, 0, bytemuck::cast_slice_mut(&mut ids))?;
+        let mut known = self.known.lock().expect("prerouter lock");
+        for (&l, es) in self.targets.iter().zip(ids.chunks(self.top_k)) {
+            known[l] = Some(es.to_vec());
+        }
         let per_layer =
             self.targets.iter().zip(ids.chunks(self.top_k)).map(|(&l, es)| (l, es.iter().map(|&e| e as u16).collect()));
         Ok(Some(per_layer.collect()))
@@ -158,6 +176,7 @@ impl GpuModel {
             targets,
             readback,
             ready: AtomicBool::new(false),
+            known: Mutex::new(vec![None; self.spec.layers]),
             top_k: c.top_k,
         });
         Ok(())

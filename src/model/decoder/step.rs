@@ -1,7 +1,8 @@
 //! Running one step: the dispatch list recorded in as few submissions as possible. With
-//! streaming (or tracing, or a layer observer) each MoE layer's routing comes back to the CPU,
-//! the expert residency brings the routed experts into slots (in waves when they exceed the
-//! budget), and recording resumes; otherwise the whole step is one submission.
+//! streaming (or tracing, or a layer observer) each MoE layer's routing comes back to the CPU
+//! (unless predicted routing already told it), the expert residency brings the routed experts
+//! into slots (in waves when they exceed the budget), and recording resumes; otherwise the
+//! whole step is one submission.
 
 use super::{Ffn, GpuModel, StepOutput, StepResult};
 use crate::error::{Error, Result};
@@ -95,8 +96,14 @@ impl GpuModel {
                     match residency.as_deref_mut().filter(|r| observing || r.needs_routing()) {
                         None => experts.record(gpu, rec.pass(), n),
                         Some(r) => {
+                            // Slot writes must not overtake recorded work: submit first (slot
+                            // and table writes land before the next submission's commands).
+                            let known = prerouter.filter(|_| !observing).and_then(|p| p.known_routing(i, n));
                             rec.submit(&gpu.queue);
-                            let routed = self.read_routing(n)?;
+                            let routed = match known {
+                                Some(ids) => ids,
+                                None => self.read_routing(n)?,
+                            };
                             if let Some(o) = observer.as_mut() {
                                 let mut hn = vec![0f32; n * self.spec.hidden];
                                 o.readback.read(gpu, &self.acts.hn, 0, bytemuck::cast_slice_mut(&mut hn))?;
