@@ -24,7 +24,7 @@ impl Gpu {
     /// A storage buffer initialised with `data` (padded to 16 bytes).
     pub fn upload(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
         let mut padded;
-        let contents = if data.len() % 16 == 0 && !data.is_empty() {
+        let contents = if data.len().is_multiple_of(16) && !data.is_empty() {
             data
         } else {
             padded = data.to_vec();
@@ -82,7 +82,7 @@ impl Readback {
     /// Copies `out.len()` bytes from `src` at `offset` into `out`, waiting for the GPU.
     pub fn read(&self, gpu: &Gpu, src: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
         let len = out.len() as u64;
-        if len > self.capacity || len % 4 != 0 {
+        if len > self.capacity || !len.is_multiple_of(4) {
             return Err(Error::Gpu(format!("readback of {len} bytes exceeds staging capacity {}", self.capacity)));
         }
         let mut encoder = gpu.device.create_command_encoder(&Default::default());

@@ -112,7 +112,7 @@ fn report(index: usize, adapter: &wgpu::Adapter) -> AdapterReport {
         driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
         software: info.device_type == wgpu::DeviceType::Cpu,
         features: names,
-        max_storage_binding: limits.max_storage_buffer_binding_size as u64,
+        max_storage_binding: limits.max_storage_buffer_binding_size,
         max_buffer: limits.max_buffer_size,
         max_storage_buffers_per_stage: limits.max_storage_buffers_per_shader_stage,
         max_workgroup_storage: limits.max_compute_workgroup_storage_size,

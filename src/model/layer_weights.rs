@@ -45,6 +45,8 @@ pub struct MoeWeights {
 
 /// The FFN half of a layer.
 #[derive(Clone, Debug)]
+// One per layer, held only while a layer uploads: boxing a variant would save nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum FfnWeights {
     /// A dense SwiGLU MLP.
     Dense(MlpWeights),

@@ -117,9 +117,17 @@ struct Shared {
     gate: MatMul,
 }
 
+struct MoeFfn {
+    router: MatMul,
+    topk: RouterTopK,
+    experts: ExpertFfn,
+    shared: Option<Shared>,
+    combine: MoeCombine,
+}
+
 enum Ffn {
     Dense(Mlp),
-    Moe { router: MatMul, topk: RouterTopK, experts: ExpertFfn, shared: Option<Shared>, combine: MoeCombine },
+    Moe(Box<MoeFfn>),
 }
 
 struct Layer {
@@ -502,7 +510,7 @@ impl GpuModel {
                         h,
                         m.top_k,
                     );
-                    Ffn::Moe { router, topk, experts: expert_ffn, shared, combine }
+                    Ffn::Moe(Box::new(MoeFfn { router, topk, experts: expert_ffn, shared, combine }))
                 }
             };
             bld.buffers.push(k_cache);

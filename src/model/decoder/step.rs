@@ -4,7 +4,7 @@
 //! into slots (in waves when they exceed the budget), and recording resumes; otherwise the
 //! whole step is one submission.
 
-use super::{Ffn, GpuModel, StepOutput, StepResult};
+use super::{Ffn, GpuModel, MoeFfn, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertResidency;
@@ -87,7 +87,8 @@ impl GpuModel {
             l.ffn_norm.record(gpu, rec.pass(), n);
             match &l.ffn {
                 Ffn::Dense(mlp) => mlp.record(gpu, rec.pass(), n),
-                Ffn::Moe { router, topk, experts, shared, combine } => {
+                Ffn::Moe(moe) => {
+                    let MoeFfn { router, topk, experts, shared, combine } = &**moe;
                     router.record(gpu, rec.pass(), n);
                     match prerouter.and_then(|p| p.router(i, n)) {
                         Some(own) => own.record(gpu, rec.pass(), n),
