@@ -4,6 +4,7 @@ use clap::Args;
 
 use super::model_args::default_model;
 use moestream::model::{ArchSpec, Checkpoint};
+use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
 use moestream::Result;
 
 /// Flags of `info`.
@@ -25,6 +26,13 @@ pub fn run(a: InfoArgs) -> Result<()> {
     let moe_layers = spec.moe_layers.iter().filter(|m| **m).count();
     let experts = spec.moe.as_ref().map_or(0, |m| m.num_experts);
     let expert_params = spec.expert_params();
+    // Shipped prerouter heads: which layers have one and their held-out recall.
+    let heads_path = dir.join(HEADS_FILE);
+    let heads = heads_path.exists().then(|| Heads::load(&heads_path)).transpose()?;
+    let recall = heads
+        .as_ref()
+        .and_then(|h| h.metrics.as_deref())
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok().and_then(|v| v["mean_recall"].as_f64()));
     let info = serde_json::json!({
         "architecture": spec.family.hf_name(),
         "spec": spec,
@@ -34,6 +42,13 @@ pub fn run(a: InfoArgs) -> Result<()> {
         "params_per_expert": expert_params,
         "bytes_per_expert_f16": expert_params * 2,
         "expert_bytes_total_f16": expert_params * 2 * experts * moe_layers,
+        "prerouter": heads.as_ref().map(|h| serde_json::json!({
+            "file": heads_path,
+            "head_layers": h.config.heads,
+            "features": h.config.features.to_string(),
+            "inner": h.config.inner,
+            "mean_recall": recall,
+        })),
     });
     if a.json {
         println!("{info:#}");
@@ -55,6 +70,16 @@ pub fn run(a: InfoArgs) -> Result<()> {
             println!("expert bytes      {} (f16, all layers)", expert_params * 2 * experts * moe_layers);
         }
         println!("checkpoint bytes  {}", ckpt.stored_bytes());
+        if let Some(h) = &heads {
+            let recall = recall.map_or(String::new(), |r| format!(", held-out recall@k {r:.3}"));
+            println!(
+                "prerouter heads   {} ({} heads, {}, width {}{recall})",
+                HEADS_FILE,
+                h.heads.len(),
+                h.config.features,
+                h.config.inner
+            );
+        }
     }
     Ok(())
 }
