@@ -80,6 +80,11 @@ fn shipped_prerouter_heads() {
     let routed = Engine::load_on(gpu(), &predicted).unwrap().score(&tokens).unwrap().perplexity;
     println!("perplexity over 256 tokens: native {exact:.3}, predicted routing {routed:.3}");
     assert!(routed / exact < PREDICTED_PPL_RATIO, "ratio {}", routed / exact);
+    // The shipped recovery LoRA (models/recipe/recovery_lora.py) wins some of it back.
+    let lora = EngineOptions { lora: Some(model_dir().join("recovery-lora")), ..predicted.clone() };
+    let recovered = Engine::load_on(gpu(), &lora).unwrap().score(&tokens).unwrap().perplexity;
+    println!("predicted routing with the recovery LoRA: {recovered:.3}");
+    assert!(recovered < routed, "recovery LoRA: {recovered} vs {routed} without");
 
     // Streaming at a 25% budget with the predictions prefetched a token ahead generates what
     // the resident model generates under the same routing, and the prefetches are used.

@@ -100,13 +100,24 @@ class SparseMoe(nn.Module):
         self.gate = Router(c)
         self.experts = Experts(c)
 
-    def forward(self, x):
+    def forward(self, x, forced=None, trace=None):
+        """`forced` ([B, T, k] expert ids, -1 rows = the router's choice) replaces the top-k
+        (moestream's prediction-as-routing: the router's probabilities of the given experts);
+        `trace`, a list, receives (x, chosen ids [B, T, k])."""
         B, T, H = x.shape
         c = self.c
+        if trace is not None:
+            trace.append(x)
         x = x.reshape(-1, H)
         logits = F.linear(x, self.gate.weight)  # [N, E]
         probs = torch.softmax(logits, dim=-1, dtype=torch.float)
         top_v, top_i = torch.topk(probs, c.num_experts_per_tok, dim=-1)
+        if forced is not None:
+            f = forced.reshape(-1, c.num_experts_per_tok)
+            top_i = torch.where(f[:, :1] >= 0, f, top_i)
+            top_v = probs.gather(1, top_i)
+        if trace is not None:
+            trace[-1] = (trace[-1], top_i.view(B, T, -1))
         if c.norm_topk_prob:
             top_v = top_v / top_v.sum(dim=-1, keepdim=True)
         top_v = top_v.to(logits.dtype)
@@ -135,9 +146,9 @@ class Layer(nn.Module):
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, forced=None, trace=None):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        h, logits = self.mlp(self.post_attention_layernorm(x))
+        h, logits = self.mlp(self.post_attention_layernorm(x), forced, trace)
         return x + h, logits
 
 
@@ -174,13 +185,15 @@ class TinyQwen3Moe(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos()[None, None], emb.sin()[None, None]
 
-    def forward(self, ids):
+    def forward(self, ids, forced=None, trace=None):
+        """`forced`: per layer, None or [B, T, k] expert ids (see `SparseMoe.forward`);
+        `trace`: a list that receives each layer's (FFN input, chosen ids)."""
         B, T = ids.shape
         cos, sin = self.rope(T, ids.device)
         x = self.model.embed_tokens(ids)
         router_logits = []
-        for layer in self.model.layers:
-            x, rl = layer(x, cos, sin)
+        for i, layer in enumerate(self.model.layers):
+            x, rl = layer(x, cos, sin, None if forced is None else forced[i], trace)
             router_logits.append(rl)
         return self.lm_head(self.model.norm(x)), router_logits
 
