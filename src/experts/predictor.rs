@@ -92,6 +92,12 @@ impl PredictedRouting {
         self.layers_from(0)
     }
 
+    /// `layer`'s predicted experts, if it has a prediction.
+    pub fn ids_of(&self, layer: usize) -> Option<Vec<u32>> {
+        let p = self.0.lock().expect("predicted routing lock");
+        p.get(layer).filter(|es| !es.is_empty()).map(|es| es.iter().map(|&e| u32::from(e)).collect())
+    }
+
     /// Whether `id` is predicted.
     pub fn contains(&self, id: ExpertId) -> bool {
         let p = self.0.lock().expect("predicted routing lock");

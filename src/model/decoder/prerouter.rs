@@ -6,12 +6,12 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
 use super::{router_shape, GpuModel};
 use crate::error::{Error, Result};
+use crate::experts::predictor::PredictedRouting;
 use crate::gpu::{Gpu, Readback};
 use crate::ops::prerouter_heads::{HeadToRun, PrerouterHeads, PrerouterHistory};
 use crate::ops::router::{Capture, Forced, RouterTopK};
@@ -52,9 +52,6 @@ impl FromStr for RoutingMode {
     }
 }
 
-/// A model layer and the experts predicted for it.
-pub(super) type LayerPrediction = (usize, Vec<u16>);
-
 /// The prerouter's kernels and state inside a [`GpuModel`].
 pub(super) struct DecoderPrerouter {
     history: PrerouterHistory,
@@ -70,8 +67,6 @@ pub(super) struct DecoderPrerouter {
     readback: Option<Readback>,
     /// The history holds a token of the current sequence, so a prediction exists.
     ready: AtomicBool,
-    /// Per model layer: the experts the last read-back prediction gave it (with a readback).
-    known: Mutex<Vec<Option<Vec<u32>>>>,
     top_k: usize,
 }
 
@@ -87,20 +82,20 @@ impl DecoderPrerouter {
     /// The top-k to record for model layer `layer` in a step of `n` tokens (in place of the
     /// decoder's own): the forced one when predicted routing applies, else the capturing one.
     pub(super) fn router(&self, layer: usize, n: usize) -> Option<&RouterTopK> {
-        let forced = self.forced.get(layer).and_then(Option::as_ref);
-        let forced = forced.filter(|_| n == 1 && self.ready.load(Ordering::Relaxed));
+        let forced = self.forced.get(layer).and_then(Option::as_ref).filter(|_| self.forcing(layer, n));
         forced.or_else(|| self.native.get(layer).and_then(Option::as_ref))
     }
 
-    /// Model layer `layer`'s routing in a step of `n` tokens when the CPU already knows it:
-    /// the forced router applies and the prediction it reads was read back. The step then
-    /// needs no GPU round trip to learn it.
-    pub(super) fn known_routing(&self, layer: usize, n: usize) -> Option<Vec<u32>> {
-        let forced = self.forced.get(layer).is_some_and(Option::is_some);
-        if !forced || n != 1 || !self.ready.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.known.lock().expect("prerouter lock").get(layer).cloned().flatten()
+    /// Whether model layer `layer` takes the prediction as its routing in a step of `n` tokens.
+    fn forcing(&self, layer: usize, n: usize) -> bool {
+        n == 1 && self.ready.load(Ordering::Relaxed) && self.forced.get(layer).is_some_and(Option::is_some)
+    }
+
+    /// Whether the CPU already knows model layer `layer`'s routing in a step of `n` tokens: the
+    /// prediction is its routing and was read back into the model's [`PredictedRouting`], so
+    /// the step needs no GPU round trip to learn it.
+    pub(super) fn routing_is_published(&self, layer: usize, n: usize) -> bool {
+        self.readback.is_some() && self.forcing(layer, n)
     }
 
     /// Records every head (at the end of a step).
@@ -109,19 +104,16 @@ impl DecoderPrerouter {
     }
 
     /// After the step's submission: marks the prediction ready and, when a prefetcher reads
-    /// it, returns each predicted layer's experts.
-    pub(super) fn finish_step(&self, gpu: &Gpu) -> Result<Option<Vec<LayerPrediction>>> {
+    /// it, publishes each predicted layer's experts to `predicted`; returns whether it did.
+    pub(super) fn finish_step(&self, gpu: &Gpu, predicted: &PredictedRouting) -> Result<bool> {
         self.ready.store(true, Ordering::Relaxed);
-        let Some(readback) = &self.readback else { return Ok(None) };
+        let Some(readback) = &self.readback else { return Ok(false) };
         let mut ids = vec![0u32; self.targets.len() * self.top_k];
         readback.read(gpu, &self.heads.predicted, 0, bytemuck::cast_slice_mut(&mut ids))?;
-        let mut known = self.known.lock().expect("prerouter lock");
-        for (&l, es) in self.targets.iter().zip(ids.chunks(self.top_k)) {
-            known[l] = Some(es.to_vec());
+        for (&layer, experts) in self.targets.iter().zip(ids.chunks(self.top_k)) {
+            predicted.set(layer, experts.iter().map(|&e| e as u16).collect());
         }
-        let per_layer =
-            self.targets.iter().zip(ids.chunks(self.top_k)).map(|(&l, es)| (l, es.iter().map(|&e| e as u16).collect()));
-        Ok(Some(per_layer.collect()))
+        Ok(true)
     }
 }
 
@@ -176,7 +168,6 @@ impl GpuModel {
             targets,
             readback,
             ready: AtomicBool::new(false),
-            known: Mutex::new(vec![None; self.spec.layers]),
             top_k: c.top_k,
         });
         Ok(())

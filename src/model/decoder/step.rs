@@ -99,7 +99,8 @@ impl GpuModel {
                         Some(r) => {
                             // Slot writes must not overtake recorded work: submit first (slot
                             // and table writes land before the next submission's commands).
-                            let known = prerouter.filter(|_| !observing).and_then(|p| p.known_routing(i, n));
+                            let published = prerouter.is_some_and(|p| !observing && p.routing_is_published(i, n));
+                            let known = published.then(|| self.predicted.ids_of(i)).flatten();
                             rec.submit(&gpu.queue);
                             let routed = match known {
                                 Some(ids) => ids,
@@ -154,10 +155,7 @@ impl GpuModel {
         }
         rec.submit(&gpu.queue);
         let result = self.collect(n, output)?;
-        if let Some(predicted) = prerouter.map(|p| p.finish_step(gpu)).transpose()?.flatten() {
-            for (layer, experts) in predicted {
-                self.predicted.set(layer, experts);
-            }
+        if prerouter.map(|p| p.finish_step(gpu, &self.predicted)).transpose()? == Some(true) {
             if let Some(r) = residency.as_deref_mut() {
                 r.prefetch_next_token(gpu);
             }
