@@ -30,6 +30,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -49,20 +50,8 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 def load_model() -> TinyQwen3Moe:
     cfg = json.loads((MODEL / "config.json").read_text())
-    c = Cfg(
-        vocab_size=cfg["vocab_size"],
-        hidden_size=cfg["hidden_size"],
-        num_hidden_layers=cfg["num_hidden_layers"],
-        num_attention_heads=cfg["num_attention_heads"],
-        num_key_value_heads=cfg["num_key_value_heads"],
-        head_dim=cfg["head_dim"],
-        num_experts=cfg["num_experts"],
-        num_experts_per_tok=cfg["num_experts_per_tok"],
-        moe_intermediate_size=cfg["moe_intermediate_size"],
-        norm_topk_prob=cfg["norm_topk_prob"],
-        rms_norm_eps=cfg["rms_norm_eps"],
-        rope_theta=cfg["rope_theta"],
-    )
+    # The hub config uses the recipe's field names; take every one Cfg has.
+    c = Cfg(**{f.name: cfg[f.name] for f in fields(Cfg) if f.name in cfg})
     m = TinyQwen3Moe(c)
     sd = {k: v.float() for k, v in load_file(str(MODEL / "model.safetensors")).items()}
     if "lm_head.weight" not in sd:
