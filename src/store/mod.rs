@@ -51,6 +51,7 @@ mod decode;
 mod error;
 mod header;
 mod layout;
+mod positioned;
 mod reader;
 mod writer;
 

@@ -2,16 +2,16 @@
 
 use std::fs::File;
 use std::io::ErrorKind;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::header::{parse_fixed, parse_region, FIXED_HEADER_LEN};
+use super::positioned::{open_uncached, PositionedIo};
 use super::{decode_expert, AlignedBuf, DecodedExpert, ExpertLayout, IndexEntry, StoreError, StoreInfo, EXTENT_ALIGN};
 
 /// How [`ExpertStore::open_with`] opens the file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OpenOptions {
-    /// Try O_DIRECT reads (Linux only), bypassing the page cache. Falls back to buffered reads
+    /// Try uncached reads (O_DIRECT on Linux, F_NOCACHE on macOS), bypassing the page cache. Falls back to buffered reads
     /// when the platform or filesystem refuses; see [`ExpertStore::io_mode`].
     pub direct_io: bool,
 }
@@ -41,36 +41,6 @@ pub struct ExpertStore {
     /// (model layer, slot), sorted by layer.
     slots: Vec<(u32, usize)>,
 }
-
-/// `O_DIRECT` for this target, where known.
-#[cfg(all(
-    target_os = "linux",
-    any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "riscv64",
-        target_arch = "loongarch64",
-        target_arch = "s390x"
-    )
-))]
-const O_DIRECT: Option<i32> = Some(0o40000);
-/// `O_DIRECT` for this target, where known.
-#[cfg(all(target_os = "linux", any(target_arch = "aarch64", target_arch = "arm")))]
-const O_DIRECT: Option<i32> = Some(0o200000);
-/// `O_DIRECT` for this target, where known.
-#[cfg(not(all(
-    target_os = "linux",
-    any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "riscv64",
-        target_arch = "loongarch64",
-        target_arch = "s390x",
-        target_arch = "aarch64",
-        target_arch = "arm"
-    )
-)))]
-const O_DIRECT: Option<i32> = None;
 
 impl ExpertStore {
     /// Opens `path` with buffered reads, checking it was built for `expected_arch_hash`.
@@ -126,19 +96,12 @@ impl ExpertStore {
         Ok(store)
     }
 
-    /// Opens a second descriptor with O_DIRECT and probes one aligned read.
+    /// Opens a second, uncached descriptor (O_DIRECT, or F_NOCACHE on macOS) and probes one
+    /// aligned read.
     fn open_direct(&self) -> Result<File, String> {
-        let Some(flag) = O_DIRECT else {
-            return Err("O_DIRECT is not supported on this platform".into());
-        };
-        use std::os::unix::fs::OpenOptionsExt;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(flag)
-            .open(&self.path)
-            .map_err(|e| format!("O_DIRECT open failed: {e}"))?;
+        let f = open_uncached(&self.path).map_err(|e| format!("uncached open failed: {e}"))?;
         let mut probe = AlignedBuf::new(EXTENT_ALIGN);
-        f.read_exact_at(&mut probe, 0).map_err(|e| format!("O_DIRECT read failed: {e}"))?;
+        f.read_exact_at(&mut probe, 0).map_err(|e| format!("uncached read failed: {e}"))?;
         Ok(f)
     }
 

@@ -1,10 +1,10 @@
 //! [`StoreWriter`]: streams experts into a new `experts.bin`, one extent at a time.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::header::{encode_region, region_len, MAX_DIM};
+use super::positioned::PositionedIo;
 use super::{ExpertLayout, IndexEntry, StoreError, StoreInfo, EXTENT_ALIGN};
 
 /// Writes an expert store. Memory use is bounded by one expert (its f32 inputs are the
