@@ -87,9 +87,19 @@ pub enum Error {
     /// No usable GPU adapter was found, or the requested one does not exist.
     #[error("GPU adapter: {0}")]
     Adapter(String),
-    /// The GPU device failed (lost device, out of memory, validation error).
+    /// The GPU device failed (lost device, validation error).
     #[error("GPU error: {0}")]
     Gpu(String),
+    /// The driver refused an allocation.
+    #[error("the GPU refused an allocation while {allocated} bytes were allocated ({available} bytes were free when the adapter was opened): {message}; lower --context or the expert budget (--gpu-memory / --expert-slots)")]
+    OutOfGpuMemory {
+        /// Bytes this context had allocated, the refused buffers included.
+        allocated: u64,
+        /// Bytes the adapter reported free when it was opened.
+        available: u64,
+        /// The driver's message.
+        message: String,
+    },
     /// The expert store or quantized data is invalid.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),

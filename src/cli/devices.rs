@@ -2,6 +2,7 @@
 
 use clap::Args;
 
+use moestream::gpu::memory::MemorySource;
 use moestream::gpu::Gpu;
 use moestream::Result;
 
@@ -40,6 +41,17 @@ pub fn run(a: DevicesArgs) -> Result<()> {
             d.max_buffer >> 20,
             d.max_storage_buffers_per_stage,
             d.max_workgroup_storage >> 10
+        );
+        println!(
+            "    memory: {} MiB, {} MiB free ({})",
+            d.memory.total >> 20,
+            d.memory.available >> 20,
+            match d.memory.source {
+                MemorySource::VulkanBudget => "Vulkan device-local heaps, VK_EXT_memory_budget",
+                MemorySource::VulkanHeaps => "Vulkan device-local heaps",
+                MemorySource::Host => "host memory",
+                MemorySource::Override => "MOESTREAM_GPU_MEMORY",
+            }
         );
     }
     Ok(())

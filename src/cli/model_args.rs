@@ -94,7 +94,7 @@ pub struct ModelArgs {
     #[arg(long, conflicts_with = "gpu_memory")]
     pub expert_slots: Option<usize>,
     /// GPU memory for routed experts, e.g. `512MiB`, `2GiB` (converted to slots).
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = moestream::gpu::memory::parse_bytes)]
     pub gpu_memory: Option<u64>,
     /// Expert eviction policy when streaming.
     #[arg(long, value_enum, default_value = "eamc")]
@@ -128,25 +128,6 @@ pub struct ModelArgs {
     /// unmerged on top of the model's weights.
     #[arg(long, value_name = "DIR")]
     pub lora: Option<PathBuf>,
-}
-
-/// Parses `123`, `512MiB`, `2GiB`, `1.5GB` into bytes.
-pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-    let scale = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "m" | "mb" => 1e6,
-        "g" | "gb" => 1e9,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => return Err(format!("unknown size unit {other:?} (use B, KiB, MiB, GiB, KB, MB, GB)")),
-    };
-    Ok((value * scale) as u64)
 }
 
 /// The bundled model's directory: `$MOESTREAM_MODEL`, else `models/moestream-tiny-moe` in the

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::memory::GpuMemory;
 use crate::error::{Error, Result};
 
 /// What the caller asks of the GPU context.
@@ -20,6 +21,9 @@ pub struct GpuOptions {
     pub max_binding_override: Option<u64>,
     /// Do not use subgroup operations even if the adapter has them (tests the fallback kernels).
     pub disable_subgroups: bool,
+    /// Pretend the adapter has this many bytes of memory, all free (tests simulate a small GPU;
+    /// also `MOESTREAM_GPU_MEMORY`).
+    pub memory_override: Option<u64>,
 }
 
 /// Capabilities the kernels adapt to.
@@ -66,6 +70,8 @@ pub struct AdapterReport {
     pub max_storage_buffers_per_stage: u32,
     /// Workgroup storage in bytes.
     pub max_workgroup_storage: u32,
+    /// Memory for buffers and what is free now.
+    pub memory: GpuMemory,
 }
 
 /// An open GPU device with its queue, capabilities and pipeline cache.
@@ -80,6 +86,8 @@ pub struct Gpu {
     pub adapter: AdapterReport,
     pub(crate) pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     allocated: AtomicU64,
+    /// The first error wgpu raised outside an error scope (its default handler would panic).
+    uncaptured: Arc<Mutex<Option<String>>>,
 }
 
 fn instance() -> wgpu::Instance {
@@ -116,6 +124,10 @@ fn report(index: usize, adapter: &wgpu::Adapter) -> AdapterReport {
         max_buffer: limits.max_buffer_size,
         max_storage_buffers_per_stage: limits.max_storage_buffers_per_shader_stage,
         max_workgroup_storage: limits.max_compute_workgroup_storage_size,
+        memory: match GpuMemory::env_override() {
+            Ok(Some(bytes)) => GpuMemory::simulated(bytes),
+            _ => GpuMemory::discover(adapter),
+        },
     }
 }
 
@@ -164,7 +176,11 @@ impl Gpu {
             },
         };
         let adapter = &adapters[index];
-        let report = report(index, adapter);
+        let mut report = report(index, adapter);
+        GpuMemory::env_override().map_err(Error::InvalidArgument)?;
+        if let Some(bytes) = options.memory_override {
+            report.memory = GpuMemory::simulated(bytes);
+        }
         let offered = adapter.features();
         let wanted_features = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
         let required_features = offered & wanted_features;
@@ -190,6 +206,12 @@ impl Gpu {
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
+        let uncaptured = Arc::new(Mutex::new(None));
+        let sink = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            log::error!("GPU error: {e}");
+            sink.lock().expect("GPU error sink").get_or_insert_with(|| e.to_string());
+        }));
         Ok(Arc::new(Gpu {
             device,
             queue,
@@ -197,7 +219,13 @@ impl Gpu {
             adapter: report,
             pipelines: Mutex::new(HashMap::new()),
             allocated: AtomicU64::new(0),
+            uncaptured,
         }))
+    }
+
+    /// The adapter's memory as discovered when it was opened (or simulated).
+    pub fn memory(&self) -> GpuMemory {
+        self.adapter.memory
     }
 
     /// Bytes of GPU buffers allocated through this context so far.
@@ -209,11 +237,30 @@ impl Gpu {
         self.allocated.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Blocks until all submitted work has finished; reports a lost device as an error.
+    /// Blocks until all submitted work has finished; reports a lost device, or an error wgpu
+    /// raised since the context was opened, as an error.
     pub fn wait(&self) -> Result<()> {
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map(|_| ())
-            .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))
+            .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+        match self.uncaptured.lock().expect("GPU error sink").clone() {
+            Some(message) => Err(Error::Gpu(message)),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `build`, which allocates GPU buffers, and turns an allocation the driver refuses
+    /// into [`Error::OutOfGpuMemory`] instead of a later failure.
+    pub fn catch_out_of_memory<T>(&self, build: impl FnOnce() -> Result<T>) -> Result<T> {
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let built = build();
+        match pollster::block_on(scope.pop()) {
+            Some(e) => Err(Error::OutOfGpuMemory {
+                allocated: self.bytes_allocated(),
+                available: self.adapter.memory.available,
+                message: e.to_string(),
+            }),
+            None => built,
+        }
     }
 }

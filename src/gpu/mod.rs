@@ -1,11 +1,14 @@
 //! GPU access: adapter choice, features and limits ([`context`]), typed buffers ([`buffers`]),
-//! shader preprocessing and the pipeline cache ([`shader`]), and kernel launching ([`kernel`]).
+//! shader preprocessing and the pipeline cache ([`shader`]), kernel launching ([`kernel`]) and
+//! the adapter's memory ([`memory`]).
 
 pub mod buffers;
 pub mod context;
 pub mod kernel;
+pub mod memory;
 pub mod shader;
 
 pub use buffers::{Readback, StepUniform};
 pub use context::{AdapterReport, Caps, Gpu, GpuOptions};
 pub use kernel::Kernel;
+pub use memory::GpuMemory;

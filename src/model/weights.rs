@@ -237,6 +237,11 @@ impl Checkpoint {
         }
     }
 
+    /// Bytes `name` takes in its file (0 when absent).
+    pub fn tensor_bytes(&self, name: &str) -> u64 {
+        self.entries.get(name).map_or(0, |e| (e.end - e.start) as u64)
+    }
+
     /// Every tensor name.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)

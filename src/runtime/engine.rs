@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::memory_plan;
 use super::sampler::{Sampler, SamplingParams};
 use super::stats::{peak_rss_bytes, Stats};
 use super::tokenizer::{TextStream, Tokenizer};
@@ -188,17 +189,40 @@ fn resolve_model_dir(options: &EngineOptions) -> Result<PathBuf> {
     cached_conversion(dir, &root, &convert, &mut |_| {})
 }
 
-/// The slot budget `options` asks for, `None` when every expert stays resident.
-fn budget_slots(spec: &ArchSpec, slot_bytes: usize, options: &EngineOptions) -> Result<Option<usize>> {
+/// The slot budget `options` asks for, `None` when every expert stays resident. `Auto` takes
+/// what the adapter has free after `resident_bytes` (see [`memory_plan::auto_expert_bytes`]).
+fn budget_slots(
+    spec: &ArchSpec,
+    slot_bytes: usize,
+    options: &EngineOptions,
+    gpu: &Gpu,
+    resident_bytes: u64,
+) -> Result<Option<usize>> {
     let m = spec.moe.as_ref().expect("only MoE models have experts");
     let total = spec.moe_layers.iter().filter(|x| **x).count() * m.num_experts;
     let slots = match options.budget {
         ExpertBudget::Slots(n) => n,
         ExpertBudget::Bytes(b) => (b / slot_bytes as u64) as usize,
         ExpertBudget::Auto => {
-            // Keep a quarter of available memory for everything else.
-            let available = available_memory_bytes().unwrap_or(u64::MAX) / 4 * 3;
-            (available / slot_bytes as u64).min(total as u64) as usize
+            let bytes = memory_plan::auto_expert_bytes(gpu, resident_bytes);
+            let slots = (bytes / slot_bytes as u64).min(total as u64) as usize;
+            let memory = gpu.memory();
+            log::info!(
+                "expert budget: {slots} of {total} slots ({} MiB) from {} MiB free on the adapter ({:?}) less {} MiB for weights, KV cache and activations",
+                (slots * slot_bytes) >> 20,
+                memory.available >> 20,
+                memory.source,
+                resident_bytes >> 20
+            );
+            if slots < m.top_k {
+                return Err(Error::InvalidArgument(format!(
+                    "the adapter has {} MiB free, the model needs {} MiB besides its experts, leaving room for {slots} expert slots of {slot_bytes} bytes; one layer's top-k needs {} (pass a smaller --context, or --gpu-memory / --expert-slots to override)",
+                    memory.available >> 20,
+                    resident_bytes >> 20,
+                    m.top_k
+                )));
+            }
+            slots
         }
     };
     if slots < m.top_k {
@@ -208,14 +232,6 @@ fn budget_slots(spec: &ArchSpec, slot_bytes: usize, options: &EngineOptions) -> 
         )));
     }
     Ok((slots < total).then_some(slots))
-}
-
-/// Host memory available to the process (Linux `MemAvailable`). On software adapters and
-/// unified-memory GPUs this is also the GPU's; discrete GPUs are assumed to have no less.
-fn available_memory_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
 impl Engine {
@@ -278,8 +294,14 @@ impl Engine {
                 Some(wrap(Arc::new(CheckpointExperts::new(ckpt.clone(), spec.clone(), layout))))
             }
         };
-        let streaming =
-            source.as_ref().map(|s| budget_slots(&spec, s.layout().slot_bytes, options)).transpose()?.flatten();
+        let resident_bytes = memory_plan::resident_weight_bytes(&ckpt, dense_format, converted.is_some())
+            + memory_plan::kv_cache_bytes(&spec, context)
+            + memory_plan::activation_bytes(&spec, options.max_batch);
+        let streaming = source
+            .as_ref()
+            .map(|s| budget_slots(&spec, s.layout().slot_bytes, options, &gpu, resident_bytes))
+            .transpose()?
+            .flatten();
         let decoder = DecoderOptions {
             experts: expert_format,
             dense: dense_format,
@@ -293,7 +315,8 @@ impl Engine {
                 eamc_capacity: options.eamc_capacity,
             }),
         };
-        let mut model = GpuModel::load(gpu, &spec, &ckpt, source, decoder, lora.as_ref())?;
+        let mut model =
+            gpu.clone().catch_out_of_memory(|| GpuModel::load(gpu, &spec, &ckpt, source, decoder, lora.as_ref()))?;
         if let Some(mut r) = model.residency() {
             if let (Some(path), Some(cache)) = (&options.eamc_file, r.cache_mut()) {
                 if path.exists() {
@@ -479,6 +502,12 @@ impl Engine {
             }
             None => ExpertStats::default(),
         }
+    }
+
+    /// Expert slots on the GPU when streaming (`None` when every expert is resident or the
+    /// model has no routed experts).
+    pub fn expert_slots(&self) -> Option<usize> {
+        self.model.residency().and_then(|r| r.cache().map(|c| c.capacity()))
     }
 
     /// Cumulative expert-cache figures of this engine.

@@ -1,6 +1,7 @@
 //! Running a model: the [`Engine`] (load, generate, score), sampling, tokenization, stats.
 
 pub mod engine;
+pub mod memory_plan;
 pub mod sampler;
 pub mod stats;
 pub mod tokenizer;

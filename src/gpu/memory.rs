@@ -1,0 +1,185 @@
+//! How much memory an adapter has, and how much the process may still allocate on it.
+//!
+//! Vulkan: the device-local heaps, and with `VK_EXT_memory_budget` the driver's current budget
+//! minus what is already used. Software adapters (lavapipe) allocate host memory, so the host's
+//! figures are theirs. Other backends (Metal, DX12) are not queried yet: they report the host's
+//! memory, which matches Apple's unified memory but not a discrete DX12 card (a warning says so,
+//! and `--gpu-memory` overrides). `MOESTREAM_GPU_MEMORY` (a size such as `8GiB`) or [`super::GpuOptions::memory_override`] simulates an adapter of that size.
+
+use serde::Serialize;
+
+/// Where an adapter's memory figures came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum MemorySource {
+    /// Vulkan device-local heaps with `VK_EXT_memory_budget` (budget minus usage).
+    VulkanBudget,
+    /// Vulkan device-local heap sizes (no budget extension: nothing known to be in use).
+    VulkanHeaps,
+    /// The host's memory (software and unified-memory adapters, backends not queried).
+    Host,
+    /// Set by `MOESTREAM_GPU_MEMORY` or [`super::GpuOptions::memory_override`].
+    Override,
+}
+
+/// An adapter's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct GpuMemory {
+    /// Memory the adapter has for buffers, in bytes (device-local heaps, or the host's RAM).
+    pub total: u64,
+    /// What this process may still allocate, in bytes (at most `total`).
+    pub available: u64,
+    /// Where the figures came from.
+    pub source: MemorySource,
+}
+
+impl GpuMemory {
+    /// An adapter of exactly `bytes`, all of it free.
+    pub fn simulated(bytes: u64) -> GpuMemory {
+        GpuMemory { total: bytes, available: bytes, source: MemorySource::Override }
+    }
+
+    /// Discovers `adapter`'s memory (see the module docs for each backend).
+    pub fn discover(adapter: &wgpu::Adapter) -> GpuMemory {
+        let info = adapter.get_info();
+        let host = host_memory();
+        // A software adapter's heap sizes are nominal: it allocates the host's memory.
+        if info.device_type == wgpu::DeviceType::Cpu {
+            return host;
+        }
+        if let Some(mut vk) = GpuMemory::vulkan(adapter) {
+            if info.device_type == wgpu::DeviceType::IntegratedGpu {
+                // Shared with the host: its free memory bounds the adapter's.
+                vk.available = vk.available.min(host.available);
+            }
+            return vk;
+        }
+        if info.backend != wgpu::Backend::Metal {
+            log::warn!(
+                "GPU memory of {:?} adapters is not queried: assuming the host's {} MiB; pass --gpu-memory to set the expert budget",
+                info.backend,
+                host.available >> 20
+            );
+        }
+        host
+    }
+
+    /// The device-local heaps of a Vulkan adapter (with the budget when the driver offers
+    /// `VK_EXT_memory_budget`); `None` for other backends.
+    pub fn vulkan(adapter: &wgpu::Adapter) -> Option<GpuMemory> {
+        #[cfg(not(any(target_vendor = "apple", target_arch = "wasm32")))]
+        if adapter.get_info().backend == wgpu::Backend::Vulkan {
+            return vulkan::memory(adapter);
+        }
+        let _ = adapter;
+        None
+    }
+
+    /// The size `MOESTREAM_GPU_MEMORY` asks to simulate, if set.
+    pub fn env_override() -> Result<Option<u64>, String> {
+        match std::env::var("MOESTREAM_GPU_MEMORY") {
+            Ok(text) => parse_bytes(&text).map(Some).map_err(|e| format!("MOESTREAM_GPU_MEMORY: {e}")),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+/// The host's physical memory and what is available now.
+pub fn host_memory() -> GpuMemory {
+    let mut sys = sysinfo::System::new();
+    sys.refresh_memory();
+    let total = sys.total_memory();
+    let available = sys.available_memory().min(total);
+    GpuMemory { total, available, source: MemorySource::Host }
+}
+
+/// Parses `123`, `512MiB`, `2GiB`, `1.5GB` into bytes (KB/MB/GB are powers of ten,
+/// KiB/MiB/GiB powers of two).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("unknown size unit {other:?} (use B, KiB, MiB, GiB, KB, MB, GB)")),
+    };
+    let bytes = value * scale;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("size {s:?} is too large"));
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(not(any(target_vendor = "apple", target_arch = "wasm32")))]
+mod vulkan {
+    use super::{GpuMemory, MemorySource};
+    use ash::vk;
+
+    /// Device-local heaps of a Vulkan adapter, with the budget extension when the device has it.
+    pub fn memory(adapter: &wgpu::Adapter) -> Option<GpuMemory> {
+        // SAFETY: the HAL adapter is only read (no handle is destroyed or kept).
+        let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+        let shared = hal.shared_instance();
+        let instance = shared.raw_instance();
+        let phd = hal.raw_physical_device();
+        // SAFETY: `phd` belongs to `instance`, both alive while `hal` is.
+        let has_budget = unsafe { instance.enumerate_device_extension_properties(phd) }
+            .map(|exts| exts.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::memory_budget::NAME)))
+            .unwrap_or(false);
+        let use_v2 = shared.instance_api_version() >= vk::API_VERSION_1_1;
+        let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+        let props = if use_v2 {
+            let mut props2 = vk::PhysicalDeviceMemoryProperties2::default();
+            if has_budget {
+                props2 = props2.push_next(&mut budget);
+            }
+            // SAFETY: as above; the chained struct outlives the call.
+            unsafe { instance.get_physical_device_memory_properties2(phd, &mut props2) };
+            props2.memory_properties
+        } else {
+            // SAFETY: as above.
+            unsafe { instance.get_physical_device_memory_properties(phd) }
+        };
+        let with_budget = use_v2 && has_budget;
+        let mut total = 0u64;
+        let mut available = 0u64;
+        for (i, heap) in props.memory_heaps_as_slice().iter().enumerate() {
+            if !heap.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL) {
+                continue;
+            }
+            total += heap.size;
+            available += if with_budget {
+                budget.heap_budget[i].saturating_sub(budget.heap_usage[i]).min(heap.size)
+            } else {
+                heap.size
+            };
+        }
+        (total > 0).then_some(GpuMemory {
+            total,
+            available,
+            source: if with_budget { MemorySource::VulkanBudget } else { MemorySource::VulkanHeaps },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_counts_parse_with_units() {
+        assert_eq!(parse_bytes("1024"), Ok(1024));
+        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_bytes("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_bytes("1.5 KiB"), Ok(1536));
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("-1G").is_err());
+        assert!(parse_bytes("99999999999999999999999GiB").is_err());
+    }
+}

@@ -1,0 +1,104 @@
+//! GPU memory discovery and the automatic expert budget on a simulated small adapter.
+
+mod common;
+
+use std::sync::Arc;
+
+use moestream::experts::arena::SlotLayout;
+use moestream::gpu::memory::{GpuMemory, MemorySource};
+use moestream::gpu::{Gpu, GpuOptions};
+use moestream::model::{ArchSpec, Checkpoint};
+use moestream::ops::WeightFormat;
+use moestream::runtime::memory_plan;
+use moestream::runtime::ExpertBudget;
+use moestream::{Engine, EngineOptions, Error};
+
+fn mixtral() -> std::path::PathBuf {
+    common::fixtures_dir().join("mixtral")
+}
+
+/// What the model needs besides its experts, and one slot's bytes, as the engine computes them.
+fn needs(options: &EngineOptions) -> (u64, u64, usize) {
+    let spec = ArchSpec::from_dir(&options.model_dir).unwrap();
+    let ckpt = Checkpoint::open(&options.model_dir).unwrap();
+    let context = options.context.unwrap();
+    let resident = memory_plan::resident_weight_bytes(&ckpt, options.dense, false)
+        + memory_plan::kv_cache_bytes(&spec, context)
+        + memory_plan::activation_bytes(&spec, options.max_batch);
+    let m = spec.moe.as_ref().unwrap();
+    let slot = SlotLayout::new(options.experts, spec.hidden, m.expert_intermediate).unwrap().slot_bytes as u64;
+    (resident, slot, spec.layers * m.num_experts)
+}
+
+fn gpu_of(bytes: u64) -> Arc<Gpu> {
+    Gpu::new(&GpuOptions { memory_override: Some(bytes), ..Default::default() }).unwrap()
+}
+
+#[test]
+fn vulkan_adapters_report_device_local_heaps() {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
+    assert!(!adapters.is_empty(), "the tests need a Vulkan adapter (lavapipe)");
+    for adapter in &adapters {
+        let m = GpuMemory::vulkan(adapter).expect("a Vulkan adapter has device-local heaps");
+        assert!(m.total > 0 && m.available <= m.total, "{m:?}");
+        assert!(matches!(m.source, MemorySource::VulkanBudget | MemorySource::VulkanHeaps));
+        let discovered = GpuMemory::discover(adapter);
+        assert!(discovered.available <= discovered.total && discovered.total > 0, "{discovered:?}");
+    }
+}
+
+#[test]
+fn auto_budget_fits_a_small_adapter() {
+    let mut options = EngineOptions::new(mixtral()).with_format(WeightFormat::F16);
+    options.context = Some(256);
+    let (resident, slot, total) = needs(&options);
+    // An adapter with room for the resident part and 5 expert slots (after its 10% reserve).
+    let want_slots = 5;
+    let memory = ((resident + want_slots * slot) as f64 / 0.9).ceil() as u64 + slot / 2;
+    let engine = Engine::load_on(gpu_of(memory), &options).unwrap();
+    assert_eq!(engine.expert_slots(), Some(want_slots as usize), "budget of {total} experts on {memory} bytes");
+    // It still computes the same tokens as a resident run (the budget only moves experts).
+    let resident_engine = Engine::load_on(gpu_of(1 << 40), &options).unwrap();
+    assert_eq!(resident_engine.expert_slots(), None, "a large adapter keeps every expert resident");
+    let tokens = [1u32, 5, 9, 2, 7, 3];
+    assert_eq!(engine.score(&tokens).unwrap().logprobs, resident_engine.score(&tokens).unwrap().logprobs);
+}
+
+#[test]
+fn an_adapter_too_small_for_top_k_is_a_clear_error() {
+    let mut options = EngineOptions::new(mixtral()).with_format(WeightFormat::F16);
+    options.context = Some(256);
+    let (resident, _, _) = needs(&options);
+    let err = Engine::load_on(gpu_of(resident), &options).err().expect("too small");
+    let text = err.to_string();
+    assert!(matches!(err, Error::InvalidArgument(_)) && text.contains("MiB free"), "{text}");
+    // An explicit budget still overrides the discovery.
+    options.budget = ExpertBudget::Slots(2);
+    let engine = Engine::load_on(gpu_of(resident), &options).unwrap();
+    assert_eq!(engine.expert_slots(), Some(2));
+}
+
+#[test]
+fn an_allocation_the_driver_refuses_is_a_typed_error() {
+    let gpu = gpu_of(1 << 30);
+    // Far over any buffer limit: wgpu reports it through the error scope, never a panic.
+    let err = gpu
+        .catch_out_of_memory(|| {
+            let _ = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("huge"),
+                size: gpu.caps.max_buffer + 4096,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            });
+            Ok(())
+        })
+        .err();
+    // lavapipe rejects the size as a validation error rather than out-of-memory: either way the
+    // process goes on, and the error surfaces as a typed error, not a panic.
+    match err {
+        Some(Error::OutOfGpuMemory { .. }) => {}
+        None => assert!(matches!(gpu.wait(), Err(Error::Gpu(_))), "the refused buffer is reported"),
+        Some(other) => panic!("unexpected error {other}"),
+    }
+}
