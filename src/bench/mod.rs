@@ -1,5 +1,5 @@
 //! Benchmarks behind `moestream bench`: kernel bandwidth ([`kernels`]), end-to-end model speed
-//! ([`model`]) and the expert-streaming sweep ([`streaming`]).
+//! ([`model`]), per-kernel GPU time ([`profile`]) and the expert-streaming sweep ([`streaming`]).
 //!
 //! Each benchmark is a library function returning a serialisable report, so the command line
 //! only parses flags and prints; `benches/README.md` shows how to run them and what the
@@ -7,6 +7,7 @@
 
 pub mod kernels;
 pub mod model;
+pub mod profile;
 pub mod streaming;
 pub mod workload;
 

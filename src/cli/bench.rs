@@ -1,4 +1,4 @@
-//! `moestream bench kernels | model | streaming`.
+//! `moestream bench kernels | model | streaming | profile`.
 
 use std::path::PathBuf;
 
@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use super::model_args::{base_options, default_model, Dtype, ModelArgs, Routing};
 use moestream::bench::kernels::{self, KernelBenchOptions};
 use moestream::bench::model::{self, ModelBenchOptions};
+use moestream::bench::profile::{self, ProfileOptions};
 use moestream::bench::streaming::{self, StreamingBenchOptions};
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
@@ -28,6 +29,27 @@ enum BenchCommand {
     Model(ModelBenchArgs),
     /// Expert streaming: every budget × policy × prefetcher against the fully resident run.
     Streaming(StreamingArgs),
+    /// Per-kernel GPU time, bytes and GB/s of decode steps and prefill chunks (timestamp queries).
+    Profile(ProfileArgs),
+}
+
+/// Flags of `bench profile`.
+#[derive(Args, Debug)]
+struct ProfileArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt length (seeded random token ids).
+    #[arg(long, default_value_t = 64)]
+    prompt_tokens: usize,
+    /// Tokens generated (greedy, end-of-sequence ignored).
+    #[arg(long, default_value_t = 32)]
+    decode_tokens: usize,
+    /// Seed of the prompt's ids.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Flags of `bench kernels`.
@@ -146,6 +168,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         BenchCommand::Kernels(k) => run_kernels(k),
         BenchCommand::Model(m) => run_model(m),
         BenchCommand::Streaming(s) => run_streaming(s),
+        BenchCommand::Profile(p) => run_profile(p),
     }
 }
 
@@ -201,6 +224,24 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
     println!("peak RSS {:>10.0} MiB", r.peak_rss_bytes as f64 / 1048576.0);
     println!("GPU      {:>10.0} MiB", r.gpu_bytes as f64 / 1048576.0);
     println!("experts  {}", r.experts);
+    Ok(())
+}
+
+fn run_profile(a: ProfileArgs) -> Result<()> {
+    let mut options = a.model.options()?;
+    options.gpu.profile = true;
+    let engine = moestream::Engine::load(&options)?;
+    let o = ProfileOptions { prompt_tokens: a.prompt_tokens, decode_tokens: a.decode_tokens, seed: a.seed };
+    let r = profile::run(&engine, &o)?;
+    if a.json {
+        print_json(&r);
+        return Ok(());
+    }
+    println!(
+        "{} on {}: {} prompt tokens, {} generated ({:.1} tok/s while profiled)",
+        r.model, r.adapter, r.prompt_tokens, r.decode_tokens, r.decode_tokens_per_s
+    );
+    print!("{}", r.markdown());
     Ok(())
 }
 

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::memory::GpuMemory;
+use super::profiler::Profiler;
 use crate::error::{Error, Result};
 
 /// What the caller asks of the GPU context.
@@ -24,6 +25,9 @@ pub struct GpuOptions {
     /// Pretend the adapter has this many bytes of memory, all free (tests simulate a small GPU;
     /// also `MOESTREAM_GPU_MEMORY`).
     pub memory_override: Option<u64>,
+    /// Time every kernel dispatch with timestamp queries (`bench profile`); needs the adapter's
+    /// `TIMESTAMP_QUERY_INSIDE_PASSES`, an error otherwise.
+    pub profile: bool,
 }
 
 /// Capabilities the kernels adapt to.
@@ -88,6 +92,8 @@ pub struct Gpu {
     allocated: AtomicU64,
     /// The first error wgpu raised outside an error scope (its default handler would panic).
     uncaptured: Arc<Mutex<Option<String>>>,
+    /// Per-dispatch timing, when asked for.
+    pub(crate) profiler: Option<Arc<Profiler>>,
 }
 
 fn instance() -> wgpu::Instance {
@@ -182,7 +188,17 @@ impl Gpu {
             report.memory = GpuMemory::simulated(bytes);
         }
         let offered = adapter.features();
-        let wanted_features = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+        let mut wanted_features =
+            wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+        if options.profile {
+            if !offered.contains(wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES) {
+                return Err(Error::Adapter(format!(
+                    "{} has no timestamp queries inside compute passes (TIMESTAMP_QUERY_INSIDE_PASSES): per-kernel profiling is not possible on it",
+                    report.name
+                )));
+            }
+            wanted_features |= wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        }
         let required_features = offered & wanted_features;
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -213,14 +229,20 @@ impl Gpu {
             sink.lock().expect("GPU error sink").get_or_insert_with(|| e.to_string());
         }));
         Ok(Arc::new(Gpu {
-            device,
-            queue,
             caps,
             adapter: report,
             pipelines: Mutex::new(HashMap::new()),
             allocated: AtomicU64::new(0),
             uncaptured,
+            profiler: options.profile.then(|| Arc::new(Profiler::new(&device, &queue))),
+            device,
+            queue,
         }))
+    }
+
+    /// The per-dispatch profiler, when the context was opened with [`GpuOptions::profile`].
+    pub fn profiler(&self) -> Option<&Profiler> {
+        self.profiler.as_deref()
     }
 
     /// The adapter's memory as discovered when it was opened (or simulated).

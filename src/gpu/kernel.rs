@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use super::profiler::{Profiler, Traffic};
 use super::Gpu;
 
 /// A part of a buffer to bind.
@@ -30,6 +31,8 @@ pub struct Kernel {
     pipeline: Arc<wgpu::ComputePipeline>,
     bind_group: wgpu::BindGroup,
     name: &'static str,
+    traffic: Traffic,
+    profiler: Option<Arc<Profiler>>,
 }
 
 impl Kernel {
@@ -64,7 +67,13 @@ impl Kernel {
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
-        Kernel { pipeline, bind_group, name }
+        Kernel { pipeline, bind_group, name, traffic: Traffic::default(), profiler: gpu.profiler.clone() }
+    }
+
+    /// Sets the bytes a dispatch moves, for the profiler's bandwidth figures.
+    pub fn with_traffic(mut self, traffic: Traffic) -> Kernel {
+        self.traffic = traffic;
+        self
     }
 
     /// Records a dispatch of `groups` workgroups, folded into x/y when over the per-dimension
@@ -77,7 +86,10 @@ impl Kernel {
         let y = groups.div_ceil(x);
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
-        pass.dispatch_workgroups(x, y, 1);
+        match &self.profiler {
+            None => pass.dispatch_workgroups(x, y, 1),
+            Some(p) => p.bracket(pass, self.name, self.traffic, |pass| pass.dispatch_workgroups(x, y, 1)),
+        }
     }
 
     /// The shader this kernel runs.

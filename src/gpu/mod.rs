@@ -1,11 +1,12 @@
 //! GPU access: adapter choice, features and limits ([`context`]), typed buffers ([`buffers`]),
-//! shader preprocessing and the pipeline cache ([`shader`]), kernel launching ([`kernel`]) and
-//! the adapter's memory ([`memory`]).
+//! shader preprocessing and the pipeline cache ([`shader`]), kernel launching ([`kernel`]), the
+//! adapter's memory ([`memory`]) and per-kernel timing ([`profiler`]).
 
 pub mod buffers;
 pub mod context;
 pub mod kernel;
 pub mod memory;
+pub mod profiler;
 pub mod shader;
 
 pub use buffers::{Readback, StepUniform};

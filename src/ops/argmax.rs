@@ -1,6 +1,7 @@
 //! Greedy token choice on the GPU, so greedy decoding reads back 4 bytes, not the logits.
 
 use super::params;
+use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 
 /// A bound argmax over the last token's logits.
@@ -12,7 +13,8 @@ impl Argmax {
     /// Binds `logits` (`[tokens, vocab]`) → `out` (one u32).
     pub fn new(gpu: &Gpu, step: &wgpu::Buffer, logits: &wgpu::Buffer, out: &wgpu::Buffer, vocab: usize) -> Argmax {
         let p = params(&[vocab as u32, 0, 0, 0]);
-        Argmax { kernel: Kernel::new(gpu, "argmax", &[], step, &p, &[logits.into(), out.into()]) }
+        let traffic = Traffic { fixed: 4 * vocab as u64, per_token: 0, per_position: 0 };
+        Argmax { kernel: Kernel::new(gpu, "argmax", &[], step, &p, &[logits.into(), out.into()]).with_traffic(traffic) }
     }
 
     /// Records the argmax of the step's last token.

@@ -1,6 +1,7 @@
 //! Embedding lookup from a (possibly chunked) table.
 
 use super::{groups64, params, GpuMatrix};
+use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 
 /// A bound embedding lookup: token ids → hidden states.
@@ -27,7 +28,11 @@ impl Embed {
                     0,
                     0,
                 ]);
+                // Per token one table row (at the table's bytes per value) and its f32 output.
+                let row_bytes = c.buffer.size() / c.rows.max(1) as u64;
+                let traffic = Traffic { fixed: 0, per_token: row_bytes + 4 * table.cols as u64, per_position: 0 };
                 Kernel::new(gpu, "embed", &defines, step, &p, &[tokens.into(), (&c.buffer).into(), x.into()])
+                    .with_traffic(traffic)
             })
             .collect();
         Embed { kernels, hidden: table.cols }

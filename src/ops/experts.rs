@@ -5,6 +5,7 @@
 use super::matmul::DecodeLayout;
 use super::params;
 use crate::experts::{SlotArena, SlotTable};
+use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 
 /// Buffers an expert FFN reads and writes.
@@ -75,22 +76,34 @@ impl ExpertFfn {
             ];
             words.extend(&proj);
             let p = params(&words);
-            gate_up.push(Kernel::new(
-                gpu,
-                "expert_gate_up",
-                &defines,
-                step,
-                &p,
-                &[io.x.into(), io.ids.into(), (&table.buffer).into(), chunk.into(), io.h.into()],
-            ));
-            down.push(Kernel::new(
-                gpu,
-                "expert_down",
-                &defines,
-                step,
-                &p,
-                &[io.h.into(), io.ids.into(), io.route_w.into(), (&table.buffer).into(), chunk.into(), io.y.into()],
-            ));
+            // Per token: its top-k experts' projections (distinct experts when decoding; an upper
+            // bound in prefill, where tokens share experts), and the activations in and out.
+            let proj_bytes = (layout.slot_bytes / 3) as u64;
+            let (h, i, k) = (hidden as u64, inter as u64, top_k as u64);
+            let gate_up_traffic = Traffic { fixed: 0, per_token: k * (2 * proj_bytes + 4 * (h + i)), per_position: 0 };
+            let down_traffic = Traffic { fixed: 0, per_token: k * (proj_bytes + 4 * (h + i)), per_position: 0 };
+            gate_up.push(
+                Kernel::new(
+                    gpu,
+                    "expert_gate_up",
+                    &defines,
+                    step,
+                    &p,
+                    &[io.x.into(), io.ids.into(), (&table.buffer).into(), chunk.into(), io.h.into()],
+                )
+                .with_traffic(gate_up_traffic),
+            );
+            down.push(
+                Kernel::new(
+                    gpu,
+                    "expert_down",
+                    &defines,
+                    step,
+                    &p,
+                    &[io.h.into(), io.ids.into(), io.route_w.into(), (&table.buffer).into(), chunk.into(), io.y.into()],
+                )
+                .with_traffic(down_traffic),
+            );
         }
         ExpertFfn { gate_up, down, top_k, hidden, inter, layout: decode }
     }

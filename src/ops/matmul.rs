@@ -3,6 +3,7 @@
 
 use super::{params, GpuMatrix};
 use crate::gpu::kernel::Slice;
+use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 
 /// Where and how a matmul writes its output.
@@ -125,9 +126,12 @@ impl MatMul {
                 ]);
                 let mut storage: Vec<Slice> = vec![x.into(), (&c.buffer).into(), y.into()];
                 storage.extend(bias.map(Slice::from));
+                // The chunk's weights once, then per token its input row and output rows.
+                let traffic =
+                    Traffic { fixed: c.buffer.size(), per_token: 4 * (w.cols + c.rows) as u64, per_position: 0 };
                 (
-                    Kernel::new(gpu, "matmul", &defines, step, &p, &storage),
-                    Kernel::new(gpu, "matvec", &decode_defines, step, &p, &storage),
+                    Kernel::new(gpu, "matmul", &defines, step, &p, &storage).with_traffic(traffic),
+                    Kernel::new(gpu, "matvec", &decode_defines, step, &p, &storage).with_traffic(traffic),
                     c.rows as u32,
                 )
             })

@@ -2,6 +2,7 @@
 
 use super::{groups64, params};
 use crate::gpu::kernel::Slice;
+use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 
 /// A bound MoE combine.
@@ -32,7 +33,11 @@ impl MoeCombine {
             }
             None => &[],
         };
-        MoeCombine { kernel: Kernel::new(gpu, "moe_combine", defines, step, &p, &storage), hidden }
+        // Per token: its top-k expert rows, the residual row in and out (and the shared expert's).
+        let rows = top_k + 2 + if shared.is_some() { 1 } else { 0 };
+        let traffic = Traffic { fixed: 0, per_token: 4 * (rows * hidden) as u64, per_position: 0 };
+        let kernel = Kernel::new(gpu, "moe_combine", defines, step, &p, &storage).with_traffic(traffic);
+        MoeCombine { kernel, hidden }
     }
 
     /// Records the combine for `n_tokens` tokens.

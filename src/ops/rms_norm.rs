@@ -1,6 +1,7 @@
 //! RMSNorm over rows (whole hidden states, single heads, or whole projections).
 
 use super::params;
+use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 
 /// Which rows a norm touches.
@@ -36,6 +37,9 @@ impl RmsNorm {
             Some(o) => Kernel::new(gpu, "rms_norm", &["OUT"], step, &p, &[weight.into(), x.into(), o.into()]),
             None => Kernel::new(gpu, "rms_norm", &[], step, &p, &[weight.into(), x.into()]),
         };
+        // Per token its rows in and out; the weight once.
+        let per_token = 8 * (rows.n * rows.rows_per_token) as u64;
+        let kernel = kernel.with_traffic(Traffic { fixed: 4 * rows.n as u64, per_token, per_position: 0 });
         RmsNorm { kernel, rows_per_token: rows.rows_per_token }
     }
 

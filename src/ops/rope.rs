@@ -1,6 +1,7 @@
 //! Rotary position embedding with a host-computed cos/sin table.
 
 use super::{groups64, params};
+use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 
 /// cos and sin of every (position, frequency) pair, computed like transformers does in f32:
@@ -38,7 +39,10 @@ impl Rope {
         at_cache_pos: bool,
     ) -> Rope {
         let p = params(&[n_heads as u32, head_dim as u32, at_cache_pos as u32, 0]);
-        let kernel = Kernel::new(gpu, "rope", &[], step, &p, &[tables.0.into(), tables.1.into(), x.into()]);
+        // Per token its rows in and out and one cos/sin row.
+        let traffic = Traffic { fixed: 0, per_token: 4 * (2 * n_heads * head_dim + head_dim) as u64, per_position: 0 };
+        let kernel = Kernel::new(gpu, "rope", &[], step, &p, &[tables.0.into(), tables.1.into(), x.into()])
+            .with_traffic(traffic);
         Rope { kernel, pairs_per_token: n_heads * head_dim / 2 }
     }
 

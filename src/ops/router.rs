@@ -3,6 +3,7 @@
 use super::params;
 use super::prerouter_heads::PrerouterHistory;
 use crate::gpu::kernel::Slice;
+use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 
 /// A bound router top-k.
@@ -96,7 +97,9 @@ impl RouterTopK {
             storage.extend([Slice::from(c.hn), Slice::from(&c.history.hidden), Slice::from(&c.history.ids)]);
             defines.push("CAPTURE");
         }
-        RouterTopK { kernel: Kernel::new(gpu, "router_topk", &defines, step, &p, &storage) }
+        // Per token its logits in, ids and weights out.
+        let traffic = Traffic { fixed: 0, per_token: 4 * (shape.n_experts + 2 * shape.top_k) as u64, per_position: 0 };
+        RouterTopK { kernel: Kernel::new(gpu, "router_topk", &defines, step, &p, &storage).with_traffic(traffic) }
     }
 
     /// Records routing for `n_tokens` tokens.

@@ -1,6 +1,7 @@
 //! SwiGLU activation of a fused gate|up projection.
 
 use super::{groups64, params};
+use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 
 /// A bound SwiGLU: `h = silu(gate) * up` from `gu = [gate | up]`.
@@ -13,7 +14,11 @@ impl SwiGlu {
     /// Binds `gu` (`[tokens, 2 * inter]`) → `h` (`[tokens, inter]`).
     pub fn new(gpu: &Gpu, step: &wgpu::Buffer, gu: &wgpu::Buffer, h: &wgpu::Buffer, inter: usize) -> SwiGlu {
         let p = params(&[inter as u32, 0, 0, 0]);
-        SwiGlu { kernel: Kernel::new(gpu, "swiglu", &[], step, &p, &[gu.into(), h.into()]), inter }
+        let traffic = Traffic { fixed: 0, per_token: 12 * inter as u64, per_position: 0 };
+        SwiGlu {
+            kernel: Kernel::new(gpu, "swiglu", &[], step, &p, &[gu.into(), h.into()]).with_traffic(traffic),
+            inter,
+        }
     }
 
     /// Records the activation for `n_tokens` tokens.

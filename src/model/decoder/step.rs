@@ -155,6 +155,9 @@ impl GpuModel {
         }
         rec.submit(&gpu.queue);
         let result = self.collect(n, output)?;
+        if let Some(profiler) = gpu.profiler() {
+            profiler.end_step(gpu, n, pos + n)?;
+        }
         if prerouter.map(|p| p.finish_step(gpu, &self.predicted)).transpose()? == Some(true) {
             if let Some(r) = residency.as_deref_mut() {
                 r.prefetch_next_token(gpu);

@@ -1,0 +1,102 @@
+//! `bench profile`: where a step's GPU time goes, per kernel, from timestamp queries around
+//! every dispatch (see [`crate::gpu::profiler`]), for one-token (decode) steps and for
+//! multi-token (prefill chunk) steps, with each kernel's modelled bytes and achieved GB/s.
+
+use serde::Serialize;
+
+use super::workload::random_tokens;
+use crate::error::{Error, Result};
+use crate::gpu::profiler::StepKindProfile;
+use crate::runtime::{GenerateOptions, SamplingParams};
+use crate::Engine;
+
+/// What to run.
+#[derive(Clone, Copy, Debug)]
+pub struct ProfileOptions {
+    /// Prompt length (seeded random ids); prompts longer than the activation batch run in
+    /// several chunks. The prompt's last token runs as a one-token step.
+    pub prompt_tokens: usize,
+    /// Tokens generated (greedy, end-of-sequence ignored).
+    pub decode_tokens: usize,
+    /// Seed of the prompt's ids.
+    pub seed: u64,
+}
+
+/// The profile of one request after a warm-up request.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfileReport {
+    /// Adapter name.
+    pub adapter: String,
+    /// Model directory.
+    pub model: String,
+    /// Prompt length.
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub decode_tokens: usize,
+    /// Wall-clock decode speed of the profiled request (timestamps add a little overhead).
+    pub decode_tokens_per_s: f64,
+    /// One-token steps: decode, and the prompt's last token.
+    pub decode: StepKindProfile,
+    /// Multi-token steps: prefill chunks.
+    pub prefill: StepKindProfile,
+}
+
+/// Profiles `engine`, which must run on a context opened with `GpuOptions::profile`.
+pub fn run(engine: &Engine, o: &ProfileOptions) -> Result<ProfileReport> {
+    let profiler = engine
+        .gpu()
+        .profiler()
+        .ok_or_else(|| Error::InvalidArgument("the engine's GPU context was opened without profiling".into()))?;
+    let prompt = random_tokens(o.prompt_tokens, engine.spec().vocab, o.seed);
+    let options =
+        GenerateOptions { max_tokens: o.decode_tokens, sampling: SamplingParams::default(), ignore_eos: true };
+    engine.generate(&prompt, &options, |_, _| true)?;
+    profiler.reset();
+    let generation = engine.generate(&prompt, &options, |_, _| true)?;
+    let (decode, prefill) = profiler.report();
+    Ok(ProfileReport {
+        adapter: engine.gpu().adapter.name.clone(),
+        model: engine.model_dir().display().to_string(),
+        prompt_tokens: o.prompt_tokens,
+        decode_tokens: o.decode_tokens,
+        decode_tokens_per_s: generation.stats.decode_tokens_per_s,
+        decode,
+        prefill,
+    })
+}
+
+impl ProfileReport {
+    /// Both tables in markdown.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        for (title, p) in
+            [("one-token steps (decode)", &self.decode), ("multi-token steps (prefill chunks)", &self.prefill)]
+        {
+            out += &format!(
+                "\n{title}: {} steps, {} tokens, {:.3} ms GPU per step\n\n",
+                p.steps,
+                p.tokens,
+                p.gpu_ms / p.steps.max(1) as f64
+            );
+            out += "| kernel | dispatches | ms | share | MB moved | GB/s |\n|---|---:|---:|---:|---:|---:|\n";
+            for k in &p.kernels {
+                let (mb, gbps) = match k.bytes {
+                    0 => ("-".to_string(), "-".to_string()),
+                    b => (format!("{:.2}", b as f64 / 1e6), format!("{:.2}", k.gbps)),
+                };
+                out += &format!(
+                    "| {} | {} | {:.3} | {:.1}% | {mb} | {gbps} |\n",
+                    k.kernel,
+                    k.dispatches,
+                    k.ms,
+                    k.share * 100.0
+                );
+            }
+            if p.untimed_dispatches > 0 {
+                out +=
+                    &format!("\n{} dispatches past the per-step query capacity were not timed\n", p.untimed_dispatches);
+            }
+        }
+        out
+    }
+}
