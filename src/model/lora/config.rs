@@ -7,6 +7,10 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 
+/// Largest rank accepted (above every hidden size [`crate::model::config_limits::MAX_HIDDEN`]
+/// allows a projection to have; the GPU keeps a `[max_batch, r]` buffer).
+pub const MAX_RANK: usize = crate::model::config_limits::MAX_HIDDEN;
+
 /// The file naming the adapter's hyper-parameters.
 pub const CONFIG_FILE: &str = "adapter_config.json";
 
@@ -81,6 +85,12 @@ impl AdapterConfig {
         }
         let r = raw.r as f64;
         let scale = if raw.use_rslora { raw.lora_alpha / r.sqrt() } else { raw.lora_alpha / r };
+        if !scale.is_finite() || raw.r > MAX_RANK {
+            return refuse(format!(
+                "r = {} (at most {MAX_RANK}) and lora_alpha = {} must give a finite scale",
+                raw.r, raw.lora_alpha
+            ));
+        }
         let target_modules = match raw.target_modules {
             TargetModules::List(l) => Some(l),
             TargetModules::Pattern(p) => {
