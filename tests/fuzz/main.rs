@@ -80,7 +80,7 @@ fn converted() -> TempDir {
 #[test]
 fn config_json_through_engine() {
     let original = std::fs::read(fixture().join("config.json")).unwrap();
-    fuzz("config.json/engine", 48, mutants(), |m| {
+    fuzz("config.json/engine", 96, mutants(), |m| {
         let dir = dir_with(&fixture(), "config.json", &mutate_json_text(&original, &m));
         guarded(move || load_and_score(dir.path(), |_| {}))
     });
@@ -91,7 +91,7 @@ fn config_json_of_qwen2_moe_through_engine() {
     // Shared experts, sparse steps and dense layers: fields Mixtral has not.
     let src = common::fixtures_dir().join("qwen2_moe");
     let original = std::fs::read(src.join("config.json")).unwrap();
-    fuzz("config.json/qwen2_moe/engine", 24, mutants(), |m| {
+    fuzz("config.json/qwen2_moe/engine", 64, mutants(), |m| {
         let dir = dir_with(&src, "config.json", &mutate_json_text(&original, &m));
         guarded(move || load_and_score(dir.path(), |_| {}))
     });
@@ -100,7 +100,7 @@ fn config_json_of_qwen2_moe_through_engine() {
 #[test]
 fn config_json_through_convert() {
     let original = std::fs::read(fixture().join("config.json")).unwrap();
-    fuzz("config.json/convert", 24, mutants(), |m| {
+    fuzz("config.json/convert", 48, mutants(), |m| {
         let dir = dir_with(&fixture(), "config.json", &mutate_json_text(&original, &m));
         guarded(move || {
             let out = TempDir::new("fuzz-convert-out");
@@ -112,7 +112,7 @@ fn config_json_through_convert() {
 #[test]
 fn safetensors_header_through_engine() {
     let original = std::fs::read(fixture().join("model.safetensors")).unwrap();
-    fuzz("model.safetensors/engine", 32, mutants(), |m| {
+    fuzz("model.safetensors/engine", 64, mutants(), |m| {
         let dir = dir_with(&fixture(), "model.safetensors", &mutate_safetensors(&original, &m));
         guarded(move || load_and_score(dir.path(), |_| {}))
     });
@@ -123,7 +123,7 @@ fn model_json_through_engine() {
     let conv = converted();
     let src = conv.path().join("m");
     let original = std::fs::read(src.join("model.json")).unwrap();
-    fuzz("model.json/engine", 32, mutants(), |m| {
+    fuzz("model.json/engine", 64, mutants(), |m| {
         let dir = dir_with(&src, "model.json", &mutate_json_text(&original, &m));
         // Streaming, so the I/O pool's threads run too.
         guarded(move || load_and_score(dir.path(), |o| o.budget = ExpertBudget::Slots(4)))
@@ -188,7 +188,7 @@ fn expert_store_header_through_engine() {
     let conv = converted();
     let src = conv.path().join("m");
     let original = std::fs::read(src.join("experts.bin")).unwrap();
-    fuzz("experts.bin/engine", 32, store_mutants(), |m| {
+    fuzz("experts.bin/engine", 64, store_mutants(), |m| {
         let dir = dir_with(&src, "experts.bin", &mutate_store(&original, &m));
         guarded(move || load_and_score(dir.path(), |o| o.budget = ExpertBudget::Slots(4)))
     });
@@ -242,7 +242,7 @@ fn prerouter_heads_through_engine() {
     let path = scratch.path().join("heads.safetensors");
     heads_file(&path);
     let original = std::fs::read(&path).unwrap();
-    fuzz("prerouter.safetensors/engine", 24, meta_mutants(), |m| {
+    fuzz("prerouter.safetensors/engine", 64, meta_mutants(), |m| {
         let dir = TempDir::new("fuzz-heads-case");
         let heads = dir.path().join("heads.safetensors");
         std::fs::write(&heads, mutate_meta(&original, "prerouter", &m)).unwrap();
@@ -287,7 +287,7 @@ fn lora_adapter_through_engine() {
     lora_adapter(scratch.path());
     let config = std::fs::read(scratch.path().join("adapter_config.json")).unwrap();
     let weights = std::fs::read(scratch.path().join("adapter_model.safetensors")).unwrap();
-    fuzz("lora/engine", 32, (any::<bool>(), mutants()), |(in_config, m)| {
+    fuzz("lora/engine", 64, (any::<bool>(), mutants()), |(in_config, m)| {
         let dir = match in_config {
             true => dir_with(scratch.path(), "adapter_config.json", &mutate_json_text(&config, &m)),
             false => dir_with(scratch.path(), "adapter_model.safetensors", &mutate_safetensors(&weights, &m)),
@@ -331,7 +331,7 @@ fn trace_through_simulate() {
     // Each line is a JSON document; mutants treat the trace as their array.
     let lines: Vec<Value> = original.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
     let doc = serde_json::to_vec(&Value::Array(lines)).unwrap();
-    fuzz("trace/simulate", 200, mutants(), |m| {
+    fuzz("trace/simulate", 256, mutants(), |m| {
         let bytes = match &m {
             Mutant::Json(_) => {
                 let mutated: Value = serde_json::from_slice(&mutate_json_text(&doc, &m)).unwrap();
@@ -378,7 +378,7 @@ fn dataset_through_prerouter_train() {
     dataset(scratch.path());
     let files = ["meta.json", "hidden.f32", "topk.u16"];
     let originals: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(scratch.path().join(f)).unwrap()).collect();
-    fuzz("dataset/prerouter-train", 48, (0usize..4, mutants()), |(which, m)| {
+    fuzz("dataset/prerouter-train", 96, (0usize..4, mutants()), |(which, m)| {
         let dir = TempDir::new("fuzz-data-case");
         for (f, bytes) in files.iter().zip(&originals) {
             std::fs::write(dir.path().join(f), bytes).unwrap();
@@ -401,30 +401,67 @@ fn dataset_through_prerouter_train() {
     });
 }
 
-// Regression cases: mutants that panicked before the checks at the edge existed.
+// Regression cases: mutants that panicked, aborted or gave NaN before the checks at the edge.
 
-/// A Mixtral config with `field` set to `value`, through the engine: a typed error, no panic.
-fn config_case(field: &str, value: Value) -> Outcome {
-    let mut cfg: Value = serde_json::from_slice(&std::fs::read(fixture().join("config.json")).unwrap()).unwrap();
+/// Fixture `name`'s config with `field` set to `value`, through the engine: the error it gives
+/// (no panic, on any thread); a run that succeeds fails the test.
+fn config_case(name: &str, field: &str, value: Value) -> String {
+    let src = common::fixtures_dir().join(name);
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
     cfg[field] = value;
-    let dir = dir_with(&fixture(), "config.json", &serde_json::to_vec(&cfg).unwrap());
-    guarded(move || load_and_score(dir.path(), |_| {})).unwrap_or_else(|e| panic!("{field}: {e}"))
+    let dir = dir_with(&src, "config.json", &serde_json::to_vec(&cfg).unwrap());
+    let outcome = guarded(move || load_and_score(dir.path(), |_| {})).unwrap_or_else(|e| panic!("{field}: {e}"));
+    outcome.expect_err("the mutant must be refused")
 }
 
 #[test]
 fn regression_intermediate_size_zero_or_null() {
-    // Division by zero in the expert budget (slot bytes 0).
+    // Reported: division by zero in the expert budget (slot bytes 0).
     for value in [json!(0), Value::Null] {
-        let e = config_case("intermediate_size", value).unwrap_err();
+        let e = config_case("mixtral", "intermediate_size", value);
         assert!(e.contains("intermediate_size"), "{e}");
     }
 }
 
 #[test]
 fn regression_huge_vocab_or_layers() {
-    // Overflow and capacity overflow sizing the decoder.
-    for field in ["vocab_size", "num_hidden_layers"] {
-        let e = config_case(field, json!(1u64 << 63)).unwrap_err();
-        assert!(e.contains(field) && e.contains("9223372036854775808"), "{e}");
+    // vocab_size 2^63: `vocab * 4` wrapped to 0, division by zero sizing the batch.
+    // num_hidden_layers 2^63 (capacity overflow) or 2^32 (a 4 GiB allocation, then an abort).
+    for (field, value) in [("vocab_size", 1u64 << 63), ("num_hidden_layers", 1 << 63), ("num_hidden_layers", 1 << 32)] {
+        let e = config_case("mixtral", field, json!(value));
+        assert!(e.contains(field) && e.contains(&value.to_string()), "{e}");
+    }
+}
+
+#[test]
+fn regression_huge_intermediate_of_qwen2_moe() {
+    // A 2 TiB `gu` buffer: wgpu's validation error handler panicked.
+    for field in ["intermediate_size", "shared_expert_intermediate_size", "moe_intermediate_size"] {
+        let e = config_case("qwen2_moe", field, json!(1u64 << 32));
+        assert!(e.contains(field) && e.contains("4294967296"), "{e}");
+    }
+}
+
+#[test]
+fn regression_rope_theta_zero_gave_nan() {
+    // Not a panic but silent garbage: every log-probability NaN.
+    for value in [json!(0), json!(-1.5), json!(1e300)] {
+        let e = config_case("mixtral", "rope_theta", value);
+        assert!(e.contains("rope_theta"), "{e}");
+    }
+}
+
+#[test]
+fn in_range_sizes_that_disagree_with_the_tensors_fail_before_allocating() {
+    // Within every bound, but not what the checkpoint holds: the header check refuses them.
+    for (name, field, value) in [
+        ("mixtral", "vocab_size", 1 << 22),
+        ("mixtral", "intermediate_size", 1 << 18),
+        ("mixtral", "num_local_experts", 4096),
+        ("mixtral", "hidden_size", 1 << 12),
+        ("qwen2_moe", "shared_expert_intermediate_size", 1 << 18),
+    ] {
+        let e = config_case(name, field, json!(value));
+        assert!(e.contains("has shape"), "{name} {field}: {e}");
     }
 }
