@@ -117,36 +117,42 @@ impl ArchSpec {
         }
     }
 
-    /// Checks the sizes that buffers are allocated from against the tensors `ckpt` holds (the
-    /// embedding, the last layer, the first MoE layer's router, shared and routed expert, the
-    /// first dense MLP), reading headers only, so a config that lies about its checkpoint fails before
-    /// any allocation it would size.
+    /// Checks the sizes that buffers are allocated from against the tensors `ckpt` holds,
+    /// reading headers only, so a config that lies about its checkpoint fails before any
+    /// allocation it would size: the embedding `[vocab, hidden]`, the final norm, a tensor of
+    /// the last layer, and where the checkpoint has them under the usual names, layer 0's q and
+    /// k projections, the first dense MLP and the first MoE layer's router, shared expert and
+    /// routed expert (tensors named otherwise are checked when their layer loads).
     pub fn check_against(&self, ckpt: &Checkpoint) -> Result<()> {
         let h = self.hidden;
         ckpt.check_shape(names::EMBED, &[self.vocab, h])?;
         ckpt.check_shape(names::FINAL_NORM, &[h])?;
+        let last = format!("{}.", names::layer(self.layers - 1));
+        if !ckpt.names().any(|n| n.starts_with(&last)) {
+            return Err(Error::MissingTensor(format!("{last}* (num_hidden_layers is {})", self.layers)));
+        }
+        let if_present = |name: &str, shape: &[usize]| match ckpt.contains(name) {
+            true => ckpt.check_shape(name, shape),
+            false => Ok(()),
+        };
         let attn = format!("{}.self_attn", names::layer(0));
-        ckpt.check_shape(&format!("{attn}.q_proj.weight"), &[self.q_dim(), h])?;
-        ckpt.check_shape(&format!("{attn}.k_proj.weight"), &[self.kv_dim(), h])?;
-        ckpt.check_shape(&format!("{}.input_layernorm.weight", names::layer(self.layers - 1)), &[h])?;
+        if_present(&format!("{attn}.q_proj.weight"), &[self.q_dim(), h])?;
+        if_present(&format!("{attn}.k_proj.weight"), &[self.kv_dim(), h])?;
         if let Some(dense) = (0..self.layers).find(|&i| !self.is_moe_layer(i)) {
             let [gate, _, _] = names::mlp(&format!("{}.mlp", names::layer(dense)));
-            ckpt.check_shape(&gate, &[self.dense_intermediate, h])?;
+            if_present(&gate, &[self.dense_intermediate, h])?;
         }
         if let (Some(m), Some(first)) = (&self.moe, (0..self.layers).find(|&i| self.is_moe_layer(i))) {
-            ckpt.check_shape(&names::router(self.family, first), &[m.num_experts, h])?;
+            if_present(&names::router(self.family, first), &[m.num_experts, h])?;
             if let Some(si) = m.shared_expert_intermediate {
                 let [gate, _, _] = names::mlp(&format!("{}.shared_expert", names::ffn_prefix(self.family, first)));
-                ckpt.check_shape(&gate, &[si, h])?;
+                if_present(&gate, &[si, h])?;
             }
-            let [gate, _, _] = names::expert(self.family, first, 0);
-            let [gate_up, _] = names::fused_experts(self.family, first);
             // Converted models keep their experts in the store, whose header is checked on open.
-            if ckpt.contains(&gate) {
-                ckpt.check_shape(&gate, &[m.expert_intermediate, h])?;
-            } else if ckpt.contains(&gate_up) {
-                ckpt.check_shape(&gate_up, &[m.num_experts, 2 * m.expert_intermediate, h])?;
-            }
+            let [gate, _, _] = names::expert(self.family, first, 0);
+            if_present(&gate, &[m.expert_intermediate, h])?;
+            let [gate_up, _] = names::fused_experts(self.family, first);
+            if_present(&gate_up, &[m.num_experts, 2 * m.expert_intermediate, h])?;
         }
         Ok(())
     }
