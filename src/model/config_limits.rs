@@ -84,11 +84,15 @@ impl ArchSpec {
         in_range("head_dim", self.head_dim, 1, MAX_HEAD_DIM)?;
         in_range("max_position_embeddings", self.max_positions, 1, MAX_POSITIONS)?;
         in_range("intermediate_size", self.dense_intermediate, 0, MAX_INTERMEDIATE)?;
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(out_of_range("num_key_value_heads", self.kv_heads, format!("a divisor of {}", self.heads)));
         }
         if self.moe_layers.len() != self.layers {
-            return Err(out_of_range("moe_layers", self.moe_layers.len(), format!("one entry per layer ({})", self.layers)));
+            return Err(out_of_range(
+                "moe_layers",
+                self.moe_layers.len(),
+                format!("one entry per layer ({})", self.layers),
+            ));
         }
         if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
             return Err(out_of_range("rms_norm_eps", self.rms_eps, "a finite value ≥ 0".into()));

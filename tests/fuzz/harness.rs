@@ -55,7 +55,9 @@ pub fn guarded(entry: impl FnOnce() -> Outcome + Send + 'static) -> Result<Outco
     });
     let outcome = match rx.recv_timeout(HANG) {
         Ok(outcome) => outcome,
-        Err(mpsc::RecvTimeoutError::Timeout) => return Err(TestCaseError::fail(format!("hang: no answer in {HANG:?}"))),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            return Err(TestCaseError::fail(format!("hang: no answer in {HANG:?}")))
+        }
         Err(mpsc::RecvTimeoutError::Disconnected) => return Err(TestCaseError::fail("panicked")),
     };
     let panics = PANICS.load(Ordering::SeqCst) - before;

@@ -198,7 +198,8 @@ fn expert_store_header_through_engine() {
 fn heads_file(path: &Path) {
     let features = Features::EDGE0;
     let inner = 8;
-    let dims = HeadDims { hidden: 64, dense: features.dense_dim(64), sparse: features.sparse_dim(8), inner, experts: 8 };
+    let dims =
+        HeadDims { hidden: 64, dense: features.dense_dim(64), sparse: features.sparse_dim(8), inner, experts: 8 };
     let head = Head::new(dims, None, &mut SplitMix64::new(7));
     let model = ModelDims { hidden: 64, experts: 8, top_k: 2, moe_layers: vec![0, 1] };
     Heads::new(&model, features, inner, vec![TrainedHead { layer: 0, target_layer: 1, head }]).save(path).unwrap();
@@ -276,7 +277,9 @@ fn lora_adapter(dir: &Path) {
         .collect();
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = data
         .iter()
-        .map(|(n, s, b)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap()))
+        .map(|(n, s, b)| {
+            (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap())
+        })
         .collect();
     safetensors::serialize_to_file(views, None, &dir.join("adapter_model.safetensors")).unwrap();
 }
@@ -319,7 +322,8 @@ fn simulate_file(path: &Path) -> Outcome {
     for prefetch in [PrefetchKind::None, PrefetchKind::Eamc] {
         text(sim::simulate(&trace, &slots, &PolicyKind::ALL, prefetch, 4))?;
     }
-    let config = sim::SimConfig { slots: slots[0], policy: PolicyKind::Eamc, prefetch: PrefetchKind::Eamc, eamc_capacity: 4 };
+    let config =
+        sim::SimConfig { slots: slots[0], policy: PolicyKind::Eamc, prefetch: PrefetchKind::Eamc, eamc_capacity: 4 };
     text(sim::workload_shift(&trace, 1, config, 3))?;
     let _ = sim::trace_stats(&trace).summary();
     Ok(())
@@ -329,7 +333,8 @@ fn simulate_file(path: &Path) -> Outcome {
 fn trace_through_simulate() {
     let original = trace_text();
     // Each line is a JSON document; mutants treat the trace as their array.
-    let lines: Vec<Value> = original.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+    let lines: Vec<Value> =
+        original.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
     let doc = serde_json::to_vec(&Value::Array(lines)).unwrap();
     fuzz("trace/simulate", 256, mutants(), |m| {
         let bytes = match &m {
@@ -349,7 +354,8 @@ fn trace_through_simulate() {
 
 /// A dataset of 40 tokens for the fixture.
 fn dataset(dir: &Path) {
-    let meta = DatasetMeta { version: 1, tokens: 0, hidden: 64, experts: 8, top_k: 2, moe_layers: vec![0, 1], window: 16 };
+    let meta =
+        DatasetMeta { version: 1, tokens: 0, hidden: 64, experts: 8, top_k: 2, moe_layers: vec![0, 1], window: 16 };
     let mut w = DatasetWriter::create(dir, meta).unwrap();
     let mut rng = SplitMix64::new(5);
     for _ in 0..40 {
