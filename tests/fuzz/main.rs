@@ -471,3 +471,20 @@ fn in_range_sizes_that_disagree_with_the_tensors_fail_before_allocating() {
         assert!(e.contains("has shape"), "{name} {field}: {e}");
     }
 }
+
+#[test]
+fn regression_lora_alpha_huge_gave_nan() {
+    // lora_alpha 1e300: a finite f64 scale, infinite as the f32 the GPU uses; NaN log-probs.
+    let scratch = TempDir::new("fuzz-lora-alpha");
+    lora_adapter(scratch.path());
+    for alpha in [1e300, -1e300, 1e6] {
+        let path = scratch.path().join("adapter_config.json");
+        let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        cfg["lora_alpha"] = json!(alpha);
+        std::fs::write(&path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+        let dir = scratch.path().to_path_buf();
+        let outcome = guarded(move || load_and_score(&fixture(), |o| o.lora = Some(dir))).unwrap();
+        let e = outcome.expect_err("refused");
+        assert!(e.contains("lora_alpha"), "{e}");
+    }
+}
