@@ -299,6 +299,30 @@ fn lora_adapter_through_engine() {
     });
 }
 
+/// Streaming with EAMC, loading the collection in `file` at start (and saving it on drop).
+fn with_eamc(o: &mut EngineOptions, file: PathBuf) {
+    o.budget = ExpertBudget::Slots(4);
+    o.policy = PolicyKind::Eamc;
+    o.eamc_file = Some(file);
+}
+
+#[test]
+fn eamc_collection_through_engine() {
+    let scratch = TempDir::new("fuzz-eamc");
+    let file = scratch.path().join("eamc.json");
+    load_and_score(&fixture(), |o| with_eamc(o, file.clone())).unwrap();
+    let original = std::fs::read(&file).unwrap();
+    fuzz("eamc.json/engine", 48, mutants(), |m| {
+        let dir = TempDir::new("fuzz-eamc-case");
+        let file = dir.path().join("eamc.json");
+        std::fs::write(&file, mutate_json_text(&original, &m)).unwrap();
+        guarded(move || {
+            let _dir = &dir;
+            load_and_score(&fixture(), |o| with_eamc(o, file))
+        })
+    });
+}
+
 /// A routing trace of the fixture's shape: 3 requests of a prefill and decode steps.
 fn trace_text() -> Vec<u8> {
     let header = TraceHeader::new(2, 8, 2, vec![0, 1], 4096);
