@@ -1,6 +1,15 @@
 //! Hostile input never panics: seeded mutants of every file the engine reads, run through the
 //! real entry points (engine load + a short score, `convert`, `simulate`, `prerouter train`).
-//! The property: a clean error or a correct run, never a panic (on any thread), abort or hang.
+//! The property: a clean error or a correct run (finite log-probabilities), never a panic (on
+//! any thread), abort or hang.
+//!
+//! Input kinds: `config.json` (Mixtral and Qwen2-MoE, through the engine and `convert`), the
+//! `model.safetensors` header, a converted `model.json` and `experts.bin` header, prerouter
+//! heads (their config metadata and header), a LoRA adapter (config and header), the EAMC
+//! collection file, a routing trace and a prerouter dataset. JSON documents get hostile values
+//! (0, ±1, 2^31…2^64−1, floats, null, strings, wrong types, deleted keys); binary headers get
+//! bit flips, overwritten bytes and words, and cuts; `experts.bin` fields are also rewritten
+//! with their checksums recomputed so the checks behind the checksums are reached.
 //!
 //! CI runs a few dozen mutants per input kind; `MOESTREAM_FUZZ_LONG=1` runs 50 times as many
 //! and `MOESTREAM_FUZZ_CASES=N` exactly N per kind. Mutants that once panicked are kept as
