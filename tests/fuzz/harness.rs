@@ -46,6 +46,14 @@ pub type Outcome = Result<(), String>;
 /// Runs `entry` on its own thread: `Ok` when it returned (a clean error or a correct run), a
 /// failure when it panicked on any thread or did not return within [`HANG`].
 pub fn guarded(entry: impl FnOnce() -> Outcome + Send + 'static) -> Result<Outcome, TestCaseError> {
+    guarded_within(HANG, entry)
+}
+
+/// [`guarded`] with another hang limit.
+pub fn guarded_within(
+    hang: Duration,
+    entry: impl FnOnce() -> Outcome + Send + 'static,
+) -> Result<Outcome, TestCaseError> {
     count_panics();
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let before = PANICS.load(Ordering::SeqCst);
@@ -53,10 +61,10 @@ pub fn guarded(entry: impl FnOnce() -> Outcome + Send + 'static) -> Result<Outco
     std::thread::spawn(move || {
         let _ = tx.send(entry());
     });
-    let outcome = match rx.recv_timeout(HANG) {
+    let outcome = match rx.recv_timeout(hang) {
         Ok(outcome) => outcome,
         Err(mpsc::RecvTimeoutError::Timeout) => {
-            return Err(TestCaseError::fail(format!("hang: no answer in {HANG:?}")))
+            return Err(TestCaseError::fail(format!("hang: no answer in {hang:?}")))
         }
         Err(mpsc::RecvTimeoutError::Disconnected) => return Err(TestCaseError::fail("panicked")),
     };

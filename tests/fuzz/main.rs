@@ -440,6 +440,23 @@ fn dataset_through_prerouter_train() {
     });
 }
 
+#[test]
+fn the_harness_catches_panics_on_any_thread_and_hangs() {
+    let quick = std::time::Duration::from_millis(200);
+    assert!(harness::guarded_within(quick, || panic!("on the calling thread")).is_err());
+    let elsewhere = || {
+        let _ = std::thread::spawn(|| panic!("on a helper thread")).join();
+        Ok(())
+    };
+    assert!(harness::guarded_within(quick, elsewhere).is_err());
+    let hang = || {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        Ok(())
+    };
+    assert!(harness::guarded_within(quick, hang).is_err());
+    assert!(matches!(harness::guarded_within(quick, || Err("typed".into())), Ok(Err(_))));
+}
+
 // Regression cases: mutants that panicked, aborted or gave NaN before the checks at the edge.
 
 /// Fixture `name`'s config with `field` set to `value`, through the engine: the error it gives
