@@ -92,7 +92,7 @@ impl AdapterConfig {
         if raw.r > MAX_RANK {
             return refuse(format!("r = {} is above {MAX_RANK}", raw.r));
         }
-        if !(scale.abs() <= MAX_SCALE) {
+        if !scale.is_finite() || scale.abs() > MAX_SCALE {
             return refuse(format!("lora_alpha = {} gives the scale {scale}, beyond ±{MAX_SCALE}", raw.lora_alpha));
         }
         let target_modules = match raw.target_modules {
