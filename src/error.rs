@@ -30,6 +30,17 @@ pub enum Error {
     /// A required configuration field is missing or has the wrong type.
     #[error("config.json: missing or invalid field `{0}`")]
     ConfigField(String),
+    /// A size or value of a model description is out of its range or inconsistent with the
+    /// others (see [`crate::model::config_limits`]).
+    #[error("config field `{field}` = {value} is out of range (expected {expected})")]
+    ConfigValue {
+        /// The field, as `config.json` names it.
+        field: String,
+        /// The value found.
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
     /// A tensor the architecture needs is absent from the checkpoint.
     #[error("missing tensor `{0}`")]
     MissingTensor(String),

@@ -125,7 +125,9 @@ impl ModelManifest {
                 path.display()
             )));
         }
-        serde_json::from_value(value).map_err(|e| json(e.to_string()))
+        let manifest: ModelManifest = serde_json::from_value(value).map_err(|e| json(e.to_string()))?;
+        manifest.arch.check_limits()?;
+        Ok(manifest)
     }
 
     /// Writes `dir/model.json` atomically (a temporary file, synced, then renamed).

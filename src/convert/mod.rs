@@ -191,6 +191,7 @@ pub fn convert(
     }
     let fingerprint = source_fingerprint(src)?;
     let ckpt = Checkpoint::open(src)?;
+    spec.check_against(&ckpt)?;
     let src_canonical = src.canonicalize().map_err(|e| Error::io(src, e))?;
     extra_files::prepare_output(&src_canonical, out)?;
 

@@ -26,11 +26,15 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::experts::policy::Phase;
+use crate::model::config_limits::{MAX_EXPERTS, MAX_LAYERS};
 
 /// The `format` value of a trace header.
 pub const TRACE_FORMAT: &str = "moestream-trace";
 /// The trace format version this build reads and writes.
 pub const TRACE_VERSION: u32 = 1;
+
+/// Largest `expert_bytes` a header may give (1 TiB; byte totals stay far from overflow).
+pub const MAX_EXPERT_BYTES: u64 = 1 << 40;
 
 /// Errors reading or writing traces.
 #[derive(Debug, thiserror::Error)]
@@ -110,11 +114,21 @@ impl TraceHeader {
                 self.format, self.version
             ));
         }
-        if self.layers == 0 || self.experts == 0 || self.top_k == 0 || self.top_k > self.experts {
+        if !(1..=MAX_LAYERS).contains(&self.layers)
+            || !(1..=MAX_EXPERTS).contains(&self.experts)
+            || self.top_k == 0
+            || self.top_k > self.experts
+            || self.expert_bytes > MAX_EXPERT_BYTES
+        {
             return Err(format!(
-                "bad dimensions: layers {}, experts {}, top_k {}",
-                self.layers, self.experts, self.top_k
+                "bad dimensions: layers {} (1..={MAX_LAYERS}), experts {} (1..={MAX_EXPERTS}), top_k {}, expert_bytes {} (at most {MAX_EXPERT_BYTES})",
+                self.layers, self.experts, self.top_k, self.expert_bytes
             ));
+        }
+        let mut sorted = self.moe_layers.clone();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return Err(format!("moe_layers {:?} repeats a layer", self.moe_layers));
         }
         match self.moe_layers.iter().find(|&&l| l as usize >= self.layers) {
             Some(l) => Err(format!("MoE layer {l} is not below layers {}", self.layers)),
@@ -153,11 +167,12 @@ impl TraceEvent {
             if !h.moe_layers.contains(layer) {
                 return Err(format!("layer {layer} is not a MoE layer of the header"));
             }
-            if ids.len() != step.tokens * h.top_k {
+            if Some(ids.len()) != step.tokens.checked_mul(h.top_k) {
                 return Err(format!(
-                    "layer {layer} has {} ids, expected tokens × top_k = {}",
+                    "layer {layer} has {} ids, expected tokens {} × top_k {}",
                     ids.len(),
-                    step.tokens * h.top_k
+                    step.tokens,
+                    h.top_k
                 ));
             }
             if let Some(e) = ids.iter().find(|&&e| e as usize >= h.experts) {

@@ -5,6 +5,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::config_limits::check_field;
 use crate::error::{Error, Result};
 
 /// The model families moestream runs.
@@ -124,14 +125,11 @@ fn get<'a>(cfg: &'a Value, key: &str) -> Option<&'a Value> {
 }
 
 fn usize_field(cfg: &Value, key: &str) -> Result<usize> {
-    get(cfg, key).and_then(Value::as_u64).map(|v| v as usize).ok_or_else(|| Error::ConfigField(key.into()))
+    opt_usize(cfg, key)?.ok_or_else(|| Error::ConfigField(key.into()))
 }
 
 fn opt_usize(cfg: &Value, key: &str) -> Result<Option<usize>> {
-    match get(cfg, key) {
-        None => Ok(None),
-        Some(v) => v.as_u64().map(|v| Some(v as usize)).ok_or_else(|| Error::ConfigField(key.into())),
-    }
+    get(cfg, key).map(|v| check_field(key, v)).transpose()
 }
 
 fn f32_field(cfg: &Value, key: &str, default: f32) -> Result<f32> {
@@ -279,7 +277,7 @@ impl ArchSpec {
             _ => QkNorm::None,
         };
         let tie_default = false;
-        Ok(ArchSpec {
+        let spec = ArchSpec {
             family,
             hidden,
             layers,
@@ -297,7 +295,9 @@ impl ArchSpec {
             moe,
             moe_layers,
             eos_token_ids: eos_ids(cfg),
-        })
+        };
+        spec.check_limits()?;
+        Ok(spec)
     }
 
     /// Query projection width (`heads * head_dim`).

@@ -2,6 +2,7 @@
 //! per-family tensor names ([`names`]), PEFT LoRA adapters ([`lora`]).
 
 pub mod config;
+pub mod config_limits;
 pub mod decoder;
 pub mod layer_weights;
 pub mod lora;

@@ -185,14 +185,25 @@ impl Checkpoint {
         self.entries.values().map(|e| (e.end - e.start) as u64).sum()
     }
 
-    /// Reads `name` as f32, checking that its shape is `expected`.
-    pub fn tensor(&self, name: &str, expected: &[usize]) -> Result<HostTensor> {
+    /// Checks that `name` exists with shape `expected` (an int4 blob: the length that shape
+    /// takes), reading no data.
+    pub fn check_shape(&self, name: &str, expected: &[usize]) -> Result<()> {
         let e = self.entries.get(name).ok_or_else(|| Error::MissingTensor(name.into()))?;
         if e.dtype == StoredDtype::Int4Blob {
-            return self.int4_tensor(name, e, expected);
+            return self.int4_layout(name, e, expected).map(|_| ());
         }
         if e.shape != expected {
             return Err(Error::TensorShape { name: name.into(), actual: e.shape.clone(), expected: expected.to_vec() });
+        }
+        Ok(())
+    }
+
+    /// Reads `name` as f32, checking that its shape is `expected`.
+    pub fn tensor(&self, name: &str, expected: &[usize]) -> Result<HostTensor> {
+        self.check_shape(name, expected)?;
+        let e = &self.entries[name];
+        if e.dtype == StoredDtype::Int4Blob {
+            return self.int4_tensor(name, e, expected);
         }
         let bytes = &self.files[e.file].1[e.start..e.end];
         let data = match e.dtype {
@@ -204,13 +215,13 @@ impl Checkpoint {
         Ok(HostTensor::new(e.shape.clone(), data))
     }
 
-    fn int4_tensor(&self, name: &str, e: &Entry, expected: &[usize]) -> Result<HostTensor> {
+    /// The layout of int4 blob `name` as a matrix of shape `expected`, checked against its length.
+    fn int4_layout(&self, name: &str, e: &Entry, expected: &[usize]) -> Result<Int4Layout> {
         let params = self.int4.expect("Int4Blob entries exist only with int4 metadata");
-        let bad = |message: String| Error::Safetensors { path: self.files[e.file].0.clone(), message };
         let [rows, cols] = expected[..] else {
-            return Err(bad(format!("int4 tensor {name} must be a matrix, expected shape {expected:?}")));
+            return Err(self.bad_int4(e, format!("int4 tensor {name} must be a matrix, expected shape {expected:?}")));
         };
-        let layout = Int4Layout::new(rows, cols, params).map_err(|err| bad(format!("{name}: {err}")))?;
+        let layout = Int4Layout::new(rows, cols, params).map_err(|err| self.bad_int4(e, format!("{name}: {err}")))?;
         if e.shape != [layout.total_len] {
             return Err(Error::TensorShape {
                 name: name.into(),
@@ -218,8 +229,17 @@ impl Checkpoint {
                 expected: vec![layout.total_len],
             });
         }
+        Ok(layout)
+    }
+
+    fn bad_int4(&self, e: &Entry, message: String) -> Error {
+        Error::Safetensors { path: self.files[e.file].0.clone(), message }
+    }
+
+    fn int4_tensor(&self, name: &str, e: &Entry, expected: &[usize]) -> Result<HostTensor> {
+        let layout = self.int4_layout(name, e, expected)?;
         let m = Int4Matrix::read_from(&self.files[e.file].1[e.start..e.end], &layout)
-            .map_err(|err| bad(format!("{name}: {err}")))?;
+            .map_err(|err| self.bad_int4(e, format!("{name}: {err}")))?;
         Ok(HostTensor { shape: expected.to_vec(), data: m.dequantize(), int4: Some(m) })
     }
 

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::error::PrerouterError;
+use crate::model::config_limits::{MAX_HIDDEN, MAX_LAYERS};
 
 /// Name of the metadata file.
 pub const META_FILE: &str = "meta.json";
@@ -70,6 +71,13 @@ impl DatasetMeta {
         }
         if self.top_k == 0 || self.top_k > self.experts || self.experts > usize::from(u16::MAX) {
             return bad(format!("top_k {} of {} experts", self.top_k, self.experts));
+        }
+        if self.hidden > MAX_HIDDEN || self.moe_layers.len() > MAX_LAYERS {
+            return bad(format!(
+                "hidden {} (at most {MAX_HIDDEN}) or {} MoE layers (at most {MAX_LAYERS})",
+                self.hidden,
+                self.moe_layers.len()
+            ));
         }
         Ok(())
     }
@@ -160,8 +168,13 @@ impl Dataset {
         let meta: DatasetMeta =
             serde_json::from_str(&text).map_err(|e| PrerouterError::corrupt(&meta_path, e.to_string()))?;
         meta.check(&meta_path)?;
+        let bytes = |per_token: usize, width: usize| {
+            meta.tokens.checked_mul(per_token).and_then(|n| n.checked_mul(width)).ok_or_else(|| {
+                PrerouterError::corrupt(&meta_path, format!("{} tokens × {per_token} values overflow", meta.tokens))
+            })
+        };
         let hidden_path = dir.join(HIDDEN_FILE);
-        let hidden: Vec<f32> = read_exact_len(&hidden_path, meta.tokens * meta.hidden_per_token() * 4)?
+        let hidden: Vec<f32> = read_exact_len(&hidden_path, bytes(meta.hidden_per_token(), 4)?)?
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
@@ -169,7 +182,7 @@ impl Dataset {
             return Err(PrerouterError::corrupt(hidden_path, "non-finite hidden state"));
         }
         let topk_path = dir.join(TOPK_FILE);
-        let topk: Vec<u16> = read_exact_len(&topk_path, meta.tokens * meta.ids_per_token() * 2)?
+        let topk: Vec<u16> = read_exact_len(&topk_path, bytes(meta.ids_per_token(), 2)?)?
             .chunks_exact(2)
             .map(|c| u16::from_le_bytes([c[0], c[1]]))
             .collect();

@@ -164,13 +164,19 @@ impl Heads {
                 .and_then(|p| config.moe_layers.get(p + 1))
                 .copied()
                 .ok_or_else(|| corrupt(format!("head of layer {layer} has no next MoE layer")))?;
-            let mut params = HeadParams::zeros(dims);
-            for ((part, shape), dst) in PARTS.iter().zip(shapes(dims)).zip(params.tensors_mut()) {
+            // Every tensor is checked before the head is allocated: the config's sizes are
+            // only trusted once the file holds tensors that large.
+            let mut parts = Vec::with_capacity(PARTS.len());
+            for (part, shape) in PARTS.iter().zip(shapes(dims)) {
                 let name = format!("prerouter.layer{layer}.{part}");
                 let t = tensors.tensor(&name).map_err(|_| corrupt(format!("missing tensor {name}")))?;
                 if t.dtype() != Dtype::F32 || t.shape() != shape.as_slice() {
                     return Err(corrupt(format!("{name} is {:?} {:?}, expected F32 {shape:?}", t.dtype(), t.shape())));
                 }
+                parts.push((name, t));
+            }
+            let mut params = HeadParams::zeros(dims);
+            for ((name, t), dst) in parts.into_iter().zip(params.tensors_mut()) {
                 for (d, c) in dst.iter_mut().zip(t.data().chunks_exact(4)) {
                     *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
                 }

@@ -271,6 +271,7 @@ impl Engine {
         };
         let lora = options.lora.as_deref().map(|d| LoraAdapter::load(d, &spec)).transpose()?;
         let ckpt = Arc::new(Checkpoint::open(dir)?);
+        spec.check_against(&ckpt)?;
         let context = options.context.unwrap_or(spec.max_positions.min(4096));
         if context == 0 || context > spec.max_positions {
             return Err(Error::InvalidArgument(format!(

@@ -7,6 +7,14 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 
+/// Largest rank accepted (above every hidden size [`crate::model::config_limits::MAX_HIDDEN`]
+/// allows a projection to have; the GPU keeps a `[max_batch, r]` buffer).
+pub const MAX_RANK: usize = crate::model::config_limits::MAX_HIDDEN;
+
+/// Largest scale magnitude accepted. Published adapters use 0.5–4 (`lora_alpha` about 2r;
+/// rsLoRA's `alpha / sqrt(r)` a few tens); far beyond, the f32 deltas overflow into NaN.
+pub const MAX_SCALE: f64 = 1e4;
+
 /// The file naming the adapter's hyper-parameters.
 pub const CONFIG_FILE: &str = "adapter_config.json";
 
@@ -81,6 +89,12 @@ impl AdapterConfig {
         }
         let r = raw.r as f64;
         let scale = if raw.use_rslora { raw.lora_alpha / r.sqrt() } else { raw.lora_alpha / r };
+        if raw.r > MAX_RANK {
+            return refuse(format!("r = {} is above {MAX_RANK}", raw.r));
+        }
+        if !scale.is_finite() || scale.abs() > MAX_SCALE {
+            return refuse(format!("lora_alpha = {} gives the scale {scale}, beyond ±{MAX_SCALE}", raw.lora_alpha));
+        }
         let target_modules = match raw.target_modules {
             TargetModules::List(l) => Some(l),
             TargetModules::Pattern(p) => {
