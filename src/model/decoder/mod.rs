@@ -19,9 +19,9 @@ use crate::experts::residency::ExpertResidency;
 use crate::experts::source::ExpertSource;
 use crate::experts::{SlotArena, SlotTable};
 use crate::gpu::{Gpu, Readback, StepUniform};
-use crate::model::layer_weights::{self, FfnWeights, MlpWeights};
+use crate::model::layer_weights::{self, AttentionBlock, FfnWeights, MlpWeights};
 use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
-use crate::model::{ArchSpec, Checkpoint, HostTensor, MoeSpec, QkNorm};
+use crate::model::{ArchSpec, Checkpoint, HostTensor, MoeSpec, QkNorm, RoutingKind};
 use crate::ops::argmax::Argmax;
 use crate::ops::attention::{Attention, Heads};
 use crate::ops::embed::Embed;
@@ -29,7 +29,7 @@ use crate::ops::experts::{ExpertFfn, ExpertIo};
 use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::moe_combine::MoeCombine;
 use crate::ops::rms_norm::{NormRows, RmsNorm};
-use crate::ops::rope::{rope_tables, Rope};
+use crate::ops::rope::{Rope, RopeLayout};
 use crate::ops::router::{RouterIo, RouterShape, RouterTopK};
 use crate::ops::swiglu::SwiGlu;
 use crate::ops::token_logprob::TokenLogprob;
@@ -114,7 +114,8 @@ struct Mlp {
 
 struct Shared {
     mlp: Mlp,
-    gate: MatMul,
+    /// Qwen2-MoE's sigmoid gate logit; `None` when the shared expert adds straight into `x`.
+    gate: Option<MatMul>,
 }
 
 struct MoeFfn {
@@ -222,7 +223,13 @@ fn check_supported(spec: &ArchSpec) -> Result<()> {
     if spec.head_dim > 256 {
         return Err(Error::UnsupportedConfig(format!("head_dim {} > 256", spec.head_dim)));
     }
+    if spec.mla().is_some() {
+        return Err(Error::UnsupportedConfig("MLA attention on the GPU is not implemented".into()));
+    }
     if let Some(m) = &spec.moe {
+        if m.routing != RoutingKind::Softmax || m.routed_scaling_factor != 1.0 {
+            return Err(Error::UnsupportedConfig(format!("{:?} routing on the GPU is not implemented", m.routing)));
+        }
         if m.num_experts > 256 {
             return Err(Error::UnsupportedConfig(format!("{} experts per layer > 256", m.num_experts)));
         }
@@ -365,7 +372,7 @@ impl GpuModel {
         let embed = Embed::new(&gpu, &step.buffer, &acts.tokens, &bld.matrices[embed_m], &acts.x);
         drop(embed_w);
 
-        let (cos, sin) = rope_tables(spec.rope_theta, spec.head_dim, options.context);
+        let (cos, sin) = spec.rope.tables(options.context);
         let cos = gpu.upload("rope cos", bytemuck::cast_slice(&cos));
         let sin = gpu.upload("rope sin", bytemuck::cast_slice(&sin));
         let kv_bytes = f(options.context * spec.kv_dim());
@@ -429,16 +436,18 @@ impl GpuModel {
                 NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
                 eps,
             );
-            let bias = w.attn.qkv_bias.as_ref();
+            let AttentionBlock::Grouped(attn) = &w.attn else {
+                unreachable!("check_supported refuses MLA");
+            };
+            let bias = attn.qkv_bias.as_ref();
             let q_out = MatMulOut::plain(spec.q_dim());
-            let q =
-                bld.projection("q", &w.attn.q, bias.map(|b| &b[0]), &acts.hn, &acts.q, q_out, (i, LoraTarget::Q))?;
+            let q = bld.projection("q", &attn.q, bias.map(|b| &b[0]), &acts.hn, &acts.q, q_out, (i, LoraTarget::Q))?;
             let cache_out = MatMulOut { at_cache_pos: true, ..MatMulOut::plain(spec.kv_dim()) };
             let k =
-                bld.projection("k", &w.attn.k, bias.map(|b| &b[1]), &acts.hn, &k_cache, cache_out, (i, LoraTarget::K))?;
+                bld.projection("k", &attn.k, bias.map(|b| &b[1]), &acts.hn, &k_cache, cache_out, (i, LoraTarget::K))?;
             let v =
-                bld.projection("v", &w.attn.v, bias.map(|b| &b[2]), &acts.hn, &v_cache, cache_out, (i, LoraTarget::V))?;
-            let qk_norm = w.attn.qk_norm.as_ref().map(|[qn, kn]| {
+                bld.projection("v", &attn.v, bias.map(|b| &b[2]), &acts.hn, &v_cache, cache_out, (i, LoraTarget::V))?;
+            let qk_norm = attn.qk_norm.as_ref().map(|[qn, kn]| {
                 let (q_rows, k_rows, n) = match spec.qk_norm {
                     QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
                     _ => (1, 1, 0),
@@ -449,12 +458,27 @@ impl GpuModel {
                     bld.norm(kn, &k_cache, None, NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: true }, eps),
                 )
             });
-            let rope_q = Rope::new(&gpu, &step.buffer, (&cos, &sin), &acts.q, spec.heads, spec.head_dim, false);
-            let rope_k = Rope::new(&gpu, &step.buffer, (&cos, &sin), &k_cache, spec.kv_heads, spec.head_dim, true);
+            let tables = (&cos, &sin);
+            let rope_q = Rope::new(
+                &gpu,
+                &step.buffer,
+                tables,
+                &acts.q,
+                &spec.rope,
+                RopeLayout::heads(spec.heads, spec.head_dim, false),
+            );
+            let rope_k = Rope::new(
+                &gpu,
+                &step.buffer,
+                tables,
+                &k_cache,
+                &spec.rope,
+                RopeLayout::heads(spec.kv_heads, spec.head_dim, true),
+            );
             let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
             let attention = Attention::new(&gpu, &step.buffer, &acts.q, &k_cache, &v_cache, &acts.attn, heads);
             let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
-            let o = bld.projection("o", &w.attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
+            let o = bld.projection("o", &attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
             let ffn_norm = bld.norm(
                 &w.post_norm,
                 &acts.x,
@@ -480,25 +504,25 @@ impl GpuModel {
                     let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), router_shape(m));
                     let io = ExpertIo { x: &acts.hn, ids: &acts.ids, route_w: &acts.route_w, h: &acts.eh, y: &acts.ey };
                     let expert_ffn = ExpertFfn::new(&gpu, &step.buffer, io, &r.arena, &r.table, i, m.top_k);
+                    // A gated shared expert (Qwen2-MoE) writes its own buffer for the combine
+                    // to gate; an ungated one (DeepSeek, GLM) accumulates into the residual.
                     let shared = match &mw.shared {
-                        Some((sw, gate)) => Some(Shared {
-                            mlp: bld.mlp(
-                                "shared expert",
-                                sw,
-                                &acts.hn,
-                                &acts,
-                                (&acts.shared_out, false),
-                                (i, LoraTarget::SharedExpert),
-                            )?,
-                            gate: bld.matmul(
-                                "shared gate",
-                                gate,
-                                None,
-                                &acts.hn,
-                                &acts.shared_gate,
-                                MatMulOut::plain(1),
-                            )?,
-                        }),
+                        Some((sw, gate)) => {
+                            let out = match gate {
+                                Some(_) => (&acts.shared_out, false),
+                                None => (&acts.x, true),
+                            };
+                            let mlp =
+                                bld.mlp("shared expert", sw, &acts.hn, &acts, out, (i, LoraTarget::SharedExpert))?;
+                            let gate = gate
+                                .as_ref()
+                                .map(|g| {
+                                    let out = MatMulOut::plain(1);
+                                    bld.matmul("shared gate", g, None, &acts.hn, &acts.shared_gate, out)
+                                })
+                                .transpose()?;
+                            Some(Shared { mlp, gate })
+                        }
                         None => None,
                     };
                     let combine = MoeCombine::new(
@@ -506,7 +530,7 @@ impl GpuModel {
                         &step.buffer,
                         &acts.ey,
                         &acts.x,
-                        shared.as_ref().map(|_| (&acts.shared_out, &acts.shared_gate)),
+                        shared.as_ref().and_then(|s| s.gate.as_ref()).map(|_| (&acts.shared_out, &acts.shared_gate)),
                         h,
                         m.top_k,
                     );

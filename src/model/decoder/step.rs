@@ -131,7 +131,9 @@ impl GpuModel {
                     }
                     if let Some(s) = shared {
                         s.mlp.record(gpu, rec.pass(), n);
-                        s.gate.record(gpu, rec.pass(), n);
+                        if let Some(g) = &s.gate {
+                            g.record(gpu, rec.pass(), n);
+                        }
                     }
                     combine.record(gpu, rec.pass(), n);
                 }
