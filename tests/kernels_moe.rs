@@ -44,7 +44,7 @@ fn run_router(logits: &[f32], t: usize, e: usize, k: usize, renorm: bool) -> (Ve
     let ib = upload_u32(&gpu, &vec![u32::MAX; t * k + 1]);
     let wb = upload_f32(&gpu, &vec![-1.0; t * k + 1]);
     let io = RouterIo { logits: &lb, ids: &ib, weights: &wb };
-    let op = RouterTopK::new(&gpu, &step.buffer, io, RouterShape { n_experts: e, top_k: k, renormalize: renorm });
+    let op = RouterTopK::new(&gpu, &step.buffer, io, RouterShape::softmax(e, k, renorm));
     submit(&gpu, |pass| op.record(&gpu, pass, t));
     let ids = read_u32(&gpu, &ib, t * k + 1);
     let w = read_f32(&gpu, &wb, t * k + 1);
@@ -137,7 +137,7 @@ fn forced_router_weighs_the_given_experts() {
             let ib = upload_u32(&gpu, &vec![u32::MAX; k]);
             let wb = upload_f32(&gpu, &vec![-1.0; k]);
             let io = RouterIo { logits: &lb, ids: &ib, weights: &wb };
-            let shape = RouterShape { n_experts: e, top_k: k, renormalize: renorm };
+            let shape = RouterShape::softmax(e, k, renorm);
             let forced = Forced { experts: &fb, offset };
             let op = RouterTopK::with(&gpu, &step.buffer, io, shape, Some(forced), None);
             submit(&gpu, |pass| op.record(&gpu, pass, 1));

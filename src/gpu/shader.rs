@@ -130,7 +130,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
     ("expert_down", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
     ("moe_combine", &["SHARED"]),
-    ("router_topk", &["FORCED", "CAPTURE"]),
+    ("router_topk", &["FORCED", "CAPTURE", "SIGMOID"]),
     ("prerouter_heads", &["SCORES"]),
 ];
 

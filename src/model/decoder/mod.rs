@@ -120,6 +120,8 @@ struct Shared {
 
 struct MoeFfn {
     router: MatMul,
+    /// The router's correction bias (sigmoid routing), kept for routers bound later.
+    router_bias: Option<Vec<f32>>,
     topk: RouterTopK,
     experts: ExpertFfn,
     shared: Option<Shared>,
@@ -174,9 +176,19 @@ impl Activations {
     }
 }
 
-/// The router top-k's shape for `m`.
-fn router_shape(m: &MoeSpec) -> RouterShape {
-    RouterShape { n_experts: m.num_experts, top_k: m.top_k, renormalize: m.norm_topk_prob }
+/// The router top-k's shape for `m`, with the layer's correction bias for sigmoid routing.
+fn router_shape<'a>(m: &MoeSpec, bias: Option<&'a [f32]>) -> RouterShape<'a> {
+    RouterShape {
+        n_experts: m.num_experts,
+        top_k: m.top_k,
+        renormalize: m.norm_topk_prob,
+        groups: m.routing.groups(),
+        routed_scale: m.routed_scaling_factor,
+        sigmoid_bias: match m.routing {
+            RoutingKind::SigmoidBiased { .. } => bias,
+            _ => None,
+        },
+    }
 }
 
 /// Called after each MoE layer's router + top-k with the layer index, that layer's FFN input
@@ -227,9 +239,6 @@ fn check_supported(spec: &ArchSpec) -> Result<()> {
         return Err(Error::UnsupportedConfig("MLA attention on the GPU is not implemented".into()));
     }
     if let Some(m) = &spec.moe {
-        if m.routing != RoutingKind::Softmax || m.routed_scaling_factor != 1.0 {
-            return Err(Error::UnsupportedConfig(format!("{:?} routing on the GPU is not implemented", m.routing)));
-        }
         if m.num_experts > 256 {
             return Err(Error::UnsupportedConfig(format!("{} experts per layer > 256", m.num_experts)));
         }
@@ -501,7 +510,9 @@ impl GpuModel {
                         &acts.router_logits,
                         MatMulOut::plain(m.num_experts),
                     )?;
-                    let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), router_shape(m));
+                    let router_bias = mw.router_bias.as_ref().map(|b| b.data.clone());
+                    let shape = router_shape(m, router_bias.as_deref());
+                    let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), shape);
                     let io = ExpertIo { x: &acts.hn, ids: &acts.ids, route_w: &acts.route_w, h: &acts.eh, y: &acts.ey };
                     let expert_ffn = ExpertFfn::new(&gpu, &step.buffer, io, &r.arena, &r.table, i, m.top_k);
                     // A gated shared expert (Qwen2-MoE) writes its own buffer for the combine
@@ -534,7 +545,7 @@ impl GpuModel {
                         h,
                         m.top_k,
                     );
-                    Ffn::Moe(Box::new(MoeFfn { router, topk, experts: expert_ffn, shared, combine }))
+                    Ffn::Moe(Box::new(MoeFfn { router, router_bias, topk, experts: expert_ffn, shared, combine }))
                 }
             };
             bld.buffers.push(k_cache);

@@ -88,7 +88,7 @@ impl GpuModel {
             match &l.ffn {
                 Ffn::Dense(mlp) => mlp.record(gpu, rec.pass(), n),
                 Ffn::Moe(moe) => {
-                    let MoeFfn { router, topk, experts, shared, combine } = &**moe;
+                    let MoeFfn { router, topk, experts, shared, combine, .. } = &**moe;
                     router.record(gpu, rec.pass(), n);
                     match prerouter.and_then(|p| p.router(i, n)) {
                         Some(own) => own.record(gpu, rec.pass(), n),
