@@ -33,6 +33,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("rms_norm"),
     shader!("rope"),
     shader!("attention"),
+    shader!("mla_attention"),
     shader!("matmul"),
     shader!("matvec"),
     shader!("router_topk"),

@@ -1,6 +1,7 @@
 //! The generic decoder on the GPU, built from the ops for any [`ArchSpec`]: weights uploaded
 //! once, every kernel bound once, each step records the same dispatch list for its token count.
 
+mod mla;
 mod prerouter;
 mod projection;
 mod step;
@@ -133,8 +134,8 @@ enum Ffn {
     Moe(Box<MoeFfn>),
 }
 
-struct Layer {
-    attn_norm: RmsNorm,
+/// Grouped-query attention: projections into the K/V cache, RoPE, attention, `o_proj`.
+struct GroupedAttn {
     q: Projection,
     k: Projection,
     v: Projection,
@@ -143,6 +144,17 @@ struct Layer {
     rope_k: Rope,
     attention: Attention,
     o: Projection,
+}
+
+/// A layer's attention, by kind.
+enum Attn {
+    Grouped(Box<GroupedAttn>),
+    Mla(Box<mla::MlaAttn>),
+}
+
+struct Layer {
+    attn_norm: RmsNorm,
+    attn: Attn,
     ffn_norm: RmsNorm,
     ffn: Ffn,
 }
@@ -154,6 +166,8 @@ struct Activations {
     x: wgpu::Buffer,
     hn: wgpu::Buffer,
     q: wgpu::Buffer,
+    /// MLA's compressed query (`q_lora_rank` wide).
+    q_lat: wgpu::Buffer,
     attn: wgpu::Buffer,
     gu: wgpu::Buffer,
     mh: wgpu::Buffer,
@@ -235,8 +249,14 @@ fn check_supported(spec: &ArchSpec) -> Result<()> {
     if spec.head_dim > 256 {
         return Err(Error::UnsupportedConfig(format!("head_dim {} > 256", spec.head_dim)));
     }
-    if spec.mla().is_some() {
-        return Err(Error::UnsupportedConfig("MLA attention on the GPU is not implemented".into()));
+    if let Some(m) = spec.mla() {
+        use crate::ops::mla_attention::{MAX_RANK, MAX_ROPE};
+        if m.kv_lora_rank > MAX_RANK || m.qk_rope_head_dim > MAX_ROPE {
+            return Err(Error::UnsupportedConfig(format!(
+                "MLA kv_lora_rank {} / qk_rope_head_dim {} above the kernel's {MAX_RANK} / {MAX_ROPE}",
+                m.kv_lora_rank, m.qk_rope_head_dim
+            )));
+        }
     }
     if let Some(m) = &spec.moe {
         if m.num_experts > 256 {
@@ -356,7 +376,8 @@ impl GpuModel {
             x: gpu.storage("x", f(b * h)),
             hn: gpu.storage("hn", f(b * h)),
             q: gpu.storage("q", f(b * spec.q_dim())),
-            attn: gpu.storage("attn", f(b * spec.q_dim())),
+            q_lat: gpu.storage("q latent", f(b * spec.mla().and_then(|m| m.q_lora_rank).unwrap_or(1))),
+            attn: gpu.storage("attn", f(b * spec.q_dim().max(spec.mla().map_or(0, |m| spec.heads * m.v_head_dim)))),
             gu: gpu.storage("gu", f(b * 2 * inter_max)),
             mh: gpu.storage("mh", f(b * inter_max)),
             router_logits: gpu.storage("router logits", f(b * n_experts)),
@@ -385,9 +406,11 @@ impl GpuModel {
         let cos = gpu.upload("rope cos", bytemuck::cast_slice(&cos));
         let sin = gpu.upload("rope sin", bytemuck::cast_slice(&sin));
         let kv_bytes = f(options.context * spec.kv_dim());
-        if kv_bytes > gpu.caps.max_binding {
+        // The widest cache buffer of a layer: K or V rows, or MLA's latent rows.
+        let cache_bytes = f(options.context * spec.mla().map_or(spec.kv_dim(), |m| m.kv_lora_rank));
+        if cache_bytes > gpu.caps.max_binding {
             return Err(Error::UnsupportedConfig(format!(
-                "a context of {} tokens needs {kv_bytes}-byte KV buffers, over the binding limit {}",
+                "a context of {} tokens needs {cache_bytes}-byte KV buffers, over the binding limit {}",
                 options.context, gpu.caps.max_binding
             )));
         }
@@ -435,8 +458,6 @@ impl GpuModel {
         let mut layers = Vec::with_capacity(spec.layers);
         for i in 0..spec.layers {
             let w = layer_weights::layer(ckpt, spec, i)?;
-            let k_cache = gpu.storage("k cache", kv_bytes);
-            let v_cache = gpu.storage("v cache", kv_bytes);
             let eps = spec.rms_eps;
             let attn_norm = bld.norm(
                 &w.input_norm,
@@ -445,49 +466,96 @@ impl GpuModel {
                 NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
                 eps,
             );
-            let AttentionBlock::Grouped(attn) = &w.attn else {
-                unreachable!("check_supported refuses MLA");
+            let attn = match (&w.attn, spec.mla()) {
+                (AttentionBlock::Mla(mw), Some(m)) => {
+                    let (c, k_rope) = mla::latent_cache(&gpu, m, options.context);
+                    let mla = bld.mla(spec, m, mw, &acts, (&c, &k_rope), (&cos, &sin))?;
+                    bld.buffers.extend([c, k_rope]);
+                    Attn::Mla(Box::new(mla))
+                }
+                (AttentionBlock::Grouped(attn), _) => {
+                    let k_cache = gpu.storage("k cache", kv_bytes);
+                    let v_cache = gpu.storage("v cache", kv_bytes);
+                    let bias = attn.qkv_bias.as_ref();
+                    let q_out = MatMulOut::plain(spec.q_dim());
+                    let q = bld.projection(
+                        "q",
+                        &attn.q,
+                        bias.map(|b| &b[0]),
+                        &acts.hn,
+                        &acts.q,
+                        q_out,
+                        (i, LoraTarget::Q),
+                    )?;
+                    let cache_out = MatMulOut { at_cache_pos: true, ..MatMulOut::plain(spec.kv_dim()) };
+                    let k = bld.projection(
+                        "k",
+                        &attn.k,
+                        bias.map(|b| &b[1]),
+                        &acts.hn,
+                        &k_cache,
+                        cache_out,
+                        (i, LoraTarget::K),
+                    )?;
+                    let v = bld.projection(
+                        "v",
+                        &attn.v,
+                        bias.map(|b| &b[2]),
+                        &acts.hn,
+                        &v_cache,
+                        cache_out,
+                        (i, LoraTarget::V),
+                    )?;
+                    let qk_norm = attn.qk_norm.as_ref().map(|[qn, kn]| {
+                        let (q_rows, k_rows, n) = match spec.qk_norm {
+                            QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
+                            _ => (1, 1, 0),
+                        };
+                        let (qn_n, kn_n) = if n == 0 { (spec.q_dim(), spec.kv_dim()) } else { (n, n) };
+                        (
+                            bld.norm(
+                                qn,
+                                &acts.q,
+                                None,
+                                NormRows { n: qn_n, rows_per_token: q_rows, at_cache_pos: false },
+                                eps,
+                            ),
+                            bld.norm(
+                                kn,
+                                &k_cache,
+                                None,
+                                NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: true },
+                                eps,
+                            ),
+                        )
+                    });
+                    let tables = (&cos, &sin);
+                    let rope_q = Rope::new(
+                        &gpu,
+                        &step.buffer,
+                        tables,
+                        &acts.q,
+                        &spec.rope,
+                        RopeLayout::heads(spec.heads, spec.head_dim, false),
+                    );
+                    let rope_k = Rope::new(
+                        &gpu,
+                        &step.buffer,
+                        tables,
+                        &k_cache,
+                        &spec.rope,
+                        RopeLayout::heads(spec.kv_heads, spec.head_dim, true),
+                    );
+                    let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
+                    let attention = Attention::new(&gpu, &step.buffer, &acts.q, &k_cache, &v_cache, &acts.attn, heads);
+                    let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
+                    let o = bld.projection("o", &attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
+                    bld.buffers.push(k_cache);
+                    bld.buffers.push(v_cache);
+                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope_q, rope_k, attention, o }))
+                }
+                (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
             };
-            let bias = attn.qkv_bias.as_ref();
-            let q_out = MatMulOut::plain(spec.q_dim());
-            let q = bld.projection("q", &attn.q, bias.map(|b| &b[0]), &acts.hn, &acts.q, q_out, (i, LoraTarget::Q))?;
-            let cache_out = MatMulOut { at_cache_pos: true, ..MatMulOut::plain(spec.kv_dim()) };
-            let k =
-                bld.projection("k", &attn.k, bias.map(|b| &b[1]), &acts.hn, &k_cache, cache_out, (i, LoraTarget::K))?;
-            let v =
-                bld.projection("v", &attn.v, bias.map(|b| &b[2]), &acts.hn, &v_cache, cache_out, (i, LoraTarget::V))?;
-            let qk_norm = attn.qk_norm.as_ref().map(|[qn, kn]| {
-                let (q_rows, k_rows, n) = match spec.qk_norm {
-                    QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
-                    _ => (1, 1, 0),
-                };
-                let (qn_n, kn_n) = if n == 0 { (spec.q_dim(), spec.kv_dim()) } else { (n, n) };
-                (
-                    bld.norm(qn, &acts.q, None, NormRows { n: qn_n, rows_per_token: q_rows, at_cache_pos: false }, eps),
-                    bld.norm(kn, &k_cache, None, NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: true }, eps),
-                )
-            });
-            let tables = (&cos, &sin);
-            let rope_q = Rope::new(
-                &gpu,
-                &step.buffer,
-                tables,
-                &acts.q,
-                &spec.rope,
-                RopeLayout::heads(spec.heads, spec.head_dim, false),
-            );
-            let rope_k = Rope::new(
-                &gpu,
-                &step.buffer,
-                tables,
-                &k_cache,
-                &spec.rope,
-                RopeLayout::heads(spec.kv_heads, spec.head_dim, true),
-            );
-            let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
-            let attention = Attention::new(&gpu, &step.buffer, &acts.q, &k_cache, &v_cache, &acts.attn, heads);
-            let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
-            let o = bld.projection("o", &attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
             let ffn_norm = bld.norm(
                 &w.post_norm,
                 &acts.x,
@@ -548,9 +616,7 @@ impl GpuModel {
                     Ffn::Moe(Box::new(MoeFfn { router, router_bias, topk, experts: expert_ffn, shared, combine }))
                 }
             };
-            bld.buffers.push(k_cache);
-            bld.buffers.push(v_cache);
-            layers.push(Layer { attn_norm, q, k, v, qk_norm, rope_q, rope_k, attention, o, ffn_norm, ffn });
+            layers.push(Layer { attn_norm, attn, ffn_norm, ffn });
         }
         let final_norm = bld.norm(
             &final_norm_w,
@@ -621,6 +687,31 @@ impl GpuModel {
         let bytes = (self.options.max_batch * self.spec.hidden * 4) as u64;
         *self.observer.lock().expect("observer lock") =
             callback.map(|callback| Observer { callback, readback: Readback::new(&self.gpu, bytes) });
+    }
+}
+
+impl GroupedAttn {
+    fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+        self.q.record(gpu, pass, n);
+        self.k.record(gpu, pass, n);
+        self.v.record(gpu, pass, n);
+        if let Some((qn, kn)) = &self.qk_norm {
+            qn.record(gpu, pass, n);
+            kn.record(gpu, pass, n);
+        }
+        self.rope_q.record(gpu, pass, n);
+        self.rope_k.record(gpu, pass, n);
+        self.attention.record(gpu, pass, n);
+        self.o.record(gpu, pass, n);
+    }
+}
+
+impl Attn {
+    fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+        match self {
+            Attn::Grouped(a) => a.record(gpu, pass, n),
+            Attn::Mla(a) => a.record(gpu, pass, n),
+        }
     }
 }
 

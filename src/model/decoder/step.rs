@@ -73,17 +73,7 @@ impl GpuModel {
         self.embed.record(gpu, rec.pass(), n);
         for (i, l) in self.layers.iter().enumerate() {
             l.attn_norm.record(gpu, rec.pass(), n);
-            l.q.record(gpu, rec.pass(), n);
-            l.k.record(gpu, rec.pass(), n);
-            l.v.record(gpu, rec.pass(), n);
-            if let Some((qn, kn)) = &l.qk_norm {
-                qn.record(gpu, rec.pass(), n);
-                kn.record(gpu, rec.pass(), n);
-            }
-            l.rope_q.record(gpu, rec.pass(), n);
-            l.rope_k.record(gpu, rec.pass(), n);
-            l.attention.record(gpu, rec.pass(), n);
-            l.o.record(gpu, rec.pass(), n);
+            l.attn.record(gpu, rec.pass(), n);
             l.ffn_norm.record(gpu, rec.pass(), n);
             match &l.ffn {
                 Ffn::Dense(mlp) => mlp.record(gpu, rec.pass(), n),
