@@ -93,13 +93,13 @@ pub struct MlaShape {
 /// position-free part is folded through its W_UK block (`q_lat = W_UKᵀ q_nope`), scores are
 /// `(q_lat · c_t + q_rope · k_rope_t) * scale`, the softmax-weighted latent sum goes through W_UV.
 ///
-/// `q` is `[n_heads, nope + rope]` (rotary part already rotated), `latents` `[kv_len, rank +
-/// rope]` (normalised latent `c_t`, then the rotated shared key), `kv_b` `[n_heads * (nope +
-/// v), rank]` (per head W_UK rows then W_UV rows); `out` is `[n_heads * v]`.
-pub fn mla_absorbed(q: &[f32], latents: &[f32], kv_b: &[f32], s: MlaShape, kv_len: usize, out: &mut [f32]) {
-    let (qk, row, blk) = (s.nope + s.rope, s.rank + s.rope, s.nope + s.v);
+/// `q` is `[n_heads, nope + rope]` (rotary part already rotated), `c` `[kv_len, rank]`
+/// (normalised latents), `k_rope` `[kv_len, rope]` (the rotated shared keys), `kv_b`
+/// `[n_heads * (nope + v), rank]` (per head W_UK rows then W_UV rows); `out` is `[n_heads * v]`.
+pub fn mla_absorbed(q: &[f32], c: &[f32], k_rope: &[f32], kv_b: &[f32], s: MlaShape, kv_len: usize, out: &mut [f32]) {
+    let (qk, blk) = (s.nope + s.rope, s.nope + s.v);
     assert_eq!(q.len(), s.n_heads * qk, "mla_absorbed: q length");
-    assert!(latents.len() >= kv_len * row, "mla_absorbed: latents too short");
+    assert!(c.len() >= kv_len * s.rank && k_rope.len() >= kv_len * s.rope, "mla_absorbed: latents too short");
     assert_eq!(kv_b.len(), s.n_heads * blk * s.rank, "mla_absorbed: kv_b shape");
     assert_eq!(out.len(), s.n_heads * s.v, "mla_absorbed: out length");
     let mut scores = vec![0.0f32; kv_len];
@@ -113,14 +113,14 @@ pub fn mla_absorbed(q: &[f32], latents: &[f32], kv_b: &[f32], s: MlaShape, kv_le
             }
         }
         for (t, sc) in scores.iter_mut().enumerate() {
-            let (c, k_rope) = latents[t * row..(t + 1) * row].split_at(s.rank);
-            *sc = (dot(&q_lat, c) + dot(q_rope, k_rope)) * s.scale;
+            let (ct, kt) = (&c[t * s.rank..(t + 1) * s.rank], &k_rope[t * s.rope..(t + 1) * s.rope]);
+            *sc = (dot(&q_lat, ct) + dot(q_rope, kt)) * s.scale;
         }
         softmax(&mut scores);
         let mut o_lat = vec![0.0f32; s.rank];
         for (t, &p) in scores.iter().enumerate() {
-            for (o, &c) in o_lat.iter_mut().zip(&latents[t * row..t * row + s.rank]) {
-                *o += p * c;
+            for (o, &ct) in o_lat.iter_mut().zip(&c[t * s.rank..(t + 1) * s.rank]) {
+                *o += p * ct;
             }
         }
         for (j, o) in out[h * s.v..(h + 1) * s.v].iter_mut().enumerate() {
