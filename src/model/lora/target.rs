@@ -62,10 +62,16 @@ impl MlpProj {
 }
 
 impl LoraTarget {
-    /// Every target layer `layer` of `spec` has: the attention projections, then the dense MLP's
-    /// or the shared expert's (MoE layers without a shared expert have no FFN target).
+    /// Every target layer `layer` of `spec` has: the attention projections (grouped attention
+    /// only), then the dense MLP's or the shared expert's (MoE layers without a shared expert
+    /// have no FFN target).
     pub fn of_layer(spec: &ArchSpec, layer: usize) -> Vec<LoraTarget> {
-        let mut out = vec![LoraTarget::Q, LoraTarget::K, LoraTarget::V, LoraTarget::O];
+        // MLA's projections (q_a/q_b, kv_a, kv_b, o) are not adaptable: an adapter naming them
+        // is refused at load.
+        let mut out = match spec.mla() {
+            None => vec![LoraTarget::Q, LoraTarget::K, LoraTarget::V, LoraTarget::O],
+            Some(_) => Vec::new(),
+        };
         let ffn = match (&spec.moe, spec.is_moe_layer(layer)) {
             (_, false) => Some(LoraTarget::Mlp as fn(MlpProj) -> LoraTarget),
             (Some(m), true) if m.shared_expert_intermediate.is_some() => Some(LoraTarget::SharedExpert as _),
