@@ -121,7 +121,7 @@ fn decompress(c: &[f32], kr: &[f32], kv_b: &[f32], s: refops::MlaShape, len: usi
 #[test]
 fn mla_absorbed_matches_decompressed_reference() {
     use moestream::model::MlaSpec;
-    use moestream::ops::mla_attention::{LatentCache, MlaAttention};
+    use moestream::ops::mla_attention::{LatentCache, MlaAttention, MlaIo};
     let mut rng = Rng::new(77);
     // (heads, rank, nope, rope, v, tokens, pos)
     for &(heads, rank, nope, rope, v, t, pos) in &[
@@ -152,7 +152,8 @@ fn mla_absorbed_matches_decompressed_reference() {
         let (qb, cb, krb, wb) =
             (upload_f32(&gpu, &q), upload_f32(&gpu, &c), upload_f32(&gpu, &kr), upload_f32(&gpu, &kv_b));
         let ob = upload_f32(&gpu, &vec![-555.0; t * heads * v]);
-        let op = MlaAttention::new(&gpu, &step.buffer, &qb, LatentCache { c: &cb, k_rope: &krb }, &wb, &ob, heads, &m);
+        let io = MlaIo { q: &qb, cache: LatentCache { c: &cb, k_rope: &krb }, kv_b: &wb, out: &ob };
+        let op = MlaAttention::new(&gpu, &step.buffer, io, heads, &m);
         submit(&gpu, |pass| op.record(&gpu, pass, t));
         let got = read_f32(&gpu, &ob, t * heads * v);
 

@@ -36,6 +36,8 @@ pub struct AttentionWeights {
 
 /// How MLA forms its queries.
 #[derive(Clone, Debug)]
+// One per layer, held only while a layer uploads: boxing a variant would save nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum MlaQuery {
     /// `q_proj` `[heads * qk_head_dim, hidden]` (no `q_lora_rank`).
     Direct(HostTensor),
@@ -69,6 +71,8 @@ pub struct MlaWeights {
 
 /// A layer's attention weights, by attention kind.
 #[derive(Clone, Debug)]
+// One per layer, held only while a layer uploads: boxing a variant would save nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum AttentionBlock {
     /// Grouped-query attention.
     Grouped(AttentionWeights),

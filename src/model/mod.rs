@@ -8,5 +8,5 @@ pub mod lora;
 pub mod names;
 pub mod weights;
 
-pub use config::{ArchSpec, AttentionKind, Family, MlaSpec, MoeSpec, QkNorm, RopeSpec, RoutingKind};
+pub use config::{ArchSpec, AttentionKind, Family, MlaSpec, MoeSpec, QkNorm, RopeScaling, RopeSpec, RoutingKind};
 pub use weights::{Checkpoint, HostTensor};

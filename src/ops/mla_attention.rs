@@ -12,11 +12,25 @@ pub const MAX_ROPE: usize = 128;
 
 /// The latent cache of one layer: normalised latents `[positions, kv_lora_rank]` and the rotated
 /// shared keys `[positions, qk_rope_head_dim]`.
+#[derive(Clone, Copy)]
 pub struct LatentCache<'a> {
     /// Latents `c`.
     pub c: &'a wgpu::Buffer,
     /// Rotary keys.
     pub k_rope: &'a wgpu::Buffer,
+}
+
+/// What an MLA attention reads and writes.
+#[derive(Clone, Copy)]
+pub struct MlaIo<'a> {
+    /// Queries `[tokens, heads, nope + rope]`, rotary part rotated.
+    pub q: &'a wgpu::Buffer,
+    /// The layer's latent cache.
+    pub cache: LatentCache<'a>,
+    /// `kv_b_proj` in f32, `[heads * (nope + v), rank]`.
+    pub kv_b: &'a wgpu::Buffer,
+    /// Output `[tokens, heads * v]`.
+    pub out: &'a wgpu::Buffer,
 }
 
 /// A bound MLA attention.
@@ -26,18 +40,8 @@ pub struct MlaAttention {
 }
 
 impl MlaAttention {
-    /// Binds queries `q` (`[tokens, heads, nope + rope]`, rotary part rotated), the latent
-    /// cache, `kv_b` (f32 `[heads * (nope + v), rank]`) and `out` (`[tokens, heads * v]`).
-    pub fn new(
-        gpu: &Gpu,
-        step: &wgpu::Buffer,
-        q: &wgpu::Buffer,
-        cache: LatentCache<'_>,
-        kv_b: &wgpu::Buffer,
-        out: &wgpu::Buffer,
-        n_heads: usize,
-        m: &MlaSpec,
-    ) -> MlaAttention {
+    /// Binds `io` for `n_heads` heads of shape `m`.
+    pub fn new(gpu: &Gpu, step: &wgpu::Buffer, io: MlaIo<'_>, n_heads: usize, m: &MlaSpec) -> MlaAttention {
         assert!(m.kv_lora_rank <= MAX_RANK && m.qk_rope_head_dim <= MAX_ROPE, "MLA limits are checked at load");
         let p = params(&[
             n_heads as u32,
@@ -49,7 +53,7 @@ impl MlaAttention {
             0,
             0,
         ]);
-        let storage = [q.into(), cache.c.into(), cache.k_rope.into(), kv_b.into(), out.into()];
+        let storage = [io.q.into(), io.cache.c.into(), io.cache.k_rope.into(), io.kv_b.into(), io.out.into()];
         MlaAttention { kernel: Kernel::new(gpu, "mla_attention", &[], step, &p, &storage), n_heads }
     }
 

@@ -130,18 +130,18 @@ pub(super) fn parse(
         Some(t) => t,
         None => super::fields::f32_field(cfg, "rope_theta", default_theta)?,
     };
-    if !(theta > 1.0) {
+    if theta.is_nan() || theta <= 1.0 {
         return Err(Error::UnsupportedConfig(format!("rope_theta {theta} must be above 1")));
     }
     let partial = match p.map(|p| obj_f32(p, "partial_rotary_factor", "partial_rotary_factor")).transpose()?.flatten() {
         Some(f) => f,
         None => super::fields::f32_field(cfg, "partial_rotary_factor", default_partial)?,
     };
-    if !(partial > 0.0 && partial <= 1.0) {
+    if partial.is_nan() || partial <= 0.0 || partial > 1.0 {
         return Err(Error::UnsupportedConfig(format!("partial_rotary_factor {partial} not in (0, 1]")));
     }
     let rotary_dim = (head_dim as f32 * partial) as usize;
-    if rotary_dim == 0 || rotary_dim % 2 != 0 {
+    if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
         return Err(Error::UnsupportedConfig(format!("rotary dimension {rotary_dim} must be even and positive")));
     }
     let factor = rope_factor(p)?;
@@ -160,7 +160,7 @@ pub(super) fn parse(
             let p = p.expect("a rope type implies its object");
             let req = |k: &str| obj_f32(p, k, k)?.ok_or_else(|| Error::ConfigField(k.into()));
             let (low, high) = (req("low_freq_factor")?, req("high_freq_factor")?);
-            if !(high > low) {
+            if high.is_nan() || high <= low {
                 return Err(Error::UnsupportedConfig(format!(
                     "llama3 high_freq_factor {high} <= low_freq_factor {low}"
                 )));
@@ -179,7 +179,7 @@ pub(super) fn parse(
                 Some(f) => f,
                 None => max_positions as f32 / original_max_positions as f32,
             };
-            if !(factor > 0.0) {
+            if factor.is_nan() || factor <= 0.0 {
                 return Err(Error::ConfigField("rope factor (> 0)".into()));
             }
             let opt = |k: &str| obj_f32(p, k, k);

@@ -49,7 +49,7 @@ impl RoutingKind {
 fn groups(cfg: &Value, default: (usize, usize), experts: usize, top_k: usize) -> Result<(usize, usize)> {
     let n_group = opt_usize(cfg, "n_group")?.unwrap_or(default.0);
     let topk_group = opt_usize(cfg, "topk_group")?.unwrap_or(default.1);
-    if n_group == 0 || experts % n_group != 0 {
+    if n_group == 0 || !experts.is_multiple_of(n_group) {
         return Err(Error::UnsupportedConfig(format!("n_group {n_group} must divide the {experts} routed experts")));
     }
     if topk_group == 0 || topk_group > n_group || top_k > topk_group * (experts / n_group) {

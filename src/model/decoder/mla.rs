@@ -8,7 +8,7 @@ use crate::gpu::Gpu;
 use crate::model::layer_weights::{MlaQuery, MlaWeights, MLA_NORM_EPS};
 use crate::model::{ArchSpec, HostTensor, MlaSpec};
 use crate::ops::matmul::{MatMul, MatMulOut};
-use crate::ops::mla_attention::{LatentCache, MlaAttention};
+use crate::ops::mla_attention::{LatentCache, MlaAttention, MlaIo};
 use crate::ops::rms_norm::{NormRows, RmsNorm};
 use crate::ops::rope::{Rope, RopeLayout};
 
@@ -98,8 +98,8 @@ impl Builder<'_> {
         let rope_k = Rope::new(gpu, step, tables, cache.1, &spec.rope, RopeLayout::heads(1, rope, true));
         // The absorbed kernel reads kv_b itself, in f32.
         let kv_b = gpu.upload("mla kv_b", bytemuck::cast_slice(&w.kv_b.data));
-        let latent = LatentCache { c: cache.0, k_rope: cache.1 };
-        let attention = MlaAttention::new(gpu, step, &acts.q, latent, &kv_b, &acts.attn, spec.heads, m);
+        let io = MlaIo { q: &acts.q, cache: LatentCache { c: cache.0, k_rope: cache.1 }, kv_b: &kv_b, out: &acts.attn };
+        let attention = MlaAttention::new(gpu, step, io, spec.heads, m);
         self.buffers.push(kv_b);
         let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(spec.hidden) };
         let o = self.matmul("attention", &w.o, None, &acts.attn, &acts.x, o_out)?;
