@@ -1,8 +1,14 @@
 // Router: softmax over the experts' logits, top-k (ties go to the lower index), optional
-// renormalisation of the k probabilities. One workgroup of 64 lanes per token; each lane holds
-// up to 4 experts (at most 256), and every step is a workgroup reduction, with no per-lane
-// loops over all experts (lavapipe compiled the old one-lane-per-token version into a
-// pathologically slow shader).
+// renormalisation of the k weights, times routed_scale. One workgroup of 64 lanes per token;
+// each lane holds up to 4 experts (at most 256), and every step is a workgroup reduction, with
+// no per-lane loops over all experts (lavapipe compiled the old one-lane-per-token version into
+// a pathologically slow shader).
+// Variant SIGMOID (DeepSeek-V3 / GLM-4.5 noaux_tc): weights are sigmoid(logit), experts are
+// chosen by sigmoid(logit) + bias[e] (the correction bias, a static parameter).
+// Groups (n_group > 1, any variant): experts form n_group equal groups; a group's score is its
+// best choice value (softmax: its best logit, the same order as its best probability) or, with
+// SIGMOID, the sum of its two best; experts are chosen only within the best topk_group groups
+// (ties to the lower group index).
 // Variant FORCED (the prerouter's prediction-as-routing): the k experts are not chosen here but
 // read from forced[forced_offset..], and their probabilities come from this softmax.
 // Variant CAPTURE (prerouter heads attached): also keeps what the heads read at the end of the
@@ -20,7 +26,13 @@ struct Params {
     hidden: u32,
     layer: u32,
     moe_layers: u32,
-    pad: u32,
+    n_group: u32,
+    topk_group: u32,
+    routed_scale: f32,
+    pad0: u32,
+    pad1: u32,
+    // SIGMOID: the correction bias of expert 4i + j in bias[i][j].
+    bias: array<vec4<f32>, 64>,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
@@ -44,6 +56,19 @@ struct Params {
 
 const NONE: f32 = -3.0e38;
 
+// Choice values of this token's experts and which groups are kept (group routing only).
+var<workgroup> choice_sh: array<f32, 256>;
+var<workgroup> group_sh: array<f32, 256>;
+
+// An expert's routing weight before renormalisation.
+fn score(logit: f32, mx: f32, total: f32) -> f32 {
+//#if SIGMOID
+    return 1.0 / (1.0 + exp(-logit));
+//#else
+    return exp(logit - mx) / total;
+//#endif
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = group_index(wid, nwg);
@@ -51,28 +76,75 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let base = t * p.n_experts;
+    // vals: what experts are chosen by (the logit, or with SIGMOID the biased sigmoid score).
     var vals = array<f32, 4>(NONE, NONE, NONE, NONE);
     var local_max = NONE;
     for (var j = 0u; j < 4u; j++) {
         let e = lid + 64u * j;
         if (e < p.n_experts) {
-            vals[j] = logits[base + e];
-            local_max = max(local_max, vals[j]);
+            let logit = logits[base + e];
+            local_max = max(local_max, logit);
+            vals[j] = logit;
+//#if SIGMOID
+            vals[j] = 1.0 / (1.0 + exp(-logit)) + p.bias[e / 4u][e % 4u];
+//#endif
         }
     }
     let mx = reduce_max(lid, local_max);
     var local_sum = 0.0;
     for (var j = 0u; j < 4u; j++) {
         if (lid + 64u * j < p.n_experts) {
-            local_sum += exp(vals[j] - mx);
+            local_sum += exp(logits[base + lid + 64u * j] - mx);
         }
     }
     let total = reduce_sum(lid, local_sum);
+    if (p.n_group > 1u) {
+        let per = p.n_experts / p.n_group;
+        for (var j = 0u; j < 4u; j++) {
+            choice_sh[lid + 64u * j] = vals[j];
+        }
+        workgroupBarrier();
+        // Lane g scores group g: its best choice value (SIGMOID: the sum of its best two).
+        for (var g = lid; g < p.n_group; g += 64u) {
+            var b1 = NONE;
+            var b2 = NONE;
+            for (var e = g * per; e < (g + 1u) * per; e++) {
+                let v = choice_sh[e];
+                if (v > b1) {
+                    b2 = b1;
+                    b1 = v;
+                } else if (v > b2) {
+                    b2 = v;
+                }
+            }
+            group_sh[g] = b1;
+//#if SIGMOID
+            group_sh[g] = b1 + b2;
+//#endif
+        }
+        workgroupBarrier();
+        // An expert stays when fewer than topk_group groups beat its group.
+        for (var j = 0u; j < 4u; j++) {
+            let e = lid + 64u * j;
+            if (e < p.n_experts) {
+                let g = e / per;
+                var better = 0u;
+                for (var o = 0u; o < p.n_group; o++) {
+                    if (group_sh[o] > group_sh[g] || (group_sh[o] == group_sh[g] && o < g)) {
+                        better++;
+                    }
+                }
+                if (better >= p.topk_group) {
+                    vals[j] = NONE;
+                }
+            }
+        }
+    }
     var chosen_sum = 0.0;
     for (var i = 0u; i < p.top_k; i++) {
 //#if FORCED
         let winner = forced[p.forced_offset + i];
-        let prob = exp(logits[base + winner] - mx) / total;
+        let prob = score(logits[base + winner], mx, total);
 //#else
         // This lane's best untaken expert (lowest index among equals).
         var bv = NONE;
@@ -85,7 +157,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         let best = reduce_argmax(lid, bv, bi);
         let winner = best.i;
-        let prob = exp(best.v - mx) / total;
+        let prob = score(logits[base + winner], mx, total);
         if (winner % 64u == lid) {
             vals[winner / 64u] = NONE;
         }
@@ -115,9 +187,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
 //#endif
-    if (p.renormalize == 1u && lid == 0u) {
+    if (lid == 0u) {
         for (var i = 0u; i < p.top_k; i++) {
-            weights[t * p.top_k + i] /= chosen_sum;
+            var w = weights[t * p.top_k + i];
+            if (p.renormalize == 1u) {
+                w /= chosen_sum;
+            }
+            weights[t * p.top_k + i] = w * p.routed_scale;
         }
     }
 }

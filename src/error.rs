@@ -22,7 +22,7 @@ pub enum Error {
         message: String,
     },
     /// `config.json` names an architecture moestream does not run.
-    #[error("unsupported architecture {0:?}; supported: MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM")]
+    #[error("unsupported architecture {0:?}; supported: MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, Glm4MoeForCausalLM")]
     UnsupportedArchitecture(String),
     /// The configuration has a value moestream cannot honour.
     #[error("unsupported configuration: {0}")]

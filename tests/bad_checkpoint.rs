@@ -136,7 +136,61 @@ fn missing_config_field() {
 #[test]
 fn unsupported_rope_scaling() {
     let dir = checkpoint("yarn", |c, _| c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4.0}));
-    assert!(matches!(load_err(&dir), Error::UnsupportedConfig(_)));
+    assert!(matches!(load_err(&dir), Error::ConfigField(f) if f == "original_max_position_embeddings"));
+    let dir = checkpoint("longrope", |c, _| c["rope_scaling"] = json!({"rope_type": "longrope", "factor": 4.0}));
+    assert!(matches!(load_err(&dir), Error::UnsupportedConfig(m) if m.contains("longrope")));
+    let dir = checkpoint("rope-key", |c, _| {
+        c["rope_scaling"] = json!({"rope_type": "linear", "factor": 2.0, "short_factor": [1.0]})
+    });
+    assert!(matches!(load_err(&dir), Error::UnsupportedConfig(m) if m.contains("short_factor")));
+}
+
+/// The DeepSeek-V2 fixture's config with `edit` applied, parsed.
+fn deepseek_config(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> moestream::Result<ArchSpec> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deepseek_v2/config.json");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    edit(cfg.as_object_mut().unwrap());
+    ArchSpec::from_config(&cfg)
+}
+
+#[test]
+fn malformed_mla_and_routing_configs() {
+    assert!(deepseek_config(|_| {}).is_ok());
+    let field = |key: &'static str| move |c: &mut serde_json::Map<String, Value>| drop(c.remove(key));
+    assert!(matches!(deepseek_config(field("kv_lora_rank")), Err(Error::ConfigField(f)) if f == "kv_lora_rank"));
+    assert!(
+        matches!(deepseek_config(field("qk_rope_head_dim")), Err(Error::ConfigField(f)) if f == "qk_rope_head_dim")
+    );
+    let set = |key: &'static str, v: Value| move |c: &mut serde_json::Map<String, Value>| drop(c.insert(key.into(), v));
+    let unsupported = |r: moestream::Result<ArchSpec>, needle: &str| match r {
+        Err(Error::UnsupportedConfig(m)) => assert!(m.contains(needle), "{m:?} should name {needle:?}"),
+        other => panic!("expected UnsupportedConfig naming {needle:?}, got {other:?}"),
+    };
+    unsupported(deepseek_config(set("qk_rope_head_dim", json!(7))), "qk_rope_head_dim");
+    unsupported(deepseek_config(set("v_head_dim", json!(0))), "v_head_dim");
+    unsupported(deepseek_config(set("q_lora_rank", json!(0))), "q_lora_rank");
+    unsupported(deepseek_config(set("attention_bias", json!(true))), "attention_bias");
+    unsupported(deepseek_config(set("n_group", json!(3))), "n_group");
+    unsupported(deepseek_config(set("topk_group", json!(5))), "topk_group");
+    unsupported(deepseek_config(set("topk_method", json!("noaux_tc"))), "topk_method");
+    unsupported(deepseek_config(set("scoring_func", json!("sigmoid"))), "scoring_func");
+    unsupported(deepseek_config(set("norm_topk_prob", json!(true))), "norm_topk_prob");
+    unsupported(deepseek_config(set("moe_layer_freq", json!(2))), "moe_layer_freq");
+    assert!(
+        matches!(deepseek_config(set("kv_lora_rank", json!("wide"))), Err(Error::ConfigField(f)) if f == "kv_lora_rank")
+    );
+}
+
+#[test]
+fn mla_tensor_shapes_follow_the_config() {
+    // A config whose v_head_dim disagrees with the stored kv_b_proj and o_proj.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deepseek_v2");
+    let dir = TempDir::new("bad-ckpt-mla-shape");
+    std::fs::copy(src.join("model.safetensors"), dir.path().join("model.safetensors")).unwrap();
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    cfg["v_head_dim"] = json!(8);
+    write_config(dir.path(), &cfg);
+    assert!(matches!(load_err(&dir), Error::TensorShape { name, .. } if name.ends_with("kv_b_proj.weight")));
 }
 
 #[test]

@@ -97,3 +97,77 @@ fn attention_head_dim_256() {
     check(heads(2, 1, 256), 1, 64, 200);
     check(heads(2, 2, 256), 9, 60, 201);
 }
+
+/// Decompresses latent rows into per-head keys `[k_nope | k_rope]` and values (the plain MLA
+/// form the CPU reference model runs).
+fn decompress(c: &[f32], kr: &[f32], kv_b: &[f32], s: refops::MlaShape, len: usize) -> (Vec<f32>, Vec<f32>) {
+    let (mut keys, mut values) = (Vec::new(), Vec::new());
+    let blk = s.nope + s.v;
+    for t in 0..len {
+        let mut kv = vec![0.0f32; s.n_heads * blk];
+        refops::matvec(kv_b, s.n_heads * blk, s.rank, &c[t * s.rank..(t + 1) * s.rank], &mut kv);
+        for head in kv.chunks_exact(blk) {
+            keys.extend_from_slice(&head[..s.nope]);
+            keys.extend_from_slice(&kr[t * s.rope..(t + 1) * s.rope]);
+            values.extend_from_slice(&head[s.nope..]);
+        }
+    }
+    (keys, values)
+}
+
+/// The absorbed MLA kernel (reading only latents) against decompressed attention on the CPU,
+/// and the CPU's own absorbed form against the same: decode and prefill, across key tiles,
+/// with NaN latents past the last visible position.
+#[test]
+fn mla_absorbed_matches_decompressed_reference() {
+    use moestream::model::MlaSpec;
+    use moestream::ops::mla_attention::{LatentCache, MlaAttention, MlaIo};
+    let mut rng = Rng::new(77);
+    // (heads, rank, nope, rope, v, tokens, pos)
+    for &(heads, rank, nope, rope, v, t, pos) in &[
+        (4usize, 32usize, 16usize, 8usize, 16usize, 1usize, 70usize),
+        (3, 40, 8, 16, 24, 9, 60),
+        (2, 512, 32, 64, 16, 1, 5),
+    ] {
+        let m = MlaSpec {
+            q_lora_rank: None,
+            kv_lora_rank: rank,
+            qk_nope_head_dim: nope,
+            qk_rope_head_dim: rope,
+            v_head_dim: v,
+            softmax_scale: 0.8 / ((nope + rope) as f32).sqrt(),
+        };
+        let s = refops::MlaShape { n_heads: heads, rank, nope, rope, v, scale: m.softmax_scale };
+        let (qk, len, ctx) = (nope + rope, pos + t, pos + t + 5);
+        let q = rng.vec(t * heads * qk, -1.5, 1.5);
+        let mut c = rng.vec(ctx * rank, -1.0, 1.0);
+        let mut kr = rng.vec(ctx * rope, -1.0, 1.0);
+        c[len * rank..].fill(f32::NAN);
+        kr[len * rope..].fill(f32::NAN);
+        let kv_b = rng.vec(heads * (nope + v) * rank, -0.3, 0.3);
+
+        let gpu = gpu();
+        let step = StepUniform::new(&gpu);
+        step.set(&gpu, t, pos);
+        let (qb, cb, krb, wb) =
+            (upload_f32(&gpu, &q), upload_f32(&gpu, &c), upload_f32(&gpu, &kr), upload_f32(&gpu, &kv_b));
+        let ob = upload_f32(&gpu, &vec![-555.0; t * heads * v]);
+        let io = MlaIo { q: &qb, cache: LatentCache { c: &cb, k_rope: &krb }, kv_b: &wb, out: &ob };
+        let op = MlaAttention::new(&gpu, &step.buffer, io, heads, &m);
+        submit(&gpu, |pass| op.record(&gpu, pass, t));
+        let got = read_f32(&gpu, &ob, t * heads * v);
+
+        let (keys, values) = decompress(&c, &kr, &kv_b, s, len);
+        let shape = refops::HeadShape { n_heads: heads, n_kv_heads: heads, k_dim: qk, v_dim: v, scale: s.scale };
+        let mut want = vec![0.0f32; t * heads * v];
+        let mut absorbed = vec![0.0f32; t * heads * v];
+        for i in 0..t {
+            let (qi, out) = (&q[i * heads * qk..(i + 1) * heads * qk], i * heads * v..(i + 1) * heads * v);
+            refops::attention_with(qi, &keys, &values, shape, pos + i + 1, &mut want[out.clone()]);
+            refops::mla_absorbed(qi, &c, &kr, &kv_b, s, pos + i + 1, &mut absorbed[out]);
+        }
+        let what = format!("mla heads={heads} rank={rank} nope={nope} rope={rope} v={v} T={t} pos={pos}");
+        assert_close(&format!("{what} GPU"), &got, &want, TOL);
+        assert_close(&format!("{what} CPU absorbed"), &absorbed, &want, TOL);
+    }
+}

@@ -37,6 +37,11 @@ fn ladder_logits(rng: &mut Rng, n: usize, gap: f32) -> Vec<f32> {
 }
 
 fn run_router(logits: &[f32], t: usize, e: usize, k: usize, renorm: bool) -> (Vec<u32>, Vec<f32>) {
+    run_router_shape(logits, t, RouterShape::softmax(e, k, renorm))
+}
+
+fn run_router_shape(logits: &[f32], t: usize, shape: RouterShape<'_>) -> (Vec<u32>, Vec<f32>) {
+    let k = shape.top_k;
     let gpu = gpu();
     let step = StepUniform::new(&gpu);
     step.set(&gpu, t, 0);
@@ -44,7 +49,7 @@ fn run_router(logits: &[f32], t: usize, e: usize, k: usize, renorm: bool) -> (Ve
     let ib = upload_u32(&gpu, &vec![u32::MAX; t * k + 1]);
     let wb = upload_f32(&gpu, &vec![-1.0; t * k + 1]);
     let io = RouterIo { logits: &lb, ids: &ib, weights: &wb };
-    let op = RouterTopK::new(&gpu, &step.buffer, io, RouterShape { n_experts: e, top_k: k, renormalize: renorm });
+    let op = RouterTopK::new(&gpu, &step.buffer, io, shape);
     submit(&gpu, |pass| op.record(&gpu, pass, t));
     let ids = read_u32(&gpu, &ib, t * k + 1);
     let w = read_f32(&gpu, &wb, t * k + 1);
@@ -75,6 +80,57 @@ fn router_topk_matches_reference() {
                 for &t in &[1usize, 3, 17, 70] {
                     let logits: Vec<f32> = (0..t).flat_map(|_| ladder_logits(&mut rng, e, 0.05)).collect();
                     check_router(&logits, t, e, k, renorm);
+                }
+            }
+        }
+    }
+}
+
+/// Group-limited softmax (DeepSeek-V2) and sigmoid + correction bias (DeepSeek-V3, GLM-4.5)
+/// routing, with and without groups, renormalised or not, scaled, against `reference::ops::route`.
+#[test]
+fn router_group_and_sigmoid_kinds_match_reference() {
+    use moestream::model::{MoeSpec, RoutingKind};
+    let mut rng = Rng::new(3);
+    let kinds = [
+        (16usize, 3usize, RoutingKind::SoftmaxGroupLimited { n_group: 4, topk_group: 2 }),
+        (64, 6, RoutingKind::SoftmaxGroupLimited { n_group: 8, topk_group: 3 }),
+        (8, 2, RoutingKind::SigmoidBiased { n_group: 1, topk_group: 1 }),
+        (16, 3, RoutingKind::SigmoidBiased { n_group: 4, topk_group: 2 }),
+        (256, 8, RoutingKind::SigmoidBiased { n_group: 8, topk_group: 4 }),
+    ];
+    for (e, k, routing) in kinds {
+        for renorm in [false, true] {
+            let moe = MoeSpec {
+                num_experts: e,
+                top_k: k,
+                expert_intermediate: 8,
+                routing,
+                norm_topk_prob: renorm,
+                routed_scaling_factor: 2.5,
+                shared_expert_intermediate: None,
+                shared_expert_gate: false,
+            };
+            let t = 7;
+            let logits: Vec<f32> = (0..t).flat_map(|_| ladder_logits(&mut rng, e, 0.05)).collect();
+            let bias: Vec<f32> = (0..e).map(|_| rng.range(-0.02, 0.02)).collect();
+            let sigmoid_bias = routing.has_bias().then_some(&bias[..]);
+            let shape = RouterShape {
+                n_experts: e,
+                top_k: k,
+                renormalize: renorm,
+                groups: routing.groups(),
+                routed_scale: 2.5,
+                sigmoid_bias,
+            };
+            let (ids, w) = run_router_shape(&logits, t, shape);
+            for tok in 0..t {
+                let want = refops::route(&logits[tok * e..(tok + 1) * e], &moe, sigmoid_bias);
+                for (i, &(id, weight)) in want.iter().enumerate() {
+                    let what = format!("{routing:?} E={e} k={k} renorm={renorm} token {tok} choice {i}");
+                    assert_eq!(ids[tok * k + i] as usize, id, "{what}: expert id");
+                    let got = w[tok * k + i];
+                    assert!((got - weight).abs() <= 1e-5, "{what}: weight {got} vs {weight} (|Δ| ≤ 1e-5)");
                 }
             }
         }
@@ -137,7 +193,7 @@ fn forced_router_weighs_the_given_experts() {
             let ib = upload_u32(&gpu, &vec![u32::MAX; k]);
             let wb = upload_f32(&gpu, &vec![-1.0; k]);
             let io = RouterIo { logits: &lb, ids: &ib, weights: &wb };
-            let shape = RouterShape { n_experts: e, top_k: k, renormalize: renorm };
+            let shape = RouterShape::softmax(e, k, renorm);
             let forced = Forced { experts: &fb, offset };
             let op = RouterTopK::with(&gpu, &step.buffer, io, shape, Some(forced), None);
             submit(&gpu, |pass| op.record(&gpu, pass, 1));

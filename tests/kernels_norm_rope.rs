@@ -10,8 +10,9 @@ mod common;
 
 use common::{assert_bits_eq, assert_close, gpu, read_f32, submit, upload_f32, Rng};
 use moestream::gpu::StepUniform;
+use moestream::model::RopeSpec;
 use moestream::ops::rms_norm::{NormRows, RmsNorm};
-use moestream::ops::rope::{rope_tables, Rope};
+use moestream::ops::rope::{Rope, RopeLayout};
 use moestream::reference::ops as refops;
 
 const NORM_TOL: f32 = 1e-5;
@@ -126,14 +127,19 @@ fn rms_norm_at_cache_pos_only_touches_step_rows() {
 
 /// Rotates `x` with the GPU kernel; returns x after.
 fn run_rope(x: &[f32], heads: usize, hd: usize, t: usize, pos: usize, theta: f32, at_cache_pos: bool) -> Vec<f32> {
+    run_rope_spec(x, &RopeSpec::plain(theta, hd), RopeLayout::heads(heads, hd, at_cache_pos), t, pos)
+}
+
+/// Rotates `x` (laid out as `layout`) by `spec` with the GPU kernel; returns x after.
+fn run_rope_spec(x: &[f32], spec: &RopeSpec, layout: RopeLayout, t: usize, pos: usize) -> Vec<f32> {
     let gpu = gpu();
     let step = StepUniform::new(&gpu);
     step.set(&gpu, t, pos);
-    let (cos, sin) = rope_tables(theta, hd, pos + t + 1);
+    let (cos, sin) = spec.tables(pos + t + 1);
     let cb = upload_f32(&gpu, &cos);
     let sb = upload_f32(&gpu, &sin);
     let xb = upload_f32(&gpu, x);
-    let op = Rope::new(&gpu, &step.buffer, (&cb, &sb), &xb, heads, hd, at_cache_pos);
+    let op = Rope::new(&gpu, &step.buffer, (&cb, &sb), &xb, spec, layout);
     submit(&gpu, |pass| op.record(&gpu, pass, t));
     read_f32(&gpu, &xb, x.len())
 }
@@ -153,7 +159,7 @@ fn rope_matches_reference_at_offsets() {
         let got = run_rope(&x, heads, hd, t, pos, theta, false);
         let mut want = x.clone();
         for (i, row) in want.chunks_exact_mut(width).enumerate() {
-            refops::rope(row, heads, hd, pos + i, theta);
+            refops::rope(row, heads, hd, pos + i, &RopeSpec::plain(theta, hd));
         }
         assert_close(&format!("rope hd={hd} heads={heads} T={t} pos={pos}"), &got, &want, ROPE_TOL);
     }
@@ -170,11 +176,48 @@ fn rope_at_cache_pos_only_touches_step_rows() {
         let (lo, hi) = (pos * width, (pos + t) * width);
         let mut want = x[lo..hi].to_vec();
         for (i, row) in want.chunks_exact_mut(width).enumerate() {
-            refops::rope(row, kvh, hd, pos + i, 10_000.0);
+            refops::rope(row, kvh, hd, pos + i, &RopeSpec::plain(10_000.0, hd));
         }
         let what = format!("rope at_cache_pos hd={hd} kvh={kvh} T={t} pos={pos}");
         assert_close(&what, &got[lo..hi], &want, ROPE_TOL);
         assert_bits_eq(&format!("{what}: rows before"), &got[..lo], &x[..lo]);
         assert_bits_eq(&format!("{what}: rows after"), &got[hi..], &x[hi..]);
+    }
+}
+
+/// Scaled, partial and interleaved rotations (GLM's half-width rotate-half, DeepSeek's
+/// interleaved YaRN on the rotary tail of each head) against the reference.
+#[test]
+fn rope_scaled_partial_interleaved_match_reference() {
+    use moestream::model::RopeScaling;
+    let mut rng = Rng::new(7);
+    let yarn = RopeScaling::Yarn {
+        factor: 40.0,
+        original_max_positions: 64,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        attention_factor: 1.3,
+        truncate: true,
+    };
+    let linear = RopeScaling::Linear { factor: 4.0 };
+    // (head_dim, heads, offset, rotary_dim, interleaved, scaling)
+    for (hd, heads, offset, rot, inter, scaling) in [
+        (24usize, 3usize, 0usize, 12usize, false, linear.clone()),
+        (40, 2, 24, 16, true, yarn.clone()),
+        (32, 1, 0, 32, true, yarn),
+    ] {
+        let spec = RopeSpec { theta: 10_000.0, scaling, rotary_dim: rot, interleaved: inter };
+        let (t, pos) = (5, 90);
+        let layout =
+            RopeLayout { n_heads: heads, head_stride: hd, row_stride: heads * hd, offset, at_cache_pos: false };
+        let x = rng.vec(t * heads * hd, -2.0, 2.0);
+        let got = run_rope_spec(&x, &spec, layout, t, pos);
+        let mut want = x.clone();
+        for (i, row) in want.chunks_exact_mut(heads * hd).enumerate() {
+            for head in row.chunks_exact_mut(hd) {
+                refops::rope(&mut head[offset..offset + rot], 1, rot, pos + i, &spec);
+            }
+        }
+        assert_close(&format!("rope hd={hd} rot={rot} interleaved={inter}"), &got, &want, ROPE_TOL);
     }
 }

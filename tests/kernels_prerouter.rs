@@ -54,7 +54,7 @@ fn capturing_router(
     let weights = gpu.storage("weights", f(max_tokens * c.top_k));
     let hn = gpu.storage("hn", f(max_tokens * c.hidden));
     let io = RouterIo { logits: &logits, ids: &ids, weights: &weights };
-    let shape = RouterShape { n_experts: c.experts, top_k: c.top_k, renormalize: true };
+    let shape = RouterShape::softmax(c.experts, c.top_k, true);
     let capture = Capture { hn: &hn, history, layer, hidden: c.hidden };
     let router = RouterTopK::with(gpu, &step.buffer, io, shape, None, Some(capture));
     CapturingRouter { router, logits, ids, hn }

@@ -12,6 +12,7 @@ use std::path::Path;
 use common::{fixtures, fixtures_dir, gpu, max_abs_diff, GoldenPrompt, Rng, TempDir};
 use moestream::model::decoder::DecoderOptions;
 use moestream::model::lora::{LoraAdapter, CONFIG_FILE, WEIGHTS_FILE};
+use moestream::model::names;
 use moestream::model::ArchSpec;
 use moestream::ops::WeightFormat;
 use moestream::quant::QuantParams;
@@ -94,13 +95,15 @@ fn all_targets(spec: &ArchSpec) -> Vec<(String, usize, usize)> {
     let mut out = Vec::new();
     for i in 0..spec.layers {
         let p = format!("model.layers.{i}");
-        out.push((format!("{p}.self_attn.q_proj"), qd, h));
-        out.push((format!("{p}.self_attn.k_proj"), kvd, h));
-        out.push((format!("{p}.self_attn.v_proj"), kvd, h));
-        out.push((format!("{p}.self_attn.o_proj"), h, qd));
+        if spec.mla().is_none() {
+            out.push((format!("{p}.self_attn.q_proj"), qd, h));
+            out.push((format!("{p}.self_attn.k_proj"), kvd, h));
+            out.push((format!("{p}.self_attn.v_proj"), kvd, h));
+            out.push((format!("{p}.self_attn.o_proj"), h, qd));
+        }
         let mlp = match (&spec.moe, spec.is_moe_layer(i)) {
             (_, false) => Some((format!("{p}.mlp"), spec.dense_intermediate)),
-            (Some(m), true) => m.shared_expert_intermediate.map(|si| (format!("{p}.mlp.shared_expert"), si)),
+            (Some(m), true) => m.shared_expert_intermediate.map(|si| (names::shared_expert(spec.family, i), si)),
             (None, true) => None,
         };
         if let Some((m, inter)) = mlp {
@@ -180,6 +183,16 @@ fn check(fixture: &str, format: WeightFormat, peft: &Peft) {
 fn f32_attention_dense_and_shared_expert_match_merged_reference() {
     // Qwen2-MoE fixture: dense layers 0 and 2, MoE layers 1 and 3 with a shared expert.
     check("qwen2_moe", WeightFormat::F32, &adapter_on_all_targets(&spec_of("qwen2_moe"), 1));
+}
+
+#[test]
+fn mla_model_adapts_dense_and_shared_experts_and_refuses_attention() {
+    // DeepSeek-V2 fixture: dense layer 0, MoE layers 1 and 2 with (ungated) shared experts.
+    check("deepseek_v2", WeightFormat::F32, &adapter_on_all_targets(&spec_of("deepseek_v2"), 3));
+    let mut q = Peft::new(json!(["q_proj"]));
+    q.pair(&mut Rng::new(2), "model.layers.0.self_attn.q_proj", 96, 64);
+    let m = lora_message(load_err("deepseek_v2", &q, |_| {}));
+    assert!(m.contains("MLA"), "{m}");
 }
 
 #[test]

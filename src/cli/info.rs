@@ -18,6 +18,14 @@ pub struct InfoArgs {
     json: bool,
 }
 
+/// What the KV cache holds per token and layer.
+fn kv_cache_kind(spec: &ArchSpec) -> String {
+    match spec.mla() {
+        Some(m) => format!("MLA latent: kv_lora_rank {} + qk_rope_head_dim {}", m.kv_lora_rank, m.qk_rope_head_dim),
+        None => format!("keys and values: 2 x {} KV heads x head_dim {}", spec.kv_heads, spec.head_dim),
+    }
+}
+
 /// Runs `info`.
 pub fn run(a: InfoArgs) -> Result<()> {
     let dir = a.model.unwrap_or_else(default_model);
@@ -37,6 +45,8 @@ pub fn run(a: InfoArgs) -> Result<()> {
         "architecture": spec.family.hf_name(),
         "spec": spec,
         "checkpoint_bytes": ckpt.stored_bytes(),
+        "kv_cache": kv_cache_kind(&spec),
+        "kv_bytes_per_token": spec.kv_bytes_per_token(),
         "moe_layers": moe_layers,
         "experts_per_layer": experts,
         "params_per_expert": expert_params,
@@ -58,6 +68,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         println!("hidden            {}", spec.hidden);
         println!("heads             {} (kv {}, head_dim {})", spec.heads, spec.kv_heads, spec.head_dim);
         println!("vocab             {}", spec.vocab);
+        println!("KV bytes / token  {} (f32, all layers; {})", spec.kv_bytes_per_token(), kv_cache_kind(&spec));
         if let Some(m) = &spec.moe {
             println!(
                 "experts           {} per layer, top-{}, intermediate {}",

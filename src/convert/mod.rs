@@ -10,7 +10,8 @@
 //! | `config.json`, `tokenizer.json`, `tokenizer_config.json`, `generation_config.json`, `special_tokens_map.json`, `prerouter.safetensors` | copied when present |
 //! | `model.json` | the [`ModelManifest`], written last and atomically |
 //!
-//! In `resident.safetensors`, 1-D tensors (norms, biases) are F32; the embedding and the
+//! In `resident.safetensors`, 1-D tensors (norms, biases) and MLA's `kv_b_proj` (read by the
+//! MLA kernel in f32) are F32; the embedding and the
 //! routers are F16 (never int4, as in [`crate::model::decoder::DecoderOptions::format_of`]);
 //! every other matrix (attention, dense MLP, shared expert and its gate, lm_head) follows
 //! [`ConvertOptions::dense`]: F16, or an int4 blob stored as a U8 tensor of shape `[blob_len]`

@@ -114,13 +114,19 @@ impl View for LazyTensor<'_, '_, '_> {
     }
 }
 
-/// The encoding of tensor `name` of shape `shape`: vectors (and empty tensors) stay f32; the
+/// The encoding of tensor `name` of shape `shape`: vectors (and empty tensors) and the
+/// matrices in `keep_f32` (MLA's `kv_b_proj`, which the MLA kernel reads in f32) stay f32; the
 /// embedding and routers become f16; other matrices follow `dense`.
-fn encoding_of(name: &str, shape: &[usize], routers: &HashSet<String>, dense: WeightFormat) -> Result<Encoding> {
+fn encoding_of(
+    name: &str,
+    shape: &[usize],
+    (routers, keep_f32): (&HashSet<String>, &HashSet<String>),
+    dense: WeightFormat,
+) -> Result<Encoding> {
     let [rows, cols] = shape[..] else {
         return Ok(Encoding::F32);
     };
-    if rows * cols == 0 {
+    if rows * cols == 0 || keep_f32.contains(name) {
         return Ok(Encoding::F32);
     }
     if name == names::EMBED || routers.contains(name) {
@@ -145,13 +151,17 @@ pub(super) fn write_resident(
 ) -> Result<usize> {
     let routers: HashSet<String> =
         (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).map(|i| names::router(spec.family, i)).collect();
+    let keep_f32: HashSet<String> = match spec.mla() {
+        Some(_) => (0..spec.layers).map(|i| format!("{}.self_attn.kv_b_proj.weight", names::layer(i))).collect(),
+        None => HashSet::new(),
+    };
     let mut names: Vec<&str> = ckpt.names().filter(|n| !n.contains(".experts.")).collect();
     names.sort_unstable();
     let shared = Shared { ckpt, reporter: RefCell::new(reporter), error: RefCell::new(None) };
     let mut tensors = Vec::with_capacity(names.len());
     for name in names {
         let source_shape = ckpt.shape(name)?.to_vec();
-        let encoding = encoding_of(name, &source_shape, &routers, dense)?;
+        let encoding = encoding_of(name, &source_shape, (&routers, &keep_f32), dense)?;
         let shape = match encoding {
             Encoding::Int4 { layout } => vec![layout.total_len],
             _ => source_shape.clone(),
@@ -165,7 +175,7 @@ pub(super) fn write_resident(
     // its f16 copy, so that converted and directly loaded models hold the same weights.
     if spec.tie_embeddings && !ckpt.contains(names::LM_HEAD) && matches!(dense, WeightFormat::Int4(_)) {
         let source_shape = vec![spec.vocab, spec.hidden];
-        let encoding = encoding_of(names::LM_HEAD, &source_shape, &routers, dense)?;
+        let encoding = encoding_of(names::LM_HEAD, &source_shape, (&routers, &keep_f32), dense)?;
         let shape = match encoding {
             Encoding::Int4 { layout } => vec![layout.total_len],
             _ => source_shape.clone(),

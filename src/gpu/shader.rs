@@ -33,6 +33,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("rms_norm"),
     shader!("rope"),
     shader!("attention"),
+    shader!("mla_attention"),
     shader!("matmul"),
     shader!("matvec"),
     shader!("router_topk"),
@@ -130,7 +131,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
     ("expert_down", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
     ("moe_combine", &["SHARED"]),
-    ("router_topk", &["FORCED", "CAPTURE"]),
+    ("router_topk", &["FORCED", "CAPTURE", "SIGMOID"]),
     ("prerouter_heads", &["SCORES"]),
 ];
 

@@ -1,7 +1,7 @@
 //! Host-side weights of one decoder layer, read from a checkpoint with every shape checked.
 //! Shared by the CPU reference and the GPU uploader so both see identical tensors.
 
-use super::config::{ArchSpec, QkNorm};
+use super::config::{ArchSpec, MlaSpec, QkNorm};
 use super::names;
 use super::weights::{Checkpoint, HostTensor};
 use crate::error::{Error, Result};
@@ -34,13 +34,65 @@ pub struct AttentionWeights {
     pub qk_norm: Option<[HostTensor; 2]>,
 }
 
+/// How MLA forms its queries.
+#[derive(Clone, Debug)]
+// One per layer, held only while a layer uploads: boxing a variant would save nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum MlaQuery {
+    /// `q_proj` `[heads * qk_head_dim, hidden]` (no `q_lora_rank`).
+    Direct(HostTensor),
+    /// `q_b_proj(q_a_layernorm(q_a_proj x))`.
+    Compressed {
+        /// `q_a_proj` `[q_lora_rank, hidden]`.
+        a: HostTensor,
+        /// `q_a_layernorm` `[q_lora_rank]`.
+        norm: HostTensor,
+        /// `q_b_proj` `[heads * qk_head_dim, q_lora_rank]`.
+        b: HostTensor,
+    },
+}
+
+/// Multi-head latent attention's projections (DeepSeek-V2/V3).
+#[derive(Clone, Debug)]
+pub struct MlaWeights {
+    /// Query projection(s); each head's row block is `[qk_nope_head_dim | qk_rope_head_dim]`.
+    pub q: MlaQuery,
+    /// `kv_a_proj_with_mqa` `[kv_lora_rank + qk_rope_head_dim, hidden]`: the latent, then the
+    /// shared rotary key.
+    pub kv_a: HostTensor,
+    /// `kv_a_layernorm` `[kv_lora_rank]`.
+    pub kv_norm: HostTensor,
+    /// `kv_b_proj` `[heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]`: per head, W_UK rows
+    /// then W_UV rows.
+    pub kv_b: HostTensor,
+    /// `o_proj` `[hidden, heads * v_head_dim]`.
+    pub o: HostTensor,
+}
+
+/// A layer's attention weights, by attention kind.
+#[derive(Clone, Debug)]
+// One per layer, held only while a layer uploads: boxing a variant would save nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum AttentionBlock {
+    /// Grouped-query attention.
+    Grouped(AttentionWeights),
+    /// Multi-head latent attention.
+    Mla(MlaWeights),
+}
+
+/// The RMSNorm epsilon of MLA's `q_a_layernorm` and `kv_a_layernorm` (transformers builds them
+/// with the default, not `rms_norm_eps`).
+pub const MLA_NORM_EPS: f32 = 1e-6;
+
 /// The routed-expert block of an MoE layer.
 #[derive(Clone, Debug)]
 pub struct MoeWeights {
     /// Router `[experts, hidden]`.
     pub router: HostTensor,
-    /// Shared expert and its sigmoid gate `[1, hidden]` (Qwen2-MoE).
-    pub shared: Option<(MlpWeights, HostTensor)>,
+    /// `e_score_correction_bias` `[experts]` (sigmoid routing): added for choosing only.
+    pub router_bias: Option<HostTensor>,
+    /// Shared expert(s) as one MLP, with Qwen2-MoE's sigmoid gate `[1, hidden]`.
+    pub shared: Option<(MlpWeights, Option<HostTensor>)>,
 }
 
 /// The FFN half of a layer.
@@ -62,7 +114,7 @@ pub struct LayerWeights {
     /// RMSNorm before the FFN.
     pub post_norm: HostTensor,
     /// Attention.
-    pub attn: AttentionWeights,
+    pub attn: AttentionBlock,
     /// Feed-forward.
     pub ffn: FfnWeights,
 }
@@ -76,12 +128,29 @@ fn mlp(ck: &Checkpoint, names: [String; 3], hidden: usize, inter: usize) -> Resu
     })
 }
 
-/// Reads the non-expert weights of layer `i`.
-pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights> {
-    let p = names::layer(i);
+fn mla(ck: &Checkpoint, spec: &ArchSpec, m: &MlaSpec, a: &str) -> Result<MlaWeights> {
+    let h = spec.hidden;
+    let t = |name: &str, shape: &[usize]| ck.tensor(&format!("{a}.{name}"), shape);
+    let q = match m.q_lora_rank {
+        None => MlaQuery::Direct(t("q_proj.weight", &[spec.q_dim(), h])?),
+        Some(r) => MlaQuery::Compressed {
+            a: t("q_a_proj.weight", &[r, h])?,
+            norm: t("q_a_layernorm.weight", &[r])?,
+            b: t("q_b_proj.weight", &[spec.q_dim(), r])?,
+        },
+    };
+    Ok(MlaWeights {
+        q,
+        kv_a: t("kv_a_proj_with_mqa.weight", &[m.latent_width(), h])?,
+        kv_norm: t("kv_a_layernorm.weight", &[m.kv_lora_rank])?,
+        kv_b: t("kv_b_proj.weight", &[spec.heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank])?,
+        o: t("o_proj.weight", &[h, spec.heads * m.v_head_dim])?,
+    })
+}
+
+fn grouped(ck: &Checkpoint, spec: &ArchSpec, a: &str) -> Result<AttentionWeights> {
     let h = spec.hidden;
     let (qd, kvd) = (spec.q_dim(), spec.kv_dim());
-    let a = format!("{p}.self_attn");
     let qkv_bias = if spec.qkv_bias {
         Some([
             ck.tensor(&format!("{a}.q_proj.bias"), &[qd])?,
@@ -101,26 +170,45 @@ pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights>
             Some([ck.tensor(&format!("{a}.q_norm.weight"), &[qd])?, ck.tensor(&format!("{a}.k_norm.weight"), &[kvd])?])
         }
     };
-    let attn = AttentionWeights {
+    Ok(AttentionWeights {
         q: ck.tensor(&format!("{a}.q_proj.weight"), &[qd, h])?,
         k: ck.tensor(&format!("{a}.k_proj.weight"), &[kvd, h])?,
         v: ck.tensor(&format!("{a}.v_proj.weight"), &[kvd, h])?,
         o: ck.tensor(&format!("{a}.o_proj.weight"), &[h, qd])?,
         qkv_bias,
         qk_norm,
+    })
+}
+
+/// Reads the non-expert weights of layer `i`.
+pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights> {
+    let p = names::layer(i);
+    let h = spec.hidden;
+    let a = format!("{p}.self_attn");
+    let attn = match spec.mla() {
+        Some(m) => AttentionBlock::Mla(mla(ck, spec, m, &a)?),
+        None => AttentionBlock::Grouped(grouped(ck, spec, &a)?),
     };
     let ffn = match (&spec.moe, spec.is_moe_layer(i)) {
         (Some(m), true) => {
             let prefix = names::ffn_prefix(spec.family, i);
             let shared = match m.shared_expert_intermediate {
                 Some(si) => Some((
-                    mlp(ck, names::mlp(&format!("{prefix}.shared_expert")), h, si)?,
-                    ck.tensor(&format!("{prefix}.shared_expert_gate.weight"), &[1, h])?,
+                    mlp(ck, names::mlp(&names::shared_expert(spec.family, i)), h, si)?,
+                    match m.shared_expert_gate {
+                        true => Some(ck.tensor(&format!("{prefix}.shared_expert_gate.weight"), &[1, h])?),
+                        false => None,
+                    },
                 )),
                 None => None,
             };
+            let router_bias = match m.routing.has_bias() {
+                true => Some(ck.tensor(&names::router_bias(spec.family, i), &[m.num_experts])?),
+                false => None,
+            };
             FfnWeights::Moe(MoeWeights {
                 router: ck.tensor(&names::router(spec.family, i), &[m.num_experts, h])?,
+                router_bias,
                 shared,
             })
         }

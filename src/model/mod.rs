@@ -9,5 +9,5 @@ pub mod lora;
 pub mod names;
 pub mod weights;
 
-pub use config::{ArchSpec, Family, MoeSpec, QkNorm};
+pub use config::{ArchSpec, AttentionKind, Family, MlaSpec, MoeSpec, QkNorm, RopeScaling, RopeSpec, RoutingKind};
 pub use weights::{Checkpoint, HostTensor};

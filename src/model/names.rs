@@ -43,6 +43,21 @@ pub fn router(family: Family, layer_index: usize) -> String {
     format!("{}.gate.weight", ffn_prefix(family, layer_index))
 }
 
+/// Name of a layer's router correction bias `[experts]` (sigmoid routing).
+pub fn router_bias(family: Family, layer_index: usize) -> String {
+    format!("{}.gate.e_score_correction_bias", ffn_prefix(family, layer_index))
+}
+
+/// The module of a layer's shared expert(s): `shared_expert` (Qwen2-MoE) or `shared_experts`
+/// (DeepSeek, GLM-4.5).
+pub fn shared_expert(family: Family, layer_index: usize) -> String {
+    let module = match family {
+        Family::DeepseekV2 | Family::DeepseekV3 | Family::Glm4Moe => "shared_experts",
+        _ => "shared_expert",
+    };
+    format!("{}.{module}", ffn_prefix(family, layer_index))
+}
+
 /// Names of a plain SwiGLU MLP's (gate, up, down) under module `prefix`.
 pub fn mlp(prefix: &str) -> [String; 3] {
     [format!("{prefix}.gate_proj.weight"), format!("{prefix}.up_proj.weight"), format!("{prefix}.down_proj.weight")]

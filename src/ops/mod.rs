@@ -8,6 +8,7 @@ pub mod embed;
 pub mod experts;
 pub mod matmul;
 pub mod matrix;
+pub mod mla_attention;
 pub mod moe_combine;
 pub mod prerouter_heads;
 pub mod rms_norm;

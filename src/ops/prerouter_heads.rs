@@ -151,7 +151,7 @@ impl PrerouterHeads {
             buffers.extend(tensors);
         }
         let io = RouterIo { logits: &logits, ids: &predicted, weights: &weights };
-        let shape = RouterShape { n_experts: dims.experts, top_k, renormalize: false };
+        let shape = RouterShape::softmax(dims.experts, top_k, false);
         let topk = RouterTopK::new(gpu, &step.buffer, io, shape);
         buffers.extend([owners, act, weights]);
         let (inner, experts) = (dims.inner, dims.experts);

@@ -1,49 +1,64 @@
-//! Rotary position embedding with a host-computed cos/sin table.
+//! Rotary position embedding with host-computed cos/sin tables ([`RopeSpec::tables`]).
 
 use super::{groups64, params};
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
+use crate::model::RopeSpec;
 
-/// cos and sin of every (position, frequency) pair, computed like transformers does in f32:
-/// `inv_freq = 1 / theta^(2i/d)`, `angle = pos * inv_freq`.
-pub fn rope_tables(theta: f32, head_dim: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
-    let half = head_dim / 2;
-    let inv: Vec<f32> = (0..half).map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32)).collect();
-    let mut cos = Vec::with_capacity(positions * half);
-    let mut sin = Vec::with_capacity(positions * half);
-    for p in 0..positions {
-        for f in &inv {
-            let angle = (p as f32 * f) as f64;
-            cos.push(angle.cos() as f32);
-            sin.push(angle.sin() as f32);
-        }
-    }
-    (cos, sin)
+/// Where the rotated values sit in each token's row.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeLayout {
+    /// Heads per row.
+    pub n_heads: usize,
+    /// Values between consecutive heads.
+    pub head_stride: usize,
+    /// Values per token row.
+    pub row_stride: usize,
+    /// First rotated value within a head.
+    pub offset: usize,
+    /// Rows start at the step's position (keys written into a cache).
+    pub at_cache_pos: bool,
 }
 
-/// A bound in-place RoPE over `n_heads` heads per token.
+impl RopeLayout {
+    /// `n_heads` contiguous heads of `head_dim`, rotated from their first value.
+    pub fn heads(n_heads: usize, head_dim: usize, at_cache_pos: bool) -> RopeLayout {
+        RopeLayout { n_heads, head_stride: head_dim, row_stride: n_heads * head_dim, offset: 0, at_cache_pos }
+    }
+}
+
+/// A bound in-place RoPE.
 pub struct Rope {
     kernel: Kernel,
     pairs_per_token: usize,
 }
 
 impl Rope {
-    /// Rotates `x` (`[tokens, n_heads * head_dim]`, or KV-cache rows when `at_cache_pos`).
+    /// Rotates `x` laid out as `layout` says, by `rope`'s rotary width and pair layout, with
+    /// `tables` from [`RopeSpec::tables`].
     pub fn new(
         gpu: &Gpu,
         step: &wgpu::Buffer,
         tables: (&wgpu::Buffer, &wgpu::Buffer),
         x: &wgpu::Buffer,
-        n_heads: usize,
-        head_dim: usize,
-        at_cache_pos: bool,
+        rope: &RopeSpec,
+        layout: RopeLayout,
     ) -> Rope {
-        let p = params(&[n_heads as u32, head_dim as u32, at_cache_pos as u32, 0]);
-        // Per token its rows in and out and one cos/sin row.
-        let traffic = Traffic { fixed: 0, per_token: 4 * (2 * n_heads * head_dim + head_dim) as u64, per_position: 0 };
+        let p = params(&[
+            layout.n_heads as u32,
+            layout.head_stride as u32,
+            layout.row_stride as u32,
+            layout.offset as u32,
+            rope.rotary_dim as u32,
+            rope.interleaved as u32,
+            layout.at_cache_pos as u32,
+            0,
+        ]);
+        // Per token its rotated values in and out and one cos/sin row.
+        let per_token = 4 * (2 * layout.n_heads * rope.rotary_dim + rope.rotary_dim) as u64;
         let kernel = Kernel::new(gpu, "rope", &[], step, &p, &[tables.0.into(), tables.1.into(), x.into()])
-            .with_traffic(traffic);
-        Rope { kernel, pairs_per_token: n_heads * head_dim / 2 }
+            .with_traffic(Traffic { fixed: 0, per_token, per_position: 0 });
+        Rope { kernel, pairs_per_token: layout.n_heads * rope.rotary_dim / 2 }
     }
 
     /// Records the rotation for `n_tokens` tokens.

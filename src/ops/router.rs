@@ -22,15 +22,30 @@ pub struct RouterIo<'a> {
     pub weights: &'a wgpu::Buffer,
 }
 
-/// A router's shape.
+/// A router's shape and rule.
 #[derive(Clone, Copy, Debug)]
-pub struct RouterShape {
+pub struct RouterShape<'a> {
     /// Experts scored.
     pub n_experts: usize,
     /// Experts chosen per token.
     pub top_k: usize,
-    /// Divide the chosen probabilities by their sum.
+    /// Divide the chosen weights by their sum.
     pub renormalize: bool,
+    /// `(n_group, topk_group)`: choose only within the best `topk_group` of `n_group` equal
+    /// expert groups; `(1, 1)` for no grouping.
+    pub groups: (usize, usize),
+    /// Multiplier of the final weights (`routed_scaling_factor`).
+    pub routed_scale: f32,
+    /// Sigmoid scoring, choosing by score + this correction bias (`n_experts` values); `None`
+    /// for softmax.
+    pub sigmoid_bias: Option<&'a [f32]>,
+}
+
+impl RouterShape<'_> {
+    /// Plain softmax top-k.
+    pub fn softmax(n_experts: usize, top_k: usize, renormalize: bool) -> RouterShape<'static> {
+        RouterShape { n_experts, top_k, renormalize, groups: (1, 1), routed_scale: 1.0, sigmoid_bias: None }
+    }
 }
 
 /// Experts chosen elsewhere (the prerouter's prediction-as-routing): `experts[offset..offset +
@@ -59,9 +74,9 @@ pub struct Capture<'a> {
 }
 
 impl RouterTopK {
-    /// Binds `io`: softmax over each token's logits, the `top_k` most probable experts (ties
-    /// to the lower index) and their probabilities.
-    pub fn new(gpu: &Gpu, step: &wgpu::Buffer, io: RouterIo<'_>, shape: RouterShape) -> RouterTopK {
+    /// Binds `io`: each token's `top_k` experts by `shape`'s rule (ties to the lower index) and
+    /// their weights.
+    pub fn new(gpu: &Gpu, step: &wgpu::Buffer, io: RouterIo<'_>, shape: RouterShape<'_>) -> RouterTopK {
         Self::with(gpu, step, io, shape, None, None)
     }
 
@@ -71,13 +86,13 @@ impl RouterTopK {
         gpu: &Gpu,
         step: &wgpu::Buffer,
         io: RouterIo<'_>,
-        shape: RouterShape,
+        shape: RouterShape<'_>,
         forced: Option<Forced<'_>>,
         capture: Option<Capture<'_>>,
     ) -> RouterTopK {
         assert!(shape.n_experts <= 256, "more than 256 experts is rejected at load");
         let (hidden, layer, moe_layers) = capture.map_or((0, 0, 0), |c| (c.hidden, c.layer, c.history.moe_layers));
-        let p = params(&[
+        let mut words = vec![
             shape.n_experts as u32,
             shape.top_k as u32,
             shape.renormalize as u32,
@@ -85,10 +100,23 @@ impl RouterTopK {
             hidden as u32,
             layer as u32,
             moe_layers as u32,
+            shape.groups.0 as u32,
+            shape.groups.1 as u32,
+            shape.routed_scale.to_bits(),
             0,
-        ]);
+            0,
+        ];
+        let mut bias = [0f32; 256];
+        if let Some(b) = shape.sigmoid_bias {
+            bias[..b.len()].copy_from_slice(b);
+        }
+        words.extend(bias.iter().map(|b| b.to_bits()));
+        let p = params(&words);
         let mut storage: Vec<Slice<'_>> = vec![io.logits.into(), io.ids.into(), io.weights.into()];
         let mut defines = Vec::new();
+        if shape.sigmoid_bias.is_some() {
+            defines.push("SIGMOID");
+        }
         if let Some(f) = forced {
             storage.push(f.experts.into());
             defines.push("FORCED");

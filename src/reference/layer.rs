@@ -1,9 +1,11 @@
 //! One decoder layer of the reference forward pass: attention block, then FFN block.
 
 use super::kv_cache::KvCache;
-use super::ops::{add_bias, attention, matvec, rms_norm, rope, router_topk, sigmoid, swiglu_mlp};
-use crate::model::layer_weights::{AttentionWeights, LayerWeights, MlpWeights};
-use crate::model::{ArchSpec, QkNorm};
+use super::ops::{add_bias, attention, attention_with, matvec, rms_norm, rope, route, sigmoid, swiglu_mlp, HeadShape};
+use crate::model::layer_weights::{
+    AttentionBlock, AttentionWeights, LayerWeights, MlaQuery, MlaWeights, MlpWeights, MLA_NORM_EPS,
+};
+use crate::model::{ArchSpec, MlaSpec, QkNorm};
 
 /// The layer's residual update from attention at position `pos`: `x += Wo · attn(norm(x))`,
 /// appending this position's key and value to `cache`.
@@ -15,16 +17,35 @@ pub(crate) fn attention_block(
     x: &mut [f32],
     cache: &mut KvCache,
 ) {
-    let (h, qd, kvd, hd) = (spec.hidden, spec.q_dim(), spec.kv_dim(), spec.head_dim);
-    let w: &AttentionWeights = &lw.attn;
+    let h = spec.hidden;
     let mut normed = vec![0.0f32; h];
     rms_norm(x, &lw.input_norm.data, spec.rms_eps, &mut normed);
+    let o = match (&lw.attn, spec.mla()) {
+        (AttentionBlock::Grouped(w), _) => grouped(spec, w, layer, pos, &normed, cache),
+        (AttentionBlock::Mla(w), Some(m)) => mla(spec, m, w, layer, pos, &normed, cache),
+        (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
+    };
+    for (xi, oi) in x.iter_mut().zip(&o) {
+        *xi += oi;
+    }
+}
+
+/// Grouped-query attention of `normed` at `pos`, returning `Wo · attn`.
+fn grouped(
+    spec: &ArchSpec,
+    w: &AttentionWeights,
+    layer: usize,
+    pos: usize,
+    normed: &[f32],
+    cache: &mut KvCache,
+) -> Vec<f32> {
+    let (h, qd, kvd, hd) = (spec.hidden, spec.q_dim(), spec.kv_dim(), spec.head_dim);
     let mut q = vec![0.0f32; qd];
     let mut k = vec![0.0f32; kvd];
     let mut v = vec![0.0f32; kvd];
-    matvec(&w.q.data, qd, h, &normed, &mut q);
-    matvec(&w.k.data, kvd, h, &normed, &mut k);
-    matvec(&w.v.data, kvd, h, &normed, &mut v);
+    matvec(&w.q.data, qd, h, normed, &mut q);
+    matvec(&w.k.data, kvd, h, normed, &mut k);
+    matvec(&w.v.data, kvd, h, normed, &mut v);
     if let Some([bq, bk, bv]) = &w.qkv_bias {
         add_bias(&mut q, &bq.data);
         add_bias(&mut k, &bk.data);
@@ -43,17 +64,66 @@ pub(crate) fn attention_block(
             QkNorm::None => {}
         }
     }
-    rope(&mut q, spec.heads, hd, pos, spec.rope_theta);
-    rope(&mut k, spec.kv_heads, hd, pos, spec.rope_theta);
+    rope(&mut q, spec.heads, hd, pos, &spec.rope);
+    rope(&mut k, spec.kv_heads, hd, pos, &spec.rope);
     cache.push(layer, &k, &v);
     let kv_len = cache.len(layer);
     let mut attn = vec![0.0f32; qd];
     attention(&q, cache.keys(layer), cache.values(layer), spec.heads, spec.kv_heads, hd, kv_len, &mut attn);
     let mut o = vec![0.0f32; h];
     matvec(&w.o.data, h, qd, &attn, &mut o);
-    for (xi, oi) in x.iter_mut().zip(&o) {
-        *xi += oi;
+    o
+}
+
+/// Multi-head latent attention of `normed` at `pos` in its plain (decompressed) form: the
+/// latent `c` is normalised, the shared rotary key rotated, and `kv_b_proj` expands them into
+/// every head's key `[k_nope | k_rope]` and value, which go into the cache. Returns `Wo · attn`.
+fn mla(
+    spec: &ArchSpec,
+    m: &MlaSpec,
+    w: &MlaWeights,
+    layer: usize,
+    pos: usize,
+    normed: &[f32],
+    cache: &mut KvCache,
+) -> Vec<f32> {
+    let (h, heads, qk) = (spec.hidden, spec.heads, m.qk_head_dim());
+    let (rank, nope, rope_dim, vd) = (m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim);
+    let mut q = vec![0.0f32; heads * qk];
+    match &w.q {
+        MlaQuery::Direct(wq) => matvec(&wq.data, heads * qk, h, normed, &mut q),
+        MlaQuery::Compressed { a, norm, b } => {
+            let r = norm.data.len();
+            let (mut qa, mut qn) = (vec![0.0f32; r], vec![0.0f32; r]);
+            matvec(&a.data, r, h, normed, &mut qa);
+            rms_norm(&qa, &norm.data, MLA_NORM_EPS, &mut qn);
+            matvec(&b.data, heads * qk, r, &qn, &mut q);
+        }
     }
+    let mut ckv = vec![0.0f32; rank + rope_dim];
+    matvec(&w.kv_a.data, rank + rope_dim, h, normed, &mut ckv);
+    let mut c = vec![0.0f32; rank];
+    rms_norm(&ckv[..rank], &w.kv_norm.data, MLA_NORM_EPS, &mut c);
+    let k_rope = &mut ckv[rank..];
+    rope(k_rope, 1, rope_dim, pos, &spec.rope);
+    for head in q.chunks_exact_mut(qk) {
+        rope(&mut head[nope..], 1, rope_dim, pos, &spec.rope);
+    }
+    let mut kv = vec![0.0f32; heads * (nope + vd)];
+    matvec(&w.kv_b.data, heads * (nope + vd), rank, &c, &mut kv);
+    let (mut keys, mut values) = (Vec::with_capacity(heads * qk), Vec::with_capacity(heads * vd));
+    for blk in kv.chunks_exact(nope + vd) {
+        keys.extend_from_slice(&blk[..nope]);
+        keys.extend_from_slice(&ckv[rank..]);
+        values.extend_from_slice(&blk[nope..]);
+    }
+    cache.push(layer, &keys, &values);
+    let shape = HeadShape { n_heads: heads, n_kv_heads: heads, k_dim: qk, v_dim: vd, scale: m.softmax_scale };
+    let mut attn = vec![0.0f32; heads * vd];
+    attention_with(&q, cache.keys(layer), cache.values(layer), shape, cache.len(layer), &mut attn);
+    let mut o = vec![0.0f32; h];
+    matvec(&w.o.data, h, heads * vd, &attn, &mut o);
+    o
 }
 
 /// RMSNorm of each consecutive `width`-wide chunk of `x` with the same `weight`.
@@ -92,7 +162,7 @@ pub(crate) fn ffn_block(
             let n = spec_moe.num_experts;
             let mut logits = vec![0.0f32; n];
             matvec(&moe.router.data, n, h, &normed, &mut logits);
-            routing = router_topk(&logits, spec_moe.top_k, spec_moe.norm_topk_prob);
+            routing = route(&logits, spec_moe, moe.router_bias.as_ref().map(|b| &b.data[..]));
             let mut e_out = vec![0.0f32; h];
             for &(e, weight) in &routing {
                 run_mlp(&experts[e], h, &normed, &mut e_out);
@@ -102,9 +172,11 @@ pub(crate) fn ffn_block(
             }
             if let Some((shared, gate)) = &moe.shared {
                 run_mlp(shared, h, &normed, &mut e_out);
-                let mut g = [0.0f32];
-                matvec(&gate.data, 1, h, &normed, &mut g);
-                let g = sigmoid(g[0]);
+                let g = gate.as_ref().map_or(1.0, |gate| {
+                    let mut g = [0.0f32];
+                    matvec(&gate.data, 1, h, &normed, &mut g);
+                    sigmoid(g[0])
+                });
                 for (yi, ei) in y.iter_mut().zip(&e_out) {
                     *yi += g * ei;
                 }

@@ -4,7 +4,7 @@
 use super::ReferenceModel;
 use crate::error::Result;
 use crate::model::decoder::DecoderOptions;
-use crate::model::layer_weights::{FfnWeights, MlpWeights};
+use crate::model::layer_weights::{AttentionBlock, FfnWeights, MlaQuery, MlpWeights};
 use crate::model::HostTensor;
 use crate::ops::WeightFormat;
 
@@ -31,8 +31,26 @@ impl ReferenceModel {
         round(&mut self.embed, options.format_of("embed"))?;
         round(&mut self.lm_head, options.format_of("lm_head"))?;
         for l in &mut self.layers {
-            for t in [&mut l.attn.q, &mut l.attn.k, &mut l.attn.v, &mut l.attn.o] {
-                round(t, options.format_of("attention"))?;
+            let attention = options.format_of("attention");
+            match &mut l.attn {
+                AttentionBlock::Grouped(a) => {
+                    for t in [&mut a.q, &mut a.k, &mut a.v, &mut a.o] {
+                        round(t, attention)?;
+                    }
+                }
+                AttentionBlock::Mla(a) => {
+                    match &mut a.q {
+                        MlaQuery::Direct(q) => round(q, attention)?,
+                        MlaQuery::Compressed { a, b, .. } => {
+                            round(a, attention)?;
+                            round(b, attention)?;
+                        }
+                    }
+                    // kv_b stays f32: the MLA kernel reads it unconverted.
+                    for t in [&mut a.kv_a, &mut a.o] {
+                        round(t, attention)?;
+                    }
+                }
             }
             match &mut l.ffn {
                 FfnWeights::Dense(m) => round_mlp(m, options.format_of("mlp"))?,
@@ -40,7 +58,9 @@ impl ReferenceModel {
                     round(&mut moe.router, options.format_of("router"))?;
                     if let Some((m, gate)) = &mut moe.shared {
                         round_mlp(m, options.format_of("mlp"))?;
-                        round(gate, options.format_of("mlp"))?;
+                        if let Some(gate) = gate {
+                            round(gate, options.format_of("mlp"))?;
+                        }
                     }
                 }
             }

@@ -5,6 +5,7 @@ use super::layer::{attention_block, ffn_block};
 use super::model::ReferenceModel;
 use super::ops::{matvec, rms_norm};
 use crate::error::{Error, Result};
+use crate::model::ArchSpec;
 
 /// A decoding session over a [`ReferenceModel`]: holds the KV cache and the position.
 pub struct ReferenceSession<'m> {
@@ -14,13 +15,22 @@ pub struct ReferenceSession<'m> {
     routing: Vec<Vec<(usize, f32)>>,
 }
 
+/// Key and value row widths of the reference cache: MLA caches decompressed per-head keys
+/// `[k_nope | k_rope]` and values.
+fn kv_widths(spec: &ArchSpec) -> (usize, usize) {
+    match spec.mla() {
+        Some(m) => (spec.heads * m.qk_head_dim(), spec.heads * m.v_head_dim),
+        None => (spec.kv_dim(), spec.kv_dim()),
+    }
+}
+
 impl<'m> ReferenceSession<'m> {
     /// A fresh session at position 0.
     pub fn new(model: &'m ReferenceModel) -> ReferenceSession<'m> {
         let spec = model.spec();
         ReferenceSession {
             model,
-            cache: KvCache::new(spec.layers, spec.kv_dim()),
+            cache: KvCache::new(spec.layers, kv_widths(spec).0, kv_widths(spec).1),
             pos: 0,
             routing: vec![Vec::new(); spec.layers],
         }

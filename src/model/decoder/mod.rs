@@ -1,6 +1,7 @@
 //! The generic decoder on the GPU, built from the ops for any [`ArchSpec`]: weights uploaded
 //! once, every kernel bound once, each step records the same dispatch list for its token count.
 
+mod mla;
 mod prerouter;
 mod projection;
 mod step;
@@ -19,9 +20,9 @@ use crate::experts::residency::ExpertResidency;
 use crate::experts::source::ExpertSource;
 use crate::experts::{SlotArena, SlotTable};
 use crate::gpu::{Gpu, Readback, StepUniform};
-use crate::model::layer_weights::{self, FfnWeights, MlpWeights};
+use crate::model::layer_weights::{self, AttentionBlock, FfnWeights, MlpWeights};
 use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
-use crate::model::{ArchSpec, Checkpoint, HostTensor, MoeSpec, QkNorm};
+use crate::model::{ArchSpec, Checkpoint, HostTensor, MoeSpec, QkNorm, RoutingKind};
 use crate::ops::argmax::Argmax;
 use crate::ops::attention::{Attention, Heads};
 use crate::ops::embed::Embed;
@@ -29,7 +30,7 @@ use crate::ops::experts::{ExpertFfn, ExpertIo};
 use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::moe_combine::MoeCombine;
 use crate::ops::rms_norm::{NormRows, RmsNorm};
-use crate::ops::rope::{rope_tables, Rope};
+use crate::ops::rope::{Rope, RopeLayout};
 use crate::ops::router::{RouterIo, RouterShape, RouterTopK};
 use crate::ops::swiglu::SwiGlu;
 use crate::ops::token_logprob::TokenLogprob;
@@ -114,11 +115,14 @@ struct Mlp {
 
 struct Shared {
     mlp: Mlp,
-    gate: MatMul,
+    /// Qwen2-MoE's sigmoid gate logit; `None` when the shared expert adds straight into `x`.
+    gate: Option<MatMul>,
 }
 
 struct MoeFfn {
     router: MatMul,
+    /// The router's correction bias (sigmoid routing), kept for routers bound later.
+    router_bias: Option<Vec<f32>>,
     topk: RouterTopK,
     experts: ExpertFfn,
     shared: Option<Shared>,
@@ -130,8 +134,8 @@ enum Ffn {
     Moe(Box<MoeFfn>),
 }
 
-struct Layer {
-    attn_norm: RmsNorm,
+/// Grouped-query attention: projections into the K/V cache, RoPE, attention, `o_proj`.
+struct GroupedAttn {
     q: Projection,
     k: Projection,
     v: Projection,
@@ -140,6 +144,17 @@ struct Layer {
     rope_k: Rope,
     attention: Attention,
     o: Projection,
+}
+
+/// A layer's attention, by kind.
+enum Attn {
+    Grouped(Box<GroupedAttn>),
+    Mla(Box<mla::MlaAttn>),
+}
+
+struct Layer {
+    attn_norm: RmsNorm,
+    attn: Attn,
     ffn_norm: RmsNorm,
     ffn: Ffn,
 }
@@ -151,6 +166,8 @@ struct Activations {
     x: wgpu::Buffer,
     hn: wgpu::Buffer,
     q: wgpu::Buffer,
+    /// MLA's compressed query (`q_lora_rank` wide).
+    q_lat: wgpu::Buffer,
     attn: wgpu::Buffer,
     gu: wgpu::Buffer,
     mh: wgpu::Buffer,
@@ -173,9 +190,19 @@ impl Activations {
     }
 }
 
-/// The router top-k's shape for `m`.
-fn router_shape(m: &MoeSpec) -> RouterShape {
-    RouterShape { n_experts: m.num_experts, top_k: m.top_k, renormalize: m.norm_topk_prob }
+/// The router top-k's shape for `m`, with the layer's correction bias for sigmoid routing.
+fn router_shape<'a>(m: &MoeSpec, bias: Option<&'a [f32]>) -> RouterShape<'a> {
+    RouterShape {
+        n_experts: m.num_experts,
+        top_k: m.top_k,
+        renormalize: m.norm_topk_prob,
+        groups: m.routing.groups(),
+        routed_scale: m.routed_scaling_factor,
+        sigmoid_bias: match m.routing {
+            RoutingKind::SigmoidBiased { .. } => bias,
+            _ => None,
+        },
+    }
 }
 
 /// Called after each MoE layer's router + top-k with the layer index, that layer's FFN input
@@ -221,6 +248,15 @@ fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
 fn check_supported(spec: &ArchSpec) -> Result<()> {
     if spec.head_dim > 256 {
         return Err(Error::UnsupportedConfig(format!("head_dim {} > 256", spec.head_dim)));
+    }
+    if let Some(m) = spec.mla() {
+        use crate::ops::mla_attention::{MAX_RANK, MAX_ROPE};
+        if m.kv_lora_rank > MAX_RANK || m.qk_rope_head_dim > MAX_ROPE {
+            return Err(Error::UnsupportedConfig(format!(
+                "MLA kv_lora_rank {} / qk_rope_head_dim {} above the kernel's {MAX_RANK} / {MAX_ROPE}",
+                m.kv_lora_rank, m.qk_rope_head_dim
+            )));
+        }
     }
     if let Some(m) = &spec.moe {
         if m.num_experts > 256 {
@@ -340,7 +376,8 @@ impl GpuModel {
             x: gpu.storage("x", f(b * h)),
             hn: gpu.storage("hn", f(b * h)),
             q: gpu.storage("q", f(b * spec.q_dim())),
-            attn: gpu.storage("attn", f(b * spec.q_dim())),
+            q_lat: gpu.storage("q latent", f(b * spec.mla().and_then(|m| m.q_lora_rank).unwrap_or(1))),
+            attn: gpu.storage("attn", f(b * spec.q_dim().max(spec.mla().map_or(0, |m| spec.heads * m.v_head_dim)))),
             gu: gpu.storage("gu", f(b * 2 * inter_max)),
             mh: gpu.storage("mh", f(b * inter_max)),
             router_logits: gpu.storage("router logits", f(b * n_experts)),
@@ -365,13 +402,15 @@ impl GpuModel {
         let embed = Embed::new(&gpu, &step.buffer, &acts.tokens, &bld.matrices[embed_m], &acts.x);
         drop(embed_w);
 
-        let (cos, sin) = rope_tables(spec.rope_theta, spec.head_dim, options.context);
+        let (cos, sin) = spec.rope.tables(options.context);
         let cos = gpu.upload("rope cos", bytemuck::cast_slice(&cos));
         let sin = gpu.upload("rope sin", bytemuck::cast_slice(&sin));
         let kv_bytes = f(options.context * spec.kv_dim());
-        if kv_bytes > gpu.caps.max_binding {
+        // The widest cache buffer of a layer: K or V rows, or MLA's latent rows.
+        let cache_bytes = f(options.context * spec.mla().map_or(spec.kv_dim(), |m| m.kv_lora_rank));
+        if cache_bytes > gpu.caps.max_binding {
             return Err(Error::UnsupportedConfig(format!(
-                "a context of {} tokens needs {kv_bytes}-byte KV buffers, over the binding limit {}",
+                "a context of {} tokens needs {cache_bytes}-byte KV buffers, over the binding limit {}",
                 options.context, gpu.caps.max_binding
             )));
         }
@@ -419,8 +458,6 @@ impl GpuModel {
         let mut layers = Vec::with_capacity(spec.layers);
         for i in 0..spec.layers {
             let w = layer_weights::layer(ckpt, spec, i)?;
-            let k_cache = gpu.storage("k cache", kv_bytes);
-            let v_cache = gpu.storage("v cache", kv_bytes);
             let eps = spec.rms_eps;
             let attn_norm = bld.norm(
                 &w.input_norm,
@@ -429,32 +466,96 @@ impl GpuModel {
                 NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
                 eps,
             );
-            let bias = w.attn.qkv_bias.as_ref();
-            let q_out = MatMulOut::plain(spec.q_dim());
-            let q =
-                bld.projection("q", &w.attn.q, bias.map(|b| &b[0]), &acts.hn, &acts.q, q_out, (i, LoraTarget::Q))?;
-            let cache_out = MatMulOut { at_cache_pos: true, ..MatMulOut::plain(spec.kv_dim()) };
-            let k =
-                bld.projection("k", &w.attn.k, bias.map(|b| &b[1]), &acts.hn, &k_cache, cache_out, (i, LoraTarget::K))?;
-            let v =
-                bld.projection("v", &w.attn.v, bias.map(|b| &b[2]), &acts.hn, &v_cache, cache_out, (i, LoraTarget::V))?;
-            let qk_norm = w.attn.qk_norm.as_ref().map(|[qn, kn]| {
-                let (q_rows, k_rows, n) = match spec.qk_norm {
-                    QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
-                    _ => (1, 1, 0),
-                };
-                let (qn_n, kn_n) = if n == 0 { (spec.q_dim(), spec.kv_dim()) } else { (n, n) };
-                (
-                    bld.norm(qn, &acts.q, None, NormRows { n: qn_n, rows_per_token: q_rows, at_cache_pos: false }, eps),
-                    bld.norm(kn, &k_cache, None, NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: true }, eps),
-                )
-            });
-            let rope_q = Rope::new(&gpu, &step.buffer, (&cos, &sin), &acts.q, spec.heads, spec.head_dim, false);
-            let rope_k = Rope::new(&gpu, &step.buffer, (&cos, &sin), &k_cache, spec.kv_heads, spec.head_dim, true);
-            let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
-            let attention = Attention::new(&gpu, &step.buffer, &acts.q, &k_cache, &v_cache, &acts.attn, heads);
-            let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
-            let o = bld.projection("o", &w.attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
+            let attn = match (&w.attn, spec.mla()) {
+                (AttentionBlock::Mla(mw), Some(m)) => {
+                    let (c, k_rope) = mla::latent_cache(&gpu, m, options.context);
+                    let mla = bld.mla(spec, m, mw, &acts, (&c, &k_rope), (&cos, &sin))?;
+                    bld.buffers.extend([c, k_rope]);
+                    Attn::Mla(Box::new(mla))
+                }
+                (AttentionBlock::Grouped(attn), _) => {
+                    let k_cache = gpu.storage("k cache", kv_bytes);
+                    let v_cache = gpu.storage("v cache", kv_bytes);
+                    let bias = attn.qkv_bias.as_ref();
+                    let q_out = MatMulOut::plain(spec.q_dim());
+                    let q = bld.projection(
+                        "q",
+                        &attn.q,
+                        bias.map(|b| &b[0]),
+                        &acts.hn,
+                        &acts.q,
+                        q_out,
+                        (i, LoraTarget::Q),
+                    )?;
+                    let cache_out = MatMulOut { at_cache_pos: true, ..MatMulOut::plain(spec.kv_dim()) };
+                    let k = bld.projection(
+                        "k",
+                        &attn.k,
+                        bias.map(|b| &b[1]),
+                        &acts.hn,
+                        &k_cache,
+                        cache_out,
+                        (i, LoraTarget::K),
+                    )?;
+                    let v = bld.projection(
+                        "v",
+                        &attn.v,
+                        bias.map(|b| &b[2]),
+                        &acts.hn,
+                        &v_cache,
+                        cache_out,
+                        (i, LoraTarget::V),
+                    )?;
+                    let qk_norm = attn.qk_norm.as_ref().map(|[qn, kn]| {
+                        let (q_rows, k_rows, n) = match spec.qk_norm {
+                            QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
+                            _ => (1, 1, 0),
+                        };
+                        let (qn_n, kn_n) = if n == 0 { (spec.q_dim(), spec.kv_dim()) } else { (n, n) };
+                        (
+                            bld.norm(
+                                qn,
+                                &acts.q,
+                                None,
+                                NormRows { n: qn_n, rows_per_token: q_rows, at_cache_pos: false },
+                                eps,
+                            ),
+                            bld.norm(
+                                kn,
+                                &k_cache,
+                                None,
+                                NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: true },
+                                eps,
+                            ),
+                        )
+                    });
+                    let tables = (&cos, &sin);
+                    let rope_q = Rope::new(
+                        &gpu,
+                        &step.buffer,
+                        tables,
+                        &acts.q,
+                        &spec.rope,
+                        RopeLayout::heads(spec.heads, spec.head_dim, false),
+                    );
+                    let rope_k = Rope::new(
+                        &gpu,
+                        &step.buffer,
+                        tables,
+                        &k_cache,
+                        &spec.rope,
+                        RopeLayout::heads(spec.kv_heads, spec.head_dim, true),
+                    );
+                    let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
+                    let attention = Attention::new(&gpu, &step.buffer, &acts.q, &k_cache, &v_cache, &acts.attn, heads);
+                    let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
+                    let o = bld.projection("o", &attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
+                    bld.buffers.push(k_cache);
+                    bld.buffers.push(v_cache);
+                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope_q, rope_k, attention, o }))
+                }
+                (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
+            };
             let ffn_norm = bld.norm(
                 &w.post_norm,
                 &acts.x,
@@ -477,28 +578,30 @@ impl GpuModel {
                         &acts.router_logits,
                         MatMulOut::plain(m.num_experts),
                     )?;
-                    let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), router_shape(m));
+                    let router_bias = mw.router_bias.as_ref().map(|b| b.data.clone());
+                    let shape = router_shape(m, router_bias.as_deref());
+                    let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), shape);
                     let io = ExpertIo { x: &acts.hn, ids: &acts.ids, route_w: &acts.route_w, h: &acts.eh, y: &acts.ey };
                     let expert_ffn = ExpertFfn::new(&gpu, &step.buffer, io, &r.arena, &r.table, i, m.top_k);
+                    // A gated shared expert (Qwen2-MoE) writes its own buffer for the combine
+                    // to gate; an ungated one (DeepSeek, GLM) accumulates into the residual.
                     let shared = match &mw.shared {
-                        Some((sw, gate)) => Some(Shared {
-                            mlp: bld.mlp(
-                                "shared expert",
-                                sw,
-                                &acts.hn,
-                                &acts,
-                                (&acts.shared_out, false),
-                                (i, LoraTarget::SharedExpert),
-                            )?,
-                            gate: bld.matmul(
-                                "shared gate",
-                                gate,
-                                None,
-                                &acts.hn,
-                                &acts.shared_gate,
-                                MatMulOut::plain(1),
-                            )?,
-                        }),
+                        Some((sw, gate)) => {
+                            let out = match gate {
+                                Some(_) => (&acts.shared_out, false),
+                                None => (&acts.x, true),
+                            };
+                            let mlp =
+                                bld.mlp("shared expert", sw, &acts.hn, &acts, out, (i, LoraTarget::SharedExpert))?;
+                            let gate = gate
+                                .as_ref()
+                                .map(|g| {
+                                    let out = MatMulOut::plain(1);
+                                    bld.matmul("shared gate", g, None, &acts.hn, &acts.shared_gate, out)
+                                })
+                                .transpose()?;
+                            Some(Shared { mlp, gate })
+                        }
                         None => None,
                     };
                     let combine = MoeCombine::new(
@@ -506,16 +609,14 @@ impl GpuModel {
                         &step.buffer,
                         &acts.ey,
                         &acts.x,
-                        shared.as_ref().map(|_| (&acts.shared_out, &acts.shared_gate)),
+                        shared.as_ref().and_then(|s| s.gate.as_ref()).map(|_| (&acts.shared_out, &acts.shared_gate)),
                         h,
                         m.top_k,
                     );
-                    Ffn::Moe(Box::new(MoeFfn { router, topk, experts: expert_ffn, shared, combine }))
+                    Ffn::Moe(Box::new(MoeFfn { router, router_bias, topk, experts: expert_ffn, shared, combine }))
                 }
             };
-            bld.buffers.push(k_cache);
-            bld.buffers.push(v_cache);
-            layers.push(Layer { attn_norm, q, k, v, qk_norm, rope_q, rope_k, attention, o, ffn_norm, ffn });
+            layers.push(Layer { attn_norm, attn, ffn_norm, ffn });
         }
         let final_norm = bld.norm(
             &final_norm_w,
@@ -586,6 +687,31 @@ impl GpuModel {
         let bytes = (self.options.max_batch * self.spec.hidden * 4) as u64;
         *self.observer.lock().expect("observer lock") =
             callback.map(|callback| Observer { callback, readback: Readback::new(&self.gpu, bytes) });
+    }
+}
+
+impl GroupedAttn {
+    fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+        self.q.record(gpu, pass, n);
+        self.k.record(gpu, pass, n);
+        self.v.record(gpu, pass, n);
+        if let Some((qn, kn)) = &self.qk_norm {
+            qn.record(gpu, pass, n);
+            kn.record(gpu, pass, n);
+        }
+        self.rope_q.record(gpu, pass, n);
+        self.rope_k.record(gpu, pass, n);
+        self.attention.record(gpu, pass, n);
+        self.o.record(gpu, pass, n);
+    }
+}
+
+impl Attn {
+    fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+        match self {
+            Attn::Grouped(a) => a.record(gpu, pass, n),
+            Attn::Mla(a) => a.record(gpu, pass, n),
+        }
     }
 }
 

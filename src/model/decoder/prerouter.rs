@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::{router_shape, GpuModel};
+use super::{router_shape, Ffn, GpuModel};
 use crate::error::{Error, Result};
 use crate::experts::predictor::PredictedRouting;
 use crate::gpu::{Gpu, Readback};
@@ -149,7 +149,11 @@ impl GpuModel {
         let step = &self.step.buffer;
         let router = |layer: usize, forced: Option<Forced<'_>>| {
             let capture = Capture { hn: &self.acts.hn, history: &history, layer: ordinal(layer), hidden: c.hidden };
-            RouterTopK::with(gpu, step, self.acts.router_io(), router_shape(&m), forced, Some(capture))
+            let bias = match &self.layers[layer].ffn {
+                Ffn::Moe(moe) => moe.router_bias.as_deref(),
+                Ffn::Dense(_) => None,
+            };
+            RouterTopK::with(gpu, step, self.acts.router_io(), router_shape(&m, bias), forced, Some(capture))
         };
         let native = (0..self.spec.layers).map(|l| moe_layers.contains(&l).then(|| router(l, None))).collect();
         let targets: Vec<usize> = heads.heads.iter().map(|h| h.target_layer).collect();

@@ -73,22 +73,12 @@ impl GpuModel {
         self.embed.record(gpu, rec.pass(), n);
         for (i, l) in self.layers.iter().enumerate() {
             l.attn_norm.record(gpu, rec.pass(), n);
-            l.q.record(gpu, rec.pass(), n);
-            l.k.record(gpu, rec.pass(), n);
-            l.v.record(gpu, rec.pass(), n);
-            if let Some((qn, kn)) = &l.qk_norm {
-                qn.record(gpu, rec.pass(), n);
-                kn.record(gpu, rec.pass(), n);
-            }
-            l.rope_q.record(gpu, rec.pass(), n);
-            l.rope_k.record(gpu, rec.pass(), n);
-            l.attention.record(gpu, rec.pass(), n);
-            l.o.record(gpu, rec.pass(), n);
+            l.attn.record(gpu, rec.pass(), n);
             l.ffn_norm.record(gpu, rec.pass(), n);
             match &l.ffn {
                 Ffn::Dense(mlp) => mlp.record(gpu, rec.pass(), n),
                 Ffn::Moe(moe) => {
-                    let MoeFfn { router, topk, experts, shared, combine } = &**moe;
+                    let MoeFfn { router, topk, experts, shared, combine, .. } = &**moe;
                     router.record(gpu, rec.pass(), n);
                     match prerouter.and_then(|p| p.router(i, n)) {
                         Some(own) => own.record(gpu, rec.pass(), n),
@@ -131,7 +121,9 @@ impl GpuModel {
                     }
                     if let Some(s) = shared {
                         s.mlp.record(gpu, rec.pass(), n);
-                        s.gate.record(gpu, rec.pass(), n);
+                        if let Some(g) = &s.gate {
+                            g.record(gpu, rec.pass(), n);
+                        }
                     }
                     combine.record(gpu, rec.pass(), n);
                 }

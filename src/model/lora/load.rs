@@ -75,6 +75,11 @@ fn misplaced(spec: &ArchSpec, name: &str, bare: &str) -> Option<String> {
     if layer >= spec.layers {
         return Some(format!("tensor `{name}` is for layer {layer}; the model has {} layers", spec.layers));
     }
+    if spec.mla().is_some() && rest.contains(".self_attn.") {
+        return Some(format!(
+            "tensor `{name}`: layer {layer} uses MLA attention, whose projections LoRA does not adapt"
+        ));
+    }
     let mut ffn = MLP_PROJS.into_iter().flat_map(|p| [LoraTarget::Mlp(p), LoraTarget::SharedExpert(p)]);
     let target = ffn.find(|t| t.module(spec, layer) == bare)?;
     let what = match target {

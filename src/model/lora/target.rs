@@ -1,7 +1,7 @@
 //! The projections an adapter may target: their module paths in a checkpoint, their shapes and
 //! where their weights live in [`LayerWeights`].
 
-use crate::model::layer_weights::{FfnWeights, LayerWeights, MlpWeights};
+use crate::model::layer_weights::{AttentionBlock, FfnWeights, LayerWeights, MlpWeights};
 use crate::model::{names, ArchSpec, HostTensor};
 
 /// One projection of a SwiGLU MLP.
@@ -62,10 +62,16 @@ impl MlpProj {
 }
 
 impl LoraTarget {
-    /// Every target layer `layer` of `spec` has: the attention projections, then the dense MLP's
-    /// or the shared expert's (MoE layers without a shared expert have no FFN target).
+    /// Every target layer `layer` of `spec` has: the attention projections (grouped attention
+    /// only), then the dense MLP's or the shared expert's (MoE layers without a shared expert
+    /// have no FFN target).
     pub fn of_layer(spec: &ArchSpec, layer: usize) -> Vec<LoraTarget> {
-        let mut out = vec![LoraTarget::Q, LoraTarget::K, LoraTarget::V, LoraTarget::O];
+        // MLA's projections (q_a/q_b, kv_a, kv_b, o) are not adaptable: an adapter naming them
+        // is refused at load.
+        let mut out = match spec.mla() {
+            None => vec![LoraTarget::Q, LoraTarget::K, LoraTarget::V, LoraTarget::O],
+            Some(_) => Vec::new(),
+        };
         let ffn = match (&spec.moe, spec.is_moe_layer(layer)) {
             (_, false) => Some(LoraTarget::Mlp as fn(MlpProj) -> LoraTarget),
             (Some(m), true) if m.shared_expert_intermediate.is_some() => Some(LoraTarget::SharedExpert as _),
@@ -84,9 +90,7 @@ impl LoraTarget {
             LoraTarget::V => format!("{p}.self_attn.v_proj"),
             LoraTarget::O => format!("{p}.self_attn.o_proj"),
             LoraTarget::Mlp(m) => format!("{p}.mlp.{}", m.name()),
-            LoraTarget::SharedExpert(m) => {
-                format!("{}.shared_expert.{}", names::ffn_prefix(spec.family, layer), m.name())
-            }
+            LoraTarget::SharedExpert(m) => format!("{}.{}", names::shared_expert(spec.family, layer), m.name()),
         }
     }
 
@@ -106,11 +110,15 @@ impl LoraTarget {
 
     /// The weight this target adapts in `w`, `None` when the layer has no such projection.
     pub fn weight_mut(self, w: &mut LayerWeights) -> Option<&mut HostTensor> {
+        let attn = match &mut w.attn {
+            AttentionBlock::Grouped(a) => Some(a),
+            AttentionBlock::Mla(_) => None,
+        };
         match (self, &mut w.ffn) {
-            (LoraTarget::Q, _) => Some(&mut w.attn.q),
-            (LoraTarget::K, _) => Some(&mut w.attn.k),
-            (LoraTarget::V, _) => Some(&mut w.attn.v),
-            (LoraTarget::O, _) => Some(&mut w.attn.o),
+            (LoraTarget::Q, _) => attn.map(|a| &mut a.q),
+            (LoraTarget::K, _) => attn.map(|a| &mut a.k),
+            (LoraTarget::V, _) => attn.map(|a| &mut a.v),
+            (LoraTarget::O, _) => attn.map(|a| &mut a.o),
             (LoraTarget::Mlp(p), FfnWeights::Dense(m)) => Some(p.weight_mut(m)),
             (LoraTarget::SharedExpert(p), FfnWeights::Moe(moe)) => moe.shared.as_mut().map(|(m, _)| p.weight_mut(m)),
             _ => None,

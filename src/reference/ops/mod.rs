@@ -13,9 +13,9 @@ mod rope;
 mod router;
 
 pub use activation::{argmax, log_softmax, sigmoid, silu, softmax};
-pub use attention::attention;
+pub use attention::{attention, attention_with, mla_absorbed, HeadShape, MlaShape};
 pub use matvec::{add_bias, dot, matvec};
 pub use mlp::swiglu_mlp;
 pub use norm::rms_norm;
-pub use rope::{rope, rope_inv_freq};
-pub use router::{router_forced, router_topk};
+pub use rope::rope;
+pub use router::{route, router_forced, router_topk};

@@ -1,6 +1,65 @@
-//! Top-k expert selection from router logits.
+//! Top-k expert selection from router logits, for every [`RoutingKind`].
 
-use super::activation::softmax;
+use super::activation::{sigmoid, softmax};
+use crate::model::{MoeSpec, RoutingKind};
+
+/// The routing of one token as `moe` defines it: `(expert, weight)` pairs, best first.
+///
+/// Scores are the softmax (or, for [`RoutingKind::SigmoidBiased`], the sigmoid) of the logits.
+/// Experts are chosen by score (plus `bias`, the `e_score_correction_bias`, for sigmoid routing)
+/// among the best `topk_group` groups: ranked by their best score (`SoftmaxGroupLimited`) or the
+/// sum of their two best biased scores (`SigmoidBiased`), ties to the lower index everywhere.
+/// The weights are the unbiased scores, renormalised when `norm_topk_prob`, times
+/// `routed_scaling_factor` (DeepSeek-V2/V3 and GLM-4.5 in transformers).
+pub fn route(logits: &[f32], moe: &MoeSpec, bias: Option<&[f32]>) -> Vec<(usize, f32)> {
+    let n = logits.len();
+    let mut scores = logits.to_vec();
+    let mut choice = match moe.routing {
+        RoutingKind::SigmoidBiased { .. } => {
+            scores.iter_mut().for_each(|s| *s = sigmoid(*s));
+            let bias = bias.expect("sigmoid routing has a correction bias");
+            scores.iter().zip(bias).map(|(s, b)| s + b).collect()
+        }
+        _ => {
+            softmax(&mut scores);
+            scores.clone()
+        }
+    };
+    let (n_group, topk_group) = moe.routing.groups();
+    if n_group > 1 {
+        let per = n / n_group;
+        let group_score = |g: usize| {
+            let mut s: Vec<f32> = choice[g * per..(g + 1) * per].to_vec();
+            s.sort_by(|a, b| b.total_cmp(a));
+            match moe.routing {
+                RoutingKind::SigmoidBiased { .. } => s[0] + s[1],
+                _ => s[0],
+            }
+        };
+        let group_scores: Vec<f32> = (0..n_group).map(group_score).collect();
+        let kept = top_indices(&group_scores, topk_group);
+        for (e, c) in choice.iter_mut().enumerate() {
+            if !kept.contains(&(e / per)) {
+                *c = f32::NEG_INFINITY;
+            }
+        }
+    }
+    let chosen = top_indices(&choice, moe.top_k);
+    let mut out = weigh(&scores, &chosen, moe.norm_topk_prob);
+    for (_, w) in out.iter_mut() {
+        *w *= moe.routed_scaling_factor;
+    }
+    out
+}
+
+/// The indices of the `k` largest values, largest first, ties to the lower index.
+fn top_indices(x: &[f32], k: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..x.len()).collect();
+    // Stable sort: equal values keep ascending index order.
+    order.sort_by(|&a, &b| x[b].total_cmp(&x[a]));
+    order.truncate(k);
+    order
+}
 
 /// Softmax over all expert logits (f32), then the `top_k` largest probabilities, largest
 /// first, with ties broken towards the lower expert index; renormalised to sum to one when
@@ -11,10 +70,7 @@ use super::activation::softmax;
 pub fn router_topk(logits: &[f32], top_k: usize, norm_topk_prob: bool) -> Vec<(usize, f32)> {
     let mut probs = logits.to_vec();
     softmax(&mut probs);
-    let mut order: Vec<usize> = (0..probs.len()).collect();
-    // Stable sort: equal probabilities keep ascending index order.
-    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
-    order.truncate(top_k);
+    let order = top_indices(&probs, top_k);
     weigh(&probs, &order, norm_topk_prob)
 }
 

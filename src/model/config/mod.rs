@@ -1,0 +1,421 @@
+//! Parsing Hugging Face `config.json` into one architecture description, with its parameter
+//! blocks in their own files: [`rope`] (RoPE base, scaling, rotary width, pair layout),
+//! [`attention`] (grouped vs multi-head latent attention), [`routing`] (the router's rule).
+
+mod attention;
+mod fields;
+mod rope;
+mod routing;
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use attention::{AttentionKind, MlaSpec};
+pub use rope::{yarn_mscale, RopeScaling, RopeSpec};
+pub use routing::RoutingKind;
+
+use crate::error::{Error, Result};
+use fields::{bool_field, f32_field, get, opt_usize, usize_field};
+
+/// The model families moestream runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Family {
+    /// `MixtralForCausalLM`.
+    Mixtral,
+    /// `Qwen2MoeForCausalLM`.
+    Qwen2Moe,
+    /// `Qwen3MoeForCausalLM`.
+    Qwen3Moe,
+    /// `OlmoeForCausalLM`.
+    Olmoe,
+    /// `LlamaForCausalLM` (dense).
+    Llama,
+    /// `Qwen2ForCausalLM` (dense).
+    Qwen2,
+    /// `Qwen3ForCausalLM` (dense).
+    Qwen3,
+    /// `DeepseekV2ForCausalLM` (MLA, softmax routing, shared experts).
+    DeepseekV2,
+    /// `DeepseekV3ForCausalLM` (MLA, sigmoid + bias routing, shared experts).
+    DeepseekV3,
+    /// `Glm4MoeForCausalLM` (grouped attention with partial rotary, sigmoid + bias routing).
+    Glm4Moe,
+}
+
+impl Family {
+    /// The `architectures[0]` string of this family.
+    pub fn hf_name(self) -> &'static str {
+        match self {
+            Family::Mixtral => "MixtralForCausalLM",
+            Family::Qwen2Moe => "Qwen2MoeForCausalLM",
+            Family::Qwen3Moe => "Qwen3MoeForCausalLM",
+            Family::Olmoe => "OlmoeForCausalLM",
+            Family::Llama => "LlamaForCausalLM",
+            Family::Qwen2 => "Qwen2ForCausalLM",
+            Family::Qwen3 => "Qwen3ForCausalLM",
+            Family::DeepseekV2 => "DeepseekV2ForCausalLM",
+            Family::DeepseekV3 => "DeepseekV3ForCausalLM",
+            Family::Glm4Moe => "Glm4MoeForCausalLM",
+        }
+    }
+
+    fn from_hf_name(name: &str) -> Result<Family> {
+        Ok(match name {
+            "MixtralForCausalLM" => Family::Mixtral,
+            "Qwen2MoeForCausalLM" => Family::Qwen2Moe,
+            "Qwen3MoeForCausalLM" => Family::Qwen3Moe,
+            "OlmoeForCausalLM" => Family::Olmoe,
+            "LlamaForCausalLM" => Family::Llama,
+            "Qwen2ForCausalLM" => Family::Qwen2,
+            "Qwen3ForCausalLM" => Family::Qwen3,
+            "DeepseekV2ForCausalLM" => Family::DeepseekV2,
+            "DeepseekV3ForCausalLM" => Family::DeepseekV3,
+            "Glm4MoeForCausalLM" => Family::Glm4Moe,
+            other => return Err(Error::UnsupportedArchitecture(other.to_string())),
+        })
+    }
+}
+
+/// Where query/key RMSNorm is applied, if at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QkNorm {
+    /// No q/k norm.
+    None,
+    /// One norm of `head_dim` shared by all heads (Qwen3).
+    PerHead,
+    /// One norm over the whole projection (OLMoE): `heads * head_dim` for q, `kv_heads * head_dim` for k.
+    Full,
+}
+
+/// The routed-expert part of an MoE architecture.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MoeSpec {
+    /// Routed experts per MoE layer.
+    pub num_experts: usize,
+    /// Experts each token is routed to.
+    pub top_k: usize,
+    /// Intermediate size of one routed expert.
+    pub expert_intermediate: usize,
+    /// How the router scores and chooses experts.
+    pub routing: RoutingKind,
+    /// Renormalise the top-k router weights to sum to one.
+    pub norm_topk_prob: bool,
+    /// Multiplier of the routed experts' weights (after any renormalisation).
+    pub routed_scaling_factor: f32,
+    /// Intermediate size of the always-on shared expert(s), resident beside the routed ones
+    /// (Qwen2-MoE's one; DeepSeek's and GLM's `n_shared_experts * moe_intermediate_size`).
+    pub shared_expert_intermediate: Option<usize>,
+    /// The shared expert's output is scaled by a sigmoid gate `[1, hidden]` (Qwen2-MoE).
+    pub shared_expert_gate: bool,
+}
+
+/// Everything the engine needs to know about a model's shape, for every supported family.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArchSpec {
+    /// The model family.
+    pub family: Family,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Attention (query) heads.
+    pub heads: usize,
+    /// Key/value heads (GQA).
+    pub kv_heads: usize,
+    /// Dimension of one head.
+    pub head_dim: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+    /// Rotary embedding.
+    pub rope: RopeSpec,
+    /// Attention kind (for MLA, `head_dim` is the query/key head width and `kv_heads == heads`).
+    pub attention: AttentionKind,
+    /// Longest sequence the model supports.
+    pub max_positions: usize,
+    /// q/k/v projections have biases.
+    pub qkv_bias: bool,
+    /// Query/key normalisation.
+    pub qk_norm: QkNorm,
+    /// lm_head shares the embedding matrix.
+    pub tie_embeddings: bool,
+    /// Intermediate size of dense FFN layers (0 when the model has none).
+    pub dense_intermediate: usize,
+    /// Routed-expert configuration (`None` for dense models).
+    pub moe: Option<MoeSpec>,
+    /// For each layer, whether its FFN is an MoE block.
+    pub moe_layers: Vec<bool>,
+    /// End-of-sequence token ids.
+    pub eos_token_ids: Vec<u32>,
+}
+
+fn eos_ids(cfg: &Value) -> Vec<u32> {
+    match get(cfg, "eos_token_id") {
+        Some(Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|v| v as u32).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The routed-expert block and which layers run it, `(None, all false)` for dense families.
+fn parse_moe(
+    cfg: &Value,
+    family: Family,
+    layers: usize,
+    dense_intermediate: usize,
+) -> Result<(Option<MoeSpec>, Vec<bool>)> {
+    use Family::*;
+    if matches!(family, Llama | Qwen2 | Qwen3) {
+        return Ok((None, vec![false; layers]));
+    }
+    let deepseek_like = matches!(family, DeepseekV2 | DeepseekV3 | Glm4Moe);
+    let num_experts = opt_usize(cfg, "num_local_experts")?
+        .or(opt_usize(cfg, "num_experts")?)
+        .or(opt_usize(cfg, "n_routed_experts")?)
+        .ok_or_else(|| Error::ConfigField("num_experts".into()))?;
+    let top_k = usize_field(cfg, "num_experts_per_tok")?;
+    if top_k == 0 || top_k > num_experts {
+        return Err(Error::UnsupportedConfig(format!("num_experts_per_tok {top_k} not in 1..={num_experts}")));
+    }
+    let expert_intermediate = match family {
+        Mixtral | Olmoe => dense_intermediate,
+        _ => usize_field(cfg, "moe_intermediate_size")?,
+    };
+    let (shared, shared_gate) = match family {
+        Qwen2Moe => (opt_usize(cfg, "shared_expert_intermediate_size")?.filter(|&s| s > 0), true),
+        _ if deepseek_like => {
+            let n = opt_usize(cfg, "n_shared_experts")?.unwrap_or(if family == DeepseekV2 { 2 } else { 1 });
+            ((n > 0).then_some(n * expert_intermediate), false)
+        }
+        _ => (None, false),
+    };
+    let routing = match family {
+        DeepseekV2 => routing::parse_softmax_topk_method(cfg, num_experts, top_k)?,
+        DeepseekV3 => routing::parse_noaux_tc(cfg, num_experts, top_k, (8, 4))?,
+        Glm4Moe => routing::parse_noaux_tc(cfg, num_experts, top_k, (1, 1))?,
+        _ => RoutingKind::Softmax,
+    };
+    let norm_topk_prob = match family {
+        Mixtral => true,
+        // transformers' DeepSeek-V2 never renormalises (the original code did when asked):
+        // refuse rather than pick one.
+        DeepseekV2 if bool_field(cfg, "norm_topk_prob", false)? => {
+            return Err(Error::UnsupportedConfig(
+                "norm_topk_prob with DeepSeek-V2 routing is not implemented (transformers ignores it)".into(),
+            ))
+        }
+        DeepseekV3 | Glm4Moe => bool_field(cfg, "norm_topk_prob", true)?,
+        _ => bool_field(cfg, "norm_topk_prob", false)?,
+    };
+    let routed_scaling_factor = if deepseek_like {
+        f32_field(cfg, "routed_scaling_factor", if family == DeepseekV3 { 2.5 } else { 1.0 })?
+    } else {
+        1.0
+    };
+    let moe_layers: Vec<bool> = if deepseek_like {
+        let first_dense = opt_usize(cfg, "first_k_dense_replace")?.unwrap_or(match family {
+            DeepseekV3 => 3,
+            Glm4Moe => 1,
+            _ => 0,
+        });
+        if let Some(freq) = opt_usize(cfg, "moe_layer_freq")?.filter(|&f| f != 1) {
+            return Err(Error::UnsupportedConfig(format!(
+                "moe_layer_freq {freq} is not implemented (transformers treats every layer from first_k_dense_replace as MoE)"
+            )));
+        }
+        (0..layers).map(|i| i >= first_dense).collect()
+    } else {
+        let step = opt_usize(cfg, "decoder_sparse_step")?.unwrap_or(1).max(1);
+        let mlp_only: Vec<usize> = get(cfg, "mlp_only_layers")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_u64).map(|v| v as usize).collect())
+            .unwrap_or_default();
+        let uses_step = matches!(family, Qwen2Moe | Qwen3Moe);
+        (0..layers).map(|i| !uses_step || (!mlp_only.contains(&i) && (i + 1) % step == 0)).collect()
+    };
+    let spec = MoeSpec {
+        num_experts,
+        top_k,
+        expert_intermediate,
+        routing,
+        norm_topk_prob,
+        routed_scaling_factor,
+        shared_expert_intermediate: shared,
+        shared_expert_gate: shared_gate,
+    };
+    Ok((Some(spec), moe_layers))
+}
+
+impl ArchSpec {
+    /// Reads and parses `dir/config.json`.
+    pub fn from_dir(dir: &Path) -> Result<ArchSpec> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let value: Value =
+            serde_json::from_str(&text).map_err(|e| Error::Json { path: path.clone(), message: e.to_string() })?;
+        ArchSpec::from_config(&value)
+    }
+
+    /// Parses a `config.json` value.
+    pub fn from_config(cfg: &Value) -> Result<ArchSpec> {
+        let arch = get(cfg, "architectures")
+            .and_then(|a| a.get(0))
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::ConfigField("architectures".into()))?;
+        let family = Family::from_hf_name(arch)?;
+        let hidden = usize_field(cfg, "hidden_size")?;
+        let layers = usize_field(cfg, "num_hidden_layers")?;
+        let heads = usize_field(cfg, "num_attention_heads")?;
+        let mla = matches!(family, Family::DeepseekV2 | Family::DeepseekV3);
+        let attention = if mla { AttentionKind::Mla(attention::parse_mla(cfg)?) } else { AttentionKind::Grouped };
+        let (kv_heads, head_dim) = match &attention {
+            // Every query head has its own decompressed key and value.
+            AttentionKind::Mla(m) => (heads, m.qk_head_dim()),
+            AttentionKind::Grouped => (
+                opt_usize(cfg, "num_key_value_heads")?.unwrap_or(heads),
+                opt_usize(cfg, "head_dim")?.unwrap_or(hidden / heads.max(1)),
+            ),
+        };
+        if hidden == 0 || head_dim == 0 {
+            return Err(Error::UnsupportedConfig(format!(
+                "hidden_size {hidden} and head_dim {head_dim} must be positive"
+            )));
+        }
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(Error::UnsupportedConfig(format!(
+                "num_attention_heads {heads} must be a positive multiple of num_key_value_heads {kv_heads}"
+            )));
+        }
+        if head_dim % 2 != 0 {
+            return Err(Error::UnsupportedConfig(format!("head_dim {head_dim} must be even for RoPE")));
+        }
+        if get(cfg, "clip_qkv").is_some() {
+            return Err(Error::UnsupportedConfig("clip_qkv is not supported".into()));
+        }
+        if family == Family::Mixtral && get(cfg, "sliding_window").is_some() {
+            log::warn!("sliding_window is ignored: attention is full-context (exact up to the window)");
+        }
+        let vocab = usize_field(cfg, "vocab_size")?;
+        if vocab == 0 {
+            return Err(Error::UnsupportedConfig("vocab_size must be positive".into()));
+        }
+        let max_positions = opt_usize(cfg, "max_position_embeddings")?.unwrap_or(4096);
+        let default_theta = if family == Family::Mixtral { 1e6 } else { 10000.0 };
+        let (rope_width, default_partial) = match (&attention, family) {
+            (AttentionKind::Mla(m), _) => (m.qk_rope_head_dim, 1.0),
+            (_, Family::Glm4Moe) => (head_dim, 0.5),
+            _ => (head_dim, 1.0),
+        };
+        // DeepSeek-V2 rotates adjacent pairs (complex multiplication); V3 does unless
+        // `rope_interleave` is false; every other family rotates halves.
+        let interleaved = match family {
+            Family::DeepseekV2 => true,
+            Family::DeepseekV3 => bool_field(cfg, "rope_interleave", true)?,
+            _ => false,
+        };
+        let rope = rope::parse(cfg, rope_width, default_theta, default_partial, interleaved, max_positions)?;
+        if mla && rope.rotary_dim != rope_width {
+            return Err(Error::UnsupportedConfig("partial_rotary_factor with MLA is not implemented".into()));
+        }
+        let dense_intermediate = opt_usize(cfg, "intermediate_size")?.unwrap_or(0);
+        let (moe, moe_layers) = parse_moe(cfg, family, layers, dense_intermediate)?;
+        if moe_layers.iter().any(|m| !m) && dense_intermediate == 0 {
+            return Err(Error::ConfigField("intermediate_size".into()));
+        }
+        let qkv_bias = match family {
+            Family::Qwen2 | Family::Qwen2Moe => bool_field(cfg, "qkv_bias", true)?,
+            _ => bool_field(cfg, "attention_bias", false)?,
+        };
+        if mla && qkv_bias {
+            return Err(Error::UnsupportedConfig("attention_bias with MLA is not implemented".into()));
+        }
+        if bool_field(cfg, "mlp_bias", false)? {
+            return Err(Error::UnsupportedConfig("mlp_bias is not supported".into()));
+        }
+        let qk_norm = match family {
+            Family::Qwen3 | Family::Qwen3Moe => QkNorm::PerHead,
+            Family::Glm4Moe if bool_field(cfg, "use_qk_norm", false)? => QkNorm::PerHead,
+            Family::Olmoe => QkNorm::Full,
+            _ => QkNorm::None,
+        };
+        let tie_default = false;
+        let spec = ArchSpec {
+            family,
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            head_dim,
+            vocab,
+            rms_eps: f32_field(cfg, "rms_norm_eps", 1e-6)?,
+            rope,
+            attention,
+            max_positions,
+            qkv_bias,
+            qk_norm,
+            tie_embeddings: bool_field(cfg, "tie_word_embeddings", tie_default)?,
+            dense_intermediate,
+            moe,
+            moe_layers,
+            eos_token_ids: eos_ids(cfg),
+        };
+        spec.check_limits()?;
+        Ok(spec)
+    }
+
+    /// Query projection width (`heads * head_dim`).
+    pub fn q_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Key/value projection width (`kv_heads * head_dim`).
+    pub fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// The scale of the attention logits: `1/sqrt(head_dim)`, or MLA's (with DeepSeek's YaRN
+    /// correction).
+    pub fn attention_scale(&self) -> f32 {
+        match &self.attention {
+            AttentionKind::Grouped => 1.0 / (self.head_dim as f32).sqrt(),
+            AttentionKind::Mla(m) => m.softmax_scale,
+        }
+    }
+
+    /// The MLA block, when attention is latent.
+    pub fn mla(&self) -> Option<&MlaSpec> {
+        match &self.attention {
+            AttentionKind::Mla(m) => Some(m),
+            AttentionKind::Grouped => None,
+        }
+    }
+
+    /// Bytes the KV cache holds per token over all layers in f32: the latent and the shared
+    /// rotary key for MLA, every key and value head otherwise.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        let per_layer = match &self.attention {
+            AttentionKind::Mla(m) => m.latent_width(),
+            AttentionKind::Grouped => 2 * self.kv_dim(),
+        };
+        per_layer * 4 * self.layers
+    }
+
+    /// Bytes of one routed expert's gate, up and down weights at `bytes_per_weight` (2 for f16).
+    pub fn expert_params(&self) -> usize {
+        self.moe.as_ref().map_or(0, |m| 3 * self.hidden * m.expert_intermediate)
+    }
+
+    /// Whether layer `i` runs routed experts.
+    pub fn is_moe_layer(&self, i: usize) -> bool {
+        self.moe_layers.get(i).copied().unwrap_or(false)
+    }
+
+    /// A stable 64-bit hash of the architecture (FNV-1a over its JSON), tying stores to models.
+    pub fn hash(&self) -> u64 {
+        let json = serde_json::to_vec(self).expect("ArchSpec serialises");
+        json.iter().fold(0xcbf29ce484222325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+    }
+}

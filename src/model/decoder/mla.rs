@@ -1,0 +1,129 @@
+//! The MLA attention kind on the GPU: queries (direct or through the compressed `q_a`/`q_b`
+//! pair), the latent written straight into the layer's latent cache (normalised, its rotary key
+//! rotated), the absorbed attention kernel and `o_proj`.
+
+use super::{Activations, Builder};
+use crate::error::Result;
+use crate::gpu::Gpu;
+use crate::model::layer_weights::{MlaQuery, MlaWeights, MLA_NORM_EPS};
+use crate::model::{ArchSpec, HostTensor, MlaSpec};
+use crate::ops::matmul::{MatMul, MatMulOut};
+use crate::ops::mla_attention::{LatentCache, MlaAttention, MlaIo};
+use crate::ops::rms_norm::{NormRows, RmsNorm};
+use crate::ops::rope::{Rope, RopeLayout};
+
+/// How the layer forms its queries.
+enum Query {
+    Direct(MatMul),
+    Compressed { a: MatMul, norm: RmsNorm, b: MatMul },
+}
+
+/// One layer's bound MLA block.
+pub(super) struct MlaAttn {
+    q: Query,
+    /// `kv_a_proj_with_mqa`'s latent rows into the latent cache.
+    kv_c: MatMul,
+    kv_norm: RmsNorm,
+    /// Its rotary-key rows into the rotary-key cache.
+    kv_rope: MatMul,
+    rope_q: Rope,
+    rope_k: Rope,
+    attention: MlaAttention,
+    o: MatMul,
+}
+
+/// The latent cache of one layer for `context` positions: latents `[context, kv_lora_rank]` and
+/// rotary keys `[context, qk_rope_head_dim]`, f32 — all an MLA layer caches per token.
+pub(super) fn latent_cache(gpu: &Gpu, m: &MlaSpec, context: usize) -> (wgpu::Buffer, wgpu::Buffer) {
+    let bytes = |w: usize| (context * w * 4) as u64;
+    (
+        gpu.storage("mla latent cache", bytes(m.kv_lora_rank)),
+        gpu.storage("mla rope key cache", bytes(m.qk_rope_head_dim)),
+    )
+}
+
+/// Rows `start..start + rows` of a `[_, cols]` matrix.
+fn rows(t: &HostTensor, start: usize, n: usize) -> HostTensor {
+    let cols = t.shape[1];
+    HostTensor::new(vec![n, cols], t.data[start * cols..(start + n) * cols].to_vec())
+}
+
+impl Builder<'_> {
+    /// Binds layer MLA block `w` of `spec`, reading `acts.hn` and adding into `acts.x`; `cache`
+    /// from [`latent_cache`]; `tables` the RoPE cos/sin tables.
+    pub(super) fn mla(
+        &mut self,
+        spec: &ArchSpec,
+        m: &MlaSpec,
+        w: &MlaWeights,
+        acts: &Activations,
+        cache: (&wgpu::Buffer, &wgpu::Buffer),
+        tables: (&wgpu::Buffer, &wgpu::Buffer),
+    ) -> Result<MlaAttn> {
+        let (gpu, step) = (self.gpu, self.step);
+        let qd = spec.q_dim();
+        let q = match &w.q {
+            MlaQuery::Direct(wq) => {
+                Query::Direct(self.matmul("attention", wq, None, &acts.hn, &acts.q, MatMulOut::plain(qd))?)
+            }
+            MlaQuery::Compressed { a, norm, b } => {
+                let r = norm.data.len();
+                let a = self.matmul("attention", a, None, &acts.hn, &acts.q_lat, MatMulOut::plain(r))?;
+                let rows_q = NormRows { n: r, rows_per_token: 1, at_cache_pos: false };
+                let norm = self.norm(norm, &acts.q_lat, None, rows_q, MLA_NORM_EPS);
+                let b = self.matmul("attention", b, None, &acts.q_lat, &acts.q, MatMulOut::plain(qd))?;
+                Query::Compressed { a, norm, b }
+            }
+        };
+        let (rank, rope) = (m.kv_lora_rank, m.qk_rope_head_dim);
+        let at_cache = |n: usize| MatMulOut { at_cache_pos: true, ..MatMulOut::plain(n) };
+        let kv_c = self.matmul("attention", &rows(&w.kv_a, 0, rank), None, &acts.hn, cache.0, at_cache(rank))?;
+        let kv_rope = self.matmul("attention", &rows(&w.kv_a, rank, rope), None, &acts.hn, cache.1, at_cache(rope))?;
+        let kv_norm = self.norm(
+            &w.kv_norm,
+            cache.0,
+            None,
+            NormRows { n: rank, rows_per_token: 1, at_cache_pos: true },
+            MLA_NORM_EPS,
+        );
+        let qk = m.qk_head_dim();
+        let q_layout = RopeLayout {
+            n_heads: spec.heads,
+            head_stride: qk,
+            row_stride: qd,
+            offset: m.qk_nope_head_dim,
+            at_cache_pos: false,
+        };
+        let rope_q = Rope::new(gpu, step, tables, &acts.q, &spec.rope, q_layout);
+        let rope_k = Rope::new(gpu, step, tables, cache.1, &spec.rope, RopeLayout::heads(1, rope, true));
+        // The absorbed kernel reads kv_b itself, in f32.
+        let kv_b = gpu.upload("mla kv_b", bytemuck::cast_slice(&w.kv_b.data));
+        let io = MlaIo { q: &acts.q, cache: LatentCache { c: cache.0, k_rope: cache.1 }, kv_b: &kv_b, out: &acts.attn };
+        let attention = MlaAttention::new(gpu, step, io, spec.heads, m);
+        self.buffers.push(kv_b);
+        let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(spec.hidden) };
+        let o = self.matmul("attention", &w.o, None, &acts.attn, &acts.x, o_out)?;
+        Ok(MlaAttn { q, kv_c, kv_norm, kv_rope, rope_q, rope_k, attention, o })
+    }
+}
+
+impl MlaAttn {
+    /// Records the block for `n` tokens.
+    pub(super) fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+        match &self.q {
+            Query::Direct(q) => q.record(gpu, pass, n),
+            Query::Compressed { a, norm, b } => {
+                a.record(gpu, pass, n);
+                norm.record(gpu, pass, n);
+                b.record(gpu, pass, n);
+            }
+        }
+        self.kv_c.record(gpu, pass, n);
+        self.kv_rope.record(gpu, pass, n);
+        self.kv_norm.record(gpu, pass, n);
+        self.rope_q.record(gpu, pass, n);
+        self.rope_k.record(gpu, pass, n);
+        self.attention.record(gpu, pass, n);
+        self.o.record(gpu, pass, n);
+    }
+}
