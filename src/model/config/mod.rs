@@ -186,6 +186,12 @@ impl ArchSpec {
         if let Some(act) = fields::opt_str(cfg, "hidden_act")?.filter(|a| *a != "silu") {
             return Err(Error::UnsupportedConfig(format!("hidden_act {act:?} is not implemented (SwiGLU with silu)")));
         }
+        if let Some(q) = get(cfg, "quantization_config") {
+            let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("unknown");
+            return Err(Error::UnsupportedConfig(format!(
+                "quantization_config ({method}) is not implemented: use a bf16/f16/f32 checkpoint"
+            )));
+        }
         if get(cfg, "clip_qkv").is_some() {
             return Err(Error::UnsupportedConfig("clip_qkv is not supported".into()));
         }
