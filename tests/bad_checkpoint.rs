@@ -176,6 +176,7 @@ fn malformed_mla_and_routing_configs() {
     unsupported(deepseek_config(set("scoring_func", json!("sigmoid"))), "scoring_func");
     unsupported(deepseek_config(set("norm_topk_prob", json!(true))), "norm_topk_prob");
     unsupported(deepseek_config(set("moe_layer_freq", json!(2))), "moe_layer_freq");
+    unsupported(deepseek_config(set("hidden_act", json!("gelu"))), "hidden_act");
     assert!(
         matches!(deepseek_config(set("kv_lora_rank", json!("wide"))), Err(Error::ConfigField(f)) if f == "kv_lora_rank")
     );

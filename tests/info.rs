@@ -25,3 +25,38 @@ fn kv_bytes_per_token_by_attention_kind() {
     // GLM-4.5 fixture: grouped, 2 KV heads of 16, keys and values, f32, 3 layers.
     assert_eq!(info("glm4_moe")["kv_bytes_per_token"], 2 * 2 * 16 * 4 * 3);
 }
+
+/// DeepSeek-V2-Lite's hub config (transformers-4 layout, YaRN to 160K) parses, and its latent
+/// cache is 9x smaller than decompressed keys and values would be.
+#[test]
+fn deepseek_v2_lite_hub_config_and_its_kv_figure() {
+    let cfg = serde_json::json!({
+        "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": false, "aux_loss_alpha": 0.001,
+        "bos_token_id": 100000, "eos_token_id": 100001, "first_k_dense_replace": 1, "hidden_act": "silu",
+        "hidden_size": 2048, "intermediate_size": 10944, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+        "model_type": "deepseek_v2", "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1,
+        "n_routed_experts": 64, "n_shared_experts": 2, "norm_topk_prob": false, "num_attention_heads": 16,
+        "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16, "q_lora_rank": null,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-6,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                         "original_max_position_embeddings": 4096, "type": "yarn"},
+        "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": true,
+        "tie_word_embeddings": false, "topk_group": 1, "topk_method": "greedy", "torch_dtype": "bfloat16",
+        "v_head_dim": 128, "vocab_size": 102400
+    });
+    let spec = moestream::model::ArchSpec::from_config(&cfg).unwrap();
+    let m = spec.mla().unwrap();
+    assert_eq!(spec.kv_bytes_per_token(), (512 + 64) * 4 * 27);
+    let decompressed = 16 * (m.qk_head_dim() + m.v_head_dim) * 4 * 27;
+    assert_eq!((spec.kv_bytes_per_token(), decompressed), (62_208, 552_960));
+    // mscale == mscale_all_dim: the softmax scale is 192^-0.5 times mscale(40, 0.707)^2.
+    let mscale = 0.1 * 0.707 * 40f32.ln() + 1.0;
+    assert!((m.softmax_scale - mscale * mscale / 192f32.sqrt()).abs() < 1e-6);
+    assert_eq!(spec.moe.as_ref().unwrap().shared_expert_intermediate, Some(2 * 1408));
+    assert_eq!(spec.moe_layers.iter().filter(|m| !**m).count(), 1);
+    // The FP8 DeepSeek-V3 release is refused by name, not misread.
+    let mut fp8 = cfg.clone();
+    fp8["quantization_config"] = serde_json::json!({"quant_method": "fp8", "weight_block_size": [128, 128]});
+    let e = moestream::model::ArchSpec::from_config(&fp8).unwrap_err();
+    assert!(e.to_string().contains("quantization_config (fp8)"), "{e}");
+}

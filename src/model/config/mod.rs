@@ -4,6 +4,7 @@
 
 mod attention;
 mod fields;
+mod moe;
 mod rope;
 mod routing;
 
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use attention::{AttentionKind, MlaSpec};
+pub use moe::MoeSpec;
 pub use rope::{yarn_mscale, RopeScaling, RopeSpec};
 pub use routing::RoutingKind;
 
@@ -89,28 +91,6 @@ pub enum QkNorm {
     Full,
 }
 
-/// The routed-expert part of an MoE architecture.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MoeSpec {
-    /// Routed experts per MoE layer.
-    pub num_experts: usize,
-    /// Experts each token is routed to.
-    pub top_k: usize,
-    /// Intermediate size of one routed expert.
-    pub expert_intermediate: usize,
-    /// How the router scores and chooses experts.
-    pub routing: RoutingKind,
-    /// Renormalise the top-k router weights to sum to one.
-    pub norm_topk_prob: bool,
-    /// Multiplier of the routed experts' weights (after any renormalisation).
-    pub routed_scaling_factor: f32,
-    /// Intermediate size of the always-on shared expert(s), resident beside the routed ones
-    /// (Qwen2-MoE's one; DeepSeek's and GLM's `n_shared_experts * moe_intermediate_size`).
-    pub shared_expert_intermediate: Option<usize>,
-    /// The shared expert's output is scaled by a sigmoid gate `[1, hidden]` (Qwen2-MoE).
-    pub shared_expert_gate: bool,
-}
-
 /// Everything the engine needs to know about a model's shape, for every supported family.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ArchSpec {
@@ -160,95 +140,6 @@ fn eos_ids(cfg: &Value) -> Vec<u32> {
     }
 }
 
-/// The routed-expert block and which layers run it, `(None, all false)` for dense families.
-fn parse_moe(
-    cfg: &Value,
-    family: Family,
-    layers: usize,
-    dense_intermediate: usize,
-) -> Result<(Option<MoeSpec>, Vec<bool>)> {
-    use Family::*;
-    if matches!(family, Llama | Qwen2 | Qwen3) {
-        return Ok((None, vec![false; layers]));
-    }
-    let deepseek_like = matches!(family, DeepseekV2 | DeepseekV3 | Glm4Moe);
-    let num_experts = opt_usize(cfg, "num_local_experts")?
-        .or(opt_usize(cfg, "num_experts")?)
-        .or(opt_usize(cfg, "n_routed_experts")?)
-        .ok_or_else(|| Error::ConfigField("num_experts".into()))?;
-    let top_k = usize_field(cfg, "num_experts_per_tok")?;
-    if top_k == 0 || top_k > num_experts {
-        return Err(Error::UnsupportedConfig(format!("num_experts_per_tok {top_k} not in 1..={num_experts}")));
-    }
-    let expert_intermediate = match family {
-        Mixtral | Olmoe => dense_intermediate,
-        _ => usize_field(cfg, "moe_intermediate_size")?,
-    };
-    let (shared, shared_gate) = match family {
-        Qwen2Moe => (opt_usize(cfg, "shared_expert_intermediate_size")?.filter(|&s| s > 0), true),
-        _ if deepseek_like => {
-            let n = opt_usize(cfg, "n_shared_experts")?.unwrap_or(if family == DeepseekV2 { 2 } else { 1 });
-            ((n > 0).then_some(n * expert_intermediate), false)
-        }
-        _ => (None, false),
-    };
-    let routing = match family {
-        DeepseekV2 => routing::parse_softmax_topk_method(cfg, num_experts, top_k)?,
-        DeepseekV3 => routing::parse_noaux_tc(cfg, num_experts, top_k, (8, 4))?,
-        Glm4Moe => routing::parse_noaux_tc(cfg, num_experts, top_k, (1, 1))?,
-        _ => RoutingKind::Softmax,
-    };
-    let norm_topk_prob = match family {
-        Mixtral => true,
-        // transformers' DeepSeek-V2 never renormalises (the original code did when asked):
-        // refuse rather than pick one.
-        DeepseekV2 if bool_field(cfg, "norm_topk_prob", false)? => {
-            return Err(Error::UnsupportedConfig(
-                "norm_topk_prob with DeepSeek-V2 routing is not implemented (transformers ignores it)".into(),
-            ))
-        }
-        DeepseekV3 | Glm4Moe => bool_field(cfg, "norm_topk_prob", true)?,
-        _ => bool_field(cfg, "norm_topk_prob", false)?,
-    };
-    let routed_scaling_factor = if deepseek_like {
-        f32_field(cfg, "routed_scaling_factor", if family == DeepseekV3 { 2.5 } else { 1.0 })?
-    } else {
-        1.0
-    };
-    let moe_layers: Vec<bool> = if deepseek_like {
-        let first_dense = opt_usize(cfg, "first_k_dense_replace")?.unwrap_or(match family {
-            DeepseekV3 => 3,
-            Glm4Moe => 1,
-            _ => 0,
-        });
-        if let Some(freq) = opt_usize(cfg, "moe_layer_freq")?.filter(|&f| f != 1) {
-            return Err(Error::UnsupportedConfig(format!(
-                "moe_layer_freq {freq} is not implemented (transformers treats every layer from first_k_dense_replace as MoE)"
-            )));
-        }
-        (0..layers).map(|i| i >= first_dense).collect()
-    } else {
-        let step = opt_usize(cfg, "decoder_sparse_step")?.unwrap_or(1).max(1);
-        let mlp_only: Vec<usize> = get(cfg, "mlp_only_layers")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_u64).map(|v| v as usize).collect())
-            .unwrap_or_default();
-        let uses_step = matches!(family, Qwen2Moe | Qwen3Moe);
-        (0..layers).map(|i| !uses_step || (!mlp_only.contains(&i) && (i + 1) % step == 0)).collect()
-    };
-    let spec = MoeSpec {
-        num_experts,
-        top_k,
-        expert_intermediate,
-        routing,
-        norm_topk_prob,
-        routed_scaling_factor,
-        shared_expert_intermediate: shared,
-        shared_expert_gate: shared_gate,
-    };
-    Ok((Some(spec), moe_layers))
-}
-
 impl ArchSpec {
     /// Reads and parses `dir/config.json`.
     pub fn from_dir(dir: &Path) -> Result<ArchSpec> {
@@ -292,6 +183,15 @@ impl ArchSpec {
         if head_dim % 2 != 0 {
             return Err(Error::UnsupportedConfig(format!("head_dim {head_dim} must be even for RoPE")));
         }
+        if let Some(act) = fields::opt_str(cfg, "hidden_act")?.filter(|a| *a != "silu") {
+            return Err(Error::UnsupportedConfig(format!("hidden_act {act:?} is not implemented (SwiGLU with silu)")));
+        }
+        if let Some(q) = get(cfg, "quantization_config") {
+            let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("unknown");
+            return Err(Error::UnsupportedConfig(format!(
+                "quantization_config ({method}) is not implemented: use a bf16/f16/f32 checkpoint"
+            )));
+        }
         if get(cfg, "clip_qkv").is_some() {
             return Err(Error::UnsupportedConfig("clip_qkv is not supported".into()));
         }
@@ -321,7 +221,7 @@ impl ArchSpec {
             return Err(Error::UnsupportedConfig("partial_rotary_factor with MLA is not implemented".into()));
         }
         let dense_intermediate = opt_usize(cfg, "intermediate_size")?.unwrap_or(0);
-        let (moe, moe_layers) = parse_moe(cfg, family, layers, dense_intermediate)?;
+        let (moe, moe_layers) = moe::parse(cfg, family, layers, dense_intermediate)?;
         if moe_layers.iter().any(|m| !m) && dense_intermediate == 0 {
             return Err(Error::ConfigField("intermediate_size".into()));
         }

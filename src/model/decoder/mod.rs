@@ -263,7 +263,11 @@ fn check_supported(spec: &ArchSpec) -> Result<()> {
             return Err(Error::UnsupportedConfig(format!("{} experts per layer > 256", m.num_experts)));
         }
     }
-    for (what, n) in [("hidden_size", spec.hidden), ("q width", spec.q_dim()), ("kv width", spec.kv_dim())] {
+    // Widths some matrix reads as its input (MLA: the compressed query and the attention output).
+    let mla_inputs = spec.mla().map_or([0, 0], |m| [m.q_lora_rank.unwrap_or(0), spec.heads * m.v_head_dim]);
+    let widths = [("hidden_size", spec.hidden), ("q width", spec.q_dim()), ("kv width", spec.kv_dim())];
+    let mla_widths = [("q_lora_rank", mla_inputs[0]), ("heads * v_head_dim", mla_inputs[1])];
+    for (what, n) in widths.into_iter().chain(mla_widths) {
         if n % 8 != 0 {
             return Err(Error::UnsupportedConfig(format!("{what} {n} is not a multiple of 8")));
         }
