@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod decoder;
+pub mod gguf;
 pub mod layer_weights;
 pub mod lora;
 pub mod names;
