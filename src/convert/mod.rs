@@ -82,8 +82,11 @@ impl ConvertOptions {
     fn validate(&self) -> Result<()> {
         for (what, f) in [("experts", self.experts), ("dense", self.dense)] {
             match f {
-                WeightFormat::F32 => {
-                    return Err(Error::InvalidArgument(format!("{what} cannot be stored as f32 (use int4 or f16)")))
+                WeightFormat::F32 | WeightFormat::Ggml(_) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{what} cannot be stored as {} (use int4 or f16)",
+                        f.name()
+                    )))
                 }
                 WeightFormat::Int4(p) => p.validate().map_err(|e| Error::InvalidArgument(e.to_string()))?,
                 WeightFormat::F16 => {}
