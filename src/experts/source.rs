@@ -8,6 +8,7 @@ use super::arena::SlotLayout;
 use crate::error::{Error, Result};
 use crate::model::layer_weights;
 use crate::model::{ArchSpec, Checkpoint};
+use crate::ops::WeightFormat;
 use crate::store::ExpertStore;
 
 /// Reads one expert's slot bytes; shared by the loader and the I/O threads.
@@ -40,7 +41,14 @@ impl CheckpointExperts {
 impl ExpertSource for CheckpointExperts {
     fn read(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<()> {
         let w = layer_weights::expert(&self.ckpt, &self.spec, layer, expert)?;
-        let bytes = self.layout.encode(&w.gate.data, &w.up.data, &w.down.data)?;
+        let stored = [&w.gate, &w.up, &w.down].map(|t| {
+            t.ggml.as_ref().filter(|g| WeightFormat::of_ggml(g.ggml_type) == self.layout.format).map(|g| &g.bytes[..])
+        });
+        let bytes = match stored {
+            // GGUF experts in the slot's format are copied as stored.
+            [Some(g), Some(u), Some(d)] => self.layout.place([g, u, d]),
+            _ => self.layout.encode(&w.gate.data, &w.up.data, &w.down.data)?,
+        };
         buf[..bytes.len()].copy_from_slice(&bytes);
         Ok(())
     }

@@ -6,9 +6,12 @@
 //! come with a whole ML framework (candle) or are young single-author crates, and the format is
 //! small and fixed (<https://github.com/ggml-org/ggml/blob/master/docs/gguf.md>).
 
+pub mod arch;
 pub mod container;
 pub mod dequant;
 pub mod error;
+pub mod names;
+pub mod tokenizer;
 pub mod types;
 
 use std::collections::{BTreeMap, HashMap};
@@ -97,6 +100,16 @@ impl GgufModel {
             }
         }
         Ok(model)
+    }
+
+    /// The part (index into [`GgufModel::into_files`]) holding tensor `name`.
+    pub fn part_of(&self, name: &str) -> Option<usize> {
+        self.tensors.get(name).map(|(k, _)| *k)
+    }
+
+    /// The mapped parts, in order.
+    pub fn into_files(self) -> Vec<(PathBuf, Mmap)> {
+        self.files
     }
 
     /// The paths of the parts, in order.
