@@ -23,8 +23,12 @@ fn gguf(name: &str) -> PathBuf {
     fixtures_dir().join("gguf").join(name)
 }
 
+fn golden_of(fixture: &str) -> Golden {
+    serde_json::from_str(&std::fs::read_to_string(fixtures_dir().join(fixture).join("golden.json")).unwrap()).unwrap()
+}
+
 fn golden() -> Golden {
-    serde_json::from_str(&std::fs::read_to_string(fixtures_dir().join("qwen3_moe/golden.json")).unwrap()).unwrap()
+    golden_of("qwen3_moe")
 }
 
 fn engine(path: PathBuf, budget: ExpertBudget) -> Engine {
@@ -74,6 +78,19 @@ fn f16_gguf_matches_transformers() {
     for p in golden().prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
         let err = max_abs_diff(&e.score(&p.tokens).unwrap().logprobs, &p.logprobs);
         assert!(err < 1e-3, "{}: F16 GGUF vs transformers: {err}", p.name);
+    }
+}
+
+#[test]
+fn llama_gguf_with_permuted_qk_matches_transformers() {
+    // llama.cpp's converter interleaves q/k rows per head; reading must put them back.
+    let path = gguf("llama-bf16.gguf");
+    let spec = arch::spec_from_gguf(&GgufModel::open(&path).unwrap()).unwrap();
+    assert_eq!(spec, ArchSpec::from_dir(&fixtures_dir().join("llama")).unwrap());
+    let e = engine(path, ExpertBudget::Auto);
+    for p in golden_of("llama").prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
+        let err = max_abs_diff(&e.score(&p.tokens).unwrap().logprobs, &p.logprobs);
+        assert!(err < 1e-3, "{}: BF16 llama GGUF vs transformers: {err}", p.name);
     }
 }
 
