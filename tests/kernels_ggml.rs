@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use common::{assert_bits_eq, assert_close, gpu, gpu_chunked, read_f32, submit, upload_f32, upload_u32, Rng};
 use moestream::gpu::{Gpu, StepUniform};
-use moestream::model::gguf::GgufModel;
+use moestream::model::gguf::{GgmlType, GgufModel};
 use moestream::ops::embed::Embed;
 use moestream::ops::matmul::{MatMul, MatMulOut};
 use moestream::ops::GpuMatrix;
@@ -19,8 +19,11 @@ use moestream::reference::ops as refops;
 
 const TYPES: [&str; 7] = ["BF16", "Q4_0", "Q8_0", "MXFP4", "Q4_K", "Q5_K", "Q6_K"];
 
-/// `(type, rows, cols, bytes, reference values)` of every block type, rows repeated `times`.
-fn matrices(times: usize) -> Vec<(moestream::model::gguf::GgmlType, usize, usize, Vec<u8>, Vec<f32>)> {
+/// A `[rows, cols]` matrix of one ggml type: its bytes and the `gguf` package's dequantization.
+type Fixture = (GgmlType, usize, usize, Vec<u8>, Vec<f32>);
+
+/// Every block type's fixture, rows repeated `times`.
+fn matrices(times: usize) -> Vec<Fixture> {
     let m = GgufModel::open(&common::fixtures_dir().join("gguf/quants.gguf")).unwrap();
     TYPES
         .iter()
@@ -96,7 +99,7 @@ fn embedding_gathers_exact_ggml_values() {
 #[test]
 fn malformed_ggml_uploads_are_refused() {
     let gpu = gpu();
-    let q4 = moestream::model::gguf::GgmlType::Q4_0;
+    let q4 = GgmlType::Q4_0;
     assert!(GpuMatrix::upload_ggml(&gpu, "short", 2, 64, q4, &[0u8; 71]).is_err());
     assert!(GpuMatrix::upload_ggml(&gpu, "partial block", 1, 48, q4, &[0u8; 27]).is_err());
 }

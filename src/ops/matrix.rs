@@ -94,7 +94,7 @@ impl WeightFormat {
             WeightFormat::F16 => Ok(WeightEncoding::F16.segment_bytes(rows, cols).map_err(quant_err)?),
             WeightFormat::Int4(p) => Ok(WeightEncoding::Int4(p).segment_bytes(rows, cols).map_err(quant_err)?),
             WeightFormat::Ggml(t) => {
-                if cols % t.block_size() != 0 {
+                if !cols.is_multiple_of(t.block_size()) {
                     return Err(Error::UnsupportedConfig(format!(
                         "{cols} columns is not a whole number of {} blocks",
                         t.name()
@@ -219,7 +219,7 @@ impl GpuMatrix {
     pub fn upload_ggml(gpu: &Gpu, label: &str, rows: usize, cols: usize, t: GgmlType, bytes: &[u8]) -> Result<Self> {
         let format = WeightFormat::of_ggml(t);
         let row_bytes = t.row_bytes(cols);
-        if cols % t.block_size() != 0 || bytes.len() != rows * row_bytes {
+        if !cols.is_multiple_of(t.block_size()) || bytes.len() != rows * row_bytes {
             return Err(Error::InvalidArgument(format!(
                 "{label}: {} bytes is not a [{rows}, {cols}] {} matrix",
                 bytes.len(),
@@ -243,7 +243,7 @@ impl GpuMatrix {
         format: WeightFormat,
         blob: impl Fn(usize, usize) -> Result<Vec<u8>>,
     ) -> Result<Self> {
-        if cols % 8 != 0 {
+        if !cols.is_multiple_of(8) {
             return Err(Error::UnsupportedConfig(format!("{label}: {cols} columns is not a multiple of 8")));
         }
         // Every chunk's blob (segments padded to 256 bytes) must fit one binding.
