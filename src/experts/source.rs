@@ -44,9 +44,21 @@ impl ExpertSource for CheckpointExperts {
         let stored = [&w.gate, &w.up, &w.down].map(|t| {
             t.ggml.as_ref().filter(|g| WeightFormat::of_ggml(g.ggml_type) == self.layout.format).map(|g| &g.bytes[..])
         });
-        let bytes = match stored {
+        let int4 = [&w.gate, &w.up, &w.down]
+            .map(|t| t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == self.layout.format));
+        let bytes = match (stored, int4) {
             // GGUF experts in the slot's format are copied as stored.
-            [Some(g), Some(u), Some(d)] => self.layout.place([g, u, d]),
+            ([Some(g), Some(u), Some(d)], _) => self.layout.place([g, u, d]),
+            // So are int4 experts (MLX checkpoints): blobs written as they are, not re-quantized.
+            (_, [Some(g), Some(u), Some(d)]) => {
+                let blobs = [g, u, d].map(|m| {
+                    let mut blob = vec![0u8; self.layout.format.blob_bytes(m.rows, m.cols)?];
+                    m.write_into(&mut blob).map_err(|e| Error::UnsupportedConfig(e.to_string()))?;
+                    Ok::<_, Error>(blob)
+                });
+                let [g, u, d] = blobs;
+                self.layout.place([&g?, &u?, &d?])
+            }
             _ => self.layout.encode(&w.gate.data, &w.up.data, &w.down.data)?,
         };
         buf[..bytes.len()].copy_from_slice(&bytes);

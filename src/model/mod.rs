@@ -6,6 +6,7 @@ pub mod decoder;
 pub mod gguf;
 pub mod layer_weights;
 pub mod lora;
+pub mod mlx;
 pub mod names;
 pub mod weights;
 

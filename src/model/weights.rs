@@ -24,6 +24,8 @@ pub enum StoredDtype {
     Int4Blob,
     /// A GGUF tensor of this ggml type (see [`crate::model::gguf`]).
     Ggml(GgmlType),
+    /// Packed 4-bit codes of an MLX-quantized tensor (see [`crate::model::mlx`]).
+    MlxWords,
 }
 
 struct Entry {
@@ -103,6 +105,8 @@ pub struct Checkpoint {
     files: Vec<(PathBuf, Mmap)>,
     entries: HashMap<String, Entry>,
     int4: Option<QuantParams>,
+    /// The int4 parameters of an MLX-quantized directory.
+    mlx: Option<QuantParams>,
 }
 
 fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -139,7 +143,9 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
 impl Checkpoint {
     /// Maps every safetensors file of `dir` and indexes its tensors.
     pub fn open(dir: &Path) -> Result<Checkpoint> {
-        Checkpoint::open_files(weight_files(dir)?)
+        let mut ck = Checkpoint::open_files(weight_files(dir)?)?;
+        ck.mlx = crate::model::mlx::params(dir)?;
+        Ok(ck)
     }
 
     /// Maps the one safetensors file `path` (an adapter's weights, for example).
@@ -172,13 +178,14 @@ impl Checkpoint {
                     Dtype::F16 => StoredDtype::F16,
                     Dtype::BF16 => StoredDtype::BF16,
                     Dtype::U8 if int4.is_some() => StoredDtype::Int4Blob,
+                    Dtype::U32 => StoredDtype::MlxWords,
                     other => return Err(Error::TensorDtype { name, dtype: format!("{other:?}") }),
                 };
                 let (a, b) = info.data_offsets;
                 let (start, end) = (data_start + a, data_start + b);
                 let elems: usize = info.shape.iter().product();
                 let width = match dtype {
-                    StoredDtype::F32 => 4,
+                    StoredDtype::F32 | StoredDtype::MlxWords => 4,
                     StoredDtype::Int4Blob => 1,
                     _ => 2,
                 };
@@ -194,7 +201,7 @@ impl Checkpoint {
             }
             files.push((path, mmap));
         }
-        Ok(Checkpoint { files, entries, int4 })
+        Ok(Checkpoint { files, entries, int4, mlx: None })
     }
 
     /// The tensors of a GGUF model under their Hugging Face names (per-expert slices of the
@@ -226,7 +233,7 @@ impl Checkpoint {
                 entries.insert(m.name, entry);
             }
         }
-        Ok(Checkpoint { files: model.into_files(), entries, int4: None })
+        Ok(Checkpoint { files: model.into_files(), entries, int4: None, mlx: None })
     }
 
     /// Whether a tensor of that name exists.
@@ -250,6 +257,9 @@ impl Checkpoint {
         if e.dtype == StoredDtype::Int4Blob {
             return self.int4_tensor(name, e, expected);
         }
+        if e.dtype == StoredDtype::MlxWords {
+            return self.mlx_tensor(name, e, expected);
+        }
         if e.shape != expected {
             return Err(Error::TensorShape { name: name.into(), actual: e.shape.clone(), expected: expected.to_vec() });
         }
@@ -261,7 +271,7 @@ impl Checkpoint {
             StoredDtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             StoredDtype::F16 => bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
             StoredDtype::BF16 => bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            StoredDtype::Int4Blob | StoredDtype::Ggml(_) => unreachable!("handled above"),
+            StoredDtype::Int4Blob | StoredDtype::Ggml(_) | StoredDtype::MlxWords => unreachable!("handled above"),
         };
         Ok(HostTensor::new(e.shape.clone(), data))
     }
@@ -283,6 +293,32 @@ impl Checkpoint {
         let m = Int4Matrix::read_from(&self.files[e.file].1[e.start..e.end], &layout)
             .map_err(|err| bad(format!("{name}: {err}")))?;
         Ok(HostTensor { shape: expected.to_vec(), data: m.dequantize(), int4: Some(m), ggml: None })
+    }
+
+    /// An MLX-quantized `[rows, cols]` matrix: `name` (`X.weight`, `[rows, cols / 8]` words)
+    /// with `X.scales` and `X.biases`, read as int4 unchanged.
+    fn mlx_tensor(&self, name: &str, e: &Entry, expected: &[usize]) -> Result<HostTensor> {
+        let (Some(params), [rows, cols], Some(base)) = (self.mlx, expected, name.strip_suffix(".weight")) else {
+            return Err(Error::TensorDtype { name: name.into(), dtype: "U32 (not an MLX-quantized matrix)".into() });
+        };
+        if e.shape != [*rows, cols / 8] || cols % 8 != 0 {
+            return Err(Error::TensorShape {
+                name: name.into(),
+                actual: e.shape.clone(),
+                expected: vec![*rows, cols / 8],
+            });
+        }
+        let groups = [*rows, cols.div_ceil(params.group_size)];
+        let scales = self.tensor(&format!("{base}.scales"), &groups)?.data;
+        let biases = self.tensor(&format!("{base}.biases"), &groups)?.data;
+        let words = &self.files[e.file].1[e.start..e.end];
+        let m = crate::model::mlx::int4_matrix(name, params, *rows, *cols, words, &scales, &biases)?;
+        Ok(HostTensor { shape: expected.to_vec(), data: m.dequantize(), int4: Some(m), ggml: None })
+    }
+
+    /// The int4 parameters of an MLX-quantized checkpoint.
+    pub fn mlx_params(&self) -> Option<QuantParams> {
+        self.mlx
     }
 
     /// Drops the pages of `name` from this process's memory (they are re-read from disk if

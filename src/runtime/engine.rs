@@ -179,8 +179,8 @@ pub struct Engine {
 /// or converted once into the cache when int4 is asked for.
 fn resolve_model_dir(options: &EngineOptions) -> Result<PathBuf> {
     let dir = &options.model_dir;
-    if crate::model::gguf::arch::is_gguf(dir) {
-        // GGUF weights are read in their own types; the format options do not apply.
+    if crate::model::gguf::arch::is_gguf(dir) || crate::model::mlx::params(dir)?.is_some() {
+        // GGUF and MLX weights are read as stored; the format options do not apply.
         return Ok(dir.clone());
     }
     let wants_int4 = matches!(options.experts, WeightFormat::Int4(_)) || matches!(options.dense, WeightFormat::Int4(_));
@@ -259,7 +259,10 @@ impl Engine {
         let (expert_format, dense_format) = match (&converted, &gguf) {
             (Some(m), _) => (m.expert_format(), m.dense_format()),
             (None, Some(g)) => (crate::model::gguf::arch::expert_format(g), WeightFormat::F32),
-            (None, None) => (options.experts, options.dense),
+            (None, None) => match crate::model::mlx::params(dir)? {
+                Some(p) => (WeightFormat::Int4(p), WeightFormat::Int4(p)),
+                None => (options.experts, options.dense),
+            },
         };
         let lora = options.lora.as_deref().map(|d| LoraAdapter::load(d, &spec)).transpose()?;
         let mut tokenizer = None;
