@@ -131,3 +131,18 @@ fn incomplete_split_sets_and_foreign_architectures_are_refused() {
     let quants = GgufModel::open(&gguf("quants.gguf")).unwrap();
     assert!(matches!(arch::spec_from_gguf(&quants), Err(Error::UnsupportedArchitecture(_))));
 }
+
+#[test]
+fn llama_sentencepiece_tokenizer_encodes_like_sentencepiece() {
+    // spm.gguf / spm_encodings.json: a SentencePiece BPE model (byte fallback, a user-defined
+    // symbol) and sentencepiece's own encodings, written by make_spm.py.
+    let ours = Tokenizer::from_gguf(&GgufModel::open(&gguf("spm.gguf")).unwrap()).unwrap();
+    let cases: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(gguf("spm_encodings.json")).unwrap()).unwrap();
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        let ids: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
+        assert_eq!(ours.encode(text).unwrap(), ids, "{text:?}");
+        assert_eq!(ours.decode(&ids).unwrap(), text, "{text:?}");
+    }
+}
