@@ -146,3 +146,13 @@ fn llama_sentencepiece_tokenizer_encodes_like_sentencepiece() {
         assert_eq!(ours.decode(&ids).unwrap(), text, "{text:?}");
     }
 }
+
+#[test]
+fn converting_a_gguf_file_is_refused_by_name() {
+    let out = TempDir::new("gguf_convert");
+    let options = moestream::convert::ConvertOptions::from_bits(4, 16, Default::default()).unwrap();
+    match moestream::convert::convert(&gguf("qwen3_moe.gguf"), &out.path().join("m"), &options, &mut |_| {}) {
+        Err(Error::UnsupportedConfig(m)) => assert!(m.contains("GGUF"), "{m}"),
+        other => panic!("{:?}", other.err()),
+    }
+}
