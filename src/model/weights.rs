@@ -145,6 +145,9 @@ impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Checkpoint> {
         let mut ck = Checkpoint::open_files(weight_files(dir)?)?;
         ck.mlx = crate::model::mlx::params(dir)?;
+        if ck.mlx.is_some() {
+            ck.alias_stacked_experts();
+        }
         Ok(ck)
     }
 
@@ -314,6 +317,30 @@ impl Checkpoint {
         let words = &self.files[e.file].1[e.start..e.end];
         let m = crate::model::mlx::int4_matrix(name, params, *rows, *cols, words, &scales, &biases)?;
         Ok(HostTensor { shape: expected.to_vec(), data: m.dequantize(), int4: Some(m), ggml: None })
+    }
+
+    /// Registers each expert of mlx_lm's stacked `mlp.switch_mlp.{gate,up,down}_proj.*`
+    /// tensors (`[experts, ...]`) under its Hugging Face per-expert name
+    /// (`mlp.experts.E.gate_proj.*`): a byte range of the stacked tensor, which is then known
+    /// only by those names.
+    fn alias_stacked_experts(&mut self) {
+        let stacked: Vec<(String, usize, usize, usize, Vec<usize>, StoredDtype)> = self
+            .entries
+            .iter()
+            .filter(|(name, e)| name.contains(".mlp.switch_mlp.") && e.shape.len() == 3)
+            .map(|(name, e)| (name.clone(), e.file, e.start, e.end, e.shape.clone(), e.dtype))
+            .collect();
+        for (name, file, start, end, shape, dtype) in stacked {
+            let per = (end - start) / shape[0];
+            for x in 0..shape[0] {
+                let alias = name.replace(".mlp.switch_mlp.", &format!(".mlp.experts.{x}."));
+                let s = start + x * per;
+                let entry =
+                    Entry { file, dtype, shape: shape[1..].to_vec(), start: s, end: s + per, unpermute_heads: None };
+                self.entries.insert(alias, entry);
+            }
+            self.entries.remove(&name);
+        }
     }
 
     /// The int4 parameters of an MLX-quantized checkpoint.
