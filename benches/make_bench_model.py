@@ -48,7 +48,7 @@ def config():
         "head_dim": HEAD_DIM,
         "initializer_range": STD,
         "intermediate_size": EXPERT_INTERMEDIATE,
-        "max_position_embeddings": 4096,
+        "max_position_embeddings": 32768,
         "num_attention_heads": HEADS,
         "num_experts_per_tok": TOP_K,
         "num_hidden_layers": LAYERS,

@@ -1,10 +1,11 @@
-//! `moestream bench kernels | model | streaming | profile`.
+//! `moestream bench kernels | model | streaming | profile | context`.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
 use super::model_args::{base_options, default_model, Dtype, ModelArgs, Routing};
+use moestream::bench::context::{self, ContextBenchOptions};
 use moestream::bench::kernels::{self, KernelBenchOptions};
 use moestream::bench::model::{self, ModelBenchOptions};
 use moestream::bench::profile::{self, ProfileOptions};
@@ -31,6 +32,30 @@ enum BenchCommand {
     Streaming(StreamingArgs),
     /// Per-kernel GPU time, bytes and GB/s of decode steps and prefill chunks (timestamp queries).
     Profile(ProfileArgs),
+    /// Prefill and decode speed at several context depths, against the read-bandwidth roofline.
+    Context(ContextArgs),
+}
+
+/// Flags of `bench context`.
+#[derive(Args, Debug)]
+struct ContextArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Context depths (prompt lengths), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "512,4096,16384,32768")]
+    depths: Vec<usize>,
+    /// Tokens generated after each prompt.
+    #[arg(long, default_value_t = 16)]
+    decode_tokens: usize,
+    /// Seed of the prompts' ids.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Seconds of the read-bandwidth measurement.
+    #[arg(long, default_value_t = 1.0)]
+    kernel_seconds: f64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Flags of `bench profile`.
@@ -169,6 +194,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         BenchCommand::Model(m) => run_model(m),
         BenchCommand::Streaming(s) => run_streaming(s),
         BenchCommand::Profile(p) => run_profile(p),
+        BenchCommand::Context(c) => run_context(c),
     }
 }
 
@@ -240,6 +266,33 @@ fn run_profile(a: ProfileArgs) -> Result<()> {
     println!(
         "{} on {}: {} prompt tokens, {} generated ({:.1} tok/s while profiled)",
         r.model, r.adapter, r.prompt_tokens, r.decode_tokens, r.decode_tokens_per_s
+    );
+    print!("{}", r.markdown());
+    Ok(())
+}
+
+fn run_context(a: ContextArgs) -> Result<()> {
+    let engine = a.model.load()?;
+    let kv_bytes_per_token = engine.spec().kv_bytes_per_token() as u64;
+    let o = ContextBenchOptions {
+        depths: a.depths.clone(),
+        decode_tokens: a.decode_tokens,
+        seed: a.seed,
+        kernel_seconds: a.kernel_seconds,
+    };
+    let r = context::run(&engine, kv_bytes_per_token, &o)?;
+    if a.json {
+        print_json(&r);
+        return Ok(());
+    }
+    println!(
+        "{} on {}: context {}, {} KV bytes per position, {:.1} MB of weights per token, read bandwidth {:.2} GB/s\n",
+        r.model,
+        r.adapter,
+        r.context,
+        r.kv_bytes_per_token,
+        r.weight_bytes_per_token as f64 / 1e6,
+        r.read_gbps
     );
     print!("{}", r.markdown());
     Ok(())

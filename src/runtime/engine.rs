@@ -531,6 +531,11 @@ impl Engine {
         self.model.residency().and_then(|r| r.cache().map(|c| c.capacity()))
     }
 
+    /// Bytes of weights one decode token reads (see [`GpuModel::weight_bytes_per_token`]).
+    pub fn weight_bytes_per_token(&self) -> u64 {
+        self.model.weight_bytes_per_token()
+    }
+
     /// Cumulative expert-cache figures of this engine.
     pub fn expert_stats(&self) -> ExpertStats {
         self.model.residency().map(|r| r.stats()).unwrap_or_default()

@@ -1,6 +1,7 @@
 //! The generic decoder on the GPU, built from the ops for any [`ArchSpec`]: weights uploaded
 //! once, every kernel bound once, each step records the same dispatch list for its token count.
 
+mod footprint;
 mod mla;
 mod prerouter;
 mod projection;
@@ -233,7 +234,8 @@ pub struct GpuModel {
     routing_readback: Readback,
     /// Keeps every weight and cache buffer alive for the bind groups.
     _buffers: Vec<wgpu::Buffer>,
-    _matrices: Vec<GpuMatrix>,
+    /// Every weight matrix on the GPU, the embedding table first.
+    matrices: Vec<GpuMatrix>,
     experts: Option<Mutex<ExpertResidency>>,
     observer: Mutex<Option<Observer>>,
     predicted: PredictedRouting,
@@ -659,7 +661,7 @@ impl GpuModel {
             readback,
             routing_readback,
             _buffers: buffers,
-            _matrices: matrices,
+            matrices,
             experts: residency.map(Mutex::new),
             observer: Mutex::new(None),
             predicted,

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""moestream and llama.cpp on the same adapter, the same model and the same token counts, in
+one run: prefill and decode tokens/s of the reference bench model, with the ratios.
+
+    python benches/peer/side_by_side.py [--peer target/peer] [--models target/peer/models]
+                                        [--prompt 128] [--decode 64] [--runs 3] [--json OUT]
+
+Before: `benches/peer/build_llama_cpp.sh` (llama.cpp in --peer) and `cargo build --release`.
+The script makes what is missing: the bench model (benches/make_bench_model.py), its F16 GGUF
+(make_gguf.py) and a Q4_0 GGUF (llama-quantize). It then runs, on the same adapter:
+
+  llama.cpp  llama-bench on Q4_0 and F16, Vulkan (every layer offloaded) and CPU
+  moestream  bench model on the same Q4_0 and F16 GGUF files, and on the Hugging Face
+             directory in its own int4
+
+and prints one markdown table (and JSON with --json) with each row's speed and its ratio to
+llama.cpp's Vulkan run of the same file type. `GGML_VK_VISIBLE_DEVICES=0` makes llama.cpp
+accept a software adapter (lavapipe), which it skips by default.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(cmd, env=None):
+    print("+", " ".join(str(c) for c in cmd), file=sys.stderr)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    return out.stdout
+
+
+def llama_bench(bench, model, args, cpu):
+    env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
+    cmd = [bench, "-m", model, "-p", str(args.prompt), "-n", str(args.decode), "-r", str(args.runs), "-o", "json"]
+    cmd += ["-ngl", "0", "-dev", "none"] if cpu else ["-ngl", "99"]
+    rows = json.loads(run(cmd, env))
+    speed = {("prefill" if r["n_prompt"] > 0 else "decode"): r["avg_ts"] for r in rows}
+    backend = rows[0].get("backends", "")
+    return {"prefill_tokens_per_s": speed["prefill"], "decode_tokens_per_s": speed["decode"], "backend": backend}
+
+
+def moestream_bench(binary, model, args, dtype=None):
+    cmd = [binary, "bench", "model", "--model", model, "--prompt-tokens", str(args.prompt),
+           "--decode-tokens", str(args.decode), "--runs", str(args.runs), "--json"]
+    if dtype:
+        cmd += ["--dtype", dtype]
+    r = json.loads(run(cmd).strip().splitlines()[-1])
+    return {"prefill_tokens_per_s": r["prefill_tokens_per_s"], "decode_tokens_per_s": r["decode_tokens_per_s"],
+            "backend": r["adapter"]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--peer", default=str(ROOT / "target/peer"))
+    p.add_argument("--models", default=None)
+    p.add_argument("--prompt", type=int, default=128)
+    p.add_argument("--decode", type=int, default=64)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    peer = Path(args.peer)
+    bin_dir = peer / "build/bin"
+    models = Path(args.models or peer / "models")
+    models.mkdir(parents=True, exist_ok=True)
+    hf = models / "bench-mixtral"
+    f16, q4 = models / "bench-f16.gguf", models / "bench-q4_0.gguf"
+    if not (hf / "config.json").exists():
+        run([sys.executable, ROOT / "benches/make_bench_model.py", hf])
+    if not f16.exists():
+        run([sys.executable, ROOT / "benches/peer/make_gguf.py", hf, f16])
+    if not q4.exists():
+        run([bin_dir / "llama-quantize", f16, q4, "Q4_0"])
+    moestream = ROOT / "target/release/moestream"
+
+    rows = []
+    for label, path in (("Q4_0", q4), ("F16", f16)):
+        vk = llama_bench(bin_dir / "llama-bench", path, args, cpu=False)
+        rows.append({"engine": "llama.cpp", "weights": label, "where": "Vulkan", **vk})
+        cpu = llama_bench(bin_dir / "llama-bench", path, args, cpu=True)
+        rows.append({"engine": "llama.cpp", "weights": label, "where": "CPU", **cpu})
+        ours = moestream_bench(moestream, path, args)
+        rows.append({"engine": "moestream", "weights": f"{label} (GGUF)", "where": "wgpu", **ours})
+        if label == "Q4_0":
+            own = moestream_bench(moestream, hf, args, dtype="int4")
+            rows.append({"engine": "moestream", "weights": "int4 (own)", "where": "wgpu", **own})
+    for r in rows:
+        kind = "Q4_0" if r["weights"].startswith(("Q4_0", "int4")) else "F16"
+        base = next(x for x in rows if x["engine"] == "llama.cpp" and x["weights"] == kind and x["where"] == "Vulkan")
+        r["prefill_vs_llama_vulkan"] = r["prefill_tokens_per_s"] / base["prefill_tokens_per_s"]
+        r["decode_vs_llama_vulkan"] = r["decode_tokens_per_s"] / base["decode_tokens_per_s"]
+    report = {"model": str(hf), "prompt_tokens": args.prompt, "decode_tokens": args.decode, "runs": args.runs,
+              "rows": rows}
+    print(f"reference bench model, {args.prompt}-token prompt, {args.decode} decoded, {args.runs} runs\n")
+    print("| engine | weights | backend | prefill tok/s | decode tok/s | prefill vs llama.cpp Vulkan | decode vs llama.cpp Vulkan |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['engine']} | {r['weights']} | {r['backend']} | {r['prefill_tokens_per_s']:.1f} | "
+              f"{r['decode_tokens_per_s']:.1f} | {r['prefill_vs_llama_vulkan']:.2f} | {r['decode_vs_llama_vulkan']:.2f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
