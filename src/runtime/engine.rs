@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::memory::{plan_kv, resident_weight_bytes, KvPlan};
+use super::memory::{kv_memory_left, plan_kv, resident_weight_bytes, KvPlan};
 use super::sampler::{Sampler, SamplingParams};
 use super::session::Session;
 use super::stats::{peak_rss_bytes, Stats};
@@ -46,6 +46,9 @@ pub struct EngineOptions {
     pub context: Option<usize>,
     /// Element type of the KV caches.
     pub kv_dtype: KvDtype,
+    /// Bytes all sessions' KV caches may take together; `None` = the memory left after
+    /// weights, the expert budget and some headroom.
+    pub kv_memory: Option<u64>,
     /// Most prompt tokens per prefill step.
     pub max_batch: usize,
     /// Adapter choice and overrides.
@@ -111,6 +114,7 @@ impl EngineOptions {
             dense: WeightFormat::F16,
             context: None,
             kv_dtype: KvDtype::F16,
+            kv_memory: None,
             max_batch: 64,
             gpu: GpuOptions::default(),
             budget: ExpertBudget::Auto,
@@ -293,7 +297,8 @@ impl Engine {
         };
         let fixed = resident_weight_bytes(&spec, dense_format) + expert_bytes;
         let available = available_memory_bytes().unwrap_or(u64::MAX / 2);
-        let kv = plan_kv(&spec, options.kv_dtype, options.context, available, fixed)?;
+        let kv_memory = options.kv_memory.unwrap_or_else(|| kv_memory_left(available, fixed));
+        let kv = plan_kv(&spec, options.kv_dtype, options.context, kv_memory)?;
         log::info!(
             "KV cache: {} bytes per token ({}), context {} ({} bytes per session, {} bytes for all sessions)",
             kv.bytes_per_token,
@@ -619,24 +624,37 @@ impl Engine {
         Ok(Score { tokens: tokens.to_vec(), logprobs, perplexity: (-mean).exp(), experts })
     }
 
-    /// Log-softmax of the logits after `tokens` (the distribution of the next token).
-    pub fn next_logprobs(&self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.check_prompt(tokens)?;
+    /// Appends `new_tokens` to `session` and returns the log-softmax of the logits after its
+    /// whole sequence (the distribution of the next token), prefilling only what its cache does
+    /// not hold.
+    pub fn next_logprobs_in(&self, session: &mut Session, new_tokens: &[u32]) -> Result<Vec<f32>> {
+        self.check_owner(session)?;
+        if session.is_empty() && new_tokens.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        self.check_tokens(new_tokens, session.len())?;
+        session.tokens.extend_from_slice(new_tokens);
         let before = self.begin_request()?;
-        let result = self.with_default_session(|session| {
-            session.tokens.extend_from_slice(tokens);
-            self.prefill(session, StepOutput::Logits)
-        });
+        let result = self.prefill(session, StepOutput::Logits);
         self.end_request(before);
         match result? {
-            StepResult::Logits(l) => {
-                let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let lse = max + l.iter().map(|v| (v - max).exp()).sum::<f32>().ln();
-                Ok(l.iter().map(|v| v - lse).collect())
-            }
+            StepResult::Logits(l) => Ok(log_softmax(&l)),
             _ => unreachable!("asked for logits"),
         }
     }
+
+    /// Log-softmax of the logits after `tokens` (the distribution of the next token).
+    pub fn next_logprobs(&self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.check_prompt(tokens)?;
+        self.with_default_session(|session| self.next_logprobs_in(session, tokens))
+    }
+}
+
+/// `l - logsumexp(l)`.
+fn log_softmax(l: &[f32]) -> Vec<f32> {
+    let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = max + l.iter().map(|v| (v - max).exp()).sum::<f32>().ln();
+    l.iter().map(|v| v - lse).collect()
 }
 
 impl Drop for Engine {

@@ -40,12 +40,16 @@ pub fn resident_weight_bytes(spec: &ArchSpec, dense: WeightFormat) -> u64 {
     (params as f64 * bytes_per_param) as u64
 }
 
-/// The context and KV budget for a model whose weights and experts take `fixed` bytes out of
-/// `available`: `requested` when it fits (else [`Error::KvCacheTooLarge`]), by default the
-/// model's maximum or what fits, whichever is smaller.
-pub fn plan_kv(spec: &ArchSpec, dtype: KvDtype, requested: Option<usize>, available: u64, fixed: u64) -> Result<KvPlan> {
+/// Memory left for KV caches when weights and experts take `fixed` bytes of `available`.
+pub fn kv_memory_left(available: u64, fixed: u64) -> u64 {
+    available.saturating_sub(fixed).saturating_sub(available / HEADROOM_DIVISOR)
+}
+
+/// The context for KV caches of `budget` bytes in all: `requested` when one sequence fits
+/// (else [`Error::KvCacheTooLarge`]), by default the model's maximum or what fits, whichever
+/// is smaller.
+pub fn plan_kv(spec: &ArchSpec, dtype: KvDtype, requested: Option<usize>, budget: u64) -> Result<KvPlan> {
     let bytes_per_token = sequence_bytes(spec.layers, spec.kv_dim(), 1, dtype);
-    let budget = available.saturating_sub(fixed).saturating_sub(available / HEADROOM_DIVISOR);
     let fits = (budget / bytes_per_token.max(1)) as usize;
     let context = match requested {
         Some(n) if n == 0 || n > spec.max_positions => {
