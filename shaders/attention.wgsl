@@ -99,7 +99,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let pj = select(0.0, exp(s - m_new), j < end);
         probs[lid] = pj;
         let corr = exp(m - m_new);
-        l = l * corr + reduce_sum(lid, pj);
+        // Each lane keeps the sum of its own keys' weights (corr is the same in every lane);
+        // one reduction at the end gives the total.
+        l = l * corr + pj;
+        workgroupBarrier();
         let n_here = min(64u, end - tile);
         for (var c = 0u; c < 2u; c++) {
             let d = lid + c * 64u;
@@ -114,6 +117,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         m = m_new;
         workgroupBarrier();
     }
+    l = reduce_sum(lid, l);
 //#if SPLIT
     // Partial of (split, head): [max, sum, accumulator[head_dim]].
     let base = (split * p.n_heads + h) * (p.head_dim + 2u);

@@ -150,3 +150,21 @@ fn sessions_are_reserved_from_the_kv_budget() {
     let mut s = e.new_session().unwrap();
     assert!(matches!(other.generate_in(&mut s, &[1, 2], &greedy(1), |_, _| true), Err(Error::InvalidArgument(_))));
 }
+
+#[test]
+fn scoring_a_session_in_parts_equals_scoring_it_whole() {
+    let e = engine("qwen3");
+    let p = prompt(21, 150, e.spec().vocab);
+    let whole = e.score(&p).unwrap().logprobs;
+    let mut s = e.new_session().unwrap();
+    let mut parts = e.score_in(&mut s, &p[..1]).unwrap().logprobs;
+    assert!(parts.is_empty(), "a first token has nothing before it");
+    parts.extend(e.score_in(&mut s, &p[1..70]).unwrap().logprobs);
+    parts.extend(e.score_in(&mut s, &p[70..]).unwrap().logprobs);
+    assert_eq!(parts.len(), whole.len());
+    let err = max_abs_diff(&parts, &whole);
+    assert!(err < TOL, "scored in parts vs whole: {err}");
+    // A generation after scoring equals one on the whole prompt.
+    let g = e.generate_in(&mut s, &[], &greedy(5), |_, _| true).unwrap().tokens;
+    assert_eq!(g, e.generate(&p, &greedy(5), |_, _| true).unwrap().tokens);
+}

@@ -601,27 +601,51 @@ impl Engine {
         if tokens.len() < 2 {
             return Err(Error::InvalidArgument("scoring needs at least 2 tokens".into()));
         }
+        self.with_default_session(|session| self.score_in(session, tokens))
+    }
+
+    /// Appends `new_tokens` to `session` and teacher-forces them: `log p(t | all before t)` for
+    /// each new token that has a token before it in the session. The positions the session's
+    /// cache holds are not recomputed (but for the last one before the new tokens, whose
+    /// logits score the first); the last new token's own position is left to the next call.
+    pub fn score_in(&self, session: &mut Session, new_tokens: &[u32]) -> Result<Score> {
+        self.check_owner(session)?;
+        self.check_tokens(new_tokens, session.len())?;
+        let start = session.len().saturating_sub(1);
+        session.tokens.extend_from_slice(new_tokens);
+        let before = self.begin_request()?;
+        let scored = self.score_from(session, start);
+        let experts = self.end_request(before);
+        let logprobs = scored?;
+        let mean = logprobs.iter().map(|&l| l as f64).sum::<f64>() / logprobs.len().max(1) as f64;
+        Ok(Score { tokens: new_tokens.to_vec(), logprobs, perplexity: (-mean).exp(), experts })
+    }
+
+    /// Runs `session`'s positions `start..len-1`, returning the log-probability of each next
+    /// token (after bringing the cache up to `start`).
+    fn score_from(&self, session: &mut Session, start: usize) -> Result<Vec<f32>> {
         // Predicted routing applies to one-token steps only: each token's routing is the
         // prediction made after the token before.
         let b = if self.routing == RoutingMode::Predicted { 1 } else { self.model.options().max_batch };
-        let inputs = &tokens[..tokens.len() - 1];
-        let mut logprobs = Vec::with_capacity(inputs.len());
-        let before = self.begin_request()?;
-        let scored = self.with_default_session(|session| {
-            for (c, chunk) in inputs.chunks(b).enumerate() {
-                let start = c * b;
-                let targets = &tokens[start + 1..start + 1 + chunk.len()];
-                match self.model.step(&session.cache, chunk, start, Phase::Prefill, StepOutput::LogProbs(targets))? {
-                    StepResult::LogProbs(lp) => logprobs.extend(lp),
-                    _ => unreachable!("scoring asks for log-probs"),
-                }
+        let len = session.len();
+        let mut logprobs = Vec::with_capacity(len.saturating_sub(start + 1));
+        while session.cached < start {
+            let (from, to) = (session.cached, (session.cached + b).min(start));
+            self.model.step(&session.cache, &session.tokens[from..to], from, Phase::Prefill, StepOutput::None)?;
+            session.cached = to;
+        }
+        session.cached = start;
+        for from in (start..len.saturating_sub(1)).step_by(b) {
+            let to = (from + b).min(len - 1);
+            let targets = &session.tokens[from + 1..to + 1];
+            let output = StepOutput::LogProbs(targets);
+            match self.model.step(&session.cache, &session.tokens[from..to], from, Phase::Prefill, output)? {
+                StepResult::LogProbs(lp) => logprobs.extend(lp),
+                _ => unreachable!("scoring asks for log-probs"),
             }
-            Ok(())
-        });
-        let experts = self.end_request(before);
-        scored?;
-        let mean = logprobs.iter().map(|&l| l as f64).sum::<f64>() / logprobs.len() as f64;
-        Ok(Score { tokens: tokens.to_vec(), logprobs, perplexity: (-mean).exp(), experts })
+            session.cached = to;
+        }
+        Ok(logprobs)
     }
 
     /// Appends `new_tokens` to `session` and returns the log-softmax of the logits after its
