@@ -4,11 +4,11 @@
 // tiles of 64 with an online softmax, so any length works with fixed workgroup memory and no
 // score matrix is ever stored (prefill is tiled the same way). head_dim <= 256, even.
 //
-// Without SPLIT: one workgroup per (token, query head), writing the normalised output.
-// With SPLIT (decode, one token): one workgroup per (query head, split of split_len keys),
-// writing the split's partial (max, sum, unnormalised accumulator) for attention_merge.
+// Without SPLIT: one workgroup per (QT consecutive tokens, query head), writing the normalised
+// output; the QT queries share each key and value load and each reduction. With SPLIT (decode,
+// one token): one workgroup per (query head, split of split_len keys), writing the split's
+// partial (max, sum, unnormalised accumulator) for attention_merge.
 //#include common
-//#include reduce
 
 struct Params {
     n_heads: u32,
@@ -49,95 +49,148 @@ fn v_pair(i: u32) -> vec2<f32> {
 //#endif
 }
 
-var<workgroup> qs: array<vec2<f32>, 128>;
-var<workgroup> probs: array<f32, 64>;
+const QT: u32 = 4u;
+
+var<workgroup> qs: array<vec2<f32>, 512>;
+var<workgroup> probs: array<vec4<f32>, 64>;
+var<workgroup> red4: array<vec4<f32>, 64>;
+
+fn reduce_max4(lid: u32, v: vec4<f32>) -> vec4<f32> {
+    red4[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red4[lid] = max(red4[lid], red4[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = red4[0];
+    workgroupBarrier();
+    return r;
+}
+
+fn reduce_sum4(lid: u32, v: vec4<f32>) -> vec4<f32> {
+    red4[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red4[lid] += red4[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = red4[0];
+    workgroupBarrier();
+    return r;
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = group_index(wid, nwg);
     let chunk_q = p.chunk_heads * p.group;
     let hl = g % chunk_q;
 //#if SPLIT
-    let t = 0u;
+    let t0 = 0u;
     let split = g / chunk_q;
 //#else
-    let t = g / chunk_q;
+    let t0 = (g / chunk_q) * QT;
 //#endif
-    if (t >= step.n_tokens) {
+    if (t0 >= step.n_tokens) {
         return;
     }
+    let nq = min(QT, step.n_tokens - t0);
     let h = p.kv_head0 * p.group + hl;
     let pairs = p.head_dim / 2u;
-    let q_base = (t * p.n_heads + h) * p.head_dim;
-    for (var d = lid; d < pairs; d += 64u) {
-        qs[d] = vec2<f32>(q[q_base + 2u * d], q[q_base + 2u * d + 1u]);
+    for (var i = lid; i < nq * pairs; i += 64u) {
+        let qi = i / pairs;
+        let d = i % pairs;
+        let qb = ((t0 + qi) * p.n_heads + h) * p.head_dim + 2u * d;
+        qs[qi * 128u + d] = vec2<f32>(q[qb], q[qb + 1u]);
     }
     workgroupBarrier();
     let head_base = (hl / p.group) * p.context * pairs;
-    let n_keys = step.pos + t + 1u;
+    // Keys query qi sees end at ends[qi] (exclusive); queries past nq see none.
+    let first_key_end = step.pos + t0 + 1u;
+    var ends = vec4<u32>(first_key_end, first_key_end + 1u, first_key_end + 2u, first_key_end + 3u);
+    ends = select(vec4<u32>(0u), ends, vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(nq));
 //#if SPLIT
     let first = split * p.split_len;
-    let end = min(n_keys, first + p.split_len);
+    ends = min(ends, vec4<u32>(first + p.split_len));
 //#else
     let first = 0u;
-    let end = n_keys;
 //#endif
-    var m = -1.0e30;
-    var l = 0.0;
-    var acc = array<vec2<f32>, 2>(vec2<f32>(0.0), vec2<f32>(0.0));
+    let end = max(max(ends.x, ends.y), max(ends.z, ends.w));
+    var m = vec4<f32>(-1.0e30);
+    var l = vec4<f32>(0.0);
+    var acc: array<array<vec2<f32>, 2>, 4>;
     for (var tile = first; tile < end; tile += 64u) {
         let j = tile + lid;
-        var s = -1.0e30;
+        var s = vec4<f32>(0.0);
         if (j < end) {
             let kb = head_base + j * pairs;
-            var dotv = 0.0;
             for (var d = 0u; d < pairs; d++) {
-                dotv += dot(qs[d], k_pair(kb + d));
+                let kp = k_pair(kb + d);
+                s += vec4<f32>(dot(qs[d], kp), dot(qs[128u + d], kp), dot(qs[256u + d], kp), dot(qs[384u + d], kp));
             }
-            s = dotv * p.scale;
         }
-        let m_new = max(m, reduce_max(lid, s));
-        let pj = select(0.0, exp(s - m_new), j < end);
+        let valid = vec4<u32>(j) < ends;
+        s = select(vec4<f32>(-1.0e30), s * p.scale, valid);
+        let m_new = max(m, reduce_max4(lid, s));
+        let pj = select(vec4<f32>(0.0), exp(s - m_new), valid);
         probs[lid] = pj;
         let corr = exp(m - m_new);
         // Each lane keeps the sum of its own keys' weights (corr is the same in every lane);
-        // one reduction at the end gives the total.
+        // one reduction at the end gives the totals.
         l = l * corr + pj;
         workgroupBarrier();
         let n_here = min(64u, end - tile);
         for (var c = 0u; c < 2u; c++) {
             let d = lid + c * 64u;
             if (d < pairs) {
-                var a = acc[c] * corr;
+                var a0 = acc[0][c] * corr.x;
+                var a1 = acc[1][c] * corr.y;
+                var a2 = acc[2][c] * corr.z;
+                var a3 = acc[3][c] * corr.w;
                 for (var jj = 0u; jj < n_here; jj++) {
-                    a += probs[jj] * v_pair(head_base + (tile + jj) * pairs + d);
+                    let vp = v_pair(head_base + (tile + jj) * pairs + d);
+                    let pr = probs[jj];
+                    a0 += pr.x * vp;
+                    a1 += pr.y * vp;
+                    a2 += pr.z * vp;
+                    a3 += pr.w * vp;
                 }
-                acc[c] = a;
+                acc[0][c] = a0;
+                acc[1][c] = a1;
+                acc[2][c] = a2;
+                acc[3][c] = a3;
             }
         }
         m = m_new;
         workgroupBarrier();
     }
-    l = reduce_sum(lid, l);
+    l = reduce_sum4(lid, l);
 //#if SPLIT
     // Partial of (split, head): [max, sum, accumulator[head_dim]].
     let base = (split * p.n_heads + h) * (p.head_dim + 2u);
     if (lid == 0u) {
-        out[base] = m;
-        out[base + 1u] = l;
+        out[base] = m.x;
+        out[base + 1u] = l.x;
     }
     for (var c = 0u; c < 2u; c++) {
         let d = lid + c * 64u;
         if (d < pairs) {
-            out[base + 2u + 2u * d] = acc[c].x;
-            out[base + 3u + 2u * d] = acc[c].y;
+            out[base + 2u + 2u * d] = acc[0][c].x;
+            out[base + 3u + 2u * d] = acc[0][c].y;
         }
     }
 //#else
-    for (var c = 0u; c < 2u; c++) {
-        let d = lid + c * 64u;
-        if (d < pairs) {
-            out[q_base + 2u * d] = acc[c].x / l;
-            out[q_base + 2u * d + 1u] = acc[c].y / l;
+    for (var qi = 0u; qi < nq; qi++) {
+        let ob = ((t0 + qi) * p.n_heads + h) * p.head_dim;
+        for (var c = 0u; c < 2u; c++) {
+            let d = lid + c * 64u;
+            if (d < pairs) {
+                out[ob + 2u * d] = acc[qi][c].x / l[qi];
+                out[ob + 2u * d + 1u] = acc[qi][c].y / l[qi];
+            }
         }
     }
 //#endif

@@ -45,6 +45,9 @@ pub fn is_split(n_tokens: usize, kv_len: usize, split_len: usize) -> bool {
     n_tokens == 1 && kv_len > split_len
 }
 
+/// Queries one single-pass workgroup takes (`QT` in the shader): they share key/value loads.
+const QUERIES_PER_GROUP: usize = 4;
+
 /// Attention bound to one KV-cache chunk, in both variants.
 pub struct Attention {
     single: Kernel,
@@ -85,12 +88,7 @@ impl Attention {
             }
             Kernel::new(gpu, "attention", &defines, step, &p, &[q.into(), chunk.k.into(), chunk.v.into(), dest.into()])
         };
-        Attention {
-            single: kernel(out, false),
-            split: kernel(partial, true),
-            q_heads: chunk.heads * group,
-            split_len,
-        }
+        Attention { single: kernel(out, false), split: kernel(partial, true), q_heads: chunk.heads * group, split_len }
     }
 
     /// Records attention for `n_tokens` queries, the last one seeing `kv_len` keys; split
@@ -100,7 +98,7 @@ impl Attention {
         if is_split(n_tokens, kv_len, self.split_len) {
             self.split.dispatch(pass, (kv_len.div_ceil(self.split_len) * self.q_heads) as u32, max);
         } else {
-            self.single.dispatch(pass, (n_tokens * self.q_heads) as u32, max);
+            self.single.dispatch(pass, (n_tokens.div_ceil(QUERIES_PER_GROUP) * self.q_heads) as u32, max);
         }
     }
 }
