@@ -68,7 +68,7 @@ impl Attention {
         heads: Heads,
         split_len: usize,
     ) -> Attention {
-        assert!(heads.head_dim <= 256 && heads.head_dim % 2 == 0, "head_dim is checked at load");
+        assert!(heads.head_dim <= 256 && heads.head_dim.is_multiple_of(2), "head_dim is checked at load");
         let group = heads.n_heads / heads.n_kv_heads;
         let scale = 1.0 / (heads.head_dim as f32).sqrt();
         let p = params(&[

@@ -235,7 +235,7 @@ fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
 
 /// Checks the limits of the kernels against a spec.
 fn check_supported(spec: &ArchSpec) -> Result<()> {
-    if spec.head_dim > 256 || spec.head_dim % 2 != 0 {
+    if spec.head_dim > 256 || !spec.head_dim.is_multiple_of(2) {
         return Err(Error::UnsupportedConfig(format!(
             "head_dim {} (attention takes even sizes up to 256)",
             spec.head_dim
