@@ -95,23 +95,26 @@ fn truncate_and_regenerate_equals_a_fresh_run() {
 
 #[test]
 fn interleaved_sessions_do_not_disturb_each_other() {
-    let e = engine("mixtral");
-    let v = e.spec().vocab;
-    let (a1, a2, b1, b2) = (prompt(11, 40, v), prompt(12, 9, v), prompt(13, 75, v), prompt(14, 3, v));
-    let alone = |t1: &[u32], t2: &[u32]| {
-        let mut s = e.new_session().unwrap();
-        converse(&e, &mut s, &[(t1, 5), (t2, 5)])
-    };
-    let (want_a, want_b) = (alone(&a1, &a2), alone(&b1, &b2));
-    let (mut sa, mut sb) = (e.new_session().unwrap(), e.new_session().unwrap());
-    let got_a1 = converse(&e, &mut sa, &[(&a1, 5)]);
-    let got_b1 = converse(&e, &mut sb, &[(&b1, 5)]);
-    let got_a2 = converse(&e, &mut sa, &[(&a2, 5)]);
-    // The default session runs in between, too.
-    e.generate(&b2, &greedy(3), |_, _| true).unwrap();
-    let got_b2 = converse(&e, &mut sb, &[(&b2, 5)]);
-    assert_eq!([&got_a1[0], &got_a2[0]], [&want_a[0], &want_a[1]]);
-    assert_eq!([&got_b1[0], &got_b2[0]], [&want_b[0], &want_b[1]]);
+    // Grouped K/V caches and MLA latent caches alike are per session.
+    for fixture in ["mixtral", "deepseek_v2"] {
+        let e = engine(fixture);
+        let v = e.spec().vocab;
+        let (a1, a2, b1, b2) = (prompt(11, 40, v), prompt(12, 9, v), prompt(13, 75, v), prompt(14, 3, v));
+        let alone = |t1: &[u32], t2: &[u32]| {
+            let mut s = e.new_session().unwrap();
+            converse(&e, &mut s, &[(t1, 5), (t2, 5)])
+        };
+        let (want_a, want_b) = (alone(&a1, &a2), alone(&b1, &b2));
+        let (mut sa, mut sb) = (e.new_session().unwrap(), e.new_session().unwrap());
+        let got_a1 = converse(&e, &mut sa, &[(&a1, 5)]);
+        let got_b1 = converse(&e, &mut sb, &[(&b1, 5)]);
+        let got_a2 = converse(&e, &mut sa, &[(&a2, 5)]);
+        // The default session runs in between, too.
+        e.generate(&b2, &greedy(3), |_, _| true).unwrap();
+        let got_b2 = converse(&e, &mut sb, &[(&b2, 5)]);
+        assert_eq!([&got_a1[0], &got_a2[0]], [&want_a[0], &want_a[1]]);
+        assert_eq!([&got_b1[0], &got_b2[0]], [&want_b[0], &want_b[1]]);
+    }
 }
 
 #[test]
