@@ -79,7 +79,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
             kv_cache_kind(&spec)
         );
         println!(
-            "context           {} max ({} MiB of KV cache per sequence at the max in f16)",
+            "context           {} max ({} MiB of KV cache per sequence at the max, default dtype)",
             spec.max_positions,
             (kv_f16 * spec.max_positions as u64) >> 20
         );

@@ -3,8 +3,9 @@
 //! exist at once; a step runs on one of them. Everything else a step touches (weights,
 //! activations, the split-attention partials) is shared, since steps run one at a time.
 //!
-//! Each layer's cache is a [`LayerCache`], one variant per attention kind, so kinds with other
-//! state (a latent cache, a ring window, a recurrent state) slot in beside grouped attention.
+//! Each layer's cache is a [`LayerCache`], one variant per attention kind: grouped keys/values
+//! and MLA's latent cache today; kinds with other state (a ring window, a recurrent state) slot
+//! in beside them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
