@@ -1,15 +1,7 @@
 // Embedding lookup: x[t, :] = table[tokens[t], :] for the tokens whose id falls in this chunk
 // of the table (rows first_row .. first_row + rows).
 //#include common
-//#if INT4
-//#include weights_int4
-//#else
-//#if F16
-//#include weights_f16
-//#else
-//#include weights_f32
-//#endif
-//#endif
+//#include weights_select
 
 struct Params {
     hidden: u32,

@@ -3,15 +3,7 @@
 // expert_gate_up, and its layout: one workgroup per (pair, block of ROWS output rows), teams
 // of TEAM lanes taking R rows each (LANE_ROWS: one lane per team, no reduction).
 //#include common
-//#if INT4
-//#include weights_int4
-//#else
-//#if F16
-//#include weights_f16
-//#else
-//#include weights_f32
-//#endif
-//#endif
+//#include weights_select
 
 //#include expert_params
 

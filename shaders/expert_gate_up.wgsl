@@ -6,15 +6,7 @@
 // groups, and the x they load serves both projections of all R rows; teams sum their lanes with
 // subgroup shuffles or through shared memory (LANE_ROWS: one lane per team, no reduction).
 //#include common
-//#if INT4
-//#include weights_int4
-//#else
-//#if F16
-//#include weights_f16
-//#else
-//#include weights_f32
-//#endif
-//#endif
+//#include weights_select
 
 //#include expert_params
 

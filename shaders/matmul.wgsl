@@ -5,15 +5,7 @@
 // Output rows start at step.pos when at_cache_pos is set (k/v written into the KV cache).
 // first_row is the chunk's first weight row (bias index).
 //#include common
-//#if INT4
-//#include weights_int4
-//#else
-//#if F16
-//#include weights_f16
-//#else
-//#include weights_f32
-//#endif
-//#endif
+//#include weights_select
 
 //#include matmul_io
 

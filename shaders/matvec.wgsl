@@ -10,15 +10,7 @@
 //   subgroup shuffles (SUBGROUPS without SHARED_REDUCE, which the launcher sets where subgroups
 //   may be smaller than a team) or through shared memory; both add in the same order.
 //#include common
-//#if INT4
-//#include weights_int4
-//#else
-//#if F16
-//#include weights_f16
-//#else
-//#include weights_f32
-//#endif
-//#endif
+//#include weights_select
 
 //#include matmul_io
 

@@ -142,6 +142,9 @@ pub enum Error {
     /// A LoRA adapter holds a tensor for a module moestream does not adapt.
     #[error("LoRA tensor `{0}` is not supported; adapters may target self_attn.{{q,k,v,o}}_proj, mlp.{{gate,up,down}}_proj of dense layers and mlp.shared_expert.{{gate,up,down}}_proj, as lora_A / lora_B weights")]
     UnsupportedLoraTensor(String),
+    /// A GGUF file is malformed or holds what moestream does not read.
+    #[error(transparent)]
+    Gguf(#[from] crate::model::gguf::GgufError),
     /// A file of a converted model does not match the size or checksum its manifest records.
     #[error("corrupt file {path}: {detail}")]
     Corrupt {

@@ -117,7 +117,7 @@ pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
     let params = QuantParams::default();
     let int4_bytes = int4_weight_bytes(rows, cols, params)?;
     let m = random_int4(rows, cols, params, &mut rng);
-    let host = HostTensor { shape: vec![rows, cols], data: m.dequantize(), int4: Some(m) };
+    let host = HostTensor { shape: vec![rows, cols], data: m.dequantize(), int4: Some(m), ggml: None };
     let int4 = matvec(gpu, o, host, WeightFormat::Int4(params), int4_bytes)?;
     let dense = HostTensor::new(vec![rows, cols], (0..rows * cols).map(|_| rng.next_signed() * 0.05).collect());
     let f16 = matvec(gpu, o, dense.clone(), WeightFormat::F16, (rows * cols * 2) as u64)?;

@@ -92,7 +92,7 @@ impl Routing {
 /// Where the model is and how to run it.
 #[derive(Args, Debug)]
 pub struct ModelArgs {
-    /// Model directory (Hugging Face layout); defaults to the bundled model.
+    /// Model directory (Hugging Face layout) or GGUF file (`.gguf`, or any part of a split set); defaults to the bundled model.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Weight precision on the GPU for Hugging Face directories (int4 converts once into the
@@ -209,9 +209,10 @@ impl ModelArgs {
 
 /// Engine options for the model in `dir` at `dtype`, after checking `dir` is a model directory.
 pub fn base_options(dir: &std::path::Path, dtype: Dtype) -> Result<EngineOptions> {
-    if !dir.join("config.json").exists() {
+    let gguf = moestream::model::gguf::arch::is_gguf(dir);
+    if !gguf && !dir.join("config.json").exists() {
         return Err(Error::InvalidArgument(format!(
-            "{} is not a model directory (no config.json); pass --model DIR",
+            "{} is not a model directory (no config.json) or GGUF file; pass --model DIR or FILE.gguf",
             dir.display()
         )));
     }

@@ -83,8 +83,11 @@ impl ConvertOptions {
     fn validate(&self) -> Result<()> {
         for (what, f) in [("experts", self.experts), ("dense", self.dense)] {
             match f {
-                WeightFormat::F32 => {
-                    return Err(Error::InvalidArgument(format!("{what} cannot be stored as f32 (use int4 or f16)")))
+                WeightFormat::F32 | WeightFormat::Ggml(_) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{what} cannot be stored as {} (use int4 or f16)",
+                        f.name()
+                    )))
                 }
                 WeightFormat::Int4(p) => p.validate().map_err(|e| Error::InvalidArgument(e.to_string()))?,
                 WeightFormat::F16 => {}
@@ -186,6 +189,19 @@ pub fn convert(
 ) -> Result<ConvertSummary> {
     let start = Instant::now();
     options.validate()?;
+    if crate::model::gguf::arch::is_gguf(src) {
+        return Err(Error::UnsupportedConfig(format!(
+            "converting a GGUF file into an expert store is not implemented yet; run {} directly (--model FILE.gguf)",
+            src.display()
+        )));
+    }
+    if crate::model::mlx::params(src)?.is_some() {
+        // Its int4 would be re-quantized from the dequantized values, no longer lossless.
+        return Err(Error::UnsupportedConfig(format!(
+            "converting an MLX-quantized directory is not implemented yet; run {} directly",
+            src.display()
+        )));
+    }
     let spec = ArchSpec::from_dir(src)?;
     if is_converted(src) {
         return Err(Error::InvalidArgument(format!("{} is already a converted moestream model", src.display())));

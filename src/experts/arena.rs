@@ -48,6 +48,16 @@ impl SlotLayout {
         Ok(self.format.offsets(rows, cols)?.shifted(self.format, self.proj_bytes[i]))
     }
 
+    /// An expert's slot bytes from its three projections' stored blobs (GGUF bytes in this
+    /// layout's format), copied unchanged.
+    pub fn place(&self, blobs: [&[u8]; 3]) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.slot_bytes];
+        for (i, blob) in blobs.into_iter().enumerate() {
+            bytes[self.proj_bytes[i]..self.proj_bytes[i] + blob.len()].copy_from_slice(blob);
+        }
+        bytes
+    }
+
     /// Encodes an expert's f32 weights into slot bytes.
     pub fn encode(&self, gate: &[f32], up: &[f32], down: &[f32]) -> Result<Vec<u8>> {
         let mut bytes = vec![0u8; self.slot_bytes];

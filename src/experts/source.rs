@@ -8,6 +8,7 @@ use super::arena::SlotLayout;
 use crate::error::{Error, Result};
 use crate::model::layer_weights;
 use crate::model::{ArchSpec, Checkpoint};
+use crate::ops::WeightFormat;
 use crate::store::ExpertStore;
 
 /// Reads one expert's slot bytes; shared by the loader and the I/O threads.
@@ -40,7 +41,26 @@ impl CheckpointExperts {
 impl ExpertSource for CheckpointExperts {
     fn read(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<()> {
         let w = layer_weights::expert(&self.ckpt, &self.spec, layer, expert)?;
-        let bytes = self.layout.encode(&w.gate.data, &w.up.data, &w.down.data)?;
+        let stored = [&w.gate, &w.up, &w.down].map(|t| {
+            t.ggml.as_ref().filter(|g| WeightFormat::of_ggml(g.ggml_type) == self.layout.format).map(|g| &g.bytes[..])
+        });
+        let int4 = [&w.gate, &w.up, &w.down]
+            .map(|t| t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == self.layout.format));
+        let bytes = match (stored, int4) {
+            // GGUF experts in the slot's format are copied as stored.
+            ([Some(g), Some(u), Some(d)], _) => self.layout.place([g, u, d]),
+            // So are int4 experts (MLX checkpoints): blobs written as they are, not re-quantized.
+            (_, [Some(g), Some(u), Some(d)]) => {
+                let blobs = [g, u, d].map(|m| {
+                    let mut blob = vec![0u8; self.layout.format.blob_bytes(m.rows, m.cols)?];
+                    m.write_into(&mut blob).map_err(|e| Error::UnsupportedConfig(e.to_string()))?;
+                    Ok::<_, Error>(blob)
+                });
+                let [g, u, d] = blobs;
+                self.layout.place([&g?, &u?, &d?])
+            }
+            _ => self.layout.encode(&w.gate.data, &w.up.data, &w.down.data)?,
+        };
         buf[..bytes.len()].copy_from_slice(&bytes);
         Ok(())
     }

@@ -25,6 +25,14 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("weights_f32"),
     shader!("weights_f16"),
     shader!("weights_int4"),
+    shader!("weights_select"),
+    shader!("weights_ggml"),
+    shader!("weights_q4_0"),
+    shader!("weights_q8_0"),
+    shader!("weights_q4_k"),
+    shader!("weights_q6_k"),
+    shader!("weights_mxfp4"),
+    shader!("weights_bf16"),
     shader!("expert_params"),
     shader!("team"),
     shader!("rows_dot"),
@@ -149,7 +157,20 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         if mask & (1 << flags.len()) != 0 {
             set.push("SUBGROUPS");
         }
+        // The ggml readers are exclusive alternatives to the int4 / f16 flags: each one with
+        // the kernel's other flags.
+        if flags.contains(&"INT4") && !set.iter().any(|f| INT_F16_FLAGS.contains(f)) {
+            for ggml in GGML_DEFINES {
+                out.push([&["GGML", ggml][..], &set].concat());
+            }
+        }
         out.push(set);
     }
     out
 }
+
+const INT_F16_FLAGS: [&str; 4] = ["F16", "INT4", "INT4_SYM", "G64"];
+
+/// The define of each ggml block type's reader (with `GGML`), see `shaders/weights_ggml.wgsl`.
+pub const GGML_DEFINES: [&str; 7] =
+    ["GGML_Q4_0", "GGML_Q8_0", "GGML_Q4_K", "GGML_Q5_K", "GGML_Q6_K", "GGML_MXFP4", "GGML_BF16"];

@@ -4,8 +4,10 @@
 pub mod config;
 pub mod config_limits;
 pub mod decoder;
+pub mod gguf;
 pub mod layer_weights;
 pub mod lora;
+pub mod mlx;
 pub mod names;
 pub mod weights;
 

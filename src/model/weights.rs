@@ -8,6 +8,7 @@ use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 
 use crate::error::{Error, Result};
+use crate::model::gguf::GgmlType;
 use crate::quant::{Int4Layout, Int4Matrix, Int4Scheme, QuantParams};
 
 /// Element type of a stored tensor.
@@ -21,6 +22,10 @@ pub enum StoredDtype {
     BF16,
     /// An int4 blob (see [`crate::quant`]) written by `moestream convert`.
     Int4Blob,
+    /// A GGUF tensor of this ggml type (see [`crate::model::gguf`]).
+    Ggml(GgmlType),
+    /// Packed 4-bit codes of an MLX-quantized tensor (see [`crate::model::mlx`]).
+    MlxWords,
 }
 
 struct Entry {
@@ -29,6 +34,10 @@ struct Entry {
     shape: Vec<usize>,
     start: usize,
     end: usize,
+    /// GGUF q/k projections of llama-arch models, whose rows llama.cpp's converter reorders
+    /// per head for interleaved RoPE: the rows of this many heads are put back in Hugging Face
+    /// order (halves) on reading.
+    unpermute_heads: Option<usize>,
 }
 
 /// A tensor read into host memory as f32.
@@ -41,12 +50,24 @@ pub struct HostTensor {
     /// The stored int4 form, when the checkpoint holds this tensor quantized (a converted
     /// model's `resident.safetensors`), so uploads need not quantize again.
     pub int4: Option<Int4Matrix>,
+    /// The GGUF bytes of a matrix read from a GGUF file, which the GPU reads as they are
+    /// (`data` is their dequantization).
+    pub ggml: Option<GgmlBlob>,
+}
+
+/// A matrix's bytes in a ggml type, rows of blocks back to back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GgmlBlob {
+    /// Element type.
+    pub ggml_type: GgmlType,
+    /// The bytes.
+    pub bytes: Vec<u8>,
 }
 
 impl HostTensor {
     /// A plain f32 tensor.
     pub fn new(shape: Vec<usize>, data: Vec<f32>) -> HostTensor {
-        HostTensor { shape, data, int4: None }
+        HostTensor { shape, data, int4: None, ggml: None }
     }
 
     /// The rows of `a` followed by those of `b` (two matrices of equal width), keeping the
@@ -66,7 +87,13 @@ impl HostTensor {
             }
             _ => None,
         };
-        HostTensor { shape: vec![a.shape[0] + b.shape[0], a.shape[1]], data, int4 }
+        let ggml = match (&a.ggml, &b.ggml) {
+            (Some(x), Some(y)) if x.ggml_type == y.ggml_type => {
+                Some(GgmlBlob { ggml_type: x.ggml_type, bytes: [&x.bytes[..], &y.bytes[..]].concat() })
+            }
+            _ => None,
+        };
+        HostTensor { shape: vec![a.shape[0] + b.shape[0], a.shape[1]], data, int4, ggml }
     }
 }
 
@@ -78,6 +105,8 @@ pub struct Checkpoint {
     files: Vec<(PathBuf, Mmap)>,
     entries: HashMap<String, Entry>,
     int4: Option<QuantParams>,
+    /// The int4 parameters of an MLX-quantized directory.
+    mlx: Option<QuantParams>,
 }
 
 fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -114,7 +143,12 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
 impl Checkpoint {
     /// Maps every safetensors file of `dir` and indexes its tensors.
     pub fn open(dir: &Path) -> Result<Checkpoint> {
-        Checkpoint::open_files(weight_files(dir)?)
+        let mut ck = Checkpoint::open_files(weight_files(dir)?)?;
+        ck.mlx = crate::model::mlx::params(dir)?;
+        if ck.mlx.is_some() {
+            ck.alias_stacked_experts();
+        }
+        Ok(ck)
     }
 
     /// Maps the one safetensors file `path` (an adapter's weights, for example).
@@ -147,13 +181,14 @@ impl Checkpoint {
                     Dtype::F16 => StoredDtype::F16,
                     Dtype::BF16 => StoredDtype::BF16,
                     Dtype::U8 if int4.is_some() => StoredDtype::Int4Blob,
+                    Dtype::U32 => StoredDtype::MlxWords,
                     other => return Err(Error::TensorDtype { name, dtype: format!("{other:?}") }),
                 };
                 let (a, b) = info.data_offsets;
                 let (start, end) = (data_start + a, data_start + b);
                 let elems: usize = info.shape.iter().product();
                 let width = match dtype {
-                    StoredDtype::F32 => 4,
+                    StoredDtype::F32 | StoredDtype::MlxWords => 4,
                     StoredDtype::Int4Blob => 1,
                     _ => 2,
                 };
@@ -163,11 +198,45 @@ impl Checkpoint {
                         message: format!("tensor {name} data range is out of bounds or mis-sized"),
                     });
                 }
-                entries.insert(name, Entry { file: file_index, dtype, shape: info.shape.clone(), start, end });
+                let entry =
+                    Entry { file: file_index, dtype, shape: info.shape.clone(), start, end, unpermute_heads: None };
+                entries.insert(name, entry);
             }
             files.push((path, mmap));
         }
-        Ok(Checkpoint { files, entries, int4 })
+        Ok(Checkpoint { files, entries, int4, mlx: None })
+    }
+
+    /// The tensors of a GGUF model under their Hugging Face names (per-expert slices of the
+    /// stacked expert tensors included), for `spec` ([`crate::model::gguf::arch`]). A GGUF
+    /// tensor moestream has no use for is refused by name rather than ignored.
+    pub fn from_gguf(model: crate::model::gguf::GgufModel, spec: &super::ArchSpec) -> Result<Checkpoint> {
+        let mut entries = HashMap::new();
+        for name in model.tensor_names() {
+            let info = model.info(name).expect("listed tensors exist");
+            let mapped = crate::model::gguf::names::hf_tensors(spec, name, &info.shape).ok_or_else(|| {
+                Error::UnsupportedConfig(format!(
+                    "GGUF tensor `{name}` {:?} is not used by {:?}",
+                    info.shape, spec.family
+                ))
+            })?;
+            let rows = info.shape[..info.shape.len() - 1].iter().product::<usize>();
+            let row_bytes = info.bytes / rows;
+            for m in mapped {
+                let start = info.offset + m.first_row * row_bytes;
+                let len = m.shape[..m.shape.len() - 1].iter().product::<usize>() * row_bytes;
+                let entry = Entry {
+                    file: model.part_of(name).expect("listed tensors have a part"),
+                    dtype: StoredDtype::Ggml(info.ggml_type),
+                    shape: m.shape,
+                    start,
+                    end: start + len,
+                    unpermute_heads: m.unpermute_heads,
+                };
+                entries.insert(m.name, entry);
+            }
+        }
+        Ok(Checkpoint { files: model.into_files(), entries, int4: None, mlx: None })
     }
 
     /// Whether a tensor of that name exists.
@@ -192,6 +261,9 @@ impl Checkpoint {
         if e.dtype == StoredDtype::Int4Blob {
             return self.int4_layout(name, e, expected).map(|_| ());
         }
+        if e.dtype == StoredDtype::MlxWords {
+            return self.mlx_shape(name, e, expected).map(|_| ());
+        }
         if e.shape != expected {
             return Err(Error::TensorShape { name: name.into(), actual: e.shape.clone(), expected: expected.to_vec() });
         }
@@ -202,15 +274,20 @@ impl Checkpoint {
     pub fn tensor(&self, name: &str, expected: &[usize]) -> Result<HostTensor> {
         self.check_shape(name, expected)?;
         let e = &self.entries[name];
-        if e.dtype == StoredDtype::Int4Blob {
-            return self.int4_tensor(name, e, expected);
+        match e.dtype {
+            StoredDtype::Int4Blob => return self.int4_tensor(name, e, expected),
+            StoredDtype::MlxWords => return self.mlx_tensor(name, e, expected),
+            _ => {}
         }
         let bytes = &self.files[e.file].1[e.start..e.end];
+        if let StoredDtype::Ggml(t) = e.dtype {
+            return Ok(ggml_tensor(t, bytes, &e.shape, e.unpermute_heads));
+        }
         let data = match e.dtype {
             StoredDtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             StoredDtype::F16 => bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
             StoredDtype::BF16 => bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            StoredDtype::Int4Blob => unreachable!("handled above"),
+            StoredDtype::Int4Blob | StoredDtype::Ggml(_) | StoredDtype::MlxWords => unreachable!("handled above"),
         };
         Ok(HostTensor::new(e.shape.clone(), data))
     }
@@ -240,7 +317,69 @@ impl Checkpoint {
         let layout = self.int4_layout(name, e, expected)?;
         let m = Int4Matrix::read_from(&self.files[e.file].1[e.start..e.end], &layout)
             .map_err(|err| self.bad_int4(e, format!("{name}: {err}")))?;
-        Ok(HostTensor { shape: expected.to_vec(), data: m.dequantize(), int4: Some(m) })
+        Ok(HostTensor { shape: expected.to_vec(), data: m.dequantize(), int4: Some(m), ggml: None })
+    }
+
+    /// Checks an MLX-quantized matrix's packed words against `[rows, cols]`: its parameters,
+    /// rows, columns and the name its scales and biases hang off.
+    fn mlx_shape<'n>(
+        &self,
+        name: &'n str,
+        e: &Entry,
+        expected: &[usize],
+    ) -> Result<(QuantParams, usize, usize, &'n str)> {
+        let (Some(params), &[rows, cols], Some(base)) = (self.mlx, expected, name.strip_suffix(".weight")) else {
+            return Err(Error::TensorDtype { name: name.into(), dtype: "U32 (not an MLX-quantized matrix)".into() });
+        };
+        if e.shape != [rows, cols / 8] || cols % 8 != 0 {
+            return Err(Error::TensorShape {
+                name: name.into(),
+                actual: e.shape.clone(),
+                expected: vec![rows, cols / 8],
+            });
+        }
+        Ok((params, rows, cols, base))
+    }
+
+    /// An MLX-quantized `[rows, cols]` matrix: `name` (`X.weight`, `[rows, cols / 8]` words)
+    /// with `X.scales` and `X.biases`, read as int4 unchanged.
+    fn mlx_tensor(&self, name: &str, e: &Entry, expected: &[usize]) -> Result<HostTensor> {
+        let (params, rows, cols, base) = self.mlx_shape(name, e, expected)?;
+        let groups = [rows, cols.div_ceil(params.group_size)];
+        let scales = self.tensor(&format!("{base}.scales"), &groups)?.data;
+        let biases = self.tensor(&format!("{base}.biases"), &groups)?.data;
+        let words = &self.files[e.file].1[e.start..e.end];
+        let m = crate::model::mlx::int4_matrix(name, params, rows, cols, words, &scales, &biases)?;
+        Ok(HostTensor { shape: expected.to_vec(), data: m.dequantize(), int4: Some(m), ggml: None })
+    }
+
+    /// Registers each expert of mlx_lm's stacked `mlp.switch_mlp.{gate,up,down}_proj.*`
+    /// tensors (`[experts, ...]`) under its Hugging Face per-expert name
+    /// (`mlp.experts.E.gate_proj.*`): a byte range of the stacked tensor, which is then known
+    /// only by those names.
+    fn alias_stacked_experts(&mut self) {
+        let stacked: Vec<(String, usize, usize, usize, Vec<usize>, StoredDtype)> = self
+            .entries
+            .iter()
+            .filter(|(name, e)| name.contains(".mlp.switch_mlp.") && e.shape.len() == 3)
+            .map(|(name, e)| (name.clone(), e.file, e.start, e.end, e.shape.clone(), e.dtype))
+            .collect();
+        for (name, file, start, end, shape, dtype) in stacked {
+            let per = (end - start) / shape[0];
+            for x in 0..shape[0] {
+                let alias = name.replace(".mlp.switch_mlp.", &format!(".mlp.experts.{x}."));
+                let s = start + x * per;
+                let entry =
+                    Entry { file, dtype, shape: shape[1..].to_vec(), start: s, end: s + per, unpermute_heads: None };
+                self.entries.insert(alias, entry);
+            }
+            self.entries.remove(&name);
+        }
+    }
+
+    /// The int4 parameters of an MLX-quantized checkpoint.
+    pub fn mlx_params(&self) -> Option<QuantParams> {
+        self.mlx
     }
 
     /// Drops the pages of `name` from this process's memory (they are re-read from disk if
@@ -276,6 +415,29 @@ impl Checkpoint {
     pub fn paths(&self) -> impl Iterator<Item = &Path> {
         self.files.iter().map(|(p, _)| p.as_path())
     }
+}
+
+/// A GGUF tensor of type `t`: dequantized, and for matrices also kept as stored; rows of
+/// `unpermute_heads` heads put back in Hugging Face order first.
+fn ggml_tensor(t: GgmlType, bytes: &[u8], shape: &[usize], unpermute_heads: Option<usize>) -> HostTensor {
+    let bytes = match unpermute_heads {
+        Some(heads) => {
+            // llama.cpp row (h, j, s) holds Hugging Face row (h, s, j), s in 0..2, j < half.
+            let row_bytes = bytes.len() / shape[0];
+            let half = shape[0] / heads / 2;
+            let mut out = Vec::with_capacity(bytes.len());
+            for r in 0..shape[0] {
+                let (h, s, j) = (r / (2 * half), (r / half) % 2, r % half);
+                let src = h * 2 * half + 2 * j + s;
+                out.extend_from_slice(&bytes[src * row_bytes..(src + 1) * row_bytes]);
+            }
+            std::borrow::Cow::Owned(out)
+        }
+        None => std::borrow::Cow::Borrowed(bytes),
+    };
+    let data = crate::model::gguf::dequant::dequantize(t, &bytes);
+    let ggml = (shape.len() == 2).then(|| GgmlBlob { ggml_type: t, bytes: bytes.into_owned() });
+    HostTensor { shape: shape.to_vec(), data, int4: None, ggml }
 }
 
 /// Parses `affine-g32` / `symmetric-g64`.

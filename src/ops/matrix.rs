@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::model::gguf::GgmlType;
 use crate::model::HostTensor;
 use crate::quant::{Int4Layout, Int4Scheme, QuantParams, WeightEncoding};
 
@@ -14,6 +15,10 @@ pub enum WeightFormat {
     F16,
     /// Group-quantized 4-bit weights (see [`crate::quant`] for the layout).
     Int4(QuantParams),
+    /// A ggml block type (or BF16) exactly as a GGUF file stores it, rows of blocks back to
+    /// back (`shaders/weights_ggml.wgsl`); never F32 or F16, which are [`WeightFormat::F32`] and
+    /// [`WeightFormat::F16`] byte for byte ([`WeightFormat::of_ggml`]).
+    Ggml(GgmlType),
 }
 
 /// Where a blob's segments start, in the units the kernels index (`WMat` in the WGSL readers).
@@ -32,6 +37,7 @@ impl BlobOffsets {
     pub fn shifted(self, format: WeightFormat, byte_offset: usize) -> BlobOffsets {
         let data_unit = match format {
             WeightFormat::F16 => 2,
+            WeightFormat::Ggml(_) => 1,
             _ => 4,
         };
         BlobOffsets {
@@ -58,6 +64,16 @@ impl WeightFormat {
                 }
                 d
             }
+            WeightFormat::Ggml(t) => vec!["GGML", crate::gpu::shader::GGML_DEFINES[ggml_reader(t)]],
+        }
+    }
+
+    /// The format the GPU reads a GGUF tensor of type `t` in (F32 and F16 are the plain formats).
+    pub fn of_ggml(t: GgmlType) -> WeightFormat {
+        match t {
+            GgmlType::F32 => WeightFormat::F32,
+            GgmlType::F16 => WeightFormat::F16,
+            t => WeightFormat::Ggml(t),
         }
     }
 
@@ -67,6 +83,7 @@ impl WeightFormat {
             WeightFormat::F32 => "f32".into(),
             WeightFormat::F16 => WeightEncoding::F16.name(),
             WeightFormat::Int4(p) => WeightEncoding::Int4(p).name(),
+            WeightFormat::Ggml(t) => t.name().to_lowercase(),
         }
     }
 
@@ -76,6 +93,15 @@ impl WeightFormat {
             WeightFormat::F32 => Ok((rows * cols * 4).next_multiple_of(256)),
             WeightFormat::F16 => Ok(WeightEncoding::F16.segment_bytes(rows, cols).map_err(quant_err)?),
             WeightFormat::Int4(p) => Ok(WeightEncoding::Int4(p).segment_bytes(rows, cols).map_err(quant_err)?),
+            WeightFormat::Ggml(t) => {
+                if !cols.is_multiple_of(t.block_size()) {
+                    return Err(Error::UnsupportedConfig(format!(
+                        "{cols} columns is not a whole number of {} blocks",
+                        t.name()
+                    )));
+                }
+                Ok((rows * t.row_bytes(cols)).next_multiple_of(256))
+            }
         }
     }
 
@@ -97,6 +123,7 @@ impl WeightFormat {
             WeightFormat::F32 => out[..values.len() * 4].copy_from_slice(bytemuck::cast_slice(values)),
             WeightFormat::F16 => WeightEncoding::F16.encode(values, rows, cols, &mut out).map_err(quant_err)?,
             WeightFormat::Int4(p) => WeightEncoding::Int4(p).encode(values, rows, cols, &mut out).map_err(quant_err)?,
+            WeightFormat::Ggml(t) => return Err(not_a_quantizer(t)),
         }
         Ok(out)
     }
@@ -112,7 +139,7 @@ impl WeightFormat {
     /// The store encoding of this format (`None` for f32, which stores do not hold).
     pub fn encoding(self) -> Option<WeightEncoding> {
         match self {
-            WeightFormat::F32 => None,
+            WeightFormat::F32 | WeightFormat::Ggml(_) => None,
             WeightFormat::F16 => Some(WeightEncoding::F16),
             WeightFormat::Int4(p) => Some(WeightEncoding::Int4(p)),
         }
@@ -121,6 +148,27 @@ impl WeightFormat {
 
 fn quant_err(e: crate::quant::QuantError) -> Error {
     Error::UnsupportedConfig(e.to_string())
+}
+
+fn not_a_quantizer(t: GgmlType) -> Error {
+    Error::UnsupportedConfig(format!(
+        "moestream reads {} weights from GGUF files but does not quantize to it",
+        t.name()
+    ))
+}
+
+/// Index of type `t`'s reader define in [`crate::gpu::shader::GGML_DEFINES`].
+fn ggml_reader(t: GgmlType) -> usize {
+    match t {
+        GgmlType::Q4_0 => 0,
+        GgmlType::Q8_0 => 1,
+        GgmlType::Q4K => 2,
+        GgmlType::Q5K => 3,
+        GgmlType::Q6K => 4,
+        GgmlType::Mxfp4 => 5,
+        GgmlType::BF16 => 6,
+        GgmlType::F32 | GgmlType::F16 => unreachable!("F32 and F16 GGUF tensors use the plain formats"),
+    }
 }
 
 /// One row range of a matrix in its own buffer.
@@ -155,10 +203,49 @@ impl GpuMatrix {
             [r, c] => (r, c, &t.data),
             _ => return Err(Error::InvalidArgument(format!("{label}: shape {:?} is not a matrix", t.shape))),
         };
-        if cols % 8 != 0 {
+        let stored = t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == format);
+        GpuMatrix::upload_with(gpu, label, rows, cols, format, |first_row, n| match stored {
+            Some(m) => {
+                let part = m.rows(first_row..first_row + n);
+                let mut blob = vec![0u8; format.blob_bytes(n, cols)?];
+                part.write_into(&mut blob).map_err(quant_err)?;
+                Ok(blob)
+            }
+            None => format.encode(&data[first_row * cols..(first_row + n) * cols], n, cols),
+        })
+    }
+
+    /// Uploads a `[rows, cols]` matrix of ggml type `t` from its GGUF bytes, unchanged.
+    pub fn upload_ggml(gpu: &Gpu, label: &str, rows: usize, cols: usize, t: GgmlType, bytes: &[u8]) -> Result<Self> {
+        let format = WeightFormat::of_ggml(t);
+        let row_bytes = t.row_bytes(cols);
+        if !cols.is_multiple_of(t.block_size()) || bytes.len() != rows * row_bytes {
+            return Err(Error::InvalidArgument(format!(
+                "{label}: {} bytes is not a [{rows}, {cols}] {} matrix",
+                bytes.len(),
+                t.name()
+            )));
+        }
+        GpuMatrix::upload_with(gpu, label, rows, cols, format, |first_row, n| {
+            let mut blob = vec![0u8; format.blob_bytes(n, cols)?];
+            blob[..n * row_bytes].copy_from_slice(&bytes[first_row * row_bytes..(first_row + n) * row_bytes]);
+            Ok(blob)
+        })
+    }
+
+    /// Splits the rows into chunks whose blobs fit one binding and uploads `blob(first_row, n)`
+    /// for each.
+    fn upload_with(
+        gpu: &Gpu,
+        label: &str,
+        rows: usize,
+        cols: usize,
+        format: WeightFormat,
+        blob: impl Fn(usize, usize) -> Result<Vec<u8>>,
+    ) -> Result<Self> {
+        if !cols.is_multiple_of(8) {
             return Err(Error::UnsupportedConfig(format!("{label}: {cols} columns is not a multiple of 8")));
         }
-        let stored = t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == format);
         // Every chunk's blob (segments padded to 256 bytes) must fit one binding.
         let row_bytes = format.blob_bytes(1, cols)? as u64;
         let mut rows_per_chunk = (gpu.caps.max_binding / row_bytes.max(1)) as usize;
@@ -175,17 +262,8 @@ impl GpuMatrix {
         let mut first_row = 0;
         while first_row < rows {
             let n = rows_per_chunk.min(rows - first_row);
-            let bytes = match stored {
-                Some(m) => {
-                    let part = m.rows(first_row..first_row + n);
-                    let mut blob = vec![0u8; format.blob_bytes(n, cols)?];
-                    part.write_into(&mut blob).map_err(quant_err)?;
-                    blob
-                }
-                None => format.encode(&data[first_row * cols..(first_row + n) * cols], n, cols)?,
-            };
             chunks.push(MatrixChunk {
-                buffer: gpu.upload(label, &bytes),
+                buffer: gpu.upload(label, &blob(first_row, n)?),
                 first_row,
                 rows: n,
                 offsets: format.offsets(n, cols)?,
@@ -204,6 +282,7 @@ impl WeightFormat {
             WeightFormat::F32 => values.to_vec(),
             WeightFormat::F16 => values.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
             WeightFormat::Int4(p) => crate::quant::quantize(values, rows, cols, p).map_err(quant_err)?.dequantize(),
+            WeightFormat::Ggml(t) => return Err(not_a_quantizer(t)),
         })
     }
 }

@@ -10,6 +10,10 @@ use crate::ops::WeightFormat;
 
 fn round(t: &mut HostTensor, format: WeightFormat) -> Result<()> {
     let (rows, cols) = match t.shape[..] {
+        // GGUF matrices are read as stored: their dequantized values are what the GPU sees.
+        _ if t.ggml.is_some() => return Ok(()),
+        // So are int4 matrices stored in the format (MLX checkpoints).
+        _ if t.int4.as_ref().is_some_and(|m| WeightFormat::Int4(m.params) == format) => return Ok(()),
         [r, c] => (r, c),
         _ => return Ok(()), // vectors (norms, biases) stay f32 on the GPU
     };

@@ -26,6 +26,7 @@ use crate::gpu::{Gpu, GpuOptions};
 use crate::model::decoder::{
     DecoderOptions, GpuModel, LayerObserver, RoutingMode, StepOutput, StepResult, StreamingOptions,
 };
+use crate::model::gguf::GgufModel;
 use crate::model::lora::LoraAdapter;
 use crate::model::{ArchSpec, Checkpoint};
 use crate::ops::{KvDtype, WeightFormat};
@@ -193,6 +194,10 @@ pub struct Engine {
 /// or converted once into the cache when int4 is asked for.
 fn resolve_model_dir(options: &EngineOptions) -> Result<PathBuf> {
     let dir = &options.model_dir;
+    if crate::model::gguf::arch::is_gguf(dir) || crate::model::mlx::params(dir)?.is_some() {
+        // GGUF and MLX weights are read as stored; the format options do not apply.
+        return Ok(dir.clone());
+    }
     let wants_int4 = matches!(options.experts, WeightFormat::Int4(_)) || matches!(options.dense, WeightFormat::Int4(_));
     if is_converted(dir) || !wants_int4 {
         return Ok(dir.clone());
@@ -272,19 +277,32 @@ impl Engine {
             true => Some(ModelManifest::load(dir)?),
             false => None,
         };
-        let spec = match &converted {
-            Some(m) => {
+        let gguf = crate::model::gguf::arch::is_gguf(dir).then(|| GgufModel::open(dir)).transpose()?;
+        let spec = match (&converted, &gguf) {
+            (Some(m), _) => {
                 m.verify_files(dir, false)?;
                 m.arch.clone()
             }
-            None => ArchSpec::from_dir(dir)?,
+            (None, Some(g)) => crate::model::gguf::arch::spec_from_gguf(g)?,
+            (None, None) => ArchSpec::from_dir(dir)?,
         };
-        let (expert_format, dense_format) = match &converted {
-            Some(m) => (m.expert_format(), m.dense_format()),
-            None => (options.experts, options.dense),
+        let (expert_format, dense_format) = match (&converted, &gguf) {
+            (Some(m), _) => (m.expert_format(), m.dense_format()),
+            (None, Some(g)) => (crate::model::gguf::arch::expert_format(g), WeightFormat::F32),
+            (None, None) => match crate::model::mlx::params(dir)? {
+                Some(p) => (WeightFormat::Int4(p), WeightFormat::Int4(p)),
+                None => (options.experts, options.dense),
+            },
         };
         let lora = options.lora.as_deref().map(|d| LoraAdapter::load(d, &spec)).transpose()?;
-        let ckpt = Arc::new(Checkpoint::open(dir)?);
+        let mut tokenizer = None;
+        let ckpt = Arc::new(match gguf {
+            Some(g) => {
+                tokenizer = Some(Tokenizer::from_gguf(&g)?);
+                Checkpoint::from_gguf(g, &spec)?
+            }
+            None => Checkpoint::open(dir)?,
+        });
         spec.check_against(&ckpt)?;
         memory_plan::check_context(&spec, options.context)?;
         let source: Option<Arc<dyn ExpertSource>> = match (&spec.moe, &converted) {
@@ -386,7 +404,9 @@ impl Engine {
         } else if options.prerouter.is_some() {
             log::warn!("prerouter heads unused: they need --routing predicted or a streaming --prefetch prerouter");
         }
-        let tokenizer = if dir.join("tokenizer.json").exists() { Some(Tokenizer::from_dir(dir)?) } else { None };
+        if tokenizer.is_none() && dir.join("tokenizer.json").exists() {
+            tokenizer = Some(Tokenizer::from_dir(dir)?);
+        }
         Ok(Engine {
             model,
             tokenizer,

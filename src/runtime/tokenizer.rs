@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 /// A loaded tokenizer.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    chat_template: Option<String>,
 }
 
 impl Tokenizer {
@@ -18,7 +19,21 @@ impl Tokenizer {
         }
         let inner = tokenizers::Tokenizer::from_file(&path)
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
-        Ok(Tokenizer { inner })
+        Ok(Tokenizer { inner, chat_template: None })
+    }
+
+    /// The tokenizer stored in a GGUF file's metadata, with its chat template.
+    pub fn from_gguf(m: &crate::model::gguf::GgufModel) -> Result<Tokenizer> {
+        let json = crate::model::gguf::tokenizer::tokenizer_json(m)?.to_string();
+        let inner: tokenizers::Tokenizer =
+            json.parse().map_err(|e| Error::Tokenizer(format!("GGUF tokenizer: {e}")))?;
+        let chat_template = crate::model::gguf::tokenizer::chat_template(m).map(str::to_string);
+        Ok(Tokenizer { inner, chat_template })
+    }
+
+    /// The Jinja chat template shipped with the tokenizer (GGUF `tokenizer.chat_template`).
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
     }
 
     /// Token ids of `text`, with the special tokens the tokenizer's post-processor adds (as

@@ -309,8 +309,12 @@ struct Builder<'a> {
 
 impl Builder<'_> {
     fn matrix(&mut self, label: &str, t: &HostTensor) -> Result<usize> {
-        let format = self.options.format_of(label);
-        self.matrices.push(GpuMatrix::upload(self.gpu, label, t, format)?);
+        let m = match (&t.ggml, &t.shape[..]) {
+            // A GGUF matrix is read in its own type, whatever the options say.
+            (Some(g), &[rows, cols]) => GpuMatrix::upload_ggml(self.gpu, label, rows, cols, g.ggml_type, &g.bytes)?,
+            _ => GpuMatrix::upload(self.gpu, label, t, self.options.format_of(label))?,
+        };
+        self.matrices.push(m);
         Ok(self.matrices.len() - 1)
     }
 

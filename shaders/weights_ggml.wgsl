@@ -1,0 +1,76 @@
+// Readers for ggml block types, as stored in GGUF files: row-major [rows, cols], each row
+// cols / BLOCK blocks of TYPE_SIZE bytes back to back (no alignment beyond the byte), rows back
+// to back. Units are bytes: WMat.base is the byte offset of the matrix in `w`. Each type's file
+// (GGML_Q4_0 ... one define) gives BLOCK, TYPE_SIZE and `w_at`, the dequantization of one value
+// exactly as src/model/gguf/dequant.rs (and ggml) computes it; the rest of the interface is
+// built on `w_at` here, with dense decode groups (scale 1, no offset).
+
+// Bytes per u32 word of `w` (slot offsets are given in words).
+const UNITS_PER_WORD: u32 = 4u;
+
+//#include weights_common
+
+//#if GGML_Q4_0
+//#include weights_q4_0
+//#endif
+//#if GGML_Q8_0
+//#include weights_q8_0
+//#endif
+//#if GGML_Q4_K
+//#include weights_q4_k
+//#endif
+//#if GGML_Q5_K
+//#include weights_q4_k
+//#endif
+//#if GGML_Q6_K
+//#include weights_q6_k
+//#endif
+//#if GGML_MXFP4
+//#include weights_mxfp4
+//#endif
+//#if GGML_BF16
+//#include weights_bf16
+//#endif
+
+fn byte_at(b: u32) -> u32 {
+    return (w[b >> 2u] >> ((b & 3u) << 3u)) & 255u;
+}
+
+fn i8_at(b: u32) -> f32 {
+    return f32(bitcast<i32>(byte_at(b) << 24u) >> 24u);
+}
+
+// The 16-bit word at even byte offset `b`.
+fn u16_at(b: u32) -> u32 {
+    return (w[b >> 2u] >> ((b & 2u) << 3u)) & 65535u;
+}
+
+fn f16_at(b: u32) -> f32 {
+    return unpack2x16float(u16_at(b)).x;
+}
+
+// Byte offset of the block holding (row, col).
+fn block_at(m: WMat, row: u32, col: u32) -> u32 {
+    return m.base + (row * (m.cols / BLOCK) + col / BLOCK) * TYPE_SIZE;
+}
+
+// Weights (row, 8*k8 .. 8*k8+7).
+fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
+    let c = k8 * 8u;
+    let a = vec4<f32>(w_at(m, row, c), w_at(m, row, c + 1u), w_at(m, row, c + 2u), w_at(m, row, c + 3u));
+    let b = vec4<f32>(w_at(m, row, c + 4u), w_at(m, row, c + 5u), w_at(m, row, c + 6u), w_at(m, row, c + 7u));
+    return W8(a, b);
+}
+
+// Decode interface: block types are read as dense weights, 32 at a time.
+const W_GROUP8: u32 = 4u;
+const W_OFFSET: bool = false;
+
+fn w_group(m: WMat, row: u32, grp: u32) -> vec2<f32> {
+    return vec2<f32>(1.0, 0.0);
+}
+
+fn w_dot8(m: WMat, row: u32, k8: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
+    let v = w_load8(m, row, k8);
+    return dot(v.a, xa) + dot(v.b, xb);
+}

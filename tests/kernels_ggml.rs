@@ -1,0 +1,105 @@
+//! The ggml readers (`shaders/weights_q4_0.wgsl` ... one per type) inside the matmul (decode
+//! matvec and prefill tile) and embedding kernels, on the GGUF bytes of
+//! `tests/fixtures/gguf/quants.gguf`, against the CPU reference on the `gguf` package's own
+//! dequantization of the same bytes (`T.ref`). Tolerance |Δ| ≤ 1e-4·(1+|ref|): the GPU may fuse
+//! the block products; the dequantized values themselves are checked exactly by the embedding.
+//! Row-chunked uploads (tiny binding limit, rows starting at any byte) must be bit-identical.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{assert_bits_eq, assert_close, gpu, gpu_chunked, read_f32, submit, upload_f32, upload_u32, Rng};
+use moestream::gpu::{Gpu, StepUniform};
+use moestream::model::gguf::{GgmlType, GgufModel};
+use moestream::ops::embed::Embed;
+use moestream::ops::matmul::{MatMul, MatMulOut};
+use moestream::ops::GpuMatrix;
+use moestream::reference::ops as refops;
+
+const TYPES: [&str; 7] = ["BF16", "Q4_0", "Q8_0", "MXFP4", "Q4_K", "Q5_K", "Q6_K"];
+
+/// A `[rows, cols]` matrix of one ggml type: its bytes and the `gguf` package's dequantization.
+type Fixture = (GgmlType, usize, usize, Vec<u8>, Vec<f32>);
+
+/// Every block type's fixture, rows repeated `times`.
+fn matrices(times: usize) -> Vec<Fixture> {
+    let m = GgufModel::open(&common::fixtures_dir().join("gguf/quants.gguf")).unwrap();
+    TYPES
+        .iter()
+        .map(|name| {
+            let info = m.info(name).unwrap();
+            let (rows, cols) = (info.shape[0], info.shape[1]);
+            let bytes = m.bytes(name).unwrap().repeat(times);
+            let want = m.dequantize(&format!("{name}.ref")).unwrap().repeat(times);
+            (info.ggml_type, rows * times, cols, bytes, want)
+        })
+        .collect()
+}
+
+fn matmul(gpu: &Arc<Gpu>, w: &GpuMatrix, x: &[f32], t: usize) -> Vec<f32> {
+    let step = StepUniform::new(gpu);
+    step.set(gpu, t, 0);
+    let xb = upload_f32(gpu, x);
+    let yb = upload_f32(gpu, &vec![0.0; t * w.rows]);
+    let op = MatMul::new(gpu, &step.buffer, &xb, w, None, &yb, MatMulOut::plain(w.rows));
+    submit(gpu, |pass| op.record(gpu, pass, t));
+    read_f32(gpu, &yb, t * w.rows)
+}
+
+#[test]
+fn matmul_reads_every_ggml_type() {
+    let gpu = gpu();
+    let mut rng = Rng::new(17);
+    for (ty, rows, cols, bytes, want) in matrices(3) {
+        let w = GpuMatrix::upload_ggml(&gpu, ty.name(), rows, cols, ty, &bytes).unwrap();
+        for t in [1, 3, 9] {
+            let x = rng.vec(t * cols, -1.0, 1.0);
+            let mut expected = vec![0.0; t * rows];
+            for (xt, yt) in x.chunks(cols).zip(expected.chunks_mut(rows)) {
+                refops::matvec(&want, rows, cols, xt, yt);
+            }
+            assert_close(&format!("{} T={t}", ty.name()), &matmul(&gpu, &w, &x, t), &expected, 1e-4);
+        }
+    }
+}
+
+#[test]
+fn chunked_ggml_matrices_are_bit_identical() {
+    let (whole, chunked) = (gpu(), gpu_chunked());
+    let mut rng = Rng::new(18);
+    for (ty, rows, cols, bytes, _) in matrices(13) {
+        let a = GpuMatrix::upload_ggml(&whole, ty.name(), rows, cols, ty, &bytes).unwrap();
+        let b = GpuMatrix::upload_ggml(&chunked, ty.name(), rows, cols, ty, &bytes).unwrap();
+        assert!(b.chunks.len() > 1, "{}: {} chunk(s)", ty.name(), b.chunks.len());
+        for t in [1, 5] {
+            let x = rng.vec(t * cols, -1.0, 1.0);
+            assert_bits_eq(&format!("{} T={t}", ty.name()), &matmul(&chunked, &b, &x, t), &matmul(&whole, &a, &x, t));
+        }
+    }
+}
+
+#[test]
+fn embedding_gathers_exact_ggml_values() {
+    let gpu = gpu();
+    for (ty, rows, cols, bytes, want) in matrices(1) {
+        let table = GpuMatrix::upload_ggml(&gpu, ty.name(), rows, cols, ty, &bytes).unwrap();
+        let tokens: Vec<u32> = (0..rows as u32).rev().collect();
+        let step = StepUniform::new(&gpu);
+        step.set(&gpu, rows, 0);
+        let tb = upload_u32(&gpu, &tokens);
+        let xb = upload_f32(&gpu, &vec![0.0; rows * cols]);
+        let op = Embed::new(&gpu, &step.buffer, &tb, &table, &xb);
+        submit(&gpu, |pass| op.record(&gpu, pass, rows));
+        let expected: Vec<f32> = tokens.iter().flat_map(|&r| want[r as usize * cols..][..cols].to_vec()).collect();
+        assert_bits_eq(ty.name(), &read_f32(&gpu, &xb, rows * cols), &expected);
+    }
+}
+
+#[test]
+fn malformed_ggml_uploads_are_refused() {
+    let gpu = gpu();
+    let q4 = GgmlType::Q4_0;
+    assert!(GpuMatrix::upload_ggml(&gpu, "short", 2, 64, q4, &[0u8; 71]).is_err());
+    assert!(GpuMatrix::upload_ggml(&gpu, "partial block", 1, 48, q4, &[0u8; 27]).is_err());
+}
