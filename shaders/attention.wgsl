@@ -1,79 +1,197 @@
-// Causal grouped-query attention over the KV cache, for decode (one query) and prefill (many).
-// One workgroup per (token, head); keys are visited in tiles of 64 with an online softmax, so
-// any context length works with fixed workgroup memory. Query t sits at position step.pos + t
-// and sees keys 0 ..= step.pos + t. head_dim <= 256.
+// Causal grouped-query attention over one chunk of the KV cache (a run of KV heads, laid out as
+// kv_store writes them: head-major, F16 = two halves per u32), for the query heads that read it.
+// Query t sits at position step.pos + t and sees keys 0 ..= step.pos + t. Keys are visited in
+// tiles of 64 with an online softmax, so any length works with fixed workgroup memory and no
+// score matrix is ever stored (prefill is tiled the same way). head_dim <= 256, even.
+//
+// Without SPLIT: one workgroup per (QT consecutive tokens, query head), writing the normalised
+// output; the QT queries share each key and value load and each reduction. With SPLIT (decode,
+// one token): one workgroup per (query head, split of split_len keys), writing the split's
+// partial (max, sum, unnormalised accumulator) for attention_merge.
 //#include common
-//#include reduce
 
 struct Params {
     n_heads: u32,
-    n_kv_heads: u32,
+    group: u32,
     head_dim: u32,
     scale: f32,
+    kv_head0: u32,
+    chunk_heads: u32,
+    context: u32,
+    split_len: u32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> q: array<f32>;
+//#if F16
+@group(0) @binding(3) var<storage, read> k_cache: array<u32>;
+@group(0) @binding(4) var<storage, read> v_cache: array<u32>;
+//#else
 @group(0) @binding(3) var<storage, read> k_cache: array<f32>;
 @group(0) @binding(4) var<storage, read> v_cache: array<f32>;
+//#endif
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 
-var<workgroup> qs: array<f32, 256>;
-var<workgroup> probs: array<f32, 64>;
+// Dims 2i and 2i+1 of the chunk's element pair i.
+fn k_pair(i: u32) -> vec2<f32> {
+//#if F16
+    return unpack2x16float(k_cache[i]);
+//#else
+    return vec2<f32>(k_cache[2u * i], k_cache[2u * i + 1u]);
+//#endif
+}
+
+fn v_pair(i: u32) -> vec2<f32> {
+//#if F16
+    return unpack2x16float(v_cache[i]);
+//#else
+    return vec2<f32>(v_cache[2u * i], v_cache[2u * i + 1u]);
+//#endif
+}
+
+const QT: u32 = 4u;
+
+var<workgroup> qs: array<vec2<f32>, 512>;
+var<workgroup> probs: array<vec4<f32>, 64>;
+var<workgroup> red4: array<vec4<f32>, 64>;
+
+fn reduce_max4(lid: u32, v: vec4<f32>) -> vec4<f32> {
+    red4[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red4[lid] = max(red4[lid], red4[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = red4[0];
+    workgroupBarrier();
+    return r;
+}
+
+fn reduce_sum4(lid: u32, v: vec4<f32>) -> vec4<f32> {
+    red4[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red4[lid] += red4[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = red4[0];
+    workgroupBarrier();
+    return r;
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = group_index(wid, nwg);
-    let t = g / p.n_heads;
-    let h = g % p.n_heads;
-    if (t >= step.n_tokens) {
+    let chunk_q = p.chunk_heads * p.group;
+    let hl = g % chunk_q;
+//#if SPLIT
+    let t0 = 0u;
+    let split = g / chunk_q;
+//#else
+    let t0 = (g / chunk_q) * QT;
+//#endif
+    if (t0 >= step.n_tokens) {
         return;
     }
-    let hd = p.head_dim;
-    let kv_h = h / (p.n_heads / p.n_kv_heads);
-    let kv_width = p.n_kv_heads * hd;
-    let q_base = t * p.n_heads * hd + h * hd;
-    for (var d = lid; d < hd; d += 64u) {
-        qs[d] = q[q_base + d];
+    let nq = min(QT, step.n_tokens - t0);
+    let h = p.kv_head0 * p.group + hl;
+    let pairs = p.head_dim / 2u;
+    for (var i = lid; i < nq * pairs; i += 64u) {
+        let qi = i / pairs;
+        let d = i % pairs;
+        let qb = ((t0 + qi) * p.n_heads + h) * p.head_dim + 2u * d;
+        qs[qi * 128u + d] = vec2<f32>(q[qb], q[qb + 1u]);
     }
     workgroupBarrier();
-    let n_keys = step.pos + t + 1u;
-    var m = -1.0e30;
-    var l = 0.0;
-    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    for (var tile = 0u; tile < n_keys; tile += 64u) {
+    let head_base = (hl / p.group) * p.context * pairs;
+    // Keys query qi sees end at ends[qi] (exclusive); queries past nq see none.
+    let first_key_end = step.pos + t0 + 1u;
+    var ends = vec4<u32>(first_key_end, first_key_end + 1u, first_key_end + 2u, first_key_end + 3u);
+    ends = select(vec4<u32>(0u), ends, vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(nq));
+//#if SPLIT
+    let first = split * p.split_len;
+    ends = min(ends, vec4<u32>(first + p.split_len));
+//#else
+    let first = 0u;
+//#endif
+    let end = max(max(ends.x, ends.y), max(ends.z, ends.w));
+    var m = vec4<f32>(-1.0e30);
+    var l = vec4<f32>(0.0);
+    var acc: array<array<vec2<f32>, 2>, 4>;
+    for (var tile = first; tile < end; tile += 64u) {
         let j = tile + lid;
-        var s = -1.0e30;
-        if (j < n_keys) {
-            let kb = j * kv_width + kv_h * hd;
-            var dotv = 0.0;
-            for (var d = 0u; d < hd; d++) {
-                dotv += qs[d] * k_cache[kb + d];
+        var s = vec4<f32>(0.0);
+        if (j < end) {
+            let kb = head_base + j * pairs;
+            for (var d = 0u; d < pairs; d++) {
+                let kp = k_pair(kb + d);
+                s += vec4<f32>(dot(qs[d], kp), dot(qs[128u + d], kp), dot(qs[256u + d], kp), dot(qs[384u + d], kp));
             }
-            s = dotv * p.scale;
         }
-        let m_new = max(m, reduce_max(lid, s));
-        let pj = select(0.0, exp(s - m_new), j < n_keys);
+        let valid = vec4<u32>(j) < ends;
+        s = select(vec4<f32>(-1.0e30), s * p.scale, valid);
+        let m_new = max(m, reduce_max4(lid, s));
+        let pj = select(vec4<f32>(0.0), exp(s - m_new), valid);
         probs[lid] = pj;
         let corr = exp(m - m_new);
-        l = l * corr + reduce_sum(lid, pj);
-        let n_here = min(64u, n_keys - tile);
-        for (var c = 0u; c < 4u; c++) {
+        // Each lane keeps the sum of its own keys' weights (corr is the same in every lane);
+        // one reduction at the end gives the totals.
+        l = l * corr + pj;
+        workgroupBarrier();
+        let n_here = min(64u, end - tile);
+        for (var c = 0u; c < 2u; c++) {
             let d = lid + c * 64u;
-            if (d < hd) {
-                var a = acc[c] * corr;
+            if (d < pairs) {
+                var a0 = acc[0][c] * corr.x;
+                var a1 = acc[1][c] * corr.y;
+                var a2 = acc[2][c] * corr.z;
+                var a3 = acc[3][c] * corr.w;
                 for (var jj = 0u; jj < n_here; jj++) {
-                    a += probs[jj] * v_cache[(tile + jj) * kv_width + kv_h * hd + d];
+                    let vp = v_pair(head_base + (tile + jj) * pairs + d);
+                    let pr = probs[jj];
+                    a0 += pr.x * vp;
+                    a1 += pr.y * vp;
+                    a2 += pr.z * vp;
+                    a3 += pr.w * vp;
                 }
-                acc[c] = a;
+                acc[0][c] = a0;
+                acc[1][c] = a1;
+                acc[2][c] = a2;
+                acc[3][c] = a3;
             }
         }
         m = m_new;
         workgroupBarrier();
     }
-    for (var c = 0u; c < 4u; c++) {
+    l = reduce_sum4(lid, l);
+//#if SPLIT
+    // Partial of (split, head): [max, sum, accumulator[head_dim]].
+    let base = (split * p.n_heads + h) * (p.head_dim + 2u);
+    if (lid == 0u) {
+        out[base] = m.x;
+        out[base + 1u] = l.x;
+    }
+    for (var c = 0u; c < 2u; c++) {
         let d = lid + c * 64u;
-        if (d < hd) {
-            out[q_base + d] = acc[c] / l;
+        if (d < pairs) {
+            out[base + 2u + 2u * d] = acc[0][c].x;
+            out[base + 3u + 2u * d] = acc[0][c].y;
         }
     }
+//#else
+    for (var qi = 0u; qi < nq; qi++) {
+        let ob = ((t0 + qi) * p.n_heads + h) * p.head_dim;
+        for (var c = 0u; c < 2u; c++) {
+            let d = lid + c * 64u;
+            if (d < pairs) {
+                out[ob + 2u * d] = acc[qi][c].x / l[qi];
+                out[ob + 2u * d + 1u] = acc[qi][c].y / l[qi];
+            }
+        }
+    }
+//#endif
 }

@@ -18,7 +18,7 @@ pub mod reference;
 pub mod runtime;
 pub mod sim;
 
-pub use runtime::{Engine, EngineOptions};
+pub use runtime::{Engine, EngineOptions, Session};
 pub mod store;
 
 pub use error::{Error, Result};

@@ -11,9 +11,9 @@ fn depths_add_their_kv_bytes_to_the_bytes_read() {
     let mut options = EngineOptions::new(common::fixtures_dir().join("mixtral"));
     options.context = Some(128);
     let engine = Engine::load(&options).unwrap();
-    let kv = engine.spec().kv_bytes_per_token() as u64;
+    let kv = engine.kv_plan().bytes_per_token;
     let o = ContextBenchOptions { depths: vec![8, 72], decode_tokens: 4, seed: 1, kernel_seconds: 0.05 };
-    let r = context::run(&engine, kv, &o).unwrap();
+    let r = context::run(&engine, &o).unwrap();
     assert_eq!(r.depths.len(), 2);
     assert!(r.read_gbps > 0.0 && r.weight_bytes_per_token > 0);
     let (a, b) = (&r.depths[0], &r.depths[1]);
@@ -25,5 +25,5 @@ fn depths_add_their_kv_bytes_to_the_bytes_read() {
     }
     assert!(r.markdown().contains("| 72 |"));
     let too_deep = ContextBenchOptions { depths: vec![126], ..o };
-    assert!(matches!(context::run(&engine, kv, &too_deep), Err(Error::InvalidArgument(_))));
+    assert!(matches!(context::run(&engine, &too_deep), Err(Error::InvalidArgument(_))));
 }

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use common::{fixtures_dir, gpu, max_abs_diff, Golden, TempDir};
 use moestream::model::gguf::{arch, GgufError, GgufModel};
 use moestream::model::{ArchSpec, Checkpoint};
+use moestream::ops::KvDtype;
 use moestream::reference::ReferenceModel;
 use moestream::runtime::tokenizer::Tokenizer;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
@@ -34,6 +35,8 @@ fn golden() -> Golden {
 fn engine(path: PathBuf, budget: ExpertBudget) -> Engine {
     let mut o = EngineOptions::new(path);
     o.context = Some(256);
+    // Compared with the f32 reference: an f32 KV cache.
+    o.kv_dtype = KvDtype::F32;
     o.budget = budget;
     Engine::load_on(gpu(), &o).unwrap()
 }

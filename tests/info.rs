@@ -1,8 +1,10 @@
 //! `moestream info` prints the KV-cache bytes per token: for MLA the latent
 //! (`kv_lora_rank + qk_rope_head_dim` f32 values per layer), for grouped attention every key and
-//! value head.
+//! value head (in the `--kv-dtype`, f16 by default, or f32).
 
 use std::path::Path;
+
+use moestream::ops::KvDtype;
 
 fn info(fixture: &str) -> serde_json::Value {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(fixture);
@@ -19,11 +21,15 @@ fn kv_bytes_per_token_by_attention_kind() {
     // DeepSeek fixtures: kv_lora_rank 32 + qk_rope_head_dim 8, f32, 3 layers.
     for fixture in ["deepseek_v2", "deepseek_v3"] {
         let v = info(fixture);
-        assert_eq!(v["kv_bytes_per_token"], (32 + 8) * 4 * 3, "{fixture}");
+        // The latent cache is f32 whatever --kv-dtype says.
+        assert_eq!(v["kv_bytes_per_token_f32"], (32 + 8) * 4 * 3, "{fixture}");
+        assert_eq!(v["kv_bytes_per_token_f16"], (32 + 8) * 4 * 3, "{fixture}");
         assert!(v["kv_cache"].as_str().unwrap().starts_with("MLA latent"), "{fixture}");
     }
     // GLM-4.5 fixture: grouped, 2 KV heads of 16, keys and values, f32, 3 layers.
-    assert_eq!(info("glm4_moe")["kv_bytes_per_token"], 2 * 2 * 16 * 4 * 3);
+    let glm = info("glm4_moe");
+    assert_eq!(glm["kv_bytes_per_token_f32"], 2 * 2 * 16 * 4 * 3);
+    assert_eq!(glm["kv_bytes_per_token_f16"], 2 * 2 * 16 * 2 * 3);
 }
 
 /// DeepSeek-V2-Lite's hub config (transformers-4 layout, YaRN to 160K) parses, and its latent
@@ -46,9 +52,10 @@ fn deepseek_v2_lite_hub_config_and_its_kv_figure() {
     });
     let spec = moestream::model::ArchSpec::from_config(&cfg).unwrap();
     let m = spec.mla().unwrap();
-    assert_eq!(spec.kv_bytes_per_token(), (512 + 64) * 4 * 27);
-    let decompressed = 16 * (m.qk_head_dim() + m.v_head_dim) * 4 * 27;
-    assert_eq!((spec.kv_bytes_per_token(), decompressed), (62_208, 552_960));
+    assert_eq!(spec.kv_bytes_per_token(KvDtype::F32), (512 + 64) * 4 * 27);
+    assert_eq!(spec.kv_bytes_per_token(KvDtype::F16), spec.kv_bytes_per_token(KvDtype::F32), "latents stay f32");
+    let decompressed = (16 * (m.qk_head_dim() + m.v_head_dim) * 4 * 27) as u64;
+    assert_eq!((spec.kv_bytes_per_token(KvDtype::F32), decompressed), (62_208, 552_960));
     // mscale == mscale_all_dim: the softmax scale is 192^-0.5 times mscale(40, 0.707)^2.
     let mscale = 0.1 * 0.707 * 40f32.ln() + 1.0;
     assert!((m.softmax_scale - mscale * mscale / 192f32.sqrt()).abs() < 1e-6);

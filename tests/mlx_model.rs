@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use common::{fixtures_dir, gpu, max_abs_diff, TempDir};
 use moestream::model::decoder::DecoderOptions;
 use moestream::model::{ArchSpec, Checkpoint};
-use moestream::ops::WeightFormat;
+use moestream::ops::{KvDtype, WeightFormat};
 use moestream::reference::ReferenceModel;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
 use moestream::Error;
@@ -64,9 +64,19 @@ fn engine_equals_reference_on_mlx_weights() {
 fn check_engine(dir: &std::path::Path, hf: &str) {
     let mut o = EngineOptions::new(dir);
     o.context = Some(256);
+    // Compared with the f32 reference: an f32 KV cache.
+    o.kv_dtype = KvDtype::F32;
     let engine = Engine::load_on(gpu(), &o).unwrap();
     let format = WeightFormat::Int4(Checkpoint::open(dir).unwrap().mlx_params().unwrap());
-    let decoder = DecoderOptions { experts: format, dense: format, context: 256, max_batch: 64, streaming: None };
+    let decoder = DecoderOptions {
+        experts: format,
+        dense: format,
+        context: 256,
+        kv_dtype: KvDtype::F32,
+        kv_budget: u64::MAX,
+        max_batch: 64,
+        streaming: None,
+    };
     let reference = ReferenceModel::load(dir).unwrap().rounded_like(&decoder).unwrap();
     let golden: common::Golden =
         serde_json::from_str(&std::fs::read_to_string(fixtures_dir().join(hf).join("golden.json")).unwrap()).unwrap();

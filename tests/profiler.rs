@@ -19,9 +19,10 @@ fn every_kernel_of_a_step_is_timed_with_its_bytes() {
     let spec = engine.spec().clone();
     let o = ProfileOptions { prompt_tokens: 20, decode_tokens: 5, seed: 3 };
     let r = profile::run(&engine, &o).unwrap();
-    // The prompt's last token and 4 generated tokens run as one-token steps; one prefill chunk.
-    assert_eq!((r.decode.steps, r.decode.tokens), (5, 5));
-    assert_eq!((r.prefill.steps, r.prefill.tokens), (1, 19));
+    // The whole prompt is one prefill chunk (its last token's logits give the first generated
+    // token); the next 4 generated tokens run as one-token steps.
+    assert_eq!((r.decode.steps, r.decode.tokens), (4, 4));
+    assert_eq!((r.prefill.steps, r.prefill.tokens), (1, 20));
     for p in [&r.decode, &r.prefill] {
         assert_eq!(p.untimed_dispatches, 0);
         let share: f64 = p.kernels.iter().map(|k| k.share).sum();
@@ -35,9 +36,11 @@ fn every_kernel_of_a_step_is_timed_with_its_bytes() {
     // Per (MoE) layer q, k, v, o and the router; then the lm_head: one matvec each per step
     // (every matrix fits one chunk).
     assert!(spec.moe_layers.iter().all(|&m| m));
-    assert_eq!(decode("matvec").dispatches, 5 * (5 * spec.layers as u64 + 1));
-    assert_eq!(decode("attention").dispatches, 5 * spec.layers as u64);
-    assert_eq!(decode("expert_gate_up").dispatches, 5 * spec.layers as u64);
+    // Per layer one kv_store and one attention (one KV chunk, context 256 = one split).
+    assert_eq!(decode("matvec").dispatches, 4 * (5 * spec.layers as u64 + 1));
+    assert_eq!(decode("kv_store").dispatches, 4 * spec.layers as u64);
+    assert_eq!(decode("attention").dispatches, 4 * spec.layers as u64);
+    assert_eq!(decode("expert_gate_up").dispatches, 4 * spec.layers as u64);
     assert!(r.prefill.kernels.iter().any(|k| k.kernel == "matmul"));
     assert!(r.markdown().contains("| matvec |"));
 }

@@ -67,8 +67,9 @@ pub struct ContextReport {
     pub depths: Vec<DepthReport>,
 }
 
-/// Runs the sweep on `engine`; `kv_bytes_per_token` is the engine's KV bytes per position.
-pub fn run(engine: &Engine, kv_bytes_per_token: u64, o: &ContextBenchOptions) -> Result<ContextReport> {
+/// Runs the sweep on `engine`.
+pub fn run(engine: &Engine, o: &ContextBenchOptions) -> Result<ContextReport> {
+    let kv_bytes_per_token = engine.kv_plan().bytes_per_token;
     if o.depths.is_empty() || o.decode_tokens == 0 {
         return Err(Error::InvalidArgument("bench context needs depths and decode tokens".into()));
     }

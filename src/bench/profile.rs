@@ -14,7 +14,7 @@ use crate::Engine;
 #[derive(Clone, Copy, Debug)]
 pub struct ProfileOptions {
     /// Prompt length (seeded random ids); prompts longer than the activation batch run in
-    /// several chunks. The prompt's last token runs as a one-token step.
+    /// several chunks, the last one including the prompt's last token.
     pub prompt_tokens: usize,
     /// Tokens generated (greedy, end-of-sequence ignored).
     pub decode_tokens: usize,
@@ -35,7 +35,7 @@ pub struct ProfileReport {
     pub decode_tokens: usize,
     /// Wall-clock decode speed of the profiled request (timestamps add a little overhead).
     pub decode_tokens_per_s: f64,
-    /// One-token steps: decode, and the prompt's last token.
+    /// One-token steps: decode (every generated token but the last, which nothing reads).
     pub decode: StepKindProfile,
     /// Multi-token steps: prefill chunks.
     pub prefill: StepKindProfile,

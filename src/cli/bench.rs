@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::model_args::{base_options, default_model, Dtype, ModelArgs, Routing};
+use super::model_args::{base_options, default_model, Dtype, KvDtypeArg, ModelArgs, Routing};
 use moestream::bench::context::{self, ContextBenchOptions};
 use moestream::bench::kernels::{self, KernelBenchOptions};
 use moestream::bench::model::{self, ModelBenchOptions};
@@ -128,9 +128,12 @@ struct StreamingArgs {
     /// Weight precision on the GPU.
     #[arg(long, value_enum, default_value = "f16")]
     dtype: Dtype,
-    /// KV-cache length in tokens (default: the model's maximum, at most 4096).
+    /// Positions per sequence (default: the model's maximum or what fits, whichever is smaller).
     #[arg(long)]
     context: Option<usize>,
+    /// Element type of the KV cache.
+    #[arg(long, value_enum, default_value = "f16")]
+    kv_dtype: KvDtypeArg,
     /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
     #[arg(long)]
     adapter: Option<String>,
@@ -273,14 +276,13 @@ fn run_profile(a: ProfileArgs) -> Result<()> {
 
 fn run_context(a: ContextArgs) -> Result<()> {
     let engine = a.model.load()?;
-    let kv_bytes_per_token = engine.spec().kv_bytes_per_token() as u64;
     let o = ContextBenchOptions {
         depths: a.depths.clone(),
         decode_tokens: a.decode_tokens,
         seed: a.seed,
         kernel_seconds: a.kernel_seconds,
     };
-    let r = context::run(&engine, kv_bytes_per_token, &o)?;
+    let r = context::run(&engine, &o)?;
     if a.json {
         print_json(&r);
         return Ok(());
@@ -301,6 +303,7 @@ fn run_context(a: ContextArgs) -> Result<()> {
 fn run_streaming(a: StreamingArgs) -> Result<()> {
     let mut base = base_options(&a.model.clone().unwrap_or_else(default_model), a.dtype)?;
     base.context = a.context;
+    base.kv_dtype = a.kv_dtype.dtype();
     base.gpu = GpuOptions { adapter: a.adapter.clone(), ..Default::default() };
     base.io_threads = a.io_threads;
     base.direct_io = a.direct_io;

@@ -4,6 +4,7 @@ use clap::Args;
 
 use super::model_args::default_model;
 use moestream::model::{ArchSpec, Checkpoint};
+use moestream::ops::KvDtype;
 use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
 use moestream::Result;
 
@@ -21,7 +22,9 @@ pub struct InfoArgs {
 /// What the KV cache holds per token and layer.
 fn kv_cache_kind(spec: &ArchSpec) -> String {
     match spec.mla() {
-        Some(m) => format!("MLA latent: kv_lora_rank {} + qk_rope_head_dim {}", m.kv_lora_rank, m.qk_rope_head_dim),
+        Some(m) => {
+            format!("MLA latent: kv_lora_rank {} + qk_rope_head_dim {}, always f32", m.kv_lora_rank, m.qk_rope_head_dim)
+        }
         None => format!("keys and values: 2 x {} KV heads x head_dim {}", spec.kv_heads, spec.head_dim),
     }
 }
@@ -41,12 +44,15 @@ pub fn run(a: InfoArgs) -> Result<()> {
         .as_ref()
         .and_then(|h| h.metrics.as_deref())
         .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok().and_then(|v| v["mean_recall"].as_f64()));
+    let (kv_f16, kv_f32) = (spec.kv_bytes_per_token(KvDtype::F16), spec.kv_bytes_per_token(KvDtype::F32));
     let info = serde_json::json!({
         "architecture": spec.family.hf_name(),
         "spec": spec,
         "checkpoint_bytes": ckpt.stored_bytes(),
         "kv_cache": kv_cache_kind(&spec),
-        "kv_bytes_per_token": spec.kv_bytes_per_token(),
+        "max_context": spec.max_positions,
+        "kv_bytes_per_token_f16": kv_f16,
+        "kv_bytes_per_token_f32": kv_f32,
         "moe_layers": moe_layers,
         "experts_per_layer": experts,
         "params_per_expert": expert_params,
@@ -68,7 +74,15 @@ pub fn run(a: InfoArgs) -> Result<()> {
         println!("hidden            {}", spec.hidden);
         println!("heads             {} (kv {}, head_dim {})", spec.heads, spec.kv_heads, spec.head_dim);
         println!("vocab             {}", spec.vocab);
-        println!("KV bytes / token  {} (f32, all layers; {})", spec.kv_bytes_per_token(), kv_cache_kind(&spec));
+        println!(
+            "KV cache          {kv_f16} bytes/token with --kv-dtype f16 (default), {kv_f32} with f32 ({})",
+            kv_cache_kind(&spec)
+        );
+        println!(
+            "context           {} max ({} MiB of KV cache per sequence at the max, default dtype)",
+            spec.max_positions,
+            (kv_f16 * spec.max_positions as u64) >> 20
+        );
         if let Some(m) = &spec.moe {
             println!(
                 "experts           {} per layer, top-{}, intermediate {}",

@@ -2,6 +2,7 @@
 //! the latent cache: `W_UK` is folded into each query, `W_UV` applied after attention.
 
 use super::params;
+use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 use crate::model::MlaSpec;
 
@@ -54,7 +55,17 @@ impl MlaAttention {
             0,
         ]);
         let storage = [io.q.into(), io.cache.c.into(), io.cache.k_rope.into(), io.kv_b.into(), io.out.into()];
-        MlaAttention { kernel: Kernel::new(gpu, "mla_attention", &[], step, &p, &storage), n_heads }
+        // Per cached position its f32 latent and rotary key; per query token its query, output
+        // and the absorbed `kv_b` (read by every head of every token).
+        let rank = m.kv_lora_rank;
+        let traffic = Traffic {
+            fixed: 0,
+            per_token: 4
+                * (n_heads * (m.qk_head_dim() + m.v_head_dim + (m.qk_nope_head_dim + m.v_head_dim) * rank)) as u64,
+            per_position: 4 * (rank + m.qk_rope_head_dim) as u64,
+        };
+        let kernel = Kernel::new(gpu, "mla_attention", &[], step, &p, &storage).with_traffic(traffic);
+        MlaAttention { kernel, n_heads }
     }
 
     /// Records attention for `n_tokens` queries.

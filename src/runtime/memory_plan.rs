@@ -1,9 +1,12 @@
-//! What a model needs on the GPU besides its expert slots, estimated before loading, and the
-//! automatic expert budget that follows from the adapter's memory.
+//! What a model needs on the GPU besides its expert slots, estimated before loading, the
+//! automatic expert budget that follows from the adapter's memory, and how much of what is left
+//! goes to KV caches (and the context that follows from it), decided before anything is
+//! allocated.
 
+use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::{ArchSpec, Checkpoint};
-use crate::ops::WeightFormat;
+use crate::ops::{KvDtype, WeightFormat};
 
 /// Whether a checkpoint tensor is one routed expert's weight (streamed, not resident).
 fn is_routed_expert(name: &str) -> bool {
@@ -36,9 +39,9 @@ pub fn resident_weight_bytes(ckpt: &Checkpoint, dense: WeightFormat, converted: 
         .sum()
 }
 
-/// GPU bytes of the f32 KV cache for `context` positions.
-pub fn kv_cache_bytes(spec: &ArchSpec, context: usize) -> u64 {
-    2 * spec.layers as u64 * context as u64 * spec.kv_dim() as u64 * 4
+/// GPU bytes of one sequence's caches for `context` positions in `dtype`.
+pub fn kv_cache_bytes(spec: &ArchSpec, context: usize, dtype: KvDtype) -> u64 {
+    spec.kv_bytes_per_token(dtype) * context as u64
 }
 
 /// GPU bytes of the activation buffers for `max_batch` tokens (logits dominate), with slack for
@@ -53,7 +56,74 @@ pub fn activation_bytes(spec: &ArchSpec, max_batch: usize) -> u64 {
 /// opened, less what this context allocated since and what the model needs besides its expert
 /// slots, keeping a tenth of it (at most 1 GiB) for the driver and other programs.
 pub fn auto_expert_bytes(gpu: &Gpu, resident_bytes: u64) -> u64 {
-    let free = gpu.memory().available.saturating_sub(gpu.bytes_allocated());
-    let reserve = (free / 10).min(1 << 30);
-    free.saturating_sub(reserve).saturating_sub(resident_bytes)
+    let free = free_bytes(gpu);
+    free.saturating_sub(headroom(free)).saturating_sub(resident_bytes)
+}
+
+/// What the adapter had free when it was opened, less what this context allocated since.
+pub fn free_bytes(gpu: &Gpu) -> u64 {
+    gpu.memory().available.saturating_sub(gpu.bytes_allocated())
+}
+
+/// Memory kept free of weights, experts and KV caches for the driver and other programs: a tenth
+/// of what is free, at most 1 GiB.
+fn headroom(free: u64) -> u64 {
+    (free / 10).min(1 << 30)
+}
+
+/// The KV plan of a load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvPlan {
+    /// Positions per sequence.
+    pub context: usize,
+    /// Bytes of KV cache per position over all layers ([`ArchSpec::kv_bytes_per_token`]).
+    pub bytes_per_token: u64,
+    /// Bytes the caches of all live sequences may take together.
+    pub budget: u64,
+}
+
+/// Memory left for KV caches when weights, activations and experts take `fixed` bytes of `free`
+/// (the same headroom as [`auto_expert_bytes`] keeps, so an automatic expert budget leaves room
+/// for the sequence it planned for).
+pub fn kv_memory_left(free: u64, fixed: u64) -> u64 {
+    free.saturating_sub(fixed).saturating_sub(headroom(free))
+}
+
+/// Refuses a requested context outside `1..=max_position_embeddings`.
+pub fn check_context(spec: &ArchSpec, requested: Option<usize>) -> Result<()> {
+    match requested {
+        Some(n) if n == 0 || n > spec.max_positions => Err(Error::InvalidArgument(format!(
+            "context {n} must be in 1..={} (max_position_embeddings)",
+            spec.max_positions
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The context for KV caches of `budget` bytes in all: `requested` when one sequence fits
+/// (else [`Error::KvCacheTooLarge`]), by default the model's maximum or what fits, whichever
+/// is smaller.
+pub fn plan_kv(spec: &ArchSpec, dtype: KvDtype, requested: Option<usize>, budget: u64) -> Result<KvPlan> {
+    check_context(spec, requested)?;
+    let bytes_per_token = spec.kv_bytes_per_token(dtype);
+    let fits = (budget / bytes_per_token.max(1)) as usize;
+    let context = match requested {
+        Some(n) if n > fits => {
+            return Err(Error::KvCacheTooLarge {
+                what: format!("context {n} × {bytes_per_token} bytes per token in {}", dtype.name()),
+                needed: n as u64 * bytes_per_token,
+                available: budget,
+            })
+        }
+        Some(n) => n,
+        None if fits == 0 => {
+            return Err(Error::KvCacheTooLarge {
+                what: format!("one position ({} KV)", dtype.name()),
+                needed: bytes_per_token,
+                available: budget,
+            })
+        }
+        None => spec.max_positions.min(fits),
+    };
+    Ok(KvPlan { context, bytes_per_token, budget })
 }

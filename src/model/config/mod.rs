@@ -293,14 +293,16 @@ impl ArchSpec {
         }
     }
 
-    /// Bytes the KV cache holds per token over all layers in f32: the latent and the shared
-    /// rotary key for MLA, every key and value head otherwise.
-    pub fn kv_bytes_per_token(&self) -> usize {
+    /// Bytes one sequence's cache holds per token over all layers with grouped caches in
+    /// `dtype`: every key and value head for grouped attention; for MLA the latent and the
+    /// shared rotary key, which are always f32 (the latent cache does not follow `dtype`).
+    /// The one KV-size computation: sessions, the KV budget, the expert budget and `info` use it.
+    pub fn kv_bytes_per_token(&self, dtype: crate::ops::KvDtype) -> u64 {
         let per_layer = match &self.attention {
-            AttentionKind::Mla(m) => m.latent_width(),
-            AttentionKind::Grouped => 2 * self.kv_dim(),
+            AttentionKind::Mla(m) => m.latent_width() * 4,
+            AttentionKind::Grouped => 2 * self.kv_dim() * dtype.bytes(),
         };
-        per_layer * 4 * self.layers
+        (per_layer * self.layers) as u64
     }
 
     /// Bytes of one routed expert's gate, up and down weights at `bytes_per_weight` (2 for f16).

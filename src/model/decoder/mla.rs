@@ -1,6 +1,7 @@
-//! The MLA attention kind on the GPU: queries (direct or through the compressed `q_a`/`q_b`
-//! pair), the latent written straight into the layer's latent cache (normalised, its rotary key
-//! rotated), the absorbed attention kernel and `o_proj`.
+//! The MLA attention kind on the GPU, its shared part: queries (direct or through the compressed
+//! `q_a`/`q_b` pair), the step's latent in `acts.k` (normalised) and rotary key in `acts.v`
+//! (rotated), and `o_proj`. The latent cache, the store into it and the absorbed attention
+//! kernel are per session ([`super::cache::MlaCache`]).
 
 use super::{Activations, Builder};
 use crate::error::Result;
@@ -8,7 +9,6 @@ use crate::gpu::Gpu;
 use crate::model::layer_weights::{MlaQuery, MlaWeights, MLA_NORM_EPS};
 use crate::model::{ArchSpec, HostTensor, MlaSpec};
 use crate::ops::matmul::{MatMul, MatMulOut};
-use crate::ops::mla_attention::{LatentCache, MlaAttention, MlaIo};
 use crate::ops::rms_norm::{NormRows, RmsNorm};
 use crate::ops::rope::{Rope, RopeLayout};
 
@@ -21,25 +21,16 @@ enum Query {
 /// One layer's bound MLA block.
 pub(super) struct MlaAttn {
     q: Query,
-    /// `kv_a_proj_with_mqa`'s latent rows into the latent cache.
+    /// `kv_a_proj_with_mqa`'s latent rows into `acts.k`.
     kv_c: MatMul,
     kv_norm: RmsNorm,
-    /// Its rotary-key rows into the rotary-key cache.
+    /// Its rotary-key rows into `acts.v`.
     kv_rope: MatMul,
     rope_q: Rope,
     rope_k: Rope,
-    attention: MlaAttention,
-    o: MatMul,
-}
-
-/// The latent cache of one layer for `context` positions: latents `[context, kv_lora_rank]` and
-/// rotary keys `[context, qk_rope_head_dim]`, f32 — all an MLA layer caches per token.
-pub(super) fn latent_cache(gpu: &Gpu, m: &MlaSpec, context: usize) -> (wgpu::Buffer, wgpu::Buffer) {
-    let bytes = |w: usize| (context * w * 4) as u64;
-    (
-        gpu.storage("mla latent cache", bytes(m.kv_lora_rank)),
-        gpu.storage("mla rope key cache", bytes(m.qk_rope_head_dim)),
-    )
+    /// `kv_b_proj` in f32, which the absorbed attention kernel reads itself.
+    pub(super) kv_b: wgpu::Buffer,
+    pub(super) o: MatMul,
 }
 
 /// Rows `start..start + rows` of a `[_, cols]` matrix.
@@ -49,15 +40,14 @@ fn rows(t: &HostTensor, start: usize, n: usize) -> HostTensor {
 }
 
 impl Builder<'_> {
-    /// Binds layer MLA block `w` of `spec`, reading `acts.hn` and adding into `acts.x`; `cache`
-    /// from [`latent_cache`]; `tables` the RoPE cos/sin tables.
+    /// Binds layer MLA block `w` of `spec`, reading `acts.hn` and adding into `acts.x`; `tables`
+    /// the RoPE cos/sin tables.
     pub(super) fn mla(
         &mut self,
         spec: &ArchSpec,
         m: &MlaSpec,
         w: &MlaWeights,
         acts: &Activations,
-        cache: (&wgpu::Buffer, &wgpu::Buffer),
         tables: (&wgpu::Buffer, &wgpu::Buffer),
     ) -> Result<MlaAttn> {
         let (gpu, step) = (self.gpu, self.step);
@@ -76,14 +66,14 @@ impl Builder<'_> {
             }
         };
         let (rank, rope) = (m.kv_lora_rank, m.qk_rope_head_dim);
-        let at_cache = |n: usize| MatMulOut { at_cache_pos: true, ..MatMulOut::plain(n) };
-        let kv_c = self.matmul("attention", &rows(&w.kv_a, 0, rank), None, &acts.hn, cache.0, at_cache(rank))?;
-        let kv_rope = self.matmul("attention", &rows(&w.kv_a, rank, rope), None, &acts.hn, cache.1, at_cache(rope))?;
+        let plain = MatMulOut::plain;
+        let kv_c = self.matmul("attention", &rows(&w.kv_a, 0, rank), None, &acts.hn, &acts.k, plain(rank))?;
+        let kv_rope = self.matmul("attention", &rows(&w.kv_a, rank, rope), None, &acts.hn, &acts.v, plain(rope))?;
         let kv_norm = self.norm(
             &w.kv_norm,
-            cache.0,
+            &acts.k,
             None,
-            NormRows { n: rank, rows_per_token: 1, at_cache_pos: true },
+            NormRows { n: rank, rows_per_token: 1, at_cache_pos: false },
             MLA_NORM_EPS,
         );
         let qk = m.qk_head_dim();
@@ -95,21 +85,18 @@ impl Builder<'_> {
             at_cache_pos: false,
         };
         let rope_q = Rope::new(gpu, step, tables, &acts.q, &spec.rope, q_layout);
-        let rope_k = Rope::new(gpu, step, tables, cache.1, &spec.rope, RopeLayout::heads(1, rope, true));
-        // The absorbed kernel reads kv_b itself, in f32.
+        let rope_k = Rope::new(gpu, step, tables, &acts.v, &spec.rope, RopeLayout::heads(1, rope, false));
         let kv_b = gpu.upload("mla kv_b", bytemuck::cast_slice(&w.kv_b.data));
-        let io = MlaIo { q: &acts.q, cache: LatentCache { c: cache.0, k_rope: cache.1 }, kv_b: &kv_b, out: &acts.attn };
-        let attention = MlaAttention::new(gpu, step, io, spec.heads, m);
-        self.buffers.push(kv_b);
         let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(spec.hidden) };
         let o = self.matmul("attention", &w.o, None, &acts.attn, &acts.x, o_out)?;
-        Ok(MlaAttn { q, kv_c, kv_norm, kv_rope, rope_q, rope_k, attention, o })
+        Ok(MlaAttn { q, kv_c, kv_norm, kv_rope, rope_q, rope_k, kv_b, o })
     }
 }
 
 impl MlaAttn {
-    /// Records the block for `n` tokens.
-    pub(super) fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    /// Records the queries, latent and rotary key of `n` tokens (before the session's store and
+    /// attention).
+    pub(super) fn record_inputs(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
         match &self.q {
             Query::Direct(q) => q.record(gpu, pass, n),
             Query::Compressed { a, norm, b } => {
@@ -123,7 +110,5 @@ impl MlaAttn {
         self.kv_norm.record(gpu, pass, n);
         self.rope_q.record(gpu, pass, n);
         self.rope_k.record(gpu, pass, n);
-        self.attention.record(gpu, pass, n);
-        self.o.record(gpu, pass, n);
     }
 }

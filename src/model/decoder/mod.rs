@@ -1,12 +1,14 @@
 //! The generic decoder on the GPU, built from the ops for any [`ArchSpec`]: weights uploaded
 //! once, every kernel bound once, each step records the same dispatch list for its token count.
 
+mod cache;
 mod footprint;
 mod mla;
 mod prerouter;
 mod projection;
 mod step;
 
+pub use cache::{GroupedCache, LayerCache, MlaCache, SequenceCache};
 pub use prerouter::RoutingMode;
 
 use std::sync::{Arc, Mutex};
@@ -25,7 +27,8 @@ use crate::model::layer_weights::{self, AttentionBlock, FfnWeights, MlpWeights};
 use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
 use crate::model::{ArchSpec, Checkpoint, HostTensor, MoeSpec, QkNorm, RoutingKind};
 use crate::ops::argmax::Argmax;
-use crate::ops::attention::{Attention, Heads};
+use crate::ops::attention::{partial_bytes, split_len, Heads};
+use crate::ops::attention_merge::AttentionMerge;
 use crate::ops::embed::Embed;
 use crate::ops::experts::{ExpertFfn, ExpertIo};
 use crate::ops::matmul::{MatMul, MatMulOut};
@@ -35,7 +38,7 @@ use crate::ops::rope::{Rope, RopeLayout};
 use crate::ops::router::{RouterIo, RouterShape, RouterTopK};
 use crate::ops::swiglu::SwiGlu;
 use crate::ops::token_logprob::TokenLogprob;
-use crate::ops::{GpuMatrix, WeightFormat};
+use crate::ops::{GpuMatrix, KvDtype, WeightFormat};
 use projection::{padded_rank, LoraBinding, Projection};
 
 /// How the decoder is built.
@@ -47,6 +50,10 @@ pub struct DecoderOptions {
     pub dense: WeightFormat,
     /// Longest sequence (KV cache rows).
     pub context: usize,
+    /// Element type of the KV caches.
+    pub kv_dtype: KvDtype,
+    /// GPU bytes the caches of all live sequences may take together.
+    pub kv_budget: u64,
     /// Most tokens one step processes (prefill chunk).
     pub max_batch: usize,
     /// Stream experts through a slot budget; `None` keeps every expert resident.
@@ -135,7 +142,8 @@ enum Ffn {
     Moe(Box<MoeFfn>),
 }
 
-/// Grouped-query attention: projections into the K/V cache, RoPE, attention, `o_proj`.
+/// Grouped-query attention's shared part: projections into `acts.k`/`acts.v`, norms, RoPE and
+/// `o_proj`; the cache store and the attention are bound per session ([`cache::GroupedCache`]).
 struct GroupedAttn {
     q: Projection,
     k: Projection,
@@ -143,7 +151,6 @@ struct GroupedAttn {
     qk_norm: Option<(RmsNorm, RmsNorm)>,
     rope_q: Rope,
     rope_k: Rope,
-    attention: Attention,
     o: Projection,
 }
 
@@ -167,9 +174,15 @@ struct Activations {
     x: wgpu::Buffer,
     hn: wgpu::Buffer,
     q: wgpu::Buffer,
+    /// Keys (grouped) or MLA's normalised latent, before the cache store.
+    k: wgpu::Buffer,
+    /// Values (grouped) or MLA's rotated rotary key, before the cache store.
+    v: wgpu::Buffer,
     /// MLA's compressed query (`q_lora_rank` wide).
     q_lat: wgpu::Buffer,
     attn: wgpu::Buffer,
+    /// Split decode attention's partials (see [`partial_bytes`]).
+    attn_partial: wgpu::Buffer,
     gu: wgpu::Buffer,
     mh: wgpu::Buffer,
     router_logits: wgpu::Buffer,
@@ -232,6 +245,12 @@ pub struct GpuModel {
     token_logprob: TokenLogprob,
     readback: Readback,
     routing_readback: Readback,
+    /// Keys per split of decode attention.
+    split_len: usize,
+    attention_merge: AttentionMerge,
+    kv_ledger: Arc<cache::KvLedger>,
+    /// The sequence and position the last step ended at (the prerouter's history belongs to it).
+    last_step_end: Mutex<Option<(u64, usize)>>,
     /// Keeps every weight and cache buffer alive for the bind groups.
     _buffers: Vec<wgpu::Buffer>,
     /// Every weight matrix on the GPU, the embedding table first.
@@ -248,14 +267,18 @@ fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
 
 /// Checks the limits of the kernels against a spec.
 fn check_supported(spec: &ArchSpec) -> Result<()> {
-    if spec.head_dim > 256 {
-        return Err(Error::UnsupportedConfig(format!("head_dim {} > 256", spec.head_dim)));
+    if spec.head_dim > 256 || !spec.head_dim.is_multiple_of(2) {
+        return Err(Error::UnsupportedConfig(format!(
+            "head_dim {} (attention takes even sizes up to 256)",
+            spec.head_dim
+        )));
     }
     if let Some(m) = spec.mla() {
         use crate::ops::mla_attention::{MAX_RANK, MAX_ROPE};
-        if m.kv_lora_rank > MAX_RANK || m.qk_rope_head_dim > MAX_ROPE {
+        // The cache store writes the latent and the rotary key in pairs.
+        if m.kv_lora_rank > MAX_RANK || m.qk_rope_head_dim > MAX_ROPE || !m.kv_lora_rank.is_multiple_of(2) {
             return Err(Error::UnsupportedConfig(format!(
-                "MLA kv_lora_rank {} / qk_rope_head_dim {} above the kernel's {MAX_RANK} / {MAX_ROPE}",
+                "MLA kv_lora_rank {} / qk_rope_head_dim {} odd or above the kernel's {MAX_RANK} / {MAX_ROPE}",
                 m.kv_lora_rank, m.qk_rope_head_dim
             )));
         }
@@ -380,14 +403,20 @@ impl GpuModel {
         let expert_inter = moe.as_ref().map_or(8, |m| m.expert_intermediate);
         let n_experts = moe.as_ref().map_or(1, |m| m.num_experts);
         let f = |n: usize| (n * 4) as u64;
+        let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
+        cache::check_layout(spec, options.context, options.kv_dtype, gpu.caps.max_binding)?;
+        let split_len = split_len(heads, options.context, gpu.caps.max_binding);
         let acts = Activations {
             tokens: gpu.storage("tokens", f(b)),
             targets: gpu.storage("targets", f(b)),
             x: gpu.storage("x", f(b * h)),
             hn: gpu.storage("hn", f(b * h)),
             q: gpu.storage("q", f(b * spec.q_dim())),
+            k: gpu.storage("k", f(b * spec.kv_dim().max(spec.mla().map_or(0, |m| m.kv_lora_rank)))),
+            v: gpu.storage("v", f(b * spec.kv_dim().max(spec.mla().map_or(0, |m| m.qk_rope_head_dim)))),
             q_lat: gpu.storage("q latent", f(b * spec.mla().and_then(|m| m.q_lora_rank).unwrap_or(1))),
             attn: gpu.storage("attn", f(b * spec.q_dim().max(spec.mla().map_or(0, |m| spec.heads * m.v_head_dim)))),
+            attn_partial: gpu.storage("attention partials", partial_bytes(heads, options.context, split_len)),
             gu: gpu.storage("gu", f(b * 2 * inter_max)),
             mh: gpu.storage("mh", f(b * inter_max)),
             router_logits: gpu.storage("router logits", f(b * n_experts)),
@@ -415,15 +444,6 @@ impl GpuModel {
         let (cos, sin) = spec.rope.tables(options.context);
         let cos = gpu.upload("rope cos", bytemuck::cast_slice(&cos));
         let sin = gpu.upload("rope sin", bytemuck::cast_slice(&sin));
-        let kv_bytes = f(options.context * spec.kv_dim());
-        // The widest cache buffer of a layer: K or V rows, or MLA's latent rows.
-        let cache_bytes = f(options.context * spec.mla().map_or(spec.kv_dim(), |m| m.kv_lora_rank));
-        if cache_bytes > gpu.caps.max_binding {
-            return Err(Error::UnsupportedConfig(format!(
-                "a context of {} tokens needs {cache_bytes}-byte KV buffers, over the binding limit {}",
-                options.context, gpu.caps.max_binding
-            )));
-        }
 
         let moe_layers: Vec<usize> = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).collect();
         let predicted = PredictedRouting::default();
@@ -477,15 +497,8 @@ impl GpuModel {
                 eps,
             );
             let attn = match (&w.attn, spec.mla()) {
-                (AttentionBlock::Mla(mw), Some(m)) => {
-                    let (c, k_rope) = mla::latent_cache(&gpu, m, options.context);
-                    let mla = bld.mla(spec, m, mw, &acts, (&c, &k_rope), (&cos, &sin))?;
-                    bld.buffers.extend([c, k_rope]);
-                    Attn::Mla(Box::new(mla))
-                }
+                (AttentionBlock::Mla(mw), Some(m)) => Attn::Mla(Box::new(bld.mla(spec, m, mw, &acts, (&cos, &sin))?)),
                 (AttentionBlock::Grouped(attn), _) => {
-                    let k_cache = gpu.storage("k cache", kv_bytes);
-                    let v_cache = gpu.storage("v cache", kv_bytes);
                     let bias = attn.qkv_bias.as_ref();
                     let q_out = MatMulOut::plain(spec.q_dim());
                     let q = bld.projection(
@@ -497,14 +510,14 @@ impl GpuModel {
                         q_out,
                         (i, LoraTarget::Q),
                     )?;
-                    let cache_out = MatMulOut { at_cache_pos: true, ..MatMulOut::plain(spec.kv_dim()) };
+                    let kv_out = MatMulOut::plain(spec.kv_dim());
                     let k = bld.projection(
                         "k",
                         &attn.k,
                         bias.map(|b| &b[1]),
                         &acts.hn,
-                        &k_cache,
-                        cache_out,
+                        &acts.k,
+                        kv_out,
                         (i, LoraTarget::K),
                     )?;
                     let v = bld.projection(
@@ -512,8 +525,8 @@ impl GpuModel {
                         &attn.v,
                         bias.map(|b| &b[2]),
                         &acts.hn,
-                        &v_cache,
-                        cache_out,
+                        &acts.v,
+                        kv_out,
                         (i, LoraTarget::V),
                     )?;
                     let qk_norm = attn.qk_norm.as_ref().map(|[qn, kn]| {
@@ -532,9 +545,9 @@ impl GpuModel {
                             ),
                             bld.norm(
                                 kn,
-                                &k_cache,
+                                &acts.k,
                                 None,
-                                NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: true },
+                                NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: false },
                                 eps,
                             ),
                         )
@@ -552,17 +565,13 @@ impl GpuModel {
                         &gpu,
                         &step.buffer,
                         tables,
-                        &k_cache,
+                        &acts.k,
                         &spec.rope,
-                        RopeLayout::heads(spec.kv_heads, spec.head_dim, true),
+                        RopeLayout::heads(spec.kv_heads, spec.head_dim, false),
                     );
-                    let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
-                    let attention = Attention::new(&gpu, &step.buffer, &acts.q, &k_cache, &v_cache, &acts.attn, heads);
                     let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
                     let o = bld.projection("o", &attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
-                    bld.buffers.push(k_cache);
-                    bld.buffers.push(v_cache);
-                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope_q, rope_k, attention, o }))
+                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope_q, rope_k, o }))
                 }
                 (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
             };
@@ -641,6 +650,7 @@ impl GpuModel {
             TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
         let readback = Readback::new(&gpu, f(spec.vocab.max(b)));
         let routing_readback = Readback::new(&gpu, f(b * top_k));
+        let attention_merge = AttentionMerge::new(&gpu, &step.buffer, &acts.attn_partial, &acts.attn, heads, split_len);
         let Builder { mut buffers, matrices, lora, .. } = bld;
         buffers.extend(lora.map(|l| l.tmp));
         buffers.push(cos);
@@ -660,6 +670,10 @@ impl GpuModel {
             token_logprob,
             readback,
             routing_readback,
+            split_len,
+            attention_merge,
+            kv_ledger: cache::KvLedger::new(options.kv_budget),
+            last_step_end: Mutex::new(None),
             _buffers: buffers,
             matrices,
             experts: residency.map(Mutex::new),
@@ -684,6 +698,11 @@ impl GpuModel {
         &self.gpu
     }
 
+    /// The attention head layout.
+    fn heads(&self) -> Heads {
+        Heads { n_heads: self.spec.heads, n_kv_heads: self.spec.kv_heads, head_dim: self.spec.head_dim }
+    }
+
     /// Where a [`PrefetchKind::Prerouter`] predictor reads its predictions (written after each
     /// step by attached prerouter heads, see [`GpuModel::attach_prerouter`]).
     pub fn predicted_routing(&self) -> &PredictedRouting {
@@ -701,7 +720,9 @@ impl GpuModel {
 }
 
 impl GroupedAttn {
-    fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    /// Records the projections, norms and RoPE that leave the step's queries in `acts.q` and
+    /// its keys/values in `acts.k`/`acts.v` for the session's cache store.
+    fn record_inputs(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
         self.q.record(gpu, pass, n);
         self.k.record(gpu, pass, n);
         self.v.record(gpu, pass, n);
@@ -711,16 +732,24 @@ impl GroupedAttn {
         }
         self.rope_q.record(gpu, pass, n);
         self.rope_k.record(gpu, pass, n);
-        self.attention.record(gpu, pass, n);
-        self.o.record(gpu, pass, n);
     }
 }
 
 impl Attn {
-    fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    /// Records what comes before the session's cache store and attention (see
+    /// [`GpuModel::record_attention`]).
+    fn record_inputs(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
         match self {
-            Attn::Grouped(a) => a.record(gpu, pass, n),
-            Attn::Mla(a) => a.record(gpu, pass, n),
+            Attn::Grouped(a) => a.record_inputs(gpu, pass, n),
+            Attn::Mla(a) => a.record_inputs(gpu, pass, n),
+        }
+    }
+
+    /// Records `o_proj`, adding the attention output into the residual.
+    fn record_output(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+        match self {
+            Attn::Grouped(a) => a.o.record(gpu, pass, n),
+            Attn::Mla(a) => a.o.record(gpu, pass, n),
         }
     }
 }
