@@ -5,7 +5,8 @@
 //! exact), resident and streamed (streamed bit-identical to resident); the architecture read
 //! from the GGUF metadata must equal the one from `config.json`; the GGUF tokenizer must encode
 //! like the fixture's `tokenizer.json`; an all-F16 GGUF of the same model must match
-//! transformers' golden log-probs.
+//! transformers' golden log-probs. `qwen3_moe-q4km.gguf` (`make_q4km.py`) has Q4_K_M's expert
+//! types, gate/up Q4_K and down Q6_K, which the slots keep.
 
 mod common;
 
@@ -46,7 +47,8 @@ fn metadata_gives_the_config_json_architecture() {
     let m = GgufModel::open(&gguf("qwen3_moe.gguf")).unwrap();
     let from_gguf = arch::spec_from_gguf(&m).unwrap();
     assert_eq!(from_gguf, ArchSpec::from_dir(&fixtures_dir().join("qwen3_moe")).unwrap());
-    assert_eq!(arch::expert_format(&m).name(), "bf16");
+    let (gate_up, down) = arch::expert_formats(&m);
+    assert_eq!((gate_up.name(), down.name()), ("bf16".into(), "bf16".into()));
 }
 
 #[test]
@@ -71,6 +73,43 @@ fn engine_equals_reference_on_dequantized_weights() {
         let g = resident.generate(&p.tokens, &opts, |_, _| true).unwrap();
         assert_eq!(g.tokens, reference.greedy(&p.tokens, 6).unwrap(), "{}: greedy", p.name);
     }
+}
+
+#[test]
+fn q4_k_m_experts_keep_their_two_types() {
+    // Q4_K_M's experts: gate/up Q4_K, down Q6_K (make_q4km.py). Each kernel reads its own type,
+    // so the slots hold the GGUF bytes (4.5 + 4.5 + 6.5625 bits a weight), not f32.
+    let path = gguf("qwen3_moe-q4km.gguf");
+    let m = GgufModel::open(&path).unwrap();
+    let spec = arch::spec_from_gguf(&m).unwrap();
+    let (gate_up, down) = arch::expert_formats(&m);
+    assert_eq!((gate_up.name(), down.name()), ("q4_k".into(), "q6_k".into()));
+    let ck = Checkpoint::from_gguf(m, &spec).unwrap();
+    let reference = ReferenceModel::from_checkpoint(spec.clone(), &ck).unwrap();
+    let resident = engine(path.clone(), ExpertBudget::Auto);
+    let streamed = engine(path, ExpertBudget::Slots(2));
+    assert_eq!(streamed.expert_slots(), Some(2), "8 experts streamed through 2 slots");
+    let (h, i) = (spec.hidden, spec.moe.as_ref().unwrap().expert_intermediate);
+    let expected = 2 * (i * h / 256 * 144) + h * i / 256 * 210; // Q4_K / Q6_K blocks of 256
+    assert!(expected * 6 < 3 * i * h * 4, "over 6x under f32's {} bytes", 3 * i * h * 4);
+    for e in [&resident, &streamed] {
+        let layout = e.expert_slot_layout().unwrap();
+        assert_eq!(layout.format_name(), "q4_k+q6_k");
+        assert_eq!(layout.slot_bytes, expected, "slot bytes: the experts stayed quantized");
+    }
+    let mut checked = 0;
+    for p in golden().prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
+        let gpu_lp = resident.score(&p.tokens).unwrap().logprobs;
+        let err = max_abs_diff(&gpu_lp, &reference.log_probs(&p.tokens).unwrap());
+        println!("{}: |GPU-CPU| {err:.2e}", p.name);
+        assert!(err < 1e-3, "{}: GPU vs reference on the Q4_K/Q6_K weights: {err}", p.name);
+        assert_eq!(streamed.score(&p.tokens).unwrap().logprobs, gpu_lp, "{}: streamed (2 slots) vs resident", p.name);
+        let opts = GenerateOptions { max_tokens: 6, ignore_eos: true, ..Default::default() };
+        let g = resident.generate(&p.tokens, &opts, |_, _| true).unwrap();
+        assert_eq!(g.tokens, reference.greedy(&p.tokens, 6).unwrap(), "{}: greedy", p.name);
+        checked += 1;
+    }
+    assert!(checked > 0);
 }
 
 #[test]

@@ -9,11 +9,14 @@ use crate::ops::matrix::BlobOffsets;
 use crate::ops::WeightFormat;
 use crate::store::ExpertLayout;
 
-/// Where an expert's three projections lie inside a slot.
+/// Where an expert's three projections lie inside a slot, and in which format each is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotLayout {
-    /// Weight format of every projection.
+    /// Weight format of gate and up (read by `expert_gate_up`).
     pub format: WeightFormat,
+    /// Weight format of down (read by `expert_down`): `format` except for GGUF experts whose
+    /// down projection has its own ggml type (Q4_K_M: gate/up Q4_K, down Q6_K).
+    pub down_format: WeightFormat,
     /// Hidden size.
     pub hidden: usize,
     /// Expert intermediate size.
@@ -28,28 +31,53 @@ impl SlotLayout {
     /// The layout of an expert of `hidden` × `inter` in `format`: the expert store's extent
     /// layout (without its 4 KiB tail padding) for f16/int4, the same scheme for f32.
     pub fn new(format: WeightFormat, hidden: usize, inter: usize) -> Result<SlotLayout> {
-        let (proj_bytes, slot_bytes) = match format.encoding() {
+        SlotLayout::mixed(format, format, hidden, inter)
+    }
+
+    /// The layout of an expert whose gate and up are in `format` and down in `down_format`:
+    /// [`SlotLayout::new`]'s when they agree, else the three blobs back to back, each in its
+    /// own format.
+    pub fn mixed(format: WeightFormat, down_format: WeightFormat, hidden: usize, inter: usize) -> Result<SlotLayout> {
+        let (proj_bytes, slot_bytes) = match format.encoding().filter(|_| format == down_format) {
             Some(enc) => {
                 let l = ExpertLayout::new(enc, hidden, inter).map_err(|e| Error::UnsupportedConfig(e.to_string()))?;
                 ([l.gate.offset, l.up.offset, l.down.offset], l.data_len)
             }
             None => {
                 let a = format.blob_bytes(inter, hidden)?;
-                let d = format.blob_bytes(hidden, inter)?;
+                let d = down_format.blob_bytes(hidden, inter)?;
                 ([0, a, 2 * a], 2 * a + d)
             }
         };
-        Ok(SlotLayout { format, hidden, inter, proj_bytes, slot_bytes })
+        Ok(SlotLayout { format, down_format, hidden, inter, proj_bytes, slot_bytes })
+    }
+
+    /// The format of projection `i` (0 gate, 1 up, 2 down).
+    pub fn proj_format(&self, i: usize) -> WeightFormat {
+        if i == 2 {
+            self.down_format
+        } else {
+            self.format
+        }
     }
 
     /// Kernel offsets of projection `i` (0 gate, 1 up, 2 down) relative to the slot start.
     pub fn proj_offsets(&self, i: usize) -> Result<BlobOffsets> {
         let (rows, cols) = if i == 2 { (self.hidden, self.inter) } else { (self.inter, self.hidden) };
-        Ok(self.format.offsets(rows, cols)?.shifted(self.format, self.proj_bytes[i]))
+        let format = self.proj_format(i);
+        Ok(format.offsets(rows, cols)?.shifted(format, self.proj_bytes[i]))
+    }
+
+    /// The formats' name: `q4_k` when all three agree, `q4_k+q6_k` (gate/up + down) else.
+    pub fn format_name(&self) -> String {
+        match self.format == self.down_format {
+            true => self.format.name(),
+            false => format!("{}+{}", self.format.name(), self.down_format.name()),
+        }
     }
 
     /// An expert's slot bytes from its three projections' stored blobs (GGUF bytes in this
-    /// layout's format), copied unchanged.
+    /// layout's formats), copied unchanged.
     pub fn place(&self, blobs: [&[u8]; 3]) -> Vec<u8> {
         let mut bytes = vec![0u8; self.slot_bytes];
         for (i, blob) in blobs.into_iter().enumerate() {
@@ -63,7 +91,7 @@ impl SlotLayout {
         let mut bytes = vec![0u8; self.slot_bytes];
         let parts = [(gate, self.inter, self.hidden), (up, self.inter, self.hidden), (down, self.hidden, self.inter)];
         for (i, (w, rows, cols)) in parts.into_iter().enumerate() {
-            let blob = self.format.encode(w, rows, cols)?;
+            let blob = self.proj_format(i).encode(w, rows, cols)?;
             bytes[self.proj_bytes[i]..self.proj_bytes[i] + blob.len()].copy_from_slice(&blob);
         }
         Ok(bytes)

@@ -41,18 +41,18 @@ impl CheckpointExperts {
 impl ExpertSource for CheckpointExperts {
     fn read(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<()> {
         let w = layer_weights::expert(&self.ckpt, &self.spec, layer, expert)?;
-        let stored = [&w.gate, &w.up, &w.down].map(|t| {
-            t.ggml.as_ref().filter(|g| WeightFormat::of_ggml(g.ggml_type) == self.layout.format).map(|g| &g.bytes[..])
-        });
-        let int4 = [&w.gate, &w.up, &w.down]
-            .map(|t| t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == self.layout.format));
+        let formats = [0, 1, 2].map(|i| self.layout.proj_format(i));
+        let stored = [(&w.gate, formats[0]), (&w.up, formats[1]), (&w.down, formats[2])]
+            .map(|(t, f)| t.ggml.as_ref().filter(|g| WeightFormat::of_ggml(g.ggml_type) == f).map(|g| &g.bytes[..]));
+        let int4 = [(&w.gate, formats[0]), (&w.up, formats[1]), (&w.down, formats[2])]
+            .map(|(t, f)| t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == f));
         let bytes = match (stored, int4) {
             // GGUF experts in the slot's format are copied as stored.
             ([Some(g), Some(u), Some(d)], _) => self.layout.place([g, u, d]),
             // So are int4 experts (MLX checkpoints): blobs written as they are, not re-quantized.
             (_, [Some(g), Some(u), Some(d)]) => {
                 let blobs = [g, u, d].map(|m| {
-                    let mut blob = vec![0u8; self.layout.format.blob_bytes(m.rows, m.cols)?];
+                    let mut blob = vec![0u8; WeightFormat::Int4(m.params).blob_bytes(m.rows, m.cols)?];
                     m.write_into(&mut blob).map_err(|e| Error::UnsupportedConfig(e.to_string()))?;
                     Ok::<_, Error>(blob)
                 });

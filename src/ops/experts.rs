@@ -51,8 +51,12 @@ impl ExpertFfn {
     ) -> ExpertFfn {
         let layout = &arena.layout;
         let decode = DecodeLayout::for_gpu(gpu);
-        let mut defines = layout.format.defines();
-        defines.extend(decode.defines());
+        let with_decode = |format: crate::ops::WeightFormat| {
+            let mut d = format.defines();
+            d.extend(decode.defines());
+            d
+        };
+        let (gate_up_defines, down_defines) = (with_decode(layout.format), with_decode(layout.down_format));
         let (hidden, inter) = (layout.hidden, layout.inter);
         let proj: Vec<u32> = (0..3)
             .flat_map(|i| {
@@ -78,15 +82,16 @@ impl ExpertFfn {
             let p = params(&words);
             // Per token: its top-k experts' projections (distinct experts when decoding; an upper
             // bound in prefill, where tokens share experts), and the activations in and out.
-            let proj_bytes = (layout.slot_bytes / 3) as u64;
+            let (gate_up_bytes, down_bytes) =
+                (layout.proj_bytes[2] as u64, (layout.slot_bytes - layout.proj_bytes[2]) as u64);
             let (h, i, k) = (hidden as u64, inter as u64, top_k as u64);
-            let gate_up_traffic = Traffic { fixed: 0, per_token: k * (2 * proj_bytes + 4 * (h + i)), per_position: 0 };
-            let down_traffic = Traffic { fixed: 0, per_token: k * (proj_bytes + 4 * (h + i)), per_position: 0 };
+            let gate_up_traffic = Traffic { fixed: 0, per_token: k * (gate_up_bytes + 4 * (h + i)), per_position: 0 };
+            let down_traffic = Traffic { fixed: 0, per_token: k * (down_bytes + 4 * (h + i)), per_position: 0 };
             gate_up.push(
                 Kernel::new(
                     gpu,
                     "expert_gate_up",
-                    &defines,
+                    &gate_up_defines,
                     step,
                     &p,
                     &[io.x.into(), io.ids.into(), (&table.buffer).into(), chunk.into(), io.h.into()],
@@ -97,7 +102,7 @@ impl ExpertFfn {
                 Kernel::new(
                     gpu,
                     "expert_down",
-                    &defines,
+                    &down_defines,
                     step,
                     &p,
                     &[io.h.into(), io.ids.into(), io.route_w.into(), (&table.buffer).into(), chunk.into(), io.y.into()],

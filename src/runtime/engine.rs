@@ -286,9 +286,10 @@ impl Engine {
             (None, Some(g)) => crate::model::gguf::arch::spec_from_gguf(g)?,
             (None, None) => ArchSpec::from_dir(dir)?,
         };
-        let (expert_format, dense_format) = match (&converted, &gguf) {
+        let gguf_experts = gguf.as_ref().map(crate::model::gguf::arch::expert_formats);
+        let (expert_format, dense_format) = match (&converted, gguf_experts) {
             (Some(m), _) => (m.expert_format(), m.dense_format()),
-            (None, Some(g)) => (crate::model::gguf::arch::expert_format(g), WeightFormat::F32),
+            (None, Some((gate_up, _))) => (gate_up, WeightFormat::F32),
             (None, None) => match crate::model::mlx::params(dir)? {
                 Some(p) => (WeightFormat::Int4(p), WeightFormat::Int4(p)),
                 None => (options.experts, options.dense),
@@ -317,7 +318,8 @@ impl Engine {
                 Some(wrap(Arc::new(StoreExperts::new(store, spec.hidden, m.expert_intermediate)?)))
             }
             (Some(m), None) => {
-                let layout = SlotLayout::new(expert_format, spec.hidden, m.expert_intermediate)?;
+                let down = gguf_experts.map_or(expert_format, |(_, down)| down);
+                let layout = SlotLayout::mixed(expert_format, down, spec.hidden, m.expert_intermediate)?;
                 Some(wrap(Arc::new(CheckpointExperts::new(ckpt.clone(), spec.clone(), layout))))
             }
         };
@@ -646,6 +648,11 @@ impl Engine {
     /// Bytes of weights one decode token reads (see [`GpuModel::weight_bytes_per_token`]).
     pub fn weight_bytes_per_token(&self) -> u64 {
         self.model.weight_bytes_per_token()
+    }
+
+    /// The layout of one expert slot (formats and bytes; `None` without routed experts).
+    pub fn expert_slot_layout(&self) -> Option<SlotLayout> {
+        self.model.residency().map(|r| r.arena.layout)
     }
 
     /// Cumulative expert-cache figures of this engine.

@@ -452,10 +452,11 @@ impl GpuModel {
                 let source = expert_source
                     .ok_or_else(|| Error::InvalidArgument("an MoE model needs an expert source".into()))?;
                 let layout = source.layout();
-                if layout != SlotLayout::new(options.experts, h, m.expert_intermediate)? {
+                // The source decides down's format (GGUF experts may keep their own type there).
+                if layout != SlotLayout::mixed(options.experts, layout.down_format, h, m.expert_intermediate)? {
                     return Err(Error::InvalidArgument(format!(
                         "expert source holds {}, the decoder was asked for {}",
-                        layout.format.name(),
+                        layout.format_name(),
                         options.experts.name()
                     )));
                 }

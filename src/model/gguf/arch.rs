@@ -130,20 +130,28 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     Ok(spec)
 }
 
-/// The slot format of the routed experts: their GGUF type, read as stored, when every stacked
-/// expert tensor (gate, up, down of every layer) has the same one; else f32, holding their
-/// exact dequantization (one slot format serves all projections today).
-pub fn expert_format(m: &GgufModel) -> WeightFormat {
-    let mut types =
-        m.tensor_names().iter().filter(|n| n.ends_with("_exps.weight")).filter_map(|n| m.info(n).map(|t| t.ggml_type));
-    match types.next() {
-        Some(first) if types.all(|t| t == first) => WeightFormat::of_ggml(first),
-        Some(_) => {
-            log::warn!("GGUF experts mix ggml types: their slots hold f32 dequantized weights");
-            WeightFormat::F32
+/// The slot formats of the routed experts, gate/up and down: each their GGUF type, read as
+/// stored, when the stacked tensors of that role (gate and up, or down) have one type in every
+/// layer (Q4_K_M's gate/up Q4_K with down Q6_K); else f32 for that role, holding the exact
+/// dequantization (one slot layout serves every layer, so a type that changes between layers,
+/// as Q4_K_M's down does in some files, cannot be kept).
+pub fn expert_formats(m: &GgufModel) -> (WeightFormat, WeightFormat) {
+    let role = |suffixes: &[&str]| {
+        let names = m.tensor_names();
+        let mut types = names
+            .iter()
+            .filter(|n| suffixes.iter().any(|s| n.ends_with(s)))
+            .filter_map(|n| m.info(n).map(|t| t.ggml_type));
+        match types.next() {
+            Some(first) if types.all(|t| t == first) => WeightFormat::of_ggml(first),
+            Some(_) => {
+                log::warn!("GGUF experts {suffixes:?} differ in ggml type between layers: their slots hold f32 dequantized weights");
+                WeightFormat::F32
+            }
+            None => WeightFormat::F32,
         }
-        None => WeightFormat::F32,
-    }
+    };
+    (role(&["ffn_gate_exps.weight", "ffn_up_exps.weight"]), role(&["ffn_down_exps.weight"]))
 }
 
 /// Whether `path` names a GGUF file (by extension).
