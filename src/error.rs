@@ -110,6 +110,12 @@ pub enum Error {
     /// A LoRA adapter holds a tensor for a module moestream does not adapt.
     #[error("LoRA tensor `{0}` is not supported; adapters may target self_attn.{{q,k,v,o}}_proj, mlp.{{gate,up,down}}_proj of dense layers and mlp.shared_expert.{{gate,up,down}}_proj, as lora_A / lora_B weights")]
     UnsupportedLoraTensor(String),
+    /// A chat template failed to compile or refused a conversation.
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+    /// A conversation needs a chat template and the model directory has none.
+    #[error("{0} has no chat template (chat_template.jinja, or chat_template in tokenizer_config.json); add one or use raw prompts")]
+    NoChatTemplate(PathBuf),
     /// A file of a converted model does not match the size or checksum its manifest records.
     #[error("corrupt file {path}: {detail}")]
     Corrupt {

@@ -165,6 +165,11 @@ impl ModelArgs {
 
     /// Loads the engine these flags describe.
     pub fn load(&self) -> Result<Engine> {
+        Engine::load(&self.options()?)
+    }
+
+    /// The engine options these flags describe.
+    pub fn options(&self) -> Result<EngineOptions> {
         let mut o = base_options(&self.dir(), self.dtype)?;
         o.context = self.context;
         o.gpu = GpuOptions { adapter: self.adapter.clone(), ..Default::default() };
@@ -193,7 +198,7 @@ impl ModelArgs {
         o.direct_io = self.direct_io;
         o.lora = self.lora.clone();
         o.cache_dir = self.cache_dir.clone();
-        Engine::load(&o)
+        Ok(o)
     }
 }
 
