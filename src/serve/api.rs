@@ -40,7 +40,8 @@ pub struct StreamOptions {
     pub include_usage: bool,
 }
 
-/// The fields `/v1/completions` and `/v1/chat/completions` share.
+/// The fields `/v1/completions` and `/v1/chat/completions` share, parsed from the same body as
+/// the endpoint's own fields (not flattened into them, so that errors keep the field's name).
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct Sampling {
     /// Most tokens to generate.
@@ -88,9 +89,6 @@ pub struct ChatRequest {
     pub response_format: Option<Value>,
     /// Extra template variables (`enable_thinking`, ...), as vLLM and llama-server accept.
     pub chat_template_kwargs: Option<Map<String, Value>>,
-    /// Sampling and limits.
-    #[serde(flatten)]
-    pub sampling: Sampling,
 }
 
 /// `POST /v1/completions`.
@@ -105,9 +103,6 @@ pub struct CompletionRequest {
     pub suffix: Option<String>,
     /// Must be 1 / absent.
     pub best_of: Option<u32>,
-    /// Sampling and limits.
-    #[serde(flatten)]
-    pub sampling: Sampling,
 }
 
 /// Parses a body: malformed JSON and fields of the wrong type are 400s naming the field.

@@ -96,16 +96,18 @@ async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     authorize(&s, &headers)?;
-    let req: api::ChatRequest = api::parse(&body_bytes(body)?)?;
+    let body = body_bytes(body)?;
+    let req: api::ChatRequest = api::parse(&body)?;
+    let options: api::Sampling = api::parse(&body)?;
     req.check()?;
-    let (max_tokens, sampling, stop) = req.sampling.check(fresh_seed())?;
+    let (max_tokens, sampling, stop) = options.check(fresh_seed())?;
     let prompt = Prompt::Chat {
         messages: req.messages,
         tools: req.tools,
         variables: req.chat_template_kwargs.unwrap_or_default(),
     };
-    let request = completion_request(max_tokens.unwrap_or(usize::MAX), sampling, stop, req.sampling.ignore_eos);
-    respond(s, Kind::Chat, prompt, request, req.sampling.stream, req.sampling.include_usage()).await
+    let request = completion_request(max_tokens.unwrap_or(usize::MAX), sampling, stop, options.ignore_eos);
+    respond(s, Kind::Chat, prompt, request, options.stream, options.include_usage()).await
 }
 
 async fn completions(
@@ -114,17 +116,19 @@ async fn completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     authorize(&s, &headers)?;
-    let req: api::CompletionRequest = api::parse(&body_bytes(body)?)?;
+    let body = body_bytes(body)?;
+    let req: api::CompletionRequest = api::parse(&body)?;
+    let options: api::Sampling = api::parse(&body)?;
     req.check()?;
-    let (max_tokens, sampling, stop) = req.sampling.check(fresh_seed())?;
+    let (max_tokens, sampling, stop) = options.check(fresh_seed())?;
     let prompt = match req.prompt {
         PromptInput::Text(t) => Prompt::Text(t),
         PromptInput::Tokens(t) => Prompt::Tokens(t),
         PromptInput::Texts(mut t) => Prompt::Text(t.remove(0)),
     };
     let request =
-        completion_request(max_tokens.unwrap_or(DEFAULT_COMPLETION_TOKENS), sampling, stop, req.sampling.ignore_eos);
-    respond(s, Kind::Text, prompt, request, req.sampling.stream, req.sampling.include_usage()).await
+        completion_request(max_tokens.unwrap_or(DEFAULT_COMPLETION_TOKENS), sampling, stop, options.ignore_eos);
+    respond(s, Kind::Text, prompt, request, options.stream, options.include_usage()).await
 }
 
 fn completion_request(
