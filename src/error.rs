@@ -81,6 +81,17 @@ pub enum Error {
         /// The engine's context length.
         context: usize,
     },
+    /// A KV cache (the context asked for, or one more session's cache) does not fit the memory
+    /// left for KV caches; nothing was allocated.
+    #[error("a KV cache of {needed} bytes ({what}) does not fit: {available} bytes are left for KV caches")]
+    KvCacheTooLarge {
+        /// What asked for it.
+        what: String,
+        /// Bytes it needs.
+        needed: u64,
+        /// Bytes still free for KV caches.
+        available: u64,
+    },
     /// An empty prompt was given.
     #[error("the prompt is empty")]
     EmptyPrompt,

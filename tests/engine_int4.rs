@@ -19,10 +19,19 @@ fn check(format: WeightFormat, prompt_names: &[&str]) {
     for (dir, golden) in fixtures() {
         let mut o = EngineOptions::new(&dir).with_format(format);
         o.context = Some(1200);
+        o.kv_dtype = moestream::ops::KvDtype::F32;
         // int4 runs of Hugging Face directories convert once into this cache.
         o.cache_dir = Some(std::env::temp_dir().join(format!("moestream-int4-cache-{}", std::process::id())));
         let engine = Engine::load_on(gpu(), &o).unwrap();
-        let decoder = DecoderOptions { experts: format, dense: format, context: 1200, max_batch: 64, streaming: None };
+        let decoder = DecoderOptions {
+            experts: format,
+            dense: format,
+            context: 1200,
+            kv_dtype: moestream::ops::KvDtype::F32,
+            kv_budget: u64::MAX,
+            max_batch: 64,
+            streaming: None,
+        };
         let reference = ReferenceModel::load(&dir).unwrap().rounded_like(&decoder).unwrap();
         for p in golden.prompts.iter().filter(|p| prompt_names.contains(&p.name.as_str())) {
             let gpu_lp = engine.score(&p.tokens).unwrap().logprobs;

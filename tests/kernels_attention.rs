@@ -1,22 +1,44 @@
-//! Causal grouped-query attention against `reference::ops::attention`: decode (T = 1) at
-//! positions > 0 and prefill (T > 1) at offsets, kv lengths crossing the 64-key tiles
-//! (1, 63, 64, 65, 300), head_dim 24/40/64/128/256, GQA (6 heads over 2 or 3 KV heads), MQA and
-//! plain MHA. Cache rows past the last visible key hold NaN, so reading them (a causality bug)
-//! poisons the output.
+//! Causal grouped-query attention against `reference::ops::attention`, with the cache written
+//! by `kv_store` (head-major chunks, f32 or f16): decode (T = 1) single-pass and split-K
+//! (flash-decoding: partials merged by `attention_merge`) at kv lengths on both sides of every
+//! split boundary, prefill (T > 1) at offsets crossing the 64-key tiles, head_dim 24..256, GQA,
+//! MQA, MHA, and caches split into chunks of KV heads. Cache rows past the last visible key hold
+//! NaN, so reading them (a causality bug) poisons the output.
 //!
-//! Tolerance: |Δ| ≤ 1e-4·(1+|ref|) per element (online softmax over tiles vs a two-pass f32
-//! softmax with an f64 sum).
+//! Tolerance: |Δ| ≤ 1e-4·(1+|ref|) per element (online softmax over tiles and splits vs a
+//! two-pass f32 softmax with an f64 sum). With an f16 cache the reference reads the same
+//! f16-rounded keys and values, so the bound is the same.
 
 mod common;
 
 use common::{assert_close, gpu, read_f32, submit, upload_f32, Rng};
 use moestream::gpu::StepUniform;
-use moestream::ops::attention::{Attention, Heads};
+use moestream::ops::attention::{is_split, partial_bytes, Attention, Heads};
+use moestream::ops::attention_merge::AttentionMerge;
+use moestream::ops::kv_store::{KvChunk, KvStore};
+use moestream::ops::KvDtype;
 use moestream::reference::ops as refops;
 
 const TOL: f32 = 1e-4;
 
-fn check(heads: Heads, t: usize, pos: usize, seed: u64) {
+/// How the cache is laid out and read.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    dtype: KvDtype,
+    /// KV heads per chunk.
+    chunk_heads: usize,
+    split_len: usize,
+}
+
+const F32: Layout = Layout { dtype: KvDtype::F32, chunk_heads: usize::MAX, split_len: 256 };
+
+fn round_f16(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = half::f16::from_f32(*v).to_f32();
+    }
+}
+
+fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
     let Heads { n_heads, n_kv_heads, head_dim: hd } = heads;
     let mut rng = Rng::new(seed);
     let q_width = n_heads * hd;
@@ -27,22 +49,51 @@ fn check(heads: Heads, t: usize, pos: usize, seed: u64) {
     let q = rng.vec(t * q_width, -3.0, 3.0);
     let mut k = rng.vec(ctx * kv_width, -1.0, 1.0);
     let mut v = rng.vec(ctx * kv_width, -1.0, 1.0);
-    for x in k[kv_len * kv_width..].iter_mut() {
-        *x = f32::NAN;
+    if layout.dtype == KvDtype::F16 {
+        round_f16(&mut k);
+        round_f16(&mut v);
     }
-    for x in v[kv_len * kv_width..].iter_mut() {
+    for x in k[kv_len * kv_width..].iter_mut().chain(v[kv_len * kv_width..].iter_mut()) {
         *x = f32::NAN;
     }
 
     let gpu = gpu();
     let step = StepUniform::new(&gpu);
-    step.set(&gpu, t, pos);
     let qb = upload_f32(&gpu, &q);
     let kb = upload_f32(&gpu, &k);
     let vb = upload_f32(&gpu, &v);
     let ob = upload_f32(&gpu, &vec![-555.0; (t + 1) * q_width]);
-    let op = Attention::new(&gpu, &step.buffer, &qb, &kb, &vb, &ob, heads);
-    submit(&gpu, |pass| op.record(&gpu, pass, t));
+    let partial = gpu.storage("partial", partial_bytes(heads, ctx, layout.split_len));
+    let per_chunk = layout.chunk_heads.min(n_kv_heads);
+    let caches: Vec<_> = (0..n_kv_heads)
+        .step_by(per_chunk)
+        .map(|h0| {
+            let n = per_chunk.min(n_kv_heads - h0);
+            let bytes = (n * ctx * hd * layout.dtype.bytes()) as u64;
+            (h0, n, gpu.storage("k cache", bytes), gpu.storage("v cache", bytes))
+        })
+        .collect();
+    let dtype = layout.dtype;
+    fn chunk(c: &(usize, usize, wgpu::Buffer, wgpu::Buffer), context: usize, dtype: KvDtype) -> KvChunk<'_> {
+        KvChunk { k: &c.2, v: &c.3, kv_head0: c.0, heads: c.1, context, dtype }
+    }
+    // Every cache row (NaN ones included) written by kv_store.
+    step.set(&gpu, ctx, 0);
+    let stores: Vec<_> = caches.iter().map(|c| KvStore::new(&gpu, &step.buffer, (&kb, &vb), chunk(c, ctx, dtype), n_kv_heads, hd)).collect();
+    submit(&gpu, |pass| stores.iter().for_each(|s| s.record(&gpu, pass, ctx)));
+
+    step.set(&gpu, t, pos);
+    let ops: Vec<_> = caches
+        .iter()
+        .map(|c| Attention::new(&gpu, &step.buffer, &qb, chunk(c, ctx, dtype), (&ob, &partial), heads, layout.split_len))
+        .collect();
+    let merge = AttentionMerge::new(&gpu, &step.buffer, &partial, &ob, heads, layout.split_len);
+    submit(&gpu, |pass| {
+        ops.iter().for_each(|op| op.record(&gpu, pass, t, kv_len));
+        if is_split(t, kv_len, layout.split_len) {
+            merge.record(&gpu, pass);
+        }
+    });
     let got = read_f32(&gpu, &ob, (t + 1) * q_width);
 
     let mut want = vec![0.0f32; t * q_width];
@@ -58,7 +109,7 @@ fn check(heads: Heads, t: usize, pos: usize, seed: u64) {
             &mut want[i * q_width..(i + 1) * q_width],
         );
     }
-    let what = format!("attention {heads:?} T={t} pos={pos}");
+    let what = format!("attention {heads:?} T={t} pos={pos} {layout:?}");
     assert_close(&what, &got[..t * q_width], &want, TOL);
     assert!(got[t * q_width..].iter().all(|&x| x == -555.0), "{what}: wrote past the step's tokens");
 }
@@ -73,7 +124,7 @@ fn attention_decode_across_key_tiles() {
     for h in [heads(6, 2, 64), heads(6, 3, 40), heads(6, 6, 24), heads(4, 1, 128)] {
         for kv_len in [1usize, 63, 64, 65, 300] {
             seed += 1;
-            check(h, 1, kv_len - 1, seed);
+            check(h, 1, kv_len - 1, F32, seed);
         }
     }
 }
@@ -86,14 +137,57 @@ fn attention_prefill_causal() {
         // boundary inside and across 64-key tiles; ending exactly at / past 300 keys.
         for (t, pos) in [(3usize, 0usize), (17, 0), (9, 55), (17, 47), (3, 62), (17, 283)] {
             seed += 1;
-            check(h, t, pos, seed);
+            check(h, t, pos, F32, seed);
         }
     }
 }
 
 #[test]
 fn attention_head_dim_256() {
-    // The largest head_dim the kernel takes: each thread accumulates 4 output dims.
-    check(heads(2, 1, 256), 1, 64, 200);
-    check(heads(2, 2, 256), 9, 60, 201);
+    // The largest head_dim the kernel takes: each thread accumulates 2 pairs of output dims.
+    check(heads(2, 1, 256), 1, 64, F32, 200);
+    check(heads(2, 2, 256), 9, 60, F32, 201);
+}
+
+#[test]
+fn split_decode_around_every_split_boundary() {
+    // Split lengths of 64 and 128 keys: kv lengths one below, at and one above 1, 2, 3 and 5
+    // splits (one split runs the single pass; more run split + merge).
+    let mut seed = 300;
+    for (split_len, h) in [(64usize, heads(6, 2, 64)), (128, heads(4, 1, 40)), (64, heads(3, 3, 256))] {
+        for splits in [1usize, 2, 3, 5] {
+            for kv_len in [splits * split_len - 1, splits * split_len, splits * split_len + 1] {
+                seed += 1;
+                let layout = Layout { split_len, ..F32 };
+                check(h, 1, kv_len - 1, layout, seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn f16_cache_decode_prefill_and_split() {
+    let f16 = Layout { dtype: KvDtype::F16, chunk_heads: usize::MAX, split_len: 64 };
+    let mut seed = 400;
+    for h in [heads(6, 2, 64), heads(4, 1, 128), heads(3, 3, 24)] {
+        for (t, pos) in [(1usize, 0usize), (1, 63), (1, 64), (1, 200), (17, 0), (9, 55)] {
+            seed += 1;
+            check(h, t, pos, f16, seed);
+        }
+    }
+}
+
+#[test]
+fn cache_split_into_chunks_of_kv_heads() {
+    // One or two KV heads per buffer (as when a long context exceeds the binding limit), f32
+    // and f16, single pass and split.
+    let mut seed = 500;
+    for dtype in [KvDtype::F32, KvDtype::F16] {
+        for chunk_heads in [1usize, 2] {
+            for (t, pos) in [(1usize, 150usize), (5, 20), (1, 10)] {
+                seed += 1;
+                check(heads(6, 3, 32), t, pos, Layout { dtype, chunk_heads, split_len: 64 }, seed);
+            }
+        }
+    }
 }

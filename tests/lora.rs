@@ -13,7 +13,7 @@ use common::{fixtures, fixtures_dir, gpu, max_abs_diff, GoldenPrompt, Rng, TempD
 use moestream::model::decoder::DecoderOptions;
 use moestream::model::lora::{LoraAdapter, CONFIG_FILE, WEIGHTS_FILE};
 use moestream::model::ArchSpec;
-use moestream::ops::WeightFormat;
+use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;
 use moestream::reference::ReferenceModel;
 use moestream::runtime::{Engine, EngineOptions, GenerateOptions};
@@ -142,6 +142,7 @@ fn check(fixture: &str, format: WeightFormat, peft: &Peft) {
     let engine = |max_batch: usize| {
         let mut o = EngineOptions::new(&dir).with_format(format);
         o.context = Some(CONTEXT);
+        o.kv_dtype = KvDtype::F32;
         o.max_batch = max_batch;
         o.cache_dir = Some(cache.path().to_path_buf());
         o.lora = Some(adapter_dir.path().to_path_buf());
@@ -149,7 +150,15 @@ fn check(fixture: &str, format: WeightFormat, peft: &Peft) {
     };
     let (prefill, decode) = (engine(64), engine(1));
     let adapter = LoraAdapter::load(adapter_dir.path(), &spec_of(fixture)).unwrap();
-    let decoder = DecoderOptions { experts: format, dense: format, context: CONTEXT, max_batch: 64, streaming: None };
+    let decoder = DecoderOptions {
+        experts: format,
+        dense: format,
+        context: CONTEXT,
+        kv_dtype: KvDtype::F32,
+        kv_budget: u64::MAX,
+        max_batch: 64,
+        streaming: None,
+    };
     let base = ReferenceModel::load(&dir).unwrap().rounded_like(&decoder).unwrap();
     let merged = ReferenceModel::load(&dir).unwrap().rounded_like(&decoder).unwrap().with_lora(&adapter).unwrap();
     let shortest = prompts(fixture).into_iter().map(|p| p.tokens.len()).min().unwrap();

@@ -13,7 +13,7 @@ use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::model::decoder::RoutingMode;
 use moestream::model::ArchSpec;
-use moestream::ops::WeightFormat;
+use moestream::ops::{KvDtype, WeightFormat};
 use moestream::prerouter::collect::collect;
 use moestream::prerouter::compat::ModelDims;
 use moestream::prerouter::dataset::{Dataset, DatasetMeta, DatasetWriter, FORMAT_VERSION, HIDDEN_FILE};
@@ -137,7 +137,7 @@ fn periodic_tokens(n: usize, period: usize, vocab: usize) -> Vec<u32> {
 }
 
 fn collect_fixture(name: &str, dir: &Path, tokens: &[u32]) -> (Engine, DatasetMeta) {
-    let engine = Engine::load_on(gpu(), &EngineOptions::new(fixture(name)).with_format(WeightFormat::F32)).unwrap();
+    let engine = Engine::load_on(gpu(), &EngineOptions { kv_dtype: KvDtype::F32, ..EngineOptions::new(fixture(name)).with_format(WeightFormat::F32) }).unwrap();
     let meta = collect(&engine, tokens, dir, 160).unwrap();
     (engine, meta)
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::model_args::{base_options, default_model, Dtype, ModelArgs, Routing};
+use super::model_args::{base_options, default_model, Dtype, KvDtypeArg, ModelArgs, Routing};
 use moestream::bench::kernels::{self, KernelBenchOptions};
 use moestream::bench::model::{self, ModelBenchOptions};
 use moestream::bench::streaming::{self, StreamingBenchOptions};
@@ -81,9 +81,12 @@ struct StreamingArgs {
     /// Weight precision on the GPU.
     #[arg(long, value_enum, default_value = "f16")]
     dtype: Dtype,
-    /// KV-cache length in tokens (default: the model's maximum, at most 4096).
+    /// Positions per sequence (default: the model's maximum or what fits, whichever is smaller).
     #[arg(long)]
     context: Option<usize>,
+    /// Element type of the KV cache.
+    #[arg(long, value_enum, default_value = "f16")]
+    kv_dtype: KvDtypeArg,
     /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
     #[arg(long)]
     adapter: Option<String>,
@@ -207,6 +210,7 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
 fn run_streaming(a: StreamingArgs) -> Result<()> {
     let mut base = base_options(&a.model.clone().unwrap_or_else(default_model), a.dtype)?;
     base.context = a.context;
+    base.kv_dtype = a.kv_dtype.dtype();
     base.gpu = GpuOptions { adapter: a.adapter.clone(), ..Default::default() };
     base.io_threads = a.io_threads;
     base.direct_io = a.direct_io;

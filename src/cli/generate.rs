@@ -94,11 +94,14 @@ fn run_one(engine: &Engine, text: Option<&str>, prompt: &[u32], options: &Genera
         writeln!(stdout).ok();
         let s = &g.stats;
         eprintln!(
-            "[{} prompt tokens at {:.1} tok/s, {} generated at {:.1} tok/s, peak RSS {:.0} MiB, GPU {:.0} MiB, {}]",
+            "[{} prompt tokens at {:.1} tok/s, {} generated at {:.1} tok/s, context {} ({} KV, {} bytes/token), peak RSS {:.0} MiB, GPU {:.0} MiB, {}]",
             g.prompt_tokens.len(),
             s.prefill_tokens_per_s,
             g.tokens.len(),
             s.decode_tokens_per_s,
+            s.context,
+            s.kv_dtype,
+            s.kv_bytes_per_token,
             s.peak_rss_bytes as f64 / 1048576.0,
             s.gpu_bytes as f64 / 1048576.0,
             engine.gpu().adapter.name,

@@ -3,7 +3,9 @@
 use clap::Args;
 
 use super::model_args::default_model;
+use moestream::model::decoder::sequence_bytes;
 use moestream::model::{ArchSpec, Checkpoint};
+use moestream::ops::KvDtype;
 use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
 use moestream::Result;
 
@@ -33,10 +35,15 @@ pub fn run(a: InfoArgs) -> Result<()> {
         .as_ref()
         .and_then(|h| h.metrics.as_deref())
         .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok().and_then(|v| v["mean_recall"].as_f64()));
+    let kv_per_token = |dtype| sequence_bytes(spec.layers, spec.kv_dim(), 1, dtype);
+    let (kv_f16, kv_f32) = (kv_per_token(KvDtype::F16), kv_per_token(KvDtype::F32));
     let info = serde_json::json!({
         "architecture": spec.family.hf_name(),
         "spec": spec,
         "checkpoint_bytes": ckpt.stored_bytes(),
+        "max_context": spec.max_positions,
+        "kv_bytes_per_token_f16": kv_f16,
+        "kv_bytes_per_token_f32": kv_f32,
         "moe_layers": moe_layers,
         "experts_per_layer": experts,
         "params_per_expert": expert_params,
@@ -58,6 +65,11 @@ pub fn run(a: InfoArgs) -> Result<()> {
         println!("hidden            {}", spec.hidden);
         println!("heads             {} (kv {}, head_dim {})", spec.heads, spec.kv_heads, spec.head_dim);
         println!("vocab             {}", spec.vocab);
+        println!(
+            "context           {} max; KV cache {kv_f16} bytes/token in f16 ({} MiB at the max), {kv_f32} in f32",
+            spec.max_positions,
+            (kv_f16 * spec.max_positions as u64) >> 20
+        );
         if let Some(m) = &spec.moe {
             println!(
                 "experts           {} per layer, top-{}, intermediate {}",

@@ -8,7 +8,7 @@ use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::GpuOptions;
 use moestream::model::decoder::RoutingMode;
-use moestream::ops::WeightFormat;
+use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;
 use moestream::runtime::{EngineOptions, ExpertBudget};
 use moestream::{Engine, Error, Result};
@@ -22,6 +22,25 @@ pub enum Dtype {
     F16,
     /// 4-bit groups (affine, group 32): the default for converted models.
     Int4,
+}
+
+/// Element type of the KV cache.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum KvDtypeArg {
+    /// Half precision: half the memory and the bytes read per decode step (default).
+    F16,
+    /// Single precision: bit-comparable with the f32 reference.
+    F32,
+}
+
+impl KvDtypeArg {
+    /// The engine's KV element type.
+    pub fn dtype(self) -> KvDtype {
+        match self {
+            KvDtypeArg::F16 => KvDtype::F16,
+            KvDtypeArg::F32 => KvDtype::F32,
+        }
+    }
 }
 
 /// Expert eviction policy.
@@ -84,9 +103,13 @@ pub struct ModelArgs {
     /// `$MOESTREAM_CACHE`, `$XDG_CACHE_HOME/moestream` or `~/.cache/moestream`).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
-    /// KV-cache length in tokens (default: the model's maximum, at most 4096).
+    /// Positions per sequence (KV-cache length; default: the model's maximum or what fits the
+    /// memory left after weights and experts, whichever is smaller).
     #[arg(long)]
     pub context: Option<usize>,
+    /// Element type of the KV cache.
+    #[arg(long, value_enum, default_value = "f16")]
+    pub kv_dtype: KvDtypeArg,
     /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
     #[arg(long)]
     pub adapter: Option<String>,
@@ -172,6 +195,7 @@ impl ModelArgs {
     pub fn options(&self) -> Result<EngineOptions> {
         let mut o = base_options(&self.dir(), self.dtype)?;
         o.context = self.context;
+        o.kv_dtype = self.kv_dtype.dtype();
         o.gpu = GpuOptions { adapter: self.adapter.clone(), ..Default::default() };
         o.budget = match (self.expert_slots, self.gpu_memory) {
             (Some(n), _) => ExpertBudget::Slots(n),

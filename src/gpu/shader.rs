@@ -32,7 +32,9 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("embed"),
     shader!("rms_norm"),
     shader!("rope"),
+    shader!("kv_store"),
     shader!("attention"),
+    shader!("attention_merge"),
     shader!("matmul"),
     shader!("matvec"),
     shader!("router_topk"),
@@ -125,6 +127,8 @@ impl Gpu {
 pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("embed", &["F16", "INT4", "INT4_SYM", "G64"]),
     ("rms_norm", &["OUT"]),
+    ("kv_store", &["F16"]),
+    ("attention", &["F16", "SPLIT"]),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE"]),
     ("matvec", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "LANE_ROWS", "SHARED_REDUCE"]),
     ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),

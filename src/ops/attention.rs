@@ -1,5 +1,10 @@
-//! Causal grouped-query attention against the KV cache (decode and prefill).
+//! Causal grouped-query attention against one chunk of a sequence's KV cache: one pass for
+//! prefill (tiled over keys with an online softmax, no score matrix), and split-K
+//! (flash-decoding) for a decode step over more than one split of keys: the keys are shared out
+//! among workgroups whose partial softmax sums
+//! [`super::attention_merge::AttentionMerge`] combines.
 
+use super::kv_store::KvChunk;
 use super::params;
 use crate::gpu::{Gpu, Kernel};
 
@@ -10,37 +15,92 @@ pub struct Heads {
     pub n_heads: usize,
     /// Key/value heads.
     pub n_kv_heads: usize,
-    /// Dimension of a head (at most 256).
+    /// Dimension of a head (even, at most 256).
     pub head_dim: usize,
 }
 
-/// A bound attention.
+/// Fewest keys one decode workgroup handles: below this, splitting costs more in the merge
+/// than it gains in parallelism.
+pub const MIN_SPLIT_LEN: usize = 256;
+
+/// Keys per split of decode attention for a cache of `context` positions: [`MIN_SPLIT_LEN`],
+/// or more (a multiple of 64) when the partials of that many splits would not fit one binding
+/// of `max_binding` bytes.
+pub fn split_len(heads: Heads, context: usize, max_binding: u64) -> usize {
+    let mut len = MIN_SPLIT_LEN;
+    while partial_bytes(heads, context, len) > max_binding {
+        len += 64;
+    }
+    len
+}
+
+/// Bytes of the split partials (max, sum, accumulator per split and head).
+pub fn partial_bytes(heads: Heads, context: usize, split_len: usize) -> u64 {
+    (context.div_ceil(split_len) * heads.n_heads * (heads.head_dim + 2) * 4) as u64
+}
+
+/// Whether a step of `n_tokens` ending with `kv_len` keys in the cache runs split: a decode
+/// step over more than one split.
+pub fn is_split(n_tokens: usize, kv_len: usize, split_len: usize) -> bool {
+    n_tokens == 1 && kv_len > split_len
+}
+
+/// Attention bound to one KV-cache chunk, in both variants.
 pub struct Attention {
-    kernel: Kernel,
-    n_heads: usize,
+    single: Kernel,
+    split: Kernel,
+    q_heads: usize,
+    split_len: usize,
 }
 
 impl Attention {
-    /// Binds queries `q` (`[tokens, heads*head_dim]`), the caches and the output.
+    /// Binds queries `q` (`[tokens, n_heads * head_dim]`) and `chunk`; the single pass writes
+    /// `out` (same layout as `q`), the split pass `partial` (see [`partial_bytes`]).
     pub fn new(
         gpu: &Gpu,
         step: &wgpu::Buffer,
         q: &wgpu::Buffer,
-        k_cache: &wgpu::Buffer,
-        v_cache: &wgpu::Buffer,
-        out: &wgpu::Buffer,
+        chunk: KvChunk<'_>,
+        (out, partial): (&wgpu::Buffer, &wgpu::Buffer),
         heads: Heads,
+        split_len: usize,
     ) -> Attention {
-        assert!(heads.head_dim <= 256, "head_dim above 256 is rejected at load");
+        assert!(heads.head_dim <= 256 && heads.head_dim % 2 == 0, "head_dim is checked at load");
+        let group = heads.n_heads / heads.n_kv_heads;
         let scale = 1.0 / (heads.head_dim as f32).sqrt();
-        let p = params(&[heads.n_heads as u32, heads.n_kv_heads as u32, heads.head_dim as u32, scale.to_bits()]);
-        let kernel =
-            Kernel::new(gpu, "attention", &[], step, &p, &[q.into(), k_cache.into(), v_cache.into(), out.into()]);
-        Attention { kernel, n_heads: heads.n_heads }
+        let p = params(&[
+            heads.n_heads as u32,
+            group as u32,
+            heads.head_dim as u32,
+            scale.to_bits(),
+            chunk.kv_head0 as u32,
+            chunk.heads as u32,
+            chunk.context as u32,
+            split_len as u32,
+        ]);
+        let kernel = |dest: &wgpu::Buffer, split: bool| {
+            let mut defines = chunk.dtype.defines().to_vec();
+            if split {
+                defines.push("SPLIT");
+            }
+            Kernel::new(gpu, "attention", &defines, step, &p, &[q.into(), chunk.k.into(), chunk.v.into(), dest.into()])
+        };
+        Attention {
+            single: kernel(out, false),
+            split: kernel(partial, true),
+            q_heads: chunk.heads * group,
+            split_len,
+        }
     }
 
-    /// Records attention for `n_tokens` queries.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
-        self.kernel.dispatch(pass, (n_tokens * self.n_heads) as u32, gpu.caps.max_workgroups_per_dim);
+    /// Records attention for `n_tokens` queries, the last one seeing `kv_len` keys; split
+    /// when [`is_split`] (then an [`super::attention_merge::AttentionMerge`] must follow).
+    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize, kv_len: usize) {
+        let max = gpu.caps.max_workgroups_per_dim;
+        if is_split(n_tokens, kv_len, self.split_len) {
+            self.split.dispatch(pass, (kv_len.div_ceil(self.split_len) * self.q_heads) as u32, max);
+        } else {
+            self.single.dispatch(pass, (n_tokens * self.q_heads) as u32, max);
+        }
     }
 }

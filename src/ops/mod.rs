@@ -4,8 +4,10 @@
 
 pub mod argmax;
 pub mod attention;
+pub mod attention_merge;
 pub mod embed;
 pub mod experts;
+pub mod kv_store;
 pub mod matmul;
 pub mod matrix;
 pub mod moe_combine;
@@ -16,6 +18,7 @@ pub mod router;
 pub mod swiglu;
 pub mod token_logprob;
 
+pub use kv_store::KvDtype;
 pub use matrix::{GpuMatrix, WeightFormat};
 
 /// Packs kernel parameters (u32 words; f32 values as their bits) for a uniform buffer.

@@ -1,12 +1,14 @@
 //! The embeddable engine: load a model directory, generate (streaming, cancellable), score.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::Serialize;
 
+use super::memory::{kv_memory_left, plan_kv, resident_weight_bytes, KvPlan};
 use super::sampler::{Sampler, SamplingParams};
+use super::session::Session;
 use super::stats::{peak_rss_bytes, Stats};
 use super::tokenizer::{TextStream, Tokenizer};
 use crate::convert::{
@@ -26,7 +28,7 @@ use crate::model::decoder::{
 };
 use crate::model::lora::LoraAdapter;
 use crate::model::{ArchSpec, Checkpoint};
-use crate::ops::WeightFormat;
+use crate::ops::{KvDtype, WeightFormat};
 use crate::prerouter::heads_file::HEADS_FILE;
 use crate::store::{ExpertStore, OpenOptions as StoreOpenOptions};
 
@@ -39,8 +41,14 @@ pub struct EngineOptions {
     pub experts: WeightFormat,
     /// Format of attention, dense/shared FFN and lm_head weights on the GPU.
     pub dense: WeightFormat,
-    /// KV-cache length; `None` = the model's maximum, capped at 4096.
+    /// Positions per sequence (each session's KV cache); `None` = the model's maximum or what
+    /// fits the memory left after weights and the expert budget, whichever is smaller.
     pub context: Option<usize>,
+    /// Element type of the KV caches.
+    pub kv_dtype: KvDtype,
+    /// Bytes all sessions' KV caches may take together; `None` = the memory left after
+    /// weights, the expert budget and some headroom.
+    pub kv_memory: Option<u64>,
     /// Most prompt tokens per prefill step.
     pub max_batch: usize,
     /// Adapter choice and overrides.
@@ -97,13 +105,16 @@ impl EngineOptions {
         self
     }
 
-    /// Defaults for `model_dir`: f16 weights, context up to 4096, prefill chunks of 64.
+    /// Defaults for `model_dir`: f16 weights, f16 KV cache, the largest context that fits,
+    /// prefill chunks of 64.
     pub fn new(model_dir: impl Into<PathBuf>) -> Self {
         EngineOptions {
             model_dir: model_dir.into(),
             experts: WeightFormat::F16,
             dense: WeightFormat::F16,
             context: None,
+            kv_dtype: KvDtype::F16,
+            kv_memory: None,
             max_batch: 64,
             gpu: GpuOptions::default(),
             budget: ExpertBudget::Auto,
@@ -172,6 +183,10 @@ pub struct Engine {
     dir: PathBuf,
     eamc_file: Option<PathBuf>,
     routing: RoutingMode,
+    kv: KvPlan,
+    /// The sequence behind [`Engine::generate`], [`Engine::score`] and
+    /// [`Engine::next_logprobs`] (made on first use, restarted by each call).
+    default_session: Mutex<Option<Session>>,
 }
 
 /// The directory to load: a converted model as is; a Hugging Face directory as is in f32/f16,
@@ -255,13 +270,6 @@ impl Engine {
         };
         let lora = options.lora.as_deref().map(|d| LoraAdapter::load(d, &spec)).transpose()?;
         let ckpt = Arc::new(Checkpoint::open(dir)?);
-        let context = options.context.unwrap_or(spec.max_positions.min(4096));
-        if context == 0 || context > spec.max_positions {
-            return Err(Error::InvalidArgument(format!(
-                "context {context} must be in 1..={} (max_position_embeddings)",
-                spec.max_positions
-            )));
-        }
         let source: Option<Arc<dyn ExpertSource>> = match (&spec.moe, &converted) {
             (None, _) => None,
             (Some(m), Some(manifest)) => {
@@ -280,10 +288,31 @@ impl Engine {
         };
         let streaming =
             source.as_ref().map(|s| budget_slots(&spec, s.layout().slot_bytes, options)).transpose()?.flatten();
+        let expert_bytes = match (&spec.moe, &source) {
+            (Some(m), Some(s)) => {
+                let total = spec.moe_layers.iter().filter(|x| **x).count() * m.num_experts;
+                (streaming.unwrap_or(total) * s.layout().slot_bytes) as u64
+            }
+            _ => 0,
+        };
+        let fixed = resident_weight_bytes(&spec, dense_format) + expert_bytes;
+        let available = available_memory_bytes().unwrap_or(u64::MAX / 2);
+        let kv_memory = options.kv_memory.unwrap_or_else(|| kv_memory_left(available, fixed));
+        let kv = plan_kv(&spec, options.kv_dtype, options.context, kv_memory)?;
+        log::info!(
+            "KV cache: {} bytes per token ({}), context {} ({} bytes per session, {} bytes for all sessions)",
+            kv.bytes_per_token,
+            options.kv_dtype.name(),
+            kv.context,
+            kv.bytes_per_token * kv.context as u64,
+            kv.budget
+        );
         let decoder = DecoderOptions {
             experts: expert_format,
             dense: dense_format,
-            context,
+            context: kv.context,
+            kv_dtype: options.kv_dtype,
+            kv_budget: kv.budget,
             max_batch: options.max_batch,
             streaming: streaming.map(|slots| StreamingOptions {
                 slots,
@@ -337,6 +366,8 @@ impl Engine {
             dir: dir.clone(),
             eamc_file: options.eamc_file.clone(),
             routing: options.routing,
+            kv,
+            default_session: Mutex::new(None),
         })
     }
 
@@ -361,9 +392,25 @@ impl Engine {
         self.model.set_observer(observer);
     }
 
-    /// The KV-cache length.
+    /// Positions per sequence (the KV-cache length of every session).
     pub fn context(&self) -> usize {
         self.model.options().context
+    }
+
+    /// The KV-cache plan: context, bytes per token, budget for all sessions.
+    pub fn kv_plan(&self) -> KvPlan {
+        self.kv
+    }
+
+    /// Element type of the KV caches.
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.model.options().kv_dtype
+    }
+
+    /// A new empty session with its own KV cache, reserved from the KV budget
+    /// ([`Error::KvCacheTooLarge`] when it does not fit beside the live sessions).
+    pub fn new_session(&self) -> Result<Session> {
+        Ok(Session::new(self.model.new_cache()?))
     }
 
     /// The tokenizer, when the model directory has one.
@@ -380,8 +427,13 @@ impl Engine {
         if tokens.is_empty() {
             return Err(Error::EmptyPrompt);
         }
-        if tokens.len() > self.context() {
-            return Err(Error::ContextOverflow { requested: tokens.len(), context: self.context() });
+        self.check_tokens(tokens, 0)
+    }
+
+    /// Checks that `tokens` are in the vocabulary and fit after `before` positions.
+    fn check_tokens(&self, tokens: &[u32], before: usize) -> Result<()> {
+        if before + tokens.len() > self.context() {
+            return Err(Error::ContextOverflow { requested: before + tokens.len(), context: self.context() });
         }
         let vocab = self.spec().vocab;
         match tokens.iter().find(|&&t| t as usize >= vocab) {
@@ -390,25 +442,72 @@ impl Engine {
         }
     }
 
-    /// Runs `tokens[..n-1]` as prefill and the last token as a step producing `last`.
-    fn prefill(&self, tokens: &[u32], last: StepOutput<'_>) -> Result<StepResult> {
-        let b = self.model.options().max_batch;
-        let (head, tail) = tokens.split_at(tokens.len() - 1);
-        for (c, chunk) in head.chunks(b).enumerate() {
-            self.model.step(chunk, c * b, Phase::Prefill, StepOutput::None)?;
+    /// Runs `f` on the default session, emptied first.
+    fn with_default_session<T>(&self, f: impl FnOnce(&mut Session) -> Result<T>) -> Result<T> {
+        let mut slot = self.default_session.lock().expect("default session lock");
+        if slot.is_none() {
+            *slot = Some(self.new_session()?);
         }
-        self.model.step(tail, head.len(), Phase::Prefill, last)
+        let session = slot.as_mut().expect("made above");
+        session.truncate(0);
+        f(session)
+    }
+
+    /// Brings `session`'s cache up to its whole sequence, in steps of at most `max_batch`
+    /// tokens; the last step produces `last`. The last token is run again when the cache
+    /// already holds everything (its output is needed).
+    fn prefill(&self, session: &mut Session, last: StepOutput<'_>) -> Result<StepResult> {
+        self.check_owner(session)?;
+        let b = self.model.options().max_batch;
+        let len = session.tokens.len();
+        session.cached = session.cached.min(len - 1);
+        let mut result = StepResult::None;
+        while session.cached < len {
+            let start = session.cached;
+            let end = (start + b).min(len);
+            let output = if end == len { last } else { StepOutput::None };
+            result = self.model.step(&session.cache, &session.tokens[start..end], start, Phase::Prefill, output)?;
+            session.cached = end;
+        }
+        Ok(result)
+    }
+
+    /// Refuses a session made by another engine (its caches are bound to that engine's model).
+    fn check_owner(&self, session: &Session) -> Result<()> {
+        match self.model.owns(&session.cache) {
+            true => Ok(()),
+            false => Err(Error::InvalidArgument("the session belongs to another engine".into())),
+        }
     }
 
     /// Generates after `prompt`, calling `on_token(id, text_piece)` for each new token; the
-    /// callback returns `false` to stop early (cancellation).
+    /// callback returns `false` to stop early (cancellation). Each call starts a new sequence.
     pub fn generate(
         &self,
         prompt: &[u32],
         options: &GenerateOptions,
-        mut on_token: impl FnMut(u32, &str) -> bool,
+        on_token: impl FnMut(u32, &str) -> bool,
     ) -> Result<Generation> {
         self.check_prompt(prompt)?;
+        self.with_default_session(|s| self.generate_in(s, prompt, options, on_token))
+    }
+
+    /// Appends `new_tokens` to `session` and generates after them, like [`Engine::generate`]:
+    /// only what the session's cache does not hold yet is prefilled, and the generated tokens
+    /// become part of the session (the next call appends after them).
+    pub fn generate_in(
+        &self,
+        session: &mut Session,
+        new_tokens: &[u32],
+        options: &GenerateOptions,
+        mut on_token: impl FnMut(u32, &str) -> bool,
+    ) -> Result<Generation> {
+        self.check_owner(session)?;
+        if session.is_empty() && new_tokens.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        self.check_tokens(new_tokens, session.len())?;
+        session.tokens.extend_from_slice(new_tokens);
         let before = self.begin_request()?;
         let greedy = options.sampling.is_greedy();
         let want = if greedy { StepOutput::Argmax } else { StepOutput::Logits };
@@ -421,9 +520,12 @@ impl Engine {
         let mut stream = self.tokenizer.as_ref().map(TextStream::new);
         let mut text = String::new();
         let mut tokens = Vec::new();
+        let reused = session.cached.min(session.len() - 1);
         let started = Instant::now();
-        let mut next = if options.max_tokens > 0 { Some(pick(self.prefill(prompt, want)?)) } else { None };
+        let first = self.prefill(session, if options.max_tokens > 0 { want } else { StepOutput::None })?;
+        let mut next = if options.max_tokens > 0 { Some(pick(first)) } else { None };
         let prefill_s = started.elapsed().as_secs_f64();
+        let prefilled = session.len() - reused;
         let decode_start = Instant::now();
         let eos = &self.spec().eos_token_ids;
         while let Some(t) = next.take() {
@@ -431,27 +533,34 @@ impl Engine {
                 break;
             }
             tokens.push(t);
+            session.tokens.push(t);
             let piece = match stream.as_mut() {
                 Some(s) => s.push(t)?,
                 None => String::new(),
             };
             text.push_str(&piece);
-            let pos = prompt.len() + tokens.len() - 1;
+            let pos = session.len() - 1;
             if !on_token(t, &piece) || tokens.len() >= options.max_tokens || pos + 1 > self.context() {
                 break;
             }
-            next = Some(pick(self.model.step(&[t], pos, Phase::Decode, want)?));
+            next = Some(pick(self.model.step(&session.cache, &[t], pos, Phase::Decode, want)?));
+            session.cached = pos + 1;
         }
         let decode_s = decode_start.elapsed().as_secs_f64();
         let decode_steps = tokens.len().saturating_sub(1);
         let experts = self.end_request(before);
         Ok(Generation {
-            prompt_tokens: prompt.to_vec(),
+            prompt_tokens: new_tokens.to_vec(),
             tokens,
             text,
             stats: Stats {
-                prefill_tokens_per_s: prompt.len() as f64 / prefill_s.max(1e-9),
+                prefill_tokens_per_s: prefilled as f64 / prefill_s.max(1e-9),
                 decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
+                prefilled_tokens: prefilled,
+                reused_tokens: reused,
+                context: self.context(),
+                kv_bytes_per_token: self.kv.bytes_per_token,
+                kv_dtype: self.kv_dtype().name(),
                 peak_rss_bytes: peak_rss_bytes(),
                 gpu_bytes: self.gpu().bytes_allocated(),
                 experts,
@@ -492,40 +601,84 @@ impl Engine {
         if tokens.len() < 2 {
             return Err(Error::InvalidArgument("scoring needs at least 2 tokens".into()));
         }
+        self.with_default_session(|session| self.score_in(session, tokens))
+    }
+
+    /// Appends `new_tokens` to `session` and teacher-forces them: `log p(t | all before t)` for
+    /// each new token that has a token before it in the session. The positions the session's
+    /// cache holds are not recomputed (but for the last one before the new tokens, whose
+    /// logits score the first); the last new token's own position is left to the next call.
+    pub fn score_in(&self, session: &mut Session, new_tokens: &[u32]) -> Result<Score> {
+        self.check_owner(session)?;
+        self.check_tokens(new_tokens, session.len())?;
+        let start = session.len().saturating_sub(1);
+        session.tokens.extend_from_slice(new_tokens);
+        let before = self.begin_request()?;
+        let scored = self.score_from(session, start);
+        let experts = self.end_request(before);
+        let logprobs = scored?;
+        let mean = logprobs.iter().map(|&l| l as f64).sum::<f64>() / logprobs.len().max(1) as f64;
+        Ok(Score { tokens: new_tokens.to_vec(), logprobs, perplexity: (-mean).exp(), experts })
+    }
+
+    /// Runs `session`'s positions `start..len-1`, returning the log-probability of each next
+    /// token (after bringing the cache up to `start`).
+    fn score_from(&self, session: &mut Session, start: usize) -> Result<Vec<f32>> {
         // Predicted routing applies to one-token steps only: each token's routing is the
         // prediction made after the token before.
         let b = if self.routing == RoutingMode::Predicted { 1 } else { self.model.options().max_batch };
-        let inputs = &tokens[..tokens.len() - 1];
-        let mut logprobs = Vec::with_capacity(inputs.len());
-        let before = self.begin_request()?;
-        for (c, chunk) in inputs.chunks(b).enumerate() {
-            let start = c * b;
-            let targets = &tokens[start + 1..start + 1 + chunk.len()];
-            match self.model.step(chunk, start, Phase::Prefill, StepOutput::LogProbs(targets))? {
+        let len = session.len();
+        let mut logprobs = Vec::with_capacity(len.saturating_sub(start + 1));
+        while session.cached < start {
+            let (from, to) = (session.cached, (session.cached + b).min(start));
+            self.model.step(&session.cache, &session.tokens[from..to], from, Phase::Prefill, StepOutput::None)?;
+            session.cached = to;
+        }
+        session.cached = start;
+        for from in (start..len.saturating_sub(1)).step_by(b) {
+            let to = (from + b).min(len - 1);
+            let targets = &session.tokens[from + 1..to + 1];
+            let output = StepOutput::LogProbs(targets);
+            match self.model.step(&session.cache, &session.tokens[from..to], from, Phase::Prefill, output)? {
                 StepResult::LogProbs(lp) => logprobs.extend(lp),
                 _ => unreachable!("scoring asks for log-probs"),
             }
+            session.cached = to;
         }
-        let experts = self.end_request(before);
-        let mean = logprobs.iter().map(|&l| l as f64).sum::<f64>() / logprobs.len() as f64;
-        Ok(Score { tokens: tokens.to_vec(), logprobs, perplexity: (-mean).exp(), experts })
+        Ok(logprobs)
+    }
+
+    /// Appends `new_tokens` to `session` and returns the log-softmax of the logits after its
+    /// whole sequence (the distribution of the next token), prefilling only what its cache does
+    /// not hold.
+    pub fn next_logprobs_in(&self, session: &mut Session, new_tokens: &[u32]) -> Result<Vec<f32>> {
+        self.check_owner(session)?;
+        if session.is_empty() && new_tokens.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        self.check_tokens(new_tokens, session.len())?;
+        session.tokens.extend_from_slice(new_tokens);
+        let before = self.begin_request()?;
+        let result = self.prefill(session, StepOutput::Logits);
+        self.end_request(before);
+        match result? {
+            StepResult::Logits(l) => Ok(log_softmax(&l)),
+            _ => unreachable!("asked for logits"),
+        }
     }
 
     /// Log-softmax of the logits after `tokens` (the distribution of the next token).
     pub fn next_logprobs(&self, tokens: &[u32]) -> Result<Vec<f32>> {
         self.check_prompt(tokens)?;
-        let before = self.begin_request()?;
-        let result = self.prefill(tokens, StepOutput::Logits);
-        self.end_request(before);
-        match result? {
-            StepResult::Logits(l) => {
-                let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let lse = max + l.iter().map(|v| (v - max).exp()).sum::<f32>().ln();
-                Ok(l.iter().map(|v| v - lse).collect())
-            }
-            _ => unreachable!("asked for logits"),
-        }
+        self.with_default_session(|session| self.next_logprobs_in(session, tokens))
     }
+}
+
+/// `l - logsumexp(l)`.
+fn log_softmax(l: &[f32]) -> Vec<f32> {
+    let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = max + l.iter().map(|v| (v - max).exp()).sum::<f32>().ln();
+    l.iter().map(|v| v - lse).collect()
 }
 
 impl Drop for Engine {

@@ -9,6 +9,17 @@ pub struct Stats {
     pub prefill_tokens_per_s: f64,
     /// Generated tokens per second.
     pub decode_tokens_per_s: f64,
+    /// Positions prefilled by this request (new tokens, plus the last one again when the
+    /// session's cache already held it).
+    pub prefilled_tokens: usize,
+    /// Positions of the session's cache reused without recomputation.
+    pub reused_tokens: usize,
+    /// Positions per sequence.
+    pub context: usize,
+    /// KV-cache bytes per position (every layer's keys and values).
+    pub kv_bytes_per_token: u64,
+    /// Element type of the KV cache.
+    pub kv_dtype: &'static str,
     /// Peak resident set size of the process, in bytes.
     pub peak_rss_bytes: u64,
     /// GPU buffer bytes allocated.

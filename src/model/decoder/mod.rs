@@ -1,10 +1,12 @@
 //! The generic decoder on the GPU, built from the ops for any [`ArchSpec`]: weights uploaded
 //! once, every kernel bound once, each step records the same dispatch list for its token count.
 
+mod cache;
 mod prerouter;
 mod projection;
 mod step;
 
+pub use cache::{sequence_bytes, GroupedCache, LayerCache, SequenceCache};
 pub use prerouter::RoutingMode;
 
 use std::sync::{Arc, Mutex};
@@ -23,7 +25,8 @@ use crate::model::layer_weights::{self, FfnWeights, MlpWeights};
 use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
 use crate::model::{ArchSpec, Checkpoint, HostTensor, MoeSpec, QkNorm};
 use crate::ops::argmax::Argmax;
-use crate::ops::attention::{Attention, Heads};
+use crate::ops::attention::{partial_bytes, split_len, Heads};
+use crate::ops::attention_merge::AttentionMerge;
 use crate::ops::embed::Embed;
 use crate::ops::experts::{ExpertFfn, ExpertIo};
 use crate::ops::matmul::{MatMul, MatMulOut};
@@ -33,7 +36,7 @@ use crate::ops::rope::{rope_tables, Rope};
 use crate::ops::router::{RouterIo, RouterShape, RouterTopK};
 use crate::ops::swiglu::SwiGlu;
 use crate::ops::token_logprob::TokenLogprob;
-use crate::ops::{GpuMatrix, WeightFormat};
+use crate::ops::{GpuMatrix, KvDtype, WeightFormat};
 use projection::{padded_rank, LoraBinding, Projection};
 
 /// How the decoder is built.
@@ -45,6 +48,10 @@ pub struct DecoderOptions {
     pub dense: WeightFormat,
     /// Longest sequence (KV cache rows).
     pub context: usize,
+    /// Element type of the KV caches.
+    pub kv_dtype: KvDtype,
+    /// GPU bytes the caches of all live sequences may take together.
+    pub kv_budget: u64,
     /// Most tokens one step processes (prefill chunk).
     pub max_batch: usize,
     /// Stream experts through a slot budget; `None` keeps every expert resident.
@@ -138,7 +145,6 @@ struct Layer {
     qk_norm: Option<(RmsNorm, RmsNorm)>,
     rope_q: Rope,
     rope_k: Rope,
-    attention: Attention,
     o: Projection,
     ffn_norm: RmsNorm,
     ffn: Ffn,
@@ -151,7 +157,11 @@ struct Activations {
     x: wgpu::Buffer,
     hn: wgpu::Buffer,
     q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
     attn: wgpu::Buffer,
+    /// Split decode attention's partials (see [`partial_bytes`]).
+    attn_partial: wgpu::Buffer,
     gu: wgpu::Buffer,
     mh: wgpu::Buffer,
     router_logits: wgpu::Buffer,
@@ -204,6 +214,12 @@ pub struct GpuModel {
     token_logprob: TokenLogprob,
     readback: Readback,
     routing_readback: Readback,
+    /// Keys per split of decode attention.
+    split_len: usize,
+    attention_merge: AttentionMerge,
+    kv_ledger: Arc<cache::KvLedger>,
+    /// The sequence and position the last step ended at (the prerouter's history belongs to it).
+    last_step_end: Mutex<Option<(u64, usize)>>,
     /// Keeps every weight and cache buffer alive for the bind groups.
     _buffers: Vec<wgpu::Buffer>,
     _matrices: Vec<GpuMatrix>,
@@ -219,8 +235,8 @@ fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
 
 /// Checks the limits of the kernels against a spec.
 fn check_supported(spec: &ArchSpec) -> Result<()> {
-    if spec.head_dim > 256 {
-        return Err(Error::UnsupportedConfig(format!("head_dim {} > 256", spec.head_dim)));
+    if spec.head_dim > 256 || spec.head_dim % 2 != 0 {
+        return Err(Error::UnsupportedConfig(format!("head_dim {} (attention takes even sizes up to 256)", spec.head_dim)));
     }
     if let Some(m) = &spec.moe {
         if m.num_experts > 256 {
@@ -334,13 +350,19 @@ impl GpuModel {
         let expert_inter = moe.as_ref().map_or(8, |m| m.expert_intermediate);
         let n_experts = moe.as_ref().map_or(1, |m| m.num_experts);
         let f = |n: usize| (n * 4) as u64;
+        let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
+        cache::check_layout(heads, options.context, options.kv_dtype, gpu.caps.max_binding)?;
+        let split_len = split_len(heads, options.context, gpu.caps.max_binding);
         let acts = Activations {
             tokens: gpu.storage("tokens", f(b)),
             targets: gpu.storage("targets", f(b)),
             x: gpu.storage("x", f(b * h)),
             hn: gpu.storage("hn", f(b * h)),
             q: gpu.storage("q", f(b * spec.q_dim())),
+            k: gpu.storage("k", f(b * spec.kv_dim())),
+            v: gpu.storage("v", f(b * spec.kv_dim())),
             attn: gpu.storage("attn", f(b * spec.q_dim())),
+            attn_partial: gpu.storage("attention partials", partial_bytes(heads, options.context, split_len)),
             gu: gpu.storage("gu", f(b * 2 * inter_max)),
             mh: gpu.storage("mh", f(b * inter_max)),
             router_logits: gpu.storage("router logits", f(b * n_experts)),
@@ -368,13 +390,6 @@ impl GpuModel {
         let (cos, sin) = rope_tables(spec.rope_theta, spec.head_dim, options.context);
         let cos = gpu.upload("rope cos", bytemuck::cast_slice(&cos));
         let sin = gpu.upload("rope sin", bytemuck::cast_slice(&sin));
-        let kv_bytes = f(options.context * spec.kv_dim());
-        if kv_bytes > gpu.caps.max_binding {
-            return Err(Error::UnsupportedConfig(format!(
-                "a context of {} tokens needs {kv_bytes}-byte KV buffers, over the binding limit {}",
-                options.context, gpu.caps.max_binding
-            )));
-        }
 
         let moe_layers: Vec<usize> = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).collect();
         let predicted = PredictedRouting::default();
@@ -419,8 +434,6 @@ impl GpuModel {
         let mut layers = Vec::with_capacity(spec.layers);
         for i in 0..spec.layers {
             let w = layer_weights::layer(ckpt, spec, i)?;
-            let k_cache = gpu.storage("k cache", kv_bytes);
-            let v_cache = gpu.storage("v cache", kv_bytes);
             let eps = spec.rms_eps;
             let attn_norm = bld.norm(
                 &w.input_norm,
@@ -433,11 +446,9 @@ impl GpuModel {
             let q_out = MatMulOut::plain(spec.q_dim());
             let q =
                 bld.projection("q", &w.attn.q, bias.map(|b| &b[0]), &acts.hn, &acts.q, q_out, (i, LoraTarget::Q))?;
-            let cache_out = MatMulOut { at_cache_pos: true, ..MatMulOut::plain(spec.kv_dim()) };
-            let k =
-                bld.projection("k", &w.attn.k, bias.map(|b| &b[1]), &acts.hn, &k_cache, cache_out, (i, LoraTarget::K))?;
-            let v =
-                bld.projection("v", &w.attn.v, bias.map(|b| &b[2]), &acts.hn, &v_cache, cache_out, (i, LoraTarget::V))?;
+            let kv_out = MatMulOut::plain(spec.kv_dim());
+            let k = bld.projection("k", &w.attn.k, bias.map(|b| &b[1]), &acts.hn, &acts.k, kv_out, (i, LoraTarget::K))?;
+            let v = bld.projection("v", &w.attn.v, bias.map(|b| &b[2]), &acts.hn, &acts.v, kv_out, (i, LoraTarget::V))?;
             let qk_norm = w.attn.qk_norm.as_ref().map(|[qn, kn]| {
                 let (q_rows, k_rows, n) = match spec.qk_norm {
                     QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
@@ -446,13 +457,11 @@ impl GpuModel {
                 let (qn_n, kn_n) = if n == 0 { (spec.q_dim(), spec.kv_dim()) } else { (n, n) };
                 (
                     bld.norm(qn, &acts.q, None, NormRows { n: qn_n, rows_per_token: q_rows, at_cache_pos: false }, eps),
-                    bld.norm(kn, &k_cache, None, NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: true }, eps),
+                    bld.norm(kn, &acts.k, None, NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: false }, eps),
                 )
             });
             let rope_q = Rope::new(&gpu, &step.buffer, (&cos, &sin), &acts.q, spec.heads, spec.head_dim, false);
-            let rope_k = Rope::new(&gpu, &step.buffer, (&cos, &sin), &k_cache, spec.kv_heads, spec.head_dim, true);
-            let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
-            let attention = Attention::new(&gpu, &step.buffer, &acts.q, &k_cache, &v_cache, &acts.attn, heads);
+            let rope_k = Rope::new(&gpu, &step.buffer, (&cos, &sin), &acts.k, spec.kv_heads, spec.head_dim, false);
             let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
             let o = bld.projection("o", &w.attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
             let ffn_norm = bld.norm(
@@ -513,9 +522,7 @@ impl GpuModel {
                     Ffn::Moe(Box::new(MoeFfn { router, topk, experts: expert_ffn, shared, combine }))
                 }
             };
-            bld.buffers.push(k_cache);
-            bld.buffers.push(v_cache);
-            layers.push(Layer { attn_norm, q, k, v, qk_norm, rope_q, rope_k, attention, o, ffn_norm, ffn });
+            layers.push(Layer { attn_norm, q, k, v, qk_norm, rope_q, rope_k, o, ffn_norm, ffn });
         }
         let final_norm = bld.norm(
             &final_norm_w,
@@ -530,6 +537,7 @@ impl GpuModel {
             TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
         let readback = Readback::new(&gpu, f(spec.vocab.max(b)));
         let routing_readback = Readback::new(&gpu, f(b * top_k));
+        let attention_merge = AttentionMerge::new(&gpu, &step.buffer, &acts.attn_partial, &acts.attn, heads, split_len);
         let Builder { mut buffers, matrices, lora, .. } = bld;
         buffers.extend(lora.map(|l| l.tmp));
         buffers.push(cos);
@@ -549,6 +557,10 @@ impl GpuModel {
             token_logprob,
             readback,
             routing_readback,
+            split_len,
+            attention_merge,
+            kv_ledger: cache::KvLedger::new(options.kv_budget),
+            last_step_end: Mutex::new(None),
             _buffers: buffers,
             _matrices: matrices,
             experts: residency.map(Mutex::new),
@@ -571,6 +583,11 @@ impl GpuModel {
     /// The GPU context.
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
+    }
+
+    /// The attention head layout.
+    fn heads(&self) -> Heads {
+        Heads { n_heads: self.spec.heads, n_kv_heads: self.spec.kv_heads, head_dim: self.spec.head_dim }
     }
 
     /// Where a [`PrefetchKind::Prerouter`] predictor reads its predictions (written after each

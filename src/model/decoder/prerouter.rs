@@ -71,9 +71,9 @@ pub(super) struct DecoderPrerouter {
 }
 
 impl DecoderPrerouter {
-    /// At a sequence start (position 0) forgets the previous sequence.
-    pub(super) fn begin_step(&self, gpu: &Gpu, pos: usize) {
-        if pos == 0 {
+    /// Forgets the history unless the step `continues` the sequence of the previous step.
+    pub(super) fn begin_step(&self, gpu: &Gpu, continues: bool) {
+        if !continues {
             self.history.reset(gpu);
             self.ready.store(false, Ordering::Relaxed);
         }

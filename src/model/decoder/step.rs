@@ -4,7 +4,7 @@
 //! into slots (in waves when they exceed the budget), and recording resumes; otherwise the
 //! whole step is one submission.
 
-use super::{Ffn, GpuModel, MoeFfn, StepOutput, StepResult};
+use super::{Ffn, GpuModel, MoeFfn, SequenceCache, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertResidency;
@@ -33,11 +33,22 @@ impl Recording {
 }
 
 impl GpuModel {
-    /// Runs `tokens` (at most `max_batch`) at positions `pos..`, extending the KV cache, and
-    /// returns what `output` asks for. `phase` tells the expert cache whether this is prompt
-    /// processing or generation.
-    pub fn step(&self, tokens: &[u32], pos: usize, phase: Phase, output: StepOutput<'_>) -> Result<StepResult> {
+    /// Runs `tokens` (at most `max_batch`) at positions `pos..` of the sequence held by
+    /// `cache` (whose positions `..pos` must hold that sequence), extending it, and returns what
+    /// `output` asks for. `phase` tells the expert cache whether this is prompt processing or
+    /// generation.
+    pub fn step(
+        &self,
+        cache: &SequenceCache,
+        tokens: &[u32],
+        pos: usize,
+        phase: Phase,
+        output: StepOutput<'_>,
+    ) -> Result<StepResult> {
         let n = tokens.len();
+        if !self.owns(cache) {
+            return Err(Error::InvalidArgument("the sequence cache belongs to another model".into()));
+        }
         if n == 0 || n > self.options.max_batch {
             return Err(Error::InvalidArgument(format!("step of {n} tokens (1..={} allowed)", self.options.max_batch)));
         }
@@ -64,9 +75,14 @@ impl GpuModel {
             r.begin_step(phase, n);
         }
         let prerouter = self.prerouter.as_ref();
+        let mut last_end = self.last_step_end.lock().expect("last step lock");
         if let Some(p) = prerouter {
-            p.begin_step(gpu, pos);
+            // The heads' history holds the previous token of this sequence only when the last
+            // step ran on it and ended right here.
+            p.begin_step(gpu, *last_end == Some((cache.id(), pos)));
         }
+        *last_end = Some((cache.id(), pos + n));
+        drop(last_end);
         let mut observer = self.observer.lock().expect("observer lock");
         let observing = observer.is_some();
         let mut rec = Recording::new(&gpu.device);
@@ -82,7 +98,7 @@ impl GpuModel {
             }
             l.rope_q.record(gpu, rec.pass(), n);
             l.rope_k.record(gpu, rec.pass(), n);
-            l.attention.record(gpu, rec.pass(), n);
+            self.record_attention(cache, i, rec.pass(), n, pos + n);
             l.o.record(gpu, rec.pass(), n);
             l.ffn_norm.record(gpu, rec.pass(), n);
             match &l.ffn {

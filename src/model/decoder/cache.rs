@@ -1,0 +1,208 @@
+//! One sequence's state on the GPU: every layer's cache, and the kernels bound to it (the
+//! store of the step's keys/values and the attention that reads them). Several sequences may
+//! exist at once; a step runs on one of them. Everything else a step touches (weights,
+//! activations, the split-attention partials) is shared, since steps run one at a time.
+//!
+//! Each layer's cache is a [`LayerCache`], one variant per attention kind, so kinds with other
+//! state (a latent cache, a ring window, a recurrent state) slot in beside grouped attention.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::GpuModel;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::ops::attention::{is_split, Attention, Heads};
+use crate::ops::kv_store::{KvChunk, KvDtype, KvStore};
+
+/// GPU memory set aside for the caches of every live sequence: caches reserve their bytes when
+/// created and give them back when dropped.
+#[derive(Debug)]
+pub(super) struct KvLedger {
+    limit: u64,
+    used: AtomicU64,
+}
+
+impl KvLedger {
+    pub(super) fn new(limit: u64) -> Arc<KvLedger> {
+        Arc::new(KvLedger { limit, used: AtomicU64::new(0) })
+    }
+
+    /// Reserves `bytes`, or says why not (before anything is allocated).
+    fn reserve(&self, bytes: u64) -> Result<()> {
+        let mut used = self.used.load(Ordering::Relaxed);
+        loop {
+            let available = self.limit.saturating_sub(used);
+            if bytes > available {
+                return Err(Error::KvCacheTooLarge { what: "one more sequence".into(), needed: bytes, available });
+            }
+            match self.used.compare_exchange(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    fn release(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+}
+
+/// A sequence's caches for every layer, bound to the model that made it
+/// ([`GpuModel::new_cache`]).
+pub struct SequenceCache {
+    id: u64,
+    layers: Vec<LayerCache>,
+    bytes: u64,
+    ledger: Arc<KvLedger>,
+}
+
+/// One layer's sequence state, by attention kind.
+pub enum LayerCache {
+    /// Grouped-query attention (MHA, GQA, MQA): keys and values of every position.
+    Grouped(GroupedCache),
+}
+
+/// Keys and values of one grouped-attention layer, split by KV heads into chunks that each fit
+/// a binding, with the kernels writing and reading them.
+pub struct GroupedCache {
+    chunks: Vec<GroupedChunk>,
+}
+
+struct GroupedChunk {
+    store: KvStore,
+    attention: Attention,
+    _k: wgpu::Buffer,
+    _v: wgpu::Buffer,
+}
+
+impl SequenceCache {
+    /// Identifies the sequence (unique within the process).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// GPU bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub(super) fn layer(&self, i: usize) -> &LayerCache {
+        &self.layers[i]
+    }
+}
+
+impl Drop for SequenceCache {
+    fn drop(&mut self) {
+        self.ledger.release(self.bytes);
+    }
+}
+
+impl LayerCache {
+    /// Records the store of the step's keys/values and the attention of its queries (`kv_len`
+    /// keys after the step).
+    pub(super) fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize, kv_len: usize) {
+        match self {
+            LayerCache::Grouped(g) => {
+                for c in &g.chunks {
+                    c.store.record(gpu, pass, n);
+                }
+                for c in &g.chunks {
+                    c.attention.record(gpu, pass, n, kv_len);
+                }
+            }
+        }
+    }
+}
+
+/// KV heads per chunk so that one chunk's keys fit `max_binding` bytes.
+fn heads_per_chunk(heads: Heads, context: usize, dtype: KvDtype, max_binding: u64) -> Result<usize> {
+    let per_head = (context * heads.head_dim * dtype.bytes()) as u64;
+    let n = (max_binding / per_head.max(1)) as usize;
+    if n == 0 {
+        return Err(Error::UnsupportedConfig(format!(
+            "a context of {context} positions needs {per_head} bytes per KV head, over the binding limit {max_binding}"
+        )));
+    }
+    Ok(n.min(heads.n_kv_heads))
+}
+
+/// Bytes of one sequence's caches: K and V of every layer.
+pub fn sequence_bytes(layers: usize, kv_dim: usize, context: usize, dtype: KvDtype) -> u64 {
+    (2 * layers * kv_dim * context * dtype.bytes()) as u64
+}
+
+/// Checks that grouped caches of `context` positions can be laid out within the binding limit.
+pub(super) fn check_layout(heads: Heads, context: usize, dtype: KvDtype, max_binding: u64) -> Result<()> {
+    heads_per_chunk(heads, context, dtype, max_binding).map(|_| ())
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl GpuModel {
+    /// A new, empty sequence cache of the model's context, reserved from the KV memory budget
+    /// (a [`Error::KvCacheTooLarge`] when it does not fit, before anything is allocated).
+    pub fn new_cache(&self) -> Result<SequenceCache> {
+        let spec = &self.spec;
+        let (context, dtype) = (self.options.context, self.options.kv_dtype);
+        let bytes = sequence_bytes(spec.layers, spec.kv_dim(), context, dtype);
+        self.kv_ledger.reserve(bytes)?;
+        let gpu = &*self.gpu;
+        let heads = self.heads();
+        let per_chunk = match heads_per_chunk(heads, context, dtype, gpu.caps.max_binding) {
+            Ok(n) => n,
+            Err(e) => {
+                self.kv_ledger.release(bytes);
+                return Err(e);
+            }
+        };
+        let acts = &self.acts;
+        let layers = (0..spec.layers)
+            .map(|_| {
+                let chunks = (0..heads.n_kv_heads)
+                    .step_by(per_chunk)
+                    .map(|kv_head0| {
+                        let n = per_chunk.min(heads.n_kv_heads - kv_head0);
+                        let chunk_bytes = (n * context * heads.head_dim * dtype.bytes()) as u64;
+                        let k = gpu.storage("k cache", chunk_bytes);
+                        let v = gpu.storage("v cache", chunk_bytes);
+                        let chunk = KvChunk { k: &k, v: &v, kv_head0, heads: n, context, dtype };
+                        let store = KvStore::new(gpu, &self.step.buffer, (&acts.k, &acts.v), chunk, heads.n_kv_heads, heads.head_dim);
+                        let attention = Attention::new(
+                            gpu,
+                            &self.step.buffer,
+                            &acts.q,
+                            chunk,
+                            (&acts.attn, &acts.attn_partial),
+                            heads,
+                            self.split_len,
+                        );
+                        GroupedChunk { store, attention, _k: k, _v: v }
+                    })
+                    .collect();
+                LayerCache::Grouped(GroupedCache { chunks })
+            })
+            .collect();
+        Ok(SequenceCache { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), layers, bytes, ledger: self.kv_ledger.clone() })
+    }
+
+    /// Whether `cache` was made by this model (its kernels are bound to this model's buffers).
+    pub fn owns(&self, cache: &SequenceCache) -> bool {
+        Arc::ptr_eq(&cache.ledger, &self.kv_ledger)
+    }
+
+    /// Records layer `layer`'s attention on `cache` for a step of `n` tokens ending at `kv_len`.
+    pub(super) fn record_attention(
+        &self,
+        cache: &SequenceCache,
+        layer: usize,
+        pass: &mut wgpu::ComputePass<'_>,
+        n: usize,
+        kv_len: usize,
+    ) {
+        cache.layer(layer).record(&self.gpu, pass, n, kv_len);
+        if is_split(n, kv_len, self.split_len) {
+            self.attention_merge.record(&self.gpu, pass);
+        }
+    }
+}

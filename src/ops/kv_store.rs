@@ -1,0 +1,94 @@
+//! Writing a step's keys and values into one chunk of a sequence's KV cache, in the cache's
+//! element type ([`KvDtype`]), head-major (see `shaders/kv_store.wgsl`).
+
+use super::{groups64, params};
+use crate::gpu::{Gpu, Kernel};
+
+/// Element type of the KV cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvDtype {
+    /// Half precision (two per u32, packed and unpacked in f32 arithmetic): the default, half
+    /// the memory and half the bytes read per decode step.
+    #[default]
+    F16,
+    /// Single precision: bit-comparable with the f32 reference.
+    F32,
+}
+
+impl KvDtype {
+    /// Bytes of one cached element.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvDtype::F16 => 2,
+            KvDtype::F32 => 4,
+        }
+    }
+
+    /// The shader define selecting this element type.
+    pub(crate) fn defines(self) -> &'static [&'static str] {
+        match self {
+            KvDtype::F16 => &["F16"],
+            KvDtype::F32 => &[],
+        }
+    }
+
+    /// `"f16"` or `"f32"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F16 => "f16",
+            KvDtype::F32 => "f32",
+        }
+    }
+}
+
+/// One chunk of a layer's KV cache: KV heads `kv_head0 .. kv_head0 + heads`, `context`
+/// positions each, in `k` and `v` (each within the binding limit).
+#[derive(Clone, Copy)]
+pub struct KvChunk<'a> {
+    /// Keys.
+    pub k: &'a wgpu::Buffer,
+    /// Values.
+    pub v: &'a wgpu::Buffer,
+    /// First KV head held.
+    pub kv_head0: usize,
+    /// KV heads held.
+    pub heads: usize,
+    /// Positions per head.
+    pub context: usize,
+    /// Element type.
+    pub dtype: KvDtype,
+}
+
+/// A bound store of the step's `k`/`v` rows into one chunk.
+pub struct KvStore {
+    kernel: Kernel,
+    pairs_per_token: usize,
+}
+
+impl KvStore {
+    /// Binds `k` and `v` (`[tokens, n_kv_heads * head_dim]` f32) to `chunk`.
+    pub fn new(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        (k, v): (&wgpu::Buffer, &wgpu::Buffer),
+        chunk: KvChunk<'_>,
+        n_kv_heads: usize,
+        head_dim: usize,
+    ) -> KvStore {
+        let p = params(&[
+            (n_kv_heads * head_dim) as u32,
+            head_dim as u32,
+            chunk.kv_head0 as u32,
+            chunk.heads as u32,
+            chunk.context as u32,
+        ]);
+        let storage = [k.into(), v.into(), chunk.k.into(), chunk.v.into()];
+        let kernel = Kernel::new(gpu, "kv_store", chunk.dtype.defines(), step, &p, &storage);
+        KvStore { kernel, pairs_per_token: chunk.heads * head_dim / 2 }
+    }
+
+    /// Records the store of `n_tokens` rows.
+    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+        self.kernel.dispatch(pass, groups64(n_tokens * self.pairs_per_token), gpu.caps.max_workgroups_per_dim);
+    }
+}

@@ -1,0 +1,48 @@
+//! A sequence kept between calls: its tokens and its KV cache on the GPU, so that appending a
+//! turn processes only the new tokens ([`super::Engine::generate_in`]).
+
+use crate::model::decoder::SequenceCache;
+
+/// One conversation's state: the token history and the caches holding it. Made by
+/// [`super::Engine::new_session`]; usable only with the engine that made it. Each session
+/// owns its own caches (reserved from the engine's KV budget, given back when dropped).
+pub struct Session {
+    pub(super) cache: SequenceCache,
+    pub(super) tokens: Vec<u32>,
+    /// Leading tokens whose keys and values the cache holds.
+    pub(super) cached: usize,
+}
+
+impl Session {
+    pub(super) fn new(cache: SequenceCache) -> Session {
+        Session { cache, tokens: Vec::new(), cached: 0 }
+    }
+
+    /// Every token of the sequence so far: prompts and generated tokens (end-of-sequence
+    /// tokens that stopped a generation are not part of it).
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Length of the sequence.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether the sequence is empty.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Keeps the first `len` tokens (rollback, e.g. to regenerate an answer); the cache of the
+    /// kept prefix stays valid. Longer `len` changes nothing.
+    pub fn truncate(&mut self, len: usize) {
+        self.tokens.truncate(len);
+        self.cached = self.cached.min(len);
+    }
+
+    /// GPU bytes of the session's caches.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache.bytes()
+    }
+}
