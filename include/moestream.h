@@ -43,6 +43,9 @@
 // A loaded model (opaque).
 typedef struct MoestreamEngine MoestreamEngine;
 
+// A sequence and its KV cache (opaque), usable only with the engine that made it.
+typedef struct MoestreamSession MoestreamSession;
+
 // How to load a model; fill with `moestream_load_options_default`, then set `model_dir`.
 typedef struct MoestreamLoadOptions {
   // Model directory (Hugging Face layout or converted), UTF-8. Required.
@@ -85,8 +88,10 @@ typedef bool (*MoestreamTokenCallback)(void *user_data, uint32_t token, const ch
 
 // Figures of one generation.
 typedef struct MoestreamStats {
-  // Prompt length in tokens.
+  // Prompt length in tokens (for a session: the whole conversation's).
   uint32_t prompt_tokens;
+  // Prompt tokens whose KV cache the session already held (not prefilled again).
+  uint32_t reused_tokens;
   // Tokens generated.
   uint32_t generated_tokens;
   // Prompt tokens per second.
@@ -143,15 +148,17 @@ void moestream_engine_free(struct MoestreamEngine *engine);
 // `options` is NULL or points to writable memory for one `MoestreamGenerateOptions`.
 void moestream_generate_options_default(struct MoestreamGenerateOptions *options);
 
-// Generates after `prompt` (text, tokenized with the model's special tokens), calling
-// `callback` per token. Returns the generated text (free with `moestream_string_free`), or NULL
-// on failure (see `moestream_last_error`). `options` NULL = defaults; `callback` and `stats` may
-// be NULL.
+// Generates after `prompt`, calling `callback` per token. Without a session (NULL) the prompt
+// starts a new sequence (tokenized with the model's special tokens); with one, it is appended to
+// the session's tokens (as written) and only it is prefilled, and the generated tokens join the
+// session. Returns the generated text (free with `moestream_string_free`), or NULL on failure
+// (see `moestream_last_error`). `options` NULL = defaults; `callback` and `stats` may be NULL.
 //
 // # Safety
-// `engine` is a live handle; `prompt` NUL-terminated; `options`/`stats` NULL or valid;
-// `callback` safe to call with `user_data`.
+// `engine` is a live handle; `session` NULL or a live handle of that engine; `prompt`
+// NUL-terminated; `options`/`stats` NULL or valid; `callback` safe to call with `user_data`.
 char *moestream_generate(struct MoestreamEngine *engine,
+                         struct MoestreamSession *session,
                          const char *prompt,
                          const struct MoestreamGenerateOptions *options,
                          MoestreamTokenCallback callback,
@@ -160,12 +167,15 @@ char *moestream_generate(struct MoestreamEngine *engine,
 
 // Generates the assistant's reply to `messages_json`, a JSON array of `{"role": "system" |
 // "user" | "assistant" | "tool", "content": "..."}`, rendered with the model's chat template;
-// stops at the template's end-of-turn tokens. Returns the reply (free with
-// `moestream_string_free`) or NULL on failure; `callback` gets the text as it is generated.
+// stops at the template's end-of-turn tokens. With a session, the KV cache of the longest
+// prefix it shares with this conversation (the earlier turns) is reused and only the rest is
+// prefilled; NULL uses a fresh sequence. Returns the reply (free with `moestream_string_free`)
+// or NULL on failure; `callback` gets the text as it is generated (`token` is `UINT32_MAX`).
 //
 // # Safety
 // As `moestream_generate`; `messages_json` NUL-terminated.
 char *moestream_chat(struct MoestreamEngine *engine,
+                     struct MoestreamSession *session,
                      const char *messages_json,
                      const struct MoestreamGenerateOptions *options,
                      MoestreamTokenCallback callback,
@@ -195,6 +205,32 @@ int32_t moestream_score(struct MoestreamEngine *engine,
                         size_t n,
                         float *logprobs,
                         double *perplexity);
+
+// A new empty session of `engine`; NULL on failure (e.g. its KV cache does not fit beside the
+// live sessions). Free with `moestream_session_free` before freeing the engine.
+//
+// # Safety
+// `engine` is a live handle.
+struct MoestreamSession *moestream_session_new(struct MoestreamEngine *engine);
+
+// Frees a session (NULL is ignored).
+//
+// # Safety
+// `session` is NULL or a handle from `moestream_session_new`, not yet freed.
+void moestream_session_free(struct MoestreamSession *session);
+
+// Tokens in the session (prompts and generated tokens so far); 0 for NULL.
+//
+// # Safety
+// `session` is NULL or a live handle.
+size_t moestream_session_len(const struct MoestreamSession *session);
+
+// Keeps the first `len` tokens (to regenerate a reply, or forget the conversation with 0); the
+// cache of the kept prefix stays valid. Returns 0, or -1 when `session` is NULL.
+//
+// # Safety
+// `session` is NULL or a live handle.
+int32_t moestream_session_truncate(struct MoestreamSession *session, size_t len);
 
 // The message of the last failed call on this thread, or NULL when none failed yet. Valid
 // until the next failing call on the same thread; do not free it.
@@ -234,15 +270,17 @@ void moestream_engine_free(struct MoestreamEngine *engine);
 // `options` is NULL or points to writable memory for one `MoestreamGenerateOptions`.
 void moestream_generate_options_default(struct MoestreamGenerateOptions *options);
 
-// Generates after `prompt` (text, tokenized with the model's special tokens), calling
-// `callback` per token. Returns the generated text (free with `moestream_string_free`), or NULL
-// on failure (see `moestream_last_error`). `options` NULL = defaults; `callback` and `stats` may
-// be NULL.
+// Generates after `prompt`, calling `callback` per token. Without a session (NULL) the prompt
+// starts a new sequence (tokenized with the model's special tokens); with one, it is appended to
+// the session's tokens (as written) and only it is prefilled, and the generated tokens join the
+// session. Returns the generated text (free with `moestream_string_free`), or NULL on failure
+// (see `moestream_last_error`). `options` NULL = defaults; `callback` and `stats` may be NULL.
 //
 // # Safety
-// `engine` is a live handle; `prompt` NUL-terminated; `options`/`stats` NULL or valid;
-// `callback` safe to call with `user_data`.
+// `engine` is a live handle; `session` NULL or a live handle of that engine; `prompt`
+// NUL-terminated; `options`/`stats` NULL or valid; `callback` safe to call with `user_data`.
 char *moestream_generate(struct MoestreamEngine *engine,
+                         struct MoestreamSession *session,
                          const char *prompt,
                          const struct MoestreamGenerateOptions *options,
                          MoestreamTokenCallback callback,
@@ -251,12 +289,15 @@ char *moestream_generate(struct MoestreamEngine *engine,
 
 // Generates the assistant's reply to `messages_json`, a JSON array of `{"role": "system" |
 // "user" | "assistant" | "tool", "content": "..."}`, rendered with the model's chat template;
-// stops at the template's end-of-turn tokens. Returns the reply (free with
-// `moestream_string_free`) or NULL on failure; `callback` gets the text as it is generated.
+// stops at the template's end-of-turn tokens. With a session, the KV cache of the longest
+// prefix it shares with this conversation (the earlier turns) is reused and only the rest is
+// prefilled; NULL uses a fresh sequence. Returns the reply (free with `moestream_string_free`)
+// or NULL on failure; `callback` gets the text as it is generated (`token` is `UINT32_MAX`).
 //
 // # Safety
 // As `moestream_generate`; `messages_json` NUL-terminated.
 char *moestream_chat(struct MoestreamEngine *engine,
+                     struct MoestreamSession *session,
                      const char *messages_json,
                      const struct MoestreamGenerateOptions *options,
                      MoestreamTokenCallback callback,
@@ -286,6 +327,32 @@ int32_t moestream_score(struct MoestreamEngine *engine,
                         size_t n,
                         float *logprobs,
                         double *perplexity);
+
+// A new empty session of `engine`; NULL on failure (e.g. its KV cache does not fit beside the
+// live sessions). Free with `moestream_session_free` before freeing the engine.
+//
+// # Safety
+// `engine` is a live handle.
+struct MoestreamSession *moestream_session_new(struct MoestreamEngine *engine);
+
+// Frees a session (NULL is ignored).
+//
+// # Safety
+// `session` is NULL or a handle from `moestream_session_new`, not yet freed.
+void moestream_session_free(struct MoestreamSession *session);
+
+// Tokens in the session (prompts and generated tokens so far); 0 for NULL.
+//
+// # Safety
+// `session` is NULL or a live handle.
+size_t moestream_session_len(const struct MoestreamSession *session);
+
+// Keeps the first `len` tokens (to regenerate a reply, or forget the conversation with 0); the
+// cache of the kept prefix stays valid. Returns 0, or -1 when `session` is NULL.
+//
+// # Safety
+// `session` is NULL or a live handle.
+int32_t moestream_session_truncate(struct MoestreamSession *session, size_t len);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,5 +1,5 @@
 //! `moestream serve` over real HTTP on localhost, as a client sees it: the endpoints, streaming
-//! (== the non-streamed reply), stop strings, seeds, concurrent requests on one engine, a client
+//! (== the non-streamed reply), stop strings, KV reuse across turns, seeds, concurrent requests on one engine, a client
 //! that disconnects mid-stream stopping its generation, and every bad input answered with a 4xx
 //! and an OpenAI-style error object while the server keeps running.
 #![cfg(feature = "serve")]
@@ -158,6 +158,17 @@ fn openai_compatible_server() {
     let n = events.len();
     assert_eq!(events[n - 2]["choices"][0]["finish_reason"], finish);
     assert_eq!(events[n - 1]["usage"], r["usage"]);
+
+    // The next turn of that conversation reuses the KV cache of the turns before.
+    let reused_before = server.metric("moestream_reused_prompt_tokens_total");
+    let mut next = chat.clone();
+    next["messages"].as_array_mut().unwrap().extend([
+        json!({"role": "assistant", "content": reply}),
+        json!({"role": "user", "content": "And then?"}),
+    ]);
+    server.post_json("/v1/chat/completions", next);
+    let reused = server.metric("moestream_reused_prompt_tokens_total") - reused_before;
+    assert!(reused >= p as f64 - 1.0, "the follow-up reuses the first turn's {p} prompt tokens, reused {reused}");
 
     // Seeds make sampling reproducible.
     let sampled = json!({"prompt": "The jury said", "max_tokens": 12, "temperature": 1.0, "top_p": 0.9, "seed": 42, "ignore_eos": true});

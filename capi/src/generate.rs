@@ -3,11 +3,12 @@
 use std::ffi::{c_char, c_void, CString};
 
 use moestream::chat::{complete, ChatMessage, CompletionRequest, FinishReason, RenderOptions};
-use moestream::runtime::{GenerateOptions, Generation, SamplingParams};
+use moestream::runtime::{GenerateOptions, Generation, SamplingParams, Session};
 use moestream::{Error, Result};
 
 use crate::boundary::{guard, owned_string, str_arg};
 use crate::engine::{engine_ref, MoestreamEngine};
+use crate::session::MoestreamSession;
 
 /// Called with each new piece of text: `token` is its token id (`UINT32_MAX` from
 /// `moestream_chat`, whose text pieces may span tokens), `text` the piece (NUL-terminated,
@@ -33,8 +34,10 @@ pub struct MoestreamGenerateOptions {
 /// Figures of one generation.
 #[repr(C)]
 pub struct MoestreamStats {
-    /// Prompt length in tokens.
+    /// Prompt length in tokens (for a session: the whole conversation's).
     pub prompt_tokens: u32,
+    /// Prompt tokens whose KV cache the session already held (not prefilled again).
+    pub reused_tokens: u32,
     /// Tokens generated.
     pub generated_tokens: u32,
     /// Prompt tokens per second.
@@ -60,17 +63,19 @@ pub unsafe extern "C" fn moestream_generate_options_default(options: *mut Moestr
     }
 }
 
-/// Generates after `prompt` (text, tokenized with the model's special tokens), calling
-/// `callback` per token. Returns the generated text (free with `moestream_string_free`), or NULL
-/// on failure (see `moestream_last_error`). `options` NULL = defaults; `callback` and `stats` may
-/// be NULL.
+/// Generates after `prompt`, calling `callback` per token. Without a session (NULL) the prompt
+/// starts a new sequence (tokenized with the model's special tokens); with one, it is appended to
+/// the session's tokens (as written) and only it is prefilled, and the generated tokens join the
+/// session. Returns the generated text (free with `moestream_string_free`), or NULL on failure
+/// (see `moestream_last_error`). `options` NULL = defaults; `callback` and `stats` may be NULL.
 ///
 /// # Safety
-/// `engine` is a live handle; `prompt` NUL-terminated; `options`/`stats` NULL or valid;
-/// `callback` safe to call with `user_data`.
+/// `engine` is a live handle; `session` NULL or a live handle of that engine; `prompt`
+/// NUL-terminated; `options`/`stats` NULL or valid; `callback` safe to call with `user_data`.
 #[no_mangle]
 pub unsafe extern "C" fn moestream_generate(
     engine: *mut MoestreamEngine,
+    session: *mut MoestreamSession,
     prompt: *const c_char,
     options: *const MoestreamGenerateOptions,
     callback: MoestreamTokenCallback,
@@ -79,13 +84,22 @@ pub unsafe extern "C" fn moestream_generate(
 ) -> *mut c_char {
     guard(std::ptr::null_mut(), || {
         let e = engine_ref(engine)?;
-        let tokens = e.engine.encode(str_arg(prompt, "prompt")?)?;
+        let prompt = str_arg(prompt, "prompt")?;
+        let options = generate_options(options)?;
         let mut cancelled = false;
-        let g = e.engine.generate(&tokens, &generate_options(options)?, |id, piece| {
+        let on_token = |id, piece: &str| {
             let go_on = call(callback, user_data, id, piece);
             cancelled |= !go_on;
             go_on
-        })?;
+        };
+        let g = match session.as_mut() {
+            None => e.engine.generate(&e.engine.encode(prompt)?, &options, on_token)?,
+            Some(s) if s.session.is_empty() => e.engine.generate_in(&mut s.session, &e.engine.encode(prompt)?, &options, on_token)?,
+            Some(s) => {
+                let tokenizer = e.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?;
+                e.engine.generate_in(&mut s.session, &tokenizer.encode_raw(prompt)?, &options, on_token)?
+            }
+        };
         write_stats(stats, &g, cancelled);
         Ok(owned_string(g.text))
     })
@@ -93,14 +107,17 @@ pub unsafe extern "C" fn moestream_generate(
 
 /// Generates the assistant's reply to `messages_json`, a JSON array of `{"role": "system" |
 /// "user" | "assistant" | "tool", "content": "..."}`, rendered with the model's chat template;
-/// stops at the template's end-of-turn tokens. Returns the reply (free with
-/// `moestream_string_free`) or NULL on failure; `callback` gets the text as it is generated.
+/// stops at the template's end-of-turn tokens. With a session, the KV cache of the longest
+/// prefix it shares with this conversation (the earlier turns) is reused and only the rest is
+/// prefilled; NULL uses a fresh sequence. Returns the reply (free with `moestream_string_free`)
+/// or NULL on failure; `callback` gets the text as it is generated (`token` is `UINT32_MAX`).
 ///
 /// # Safety
 /// As `moestream_generate`; `messages_json` NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn moestream_chat(
     engine: *mut MoestreamEngine,
+    session: *mut MoestreamSession,
     messages_json: *const c_char,
     options: *const MoestreamGenerateOptions,
     callback: MoestreamTokenCallback,
@@ -117,7 +134,12 @@ pub unsafe extern "C" fn moestream_chat(
         let prompt = tokenizer.encode_raw(&text)?;
         let request =
             CompletionRequest { options: generate_options(options)?, stop_tokens: e.end_of_turn.clone(), stop_strings: Vec::new() };
-        let c = complete(&e.engine, &prompt, &request, |piece| call(callback, user_data, u32::MAX, piece))?;
+        let mut fresh: Option<Session> = None;
+        let session = match session.as_mut() {
+            Some(s) => &mut s.session,
+            None => fresh.insert(e.engine.new_session()?),
+        };
+        let c = complete(&e.engine, session, &prompt, &request, |piece| call(callback, user_data, u32::MAX, piece))?;
         write_stats(stats, &c.generation, c.finish_reason == FinishReason::Cancelled);
         Ok(owned_string(c.text))
     })
@@ -143,6 +165,7 @@ unsafe fn write_stats(stats: *mut MoestreamStats, g: &Generation, cancelled: boo
     if let Some(s) = stats.as_mut() {
         *s = MoestreamStats {
             prompt_tokens: g.prompt_tokens.len() as u32,
+            reused_tokens: g.stats.reused_tokens as u32,
             generated_tokens: g.tokens.len() as u32,
             prefill_tokens_per_s: g.stats.prefill_tokens_per_s,
             decode_tokens_per_s: g.stats.decode_tokens_per_s,

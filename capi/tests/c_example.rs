@@ -38,6 +38,9 @@ fn c_example_loads_the_bundled_model_and_generates() {
     assert!(stdout.contains("bad model dir: "), "{stdout}");
     assert!(stdout.contains("generated at") && stdout.contains("cancelled=1"), "the callback stops after 8 tokens:\n{stdout}");
     assert!(stdout.contains(" prompt tokens, 8 generated"), "{stdout}");
+    let turn2 = stdout.lines().find(|l| l.starts_with("[turn 2: ")).expect("a second chat turn");
+    let reused: u32 = turn2.split(", ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(reused > 10, "the session reuses the first turn's KV cache: {turn2}");
     assert!(stdout.contains("perplexity"), "{stdout}");
     assert!(stdout.contains("bad messages: invalid argument: messages_json"), "{stdout}");
     assert!(stdout.trim_end().ends_with("ok"), "{stdout}");

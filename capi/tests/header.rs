@@ -15,6 +15,7 @@ fn committed_header_matches_cbindgen() {
         .with_src(crate_dir.join("src/engine.rs"))
         .with_src(crate_dir.join("src/generate.rs"))
         .with_src(crate_dir.join("src/score.rs"))
+        .with_src(crate_dir.join("src/session.rs"))
         .generate()
         .expect("cbindgen parses the C ABI")
         .write(&mut generated);

@@ -1,5 +1,6 @@
 /* Embedding moestream from C: load a model, stream a completion (stopping it from the callback),
- * chat through the model's template, score a sentence, and show an error.
+ * chat through the model's template in a session (the second turn reuses the first's KV cache),
+ * score a sentence, and show errors.
  *
  *   cc examples/c/generate.c -Iinclude -Ltarget/release -lmoestream_c -Wl,-rpath,target/release -o generate
  *   ./generate models/moestream-tiny-moe
@@ -57,23 +58,49 @@ int main(int argc, char **argv) {
     struct stream s = {0, 8};
     MoestreamStats stats;
     printf("completion: The jury said");
-    char *text = moestream_generate(engine, "The jury said", &options, on_token, &s, &stats);
+    char *text = moestream_generate(engine, NULL, "The jury said", &options, on_token, &s, &stats);
     if (!text) return fail("moestream_generate");
     printf("\n[%u prompt tokens, %u generated at %.1f tok/s, cancelled=%d]\n", stats.prompt_tokens,
            stats.generated_tokens, stats.decode_tokens_per_s, stats.cancelled);
     moestream_string_free(text);
 
-    /* 2. A chat reply through the model's chat template. */
+    /* 2. Two chat turns through the model's chat template, in one session. */
+    MoestreamSession *session = moestream_session_new(engine);
+    if (!session) return fail("moestream_session_new");
     s.seen = 0;
     s.limit = 1000;
     printf("chat: ");
-    char *reply = moestream_chat(engine,
-                                 "[{\"role\": \"system\", \"content\": \"Answer briefly.\"},"
-                                 " {\"role\": \"user\", \"content\": \"Where is the city hall?\"}]",
-                                 &options, on_token, &s, &stats);
+    const char *turn1 = "[{\"role\": \"system\", \"content\": \"Answer briefly.\"},"
+                        " {\"role\": \"user\", \"content\": \"Where is the city hall?\"}]";
+    char *reply = moestream_chat(engine, session, turn1, &options, on_token, &s, &stats);
     if (!reply) return fail("moestream_chat");
     printf("\n[reply of %zu bytes, %u tokens]\n", strlen(reply), stats.generated_tokens);
+
+    /* The next turn repeats the conversation (as chat APIs do); the session prefills only the new part. */
+    char turn2[4096];
+    char *quoted = reply; /* the tiny model's text: escape quotes and newlines for JSON */
+    char escaped[2048];
+    size_t k = 0;
+    for (; *quoted && k + 2 < sizeof escaped; quoted++) {
+        if (*quoted == '"' || *quoted == '\\') escaped[k++] = '\\';
+        if (*quoted == '\n') { escaped[k++] = '\\'; escaped[k++] = 'n'; continue; }
+        if ((unsigned char)*quoted < 0x20) { escaped[k++] = ' '; continue; }
+        escaped[k++] = *quoted;
+    }
+    escaped[k] = 0;
+    snprintf(turn2, sizeof turn2,
+             "[{\"role\": \"system\", \"content\": \"Answer briefly.\"},"
+             " {\"role\": \"user\", \"content\": \"Where is the city hall?\"},"
+             " {\"role\": \"assistant\", \"content\": \"%s\"},"
+             " {\"role\": \"user\", \"content\": \"And the library?\"}]",
+             escaped);
     moestream_string_free(reply);
+    printf("chat: ");
+    reply = moestream_chat(engine, session, turn2, &options, on_token, &s, &stats);
+    if (!reply) return fail("moestream_chat");
+    printf("\n[turn 2: %u prompt tokens, %u reused from the session]\n", stats.prompt_tokens, stats.reused_tokens);
+    moestream_string_free(reply);
+    moestream_session_free(session);
 
     /* 3. Perplexity of a sentence. */
     uint32_t tokens[64];
@@ -85,7 +112,7 @@ int main(int argc, char **argv) {
     printf("score: %lld tokens, perplexity %.2f\n", (long long)n, perplexity);
 
     /* 4. Errors are values, never crashes. */
-    if (moestream_chat(engine, "not json", &options, NULL, NULL, NULL) != NULL) return 1;
+    if (moestream_chat(engine, NULL, "not json", &options, NULL, NULL, NULL) != NULL) return 1;
     printf("bad messages: %s\n", moestream_last_error());
 
     moestream_engine_free(engine);

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::stop::StopScanner;
 use crate::error::Result;
-use crate::runtime::{Engine, GenerateOptions, Generation};
+use crate::runtime::{Engine, GenerateOptions, Generation, Session};
 
 /// How to generate one reply.
 #[derive(Clone, Debug, Default)]
@@ -38,24 +38,33 @@ pub struct Completion {
     pub text: String,
     /// Why it ended.
     pub finish_reason: FinishReason,
-    /// The engine's generation: prompt and generated token ids, speed and expert-cache figures.
+    /// The engine's generation: the whole prompt's and the generated token ids, speed,
+    /// prefilled and reused token counts, expert-cache figures.
     pub generation: Generation,
 }
 
-/// Generates after `prompt`, calling `on_text` with each piece of text as it becomes certain;
-/// `on_text` returns `false` to stop (the reply then ends as [`FinishReason::Cancelled`]).
+/// Generates after `prompt` in `session`, calling `on_text` with each piece of text as it
+/// becomes certain; `on_text` returns `false` to stop (the reply then ends as
+/// [`FinishReason::Cancelled`]).
 ///
-/// This is the single place `chat`, `serve` and the C ABI run a reply through.
+/// The session keeps the longest prefix it shares with `prompt` (a conversation's earlier turns,
+/// the previous reply included) and only the rest is prefilled; afterwards it holds `prompt` and
+/// the reply. This is the single place `chat`, `serve` and the C ABI run a reply through.
 pub fn complete(
     engine: &Engine,
+    session: &mut Session,
     prompt: &[u32],
     request: &CompletionRequest,
     mut on_text: impl FnMut(&str) -> bool,
 ) -> Result<Completion> {
+    let shared = session.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
+    // An identical prompt still needs its last token run for the first prediction.
+    let keep = if shared == prompt.len() { shared.saturating_sub(1) } else { shared };
+    session.truncate(keep);
     let mut scanner = StopScanner::new(&request.stop_strings);
     let mut text = String::new();
     let mut finish = None;
-    let generation = engine.generate(prompt, &request.options, |id, piece| {
+    let mut generation = engine.generate_in(session, &prompt[keep..], &request.options, |id, piece| {
         if request.stop_tokens.contains(&id) {
             finish = Some(FinishReason::Stop);
             return false;
@@ -81,8 +90,8 @@ pub fn complete(
                 on_text(&rest);
             }
             // The engine ends silently at the model's end-of-sequence tokens.
-            let ended_by_eos = generation.tokens.len() < request.options.max_tokens
-                && generation.prompt_tokens.len() + generation.tokens.len() < engine.context();
+            let ended_by_eos =
+                generation.tokens.len() < request.options.max_tokens && session.len() < engine.context();
             if ended_by_eos {
                 FinishReason::Stop
             } else {
@@ -90,5 +99,6 @@ pub fn complete(
             }
         }
     };
+    generation.prompt_tokens = prompt.to_vec();
     Ok(Completion { text, finish_reason, generation })
 }

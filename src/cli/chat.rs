@@ -2,6 +2,7 @@
 //!
 //! Lines are user turns; `/reset`, `/system TEXT`, `/save FILE`, `/help` and `/quit` are
 //! commands. Replies stream as they are generated and end at the template's end-of-turn tokens;
+//! the session's KV cache keeps the conversation, so each turn prefills only what is new;
 //! Ctrl-C stops the reply (at the prompt it exits). Piped input works the same, without the
 //! prompt marker.
 
@@ -14,7 +15,7 @@ use clap::Args;
 
 use super::model_args::ModelArgs;
 use moestream::chat::{complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role};
-use moestream::runtime::{GenerateOptions, SamplingParams};
+use moestream::runtime::{GenerateOptions, SamplingParams, Session};
 use moestream::{Engine, Error, Result};
 
 /// Flags of `chat`.
@@ -45,9 +46,11 @@ pub struct ChatArgs {
     ignore_eos: bool,
 }
 
-/// The conversation so far and how to extend it.
+/// The conversation so far and how to extend it. The session keeps the KV cache of the turns so
+/// far, so each reply prefills only the new turn.
 struct Conversation<'a> {
     engine: &'a Engine,
+    session: Session,
     template: ChatTemplate,
     system: Option<String>,
     messages: Vec<ChatMessage>,
@@ -72,7 +75,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
         stop_tokens,
         stop_strings: Vec::new(),
     };
-    let mut chat = Conversation { engine: &engine, template, system: a.system, messages: Vec::new(), request };
+    let session = engine.new_session()?;
+    let mut chat = Conversation { engine: &engine, session, template, system: a.system, messages: Vec::new(), request };
     chat.reset();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -152,7 +156,8 @@ fn command(line: &str) -> Option<(&str, &str)> {
 }
 
 impl Conversation<'_> {
-    /// Back to just the system message.
+    /// Back to just the system message (the session's cache is kept: the next prompt reuses
+    /// whatever prefix still matches, such as the system message).
     fn reset(&mut self) {
         self.messages = self.system.iter().map(|s| ChatMessage::new(Role::System, s.clone())).collect();
     }
@@ -175,7 +180,7 @@ impl Conversation<'_> {
         }
     }
 
-    fn generate(&self, stop: &AtomicBool) -> Result<String> {
+    fn generate(&mut self, stop: &AtomicBool) -> Result<String> {
         let options = RenderOptions { add_generation_prompt: true, ..Default::default() };
         let text = self.template.render(&self.messages, &options)?;
         let tokenizer = self.engine.tokenizer().expect("checked at start");
@@ -187,7 +192,7 @@ impl Conversation<'_> {
         let mut request = self.request.clone();
         request.options.max_tokens = request.options.max_tokens.min(context - prompt.len());
         let mut out = std::io::stdout().lock();
-        let c = complete(self.engine, &prompt, &request, |piece| {
+        let c = complete(self.engine, &mut self.session, &prompt, &request, |piece| {
             let _ = write!(out, "{piece}");
             let _ = out.flush();
             !stop.load(Ordering::SeqCst)
@@ -199,8 +204,10 @@ impl Conversation<'_> {
         let experts =
             if e.expert_hits + e.expert_misses > 0 { format!("experts: {e}") } else { "experts: all resident".into() };
         eprintln!(
-            "[{} prompt tokens at {:.1} tok/s, {} generated at {:.1} tok/s{}; {experts}]",
+            "[{} prompt tokens ({} reused, {} prefilled at {:.1} tok/s), {} generated at {:.1} tok/s{}; {experts}]",
             c.generation.prompt_tokens.len(),
+            s.reused_tokens,
+            s.prefilled_tokens,
             s.prefill_tokens_per_s,
             c.generation.tokens.len(),
             s.decode_tokens_per_s,

@@ -14,8 +14,10 @@ pub struct Metrics {
     pub failed: u64,
     /// Replies stopped because the client went away.
     pub cancelled: u64,
-    /// Prompt tokens prefilled.
+    /// Prompt tokens of the requests.
     pub prompt_tokens: u64,
+    /// Prompt tokens whose KV cache was reused from the request before (not prefilled).
+    pub reused_tokens: u64,
     /// Tokens generated.
     pub generated_tokens: u64,
     /// Requests waiting for the engine.
@@ -32,11 +34,12 @@ impl Metrics {
     /// The Prometheus exposition text.
     pub fn render(&self) -> String {
         let e = &self.experts;
-        let rows: [(&str, &str, &str, f64); 15] = [
+        let rows: [(&str, &str, &str, f64); 16] = [
             ("moestream_requests_total", "counter", "Replies finished.", self.requests as f64),
             ("moestream_requests_failed_total", "counter", "Requests that failed.", self.failed as f64),
             ("moestream_requests_cancelled_total", "counter", "Replies stopped by a client disconnect.", self.cancelled as f64),
-            ("moestream_prompt_tokens_total", "counter", "Prompt tokens prefilled.", self.prompt_tokens as f64),
+            ("moestream_prompt_tokens_total", "counter", "Prompt tokens of the requests.", self.prompt_tokens as f64),
+            ("moestream_reused_prompt_tokens_total", "counter", "Prompt tokens reused from the KV cache.", self.reused_tokens as f64),
             ("moestream_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens as f64),
             ("moestream_queue_depth", "gauge", "Requests waiting for the engine.", self.queued as f64),
             ("moestream_prefill_tokens_per_second", "gauge", "Prefill speed of the last reply.", self.last_prefill_tokens_per_s),

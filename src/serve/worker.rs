@@ -12,7 +12,7 @@ use crate::chat::{
     complete, end_of_turn_tokens, ChatMessage, ChatTemplate, Completion, CompletionRequest, FinishReason, RenderOptions,
 };
 use crate::error::{Error, Result};
-use crate::runtime::{Engine, EngineOptions};
+use crate::runtime::{Engine, EngineOptions, Session};
 
 /// What to prompt the model with.
 pub enum Prompt {
@@ -99,7 +99,14 @@ impl Worker {
                     Some(t) => end_of_turn_tokens(engine.model_dir(), &engine.spec().eos_token_ids, template.as_ref(), t),
                     None => engine.spec().eos_token_ids.clone(),
                 };
-                let server = EngineLoop { engine, template, end_of_turn: eot, metrics: shared };
+                let session = match engine.new_session() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        log::error!("{e}");
+                        return;
+                    }
+                };
+                let mut server = EngineLoop { engine, session, template, end_of_turn: eot, metrics: shared };
                 for job in queue {
                     server.run(job);
                 }
@@ -119,16 +126,19 @@ impl Worker {
     }
 }
 
-/// The engine's side of the queue.
+/// The engine's side of the queue. Its one session keeps the last request's tokens and KV cache:
+/// a request that extends it (the next turn of the same conversation, or any shared prefix)
+/// prefills only the rest.
 struct EngineLoop {
     engine: Engine,
+    session: Session,
     template: Option<ChatTemplate>,
     end_of_turn: Vec<u32>,
     metrics: Arc<Mutex<Metrics>>,
 }
 
 impl EngineLoop {
-    fn run(&self, mut job: Job) {
+    fn run(&mut self, mut job: Job) {
         self.metrics.lock().expect("metrics lock").queued -= 1;
         if job.cancel.load(Ordering::Relaxed) || job.events.is_closed() {
             self.metrics.lock().expect("metrics lock").cancelled += 1;
@@ -141,7 +151,7 @@ impl EngineLoop {
             if matches!(job.prompt, Prompt::Chat { .. }) && !job.request.options.ignore_eos {
                 job.request.stop_tokens = self.end_of_turn.clone();
             }
-            complete(&self.engine, &prompt, &job.request, |piece| {
+            complete(&self.engine, &mut self.session, &prompt, &job.request, |piece| {
                 !job.cancel.load(Ordering::Relaxed) && job.events.send(Event::Text(piece.to_string())).is_ok()
             })
         });
@@ -152,6 +162,7 @@ impl EngineLoop {
                     m.requests += 1;
                     m.cancelled += (c.finish_reason == FinishReason::Cancelled) as u64;
                     m.prompt_tokens += c.generation.prompt_tokens.len() as u64;
+                    m.reused_tokens += c.generation.stats.reused_tokens as u64;
                     m.generated_tokens += c.generation.tokens.len() as u64;
                     m.last_prefill_tokens_per_s = c.generation.stats.prefill_tokens_per_s;
                     m.last_decode_tokens_per_s = c.generation.stats.decode_tokens_per_s;
