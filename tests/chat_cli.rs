@@ -36,7 +36,9 @@ fn piped_conversation_with_commands() {
     assert!(out.status.success(), "{stderr}");
     let stats: Vec<&str> = stderr.lines().filter(|l| l.contains(" prompt tokens (")).collect();
     assert_eq!(stats.len(), 3, "one speed line per reply:\n{stderr}");
-    let reused = |line: &str| -> usize { line.split(" prompt tokens (").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap() };
+    let reused = |line: &str| -> usize {
+        line.split(" prompt tokens (").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap()
+    };
     assert_eq!(reused(stats[1]), 0, "a new system message starts over: {}", stats[1]);
     assert!(reused(stats[2]) > 10, "the next turn reuses the session's KV cache: {}", stats[2]);
     assert!(stats.iter().all(|l| l.contains("tok/s") && l.contains("experts: ")), "{stderr}");

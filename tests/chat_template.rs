@@ -41,7 +41,9 @@ fn real_templates_render_like_transformers() {
                 assert!(e.to_string().starts_with("chat template:"), "{name} / {case}: {e}");
             }
             (Some(_), Err(e)) => panic!("{name} / {case}: transformers renders it, moestream fails: {e}"),
-            (None, Ok(got)) => panic!("{name} / {case}: transformers refuses ({}), moestream renders {got:?}", r["error"]),
+            (None, Ok(got)) => {
+                panic!("{name} / {case}: transformers refuses ({}), moestream renders {got:?}", r["error"])
+            }
         }
         checked += 1;
     }
@@ -86,9 +88,10 @@ fn messages_parse_openai_shapes_and_refuse_unknown_roles() {
     let m: ChatMessage = serde_json::from_str(r#"{"role": "assistant", "content": null, "tool_calls": []}"#).unwrap();
     assert_eq!((m.role, m.content.as_str()), (Role::Assistant, ""));
     assert!(m.extra.contains_key("tool_calls"));
-    let m: ChatMessage =
-        serde_json::from_str(r#"{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}"#)
-            .unwrap();
+    let m: ChatMessage = serde_json::from_str(
+        r#"{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}"#,
+    )
+    .unwrap();
     assert_eq!(m.content, "ab");
     assert!(serde_json::from_str::<ChatMessage>(r#"{"role": "robot", "content": "x"}"#).is_err());
     assert!(serde_json::from_str::<ChatMessage>(r#"{"role": "user", "content": 5}"#).is_err());

@@ -23,7 +23,19 @@ impl Server {
     fn start() -> Server {
         let model = concat!(env!("CARGO_MANIFEST_DIR"), "/models/moestream-tiny-moe");
         let mut child = Command::new(env!("CARGO_BIN_EXE_moestream"))
-            .args(["serve", "--port", "0", "--context", "256", "--max-body", "64KiB", "--api-key", KEY, "--model", model])
+            .args([
+                "serve",
+                "--port",
+                "0",
+                "--context",
+                "256",
+                "--max-body",
+                "64KiB",
+                "--api-key",
+                KEY,
+                "--model",
+                model,
+            ])
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -63,7 +75,8 @@ impl Server {
 
     fn metric(&self, name: &str) -> f64 {
         let (_, text) = self.get("/metrics", false);
-        let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name} in {text}"));
+        let line =
+            text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name} in {text}"));
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     }
 }
@@ -162,10 +175,10 @@ fn openai_compatible_server() {
     // The next turn of that conversation reuses the KV cache of the turns before.
     let reused_before = server.metric("moestream_reused_prompt_tokens_total");
     let mut next = chat.clone();
-    next["messages"].as_array_mut().unwrap().extend([
-        json!({"role": "assistant", "content": reply}),
-        json!({"role": "user", "content": "And then?"}),
-    ]);
+    next["messages"]
+        .as_array_mut()
+        .unwrap()
+        .extend([json!({"role": "assistant", "content": reply}), json!({"role": "user", "content": "And then?"})]);
     server.post_json("/v1/chat/completions", next);
     let reused = server.metric("moestream_reused_prompt_tokens_total") - reused_before;
     assert!(reused >= p as f64 - 1.0, "the follow-up reuses the first turn's {p} prompt tokens, reused {reused}");
@@ -187,7 +200,9 @@ fn openai_compatible_server() {
     // A client that disconnects mid-stream stops its generation.
     let generated_before = server.metric("moestream_generated_tokens_total");
     let cancelled_before = server.metric("moestream_requests_cancelled_total");
-    let long = json!({"prompt": "The jury said", "max_tokens": 250, "temperature": 0, "ignore_eos": true, "stream": true}).to_string();
+    let long =
+        json!({"prompt": "The jury said", "max_tokens": 250, "temperature": 0, "ignore_eos": true, "stream": true})
+            .to_string();
     let addr = server.url.strip_prefix("http://").unwrap();
     let mut tcp = TcpStream::connect(addr).unwrap();
     write!(
@@ -224,7 +239,12 @@ fn openai_compatible_server() {
         ("/v1/completions", json!({"prompt": "x", "temperature": 5}).to_string(), 400, "invalid_value"),
         ("/v1/completions", json!({"prompt": "x", "top_p": 0}).to_string(), 400, "invalid_value"),
         ("/v1/completions", json!({"prompt": "x", "max_tokens": 0}).to_string(), 400, "invalid_value"),
-        ("/v1/completions", json!({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}).to_string(), 400, "invalid_value"),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}).to_string(),
+            400,
+            "invalid_value",
+        ),
         ("/v1/completions", json!({"prompt": "x", "n": 2}).to_string(), 400, "unsupported_parameter"),
         ("/v1/completions", json!({"prompt": "x", "logit_bias": {"5": 1}}).to_string(), 400, "unsupported_parameter"),
         ("/v1/completions", json!({"prompt": "x", "echo": true}).to_string(), 400, "unsupported_parameter"),
@@ -233,11 +253,37 @@ fn openai_compatible_server() {
         ("/v1/completions", json!({"prompt": words}).to_string(), 400, "context_length_exceeded"),
         ("/v1/chat/completions", json!({"messages": "hi"}).to_string(), 400, "invalid_type"),
         ("/v1/chat/completions", json!({"messages": []}).to_string(), 400, "invalid_value"),
-        ("/v1/chat/completions", json!({"messages": [{"role": "robot", "content": "x"}]}).to_string(), 400, "invalid_type"),
-        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": 3}]}).to_string(), 400, "invalid_type"),
-        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": words}]}).to_string(), 400, "context_length_exceeded"),
-        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}).to_string(), 400, "unsupported_parameter"),
-        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x".repeat(100_000)}]}).to_string(), 413, "request_too_large"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "robot", "content": "x"}]}).to_string(),
+            400,
+            "invalid_type",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": 3}]}).to_string(),
+            400,
+            "invalid_type",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": words}]}).to_string(),
+            400,
+            "context_length_exceeded",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})
+                .to_string(),
+            400,
+            "unsupported_parameter",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x".repeat(100_000)}]}).to_string(),
+            413,
+            "request_too_large",
+        ),
         ("/v1/nothing", "{}".into(), 404, "not_found"),
     ];
     for (path, body, status, code) in cases {

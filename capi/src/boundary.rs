@@ -18,7 +18,8 @@ pub(crate) fn guard<T>(failed: T, f: impl FnOnce() -> Result<T>) -> T {
         Ok(Ok(value)) => return value,
         Ok(Err(e)) => e.to_string(),
         Err(panic) => {
-            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+            let what =
+                panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
             format!("internal error: {}", what.unwrap_or_else(|| "panic".into()))
         }
     };

@@ -94,9 +94,12 @@ pub unsafe extern "C" fn moestream_generate(
         };
         let g = match session.as_mut() {
             None => e.engine.generate(&e.engine.encode(prompt)?, &options, on_token)?,
-            Some(s) if s.session.is_empty() => e.engine.generate_in(&mut s.session, &e.engine.encode(prompt)?, &options, on_token)?,
+            Some(s) if s.session.is_empty() => {
+                e.engine.generate_in(&mut s.session, &e.engine.encode(prompt)?, &options, on_token)?
+            }
             Some(s) => {
-                let tokenizer = e.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?;
+                let tokenizer =
+                    e.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?;
                 e.engine.generate_in(&mut s.session, &tokenizer.encode_raw(prompt)?, &options, on_token)?
             }
         };
@@ -130,10 +133,14 @@ pub unsafe extern "C" fn moestream_chat(
             .map_err(|err| Error::InvalidArgument(format!("messages_json: {err}")))?;
         let template = e.template.as_ref().ok_or_else(|| Error::NoChatTemplate(e.engine.model_dir().into()))?;
         let text = template.render(&messages, &RenderOptions { add_generation_prompt: true, ..Default::default() })?;
-        let tokenizer = e.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?;
+        let tokenizer =
+            e.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?;
         let prompt = tokenizer.encode_raw(&text)?;
-        let request =
-            CompletionRequest { options: generate_options(options)?, stop_tokens: e.end_of_turn.clone(), stop_strings: Vec::new() };
+        let request = CompletionRequest {
+            options: generate_options(options)?,
+            stop_tokens: e.end_of_turn.clone(),
+            stop_strings: Vec::new(),
+        };
         let mut fresh: Option<Session> = None;
         let session = match session.as_mut() {
             Some(s) => &mut s.session,

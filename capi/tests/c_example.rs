@@ -36,7 +36,10 @@ fn c_example_loads_the_bundled_model_and_generates() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "the example failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("bad model dir: "), "{stdout}");
-    assert!(stdout.contains("generated at") && stdout.contains("cancelled=1"), "the callback stops after 8 tokens:\n{stdout}");
+    assert!(
+        stdout.contains("generated at") && stdout.contains("cancelled=1"),
+        "the callback stops after 8 tokens:\n{stdout}"
+    );
     assert!(stdout.contains(" prompt tokens, 8 generated"), "{stdout}");
     let turn2 = stdout.lines().find(|l| l.starts_with("[turn 2: ")).expect("a second chat turn");
     let reused: u32 = turn2.split(", ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();

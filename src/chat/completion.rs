@@ -90,8 +90,7 @@ pub fn complete(
                 on_text(&rest);
             }
             // The engine ends silently at the model's end-of-sequence tokens.
-            let ended_by_eos =
-                generation.tokens.len() < request.options.max_tokens && session.len() < engine.context();
+            let ended_by_eos = generation.tokens.len() < request.options.max_tokens && session.len() < engine.context();
             if ended_by_eos {
                 FinishReason::Stop
             } else {

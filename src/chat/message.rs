@@ -64,7 +64,9 @@ fn text_content<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
             .into_iter()
             .map(|p| match (p.kind.as_str(), p.text) {
                 ("text", Some(t)) => Ok(t),
-                (kind, _) => Err(D::Error::custom(format!("content part of type {kind:?} is not supported (text only)"))),
+                (kind, _) => {
+                    Err(D::Error::custom(format!("content part of type {kind:?} is not supported (text only)")))
+                }
             })
             .collect(),
     }

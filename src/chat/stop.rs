@@ -9,7 +9,8 @@ use crate::runtime::tokenizer::Tokenizer;
 
 /// End-of-turn markers of well-known template families (ChatML, Llama 3, Gemma, gpt-oss's final
 /// answer and tool call); one counts only when the template writes it and the vocabulary has it.
-const KNOWN_END_OF_TURN: &[&str] = &["<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|return|>", "<|call|>"];
+const KNOWN_END_OF_TURN: &[&str] =
+    &["<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|return|>", "<|call|>"];
 
 /// The tokens that end an assistant turn: `eos` (the model's `config.json`), the
 /// `eos_token_id`s of `generation_config.json` (what transformers' `generate` stops at), the
@@ -44,7 +45,11 @@ pub struct StopScanner {
 impl StopScanner {
     /// A scanner for `stops` (empty strings are ignored).
     pub fn new(stops: &[String]) -> StopScanner {
-        StopScanner { stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(), pending: String::new(), stopped: false }
+        StopScanner {
+            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            pending: String::new(),
+            stopped: false,
+        }
     }
 
     /// Adds generated text; returns the text now safe to show. After a stop string was seen,

@@ -46,7 +46,11 @@ struct Context<'a> {
 
 impl ChatTemplate {
     /// Compiles `source`; `bos_token`/`eos_token` are the strings the template sees.
-    pub fn new(source: impl Into<String>, bos_token: Option<String>, eos_token: Option<String>) -> Result<ChatTemplate> {
+    pub fn new(
+        source: impl Into<String>,
+        bos_token: Option<String>,
+        eos_token: Option<String>,
+    ) -> Result<ChatTemplate> {
         let source = source.into();
         let mut env = hf_jinja::environment();
         env.add_template_owned("chat", source.clone()).map_err(|e| Error::ChatTemplate(describe(&e)))?;
@@ -75,10 +79,15 @@ impl ChatTemplate {
                     .iter()
                     .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
                     .and_then(|t| t.get("template")?.as_str())
-                    .ok_or_else(|| Error::ChatTemplate(format!("{}: no template named \"default\"", config_path.display())))?
+                    .ok_or_else(|| {
+                        Error::ChatTemplate(format!("{}: no template named \"default\"", config_path.display()))
+                    })?
                     .to_string(),
                 Some(_) => {
-                    return Err(Error::Json { path: config_path, message: "chat_template must be a string or a list".into() })
+                    return Err(Error::Json {
+                        path: config_path,
+                        message: "chat_template must be a string or a list".into(),
+                    })
                 }
             }
         };

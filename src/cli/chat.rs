@@ -14,7 +14,9 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::model_args::ModelArgs;
-use moestream::chat::{complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role};
+use moestream::chat::{
+    complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role,
+};
 use moestream::runtime::{GenerateOptions, SamplingParams, Session};
 use moestream::{Engine, Error, Result};
 
@@ -60,7 +62,8 @@ struct Conversation<'a> {
 /// Runs `chat` until end of input or `/quit`.
 pub fn run(a: ChatArgs) -> Result<()> {
     let engine = a.model.load()?;
-    let template = ChatTemplate::from_dir(engine.model_dir())?.ok_or_else(|| Error::NoChatTemplate(engine.model_dir().into()))?;
+    let template =
+        ChatTemplate::from_dir(engine.model_dir())?.ok_or_else(|| Error::NoChatTemplate(engine.model_dir().into()))?;
     let tokenizer = engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?;
     let stop_tokens = match a.ignore_eos {
         true => Vec::new(),
@@ -96,7 +99,10 @@ pub fn run(a: ChatArgs) -> Result<()> {
 
     let interactive = std::io::stdin().is_terminal();
     if interactive {
-        eprintln!("Chatting with {} — /help for commands, Ctrl-C stops a reply, Ctrl-D exits.", engine.model_dir().display());
+        eprintln!(
+            "Chatting with {} — /help for commands, Ctrl-C stops a reply, Ctrl-D exits.",
+            engine.model_dir().display()
+        );
     }
     let mut lines = std::io::stdin().lock().lines();
     loop {
@@ -218,7 +224,8 @@ impl Conversation<'_> {
 
     /// Writes `{"messages": [...]}` (the OpenAI shape) to `path`.
     fn save(&self, path: &Path) -> Result<()> {
-        let json = serde_json::to_string_pretty(&serde_json::json!({"messages": self.messages})).expect("messages serialise");
+        let json =
+            serde_json::to_string_pretty(&serde_json::json!({"messages": self.messages})).expect("messages serialise");
         std::fs::write(path, json + "\n").map_err(|e| Error::io(path, e))
     }
 }

@@ -27,7 +27,9 @@ pub struct ServeArgs {
 
 /// Runs `serve` until Ctrl-C.
 pub fn run(a: ServeArgs) -> Result<()> {
-    let max_body_bytes = usize::try_from(a.max_body).map_err(|_| Error::InvalidArgument("--max-body is too large".into()))?;
-    let options = ServeOptions { host: a.host, port: a.port, api_key: a.api_key.filter(|k| !k.is_empty()), max_body_bytes };
+    let max_body_bytes =
+        usize::try_from(a.max_body).map_err(|_| Error::InvalidArgument("--max-body is too large".into()))?;
+    let options =
+        ServeOptions { host: a.host, port: a.port, api_key: a.api_key.filter(|k| !k.is_empty()), max_body_bytes };
     moestream::serve::run(a.model.options()?, options)
 }

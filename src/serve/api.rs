@@ -160,7 +160,10 @@ impl Sampling {
         }
         let max_tokens = self.max_completion_tokens.or(self.max_tokens);
         if max_tokens == Some(0) {
-            return Err(out_of_range(if self.max_completion_tokens.is_some() { "max_completion_tokens" } else { "max_tokens" }, "at least 1"));
+            return Err(out_of_range(
+                if self.max_completion_tokens.is_some() { "max_completion_tokens" } else { "max_tokens" },
+                "at least 1",
+            ));
         }
         let stop = match &self.stop {
             None => Vec::new(),

@@ -59,7 +59,8 @@ impl From<Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"message": self.message, "type": self.kind(), "param": self.param, "code": self.code}});
+        let body =
+            json!({"error": {"message": self.message, "type": self.kind(), "param": self.param, "code": self.code}});
         (self.status, axum::Json(body)).into_response()
     }
 }

@@ -37,20 +37,50 @@ impl Metrics {
         let rows: [(&str, &str, &str, f64); 16] = [
             ("moestream_requests_total", "counter", "Replies finished.", self.requests as f64),
             ("moestream_requests_failed_total", "counter", "Requests that failed.", self.failed as f64),
-            ("moestream_requests_cancelled_total", "counter", "Replies stopped by a client disconnect.", self.cancelled as f64),
+            (
+                "moestream_requests_cancelled_total",
+                "counter",
+                "Replies stopped by a client disconnect.",
+                self.cancelled as f64,
+            ),
             ("moestream_prompt_tokens_total", "counter", "Prompt tokens of the requests.", self.prompt_tokens as f64),
-            ("moestream_reused_prompt_tokens_total", "counter", "Prompt tokens reused from the KV cache.", self.reused_tokens as f64),
+            (
+                "moestream_reused_prompt_tokens_total",
+                "counter",
+                "Prompt tokens reused from the KV cache.",
+                self.reused_tokens as f64,
+            ),
             ("moestream_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens as f64),
             ("moestream_queue_depth", "gauge", "Requests waiting for the engine.", self.queued as f64),
-            ("moestream_prefill_tokens_per_second", "gauge", "Prefill speed of the last reply.", self.last_prefill_tokens_per_s),
-            ("moestream_decode_tokens_per_second", "gauge", "Decode speed of the last reply.", self.last_decode_tokens_per_s),
+            (
+                "moestream_prefill_tokens_per_second",
+                "gauge",
+                "Prefill speed of the last reply.",
+                self.last_prefill_tokens_per_s,
+            ),
+            (
+                "moestream_decode_tokens_per_second",
+                "gauge",
+                "Decode speed of the last reply.",
+                self.last_decode_tokens_per_s,
+            ),
             ("moestream_expert_hits_total", "counter", "Expert needs found in a GPU slot.", e.expert_hits as f64),
             ("moestream_expert_misses_total", "counter", "Expert needs loaded on demand.", e.expert_misses as f64),
             ("moestream_expert_hit_rate", "gauge", "Hits over needs since start.", e.hit_rate),
             ("moestream_expert_prefetch_issued_total", "counter", "Experts prefetched.", e.prefetch_issued as f64),
-            ("moestream_expert_prefetch_used_total", "counter", "Prefetched experts then used.", e.prefetch_used as f64),
+            (
+                "moestream_expert_prefetch_used_total",
+                "counter",
+                "Prefetched experts then used.",
+                e.prefetch_used as f64,
+            ),
             ("moestream_expert_bytes_read_total", "counter", "Bytes read from the expert store.", e.bytes_read as f64),
-            ("moestream_expert_stall_seconds_total", "counter", "Time the GPU waited for experts.", e.stall_ms / 1000.0),
+            (
+                "moestream_expert_stall_seconds_total",
+                "counter",
+                "Time the GPU waited for experts.",
+                e.stall_ms / 1000.0,
+            ),
         ];
         let mut out = String::new();
         for (name, kind, help, value) in rows {

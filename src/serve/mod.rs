@@ -47,10 +47,14 @@ pub fn run(engine: EngineOptions, options: ServeOptions) -> Result<()> {
         .map_err(|e| Error::InvalidArgument(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async move {
         let addr = format!("{}:{}", options.host, options.port);
-        let listener =
-            tokio::net::TcpListener::bind(&addr).await.map_err(|e| Error::InvalidArgument(format!("cannot bind {addr}: {e}")))?;
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|e| Error::InvalidArgument(format!("cannot bind {addr}: {e}")))?;
         let local: SocketAddr = listener.local_addr().map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        let app = routes::router(Arc::new(routes::AppState { worker, model, api_key: options.api_key.clone() }), options.max_body_bytes);
+        let app = routes::router(
+            Arc::new(routes::AppState { worker, model, api_key: options.api_key.clone() }),
+            options.max_body_bytes,
+        );
         eprintln!("listening on http://{local}");
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown_signal())

@@ -48,7 +48,11 @@ pub fn router(state: Shared, max_body_bytes: usize) -> Router {
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::with_status(StatusCode::NOT_FOUND, "no such endpoint", "not_found") })
         .method_not_allowed_fallback(|| async {
-            ApiError::with_status(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint", "method_not_allowed")
+            ApiError::with_status(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this endpoint",
+                "method_not_allowed",
+            )
         })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
@@ -78,7 +82,11 @@ fn authorize(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     match given {
         Some(g) if g == key => Ok(()),
-        _ => Err(ApiError::with_status(StatusCode::UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer KEY)", "invalid_api_key")),
+        _ => Err(ApiError::with_status(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong API key (Authorization: Bearer KEY)",
+            "invalid_api_key",
+        )),
     }
 }
 
@@ -221,7 +229,9 @@ impl Reply {
     fn full(&self, c: &Completion) -> Value {
         let finish = finish_reason(c.finish_reason);
         let choice = match self.kind {
-            Kind::Chat => json!({"index": 0, "message": {"role": "assistant", "content": c.text}, "finish_reason": finish}),
+            Kind::Chat => {
+                json!({"index": 0, "message": {"role": "assistant", "content": c.text}, "finish_reason": finish})
+            }
             Kind::Text => json!({"index": 0, "text": c.text, "logprobs": null, "finish_reason": finish}),
         };
         let mut v = self.envelope(false, json!([choice]));
@@ -259,7 +269,9 @@ async fn respond(
     match events.recv().await {
         Some(Event::Started) => {}
         Some(Event::Done(Err(e))) => return Err(e.into()),
-        _ => return Err(ApiError::with_status(StatusCode::INTERNAL_SERVER_ERROR, "the engine stopped", "server_error")),
+        _ => {
+            return Err(ApiError::with_status(StatusCode::INTERNAL_SERVER_ERROR, "the engine stopped", "server_error"))
+        }
     }
     let reply = Reply::new(kind, &s.model.id);
     if !stream {
@@ -268,7 +280,13 @@ async fn respond(
                 Some(Event::Text(_)) | Some(Event::Started) => {}
                 Some(Event::Done(Ok(c))) => return Ok(Json(reply.full(&c)).into_response()),
                 Some(Event::Done(Err(e))) => return Err(e.into()),
-                None => return Err(ApiError::with_status(StatusCode::INTERNAL_SERVER_ERROR, "the engine stopped", "server_error")),
+                None => {
+                    return Err(ApiError::with_status(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the engine stopped",
+                        "server_error",
+                    ))
+                }
             }
         }
     }

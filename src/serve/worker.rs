@@ -96,7 +96,9 @@ impl Worker {
                 let id = options.model_dir.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
                 let _ = ready_tx.send(Ok(ModelInfo { id, context: engine.context() }));
                 let eot = match engine.tokenizer() {
-                    Some(t) => end_of_turn_tokens(engine.model_dir(), &engine.spec().eos_token_ids, template.as_ref(), t),
+                    Some(t) => {
+                        end_of_turn_tokens(engine.model_dir(), &engine.spec().eos_token_ids, template.as_ref(), t)
+                    }
                     None => engine.spec().eos_token_ids.clone(),
                 };
                 let session = match engine.new_session() {
@@ -176,13 +178,16 @@ impl EngineLoop {
 
     /// The prompt's tokens, checked to leave room for at least one generated token.
     fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<u32>> {
-        let tokenizer = || self.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()));
+        let tokenizer =
+            || self.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()));
         let tokens = match prompt {
             Prompt::Tokens(t) => t.clone(),
             Prompt::Text(text) => tokenizer()?.encode(text)?,
             Prompt::Chat { messages, tools, variables } => {
-                let template =
-                    self.template.as_ref().ok_or_else(|| Error::NoChatTemplate(self.engine.model_dir().to_path_buf()))?;
+                let template = self
+                    .template
+                    .as_ref()
+                    .ok_or_else(|| Error::NoChatTemplate(self.engine.model_dir().to_path_buf()))?;
                 let options =
                     RenderOptions { add_generation_prompt: true, tools: tools.clone(), variables: variables.clone() };
                 tokenizer()?.encode_raw(&template.render(messages, &options)?)?
