@@ -94,10 +94,7 @@ pub unsafe extern "C" fn moestream_engine_load(options: *const MoestreamLoadOpti
         let o = options.as_ref().ok_or_else(|| Error::InvalidArgument("options is NULL".into()))?;
         let engine = Engine::load(&engine_options(o)?)?;
         let template = ChatTemplate::from_dir(engine.model_dir())?;
-        let end_of_turn = match engine.tokenizer() {
-            Some(t) => end_of_turn_tokens(engine.model_dir(), &engine.spec().eos_token_ids, template.as_ref(), t),
-            None => engine.spec().eos_token_ids.clone(),
-        };
+        let end_of_turn = end_of_turn_tokens(&engine, template.as_ref());
         Ok(Box::into_raw(Box::new(MoestreamEngine { engine, template, end_of_turn })))
     })
 }

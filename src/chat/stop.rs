@@ -1,23 +1,21 @@
 //! Where a reply ends: end-of-turn tokens and caller-given stop strings.
 
-use std::path::Path;
-
 use serde_json::Value;
 
 use super::template::ChatTemplate;
-use crate::runtime::tokenizer::Tokenizer;
+use crate::runtime::Engine;
 
 /// End-of-turn markers of well-known template families (ChatML, Llama 3, Gemma, gpt-oss's final
 /// answer and tool call); one counts only when the template writes it and the vocabulary has it.
 const KNOWN_END_OF_TURN: &[&str] =
     &["<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|return|>", "<|call|>"];
 
-/// The tokens that end an assistant turn: `eos` (the model's `config.json`), the
+/// The tokens that end an assistant turn: the model's end-of-sequence ids (`config.json`), the
 /// `eos_token_id`s of `generation_config.json` (what transformers' `generate` stops at), the
 /// template's `eos_token`, and the known end-of-turn markers the template writes.
-pub fn end_of_turn_tokens(dir: &Path, eos: &[u32], template: Option<&ChatTemplate>, tokenizer: &Tokenizer) -> Vec<u32> {
-    let mut ids = eos.to_vec();
-    let generation_config = std::fs::read_to_string(dir.join("generation_config.json"))
+pub fn end_of_turn_tokens(engine: &Engine, template: Option<&ChatTemplate>) -> Vec<u32> {
+    let mut ids = engine.spec().eos_token_ids.clone();
+    let generation_config = std::fs::read_to_string(engine.model_dir().join("generation_config.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<Value>(&t).ok());
     match generation_config.as_ref().and_then(|c| c.get("eos_token_id")) {
@@ -25,7 +23,7 @@ pub fn end_of_turn_tokens(dir: &Path, eos: &[u32], template: Option<&ChatTemplat
         Some(Value::Array(a)) => ids.extend(a.iter().filter_map(Value::as_u64).map(|v| v as u32)),
         _ => {}
     }
-    if let Some(t) = template {
+    if let (Some(t), Some(tokenizer)) = (template, engine.tokenizer()) {
         ids.extend(t.eos_token().and_then(|s| tokenizer.token_id(s)));
         ids.extend(KNOWN_END_OF_TURN.iter().filter(|m| t.source().contains(**m)).filter_map(|m| tokenizer.token_id(m)));
     }

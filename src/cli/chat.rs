@@ -64,10 +64,12 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let engine = a.model.load()?;
     let template =
         ChatTemplate::from_dir(engine.model_dir())?.ok_or_else(|| Error::NoChatTemplate(engine.model_dir().into()))?;
-    let tokenizer = engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?;
+    if engine.tokenizer().is_none() {
+        return Err(Error::Tokenizer("the model has no tokenizer.json".into()));
+    }
     let stop_tokens = match a.ignore_eos {
         true => Vec::new(),
-        false => end_of_turn_tokens(engine.model_dir(), &engine.spec().eos_token_ids, Some(&template), tokenizer),
+        false => end_of_turn_tokens(&engine, Some(&template)),
     };
     let request = CompletionRequest {
         options: GenerateOptions {

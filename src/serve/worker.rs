@@ -84,9 +84,10 @@ impl Worker {
             .spawn(move || {
                 let loaded = Engine::load(&options).and_then(|engine| {
                     let template = ChatTemplate::from_dir(engine.model_dir())?;
-                    Ok((engine, template))
+                    let session = engine.new_session()?;
+                    Ok((engine, template, session))
                 });
-                let (engine, template) = match loaded {
+                let (engine, template, session) = match loaded {
                     Ok(v) => v,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -95,20 +96,8 @@ impl Worker {
                 };
                 let id = options.model_dir.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
                 let _ = ready_tx.send(Ok(ModelInfo { id, context: engine.context() }));
-                let eot = match engine.tokenizer() {
-                    Some(t) => {
-                        end_of_turn_tokens(engine.model_dir(), &engine.spec().eos_token_ids, template.as_ref(), t)
-                    }
-                    None => engine.spec().eos_token_ids.clone(),
-                };
-                let session = match engine.new_session() {
-                    Ok(s) => s,
-                    Err(e) => {
-                        log::error!("{e}");
-                        return;
-                    }
-                };
-                let mut server = EngineLoop { engine, session, template, end_of_turn: eot, metrics: shared };
+                let end_of_turn = end_of_turn_tokens(&engine, template.as_ref());
+                let mut server = EngineLoop { engine, session, template, end_of_turn, metrics: shared };
                 for job in queue {
                     server.run(job);
                 }
