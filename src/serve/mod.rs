@@ -51,10 +51,13 @@ pub fn run(engine: EngineOptions, options: ServeOptions) -> Result<()> {
             .await
             .map_err(|e| Error::InvalidArgument(format!("cannot bind {addr}: {e}")))?;
         let local: SocketAddr = listener.local_addr().map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        let app = routes::router(
-            Arc::new(routes::AppState { worker, model, api_key: options.api_key.clone() }),
-            options.max_body_bytes,
-        );
+        let state = routes::AppState {
+            worker,
+            model,
+            api_key: options.api_key.clone(),
+            max_body_bytes: options.max_body_bytes,
+        };
+        let app = routes::router(Arc::new(state));
         eprintln!("listening on http://{local}");
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown_signal())

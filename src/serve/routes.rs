@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -31,6 +30,8 @@ pub struct AppState {
     pub model: ModelInfo,
     /// Required bearer token, if any.
     pub api_key: Option<String>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
 }
 
 type Shared = Arc<AppState>;
@@ -38,8 +39,8 @@ type Shared = Arc<AppState>;
 /// Tokens a completion generates when `max_tokens` is not given (OpenAI's default).
 const DEFAULT_COMPLETION_TOKENS: usize = 16;
 
-/// The routes, with the body limit and OpenAI-style 404/405 answers.
-pub fn router(state: Shared, max_body_bytes: usize) -> Router {
+/// The routes, with OpenAI-style 404/405 answers.
+pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat_completions))
@@ -54,7 +55,6 @@ pub fn router(state: Shared, max_body_bytes: usize) -> Router {
                 "method_not_allowed",
             )
         })
-        .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
 }
 
@@ -90,21 +90,32 @@ fn authorize(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-/// The body, or the 413/400 its reading failed with.
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|r| {
-        let code = if r.status() == StatusCode::PAYLOAD_TOO_LARGE { "request_too_large" } else { "invalid_body" };
-        ApiError::with_status(r.status(), r.body_text(), code)
+/// The body, at most `max_body_bytes` of it: a larger `Content-Length` is a 413 before any of
+/// the body is read, and so is a body (chunked) that turns out larger.
+async fn body_bytes(s: &AppState, request: Request) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        let message = format!("request body larger than {} bytes", s.max_body_bytes);
+        ApiError::with_status(StatusCode::PAYLOAD_TOO_LARGE, message, "request_too_large")
+    };
+    let declared = request.headers().get("content-length").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > s.max_body_bytes as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(request.into_body(), s.max_body_bytes).await.map_err(|e| {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(err) = source {
+            if err.is::<http_body_util::LengthLimitError>() {
+                return too_large();
+            }
+            source = err.source();
+        }
+        ApiError::invalid(format!("cannot read the request body: {e}"), None, "invalid_body")
     })
 }
 
-async fn chat_completions(
-    State(s): State<Shared>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    authorize(&s, &headers)?;
-    let body = body_bytes(body)?;
+async fn chat_completions(State(s): State<Shared>, request: Request) -> Result<Response, ApiError> {
+    authorize(&s, request.headers())?;
+    let body = body_bytes(&s, request).await?;
     let req: api::ChatRequest = api::parse(&body)?;
     let options: api::Sampling = api::parse(&body)?;
     req.check()?;
@@ -118,13 +129,9 @@ async fn chat_completions(
     respond(s, Kind::Chat, prompt, request, options.stream, options.include_usage()).await
 }
 
-async fn completions(
-    State(s): State<Shared>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    authorize(&s, &headers)?;
-    let body = body_bytes(body)?;
+async fn completions(State(s): State<Shared>, request: Request) -> Result<Response, ApiError> {
+    authorize(&s, request.headers())?;
+    let body = body_bytes(&s, request).await?;
     let req: api::CompletionRequest = api::parse(&body)?;
     let options: api::Sampling = api::parse(&body)?;
     req.check()?;

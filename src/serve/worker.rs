@@ -51,8 +51,8 @@ pub enum Event {
     Started,
     /// A piece of the reply.
     Text(String),
-    /// The end.
-    Done(Result<Completion>),
+    /// The end (the completion boxed: it is large and sent once).
+    Done(Result<Box<Completion>>),
 }
 
 /// What the HTTP side needs to know about the loaded model.
@@ -162,7 +162,7 @@ impl EngineLoop {
             }
             m.experts = self.engine.expert_stats();
         }
-        let _ = job.events.send(Event::Done(result));
+        let _ = job.events.send(Event::Done(result.map(Box::new)));
     }
 
     /// The prompt's tokens, checked to leave room for at least one generated token.
