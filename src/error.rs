@@ -145,6 +145,12 @@ pub enum Error {
     /// A GGUF file is malformed or holds what moestream does not read.
     #[error(transparent)]
     Gguf(#[from] crate::model::gguf::GgufError),
+    /// A chat template failed to compile or refused a conversation.
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+    /// A conversation needs a chat template and the model directory has none.
+    #[error("{0} has no chat template (chat_template.jinja, or chat_template in tokenizer_config.json); add one or use raw prompts")]
+    NoChatTemplate(PathBuf),
     /// A file of a converted model does not match the size or checksum its manifest records.
     #[error("corrupt file {path}: {detail}")]
     Corrupt {

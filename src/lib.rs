@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod chat;
 pub mod convert;
 pub mod error;
 pub mod experts;
@@ -16,6 +17,8 @@ pub mod prerouter;
 pub mod quant;
 pub mod reference;
 pub mod runtime;
+#[cfg(feature = "serve")]
+pub mod serve;
 pub mod sim;
 
 pub use runtime::{Engine, EngineOptions, Session};

@@ -1,6 +1,7 @@
 //! Subcommands and their flags (the stable CLI contract).
 
 mod bench;
+mod chat;
 mod convert;
 mod devices;
 mod generate;
@@ -8,6 +9,8 @@ mod info;
 mod model_args;
 mod prerouter;
 mod score;
+#[cfg(feature = "serve")]
+mod serve;
 mod simulate;
 mod trace_stats;
 
@@ -27,6 +30,11 @@ struct Cli {
 enum Command {
     /// Generate text after a prompt, streaming it to stdout.
     Generate(generate::GenerateArgs),
+    /// Chat with an instruct model in the terminal (the model's chat template; works piped).
+    Chat(chat::ChatArgs),
+    /// Serve an OpenAI-compatible HTTP API (chat and text completions, streaming).
+    #[cfg(feature = "serve")]
+    Serve(serve::ServeArgs),
     /// Teacher-force a sequence: per-token log-probs and perplexity.
     Score(score::ScoreArgs),
     /// Describe a model: architecture, sizes, experts.
@@ -49,6 +57,9 @@ enum Command {
 pub fn run() -> Result<()> {
     match Cli::parse().command {
         Command::Generate(a) => generate::run(a),
+        Command::Chat(a) => chat::run(a),
+        #[cfg(feature = "serve")]
+        Command::Serve(a) => serve::run(a),
         Command::Score(a) => score::run(a),
         Command::Info(a) => info::run(a),
         Command::Devices(a) => devices::run(a),

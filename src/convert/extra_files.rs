@@ -1,4 +1,5 @@
-//! The output directory: checking it is safe to write, and copying config and tokenizer files.
+//! The output directory: checking it is safe to write, and copying config, tokenizer and chat
+//! template files.
 
 use std::path::Path;
 
@@ -7,8 +8,9 @@ use crate::error::{Error, Result};
 use crate::prerouter::heads_file::HEADS_FILE;
 
 /// Small files copied verbatim from the source, when present (`config.json` is required).
-const COPIED_FILES: [&str; 6] = [
+const COPIED_FILES: [&str; 7] = [
     "config.json",
+    crate::chat::TEMPLATE_FILE,
     "tokenizer.json",
     "tokenizer_config.json",
     "generation_config.json",

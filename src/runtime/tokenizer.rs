@@ -43,6 +43,18 @@ impl Tokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// Token ids of `text` exactly as written: no special tokens added (for rendered chat
+    /// templates, which already hold them, as transformers' `apply_chat_template` tokenizes).
+    pub fn encode_raw(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// The id of a token given by its text (e.g. a special token), if the vocabulary has it.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
     /// Text of `ids`, skipping special tokens.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.inner.decode(ids, true).map_err(|e| Error::Tokenizer(e.to_string()))

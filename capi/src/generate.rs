@@ -1,0 +1,186 @@
+//! Generation: a raw prompt (token callback) or a conversation through the chat template.
+
+use std::ffi::{c_char, c_void, CString};
+
+use moestream::chat::{complete, ChatMessage, CompletionRequest, FinishReason, RenderOptions};
+use moestream::runtime::{GenerateOptions, Generation, SamplingParams, Session};
+use moestream::{Error, Result};
+
+use crate::boundary::{guard, owned_string, str_arg};
+use crate::engine::{engine_ref, MoestreamEngine};
+use crate::session::MoestreamSession;
+
+/// Called with each new piece of text: `token` is its token id (`UINT32_MAX` from
+/// `moestream_chat`, whose text pieces may span tokens), `text` the piece (NUL-terminated,
+/// `len` bytes, valid during the call; may be empty). Return false to stop generating.
+pub type MoestreamTokenCallback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, token: u32, text: *const c_char, len: usize) -> bool>;
+
+/// How to generate; fill with `moestream_generate_options_default`.
+#[repr(C)]
+pub struct MoestreamGenerateOptions {
+    /// Most tokens to generate.
+    pub max_tokens: u32,
+    /// Sampling temperature; 0 = greedy.
+    pub temperature: f32,
+    /// Nucleus threshold in (0, 1]; 1 = off.
+    pub top_p: f32,
+    /// Keep the k most likely tokens; 0 = all.
+    pub top_k: u32,
+    /// Random seed.
+    pub seed: u64,
+}
+
+/// Figures of one generation.
+#[repr(C)]
+pub struct MoestreamStats {
+    /// Prompt length in tokens (for a session: the whole conversation's).
+    pub prompt_tokens: u32,
+    /// Prompt tokens whose KV cache the session already held (not prefilled again).
+    pub reused_tokens: u32,
+    /// Tokens generated.
+    pub generated_tokens: u32,
+    /// Prompt tokens per second.
+    pub prefill_tokens_per_s: f64,
+    /// Generated tokens per second.
+    pub decode_tokens_per_s: f64,
+    /// Expert needs found in a GPU slot.
+    pub expert_hits: u64,
+    /// Expert needs loaded on demand.
+    pub expert_misses: u64,
+    /// Whether the callback stopped the generation.
+    pub cancelled: bool,
+}
+
+/// Fills `options` with the defaults: 128 tokens, greedy.
+///
+/// # Safety
+/// `options` is NULL or points to writable memory for one `MoestreamGenerateOptions`.
+#[no_mangle]
+pub unsafe extern "C" fn moestream_generate_options_default(options: *mut MoestreamGenerateOptions) {
+    if let Some(o) = options.as_mut() {
+        *o = MoestreamGenerateOptions { max_tokens: 128, temperature: 0.0, top_p: 1.0, top_k: 0, seed: 0 };
+    }
+}
+
+/// Generates after `prompt`, calling `callback` per token. Without a session (NULL) the prompt
+/// starts a new sequence (tokenized with the model's special tokens); with one, it is appended to
+/// the session's tokens (as written) and only it is prefilled, and the generated tokens join the
+/// session. Returns the generated text (free with `moestream_string_free`), or NULL on failure
+/// (see `moestream_last_error`). `options` NULL = defaults; `callback` and `stats` may be NULL.
+///
+/// # Safety
+/// `engine` is a live handle; `session` NULL or a live handle of that engine; `prompt`
+/// NUL-terminated; `options`/`stats` NULL or valid; `callback` safe to call with `user_data`.
+#[no_mangle]
+pub unsafe extern "C" fn moestream_generate(
+    engine: *mut MoestreamEngine,
+    session: *mut MoestreamSession,
+    prompt: *const c_char,
+    options: *const MoestreamGenerateOptions,
+    callback: MoestreamTokenCallback,
+    user_data: *mut c_void,
+    stats: *mut MoestreamStats,
+) -> *mut c_char {
+    guard(std::ptr::null_mut(), || {
+        let e = engine_ref(engine)?;
+        let prompt = str_arg(prompt, "prompt")?;
+        let options = generate_options(options)?;
+        let mut cancelled = false;
+        let on_token = |id, piece: &str| {
+            let go_on = call(callback, user_data, id, piece);
+            cancelled |= !go_on;
+            go_on
+        };
+        let g = match session.as_mut() {
+            None => e.engine.generate(&e.engine.encode(prompt)?, &options, on_token)?,
+            Some(s) if s.session.is_empty() => {
+                e.engine.generate_in(&mut s.session, &e.engine.encode(prompt)?, &options, on_token)?
+            }
+            Some(s) => {
+                let tokenizer =
+                    e.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?;
+                e.engine.generate_in(&mut s.session, &tokenizer.encode_raw(prompt)?, &options, on_token)?
+            }
+        };
+        write_stats(stats, &g, cancelled);
+        Ok(owned_string(g.text))
+    })
+}
+
+/// Generates the assistant's reply to `messages_json`, a JSON array of `{"role": "system" |
+/// "user" | "assistant" | "tool", "content": "..."}`, rendered with the model's chat template;
+/// stops at the template's end-of-turn tokens. With a session, the KV cache of the longest
+/// prefix it shares with this conversation (the earlier turns) is reused and only the rest is
+/// prefilled; NULL uses a fresh sequence. Returns the reply (free with `moestream_string_free`)
+/// or NULL on failure; `callback` gets the text as it is generated (`token` is `UINT32_MAX`).
+///
+/// # Safety
+/// As `moestream_generate`; `messages_json` NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn moestream_chat(
+    engine: *mut MoestreamEngine,
+    session: *mut MoestreamSession,
+    messages_json: *const c_char,
+    options: *const MoestreamGenerateOptions,
+    callback: MoestreamTokenCallback,
+    user_data: *mut c_void,
+    stats: *mut MoestreamStats,
+) -> *mut c_char {
+    guard(std::ptr::null_mut(), || {
+        let e = engine_ref(engine)?;
+        let messages: Vec<ChatMessage> = serde_json::from_str(str_arg(messages_json, "messages_json")?)
+            .map_err(|err| Error::InvalidArgument(format!("messages_json: {err}")))?;
+        let template = e.template.as_ref().ok_or_else(|| Error::NoChatTemplate(e.engine.model_dir().into()))?;
+        let text = template.render(&messages, &RenderOptions { add_generation_prompt: true, ..Default::default() })?;
+        let tokenizer =
+            e.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?;
+        let prompt = tokenizer.encode_raw(&text)?;
+        let request = CompletionRequest {
+            options: generate_options(options)?,
+            stop_tokens: e.end_of_turn.clone(),
+            stop_strings: Vec::new(),
+        };
+        let mut fresh: Option<Session> = None;
+        let session = match session.as_mut() {
+            Some(s) => &mut s.session,
+            None => fresh.insert(e.engine.new_session()?),
+        };
+        let c = complete(&e.engine, session, &prompt, &request, |piece| call(callback, user_data, u32::MAX, piece))?;
+        write_stats(stats, &c.generation, c.finish_reason == FinishReason::Cancelled);
+        Ok(owned_string(c.text))
+    })
+}
+
+unsafe fn generate_options(options: *const MoestreamGenerateOptions) -> Result<GenerateOptions> {
+    let Some(o) = options.as_ref() else { return Ok(GenerateOptions::default()) };
+    // Written so that NaN fails too.
+    let valid = o.top_p > 0.0 && o.top_p <= 1.0 && o.temperature >= 0.0;
+    if !valid {
+        return Err(Error::InvalidArgument("temperature must be >= 0 and top_p in (0, 1]".into()));
+    }
+    let sampling = SamplingParams { temperature: o.temperature, top_k: o.top_k as usize, top_p: o.top_p, seed: o.seed };
+    Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, ignore_eos: false })
+}
+
+/// Calls the C callback (absent: always go on).
+unsafe fn call(callback: MoestreamTokenCallback, user_data: *mut c_void, token: u32, piece: &str) -> bool {
+    let Some(f) = callback else { return true };
+    let text = CString::new(piece.replace('\0', "")).unwrap_or_default();
+    f(user_data, token, text.as_ptr(), text.as_bytes().len())
+}
+
+unsafe fn write_stats(stats: *mut MoestreamStats, g: &Generation, cancelled: bool) {
+    if let Some(s) = stats.as_mut() {
+        *s = MoestreamStats {
+            prompt_tokens: g.prompt_tokens.len() as u32,
+            reused_tokens: g.stats.reused_tokens as u32,
+            generated_tokens: g.tokens.len() as u32,
+            prefill_tokens_per_s: g.stats.prefill_tokens_per_s,
+            decode_tokens_per_s: g.stats.decode_tokens_per_s,
+            expert_hits: g.stats.experts.expert_hits,
+            expert_misses: g.stats.experts.expert_misses,
+            cancelled,
+        };
+    }
+}

@@ -1,0 +1,136 @@
+//! A model's chat template: found in its directory, compiled once, rendered per conversation.
+
+use std::path::Path;
+
+use minijinja::Environment;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::hf_jinja;
+use super::message::ChatMessage;
+use crate::error::{Error, Result};
+
+/// The file a model directory may hold its template in (transformers 4.43+ writes it there
+/// instead of into `tokenizer_config.json`).
+pub const TEMPLATE_FILE: &str = "chat_template.jinja";
+
+/// A compiled chat template and the special-token strings it is rendered with.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+}
+
+/// What a rendering adds to the messages.
+#[derive(Clone, Debug, Default)]
+pub struct RenderOptions {
+    /// End with the header of an assistant turn, so the model writes the reply.
+    pub add_generation_prompt: bool,
+    /// Tool schemas (OpenAI's `tools`: `{"type": "function", "function": {...}}`), if any.
+    pub tools: Option<Vec<Value>>,
+    /// Further template variables (`enable_thinking`, `reasoning_effort`, `date_string`, ...).
+    pub variables: Map<String, Value>,
+}
+
+#[derive(Serialize)]
+struct Context<'a> {
+    messages: &'a [ChatMessage],
+    add_generation_prompt: bool,
+    tools: &'a Option<Vec<Value>>,
+    bos_token: &'a Option<String>,
+    eos_token: &'a Option<String>,
+    #[serde(flatten)]
+    variables: &'a Map<String, Value>,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; `bos_token`/`eos_token` are the strings the template sees.
+    pub fn new(
+        source: impl Into<String>,
+        bos_token: Option<String>,
+        eos_token: Option<String>,
+    ) -> Result<ChatTemplate> {
+        let source = source.into();
+        let mut env = hf_jinja::environment();
+        env.add_template_owned("chat", source.clone()).map_err(|e| Error::ChatTemplate(describe(&e)))?;
+        Ok(ChatTemplate { env, source, bos_token, eos_token })
+    }
+
+    /// The template of the model in `dir`: `chat_template.jinja`, else `tokenizer_config.json`'s
+    /// `chat_template` (a string, or a list of named templates of which `default` is used);
+    /// `None` when the model has none. Special tokens come from `tokenizer_config.json`.
+    pub fn from_dir(dir: &Path) -> Result<Option<ChatTemplate>> {
+        let config_path = dir.join("tokenizer_config.json");
+        let config: Value = match std::fs::read_to_string(&config_path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| Error::Json { path: config_path.clone(), message: e.to_string() })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Value::Null,
+            Err(e) => return Err(Error::io(&config_path, e)),
+        };
+        let file = dir.join(TEMPLATE_FILE);
+        let source = if file.exists() {
+            std::fs::read_to_string(&file).map_err(|e| Error::io(&file, e))?
+        } else {
+            match config.get("chat_template") {
+                None | Some(Value::Null) => return Ok(None),
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(named)) => named
+                    .iter()
+                    .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+                    .and_then(|t| t.get("template")?.as_str())
+                    .ok_or_else(|| {
+                        Error::ChatTemplate(format!("{}: no template named \"default\"", config_path.display()))
+                    })?
+                    .to_string(),
+                Some(_) => {
+                    return Err(Error::Json {
+                        path: config_path,
+                        message: "chat_template must be a string or a list".into(),
+                    })
+                }
+            }
+        };
+        let token = |name: &str| match config.get(name) {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Object(added)) => added.get("content").and_then(Value::as_str).map(str::to_string),
+            _ => None,
+        };
+        ChatTemplate::new(source, token("bos_token"), token("eos_token")).map(Some)
+    }
+
+    /// The template's Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The end-of-sequence string the template is rendered with.
+    pub fn eos_token(&self) -> Option<&str> {
+        self.eos_token.as_deref()
+    }
+
+    /// The prompt text of `messages` (special tokens as text: tokenize it without adding more).
+    pub fn render(&self, messages: &[ChatMessage], options: &RenderOptions) -> Result<String> {
+        let context = Context {
+            messages,
+            add_generation_prompt: options.add_generation_prompt,
+            tools: &options.tools,
+            bos_token: &self.bos_token,
+            eos_token: &self.eos_token,
+            variables: &options.variables,
+        };
+        let template = self.env.get_template("chat").map_err(|e| Error::ChatTemplate(describe(&e)))?;
+        template.render(context).map_err(|e| Error::ChatTemplate(describe(&e)))
+    }
+}
+
+/// An error with its cause chain (minijinja puts the template line in the chain).
+fn describe(e: &minijinja::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,233 @@
+//! `moestream chat`: a terminal conversation through the model's chat template.
+//!
+//! Lines are user turns; `/reset`, `/system TEXT`, `/save FILE`, `/help` and `/quit` are
+//! commands. Replies stream as they are generated and end at the template's end-of-turn tokens;
+//! the session's KV cache keeps the conversation, so each turn prefills only what is new;
+//! Ctrl-C stops the reply (at the prompt it exits). Piped input works the same, without the
+//! prompt marker.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::model_args::ModelArgs;
+use moestream::chat::{
+    complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role,
+};
+use moestream::runtime::{GenerateOptions, SamplingParams, Session};
+use moestream::{Engine, Error, Result};
+
+/// Flags of `chat`.
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// A system message opening the conversation.
+    #[arg(long)]
+    system: Option<String>,
+    /// Most tokens per reply.
+    #[arg(long, default_value_t = 512)]
+    max_tokens: usize,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.7)]
+    temperature: f32,
+    /// Keep the k most likely tokens (0 = all).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Nucleus sampling threshold.
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Random seed (each reply advances it).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Do not stop at end-of-turn tokens (replies run to --max-tokens; for measurements).
+    #[arg(long)]
+    ignore_eos: bool,
+}
+
+/// The conversation so far and how to extend it. The session keeps the KV cache of the turns so
+/// far, so each reply prefills only the new turn.
+struct Conversation<'a> {
+    engine: &'a Engine,
+    session: Session,
+    template: ChatTemplate,
+    system: Option<String>,
+    messages: Vec<ChatMessage>,
+    request: CompletionRequest,
+}
+
+/// Runs `chat` until end of input or `/quit`.
+pub fn run(a: ChatArgs) -> Result<()> {
+    let engine = a.model.load()?;
+    let template =
+        ChatTemplate::from_dir(engine.model_dir())?.ok_or_else(|| Error::NoChatTemplate(engine.model_dir().into()))?;
+    if engine.tokenizer().is_none() {
+        return Err(Error::Tokenizer("the model has no tokenizer.json".into()));
+    }
+    let stop_tokens = match a.ignore_eos {
+        true => Vec::new(),
+        false => end_of_turn_tokens(&engine, Some(&template)),
+    };
+    let request = CompletionRequest {
+        options: GenerateOptions {
+            max_tokens: a.max_tokens,
+            sampling: SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed },
+            ignore_eos: a.ignore_eos,
+        },
+        stop_tokens,
+        stop_strings: Vec::new(),
+    };
+    let session = engine.new_session()?;
+    let mut chat = Conversation { engine: &engine, session, template, system: a.system, messages: Vec::new(), request };
+    chat.reset();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let generating = Arc::new(AtomicBool::new(false));
+    {
+        let (stop, generating) = (stop.clone(), generating.clone());
+        ctrlc::set_handler(move || {
+            if generating.load(Ordering::SeqCst) {
+                stop.store(true, Ordering::SeqCst);
+            } else {
+                eprintln!();
+                std::process::exit(130);
+            }
+        })
+        .map_err(|e| Error::InvalidArgument(format!("cannot install the Ctrl-C handler: {e}")))?;
+    }
+
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!(
+            "Chatting with {} — /help for commands, Ctrl-C stops a reply, Ctrl-D exits.",
+            engine.model_dir().display()
+        );
+    }
+    let mut lines = std::io::stdin().lock().lines();
+    loop {
+        if interactive {
+            print!("> ");
+            std::io::stdout().flush().ok();
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line.map_err(|e| Error::io("<stdin>", e))?;
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.trim().is_empty() {
+            continue;
+        }
+        match command(line) {
+            Some(("/quit" | "/exit", _)) => break,
+            Some(("/reset", _)) => {
+                chat.reset();
+                eprintln!("[conversation cleared]");
+            }
+            Some(("/system", text)) => {
+                chat.system = (!text.is_empty()).then(|| text.to_string());
+                chat.reset();
+                eprintln!("[system message set; conversation cleared]");
+            }
+            Some(("/save", file)) if !file.is_empty() => match chat.save(Path::new(file)) {
+                Ok(()) => eprintln!("[saved {} messages to {file}]", chat.messages.len()),
+                Err(e) => eprintln!("error: {e}"),
+            },
+            Some(("/help", _)) | Some(_) => eprintln!(
+                "commands: /reset (forget the conversation), /system TEXT (new system message, clears), \
+                 /save FILE (write the conversation as JSON), /quit"
+            ),
+            None => {
+                stop.store(false, Ordering::SeqCst);
+                generating.store(true, Ordering::SeqCst);
+                let result = chat.reply(line, &stop);
+                generating.store(false, Ordering::SeqCst);
+                if let Err(e) = result {
+                    eprintln!("error: {e}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `("/name", "rest")` for a command line, `None` for a message.
+fn command(line: &str) -> Option<(&str, &str)> {
+    let line = line.trim();
+    if !line.starts_with('/') {
+        return None;
+    }
+    Some(match line.split_once(char::is_whitespace) {
+        Some((name, rest)) => (name, rest.trim()),
+        None => (line, ""),
+    })
+}
+
+impl Conversation<'_> {
+    /// Back to just the system message (the session's cache is kept: the next prompt reuses
+    /// whatever prefix still matches, such as the system message).
+    fn reset(&mut self) {
+        self.messages = self.system.iter().map(|s| ChatMessage::new(Role::System, s.clone())).collect();
+    }
+
+    /// Adds the user's turn, streams the reply to stdout and keeps it in the history. A reply
+    /// stopped by Ctrl-C is kept as far as it got; a turn that fails is dropped.
+    fn reply(&mut self, text: &str, stop: &AtomicBool) -> Result<()> {
+        self.messages.push(ChatMessage::new(Role::User, text));
+        let result = self.generate(stop);
+        match result {
+            Ok(reply) => {
+                self.messages.push(ChatMessage::new(Role::Assistant, reply));
+                self.request.options.sampling.seed = self.request.options.sampling.seed.wrapping_add(1);
+                Ok(())
+            }
+            Err(e) => {
+                self.messages.pop();
+                Err(e)
+            }
+        }
+    }
+
+    fn generate(&mut self, stop: &AtomicBool) -> Result<String> {
+        let options = RenderOptions { add_generation_prompt: true, ..Default::default() };
+        let text = self.template.render(&self.messages, &options)?;
+        let tokenizer = self.engine.tokenizer().expect("checked at start");
+        let prompt = tokenizer.encode_raw(&text)?;
+        let context = self.engine.context();
+        if prompt.len() >= context {
+            return Err(Error::ContextOverflow { requested: prompt.len() + 1, context });
+        }
+        let mut request = self.request.clone();
+        request.options.max_tokens = request.options.max_tokens.min(context - prompt.len());
+        let mut out = std::io::stdout().lock();
+        let c = complete(self.engine, &mut self.session, &prompt, &request, |piece| {
+            let _ = write!(out, "{piece}");
+            let _ = out.flush();
+            !stop.load(Ordering::SeqCst)
+        })?;
+        writeln!(out).ok();
+        drop(out);
+        let s = &c.generation.stats;
+        let e = &s.experts;
+        let experts =
+            if e.expert_hits + e.expert_misses > 0 { format!("experts: {e}") } else { "experts: all resident".into() };
+        eprintln!(
+            "[{} prompt tokens ({} reused, {} prefilled at {:.1} tok/s), {} generated at {:.1} tok/s{}; {experts}]",
+            c.generation.prompt_tokens.len(),
+            s.reused_tokens,
+            s.prefilled_tokens,
+            s.prefill_tokens_per_s,
+            c.generation.tokens.len(),
+            s.decode_tokens_per_s,
+            if stop.load(Ordering::SeqCst) { ", stopped" } else { "" },
+        );
+        Ok(c.text)
+    }
+
+    /// Writes `{"messages": [...]}` (the OpenAI shape) to `path`.
+    fn save(&self, path: &Path) -> Result<()> {
+        let json =
+            serde_json::to_string_pretty(&serde_json::json!({"messages": self.messages})).expect("messages serialise");
+        std::fs::write(path, json + "\n").map_err(|e| Error::io(path, e))
+    }
+}

@@ -1,0 +1,36 @@
+//! `moestream serve`.
+
+use clap::Args;
+
+use super::model_args::ModelArgs;
+use moestream::gpu::memory::parse_bytes;
+use moestream::serve::ServeOptions;
+use moestream::{Error, Result};
+
+/// Flags of `serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on (the default accepts connections from this machine only).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port; the address is printed).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1 requests (default: env MOESTREAM_API_KEY, else none).
+    #[arg(long, env = "MOESTREAM_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Largest request body accepted, e.g. `1MiB`.
+    #[arg(long, value_parser = parse_bytes, default_value = "1MiB")]
+    max_body: u64,
+}
+
+/// Runs `serve` until Ctrl-C.
+pub fn run(a: ServeArgs) -> Result<()> {
+    let max_body_bytes =
+        usize::try_from(a.max_body).map_err(|_| Error::InvalidArgument("--max-body is too large".into()))?;
+    let options =
+        ServeOptions { host: a.host, port: a.port, api_key: a.api_key.filter(|k| !k.is_empty()), max_body_bytes };
+    moestream::serve::run(a.model.options()?, options)
+}

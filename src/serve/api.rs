@@ -1,0 +1,217 @@
+//! The OpenAI request bodies moestream accepts, and their checks. Fields it does not know (and
+//! `model`: the server runs one) are ignored, as OpenAI-compatible servers do; fields it knows but cannot honour (`n > 1`,
+//! penalties, `logit_bias`, `logprobs`, structured output, `echo`, `suffix`, `best_of`) are
+//! refused by name rather than silently ignored.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use crate::chat::ChatMessage;
+use crate::runtime::SamplingParams;
+
+/// `stop`: one string or a list of up to four.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    /// One stop string.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+/// `prompt` of `/v1/completions`: text, one-element list of text, or token ids.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum PromptInput {
+    /// Text.
+    Text(String),
+    /// Token ids.
+    Tokens(Vec<u32>),
+    /// A batch of texts (only one is supported).
+    Texts(Vec<String>),
+}
+
+/// `stream_options`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Send a last chunk with the `usage` counts.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// The fields `/v1/completions` and `/v1/chat/completions` share, parsed from the same body as
+/// the endpoint's own fields (not flattened into them, so that errors keep the field's name).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Sampling {
+    /// Most tokens to generate.
+    pub max_tokens: Option<u32>,
+    /// The newer name of `max_tokens`.
+    pub max_completion_tokens: Option<u32>,
+    /// 0..=2; 0 is greedy. Default 1, as OpenAI.
+    pub temperature: Option<f32>,
+    /// Nucleus threshold, (0, 1].
+    pub top_p: Option<f32>,
+    /// Seed for sampling (default: a fresh one per request).
+    pub seed: Option<u64>,
+    /// Stop strings.
+    pub stop: Option<Stop>,
+    /// Stream server-sent events.
+    #[serde(default)]
+    pub stream: bool,
+    /// Streaming options.
+    pub stream_options: Option<StreamOptions>,
+    /// Keep generating past end-of-sequence tokens (the vLLM / llama-server extension).
+    #[serde(default)]
+    pub ignore_eos: bool,
+    /// Must be 1.
+    pub n: Option<u32>,
+    /// Must be 0.
+    pub presence_penalty: Option<f32>,
+    /// Must be 0.
+    pub frequency_penalty: Option<f32>,
+    /// Must be empty.
+    pub logit_bias: Option<Map<String, Value>>,
+    /// Must be false / absent.
+    pub logprobs: Option<Value>,
+    /// Must be absent.
+    pub top_logprobs: Option<u32>,
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ChatRequest {
+    /// The conversation.
+    pub messages: Vec<ChatMessage>,
+    /// Tool schemas, given to the template.
+    pub tools: Option<Vec<Value>>,
+    /// Must be absent or `{"type": "text"}`.
+    pub response_format: Option<Value>,
+    /// Extra template variables (`enable_thinking`, ...), as vLLM and llama-server accept.
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+}
+
+/// `POST /v1/completions`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct CompletionRequest {
+    /// The prompt.
+    pub prompt: PromptInput,
+    /// Must be false / absent.
+    #[serde(default)]
+    pub echo: bool,
+    /// Must be absent.
+    pub suffix: Option<String>,
+    /// Must be 1 / absent.
+    pub best_of: Option<u32>,
+}
+
+/// Parses a body: malformed JSON and fields of the wrong type are 400s naming the field.
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            return ApiError::invalid(format!("request body is not valid JSON: {inner}"), None, "invalid_json");
+        }
+        let param = (path != ".").then_some(path.as_str());
+        let at = param.map(|p| format!("{p}: ")).unwrap_or_default();
+        ApiError::invalid(format!("{at}{inner}"), param, "invalid_type")
+    })?;
+    de.end().map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}"), None, "invalid_json"))?;
+    Ok(value)
+}
+
+fn unsupported(param: &str, what: &str) -> ApiError {
+    ApiError::invalid(format!("`{param}` {what} is not supported by moestream"), Some(param), "unsupported_parameter")
+}
+
+fn out_of_range(param: &str, what: &str) -> ApiError {
+    ApiError::invalid(format!("`{param}` must be {what}"), Some(param), "invalid_value")
+}
+
+impl Sampling {
+    /// Checks the fields; returns the token limit asked for (if any), sampling and stop strings.
+    pub fn check(&self, seed_if_unset: u64) -> Result<(Option<usize>, SamplingParams, Vec<String>), ApiError> {
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(unsupported("n", "other than 1"));
+        }
+        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if v.is_some_and(|v| v != 0.0) {
+                return Err(unsupported(name, "other than 0"));
+            }
+        }
+        if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
+            return Err(unsupported("logit_bias", "(non-empty)"));
+        }
+        if self.logprobs.as_ref().is_some_and(|v| !matches!(v, Value::Null | Value::Bool(false))) {
+            return Err(unsupported("logprobs", ""));
+        }
+        if self.top_logprobs.is_some() {
+            return Err(unsupported("top_logprobs", ""));
+        }
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(out_of_range("temperature", "between 0 and 2"));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(out_of_range("top_p", "in (0, 1]"));
+        }
+        let max_tokens = self.max_completion_tokens.or(self.max_tokens);
+        if max_tokens == Some(0) {
+            return Err(out_of_range(
+                if self.max_completion_tokens.is_some() { "max_completion_tokens" } else { "max_tokens" },
+                "at least 1",
+            ));
+        }
+        let stop = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) if v.len() <= 4 => v.clone(),
+            Some(Stop::Many(_)) => return Err(out_of_range("stop", "at most 4 strings")),
+        };
+        let sampling = SamplingParams { temperature, top_k: 0, top_p, seed: self.seed.unwrap_or(seed_if_unset) };
+        Ok((max_tokens.map(|m| m as usize), sampling, stop))
+    }
+
+    /// Whether the usage chunk is asked for when streaming.
+    pub fn include_usage(&self) -> bool {
+        self.stream_options.as_ref().is_some_and(|o| o.include_usage)
+    }
+}
+
+impl ChatRequest {
+    /// The checks particular to chat.
+    pub fn check(&self) -> Result<(), ApiError> {
+        if self.messages.is_empty() {
+            return Err(out_of_range("messages", "a non-empty list"));
+        }
+        match &self.response_format {
+            None | Some(Value::Null) => Ok(()),
+            Some(f) if f.get("type").and_then(Value::as_str) == Some("text") => Ok(()),
+            Some(_) => Err(unsupported("response_format", "other than {\"type\": \"text\"}")),
+        }
+    }
+}
+
+impl CompletionRequest {
+    /// The checks particular to completions.
+    pub fn check(&self) -> Result<(), ApiError> {
+        if self.echo {
+            return Err(unsupported("echo", ""));
+        }
+        if self.suffix.is_some() {
+            return Err(unsupported("suffix", ""));
+        }
+        if self.best_of.is_some_and(|b| b != 1) {
+            return Err(unsupported("best_of", "other than 1"));
+        }
+        if let PromptInput::Texts(t) = &self.prompt {
+            if t.len() != 1 {
+                return Err(unsupported("prompt", "as a batch of several prompts"));
+            }
+        }
+        Ok(())
+    }
+}

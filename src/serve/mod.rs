@@ -1,0 +1,89 @@
+//! `moestream serve`: an OpenAI-compatible HTTP server (tokio + axum) over one engine.
+//!
+//! Endpoints: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions` (with
+//! `stream: true` as server-sent events ending in `data: [DONE]`), `GET /health`,
+//! `GET /metrics`. Requests queue first-come first-served on the engine's thread
+//! ([`worker`]); a client that disconnects stops its reply.
+
+mod api;
+mod error;
+mod metrics;
+mod routes;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::runtime::EngineOptions;
+
+/// Where and how to serve.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Address to bind (`127.0.0.1` by default: only this machine can connect).
+    pub host: String,
+    /// Port (0 picks a free one; the address is printed).
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on `/v1/*`.
+    pub api_key: Option<String>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions { host: "127.0.0.1".into(), port: 8080, api_key: None, max_body_bytes: 1 << 20 }
+    }
+}
+
+/// Loads the model and serves until Ctrl-C (or SIGTERM); prints `listening on http://ADDR` to
+/// stderr once requests are accepted.
+pub fn run(engine: EngineOptions, options: ServeOptions) -> Result<()> {
+    let (worker, model) = worker::Worker::start(engine)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::InvalidArgument(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async move {
+        let addr = format!("{}:{}", options.host, options.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|e| Error::InvalidArgument(format!("cannot bind {addr}: {e}")))?;
+        let local: SocketAddr = listener.local_addr().map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let state = routes::AppState {
+            worker,
+            model,
+            api_key: options.api_key.clone(),
+            max_body_bytes: options.max_body_bytes,
+        };
+        let app = routes::router(Arc::new(state));
+        eprintln!("listening on http://{local}");
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .map_err(|e| Error::InvalidArgument(format!("server error: {e}")))
+    })
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,330 @@
+//! The HTTP handlers: request checks, queueing on the engine, JSON and server-sent-event replies.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::api::{self, PromptInput};
+use super::error::ApiError;
+use super::worker::{Event, Job, ModelInfo, Prompt, Worker};
+use crate::chat::{Completion, CompletionRequest, FinishReason};
+use crate::runtime::GenerateOptions;
+
+/// What every handler shares.
+pub struct AppState {
+    /// The engine's queue and figures.
+    pub worker: Worker,
+    /// The served model.
+    pub model: ModelInfo,
+    /// Required bearer token, if any.
+    pub api_key: Option<String>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+type Shared = Arc<AppState>;
+
+/// Tokens a completion generates when `max_tokens` is not given (OpenAI's default).
+const DEFAULT_COMPLETION_TOKENS: usize = 16;
+
+/// The routes, with OpenAI-style 404/405 answers.
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { ApiError::with_status(StatusCode::NOT_FOUND, "no such endpoint", "not_found") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::with_status(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this endpoint",
+                "method_not_allowed",
+            )
+        })
+        .with_state(state)
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn metrics(State(s): State<Shared>) -> impl IntoResponse {
+    let text = s.worker.metrics.lock().expect("metrics lock").render();
+    ([("content-type", "text/plain; version=0.0.4")], text)
+}
+
+async fn models(State(s): State<Shared>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    authorize(&s, &headers)?;
+    Ok(Json(json!({"object": "list", "data": [model_object(&s.model)]})))
+}
+
+fn model_object(m: &ModelInfo) -> Value {
+    json!({"id": m.id, "object": "model", "created": 0, "owned_by": "moestream", "context_length": m.context})
+}
+
+/// Checks `Authorization: Bearer KEY` when the server has a key.
+fn authorize(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = &s.api_key else { return Ok(()) };
+    let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(g) if g == key => Ok(()),
+        _ => Err(ApiError::with_status(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong API key (Authorization: Bearer KEY)",
+            "invalid_api_key",
+        )),
+    }
+}
+
+/// The body, at most `max_body_bytes` of it: a larger `Content-Length` is a 413 before any of
+/// the body is read, and so is a body (chunked) that turns out larger.
+async fn body_bytes(s: &AppState, request: Request) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        let message = format!("request body larger than {} bytes", s.max_body_bytes);
+        ApiError::with_status(StatusCode::PAYLOAD_TOO_LARGE, message, "request_too_large")
+    };
+    let declared = request.headers().get("content-length").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > s.max_body_bytes as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(request.into_body(), s.max_body_bytes).await.map_err(|e| {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(err) = source {
+            if err.is::<http_body_util::LengthLimitError>() {
+                return too_large();
+            }
+            source = err.source();
+        }
+        ApiError::invalid(format!("cannot read the request body: {e}"), None, "invalid_body")
+    })
+}
+
+async fn chat_completions(State(s): State<Shared>, request: Request) -> Result<Response, ApiError> {
+    authorize(&s, request.headers())?;
+    let body = body_bytes(&s, request).await?;
+    let req: api::ChatRequest = api::parse(&body)?;
+    let options: api::Sampling = api::parse(&body)?;
+    req.check()?;
+    let (max_tokens, sampling, stop) = options.check(fresh_seed())?;
+    let prompt = Prompt::Chat {
+        messages: req.messages,
+        tools: req.tools,
+        variables: req.chat_template_kwargs.unwrap_or_default(),
+    };
+    let request = completion_request(max_tokens.unwrap_or(usize::MAX), sampling, stop, options.ignore_eos);
+    respond(s, Kind::Chat, prompt, request, options.stream, options.include_usage()).await
+}
+
+async fn completions(State(s): State<Shared>, request: Request) -> Result<Response, ApiError> {
+    authorize(&s, request.headers())?;
+    let body = body_bytes(&s, request).await?;
+    let req: api::CompletionRequest = api::parse(&body)?;
+    let options: api::Sampling = api::parse(&body)?;
+    req.check()?;
+    let (max_tokens, sampling, stop) = options.check(fresh_seed())?;
+    let prompt = match req.prompt {
+        PromptInput::Text(t) => Prompt::Text(t),
+        PromptInput::Tokens(t) => Prompt::Tokens(t),
+        PromptInput::Texts(mut t) => Prompt::Text(t.remove(0)),
+    };
+    let request =
+        completion_request(max_tokens.unwrap_or(DEFAULT_COMPLETION_TOKENS), sampling, stop, options.ignore_eos);
+    respond(s, Kind::Text, prompt, request, options.stream, options.include_usage()).await
+}
+
+fn completion_request(
+    max_tokens: usize,
+    sampling: crate::runtime::SamplingParams,
+    stop: Vec<String>,
+    ignore_eos: bool,
+) -> CompletionRequest {
+    CompletionRequest {
+        options: GenerateOptions { max_tokens, sampling, ignore_eos },
+        stop_tokens: Vec::new(),
+        stop_strings: stop,
+    }
+}
+
+/// A seed for requests that give none, so that their samples differ.
+fn fresh_seed() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(32)
+}
+
+/// Sets the job's cancel flag when dropped: when the handler's future is dropped (the client
+/// went away) or the stream's task ends.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Which API's object shapes to answer in.
+#[derive(Clone, Copy)]
+enum Kind {
+    Chat,
+    Text,
+}
+
+/// Fixed parts of every object of one reply.
+struct Reply {
+    kind: Kind,
+    id: String,
+    created: u64,
+    model: String,
+}
+
+impl Reply {
+    fn new(kind: Kind, model: &str) -> Reply {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let prefix = match kind {
+            Kind::Chat => "chatcmpl",
+            Kind::Text => "cmpl",
+        };
+        let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        Reply { kind, id: format!("{prefix}-{created:x}{n:04x}"), created, model: model.to_string() }
+    }
+
+    fn object(&self, stream: bool) -> &'static str {
+        match (self.kind, stream) {
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Text, _) => "text_completion",
+        }
+    }
+
+    fn envelope(&self, stream: bool, choices: Value) -> Value {
+        json!({"id": self.id, "object": self.object(stream), "created": self.created, "model": self.model, "choices": choices})
+    }
+
+    /// A streamed piece: `text` (or the opening role delta) and, at the end, the finish reason.
+    fn chunk(&self, text: Option<&str>, finish: Option<FinishReason>) -> Value {
+        let finish = finish.map(finish_reason);
+        let choice = match self.kind {
+            Kind::Chat => {
+                let delta = match text {
+                    Some(t) => json!({"content": t}),
+                    None if finish.is_none() => json!({"role": "assistant", "content": ""}),
+                    None => json!({}),
+                };
+                json!({"index": 0, "delta": delta, "finish_reason": finish})
+            }
+            Kind::Text => json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}),
+        };
+        self.envelope(true, json!([choice]))
+    }
+
+    /// The whole reply.
+    fn full(&self, c: &Completion) -> Value {
+        let finish = finish_reason(c.finish_reason);
+        let choice = match self.kind {
+            Kind::Chat => {
+                json!({"index": 0, "message": {"role": "assistant", "content": c.text}, "finish_reason": finish})
+            }
+            Kind::Text => json!({"index": 0, "text": c.text, "logprobs": null, "finish_reason": finish}),
+        };
+        let mut v = self.envelope(false, json!([choice]));
+        v["usage"] = usage(c);
+        v
+    }
+}
+
+fn finish_reason(f: FinishReason) -> &'static str {
+    match f {
+        FinishReason::Length => "length",
+        FinishReason::Stop | FinishReason::Cancelled => "stop",
+    }
+}
+
+fn usage(c: &Completion) -> Value {
+    let (p, g) = (c.generation.prompt_tokens.len(), c.generation.tokens.len());
+    json!({"prompt_tokens": p, "completion_tokens": g, "total_tokens": p + g})
+}
+
+/// Queues the job; answers with the whole reply, or streams it once the prompt was accepted (so
+/// that a prompt over the context is still a 400, not an event in a 200 stream).
+async fn respond(
+    s: Shared,
+    kind: Kind,
+    prompt: Prompt,
+    request: CompletionRequest,
+    stream: bool,
+    include_usage: bool,
+) -> Result<Response, ApiError> {
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let guard = CancelOnDrop(cancel.clone());
+    s.worker.submit(Job { prompt, request, events: events_tx, cancel });
+    match events.recv().await {
+        Some(Event::Started) => {}
+        Some(Event::Done(Err(e))) => return Err(e.into()),
+        _ => {
+            return Err(ApiError::with_status(StatusCode::INTERNAL_SERVER_ERROR, "the engine stopped", "server_error"))
+        }
+    }
+    let reply = Reply::new(kind, &s.model.id);
+    if !stream {
+        loop {
+            match events.recv().await {
+                Some(Event::Text(_)) | Some(Event::Started) => {}
+                Some(Event::Done(Ok(c))) => return Ok(Json(reply.full(&c)).into_response()),
+                Some(Event::Done(Err(e))) => return Err(e.into()),
+                None => {
+                    return Err(ApiError::with_status(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the engine stopped",
+                        "server_error",
+                    ))
+                }
+            }
+        }
+    }
+    let (sse_tx, sse_rx) = mpsc::channel::<Result<SseEvent, Infallible>>(16);
+    tokio::spawn(async move {
+        // Dropping `events` or `guard` when the client is gone stops the generation.
+        let _guard = guard;
+        let send = |v: Value| sse_tx.send(Ok(SseEvent::default().data(v.to_string())));
+        if matches!(kind, Kind::Chat) && send(reply.chunk(None, None)).await.is_err() {
+            return;
+        }
+        while let Some(event) = events.recv().await {
+            let sent = match event {
+                Event::Started => Ok(()),
+                Event::Text(t) => send(reply.chunk(Some(&t), None)).await,
+                Event::Done(Ok(c)) => {
+                    let mut end = send(reply.chunk(None, Some(c.finish_reason))).await;
+                    if end.is_ok() && include_usage {
+                        let mut u = reply.envelope(true, json!([]));
+                        u["usage"] = usage(&c);
+                        end = send(u).await;
+                    }
+                    end
+                }
+                Event::Done(Err(e)) => send(json!({"error": {"message": e.to_string(), "type": "server_error"}})).await,
+            };
+            if sent.is_err() {
+                return;
+            }
+        }
+        let _ = sse_tx.send(Ok(SseEvent::default().data("[DONE]"))).await;
+    });
+    Ok(Sse::new(ReceiverStream::new(sse_rx)).into_response())
+}

@@ -1,0 +1,346 @@
+//! `moestream serve` over real HTTP on localhost, as a client sees it: the endpoints, streaming
+//! (== the non-streamed reply), stop strings, KV reuse across turns, seeds, concurrent requests on one engine, a client
+//! that disconnects mid-stream stopping its generation, and every bad input answered with a 4xx
+//! and an OpenAI-style error object while the server keeps running.
+#![cfg(feature = "serve")]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const KEY: &str = "test-key";
+
+/// A `moestream serve` process on a free port, killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start() -> Server {
+        let model = concat!(env!("CARGO_MANIFEST_DIR"), "/models/moestream-tiny-moe");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_moestream"))
+            .args([
+                "serve",
+                "--port",
+                "0",
+                "--context",
+                "256",
+                "--max-body",
+                "64KiB",
+                "--api-key",
+                KEY,
+                "--model",
+                model,
+            ])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("moestream serve starts");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines.next().expect("serve prints its address").unwrap();
+            if let Some(addr) = line.strip_prefix("listening on ") {
+                break addr.trim().to_string();
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Server { child, url }
+    }
+
+    fn get(&self, path: &str, auth: bool) -> (u16, String) {
+        let mut req = ureq::get(&format!("{}{path}", self.url));
+        if auth {
+            req = req.set("Authorization", &format!("Bearer {KEY}"));
+        }
+        answer(req.call())
+    }
+
+    fn post(&self, path: &str, body: &str) -> (u16, String) {
+        let req = ureq::post(&format!("{}{path}", self.url))
+            .set("Authorization", &format!("Bearer {KEY}"))
+            .set("Content-Type", "application/json");
+        answer(req.send_string(body))
+    }
+
+    fn post_json(&self, path: &str, body: Value) -> Value {
+        let (status, text) = self.post(path, &body.to_string());
+        assert_eq!(status, 200, "{path} {body}: {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let (_, text) = self.get("/metrics", false);
+        let line =
+            text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name} in {text}"));
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn answer(r: Result<ureq::Response, ureq::Error>) -> (u16, String) {
+    match r {
+        Ok(resp) => (resp.status(), resp.into_string().unwrap()),
+        Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap()),
+        Err(e) => panic!("transport error: {e}"),
+    }
+}
+
+/// Writes `request` as is and reads one response: its status and body.
+fn raw_exchange(addr: &str, request: &str) -> (u16, String) {
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let _ = tcp.write_all(request.as_bytes());
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .expect("the error response has a Content-Length");
+            if got.len() >= end + 4 + length {
+                let status = text[9..12].parse().unwrap();
+                return (status, text[end + 4..end + 4 + length].to_string());
+            }
+        }
+        let n = tcp.read(&mut buf).expect("the server answers");
+        assert!(n > 0, "connection closed before a full response: {text}");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// The JSON objects of an SSE body, and whether it ended with `data: [DONE]`.
+fn sse_events(body: &str) -> (Vec<Value>, bool) {
+    let data: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    let done = data.last() == Some(&"[DONE]");
+    (data.iter().filter(|d| **d != "[DONE]").map(|d| serde_json::from_str(d).unwrap()).collect(), done)
+}
+
+#[test]
+fn openai_compatible_server() {
+    let server = Server::start();
+
+    // Health, models, auth.
+    assert_eq!(server.get("/health", false), (200, r#"{"status":"ok"}"#.to_string()));
+    let (status, text) = server.get("/v1/models", false);
+    assert_eq!(status, 401, "{text}");
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["error"]["code"], "invalid_api_key");
+    let (status, text) = server.get("/v1/models", true);
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(models["data"][0]["id"], "moestream-tiny-moe");
+
+    // A text completion, whole and streamed: the same greedy text.
+    let body = json!({"model": "m", "prompt": "The jury said", "max_tokens": 10, "temperature": 0, "ignore_eos": true});
+    let whole = server.post_json("/v1/completions", body.clone());
+    assert_eq!(whole["object"], "text_completion");
+    assert_eq!(whole["choices"][0]["finish_reason"], "length");
+    assert_eq!(whole["usage"]["completion_tokens"], 10);
+    let completion = whole["choices"][0]["text"].as_str().unwrap().to_string();
+    assert!(!completion.is_empty());
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (status, text) = server.post("/v1/completions", &streamed.to_string());
+    assert_eq!(status, 200);
+    let (events, done) = sse_events(&text);
+    assert!(done, "the stream ends with [DONE]: {text}");
+    let joined: String = events.iter().map(|e| e["choices"][0]["text"].as_str().unwrap()).collect();
+    assert_eq!(joined, completion);
+    assert_eq!(events.last().unwrap()["choices"][0]["finish_reason"], "length");
+
+    // A stop string cuts the text before it.
+    let cut = completion.char_indices().nth(completion.chars().count() / 2).unwrap().0;
+    let stop = completion[cut..].chars().take(3).collect::<String>();
+    let mut stopped = body.clone();
+    stopped["stop"] = json!([stop]);
+    let r = server.post_json("/v1/completions", stopped);
+    assert_eq!(r["choices"][0]["finish_reason"], "stop");
+    assert_eq!(r["choices"][0]["text"].as_str().unwrap(), &completion[..completion.find(&stop).unwrap()]);
+
+    // Chat: the template's prompt, a reply, the same reply streamed (with role, finish, usage).
+    let chat = json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who won?"}],
+                      "max_tokens": 12, "temperature": 0});
+    let r = server.post_json("/v1/chat/completions", chat.clone());
+    assert_eq!(r["object"], "chat.completion");
+    assert_eq!(r["choices"][0]["message"]["role"], "assistant");
+    let reply = r["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let finish = r["choices"][0]["finish_reason"].clone();
+    assert!(finish == "stop" || finish == "length", "{r}");
+    let (p, c) = (r["usage"]["prompt_tokens"].as_u64().unwrap(), r["usage"]["completion_tokens"].as_u64().unwrap());
+    assert!(p > 8 && (1..=12).contains(&c), "{r}");
+    assert_eq!(r["usage"]["total_tokens"].as_u64().unwrap(), p + c);
+    let mut streamed = chat.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let (status, text) = server.post("/v1/chat/completions", &streamed.to_string());
+    assert_eq!(status, 200);
+    let (events, done) = sse_events(&text);
+    assert!(done);
+    assert_eq!(events[0]["object"], "chat.completion.chunk");
+    assert_eq!(events[0]["choices"][0]["delta"]["role"], "assistant");
+    let joined: String =
+        events.iter().filter_map(|e| e["choices"].get(0)?["delta"]["content"].as_str().map(str::to_string)).collect();
+    assert_eq!(joined, reply);
+    let n = events.len();
+    assert_eq!(events[n - 2]["choices"][0]["finish_reason"], finish);
+    assert_eq!(events[n - 1]["usage"], r["usage"]);
+
+    // The next turn of that conversation reuses the KV cache of the turns before.
+    let reused_before = server.metric("moestream_reused_prompt_tokens_total");
+    let mut next = chat.clone();
+    next["messages"]
+        .as_array_mut()
+        .unwrap()
+        .extend([json!({"role": "assistant", "content": reply}), json!({"role": "user", "content": "And then?"})]);
+    server.post_json("/v1/chat/completions", next);
+    let reused = server.metric("moestream_reused_prompt_tokens_total") - reused_before;
+    assert!(reused >= p as f64 - 1.0, "the follow-up reuses the first turn's {p} prompt tokens, reused {reused}");
+
+    // Seeds make sampling reproducible.
+    let sampled = json!({"prompt": "The jury said", "max_tokens": 12, "temperature": 1.0, "top_p": 0.9, "seed": 42, "ignore_eos": true});
+    let a = server.post_json("/v1/completions", sampled.clone());
+    let b = server.post_json("/v1/completions", sampled);
+    assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
+
+    // Concurrent requests queue on the one engine and each gets its own, correct reply.
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4).map(|_| s.spawn(|| server.post_json("/v1/completions", body.clone()))).collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap()["choices"][0]["text"].as_str().unwrap(), completion);
+        }
+    });
+
+    // A client that disconnects mid-stream stops its generation.
+    let generated_before = server.metric("moestream_generated_tokens_total");
+    let cancelled_before = server.metric("moestream_requests_cancelled_total");
+    let long =
+        json!({"prompt": "The jury said", "max_tokens": 250, "temperature": 0, "ignore_eos": true, "stream": true})
+            .to_string();
+    let addr = server.url.strip_prefix("http://").unwrap();
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    write!(
+        tcp,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{long}",
+        long.len()
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("data: ") {
+        let n = tcp.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream started");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    drop(tcp);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.metric("moestream_requests_cancelled_total") == cancelled_before {
+        assert!(Instant::now() < deadline, "the disconnected request was never cancelled");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let generated = server.metric("moestream_generated_tokens_total") - generated_before;
+    assert!(generated < 250.0, "generation stopped early after the disconnect ({generated} tokens)");
+
+    // Bad input: a 4xx with an OpenAI error object, never a crash.
+    let words = "word ".repeat(400);
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        ("/v1/completions", "{\"prompt\": ".into(), 400, "invalid_json"),
+        ("/v1/completions", "{\"prompt\": \"x\"} trailing".into(), 400, "invalid_json"),
+        ("/v1/completions", json!({"prompt": "x", "max_tokens": "ten"}).to_string(), 400, "invalid_type"),
+        ("/v1/completions", json!({"prompt": "x", "temperature": "hot"}).to_string(), 400, "invalid_type"),
+        ("/v1/completions", json!({"prompt": 5}).to_string(), 400, "invalid_type"),
+        ("/v1/completions", json!({"max_tokens": 3}).to_string(), 400, "invalid_type"),
+        ("/v1/completions", json!({"prompt": "x", "temperature": 5}).to_string(), 400, "invalid_value"),
+        ("/v1/completions", json!({"prompt": "x", "top_p": 0}).to_string(), 400, "invalid_value"),
+        ("/v1/completions", json!({"prompt": "x", "max_tokens": 0}).to_string(), 400, "invalid_value"),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}).to_string(),
+            400,
+            "invalid_value",
+        ),
+        ("/v1/completions", json!({"prompt": "x", "n": 2}).to_string(), 400, "unsupported_parameter"),
+        ("/v1/completions", json!({"prompt": "x", "logit_bias": {"5": 1}}).to_string(), 400, "unsupported_parameter"),
+        ("/v1/completions", json!({"prompt": "x", "echo": true}).to_string(), 400, "unsupported_parameter"),
+        ("/v1/completions", json!({"prompt": ""}).to_string(), 400, "empty_prompt"),
+        ("/v1/completions", json!({"prompt": [999999]}).to_string(), 400, "invalid_token"),
+        ("/v1/completions", json!({"prompt": words}).to_string(), 400, "context_length_exceeded"),
+        ("/v1/chat/completions", json!({"messages": "hi"}).to_string(), 400, "invalid_type"),
+        ("/v1/chat/completions", json!({"messages": []}).to_string(), 400, "invalid_value"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "robot", "content": "x"}]}).to_string(),
+            400,
+            "invalid_type",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": 3}]}).to_string(),
+            400,
+            "invalid_type",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": words}]}).to_string(),
+            400,
+            "context_length_exceeded",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})
+                .to_string(),
+            400,
+            "unsupported_parameter",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x".repeat(100_000)}]}).to_string(),
+            413,
+            "request_too_large",
+        ),
+        ("/v1/nothing", "{}".into(), 404, "not_found"),
+    ];
+    for (path, body, status, code) in cases {
+        let (got, text) = server.post(path, &body);
+        let shown = &body[..body.len().min(80)];
+        assert_eq!(got, status, "{path} {shown}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path} {shown}: not JSON: {text}"));
+        assert_eq!(v["error"]["code"], code, "{path} {shown}: {text}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{text}");
+        assert!(v["error"]["type"].is_string(), "{text}");
+    }
+    // An oversized body is refused from its Content-Length, before it is read (so the test sends
+    // only the head: the server answers without waiting for the body).
+    let addr = server.url.strip_prefix("http://").unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+    );
+    let (status, text) = raw_exchange(addr, &head);
+    assert_eq!(status, 413, "{text}");
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["error"]["code"], "request_too_large", "{text}");
+
+    let (status, text) = server.get("/v1/completions", true);
+    assert_eq!(status, 405, "{text}");
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["error"]["code"], "method_not_allowed");
+    let (_, text) = server.post("/v1/completions", &json!({"prompt": "x", "max_tokens": "ten"}).to_string());
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["error"]["param"], "max_tokens");
+
+    // Still serving, and the metrics add up.
+    assert_eq!(server.get("/health", false).0, 200);
+    assert!(server.metric("moestream_requests_total") >= 10.0);
+    assert!(server.metric("moestream_decode_tokens_per_second") > 0.0);
+    assert_eq!(server.metric("moestream_queue_depth"), 0.0);
+}
