@@ -291,3 +291,15 @@ fn regression_gguf_last_tensor_retyped_gave_nan() {
     let e = refused(name, with_field(file, last.at, 4, 2));
     assert!(e.contains("bytes after the end of the last tensor"), "{e}");
 }
+
+#[test]
+fn regression_gguf_rope_freq_base_tiny_gave_nan() {
+    // rope.freq_base's f32 bits set to 1 (1.4e-45): every log-probability NaN.
+    let file = std::fs::read(gguf_fixture("qwen3_moe.gguf")).unwrap();
+    let key = b"qwen3moe.rope.freq_base";
+    let at = file.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4;
+    for bits in [1u32, 0, 1.0f32.to_bits(), f32::NAN.to_bits(), f32::INFINITY.to_bits()] {
+        let e = refused("m.gguf", with_field(file.clone(), at, 4, bits as u64));
+        assert!(e.contains("rope_theta"), "{e}");
+    }
+}
