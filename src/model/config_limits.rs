@@ -97,8 +97,9 @@ impl ArchSpec {
         if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
             return Err(out_of_range("rms_norm_eps", self.rms_eps, "a finite value ≥ 0".into()));
         }
-        if !(self.rope.theta.is_finite() && self.rope.theta > 0.0) {
-            return Err(out_of_range("rope_theta", self.rope.theta, "a finite value > 0".into()));
+        // Above 1 as config.json's reader requires: a GGUF `rope.freq_base` of 1.4e-45 gave NaN.
+        if !(self.rope.theta.is_finite() && self.rope.theta > 1.0) {
+            return Err(out_of_range("rope_theta", self.rope.theta, "a finite value > 1".into()));
         }
         if self.moe_layers.iter().any(|m| !m) && self.dense_intermediate == 0 {
             return Err(out_of_range("intermediate_size", 0, "≥ 1 (the model has dense layers)".into()));

@@ -47,6 +47,15 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     }
     let hidden = n("embedding_length")?;
     let layers = n("block_count")?;
+    // Checked against the tensors before anything is sized by it (a wrapped count hangs here).
+    let has_block = |i: usize| m.info(&format!("blk.{i}.attn_norm.weight")).is_some();
+    if layers == 0 || !has_block(layers - 1) || has_block(layers) {
+        return Err(Error::ConfigValue {
+            field: key("block_count"),
+            value: layers.to_string(),
+            expected: "the number of blk.N tensor groups in the file".into(),
+        });
+    }
     let heads = n("attention.head_count")?;
     let kv_heads = opt_n("attention.head_count_kv").unwrap_or(heads);
     if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || hidden == 0 {

@@ -229,6 +229,9 @@ impl Container {
         }
         let data_start = c.pos.next_multiple_of(alignment);
         let mut tensors = Vec::with_capacity(raw.len());
+        // Offset in the data section where the next tensor must start: tensors are packed in
+        // file order, each padded to the alignment.
+        let mut expected = 0usize;
         for (name, shape, ggml_type, offset) in raw {
             let cols = *shape.last().expect("at least one dimension");
             if cols % ggml_type.block_size() != 0 {
@@ -245,8 +248,8 @@ impl Container {
             let (Some(nbytes), Some(start)) = (bytes_len, start) else {
                 return Err(c.malformed(format!("tensor `{name}`: size or offset overflows")));
             };
-            if offset % alignment as u64 != 0 {
-                return Err(c.malformed(format!("tensor `{name}`: offset {offset} is not {alignment}-aligned")));
+            if offset != expected as u64 {
+                return Err(GgufError::Misplaced { path: path.into(), name, offset, expected: expected as u64 });
             }
             if start.checked_add(nbytes).is_none_or(|end| end > bytes.len()) {
                 return Err(GgufError::TensorOutOfBounds {
@@ -257,7 +260,16 @@ impl Container {
                     file_len: bytes.len(),
                 });
             }
+            expected = (expected + nbytes).next_multiple_of(alignment);
             tensors.push(TensorInfo { name, shape, ggml_type, offset: start, bytes: nbytes });
+        }
+        // Writers pad the last tensor or not; anything beyond is not a GGUF file of this table.
+        let data_end = data_start.saturating_add(expected);
+        if bytes.len() > data_end {
+            return Err(c.malformed(format!(
+                "{} bytes after the end of the last tensor's data at {data_end}",
+                bytes.len() - data_end
+            )));
         }
         Ok(Container { version, metadata, tensors })
     }

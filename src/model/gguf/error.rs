@@ -81,6 +81,19 @@ pub enum GgufError {
         /// Type name.
         ggml_type: &'static str,
     },
+    /// A tensor's data does not start where the previous tensor's (padded) data ends: tensors
+    /// would overlap or leave gaps, which no GGUF writer does (llama.cpp refuses it too).
+    #[error("{path}: tensor `{name}` has offset {offset}, expected {expected} (where the previous tensor ends)")]
+    Misplaced {
+        /// The file.
+        path: PathBuf,
+        /// Tensor name.
+        name: String,
+        /// Its offset in the data section.
+        offset: u64,
+        /// The end of the previous tensor's data, aligned.
+        expected: u64,
+    },
     /// The parts of a split model do not belong together.
     #[error("split GGUF {path}: {message}")]
     Split {
