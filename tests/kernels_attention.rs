@@ -79,13 +79,18 @@ fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
     }
     // Every cache row (NaN ones included) written by kv_store.
     step.set(&gpu, ctx, 0);
-    let stores: Vec<_> = caches.iter().map(|c| KvStore::new(&gpu, &step.buffer, (&kb, &vb), chunk(c, ctx, dtype), n_kv_heads, hd)).collect();
+    let stores: Vec<_> = caches
+        .iter()
+        .map(|c| KvStore::new(&gpu, &step.buffer, (&kb, &vb), chunk(c, ctx, dtype), n_kv_heads, hd))
+        .collect();
     submit(&gpu, |pass| stores.iter().for_each(|s| s.record(&gpu, pass, ctx)));
 
     step.set(&gpu, t, pos);
     let ops: Vec<_> = caches
         .iter()
-        .map(|c| Attention::new(&gpu, &step.buffer, &qb, chunk(c, ctx, dtype), (&ob, &partial), heads, layout.split_len))
+        .map(|c| {
+            Attention::new(&gpu, &step.buffer, &qb, chunk(c, ctx, dtype), (&ob, &partial), heads, layout.split_len)
+        })
         .collect();
     let merge = AttentionMerge::new(&gpu, &step.buffer, &partial, &ob, heads, layout.split_len);
     submit(&gpu, |pass| {

@@ -49,7 +49,10 @@ fn prompt_past_4096_tokens_matches_transformers() {
         let out = e.generate_in(&mut s, &[], &opts, |_, _| true).unwrap();
         assert_eq!(out.tokens, g.greedy, "{kv_dtype:?}: greedy tokens");
         assert_eq!(out.stats.prefilled_tokens, 1);
-        println!("{kv_dtype:?} KV: max |Δ logprob| = {err:.2e} over {} positions, last position {last_err:.2e}", scored.len());
+        println!(
+            "{kv_dtype:?} KV: max |Δ logprob| = {err:.2e} over {} positions, last position {last_err:.2e}",
+            scored.len()
+        );
         assert!(err < tol && last_err < tol, "{kv_dtype:?} KV: log-prob error {err}, last position {last_err}");
     }
 }

@@ -137,7 +137,11 @@ fn periodic_tokens(n: usize, period: usize, vocab: usize) -> Vec<u32> {
 }
 
 fn collect_fixture(name: &str, dir: &Path, tokens: &[u32]) -> (Engine, DatasetMeta) {
-    let engine = Engine::load_on(gpu(), &EngineOptions { kv_dtype: KvDtype::F32, ..EngineOptions::new(fixture(name)).with_format(WeightFormat::F32) }).unwrap();
+    let engine = Engine::load_on(
+        gpu(),
+        &EngineOptions { kv_dtype: KvDtype::F32, ..EngineOptions::new(fixture(name)).with_format(WeightFormat::F32) },
+    )
+    .unwrap();
     let meta = collect(&engine, tokens, dir, 160).unwrap();
     (engine, meta)
 }

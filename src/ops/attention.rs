@@ -85,12 +85,7 @@ impl Attention {
             }
             Kernel::new(gpu, "attention", &defines, step, &p, &[q.into(), chunk.k.into(), chunk.v.into(), dest.into()])
         };
-        Attention {
-            single: kernel(out, false),
-            split: kernel(partial, true),
-            q_heads: chunk.heads * group,
-            split_len,
-        }
+        Attention { single: kernel(out, false), split: kernel(partial, true), q_heads: chunk.heads * group, split_len }
     }
 
     /// Records attention for `n_tokens` queries, the last one seeing `kv_len` keys; split

@@ -13,7 +13,14 @@ pub struct AttentionMerge {
 
 impl AttentionMerge {
     /// Binds `partial` (written by [`super::attention::Attention`]'s split pass) and `out` (`[1, n_heads * head_dim]`).
-    pub fn new(gpu: &Gpu, step: &wgpu::Buffer, partial: &wgpu::Buffer, out: &wgpu::Buffer, heads: Heads, split_len: usize) -> Self {
+    pub fn new(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        partial: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        heads: Heads,
+        split_len: usize,
+    ) -> Self {
         let p = params(&[heads.n_heads as u32, heads.head_dim as u32, split_len as u32]);
         let kernel = Kernel::new(gpu, "attention_merge", &[], step, &p, &[partial.into(), out.into()]);
         AttentionMerge { kernel, n_heads: heads.n_heads }

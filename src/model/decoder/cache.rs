@@ -167,7 +167,14 @@ impl GpuModel {
                         let k = gpu.storage("k cache", chunk_bytes);
                         let v = gpu.storage("v cache", chunk_bytes);
                         let chunk = KvChunk { k: &k, v: &v, kv_head0, heads: n, context, dtype };
-                        let store = KvStore::new(gpu, &self.step.buffer, (&acts.k, &acts.v), chunk, heads.n_kv_heads, heads.head_dim);
+                        let store = KvStore::new(
+                            gpu,
+                            &self.step.buffer,
+                            (&acts.k, &acts.v),
+                            chunk,
+                            heads.n_kv_heads,
+                            heads.head_dim,
+                        );
                         let attention = Attention::new(
                             gpu,
                             &self.step.buffer,

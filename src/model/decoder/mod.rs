@@ -236,7 +236,10 @@ fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
 /// Checks the limits of the kernels against a spec.
 fn check_supported(spec: &ArchSpec) -> Result<()> {
     if spec.head_dim > 256 || spec.head_dim % 2 != 0 {
-        return Err(Error::UnsupportedConfig(format!("head_dim {} (attention takes even sizes up to 256)", spec.head_dim)));
+        return Err(Error::UnsupportedConfig(format!(
+            "head_dim {} (attention takes even sizes up to 256)",
+            spec.head_dim
+        )));
     }
     if let Some(m) = &spec.moe {
         if m.num_experts > 256 {
@@ -447,8 +450,10 @@ impl GpuModel {
             let q =
                 bld.projection("q", &w.attn.q, bias.map(|b| &b[0]), &acts.hn, &acts.q, q_out, (i, LoraTarget::Q))?;
             let kv_out = MatMulOut::plain(spec.kv_dim());
-            let k = bld.projection("k", &w.attn.k, bias.map(|b| &b[1]), &acts.hn, &acts.k, kv_out, (i, LoraTarget::K))?;
-            let v = bld.projection("v", &w.attn.v, bias.map(|b| &b[2]), &acts.hn, &acts.v, kv_out, (i, LoraTarget::V))?;
+            let k =
+                bld.projection("k", &w.attn.k, bias.map(|b| &b[1]), &acts.hn, &acts.k, kv_out, (i, LoraTarget::K))?;
+            let v =
+                bld.projection("v", &w.attn.v, bias.map(|b| &b[2]), &acts.hn, &acts.v, kv_out, (i, LoraTarget::V))?;
             let qk_norm = w.attn.qk_norm.as_ref().map(|[qn, kn]| {
                 let (q_rows, k_rows, n) = match spec.qk_norm {
                     QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
