@@ -69,8 +69,13 @@ pub struct Readback {
 impl Readback {
     /// A staging buffer able to hold `capacity` bytes.
     pub fn new(gpu: &Gpu, capacity: u64) -> Self {
+        Self::on_device(&gpu.device, capacity)
+    }
+
+    /// [`Readback::new`] on a bare device (while its [`Gpu`] is being built).
+    pub(crate) fn on_device(device: &wgpu::Device, capacity: u64) -> Self {
         let capacity = capacity.max(4).next_multiple_of(4);
-        let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        let buffer = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size: capacity,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use super::Gpu;
-use crate::error::{Error, Result};
+use super::{Gpu, Readback};
+use crate::error::Result;
 
 /// Timestamps one step may hold (two per dispatch); later dispatches of the step go untimed and
 /// are counted in [`StepKindProfile::untimed_dispatches`].
@@ -86,7 +86,7 @@ struct Totals {
 pub struct Profiler {
     queries: wgpu::QuerySet,
     resolve: wgpu::Buffer,
-    readback: wgpu::Buffer,
+    readback: Readback,
     period_ns: f64,
     pending: Mutex<Pending>,
     decode: Mutex<Totals>,
@@ -109,12 +109,7 @@ impl Profiler {
                 usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
                 mapped_at_creation: false,
             }),
-            readback: device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("profiler readback"),
-                size: bytes,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }),
+            readback: Readback::on_device(device, bytes),
             period_ns: queue.get_timestamp_period() as f64,
             pending: Mutex::new(Pending { labels: Vec::new(), dropped: 0 }),
             decode: Mutex::new(Totals::default()),
@@ -153,24 +148,10 @@ impl Profiler {
         let count = labels.len() as u32 * 2;
         let mut ticks = vec![0u64; count as usize];
         if count > 0 {
-            let bytes = count as u64 * 8;
             let mut encoder = gpu.device.create_command_encoder(&Default::default());
             encoder.resolve_query_set(&self.queries, 0..count, &self.resolve, 0);
-            encoder.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, bytes);
             gpu.queue.submit([encoder.finish()]);
-            let slice = self.readback.slice(0..bytes);
-            let (tx, rx) = std::sync::mpsc::channel();
-            slice.map_async(wgpu::MapMode::Read, move |r| {
-                let _ = tx.send(r);
-            });
-            gpu.wait()?;
-            rx.recv()
-                .map_err(|_| Error::Gpu("profiler readback dropped".into()))?
-                .map_err(|e| Error::Gpu(format!("profiler readback failed: {e}")))?;
-            let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("profiler view failed: {e}")))?;
-            ticks.copy_from_slice(bytemuck::cast_slice(&view));
-            drop(view);
-            self.readback.unmap();
+            self.readback.read(gpu, &self.resolve, 0, bytemuck::cast_slice_mut(&mut ticks))?;
         }
         let mut totals = if n_tokens == 1 { &self.decode } else { &self.prefill }.lock().expect("profiler lock");
         totals.steps += 1;
