@@ -40,7 +40,7 @@ def llama_bench(bench, model, args, cpu):
     cmd += ["-ngl", "0", "-dev", "none"] if cpu else ["-ngl", "99"]
     rows = json.loads(run(cmd, env))
     speed = {("prefill" if r["n_prompt"] > 0 else "decode"): r["avg_ts"] for r in rows}
-    backend = rows[0].get("backends", "")
+    backend = "CPU" if cpu else f"Vulkan ({rows[0].get('gpu_info', '')})".replace(" ()", "")
     return {"prefill_tokens_per_s": speed["prefill"], "decode_tokens_per_s": speed["decode"], "backend": backend}
 
 
