@@ -97,11 +97,7 @@ pub unsafe extern "C" fn moestream_generate(
             Some(s) if s.session.is_empty() => {
                 e.engine.generate_in(&mut s.session, &e.engine.encode(prompt)?, &options, on_token)?
             }
-            Some(s) => {
-                let tokenizer =
-                    e.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?;
-                e.engine.generate_in(&mut s.session, &tokenizer.encode_raw(prompt)?, &options, on_token)?
-            }
+            Some(s) => e.engine.generate_in(&mut s.session, &e.engine.encode_raw(prompt)?, &options, on_token)?,
         };
         write_stats(stats, &g, cancelled);
         Ok(owned_string(g.text))
@@ -133,9 +129,7 @@ pub unsafe extern "C" fn moestream_chat(
             .map_err(|err| Error::InvalidArgument(format!("messages_json: {err}")))?;
         let template = e.template.as_ref().ok_or_else(|| Error::NoChatTemplate(e.engine.model_dir().into()))?;
         let text = template.render(&messages, &RenderOptions { add_generation_prompt: true, ..Default::default() })?;
-        let tokenizer =
-            e.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?;
-        let prompt = tokenizer.encode_raw(&text)?;
+        let prompt = e.engine.encode_raw(&text)?;
         let request = CompletionRequest {
             options: generate_options(options)?,
             stop_tokens: e.end_of_turn.clone(),

@@ -469,7 +469,17 @@ impl Engine {
 
     /// Token ids of `text` (errors without a tokenizer).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        self.tokenizer.as_ref().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))?.encode(text)
+        self.require_tokenizer()?.encode(text)
+    }
+
+    /// Token ids of `text` without the tokenizer's added special tokens (a rendered chat
+    /// template, or text appended to a session), erroring without a tokenizer.
+    pub fn encode_raw(&self, text: &str) -> Result<Vec<u32>> {
+        self.require_tokenizer()?.encode_raw(text)
+    }
+
+    fn require_tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))
     }
 
     fn check_prompt(&self, tokens: &[u32]) -> Result<()> {

@@ -167,11 +167,9 @@ impl EngineLoop {
 
     /// The prompt's tokens, checked to leave room for at least one generated token.
     fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<u32>> {
-        let tokenizer =
-            || self.engine.tokenizer().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()));
         let tokens = match prompt {
             Prompt::Tokens(t) => t.clone(),
-            Prompt::Text(text) => tokenizer()?.encode(text)?,
+            Prompt::Text(text) => self.engine.encode(text)?,
             Prompt::Chat { messages, tools, variables } => {
                 let template = self
                     .template
@@ -179,7 +177,7 @@ impl EngineLoop {
                     .ok_or_else(|| Error::NoChatTemplate(self.engine.model_dir().to_path_buf()))?;
                 let options =
                     RenderOptions { add_generation_prompt: true, tools: tools.clone(), variables: variables.clone() };
-                tokenizer()?.encode_raw(&template.render(messages, &options)?)?
+                self.engine.encode_raw(&template.render(messages, &options)?)?
             }
         };
         if tokens.is_empty() {
