@@ -1,5 +1,5 @@
 // Greedy pick: index of the largest logit of the step's last token (the lowest index among
-// equals). One workgroup.
+// equals), or 0xffffffff when any logit is NaN or infinite. One workgroup.
 //#include common
 //#include reduce
 
@@ -19,15 +19,18 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     let base = (step.n_tokens - 1u) * p.vocab;
     var bv = -3.0e38;
     var bi = 0xffffffffu;
+    var bad = 0.0;
     for (var i = lid; i < p.vocab; i += 64u) {
         let v = logits[base + i];
+        bad = max(bad, non_finite(v));
         if (v > bv) {
             bv = v;
             bi = i;
         }
     }
     let best = reduce_argmax(lid, bv, bi);
+    let any_bad = reduce_max(lid, bad);
     if (lid == 0u) {
-        out[0] = best.i;
+        out[0] = select(best.i, 0xffffffffu, any_bad > 0.0);
     }
 }

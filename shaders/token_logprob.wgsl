@@ -1,5 +1,5 @@
-// Teacher-forced scoring: out[t] = logits[t, targets[t]] - logsumexp(logits[t, :]).
-// One workgroup per token.
+// Teacher-forced scoring: out[t] = logits[t, targets[t]] - logsumexp(logits[t, :]), or a NaN
+// (written as bits) when any of the token's logits is NaN or infinite. One workgroup per token.
 //#include common
 //#include reduce
 
@@ -23,16 +23,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let base = t * p.vocab;
     var mx = -3.0e38;
+    var bad = 0.0;
     for (var i = lid; i < p.vocab; i += 64u) {
-        mx = max(mx, logits[base + i]);
+        let v = logits[base + i];
+        mx = max(mx, v);
+        bad = max(bad, non_finite(v));
     }
     mx = reduce_max(lid, mx);
+    bad = reduce_max(lid, bad);
     var s = 0.0;
     for (var i = lid; i < p.vocab; i += 64u) {
         s += exp(logits[base + i] - mx);
     }
     s = reduce_sum(lid, s);
     if (lid == 0u) {
-        out[t] = logits[base + targets[t]] - mx - log(s);
+        out[t] = select(logits[base + targets[t]] - mx - log(s), bitcast<f32>(0x7fc00000u), bad > 0.0);
     }
 }

@@ -76,6 +76,19 @@ pub enum Error {
     /// The tokenizer could not be loaded or failed on the input.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// A step's output (logits, or the log-probabilities computed from them) holds NaN or an
+    /// infinity: a weight of the model (or a value computed from it) is not a finite number.
+    /// Refused rather than turned into tokens.
+    #[error(
+        "the model computed non-finite {what} at position {position}: a weight is NaN or infinite, or \
+         overflows (a corrupt checkpoint?)"
+    )]
+    NonFiniteOutput {
+        /// `logits` or `log-probabilities`.
+        what: &'static str,
+        /// The sequence position whose output it is.
+        position: usize,
+    },
     /// A token id is outside the vocabulary.
     #[error("token id {id} is outside the vocabulary (size {vocab})")]
     TokenOutOfRange {

@@ -2,20 +2,98 @@
 //! `trim_blocks`, `lstrip_blocks`, loop controls, and adds `raise_exception`, `strftime_now` and
 //! its own `tojson` (no HTML escaping, `indent`/`separators`/`sort_keys`); templates also call
 //! Python string and dict methods, which `minijinja_contrib::pycompat` provides.
+//!
+//! A template comes from a model's files, so its rendering is bounded: [`TEMPLATE_FUEL`]
+//! instructions per render (a loop that never ends is an error, not a hang) and minijinja's
+//! recursion limit (a macro that calls itself is an error, not a stack overflow); the
+//! builtins that pad to a width the template gives (`indent`, the `format` filter, Python's
+//! `str.format`, `tojson`'s indent) refuse widths that would allocate gigabytes.
 
-use minijinja::value::{Kwargs, Value};
-use minijinja::{Environment, Error, ErrorKind};
+use minijinja::value::{Kwargs, Rest, StringInput, Value};
+use minijinja::{Environment, Error, ErrorKind, State};
 
-/// An environment configured like transformers' `_compile_jinja_template`.
+/// Instructions one render may run. The largest real template measured (gpt-oss with tools)
+/// spends about 1,000 per message, so this allows conversations of thousands of turns while a
+/// runaway loop ends within a few seconds.
+pub const TEMPLATE_FUEL: u64 = 20_000_000;
+
+/// An environment configured like transformers' `_compile_jinja_template`, with its renders
+/// bounded by [`TEMPLATE_FUEL`].
 pub fn environment() -> Environment<'static> {
     let mut env = Environment::new();
+    env.set_fuel(Some(TEMPLATE_FUEL));
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(python_method);
     env.add_function("raise_exception", raise_exception);
     env.add_function("strftime_now", strftime_now);
     env.add_filter("tojson", tojson);
+    env.add_filter("indent", indent);
+    env.add_filter("format", format);
     env
+}
+
+/// Largest padding width (`indent`, `format` specs) a template may ask for.
+const MAX_WIDTH: usize = 4096;
+
+fn width_error(what: &str, width: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::InvalidOperation, format!("{what}: width {width} is over {MAX_WIDTH}"))
+}
+
+/// Refuses a printf-style (`%10s`) or `str.format`-style (`{:>10}`) format string whose
+/// widths or precisions exceed [`MAX_WIDTH`].
+fn check_format_widths(format: &str) -> Result<(), Error> {
+    let (mut in_spec, mut number) = (false, 0u64);
+    for c in format.chars() {
+        match c {
+            '%' | '{' => (in_spec, number) = (true, 0),
+            '}' => in_spec = false,
+            '0'..='9' if in_spec => {
+                number = number.saturating_mul(10).saturating_add(c as u64 - '0' as u64);
+                if number > MAX_WIDTH as u64 {
+                    return Err(width_error("format", number));
+                }
+            }
+            c if in_spec && c.is_ascii_alphabetic() => in_spec = false,
+            _ => number = 0,
+        }
+    }
+    Ok(())
+}
+
+/// Python's string and dict methods (`minijinja_contrib::pycompat`), `str.format`'s widths
+/// bounded.
+fn python_method(state: &State, value: &Value, method: &str, args: &[Value]) -> Result<Value, Error> {
+    if let (Some(s), "format") = (value.as_str(), method) {
+        check_format_widths(s)?;
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// The builtin `format` filter, its widths bounded.
+fn format(state: &State, format: &Value, args: Rest<Value>) -> Result<Value, Error> {
+    if let Some(s) = format.as_str() {
+        check_format_widths(s)?;
+    }
+    minijinja::filters::format(state, format, args)
+}
+
+/// The builtin `indent` filter, its width bounded.
+fn indent(
+    value: StringInput<'_>,
+    width: Option<usize>,
+    first: Option<bool>,
+    blank: Option<bool>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let width = match width {
+        Some(w) => Some(w),
+        None => kwargs.get("width")?,
+    };
+    if let Some(w) = width.filter(|&w| w > MAX_WIDTH) {
+        return Err(width_error("indent", w));
+    }
+    minijinja::filters::indent(value, width, first, blank, kwargs)
 }
 
 /// `raise_exception(message)`: the template refuses the conversation.
@@ -32,10 +110,18 @@ fn strftime_now(format: String) -> Result<String, Error> {
     Ok(out)
 }
 
+/// Largest `tojson` indent accepted (real templates use 2 or 4; a huge one would allocate
+/// its spaces per line).
+const MAX_TOJSON_INDENT: usize = 64;
+
 /// `x | tojson(indent=None, separators=None, sort_keys=False)` as Python's `json.dumps(x,
 /// ensure_ascii=False, ...)`: `", "` and `": "` separators by default, non-ASCII kept.
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
+    if let Some(n) = indent.filter(|&n| n > MAX_TOJSON_INDENT) {
+        let message = format!("tojson: indent {n} is over {MAX_TOJSON_INDENT}");
+        return Err(Error::new(ErrorKind::InvalidOperation, message));
+    }
     let separators: Option<Vec<String>> = kwargs.get("separators")?;
     let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
     let _: Option<bool> = kwargs.get("ensure_ascii")?;
@@ -172,6 +258,18 @@ mod tests {
     fn strftime_now_formats_today() {
         let today = chrono::Local::now().format("%Y-%m-%d").to_string();
         assert_eq!(render("{{ strftime_now('%Y-%m-%d') }}", Value::UNDEFINED).unwrap(), today);
+    }
+
+    #[test]
+    fn padding_widths_are_bounded() {
+        for src in ["{{ 'x' | indent(5000) }}", "{{ 'x' | indent(width=5000) }}", "{{ '%5000s' | format(1) }}",
+            "{{ '{:>5000}'.format(1) }}", "{{ '{:.99999999999}'.format(1.5) }}"]
+        {
+            let err = render(src, Value::UNDEFINED).unwrap_err();
+            assert!(err.to_string().contains("is over 4096"), "{src}: {err}");
+        }
+        let ok = render("{{ 'a\nb' | indent(2) }}|{{ '%5.1f' | format(1.25) }}|{{ '{:>4}{}'.format(7, 12345) }}", Value::UNDEFINED);
+        assert_eq!(ok.unwrap(), "a\n  b|  1.2|   712345");
     }
 
     #[test]

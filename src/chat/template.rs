@@ -10,6 +10,10 @@ use super::hf_jinja;
 use super::message::ChatMessage;
 use crate::error::{Error, Result};
 
+/// Longest prompt text a rendering may produce (far beyond any context; a template that writes
+/// more is refused before it exhausts memory).
+pub const MAX_RENDERED_BYTES: usize = 64 << 20;
+
 /// The file a model directory may hold its template in (transformers 4.43+ writes it there
 /// instead of into `tokenizer_config.json`).
 pub const TEMPLATE_FILE: &str = "chat_template.jinja";
@@ -120,7 +124,40 @@ impl ChatTemplate {
             variables: &options.variables,
         };
         let template = self.env.get_template("chat").map_err(|e| Error::ChatTemplate(describe(&e)))?;
-        template.render(context).map_err(|e| Error::ChatTemplate(describe(&e)))
+        let mut out = CappedText::default();
+        match template.render_captured_to(context, &mut out) {
+            Ok(_) => String::from_utf8(out.bytes).map_err(|_| Error::ChatTemplate("rendered text is not UTF-8".into())),
+            Err(_) if out.overflowed => Err(Error::ChatTemplate(format!(
+                "the template writes more than {MAX_RENDERED_BYTES} bytes of prompt"
+            ))),
+            Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(Error::ChatTemplate(format!(
+                "the template ran more than {} instructions (a loop that does not end?)",
+                hf_jinja::TEMPLATE_FUEL
+            ))),
+            Err(e) => Err(Error::ChatTemplate(describe(&e))),
+        }
+    }
+}
+
+/// Rendered text, refusing to grow past [`MAX_RENDERED_BYTES`].
+#[derive(Default)]
+struct CappedText {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for CappedText {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("rendered prompt too long"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

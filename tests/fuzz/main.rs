@@ -21,6 +21,9 @@ mod gguf;
 mod harness;
 mod mlx;
 mod mutate;
+mod templates;
+mod tokenizer;
+mod weights;
 
 use std::path::{Path, PathBuf};
 

@@ -164,7 +164,7 @@ impl GpuModel {
             }
         }
         rec.submit(&gpu.queue);
-        let result = self.collect(n, output)?;
+        let result = self.collect(n, pos, output)?;
         if let Some(profiler) = gpu.profiler() {
             profiler.end_step(gpu, n, pos + n)?;
         }
@@ -184,8 +184,11 @@ impl GpuModel {
         Ok(ids)
     }
 
-    fn collect(&self, n: usize, output: StepOutput<'_>) -> Result<StepResult> {
+    /// Reads the step's output back; NaN or infinite logits (the kernels flag them) are
+    /// [`Error::NonFiniteOutput`], never a token.
+    fn collect(&self, n: usize, pos: usize, output: StepOutput<'_>) -> Result<StepResult> {
         let gpu = &*self.gpu;
+        let last = pos + n - 1;
         let v = self.spec.vocab;
         Ok(match output {
             StepOutput::None => {
@@ -195,17 +198,26 @@ impl GpuModel {
             StepOutput::Argmax => {
                 let mut id = [0u8; 4];
                 self.readback.read(gpu, &self.acts.argmax, 0, &mut id)?;
-                StepResult::Token(u32::from_le_bytes(id))
+                match u32::from_le_bytes(id) {
+                    u32::MAX => return Err(Error::NonFiniteOutput { what: "logits", position: last }),
+                    id => StepResult::Token(id),
+                }
             }
             StepOutput::Logits => {
                 let mut logits = vec![0f32; v];
                 let offset = ((n - 1) * v * 4) as u64;
                 self.readback.read(gpu, &self.acts.logits, offset, bytemuck::cast_slice_mut(&mut logits))?;
+                if !logits.iter().all(|l| l.is_finite()) {
+                    return Err(Error::NonFiniteOutput { what: "logits", position: last });
+                }
                 StepResult::Logits(logits)
             }
             StepOutput::LogProbs(_) => {
                 let mut lp = vec![0f32; n];
                 self.readback.read(gpu, &self.acts.logprobs, 0, bytemuck::cast_slice_mut(&mut lp))?;
+                if let Some(t) = lp.iter().position(|l| !l.is_finite()) {
+                    return Err(Error::NonFiniteOutput { what: "log-probabilities", position: pos + t });
+                }
                 StepResult::LogProbs(lp)
             }
         })
