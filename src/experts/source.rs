@@ -8,6 +8,7 @@ use super::arena::SlotLayout;
 use crate::error::{Error, Result};
 use crate::model::layer_weights;
 use crate::model::{ArchSpec, Checkpoint};
+use crate::ops::matrix::naming;
 use crate::ops::WeightFormat;
 use crate::store::ExpertStore;
 
@@ -59,7 +60,10 @@ impl ExpertSource for CheckpointExperts {
                 let [g, u, d] = blobs;
                 self.layout.place([&g?, &u?, &d?])
             }
-            _ => self.layout.encode(&w.gate.data, &w.up.data, &w.down.data)?,
+            _ => self
+                .layout
+                .encode(&w.gate.data, &w.up.data, &w.down.data)
+                .map_err(|e| naming(&format!("layer {layer} expert {expert}"), e))?,
         };
         buf[..bytes.len()].copy_from_slice(&bytes);
         Ok(())

@@ -146,6 +146,15 @@ impl WeightFormat {
     }
 }
 
+/// `e` (an encoding error: a non-finite weight, a value beyond f16) with the weights it
+/// concerns named first.
+pub fn naming(what: &str, e: Error) -> Error {
+    match e {
+        Error::UnsupportedConfig(m) => Error::UnsupportedConfig(format!("{what}: {m}")),
+        e => e,
+    }
+}
+
 fn quant_err(e: crate::quant::QuantError) -> Error {
     Error::UnsupportedConfig(e.to_string())
 }
@@ -211,7 +220,9 @@ impl GpuMatrix {
                 part.write_into(&mut blob).map_err(quant_err)?;
                 Ok(blob)
             }
-            None => format.encode(&data[first_row * cols..(first_row + n) * cols], n, cols),
+            None => format
+                .encode(&data[first_row * cols..(first_row + n) * cols], n, cols)
+                .map_err(|e| naming(&format!("{label} (rows from {first_row})"), e)),
         })
     }
 

@@ -2,14 +2,18 @@
 //! (bf16), a GGUF file (f16/f32) and an MLX 4-bit directory (f16 scales, biases and norms),
 //! through engine load, scoring and greedy generation.
 //!
-//! The engine's answer (see `Error::NonFiniteOutput`): the step kernels flag NaN or infinite
-//! logits and the engine returns a typed error instead of tokens or log-probabilities. A weight
+//! The engine's answer: weights it encodes at load (int4 experts, f16 matrices) are checked as
+//! they are encoded (a typed error naming the tensor and the value); weights uploaded as stored
+//! (f32, GGUF types, MLX norms) are not scanned, but the step kernels flag NaN or infinite logits
+//! and the engine returns `Error::NonFiniteOutput` instead of tokens or log-probabilities. A weight
 //! that a run never reads (another token's embedding row, an expert not routed to) leaves the
-//! run as it was. So the property: a typed error naming the non-finite output, or exactly the
-//! clean model's log-probabilities and tokens; never other numbers (silent garbage).
+//! run as it was. So the property, in the default formats and with every weight f32: a typed
+//! error about the non-finite value, or exactly the clean model's log-probabilities and tokens;
+//! never other numbers (silent garbage).
 
 use std::path::Path;
 
+use moestream::ops::WeightFormat;
 use moestream::runtime::GenerateOptions;
 use moestream::{Engine, EngineOptions};
 use proptest::collection::vec;
@@ -130,8 +134,11 @@ fn gguf_floats(file: &[u8]) -> Vec<Floats> {
 /// What a run gives: the log-probabilities of a fixed prompt and 4 greedy tokens.
 type Run = (Vec<f32>, Vec<u32>);
 
-fn run(model: &Path) -> Result<Run, String> {
+fn run(model: &Path, f32: bool) -> Result<Run, String> {
     let mut options = EngineOptions::new(model);
+    if f32 {
+        options = options.with_format(WeightFormat::F32);
+    }
     options.context = Some(16);
     let engine = text(Engine::load_on(common::gpu(), &options))?;
     let prompt = [1, 2, 3, 4, 5, 6];
@@ -142,14 +149,15 @@ fn run(model: &Path) -> Result<Run, String> {
 }
 
 /// The property of a mutant's run against the clean run.
-fn same_or_refused(model: &Path, clean: &Run) -> Outcome {
-    match run(model) {
+fn same_or_refused(model: &Path, f32: bool, clean: &Run) -> Outcome {
+    match run(model, f32) {
         Ok(got) => {
             assert!(got.0 == clean.0 && got.1 == clean.1, "non-finite weights gave other numbers: {got:?} vs {clean:?}");
             Ok(())
         }
         Err(e) => {
-            assert!(e.contains("non-finite"), "not the non-finite error: {e}");
+            let named = ["non-finite", "not finite", "NaN", "inf"].iter().any(|w| e.contains(w));
+            assert!(named, "not an error about the non-finite weight: {e}");
             Err(e)
         }
     }
@@ -159,11 +167,11 @@ fn same_or_refused(model: &Path, clean: &Run) -> Outcome {
 fn fuzz_file(name: &str, src: &Path, file: &str, runs: impl Fn(&[u8]) -> Vec<Floats>) {
     let path = if src.is_file() { src.to_path_buf() } else { src.join(file) };
     let original = std::fs::read(&path).unwrap();
-    let clean = run(src).unwrap();
+    let clean = [run(src, false).unwrap(), run(src, true).unwrap()];
     let runs = runs(&original);
     let src = src.to_path_buf();
     let file = file.to_string();
-    fuzz(name, 24, injections(), |inj| {
+    fuzz(name, 24, (injections(), any::<bool>()), |(inj, f32)| {
         let bytes = inject(&original, &runs, &inj);
         let (dir, model) = match src.is_file() {
             true => {
@@ -178,10 +186,10 @@ fn fuzz_file(name: &str, src: &Path, file: &str, runs: impl Fn(&[u8]) -> Vec<Flo
                 (dir, model)
             }
         };
-        let clean = clean.clone();
+        let clean = clean[f32 as usize].clone();
         guarded(move || {
             let _dir = &dir;
-            same_or_refused(&model, &clean)
+            same_or_refused(&model, f32, &clean)
         })
     });
 }
@@ -218,9 +226,10 @@ fn fixture_with(tensor: &str, element: usize, value: Special) -> TempDir {
 /// The errors of scoring and of greedy generation on `dir`.
 fn refusals(dir: TempDir) -> [String; 2] {
     let outcome = guarded(move || {
-        let mut options = EngineOptions::new(dir.path());
+        // In f32 nothing is encoded at load, so the run meets the NaN.
+        let mut options = EngineOptions::new(dir.path()).with_format(WeightFormat::F32);
         options.context = Some(16);
-        let engine = text(Engine::load_on(common::gpu(), &options))?;
+        let engine = Engine::load_on(common::gpu(), &options).unwrap();
         let scored = engine.score(&[1, 2, 3, 4]).map(|_| ()).expect_err("scoring must be refused");
         let options = GenerateOptions { max_tokens: 2, ..GenerateOptions::default() };
         let generated = engine.generate(&[1, 2], &options, |_, _| true).map(|_| ()).expect_err("generation too");
@@ -243,8 +252,18 @@ fn nan_in_the_lm_head_is_a_typed_error_not_tokens() {
 
 #[test]
 fn nan_in_a_used_embedding_row_is_a_typed_error() {
-    // Token 2 is the second of both prompts.
+    // Token 2 is the second of both prompts (the first position's scores are refused too: a
+    // NaN value weighted by 0 in the causal mask is still NaN).
     let [scored, generated] = refusals(fixture_with("model.embed_tokens.weight", 2 * 64, Special::Nan));
-    assert!(scored.contains("non-finite log-probabilities at position 1"), "{scored}");
+    assert!(scored.contains("non-finite log-probabilities at position"), "{scored}");
     assert!(generated.contains("non-finite logits at position 1"), "{generated}");
+}
+
+#[test]
+fn nan_encoded_at_load_names_the_tensor() {
+    // The default formats encode the matrices at load (f16, int4 experts): refused there.
+    let dir = fixture_with("model.layers.1.self_attn.q_proj.weight", 64 * 3 + 5, Special::Inf);
+    let outcome = guarded(move || run(dir.path(), false).map(|_| ())).unwrap();
+    let e = outcome.expect_err("refused at load");
+    assert!(e.contains("layer 1: q (rows from 0): weight at row 3, column 5 is not finite (inf)"), "{e}");
 }

@@ -27,6 +27,7 @@ use crate::model::layer_weights::{self, AttentionBlock, FfnWeights, MlpWeights};
 use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
 use crate::model::{ArchSpec, Checkpoint, HostTensor, MoeSpec, QkNorm, RoutingKind};
 use crate::ops::argmax::Argmax;
+use crate::ops::matrix::naming;
 use crate::ops::attention::{partial_bytes, split_len, Heads};
 use crate::ops::attention_merge::AttentionMerge;
 use crate::ops::embed::Embed;
@@ -307,6 +308,8 @@ struct Builder<'a> {
     lora: Option<LoraBinding<'a>>,
     buffers: Vec<wgpu::Buffer>,
     matrices: Vec<GpuMatrix>,
+    /// The layer being built (named in upload errors).
+    layer: Option<usize>,
 }
 
 impl Builder<'_> {
@@ -314,7 +317,10 @@ impl Builder<'_> {
         let m = match (&t.ggml, &t.shape[..]) {
             // A GGUF matrix is read in its own type, whatever the options say.
             (Some(g), &[rows, cols]) => GpuMatrix::upload_ggml(self.gpu, label, rows, cols, g.ggml_type, &g.bytes)?,
-            _ => GpuMatrix::upload(self.gpu, label, t, self.options.format_of(label))?,
+            _ => GpuMatrix::upload(self.gpu, label, t, self.options.format_of(label)).map_err(|e| match self.layer {
+                Some(i) => naming(&format!("layer {i}"), e),
+                None => e,
+            })?,
         };
         self.matrices.push(m);
         Ok(self.matrices.len() - 1)
@@ -434,7 +440,7 @@ impl GpuModel {
         let lora = lora
             .map(|adapter| LoraBinding { adapter, tmp: gpu.storage("lora A x", f(b * padded_rank(adapter.rank()))) });
         let mut bld =
-            Builder { gpu: &gpu, step: &step.buffer, options, lora, buffers: Vec::new(), matrices: Vec::new() };
+            Builder { gpu: &gpu, step: &step.buffer, options, lora, buffers: Vec::new(), matrices: Vec::new(), layer: None };
 
         let (embed_w, final_norm_w, head_w) = layer_weights::globals(ckpt, spec)?;
         let embed_m = bld.matrix("embed", &embed_w)?;
@@ -488,6 +494,7 @@ impl GpuModel {
 
         let mut layers = Vec::with_capacity(spec.layers);
         for i in 0..spec.layers {
+            bld.layer = Some(i);
             let w = layer_weights::layer(ckpt, spec, i)?;
             let eps = spec.rms_eps;
             let attn_norm = bld.norm(
@@ -638,6 +645,7 @@ impl GpuModel {
             };
             layers.push(Layer { attn_norm, attn, ffn_norm, ffn });
         }
+        bld.layer = None;
         let final_norm = bld.norm(
             &final_norm_w,
             &acts.x,
