@@ -262,13 +262,20 @@ mod tests {
 
     #[test]
     fn padding_widths_are_bounded() {
-        for src in ["{{ 'x' | indent(5000) }}", "{{ 'x' | indent(width=5000) }}", "{{ '%5000s' | format(1) }}",
-            "{{ '{:>5000}'.format(1) }}", "{{ '{:.99999999999}'.format(1.5) }}"]
-        {
+        for src in [
+            "{{ 'x' | indent(5000) }}",
+            "{{ 'x' | indent(width=5000) }}",
+            "{{ '%5000s' | format(1) }}",
+            "{{ '{:>5000}'.format(1) }}",
+            "{{ '{:.99999999999}'.format(1.5) }}",
+        ] {
             let err = render(src, Value::UNDEFINED).unwrap_err();
             assert!(err.to_string().contains("is over 4096"), "{src}: {err}");
         }
-        let ok = render("{{ 'a\nb' | indent(2) }}|{{ '%5.1f' | format(1.25) }}|{{ '{:>4}{}'.format(7, 12345) }}", Value::UNDEFINED);
+        let ok = render(
+            "{{ 'a\nb' | indent(2) }}|{{ '%5.1f' | format(1.25) }}|{{ '{:>4}{}'.format(7, 12345) }}",
+            Value::UNDEFINED,
+        );
         assert_eq!(ok.unwrap(), "a\n  b|  1.2|   712345");
     }
 

@@ -127,9 +127,9 @@ impl ChatTemplate {
         let mut out = CappedText::default();
         match template.render_captured_to(context, &mut out) {
             Ok(_) => String::from_utf8(out.bytes).map_err(|_| Error::ChatTemplate("rendered text is not UTF-8".into())),
-            Err(_) if out.overflowed => Err(Error::ChatTemplate(format!(
-                "the template writes more than {MAX_RENDERED_BYTES} bytes of prompt"
-            ))),
+            Err(_) if out.overflowed => {
+                Err(Error::ChatTemplate(format!("the template writes more than {MAX_RENDERED_BYTES} bytes of prompt")))
+            }
             Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(Error::ChatTemplate(format!(
                 "the template ran more than {} instructions (a loop that does not end?)",
                 hf_jinja::TEMPLATE_FUEL

@@ -18,8 +18,7 @@ use crate::harness::{fuzz, guarded_within, Outcome};
 /// Longest a rendering may take: the fuel bound ends a runaway loop within seconds.
 const RENDER_HANG: Duration = Duration::from_secs(30);
 
-const ENDLESS_LOOP: &str =
-    "{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}{% endfor %}";
+const ENDLESS_LOOP: &str = "{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}{% endfor %}";
 const SELF_CALLING_MACRO: &str = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
 const SELF_CALLING_MACRO_IN_A_LOOP: &str =
     "{% macro g() %}{% for m in messages %}{{ g() }}{% endfor %}{% endmacro %}{{ g() }}";
@@ -179,8 +178,16 @@ pub fn template_text(fixtures: &[String], m: &TemplateMutant) -> String {
 fn content() -> impl Strategy<Value = String> {
     prop_oneof![
         "[a-z ]{0,24}",
-        prop::sample::select(vec!["", "{{ 7 * 7 }}", "{% for %}", "<|im_end|>", "</think>x", "é\u{0}\u{202e}😀", "\\n"])
-            .prop_map(str::to_string),
+        prop::sample::select(vec![
+            "",
+            "{{ 7 * 7 }}",
+            "{% for %}",
+            "<|im_end|>",
+            "</think>x",
+            "é\u{0}\u{202e}😀",
+            "\\n"
+        ])
+        .prop_map(str::to_string),
     ]
 }
 
@@ -293,7 +300,11 @@ fn regression_tojson_huge_indent_aborted() {
 #[test]
 fn regression_huge_format_and_indent_widths_aborted() {
     // minijinja pads with `" ".repeat(width)`: widths of 10^12 aborted the process.
-    for source in ["{{ '{:>1000000000000}'.format(1) }}", "{{ '%999999999999d' | format(1) }}", "{{ 'x' | indent(1000000000000) }}"] {
+    for source in [
+        "{{ '{:>1000000000000}'.format(1) }}",
+        "{{ '%999999999999d' | format(1) }}",
+        "{{ 'x' | indent(1000000000000) }}",
+    ] {
         let e = refusal(source);
         assert!(e.contains("is over 4096"), "{source}: {e}");
     }

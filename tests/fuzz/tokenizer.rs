@@ -9,7 +9,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use moestream::chat::{complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role};
+use moestream::chat::{
+    complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role,
+};
 use moestream::runtime::GenerateOptions;
 use moestream::{Engine, EngineOptions};
 use proptest::prelude::*;

@@ -59,7 +59,10 @@ struct Injection {
 
 fn injections() -> impl Strategy<Value = Vec<Injection>> {
     let value = prop::sample::select(vec![Special::Nan, Special::Inf, Special::NegInf]);
-    vec((any::<usize>(), any::<usize>(), value).prop_map(|(run, element, value)| Injection { run, element, value }), 1..=2)
+    vec(
+        (any::<usize>(), any::<usize>(), value).prop_map(|(run, element, value)| Injection { run, element, value }),
+        1..=2,
+    )
 }
 
 fn inject(bytes: &[u8], runs: &[Floats], injections: &[Injection]) -> Vec<u8> {
@@ -152,7 +155,10 @@ fn run(model: &Path, f32: bool) -> Result<Run, String> {
 fn same_or_refused(model: &Path, f32: bool, clean: &Run) -> Outcome {
     match run(model, f32) {
         Ok(got) => {
-            assert!(got.0 == clean.0 && got.1 == clean.1, "non-finite weights gave other numbers: {got:?} vs {clean:?}");
+            assert!(
+                got.0 == clean.0 && got.1 == clean.1,
+                "non-finite weights gave other numbers: {got:?} vs {clean:?}"
+            );
             Ok(())
         }
         Err(e) => {

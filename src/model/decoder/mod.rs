@@ -27,12 +27,12 @@ use crate::model::layer_weights::{self, AttentionBlock, FfnWeights, MlpWeights};
 use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
 use crate::model::{ArchSpec, Checkpoint, HostTensor, MoeSpec, QkNorm, RoutingKind};
 use crate::ops::argmax::Argmax;
-use crate::ops::matrix::naming;
 use crate::ops::attention::{partial_bytes, split_len, Heads};
 use crate::ops::attention_merge::AttentionMerge;
 use crate::ops::embed::Embed;
 use crate::ops::experts::{ExpertFfn, ExpertIo};
 use crate::ops::matmul::{MatMul, MatMulOut};
+use crate::ops::matrix::naming;
 use crate::ops::moe_combine::MoeCombine;
 use crate::ops::rms_norm::{NormRows, RmsNorm};
 use crate::ops::rope::{Rope, RopeLayout};
@@ -317,10 +317,12 @@ impl Builder<'_> {
         let m = match (&t.ggml, &t.shape[..]) {
             // A GGUF matrix is read in its own type, whatever the options say.
             (Some(g), &[rows, cols]) => GpuMatrix::upload_ggml(self.gpu, label, rows, cols, g.ggml_type, &g.bytes)?,
-            _ => GpuMatrix::upload(self.gpu, label, t, self.options.format_of(label)).map_err(|e| match self.layer {
-                Some(i) => naming(&format!("layer {i}"), e),
-                None => e,
-            })?,
+            _ => {
+                GpuMatrix::upload(self.gpu, label, t, self.options.format_of(label)).map_err(|e| match self.layer {
+                    Some(i) => naming(&format!("layer {i}"), e),
+                    None => e,
+                })?
+            }
         };
         self.matrices.push(m);
         Ok(self.matrices.len() - 1)
@@ -439,8 +441,15 @@ impl GpuModel {
         let step = StepUniform::new(&gpu);
         let lora = lora
             .map(|adapter| LoraBinding { adapter, tmp: gpu.storage("lora A x", f(b * padded_rank(adapter.rank()))) });
-        let mut bld =
-            Builder { gpu: &gpu, step: &step.buffer, options, lora, buffers: Vec::new(), matrices: Vec::new(), layer: None };
+        let mut bld = Builder {
+            gpu: &gpu,
+            step: &step.buffer,
+            options,
+            lora,
+            buffers: Vec::new(),
+            matrices: Vec::new(),
+            layer: None,
+        };
 
         let (embed_w, final_norm_w, head_w) = layer_weights::globals(ckpt, spec)?;
         let embed_m = bld.matrix("embed", &embed_w)?;
