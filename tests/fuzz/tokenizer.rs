@@ -1,5 +1,6 @@
 //! Tokenizer files: mutants of `tokenizer.json` (its structure: normalizer, pre-tokenizer,
-//! model type, `added_tokens`; or anywhere, vocabulary and merges included) through engine load,
+//! model type, `added_tokens`; one more added token with an odd id, content or flags; or
+//! anywhere, vocabulary and merges included) through engine load,
 //! encoding, scoring and a short generation with streaming decode; and mutants of
 //! `tokenizer_config.json` holding a real chat template (its `chat_template` string or named
 //! list, `bos_token`/`eos_token` as strings or added-token objects, `added_tokens_decoder`; or
@@ -30,6 +31,33 @@ enum TokenizerMutant {
     Structure(Vec<JsonMutation>),
     /// The whole document, or its bytes.
     Anywhere(Mutant),
+    /// One more entry in `added_tokens`: odd ids (taken, past the vocabulary, huge), contents
+    /// (empty, a space, an existing token, a NUL) and flags.
+    AddedToken { id: u64, content: &'static str, flags: [bool; 5] },
+}
+
+fn added_tokens() -> impl Strategy<Value = TokenizerMutant> {
+    let id = prop::sample::select(vec![0u64, 5, 383, 384, 1 << 31, u32::MAX as u64, u64::MAX]);
+    let content = prop::sample::select(vec!["", " ", "a", "<|endoftext|>", "<|im_end|>", "\u{0}", "é😀"]);
+    (id, content, any::<[bool; 5]>()).prop_map(|(id, content, flags)| TokenizerMutant::AddedToken {
+        id,
+        content,
+        flags,
+    })
+}
+
+/// `doc` with an added token appended.
+fn with_added_token(
+    doc: &Value,
+    id: u64,
+    content: &str,
+    [special, lstrip, rstrip, normalized, single]: [bool; 5],
+) -> Vec<u8> {
+    let mut doc = doc.clone();
+    let token = json!({"id": id, "content": content, "special": special, "lstrip": lstrip, "rstrip": rstrip,
+                       "normalized": normalized, "single_word": single});
+    doc["added_tokens"].as_array_mut().unwrap().push(token);
+    serde_json::to_vec(&doc).unwrap()
 }
 
 /// `doc` with `model.vocab` and `model.merges` left out while `muts` apply, then put back
@@ -75,11 +103,13 @@ fn tokenizer_json_through_engine() {
     let strategy = prop_oneof![
         3 => json_mutations().prop_map(TokenizerMutant::Structure),
         1 => mutants().prop_map(TokenizerMutant::Anywhere),
+        2 => added_tokens(),
     ];
     fuzz("tokenizer.json/engine", 48, strategy, |m| {
         let bytes = match &m {
             TokenizerMutant::Structure(muts) => mutate_structure(&doc, muts),
             TokenizerMutant::Anywhere(m) => mutate_json_text(&original, m),
+            TokenizerMutant::AddedToken { id, content, flags } => with_added_token(&doc, *id, content, *flags),
         };
         let dir = dir_with(&fixture(), "tokenizer.json", &bytes);
         guarded(move || use_tokenizer(dir.path()))
