@@ -4,7 +4,8 @@
 //   q_lat = W_UK[h]^T q_nope            (W_UK[h]: rows h*(nope+v) .. +nope of kv_b [.., rank])
 //   s_j   = (q_lat . c_j + q_rope . kr_j) * scale, online softmax over keys 0 ..= step.pos + t
 //   o_lat = sum_j p_j c_j,  out = W_UV[h] o_lat   (W_UV[h]: the next v rows of kv_b)
-// Query t sits at position step.pos + t. rank <= 512, rope <= 128.
+// Query t sits at position step.pos + t. rank <= 512, rope <= 128. F16: the caches hold two
+// halves per u32 (as kv_store writes them), unpacked in f32 arithmetic.
 //#include common
 //#include reduce
 
@@ -21,10 +22,33 @@ struct Params {
 
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> q: array<f32>;
+//#if F16
+@group(0) @binding(3) var<storage, read> c_cache: array<u32>;
+@group(0) @binding(4) var<storage, read> kr_cache: array<u32>;
+//#else
 @group(0) @binding(3) var<storage, read> c_cache: array<f32>;
 @group(0) @binding(4) var<storage, read> kr_cache: array<f32>;
+//#endif
 @group(0) @binding(5) var<storage, read> kv_b: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
+
+// Element i of the latent cache (row-major [positions, rank]).
+fn c_at(i: u32) -> f32 {
+//#if F16
+    return unpack2x16float(c_cache[i / 2u])[i % 2u];
+//#else
+    return c_cache[i];
+//#endif
+}
+
+// Element i of the rotary-key cache (row-major [positions, rope]).
+fn kr_at(i: u32) -> f32 {
+//#if F16
+    return unpack2x16float(kr_cache[i / 2u])[i % 2u];
+//#else
+    return kr_cache[i];
+//#endif
+}
 
 var<workgroup> lat: array<f32, 512>;
 var<workgroup> qr: array<f32, 128>;
@@ -63,10 +87,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (j < n_keys) {
             var dotv = 0.0;
             for (var r = 0u; r < p.rank; r++) {
-                dotv += lat[r] * c_cache[j * p.rank + r];
+                dotv += lat[r] * c_at(j * p.rank + r);
             }
             for (var i = 0u; i < p.rope; i++) {
-                dotv += qr[i] * kr_cache[j * p.rope + i];
+                dotv += qr[i] * kr_at(j * p.rope + i);
             }
             s = dotv * p.scale;
         }
@@ -81,7 +105,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (r < p.rank) {
                 var a = acc[c] * corr;
                 for (var jj = 0u; jj < n_here; jj++) {
-                    a += probs[jj] * c_cache[(tile + jj) * p.rank + r];
+                    a += probs[jj] * c_at((tile + jj) * p.rank + r);
                 }
                 acc[c] = a;
             }

@@ -18,12 +18,12 @@ fn info(fixture: &str) -> serde_json::Value {
 
 #[test]
 fn kv_bytes_per_token_by_attention_kind() {
-    // DeepSeek fixtures: kv_lora_rank 32 + qk_rope_head_dim 8, f32, 3 layers.
+    // DeepSeek fixtures: kv_lora_rank 32 + qk_rope_head_dim 8, 3 layers; the latent cache
+    // follows --kv-dtype.
     for fixture in ["deepseek_v2", "deepseek_v3"] {
         let v = info(fixture);
-        // The latent cache is f32 whatever --kv-dtype says.
         assert_eq!(v["kv_bytes_per_token_f32"], (32 + 8) * 4 * 3, "{fixture}");
-        assert_eq!(v["kv_bytes_per_token_f16"], (32 + 8) * 4 * 3, "{fixture}");
+        assert_eq!(v["kv_bytes_per_token_f16"], (32 + 8) * 2 * 3, "{fixture}");
         assert!(v["kv_cache"].as_str().unwrap().starts_with("MLA latent"), "{fixture}");
     }
     // GLM-4.5 fixture: grouped, 2 KV heads of 16, keys and values, f32, 3 layers.
@@ -53,7 +53,7 @@ fn deepseek_v2_lite_hub_config_and_its_kv_figure() {
     let spec = moestream::model::ArchSpec::from_config(&cfg).unwrap();
     let m = spec.mla().unwrap();
     assert_eq!(spec.kv_bytes_per_token(KvDtype::F32), (512 + 64) * 4 * 27);
-    assert_eq!(spec.kv_bytes_per_token(KvDtype::F16), spec.kv_bytes_per_token(KvDtype::F32), "latents stay f32");
+    assert_eq!(spec.kv_bytes_per_token(KvDtype::F16), (512 + 64) * 2 * 27);
     let decompressed = (16 * (m.qk_head_dim() + m.v_head_dim) * 4 * 27) as u64;
     assert_eq!((spec.kv_bytes_per_token(KvDtype::F32), decompressed), (62_208, 552_960));
     // mscale == mscale_all_dim: the softmax scale is 192^-0.5 times mscale(40, 0.707)^2.

@@ -214,19 +214,22 @@ fn decompress(c: &[f32], kr: &[f32], kv_b: &[f32], s: refops::MlaShape, len: usi
     (keys, values)
 }
 
-/// The absorbed MLA kernel (reading only latents) against decompressed attention on the CPU,
-/// and the CPU's own absorbed form against the same: decode and prefill, across key tiles,
-/// with NaN latents past the last visible position.
+/// The absorbed MLA kernel (reading only latents, from an f32 or f16 cache) against
+/// decompressed attention on the CPU (over the same f16-rounded latents for an f16 cache), and
+/// the CPU's own absorbed form against the same: decode and prefill, across key tiles, with NaN
+/// latents past the last visible position.
 #[test]
 fn mla_absorbed_matches_decompressed_reference() {
     use moestream::model::MlaSpec;
     use moestream::ops::mla_attention::{LatentCache, MlaAttention, MlaIo};
     let mut rng = Rng::new(77);
-    // (heads, rank, nope, rope, v, tokens, pos)
-    for &(heads, rank, nope, rope, v, t, pos) in &[
-        (4usize, 32usize, 16usize, 8usize, 16usize, 1usize, 70usize),
-        (3, 40, 8, 16, 24, 9, 60),
-        (2, 512, 32, 64, 16, 1, 5),
+    // (heads, rank, nope, rope, v, tokens, pos, cache dtype)
+    for &(heads, rank, nope, rope, v, t, pos, dtype) in &[
+        (4usize, 32usize, 16usize, 8usize, 16usize, 1usize, 70usize, KvDtype::F32),
+        (3, 40, 8, 16, 24, 9, 60, KvDtype::F32),
+        (2, 512, 32, 64, 16, 1, 5, KvDtype::F32),
+        (4, 32, 16, 8, 16, 1, 70, KvDtype::F16),
+        (3, 40, 8, 16, 24, 9, 60, KvDtype::F16),
     ] {
         let m = MlaSpec {
             q_lora_rank: None,
@@ -243,15 +246,25 @@ fn mla_absorbed_matches_decompressed_reference() {
         let mut kr = rng.vec(ctx * rope, -1.0, 1.0);
         c[len * rank..].fill(f32::NAN);
         kr[len * rope..].fill(f32::NAN);
+        if dtype == KvDtype::F16 {
+            round_f16(&mut c);
+            round_f16(&mut kr);
+        }
         let kv_b = rng.vec(heads * (nope + v) * rank, -0.3, 0.3);
 
         let gpu = gpu();
         let step = StepUniform::new(&gpu);
         step.set(&gpu, t, pos);
-        let (qb, cb, krb, wb) =
-            (upload_f32(&gpu, &q), upload_f32(&gpu, &c), upload_f32(&gpu, &kr), upload_f32(&gpu, &kv_b));
+        let cache_buffer = |x: &[f32]| match dtype {
+            KvDtype::F32 => upload_f32(&gpu, x),
+            KvDtype::F16 => {
+                let halves: Vec<u16> = x.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+                gpu.upload("f16 cache", bytemuck::cast_slice(&halves))
+            }
+        };
+        let (qb, cb, krb, wb) = (upload_f32(&gpu, &q), cache_buffer(&c), cache_buffer(&kr), upload_f32(&gpu, &kv_b));
         let ob = upload_f32(&gpu, &vec![-555.0; t * heads * v]);
-        let io = MlaIo { q: &qb, cache: LatentCache { c: &cb, k_rope: &krb }, kv_b: &wb, out: &ob };
+        let io = MlaIo { q: &qb, cache: LatentCache { c: &cb, k_rope: &krb, dtype }, kv_b: &wb, out: &ob };
         let op = MlaAttention::new(&gpu, &step.buffer, io, heads, &m);
         submit(&gpu, |pass| op.record(&gpu, pass, t));
         let got = read_f32(&gpu, &ob, t * heads * v);
@@ -265,7 +278,7 @@ fn mla_absorbed_matches_decompressed_reference() {
             refops::attention_with(qi, &keys, &values, shape, pos + i + 1, &mut want[out.clone()]);
             refops::mla_absorbed(qi, &c, &kr, &kv_b, s, pos + i + 1, &mut absorbed[out]);
         }
-        let what = format!("mla heads={heads} rank={rank} nope={nope} rope={rope} v={v} T={t} pos={pos}");
+        let what = format!("mla heads={heads} rank={rank} nope={nope} rope={rope} v={v} T={t} pos={pos} {dtype:?}");
         assert_close(&format!("{what} GPU"), &got, &want, TOL);
         assert_close(&format!("{what} CPU absorbed"), &absorbed, &want, TOL);
     }

@@ -23,7 +23,7 @@ pub struct InfoArgs {
 fn kv_cache_kind(spec: &ArchSpec) -> String {
     match spec.mla() {
         Some(m) => {
-            format!("MLA latent: kv_lora_rank {} + qk_rope_head_dim {}, always f32", m.kv_lora_rank, m.qk_rope_head_dim)
+            format!("MLA latent: kv_lora_rank {} + qk_rope_head_dim {}", m.kv_lora_rank, m.qk_rope_head_dim)
         }
         None => format!("keys and values: 2 x {} KV heads x head_dim {}", spec.kv_heads, spec.head_dim),
     }

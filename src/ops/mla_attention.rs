@@ -1,6 +1,7 @@
 //! Causal multi-head latent attention in the absorbed form (decode and prefill), reading only
 //! the latent cache: `W_UK` is folded into each query, `W_UV` applied after attention.
 
+use super::kv_store::KvDtype;
 use super::params;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
@@ -12,13 +13,15 @@ pub const MAX_RANK: usize = 512;
 pub const MAX_ROPE: usize = 128;
 
 /// The latent cache of one layer: normalised latents `[positions, kv_lora_rank]` and the rotated
-/// shared keys `[positions, qk_rope_head_dim]`.
+/// shared keys `[positions, qk_rope_head_dim]`, in `dtype` (f16: two halves per u32).
 #[derive(Clone, Copy)]
 pub struct LatentCache<'a> {
     /// Latents `c`.
     pub c: &'a wgpu::Buffer,
     /// Rotary keys.
     pub k_rope: &'a wgpu::Buffer,
+    /// Element type of both.
+    pub dtype: KvDtype,
 }
 
 /// What an MLA attention reads and writes.
@@ -55,16 +58,17 @@ impl MlaAttention {
             0,
         ]);
         let storage = [io.q.into(), io.cache.c.into(), io.cache.k_rope.into(), io.kv_b.into(), io.out.into()];
-        // Per cached position its f32 latent and rotary key; per query token its query, output
-        // and the absorbed `kv_b` (read by every head of every token).
+        // Per cached position its latent and rotary key; per query token its query, output and
+        // the absorbed `kv_b` (read by every head of every token).
         let rank = m.kv_lora_rank;
+        let dtype = io.cache.dtype;
         let traffic = Traffic {
             fixed: 0,
             per_token: 4
                 * (n_heads * (m.qk_head_dim() + m.v_head_dim + (m.qk_nope_head_dim + m.v_head_dim) * rank)) as u64,
-            per_position: 4 * (rank + m.qk_rope_head_dim) as u64,
+            per_position: (dtype.bytes() * (rank + m.qk_rope_head_dim)) as u64,
         };
-        let kernel = Kernel::new(gpu, "mla_attention", &[], step, &p, &storage).with_traffic(traffic);
+        let kernel = Kernel::new(gpu, "mla_attention", dtype.defines(), step, &p, &storage).with_traffic(traffic);
         MlaAttention { kernel, n_heads }
     }
 

@@ -293,13 +293,12 @@ impl ArchSpec {
         }
     }
 
-    /// Bytes one sequence's cache holds per token over all layers with grouped caches in
-    /// `dtype`: every key and value head for grouped attention; for MLA the latent and the
-    /// shared rotary key, which are always f32 (the latent cache does not follow `dtype`).
+    /// Bytes one sequence's cache holds per token over all layers with caches in `dtype`: every
+    /// key and value head for grouped attention; for MLA the latent and the shared rotary key.
     /// The one KV-size computation: sessions, the KV budget, the expert budget and `info` use it.
     pub fn kv_bytes_per_token(&self, dtype: crate::ops::KvDtype) -> u64 {
         let per_layer = match &self.attention {
-            AttentionKind::Mla(m) => m.latent_width() * 4,
+            AttentionKind::Mla(m) => m.latent_width() * dtype.bytes(),
             AttentionKind::Grouped => 2 * self.kv_dim() * dtype.bytes(),
         };
         (per_layer * self.layers) as u64

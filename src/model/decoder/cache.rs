@@ -75,7 +75,7 @@ pub struct GroupedCache {
 }
 
 /// The latent cache of one MLA layer: normalised latents `[context, kv_lora_rank]` and rotated
-/// rotary keys `[context, qk_rope_head_dim]`, always f32 (the absorbed kernel reads f32), with
+/// rotary keys `[context, qk_rope_head_dim]`, in the KV dtype (`--kv-dtype`, f16 by default), with
 /// the store of the step's rows (`acts.k`, `acts.v`) and the absorbed attention reading them.
 pub struct MlaCache {
     store: KvStore,
@@ -151,7 +151,7 @@ fn heads_per_chunk(heads: Heads, context: usize, dtype: KvDtype, max_binding: u6
 pub(super) fn check_layout(spec: &ArchSpec, context: usize, dtype: KvDtype, max_binding: u64) -> Result<()> {
     match spec.mla() {
         Some(m) => {
-            let bytes = (context * m.kv_lora_rank * 4) as u64;
+            let bytes = (context * m.kv_lora_rank * dtype.bytes()) as u64;
             if bytes > max_binding {
                 return Err(Error::UnsupportedConfig(format!(
                     "a context of {context} positions needs a {bytes}-byte MLA latent cache, over the binding limit {max_binding}"
@@ -237,15 +237,16 @@ impl GpuModel {
     /// `kv_b_proj`).
     fn mla_cache(&self, m: &MlaSpec, kv_b: &wgpu::Buffer) -> MlaCache {
         let gpu = &*self.gpu;
-        let context = self.options.context;
+        let (context, dtype) = (self.options.context, self.options.kv_dtype);
         let (rank, rope) = (m.kv_lora_rank, m.qk_rope_head_dim);
-        let c = gpu.storage("mla latent cache", (context * rank * 4) as u64);
-        let k_rope = gpu.storage("mla rope key cache", (context * rope * 4) as u64);
+        let c = gpu.storage("mla latent cache", (context * rank * dtype.bytes()) as u64);
+        let k_rope = gpu.storage("mla rope key cache", (context * rope * dtype.bytes()) as u64);
         let acts = &self.acts;
         // The latent is one "head" of `rank` keys, the rotary key one of `rope` values.
-        let chunk = KvChunk { k: &c, v: &k_rope, kv_head0: 0, heads: 1, context, dtype: KvDtype::F32 };
+        let chunk = KvChunk { k: &c, v: &k_rope, kv_head0: 0, heads: 1, context, dtype };
         let store = KvStore::new(gpu, &self.step.buffer, (&acts.k, &acts.v), chunk, 1, (rank, rope));
-        let io = MlaIo { q: &acts.q, cache: LatentCache { c: &c, k_rope: &k_rope }, kv_b, out: &acts.attn };
+        let cache = LatentCache { c: &c, k_rope: &k_rope, dtype };
+        let io = MlaIo { q: &acts.q, cache, kv_b, out: &acts.attn };
         let attention = MlaAttention::new(gpu, &self.step.buffer, io, self.spec.heads, m);
         MlaCache { store, attention, _c: c, _k_rope: k_rope }
     }
