@@ -9,6 +9,9 @@
 // best choice value (softmax: its best logit, the same order as its best probability) or, with
 // SIGMOID, the sum of its two best; experts are chosen only within the best topk_group groups
 // (ties to the lower group index).
+// A token any of whose logits is NaN or infinite is routed to experts 0..k-1 with NaN weights,
+// so the poison reaches its logits (which the engine refuses) instead of routing it to
+// nothing or to whatever lost every comparison with a NaN.
 // Variant FORCED (the prerouter's prediction-as-routing): the k experts are not chosen here but
 // read from forced[forced_offset..], and their probabilities come from this softmax.
 // Variant CAPTURE (prerouter heads attached): also keeps what the heads read at the end of the
@@ -79,11 +82,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // vals: what experts are chosen by (the logit, or with SIGMOID the biased sigmoid score).
     var vals = array<f32, 4>(NONE, NONE, NONE, NONE);
     var local_max = NONE;
+    var local_bad = 0.0;
     for (var j = 0u; j < 4u; j++) {
         let e = lid + 64u * j;
         if (e < p.n_experts) {
             let logit = logits[base + e];
             local_max = max(local_max, logit);
+            local_bad = max(local_bad, non_finite(logit));
             vals[j] = logit;
 //#if SIGMOID
             vals[j] = 1.0 / (1.0 + exp(-logit)) + p.bias[e / 4u][e % 4u];
@@ -91,6 +96,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     let mx = reduce_max(lid, local_max);
+    let poisoned = reduce_max(lid, local_bad) > 0.0;
     var local_sum = 0.0;
     for (var j = 0u; j < 4u; j++) {
         if (lid + 64u * j < p.n_experts) {
@@ -143,8 +149,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var chosen_sum = 0.0;
     for (var i = 0u; i < p.top_k; i++) {
 //#if FORCED
-        let winner = forced[p.forced_offset + i];
-        let prob = score(logits[base + winner], mx, total);
+        var winner = forced[p.forced_offset + i];
 //#else
         // This lane's best untaken expert (lowest index among equals).
         var bv = NONE;
@@ -156,12 +161,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
         let best = reduce_argmax(lid, bv, bi);
-        let winner = best.i;
-        let prob = score(logits[base + winner], mx, total);
+        var winner = best.i;
         if (winner % 64u == lid) {
             vals[winner / 64u] = NONE;
         }
 //#endif
+        var prob = 0.0;
+        if (poisoned) {
+            winner = i;
+            prob = bitcast<f32>(0x7fc00000u);
+        } else {
+            prob = score(logits[base + winner], mx, total);
+        }
         if (lid == 0u) {
             ids[t * p.top_k + i] = winner;
             weights[t * p.top_k + i] = prob;

@@ -17,16 +17,15 @@ impl Tokenizer {
         if !path.exists() {
             return Err(Error::Tokenizer(format!("{} not found", path.display())));
         }
-        let inner = tokenizers::Tokenizer::from_file(&path)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let inner = parse(&text).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         Ok(Tokenizer { inner, chat_template: None })
     }
 
     /// The tokenizer stored in a GGUF file's metadata, with its chat template.
     pub fn from_gguf(m: &crate::model::gguf::GgufModel) -> Result<Tokenizer> {
         let json = crate::model::gguf::tokenizer::tokenizer_json(m)?.to_string();
-        let inner: tokenizers::Tokenizer =
-            json.parse().map_err(|e| Error::Tokenizer(format!("GGUF tokenizer: {e}")))?;
+        let inner = parse(&json).map_err(|e| Error::Tokenizer(format!("GGUF tokenizer: {e}")))?;
         let chat_template = crate::model::gguf::tokenizer::chat_template(m).map(str::to_string);
         Ok(Tokenizer { inner, chat_template })
     }
@@ -58,6 +57,38 @@ impl Tokenizer {
     /// Text of `ids`, skipping special tokens.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.inner.decode(ids, true).map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+}
+
+/// A `tokenizer.json` document, checked first for what the `tokenizers` crate would panic on.
+fn parse(json: &str) -> std::result::Result<tokenizers::Tokenizer, String> {
+    let doc: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    check_bpe_merges(&doc)?;
+    json.parse().map_err(|e: tokenizers::Error| e.to_string())
+}
+
+/// A BPE model's merged pairs `(a, b)` form `a + b[prefix..]` (without the
+/// `continuing_subword_prefix`), which `tokenizers` slices without checking: every `b` must
+/// be at least as long as the prefix.
+fn check_bpe_merges(doc: &serde_json::Value) -> std::result::Result<(), String> {
+    use serde_json::Value;
+    let model = &doc["model"];
+    let prefix = match (&model["type"], &model["continuing_subword_prefix"]) {
+        (Value::String(t), Value::String(p)) if t == "BPE" => p.len(),
+        _ => return Ok(()),
+    };
+    let merges = model["merges"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let second = |m: &Value| match m {
+        Value::String(s) => s.split_once(' ').map(|(_, b)| b.to_string()),
+        Value::Array(pair) => pair.get(1).and_then(Value::as_str).map(str::to_string),
+        _ => None,
+    };
+    match merges.iter().filter_map(second).find(|b| !b.is_char_boundary(prefix)) {
+        Some(b) => Err(format!(
+            "model.continuing_subword_prefix is {prefix} bytes long, which merge part {b:?} is shorter than or \
+             splits a character at"
+        )),
+        None => Ok(()),
     }
 }
 

@@ -191,3 +191,19 @@ fn tokenizer_config_through_chat() {
         guarded(move || chat_once(&engine, &messages, &render))
     });
 }
+
+// Regression cases: tokenizer files that panicked.
+
+#[test]
+fn regression_bpe_continuing_subword_prefix_longer_than_a_merge_panicked() {
+    // `tokenizers` builds each merge as `a + b[prefix.len()..]`: a prefix longer than a merge's
+    // second part (or splitting a character of it) panicked inside the crate at load.
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(fixture().join("tokenizer.json")).unwrap()).unwrap();
+    for prefix in ["two", "##########"] {
+        doc["model"]["continuing_subword_prefix"] = json!(prefix);
+        let dir = dir_with(&fixture(), "tokenizer.json", &serde_json::to_vec(&doc).unwrap());
+        let outcome = guarded(move || use_tokenizer(dir.path())).unwrap();
+        let e = outcome.expect_err("refused");
+        assert!(e.contains("continuing_subword_prefix"), "{e}");
+    }
+}

@@ -26,7 +26,7 @@ use crate::harness::{fuzz, guarded, Outcome};
 use crate::{dir_with, text};
 
 /// A float encoding of stored weights.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum FloatType {
     F32,
     F16,
@@ -272,4 +272,41 @@ fn nan_encoded_at_load_names_the_tensor() {
     let outcome = guarded(move || run(dir.path(), false).map(|_| ())).unwrap();
     let e = outcome.expect_err("refused at load");
     assert!(e.contains("layer 1: q (rows from 0): weight at row 3, column 5 is not finite (inf)"), "{e}");
+}
+
+// Regression cases: non-finite weights that gave other numbers instead of an error.
+
+#[test]
+fn regression_nan_norm_weight_routed_to_no_expert() {
+    // NaN in a GGUF FFN norm weight: every router logit NaN, no expert won a comparison, the
+    // layer's MoE added nothing, and the run gave other, finite numbers.
+    let path = common::fixtures_dir().join("gguf/qwen3_moe-f16.gguf");
+    let original = std::fs::read(&path).unwrap();
+    let runs = gguf_floats(&original);
+    let norms: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].count == 64 && runs[i].ty == FloatType::F32).collect();
+    let dir = TempDir::new("fuzz-nonfinite-norm");
+    let model = dir.path().join("m.gguf");
+    // Every 64-wide f32 vector (the norms), element 8, one at a time.
+    for &run in &norms {
+        std::fs::write(&model, inject(&original, &runs, &[Injection { run, element: 8, value: Special::Nan }]))
+            .unwrap();
+        let m = model.clone();
+        let e = guarded(move || run_default(&m)).unwrap().expect_err("refused");
+        assert!(e.contains("non-finite"), "vector {run}: {e}");
+    }
+}
+
+#[test]
+fn regression_infinite_router_weight_changed_the_numbers() {
+    // -inf in a router row: that expert's logit -inf, a softmax over the rest, and log-probs
+    // a rounding away from the clean run's. Any non-finite router logit is now refused.
+    let dir = fixture_with("model.layers.0.block_sparse_moe.gate.weight", 304, Special::NegInf);
+    let outcome = guarded(move || run(dir.path(), true).map(|_| ())).unwrap();
+    let e = outcome.expect_err("refused");
+    assert!(e.contains("non-finite"), "{e}");
+}
+
+/// [`run`] in the default formats, as an outcome.
+fn run_default(model: &Path) -> Outcome {
+    run(model, false).map(|_| ())
 }
