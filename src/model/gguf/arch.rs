@@ -3,10 +3,9 @@
 //! `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `olmoe`. Keys that change the math and are not
 //! implemented (RoPE scaling, sliding windows, logit soft-capping...) are refused by name.
 
-use super::{GgufModel, GgufValue};
+use super::{GgmlType, GgufModel, GgufValue};
 use crate::error::{Error, Result};
 use crate::model::config::{ArchSpec, AttentionKind, Family, MoeSpec, QkNorm, RopeSpec, RoutingKind};
-use crate::ops::WeightFormat;
 
 /// llama.cpp architectures other helpers are adding families for; refused until then.
 const LATER: [&str; 5] = ["deepseek2", "glm4moe", "gpt-oss", "qwen3next", "qwen35moe"];
@@ -139,28 +138,26 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     Ok(spec)
 }
 
-/// The slot formats of the routed experts, gate/up and down: each their GGUF type, read as
-/// stored, when the stacked tensors of that role (gate and up, or down) have one type in every
-/// layer (Q4_K_M's gate/up Q4_K with down Q6_K); else f32 for that role, holding the exact
-/// dequantization (one slot layout serves every layer, so a type that changes between layers,
-/// as Q4_K_M's down does in some files, cannot be kept).
-pub fn expert_formats(m: &GgufModel) -> (WeightFormat, WeightFormat) {
-    let role = |suffixes: &[&str]| {
-        let names = m.tensor_names();
-        let mut types = names
-            .iter()
-            .filter(|n| suffixes.iter().any(|s| n.ends_with(s)))
-            .filter_map(|n| m.info(n).map(|t| t.ggml_type));
-        match types.next() {
-            Some(first) if types.all(|t| t == first) => WeightFormat::of_ggml(first),
-            Some(_) => {
-                log::warn!("GGUF experts {suffixes:?} differ in ggml type between layers: their slots hold f32 dequantized weights");
-                WeightFormat::F32
+/// Per model layer (`layers` of them), the ggml types its routed experts' slots hold: gate and
+/// up in the type of that layer's `ffn_gate_exps`/`ffn_up_exps`, down in its `ffn_down_exps`
+/// type, read as stored, whatever the other layers use (Q4_K_M's down is Q6_K on some layers,
+/// Q4_K on others). A layer whose gate and up differ in type (one format serves both) holds
+/// them as F32, the exact dequantization. `None` for layers without stacked experts.
+pub fn expert_types(m: &GgufModel, layers: usize) -> Vec<Option<[GgmlType; 2]>> {
+    let ty = |i: usize, role: &str| m.info(&format!("blk.{i}.ffn_{role}_exps.weight")).map(|t| t.ggml_type);
+    (0..layers)
+        .map(|i| {
+            let (gate, up, down) = (ty(i, "gate")?, ty(i, "up")?, ty(i, "down")?);
+            if gate != up {
+                log::warn!(
+                    "GGUF layer {i}: ffn_gate_exps is {} and ffn_up_exps {}: their slots hold f32 dequantized weights",
+                    gate.name(),
+                    up.name()
+                );
             }
-            None => WeightFormat::F32,
-        }
-    };
-    (role(&["ffn_gate_exps.weight", "ffn_up_exps.weight"]), role(&["ffn_down_exps.weight"]))
+            Some([if gate == up { gate } else { GgmlType::F32 }, down])
+        })
+        .collect()
 }
 
 /// Whether `path` names a GGUF file (by extension).
