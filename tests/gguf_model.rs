@@ -140,6 +140,32 @@ fn llama_gguf_with_permuted_qk_matches_transformers() {
 }
 
 #[test]
+fn glm4moe_gguf_from_llama_cpps_converter_matches_transformers() {
+    // llama.cpp's convert_hf_to_gguf.py on the glm4_moe fixture (make_llama_cpp_converted.py):
+    // partial rotary, YaRN, q/k norms and biases, sigmoid + bias routing in groups, a shared
+    // expert, a leading dense layer and a multi-token-prediction block count, all read from
+    // the GGUF metadata and names, must reproduce transformers' log-probs and greedy tokens,
+    // resident and streamed.
+    let path = gguf("glm4_moe-bf16.gguf");
+    let spec = arch::spec_from_gguf(&GgufModel::open(&path).unwrap()).unwrap();
+    let mut expected = ArchSpec::from_dir(&fixtures_dir().join("glm4_moe")).unwrap();
+    // llama.cpp's converter writes the tokenizer's eos; the fixture's config also has it.
+    expected.eos_token_ids.clone_from(&spec.eos_token_ids);
+    assert_eq!(spec, expected);
+    let resident = engine(path.clone(), ExpertBudget::Auto);
+    let streamed = engine(path, ExpertBudget::Slots(3));
+    for p in golden_of("glm4_moe").prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
+        let lp = resident.score(&p.tokens).unwrap().logprobs;
+        let err = max_abs_diff(&lp, &p.logprobs);
+        println!("{}: |GGUF - transformers| {err:.2e}", p.name);
+        assert!(err < 1e-3, "{}: glm4moe GGUF vs transformers: {err}", p.name);
+        assert_eq!(streamed.score(&p.tokens).unwrap().logprobs, lp, "{}: streamed vs resident", p.name);
+        let opts = GenerateOptions { max_tokens: p.greedy.len(), ignore_eos: true, ..Default::default() };
+        assert_eq!(resident.generate(&p.tokens, &opts, |_, _| true).unwrap().tokens, p.greedy, "{}: greedy", p.name);
+    }
+}
+
+#[test]
 fn gguf_tokenizer_encodes_like_tokenizer_json() {
     let m = GgufModel::open(&gguf("qwen3_moe.gguf")).unwrap();
     let ours = Tokenizer::from_gguf(&m).unwrap();

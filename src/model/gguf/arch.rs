@@ -1,6 +1,7 @@
 //! GGUF metadata (`general.architecture` and `{arch}.*` keys) → [`ArchSpec`], for the
 //! llama.cpp architectures moestream runs: `llama` (dense, or Mixtral when it has experts),
-//! `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `olmoe`. Keys that change the math and are not
+//! `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `olmoe`, and `glm4moe` (through
+//! [`super::hf_config`]). Keys that change the math and are not
 //! implemented (RoPE scaling, sliding windows, logit soft-capping...) are refused by name.
 
 use super::{GgmlType, GgufModel, GgufValue};
@@ -8,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::model::config::{ArchSpec, AttentionKind, Family, MoeSpec, QkNorm, RopeSpec, RoutingKind};
 
 /// llama.cpp architectures other helpers are adding families for; refused until then.
-const LATER: [&str; 5] = ["deepseek2", "glm4moe", "gpt-oss", "qwen3next", "qwen35moe"];
+const LATER: [&str; 4] = ["deepseek2", "gpt-oss", "qwen3next", "qwen35moe"];
 
 fn key_err(e: super::GgufError) -> Error {
     Error::UnsupportedConfig(e.to_string())
@@ -19,6 +20,13 @@ fn key_err(e: super::GgufError) -> Error {
 pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     let arch = m.str("general.architecture").map_err(key_err)?.to_string();
     let key = |k: &str| format!("{arch}.{k}");
+    if arch == "glm4moe" {
+        let spec = super::hf_config::glm4moe(m)?;
+        // The blocks after the main layers are multi-token-prediction ones.
+        check_blocks(m, &key("block_count"), spec.layers, m.u64(&key("block_count")).map_err(key_err)? as usize)?;
+        spec.check_limits()?;
+        return Ok(spec);
+    }
     let n = |k: &str| m.u64(&key(k)).map(|v| v as usize).map_err(key_err);
     let opt_n = |k: &str| m.get(&key(k)).and_then(GgufValue::as_u64).map(|v| v as usize);
     let experts = opt_n("expert_count").unwrap_or(0);
@@ -46,15 +54,7 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     }
     let hidden = n("embedding_length")?;
     let layers = n("block_count")?;
-    // Checked against the tensors before anything is sized by it (a wrapped count hangs here).
-    let has_block = |i: usize| m.info(&format!("blk.{i}.attn_norm.weight")).is_some();
-    if layers == 0 || !has_block(layers - 1) || has_block(layers) {
-        return Err(Error::ConfigValue {
-            field: key("block_count"),
-            value: layers.to_string(),
-            expected: "the number of blk.N tensor groups in the file".into(),
-        });
-    }
+    check_blocks(m, &key("block_count"), layers, layers)?;
     let heads = n("attention.head_count")?;
     let kv_heads = opt_n("attention.head_count_kv").unwrap_or(heads);
     if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || hidden == 0 {
@@ -136,6 +136,21 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     };
     spec.check_limits()?;
     Ok(spec)
+}
+
+/// Checks `block_count` (`blocks`, of which the first `layers` are decoder layers) against the
+/// tensors before anything is sized by it (a wrapped count hangs here): `blk.{layers-1}` exists
+/// and `blk.{blocks}` does not.
+fn check_blocks(m: &GgufModel, field: &str, layers: usize, blocks: usize) -> Result<()> {
+    let has_block = |i: usize| m.info(&format!("blk.{i}.attn_norm.weight")).is_some();
+    if layers == 0 || layers > blocks || !has_block(layers - 1) || has_block(blocks) {
+        return Err(Error::ConfigValue {
+            field: field.into(),
+            value: blocks.to_string(),
+            expected: "the number of blk.N tensor groups in the file".into(),
+        });
+    }
+    Ok(())
 }
 
 /// Per model layer (`layers` of them), the ggml types its routed experts' slots hold: gate and

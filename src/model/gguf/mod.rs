@@ -10,6 +10,7 @@ pub mod arch;
 pub mod container;
 pub mod dequant;
 pub mod error;
+pub mod hf_config;
 pub mod names;
 pub mod tokenizer;
 pub mod types;
