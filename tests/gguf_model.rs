@@ -139,29 +139,49 @@ fn llama_gguf_with_permuted_qk_matches_transformers() {
     }
 }
 
-#[test]
-fn glm4moe_gguf_from_llama_cpps_converter_matches_transformers() {
-    // llama.cpp's convert_hf_to_gguf.py on the glm4_moe fixture (make_llama_cpp_converted.py):
-    // partial rotary, YaRN, q/k norms and biases, sigmoid + bias routing in groups, a shared
-    // expert, a leading dense layer and a multi-token-prediction block count, all read from
-    // the GGUF metadata and names, must reproduce transformers' log-probs and greedy tokens,
-    // resident and streamed.
-    let path = gguf("glm4_moe-bf16.gguf");
-    let spec = arch::spec_from_gguf(&GgufModel::open(&path).unwrap()).unwrap();
-    let mut expected = ArchSpec::from_dir(&fixtures_dir().join("glm4_moe")).unwrap();
-    // llama.cpp's converter writes the tokenizer's eos; the fixture's config also has it.
-    expected.eos_token_ids.clone_from(&spec.eos_token_ids);
-    assert_eq!(spec, expected);
+/// The engine on `file` (llama.cpp's converter on Hugging Face fixture `fixture`,
+/// make_llama_cpp_converted.py) against transformers' golden log-probs (within 1e-3) and greedy
+/// tokens, resident and streamed through 3 slots (identical).
+fn matches_transformers(file: &str, fixture: &str) {
+    let path = gguf(file);
     let resident = engine(path.clone(), ExpertBudget::Auto);
     let streamed = engine(path, ExpertBudget::Slots(3));
-    for p in golden_of("glm4_moe").prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
+    let mut checked = 0;
+    for p in golden_of(fixture).prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
         let lp = resident.score(&p.tokens).unwrap().logprobs;
         let err = max_abs_diff(&lp, &p.logprobs);
-        println!("{}: |GGUF - transformers| {err:.2e}", p.name);
-        assert!(err < 1e-3, "{}: glm4moe GGUF vs transformers: {err}", p.name);
-        assert_eq!(streamed.score(&p.tokens).unwrap().logprobs, lp, "{}: streamed vs resident", p.name);
+        println!("{file} {}: |GGUF - transformers| {err:.2e}", p.name);
+        assert!(err < 1e-3, "{file} {}: vs transformers: {err}", p.name);
+        assert_eq!(streamed.score(&p.tokens).unwrap().logprobs, lp, "{file} {}: streamed vs resident", p.name);
         let opts = GenerateOptions { max_tokens: p.greedy.len(), ignore_eos: true, ..Default::default() };
-        assert_eq!(resident.generate(&p.tokens, &opts, |_, _| true).unwrap().tokens, p.greedy, "{}: greedy", p.name);
+        let greedy = resident.generate(&p.tokens, &opts, |_, _| true).unwrap().tokens;
+        assert_eq!(greedy, p.greedy, "{file} {}: greedy", p.name);
+        checked += 1;
+    }
+    assert!(checked > 0);
+}
+
+#[test]
+fn glm4moe_gguf_from_llama_cpps_converter_matches_transformers() {
+    // Partial rotary, YaRN, q/k norms and biases, sigmoid + bias routing in groups, a shared
+    // expert, a leading dense layer, and a block count that includes the multi-token-prediction
+    // block, all read from llama.cpp's metadata and names.
+    let spec = arch::spec_from_gguf(&GgufModel::open(&gguf("glm4_moe-bf16.gguf")).unwrap()).unwrap();
+    assert_eq!(spec, ArchSpec::from_dir(&fixtures_dir().join("glm4_moe")).unwrap());
+    matches_transformers("glm4_moe-bf16.gguf", "glm4_moe");
+}
+
+#[test]
+fn deepseek2_ggufs_from_llama_cpps_converter_match_transformers() {
+    // MLA (kv_b split into attn_k_b + attn_v_b by the converter, put back on reading; q_proj
+    // for V2, q_a/q_b for V3), YaRN from yarn_log_multiplier, softmax group-limited routing
+    // (V2) and sigmoid + bias routing (V3, expert_gating_func 2), shared experts, the leading
+    // dense layer, expert_weights_scale.
+    for (file, fixture) in [("deepseek_v2-bf16.gguf", "deepseek_v2"), ("deepseek_v3-f32.gguf", "deepseek_v3")] {
+        let spec = arch::spec_from_gguf(&GgufModel::open(&gguf(file)).unwrap()).unwrap();
+        let hf = ArchSpec::from_dir(&fixtures_dir().join(fixture)).unwrap();
+        assert_eq!((spec.family, spec.layers, &spec.moe, &spec.moe_layers), (hf.family, hf.layers, &hf.moe, &hf.moe_layers));
+        matches_transformers(file, fixture);
     }
 }
 

@@ -74,6 +74,14 @@ pub fn hf_tensors(spec: &ArchSpec, name: &str, shape: &[usize]) -> Option<Vec<Ma
         "attn_q.weight" => permuted(format!("{a}.q_proj.weight"), spec.heads),
         "attn_k.weight" => permuted(format!("{a}.k_proj.weight"), spec.kv_heads),
         "attn_v.weight" => whole(format!("{a}.v_proj.weight")),
+        // MLA (deepseek2). Newer llama.cpp splits kv_b into attn_k_b + attn_v_b, which
+        // `Checkpoint::from_gguf` puts back together.
+        "attn_q_a.weight" => whole(format!("{a}.q_a_proj.weight")),
+        "attn_q_a_norm.weight" => whole(format!("{a}.q_a_layernorm.weight")),
+        "attn_q_b.weight" => whole(format!("{a}.q_b_proj.weight")),
+        "attn_kv_a_mqa.weight" => whole(format!("{a}.kv_a_proj_with_mqa.weight")),
+        "attn_kv_a_norm.weight" => whole(format!("{a}.kv_a_layernorm.weight")),
+        "attn_kv_b.weight" => whole(format!("{a}.kv_b_proj.weight")),
         "attn_output.weight" => whole(format!("{a}.o_proj.weight")),
         "attn_q.bias" => whole(format!("{a}.q_proj.bias")),
         "attn_k.bias" => whole(format!("{a}.k_proj.bias")),
