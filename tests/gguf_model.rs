@@ -52,7 +52,10 @@ fn metadata_gives_the_config_json_architecture() {
     let m = GgufModel::open(&gguf("qwen3_moe.gguf")).unwrap();
     let from_gguf = arch::spec_from_gguf(&m).unwrap();
     assert_eq!(from_gguf, ArchSpec::from_dir(&fixtures_dir().join("qwen3_moe")).unwrap());
-    assert!(arch::expert_types(&m, from_gguf.layers).iter().all(|t| *t == Some([GgmlType::BF16, GgmlType::BF16])));
+    let types = arch::expert_types(&m, from_gguf.layers);
+    let moe: Vec<bool> = types.iter().map(Option::is_some).collect();
+    assert_eq!(moe, from_gguf.moe_layers, "experts where the MoE layers are");
+    assert!(types.iter().flatten().all(|t| *t == [GgmlType::BF16, GgmlType::BF16]));
 }
 
 #[test]
