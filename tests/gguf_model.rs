@@ -13,12 +13,13 @@ mod common;
 use std::path::PathBuf;
 
 use common::{fixtures_dir, gpu, max_abs_diff, Golden, TempDir};
-use moestream::model::gguf::{arch, GgufError, GgufModel};
+use moestream::model::gguf::{arch, GgmlType, GgufError, GgufModel};
 use moestream::model::{ArchSpec, Checkpoint};
 use moestream::ops::KvDtype;
 use moestream::reference::ReferenceModel;
 use moestream::runtime::tokenizer::Tokenizer;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
+use moestream::store::{ExpertStore, StoreEncoding};
 use moestream::Error;
 
 fn gguf(name: &str) -> PathBuf {
@@ -33,12 +34,16 @@ fn golden() -> Golden {
     golden_of("qwen3_moe")
 }
 
+/// The engine on `path` (a GGUF file converts into a cache of its own, removed after loading:
+/// the engine keeps the store open).
 fn engine(path: PathBuf, budget: ExpertBudget) -> Engine {
+    let cache = TempDir::new("gguf_cache");
     let mut o = EngineOptions::new(path);
     o.context = Some(256);
     // Compared with the f32 reference: an f32 KV cache.
     o.kv_dtype = KvDtype::F32;
     o.budget = budget;
+    o.cache_dir = Some(cache.path().to_path_buf());
     Engine::load_on(gpu(), &o).unwrap()
 }
 
@@ -47,8 +52,10 @@ fn metadata_gives_the_config_json_architecture() {
     let m = GgufModel::open(&gguf("qwen3_moe.gguf")).unwrap();
     let from_gguf = arch::spec_from_gguf(&m).unwrap();
     assert_eq!(from_gguf, ArchSpec::from_dir(&fixtures_dir().join("qwen3_moe")).unwrap());
-    let (gate_up, down) = arch::expert_formats(&m);
-    assert_eq!((gate_up.name(), down.name()), ("bf16".into(), "bf16".into()));
+    let types = arch::expert_types(&m, from_gguf.layers);
+    let moe: Vec<bool> = types.iter().map(Option::is_some).collect();
+    assert_eq!(moe, from_gguf.moe_layers, "experts where the MoE layers are");
+    assert!(types.iter().flatten().all(|t| *t == [GgmlType::BF16, GgmlType::BF16]));
 }
 
 #[test]
@@ -82,8 +89,7 @@ fn q4_k_m_experts_keep_their_two_types() {
     let path = gguf("qwen3_moe-q4km.gguf");
     let m = GgufModel::open(&path).unwrap();
     let spec = arch::spec_from_gguf(&m).unwrap();
-    let (gate_up, down) = arch::expert_formats(&m);
-    assert_eq!((gate_up.name(), down.name()), ("q4_k".into(), "q6_k".into()));
+    assert!(arch::expert_types(&m, spec.layers).iter().all(|t| *t == Some([GgmlType::Q4K, GgmlType::Q6K])));
     let ck = Checkpoint::from_gguf(m, &spec).unwrap();
     let reference = ReferenceModel::from_checkpoint(spec.clone(), &ck).unwrap();
     let resident = engine(path.clone(), ExpertBudget::Auto);
@@ -133,6 +139,52 @@ fn llama_gguf_with_permuted_qk_matches_transformers() {
     for p in golden_of("llama").prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
         let err = max_abs_diff(&e.score(&p.tokens).unwrap().logprobs, &p.logprobs);
         assert!(err < 1e-3, "{}: BF16 llama GGUF vs transformers: {err}", p.name);
+    }
+}
+
+/// The engine on `file` (llama.cpp's converter on Hugging Face fixture `fixture`,
+/// make_llama_cpp_converted.py) against transformers' golden log-probs (within 1e-3) and greedy
+/// tokens, resident and streamed through 3 slots (identical).
+fn matches_transformers(file: &str, fixture: &str) {
+    let path = gguf(file);
+    let resident = engine(path.clone(), ExpertBudget::Auto);
+    let streamed = engine(path, ExpertBudget::Slots(3));
+    let mut checked = 0;
+    for p in golden_of(fixture).prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
+        let lp = resident.score(&p.tokens).unwrap().logprobs;
+        let err = max_abs_diff(&lp, &p.logprobs);
+        println!("{file} {}: |GGUF - transformers| {err:.2e}", p.name);
+        assert!(err < 1e-3, "{file} {}: vs transformers: {err}", p.name);
+        assert_eq!(streamed.score(&p.tokens).unwrap().logprobs, lp, "{file} {}: streamed vs resident", p.name);
+        let opts = GenerateOptions { max_tokens: p.greedy.len(), ignore_eos: true, ..Default::default() };
+        let greedy = resident.generate(&p.tokens, &opts, |_, _| true).unwrap().tokens;
+        assert_eq!(greedy, p.greedy, "{file} {}: greedy", p.name);
+        checked += 1;
+    }
+    assert!(checked > 0);
+}
+
+#[test]
+fn glm4moe_gguf_from_llama_cpps_converter_matches_transformers() {
+    // Partial rotary, YaRN, q/k norms and biases, sigmoid + bias routing in groups, a shared
+    // expert, a leading dense layer, and a block count that includes the multi-token-prediction
+    // block, all read from llama.cpp's metadata and names.
+    let spec = arch::spec_from_gguf(&GgufModel::open(&gguf("glm4_moe-bf16.gguf")).unwrap()).unwrap();
+    assert_eq!(spec, ArchSpec::from_dir(&fixtures_dir().join("glm4_moe")).unwrap());
+    matches_transformers("glm4_moe-bf16.gguf", "glm4_moe");
+}
+
+#[test]
+fn deepseek2_ggufs_from_llama_cpps_converter_match_transformers() {
+    // MLA (kv_b split into attn_k_b + attn_v_b by the converter, put back on reading; q_proj
+    // for V2, q_a/q_b for V3), YaRN from yarn_log_multiplier, softmax group-limited routing
+    // (V2) and sigmoid + bias routing (V3, expert_gating_func 2), shared experts, the leading
+    // dense layer, expert_weights_scale.
+    for (file, fixture) in [("deepseek_v2-bf16.gguf", "deepseek_v2"), ("deepseek_v3-f32.gguf", "deepseek_v3")] {
+        let spec = arch::spec_from_gguf(&GgufModel::open(&gguf(file)).unwrap()).unwrap();
+        let hf = ArchSpec::from_dir(&fixtures_dir().join(fixture)).unwrap();
+        assert_eq!((spec.family, spec.layers, &spec.moe, &spec.moe_layers), (hf.family, hf.layers, &hf.moe, &hf.moe_layers));
+        matches_transformers(file, fixture);
     }
 }
 
@@ -189,12 +241,114 @@ fn llama_sentencepiece_tokenizer_encodes_like_sentencepiece() {
     }
 }
 
-#[test]
-fn converting_a_gguf_file_is_refused_by_name() {
-    let out = TempDir::new("gguf_convert");
-    let options = moestream::convert::ConvertOptions::from_bits(4, 16, Default::default()).unwrap();
-    match moestream::convert::convert(&gguf("qwen3_moe.gguf"), &out.path().join("m"), &options, &mut |_| {}) {
-        Err(Error::UnsupportedConfig(m)) => assert!(m.contains("GGUF"), "{m}"),
-        other => panic!("{:?}", other.err()),
+/// Engine vs the CPU reference on the same dequantized weights (log-probs within 1e-3, greedy
+/// exact) and streamed through `slots` slots vs resident (identical), over the golden prompts.
+fn check_against_reference(path: PathBuf, slots: usize) {
+    let spec = arch::spec_from_gguf(&GgufModel::open(&path).unwrap()).unwrap();
+    let ck = Checkpoint::from_gguf(GgufModel::open(&path).unwrap(), &spec).unwrap();
+    let reference = ReferenceModel::from_checkpoint(spec, &ck).unwrap();
+    let resident = engine(path.clone(), ExpertBudget::Auto);
+    let streamed = engine(path, ExpertBudget::Slots(slots));
+    let mut checked = 0;
+    for p in golden().prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
+        let gpu_lp = resident.score(&p.tokens).unwrap().logprobs;
+        let err = max_abs_diff(&gpu_lp, &reference.log_probs(&p.tokens).unwrap());
+        println!("{}: |GPU-CPU| {err:.2e}", p.name);
+        assert!(err < 1e-3, "{}: GPU vs reference: {err}", p.name);
+        assert_eq!(streamed.score(&p.tokens).unwrap().logprobs, gpu_lp, "{}: streamed vs resident", p.name);
+        let opts = GenerateOptions { max_tokens: 6, ignore_eos: true, ..Default::default() };
+        let g = resident.generate(&p.tokens, &opts, |_, _| true).unwrap();
+        assert_eq!(g.tokens, reference.greedy(&p.tokens, 6).unwrap(), "{}: greedy", p.name);
+        checked += 1;
     }
+    assert!(checked > 0);
+}
+
+#[test]
+fn down_types_that_change_between_layers_stay_quantized() {
+    // Q4_K_M files give down Q6_K on some layers and Q4_K on others (make_q4km.py's mixed file:
+    // layer 0 Q6_K, layer 1 Q4_K). Each layer's kernels read its own types; the arena's slots
+    // are the larger layer's.
+    let path = gguf("qwen3_moe-q4km-mixed.gguf");
+    let m = GgufModel::open(&path).unwrap();
+    let spec = arch::spec_from_gguf(&m).unwrap();
+    assert_eq!(arch::expert_types(&m, 2), vec![Some([GgmlType::Q4K, GgmlType::Q6K]), Some([GgmlType::Q4K; 2])]);
+    let (h, i) = (spec.hidden, spec.moe.as_ref().unwrap().expert_intermediate);
+    let layout = engine(path.clone(), ExpertBudget::Auto).expert_slot_layout().unwrap();
+    assert_eq!(layout.format_name(), "q4_k+q6_k");
+    assert_eq!(layout.slot_bytes, 2 * (i * h / 256 * 144) + h * i / 256 * 210, "quantized slots, not f32");
+    check_against_reference(path, 2);
+}
+
+#[test]
+fn gguf_converts_into_an_expert_store_of_its_own_blocks() {
+    // `convert FILE.gguf OUT`: one extent per expert holding the GGUF's gate, up and down
+    // blocks unchanged (each layer in its own types), a version-2 store naming them.
+    let path = gguf("qwen3_moe-q4km-mixed.gguf");
+    let out = TempDir::new("gguf_convert");
+    let dir = out.path().join("m");
+    let options = moestream::convert::ConvertOptions::default();
+    let summary = moestream::convert::convert(&path, &dir, &options, &mut |_| {}).unwrap();
+    assert_eq!(summary.experts, 8);
+    assert_eq!(summary.experts_encoding, "gguf:q4_k+q6_k,q4_k+q4_k");
+    let m = GgufModel::open(&path).unwrap();
+    let spec = arch::spec_from_gguf(&m).unwrap();
+    let store = ExpertStore::open(dir.join("experts.bin"), spec.hash()).unwrap();
+    let header = std::fs::read(dir.join("experts.bin")).unwrap();
+    assert_eq!(u32::from_le_bytes(header[8..12].try_into().unwrap()), 2, "format version 2");
+    assert_eq!(store.info().encoding, StoreEncoding::Ggml(vec![[GgmlType::Q4K, GgmlType::Q6K], [GgmlType::Q4K; 2]]));
+    let (h, i) = (spec.hidden, spec.moe.as_ref().unwrap().expert_intermediate);
+    let mut buf = store.alloc_buffer();
+    for layer in 0..2 {
+        for e in 0..4 {
+            store.read_expert(layer, e, &mut buf).unwrap();
+            let types = [GgmlType::Q4K, GgmlType::Q4K, [GgmlType::Q6K, GgmlType::Q4K][layer]];
+            let (offsets, _) = moestream::store::ggml_extent([types[0], types[2]], h, i).unwrap();
+            for (k, role) in ["gate", "up", "down"].into_iter().enumerate() {
+                let (rows, cols) = if k == 2 { (h, i) } else { (i, h) };
+                let len = rows * types[k].row_bytes(cols);
+                let stacked = m.bytes(&format!("blk.{layer}.ffn_{role}_exps.weight")).unwrap();
+                assert_eq!(
+                    &buf[offsets[k]..offsets[k] + len],
+                    &stacked[e * len..(e + 1) * len],
+                    "layer {layer} expert {e} {role}: the GGUF's bytes"
+                );
+            }
+        }
+    }
+    // The converted directory runs as the GGUF does, resident and streamed.
+    let load = |budget| {
+        let mut o = EngineOptions::new(&dir);
+        o.context = Some(256);
+        o.kv_dtype = KvDtype::F32;
+        o.budget = budget;
+        Engine::load_on(gpu(), &o).unwrap()
+    };
+    let direct = engine(path.clone(), ExpertBudget::Auto);
+    let (resident, streamed) = (load(ExpertBudget::Auto), load(ExpertBudget::Slots(2)));
+    for p in golden().prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())).take(2) {
+        let lp = resident.score(&p.tokens).unwrap().logprobs;
+        assert_eq!(lp, direct.score(&p.tokens).unwrap().logprobs, "{}: converted dir vs running the file", p.name);
+        assert_eq!(lp, streamed.score(&p.tokens).unwrap().logprobs, "{}: streamed vs resident", p.name);
+    }
+}
+
+#[test]
+fn running_a_gguf_file_converts_it_once_into_the_cache() {
+    let cache = TempDir::new("gguf_run_cache");
+    let root = cache.path();
+    let path = gguf("qwen3_moe.gguf");
+    let options = moestream::convert::ConvertOptions::default();
+    let dir = moestream::convert::cached_conversion(&path, root, &options, &mut |_| {}).unwrap();
+    let manifest = dir.join("model.json");
+    let written = std::fs::metadata(&manifest).unwrap().modified().unwrap();
+    // Other encoding options name the same conversion: GGUF experts are stored as they are.
+    let f16 = moestream::convert::ConvertOptions::from_bits(16, 16, Default::default()).unwrap();
+    assert_eq!(moestream::convert::cached_conversion(&path, root, &f16, &mut |_| {}).unwrap(), dir);
+    assert_eq!(std::fs::metadata(&manifest).unwrap().modified().unwrap(), written, "reused, not converted again");
+    let mut o = EngineOptions::new(&path);
+    o.context = Some(64);
+    o.cache_dir = Some(root.to_path_buf());
+    Engine::load_on(gpu(), &o).unwrap();
+    assert_eq!(std::fs::metadata(&manifest).unwrap().modified().unwrap(), written, "the engine reused it too");
 }

@@ -45,6 +45,9 @@ impl ExpertSource for Faulty {
     fn layout(&self) -> SlotLayout {
         self.inner.layout()
     }
+    fn layer_layout(&self, layer: usize) -> SlotLayout {
+        self.inner.layer_layout(layer)
+    }
 }
 
 fn options(dir: &std::path::Path, budget: ExpertBudget) -> EngineOptions {

@@ -28,7 +28,7 @@ pub fn default_cache_root() -> PathBuf {
 /// options. The source fingerprint is deliberately left out of the name: a changed source is
 /// converted again into the same directory, replacing the stale copy instead of leaving it
 /// behind.
-fn cache_dir(src_canonical: &Path, cache_root: &Path, options: &ConvertOptions) -> PathBuf {
+fn cache_dir(src_canonical: &Path, cache_root: &Path, options: Option<&ConvertOptions>) -> PathBuf {
     let base: String = src_canonical
         .file_name()
         .map(|n| {
@@ -41,29 +41,29 @@ fn cache_dir(src_canonical: &Path, cache_root: &Path, options: &ConvertOptions) 
         .filter(|n: &String| !n.is_empty() && !n.starts_with('.'))
         .unwrap_or_else(|| "model".into());
     let mut hash = fnv1a(FNV_OFFSET, src_canonical.as_os_str().as_encoded_bytes());
-    for part in [options.experts.name(), options.dense.name()] {
+    for part in options.iter().flat_map(|o| [o.experts.name(), o.dense.name()]) {
         hash = fnv1a(fnv1a(hash, &[0]), part.as_bytes());
     }
     cache_root.join(format!("{base}-{hash:016x}"))
 }
 
-/// Whether `dir` holds a finished conversion of a source with `fingerprint`, in `options`,
-/// whose files have their recorded sizes.
-fn reusable(dir: &Path, fingerprint: &str, options: &ConvertOptions) -> bool {
+/// Whether `dir` holds a finished conversion of a source with `fingerprint`, in `options`
+/// (`None`: a GGUF source, stored as it is), whose files have their recorded sizes.
+fn reusable(dir: &Path, fingerprint: &str, options: Option<&ConvertOptions>) -> bool {
     if !is_converted(dir) {
         return false;
     }
     ModelManifest::load(dir).is_ok_and(|m| {
         m.source.fingerprint == fingerprint
-            && m.experts.encoding == options.experts
-            && m.dense == options.dense
+            && options.is_none_or(|o| m.experts.encoding == o.experts && m.dense == o.dense)
             && m.verify_files(dir, false).is_ok()
     })
 }
 
-/// The converted form of the Hugging Face directory `src` under `cache_root` (see
+/// The converted form of the Hugging Face directory or GGUF file `src` under `cache_root` (see
 /// [`super::default_cache_root`]): reused as is when it exists and the source's
-/// [`source_fingerprint`] is unchanged, else (re)converted, reporting `progress`.
+/// [`source_fingerprint`] is unchanged, else (re)converted, reporting `progress`. A GGUF
+/// file's experts are stored as they are, so `options` do not apply to it.
 pub fn cached_conversion(
     src: &Path,
     cache_root: &Path,
@@ -72,12 +72,13 @@ pub fn cached_conversion(
 ) -> Result<PathBuf> {
     let src_canonical = src.canonicalize().map_err(|e| Error::io(src, e))?;
     let fingerprint = source_fingerprint(&src_canonical)?;
+    let options = (!crate::model::gguf::arch::is_gguf(&src_canonical)).then_some(options);
     let dir = cache_dir(&src_canonical, cache_root, options);
     if reusable(&dir, &fingerprint, options) {
         log::info!("reusing the conversion of {} in {}", src.display(), dir.display());
         return Ok(dir);
     }
     log::info!("converting {} into {}", src.display(), dir.display());
-    convert(&src_canonical, &dir, options, progress)?;
+    convert(&src_canonical, &dir, options.unwrap_or(&ConvertOptions::default()), progress)?;
     Ok(dir)
 }

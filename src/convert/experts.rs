@@ -6,7 +6,7 @@ use super::{stored_len, Phase, Reporter};
 use crate::error::{Error, Result};
 use crate::model::{layer_weights, names, ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
-use crate::store::{StoreInfo, StoreWriter};
+use crate::store::{StoreEncoding, StoreInfo, StoreWriter};
 
 /// Writes the store at `path` (nothing for a model without MoE layers) and returns how many
 /// experts it holds. Memory stays bounded by one expert: each is read, encoded, written, and
@@ -31,7 +31,7 @@ pub(super) fn write_store(
             experts_per_layer: moe.num_experts,
             hidden: spec.hidden,
             intermediate: moe.expert_intermediate,
-            encoding,
+            encoding: StoreEncoding::Uniform(encoding),
         },
     )?;
     for &layer in &layers {

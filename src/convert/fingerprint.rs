@@ -16,10 +16,14 @@ pub(super) const FNV_OFFSET: u64 = 0xcbf29ce484222325;
 
 /// A hash over the (file name, size, modification time) of `config.json`,
 /// `model.safetensors.index.json` (when present) and every `*.safetensors` file of a Hugging
-/// Face directory, as 16 hex digits. It changes when any of them is replaced, touched or
-/// resized, without reading their contents. Fails with [`Error::Io`] when the directory or
-/// its `config.json` cannot be read.
-pub fn source_fingerprint(hf_dir: &Path) -> Result<String> {
+/// Face directory, or of every part of a GGUF model, as 16 hex digits. It changes when any of
+/// them is replaced, touched or resized, without reading their contents. Fails with
+/// [`Error::Io`] when the directory, its `config.json` or a GGUF part cannot be read.
+pub fn source_fingerprint(source: &Path) -> Result<String> {
+    if crate::model::gguf::arch::is_gguf(source) {
+        return fingerprint_files(&crate::model::gguf::part_paths(source));
+    }
+    let hf_dir = source;
     let mut names: Vec<String> = std::fs::read_dir(hf_dir)
         .map_err(|e| Error::io(hf_dir, e))?
         .filter_map(|e| e.ok())
@@ -28,10 +32,15 @@ pub fn source_fingerprint(hf_dir: &Path) -> Result<String> {
         .collect();
     names.push("config.json".into());
     names.sort();
+    fingerprint_files(&names.iter().map(|n| hf_dir.join(n)).collect::<Vec<_>>())
+}
+
+/// The hash of [`source_fingerprint`] over `paths`, in order.
+fn fingerprint_files(paths: &[std::path::PathBuf]) -> Result<String> {
     let mut hash = FNV_OFFSET;
-    for name in names {
-        let path = hf_dir.join(&name);
-        let meta = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?;
+    for path in paths {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
         let mtime = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos());
         hash = fnv1a(hash, name.as_bytes());
         hash = fnv1a(hash, &[0]);

@@ -8,6 +8,16 @@
 //!  "files": {"resident.safetensors": {"bytes": 123, "crc32": "0a1b2c3d"}, ...},
 //!  "source": {"path": "/models/Mixtral-8x7B", "fingerprint": "89ab..."}}
 //! ```
+//!
+//! A converted GGUF model (`moestream convert FILE.gguf`) adds `"gguf": "/models/m.gguf"`, the
+//! file holding its other tensors and tokenizer; its `experts.encoding` is the arena's format
+//! (each layer's ggml types are in the store) and `dense` is `"f32"` (GGUF matrices are read
+//! in their own types):
+//!
+//! ```json
+//! {"experts": {"file": "experts.bin", "encoding": "q4_k"}, "dense": "f32",
+//!  "files": {"experts.bin": {...}}, "gguf": "/models/m.gguf", ...}
+//! ```
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -18,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::fingerprint::file_crc32;
 use super::ConvertOptions;
 use crate::error::{Error, Result};
+use crate::model::gguf::GgmlType;
 use crate::model::ArchSpec;
 use crate::ops::WeightFormat;
 use crate::quant::{Int4Scheme, QuantParams};
@@ -76,6 +87,11 @@ pub struct ModelManifest {
     pub files: BTreeMap<String, FileEntry>,
     /// The source checkpoint.
     pub source: SourceInfo,
+    /// For a converted GGUF model: the GGUF file (canonical path) whose non-expert tensors,
+    /// tokenizer and chat template the model uses (the directory holds only its experts);
+    /// `None` for Hugging Face conversions, whose `resident.safetensors` holds them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gguf: Option<PathBuf>,
 }
 
 impl ModelManifest {
@@ -101,6 +117,7 @@ impl ModelManifest {
             dense: options.dense,
             files: entries,
             source,
+            gguf: None,
         })
     }
 
@@ -177,7 +194,8 @@ impl ModelManifest {
     }
 }
 
-/// Serde of a [`WeightFormat`] as its name (`"f16"`, `"int4-affine-g32"`); f32 is refused.
+/// Serde of a [`WeightFormat`] as its name (`"f16"`, `"int4-affine-g32"`, and for converted
+/// GGUF models `"f32"` and the ggml types `"q4_k"`, `"q6_k"`, ...).
 mod format_name {
     use super::*;
 
@@ -188,13 +206,20 @@ mod format_name {
     pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<WeightFormat, D::Error> {
         let name = String::deserialize(d)?;
         parse(&name).ok_or_else(|| {
-            serde::de::Error::custom(format!("unknown encoding {name:?} (expected f16 or int4-<scheme>-g<32|64>)"))
+            serde::de::Error::custom(format!(
+                "unknown encoding {name:?} (expected f16, f32, int4-<scheme>-g<32|64> or a ggml type)"
+            ))
         })
     }
 
     fn parse(name: &str) -> Option<WeightFormat> {
-        if name == "f16" {
-            return Some(WeightFormat::F16);
+        match name {
+            "f16" => return Some(WeightFormat::F16),
+            "f32" => return Some(WeightFormat::F32),
+            _ => {}
+        }
+        if let Some(t) = GgmlType::from_name(name) {
+            return Some(WeightFormat::of_ggml(t));
         }
         let (scheme, group) = name.strip_prefix("int4-")?.split_once("-g")?;
         let scheme = match scheme {

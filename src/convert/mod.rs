@@ -18,6 +18,10 @@
 //! with the parameters in the `__metadata__` key [`crate::model::weights::INT4_METADATA_KEY`],
 //! which [`crate::model::Checkpoint`] reads back.
 //!
+//! A GGUF file converts into `experts.bin` (its experts' ggml blocks, unchanged) and
+//! `model.json` naming the file, which keeps the other tensors and the tokenizer (see
+//! `gguf.rs`).
+//!
 //! A directory without `model.json` is not a converted model: an interrupted conversion never
 //! looks finished. [`cached_conversion`] converts a Hugging Face directory once into a cache
 //! and reuses it while the source is unchanged.
@@ -26,6 +30,7 @@ mod cache;
 mod experts;
 mod extra_files;
 mod fingerprint;
+mod gguf;
 mod manifest;
 mod resident;
 
@@ -174,7 +179,8 @@ fn stored_len(ckpt: &Checkpoint, name: &str) -> u64 {
 }
 
 /// Converts the Hugging Face checkpoint in `src` into a moestream model directory `out`
-/// (created if needed), calling `progress` as tensors are processed.
+/// (created if needed), calling `progress` as tensors are processed. A GGUF file `src` is
+/// converted into its expert store (ggml blocks unchanged; `options` do not apply).
 ///
 /// `out` must be new, empty, or hold only files a conversion writes (a previous or
 /// interrupted conversion); its old `model.json` is removed first. Fails on a source that is
@@ -187,14 +193,12 @@ pub fn convert(
     options: &ConvertOptions,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<ConvertSummary> {
+    if crate::model::gguf::arch::is_gguf(src) {
+        // Experts are stored as the GGUF holds them: the encoding options do not apply.
+        return gguf::convert_gguf(src, out, progress);
+    }
     let start = Instant::now();
     options.validate()?;
-    if crate::model::gguf::arch::is_gguf(src) {
-        return Err(Error::UnsupportedConfig(format!(
-            "converting a GGUF file into an expert store is not implemented yet; run {} directly (--model FILE.gguf)",
-            src.display()
-        )));
-    }
     if crate::model::mlx::params(src)?.is_some() {
         // Its int4 would be re-quantized from the dequantized values, no longer lossless.
         return Err(Error::UnsupportedConfig(format!(

@@ -11,5 +11,5 @@ pub mod slot_table;
 pub mod source;
 pub mod trace;
 
-pub use arena::SlotArena;
+pub use arena::{SlotArena, SlotLayout};
 pub use slot_table::SlotTable;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::arena::SlotArena;
+use super::arena::{SlotArena, SlotLayout};
 use super::cache_model::{CacheModel, Wave};
 use super::io_pool::{IoPool, Ticket, Urgency};
 use super::policy::{ExpertId, Phase};
@@ -145,6 +145,12 @@ impl ExpertResidency {
         let pool = IoPool::new(source.clone(), io_threads);
         let streaming = Streaming { cache, pool, pending: HashMap::new(), owner, stall: Duration::ZERO, reads: 0 };
         ExpertResidency { arena, table, source, streaming: Some(streaming), trace: None }
+    }
+
+    /// The slot layout of model layer `layer`'s experts (its formats and offsets within a
+    /// slot of `arena.layout.slot_bytes`).
+    pub fn layer_layout(&self, layer: usize) -> SlotLayout {
+        self.source.layer_layout(layer)
     }
 
     /// Whether experts move.

@@ -10,7 +10,7 @@ use crate::model::layer_weights;
 use crate::model::{ArchSpec, Checkpoint};
 use crate::ops::matrix::naming;
 use crate::ops::WeightFormat;
-use crate::store::ExpertStore;
+use crate::store::{ExpertStore, StoreEncoding};
 
 /// Reads one expert's slot bytes; shared by the loader and the I/O threads.
 pub trait ExpertSource: Send + Sync {
@@ -21,8 +21,16 @@ pub trait ExpertSource: Send + Sync {
     fn read_len(&self) -> usize;
     /// Bytes one read takes from disk.
     fn disk_bytes(&self) -> u64;
-    /// The slot layout the bytes follow.
+    /// The slot layout of the arena: the largest layer's (every layer's slot fits in it).
     fn layout(&self) -> SlotLayout;
+    /// The slot layout expert bytes of model layer `layer` follow (GGUF experts may change
+    /// ggml types between layers; otherwise [`ExpertSource::layout`]).
+    fn layer_layout(&self, layer: usize) -> SlotLayout;
+}
+
+/// The largest of `layouts` (by slot bytes), the arena's layout.
+fn widest(layouts: impl Iterator<Item = SlotLayout>) -> Option<SlotLayout> {
+    layouts.max_by_key(|l| l.slot_bytes)
 }
 
 /// Experts read from a checkpoint and encoded per read.
@@ -30,26 +38,37 @@ pub struct CheckpointExperts {
     ckpt: Arc<Checkpoint>,
     spec: ArchSpec,
     layout: SlotLayout,
+    /// Per model layer, its own layout where it differs from `layout` (GGUF experts).
+    layers: Vec<Option<SlotLayout>>,
 }
 
 impl CheckpointExperts {
     /// Experts of `ckpt` encoded in `layout`.
     pub fn new(ckpt: Arc<Checkpoint>, spec: ArchSpec, layout: SlotLayout) -> Self {
-        CheckpointExperts { ckpt, spec, layout }
+        CheckpointExperts { ckpt, spec, layout, layers: Vec::new() }
+    }
+
+    /// Experts of `ckpt` whose model layer `i` is laid out as `layers[i]` (one per model
+    /// layer; `None` for layers without routed experts). Fails when no layer has experts.
+    pub fn per_layer(ckpt: Arc<Checkpoint>, spec: ArchSpec, layers: Vec<Option<SlotLayout>>) -> Result<Self> {
+        let layout = widest(layers.iter().flatten().copied())
+            .ok_or_else(|| Error::InvalidArgument("no layer has routed experts".into()))?;
+        Ok(CheckpointExperts { ckpt, spec, layout, layers })
     }
 }
 
 impl ExpertSource for CheckpointExperts {
     fn read(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<()> {
         let w = layer_weights::expert(&self.ckpt, &self.spec, layer, expert)?;
-        let formats = [0, 1, 2].map(|i| self.layout.proj_format(i));
+        let layout = self.layer_layout(layer);
+        let formats = [0, 1, 2].map(|i| layout.proj_format(i));
         let stored = [(&w.gate, formats[0]), (&w.up, formats[1]), (&w.down, formats[2])]
             .map(|(t, f)| t.ggml.as_ref().filter(|g| WeightFormat::of_ggml(g.ggml_type) == f).map(|g| &g.bytes[..]));
         let int4 = [(&w.gate, formats[0]), (&w.up, formats[1]), (&w.down, formats[2])]
             .map(|(t, f)| t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == f));
         let bytes = match (stored, int4) {
             // GGUF experts in the slot's format are copied as stored.
-            ([Some(g), Some(u), Some(d)], _) => self.layout.place([g, u, d]),
+            ([Some(g), Some(u), Some(d)], _) => layout.place([g, u, d]),
             // So are int4 experts (MLX checkpoints): blobs written as they are, not re-quantized.
             (_, [Some(g), Some(u), Some(d)]) => {
                 let blobs = [g, u, d].map(|m| {
@@ -58,10 +77,9 @@ impl ExpertSource for CheckpointExperts {
                     Ok::<_, Error>(blob)
                 });
                 let [g, u, d] = blobs;
-                self.layout.place([&g?, &u?, &d?])
+                layout.place([&g?, &u?, &d?])
             }
-            _ => self
-                .layout
+            _ => layout
                 .encode(&w.gate.data, &w.up.data, &w.down.data)
                 .map_err(|e| naming(&format!("layer {layer} expert {expert}"), e))?,
         };
@@ -80,29 +98,57 @@ impl ExpertSource for CheckpointExperts {
     fn layout(&self) -> SlotLayout {
         self.layout
     }
+
+    fn layer_layout(&self, layer: usize) -> SlotLayout {
+        self.layers.get(layer).copied().flatten().unwrap_or(self.layout)
+    }
 }
 
 /// Experts read from `experts.bin` with pread (optionally O_DIRECT), checksum-verified.
 pub struct StoreExperts {
     store: ExpertStore,
     layout: SlotLayout,
+    /// Per model layer, its own layout (GGUF stores; empty for uniform ones).
+    layers: Vec<Option<SlotLayout>>,
 }
 
 impl StoreExperts {
     /// Wraps an opened store whose experts are `hidden` × `inter`.
     pub fn new(store: ExpertStore, hidden: usize, inter: usize) -> Result<Self> {
-        let l = store.layout();
-        let format = crate::ops::WeightFormat::from_encoding(l.encoding);
-        let layout = SlotLayout::new(format, hidden, inter)?;
-        if l.hidden != hidden || l.intermediate != inter || layout.slot_bytes != l.data_len {
+        let info = store.info();
+        if info.hidden != hidden || info.intermediate != inter {
             return Err(Error::InvalidArgument(format!(
                 "{}: experts are {}x{}, the model needs {hidden}x{inter}",
                 store.path().display(),
-                l.hidden,
-                l.intermediate
+                info.hidden,
+                info.intermediate
             )));
         }
-        Ok(StoreExperts { store, layout })
+        let mut layers = Vec::new();
+        let layout = match &info.encoding {
+            StoreEncoding::Uniform(e) => SlotLayout::new(WeightFormat::from_encoding(*e), hidden, inter)?,
+            StoreEncoding::Ggml(types) => {
+                for (&layer, [gate_up, down]) in info.layers.iter().zip(types) {
+                    let (f, d) = (WeightFormat::of_ggml(*gate_up), WeightFormat::of_ggml(*down));
+                    let layer = layer as usize;
+                    layers.resize(layers.len().max(layer + 1), None);
+                    layers[layer] = Some(SlotLayout::mixed(f, d, hidden, inter)?);
+                }
+                widest(layers.iter().flatten().copied()).expect("a store has at least one layer")
+            }
+        };
+        // The store's extents hold exactly these slots (a layout disagreeing with the store's
+        // would read the wrong bytes).
+        if layout.slot_bytes != store.data_len() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: extents hold {} bytes of data, the slots of {} need {}",
+                store.path().display(),
+                store.data_len(),
+                layout.format_name(),
+                layout.slot_bytes
+            )));
+        }
+        Ok(StoreExperts { store, layout, layers })
     }
 
     /// The underlying store.
@@ -126,5 +172,9 @@ impl ExpertSource for StoreExperts {
 
     fn layout(&self) -> SlotLayout {
         self.layout
+    }
+
+    fn layer_layout(&self, layer: usize) -> SlotLayout {
+        self.layers.get(layer).copied().flatten().unwrap_or(self.layout)
     }
 }

@@ -38,6 +38,30 @@ struct Entry {
     /// per head for interleaved RoPE: the rows of this many heads are put back in Hugging Face
     /// order (halves) on reading.
     unpermute_heads: Option<usize>,
+    /// MLA's `kv_b_proj` of a GGUF file that splits it (llama.cpp's `attn_k_b` here, read
+    /// with this `attn_v_b`), put back together on reading.
+    split_kv_b: Option<SplitKvB>,
+}
+
+/// The `attn_v_b` half of a split `kv_b_proj` (the entry's own bytes are `attn_k_b`,
+/// `[heads, kv_lora_rank, qk_nope]`); `v` is `[heads, v_head, kv_lora_rank]`.
+#[derive(Clone, Copy, Debug)]
+struct SplitKvB {
+    file: usize,
+    start: usize,
+    end: usize,
+    ggml_type: GgmlType,
+    heads: usize,
+    nope: usize,
+    v_head: usize,
+    rank: usize,
+}
+
+impl Entry {
+    /// Bytes the tensor takes in its file(s).
+    fn stored_len(&self) -> usize {
+        self.end - self.start + self.split_kv_b.map_or(0, |v| v.end - v.start)
+    }
 }
 
 /// A tensor read into host memory as f32.
@@ -199,7 +223,7 @@ impl Checkpoint {
                     });
                 }
                 let entry =
-                    Entry { file: file_index, dtype, shape: info.shape.clone(), start, end, unpermute_heads: None };
+                    Entry { file: file_index, dtype, shape: info.shape.clone(), start, end, unpermute_heads: None, split_kv_b: None };
                 entries.insert(name, entry);
             }
             files.push((path, mmap));
@@ -214,6 +238,14 @@ impl Checkpoint {
         let mut entries = HashMap::new();
         for name in model.tensor_names() {
             let info = model.info(name).expect("listed tensors exist");
+            if name.ends_with(".attn_v_b.weight") {
+                continue; // read with its attn_k_b
+            }
+            if let Some(block) = name.strip_suffix(".attn_k_b.weight") {
+                let (hf, entry) = split_kv_b(&model, block, spec)?;
+                entries.insert(hf, entry);
+                continue;
+            }
             let mapped = crate::model::gguf::names::hf_tensors(spec, name, &info.shape).ok_or_else(|| {
                 Error::UnsupportedConfig(format!(
                     "GGUF tensor `{name}` {:?} is not used by {:?}",
@@ -232,6 +264,7 @@ impl Checkpoint {
                     start,
                     end: start + len,
                     unpermute_heads: m.unpermute_heads,
+                    split_kv_b: None,
                 };
                 entries.insert(m.name, entry);
             }
@@ -251,7 +284,7 @@ impl Checkpoint {
 
     /// Total bytes of all tensors as stored.
     pub fn stored_bytes(&self) -> u64 {
-        self.entries.values().map(|e| (e.end - e.start) as u64).sum()
+        self.entries.values().map(|e| e.stored_len() as u64).sum()
     }
 
     /// Checks that `name` exists with shape `expected` (an int4 blob: the length that shape
@@ -280,6 +313,10 @@ impl Checkpoint {
             _ => {}
         }
         let bytes = &self.files[e.file].1[e.start..e.end];
+        if let (StoredDtype::Ggml(t), Some(v)) = (e.dtype, e.split_kv_b) {
+            let v_bytes = &self.files[v.file].1[v.start..v.end];
+            return Ok(joined_kv_b(t, bytes, v, v_bytes));
+        }
         if let StoredDtype::Ggml(t) = e.dtype {
             return Ok(ggml_tensor(t, bytes, &e.shape, e.unpermute_heads));
         }
@@ -370,7 +407,7 @@ impl Checkpoint {
                 let alias = name.replace(".mlp.switch_mlp.", &format!(".mlp.experts.{x}."));
                 let s = start + x * per;
                 let entry =
-                    Entry { file, dtype, shape: shape[1..].to_vec(), start: s, end: s + per, unpermute_heads: None };
+                    Entry { file, dtype, shape: shape[1..].to_vec(), start: s, end: s + per, unpermute_heads: None, split_kv_b: None };
                 self.entries.insert(alias, entry);
             }
             self.entries.remove(&name);
@@ -398,7 +435,7 @@ impl Checkpoint {
 
     /// Bytes `name` takes in its file (0 when absent).
     pub fn tensor_bytes(&self, name: &str) -> u64 {
-        self.entries.get(name).map_or(0, |e| (e.end - e.start) as u64)
+        self.entries.get(name).map_or(0, |e| e.stored_len() as u64)
     }
 
     /// Every tensor name.
@@ -438,6 +475,65 @@ fn ggml_tensor(t: GgmlType, bytes: &[u8], shape: &[usize], unpermute_heads: Opti
     let data = crate::model::gguf::dequant::dequantize(t, &bytes);
     let ggml = (shape.len() == 2).then(|| GgmlBlob { ggml_type: t, bytes: bytes.into_owned() });
     HostTensor { shape: shape.to_vec(), data, int4: None, ggml }
+}
+
+/// The entry of `{block}.attn_k_b.weight` + `{block}.attn_v_b.weight` as Hugging Face's
+/// `kv_b_proj` `[heads · (qk_nope + v_head), kv_lora_rank]`, with its name.
+fn split_kv_b(
+    model: &crate::model::gguf::GgufModel,
+    block: &str,
+    spec: &super::ArchSpec,
+) -> Result<(String, Entry)> {
+    let (k_name, v_name) = (format!("{block}.attn_k_b.weight"), format!("{block}.attn_v_b.weight"));
+    let k = model.info(&k_name).expect("listed tensors exist");
+    let v = model.info(&v_name).ok_or_else(|| Error::MissingTensor(v_name.clone()))?;
+    let layer: Option<usize> = block.strip_prefix("blk.").and_then(|i| i.parse().ok()).filter(|&i| i < spec.layers);
+    let (Some(layer), &[heads, rank, nope], &[v_heads, v_head, v_rank]) = (layer, &k.shape[..], &v.shape[..]) else {
+        return Err(Error::UnsupportedConfig(format!("GGUF tensors {k_name} {:?} / {v_name} {:?}", k.shape, v.shape)));
+    };
+    if (v_heads, v_rank) != (heads, rank) {
+        return Err(Error::UnsupportedConfig(format!(
+            "GGUF {k_name} {:?} and {v_name} {:?} disagree on heads or rank",
+            k.shape, v.shape
+        )));
+    }
+    let part = |n: &str| model.part_of(n).expect("listed tensors have a part");
+    let v_part = SplitKvB {
+        file: part(&v_name),
+        start: v.offset,
+        end: v.offset + v.bytes,
+        ggml_type: v.ggml_type,
+        heads,
+        nope,
+        v_head,
+        rank,
+    };
+    let entry = Entry {
+        file: part(&k_name),
+        dtype: StoredDtype::Ggml(k.ggml_type),
+        shape: vec![heads * (nope + v_head), rank],
+        start: k.offset,
+        end: k.offset + k.bytes,
+        unpermute_heads: None,
+        split_kv_b: Some(v_part),
+    };
+    Ok((format!("{}.self_attn.kv_b_proj.weight", super::names::layer(layer)), entry))
+}
+
+/// `kv_b_proj` from llama.cpp's `attn_k_b` (`k`, type `t`, `[heads, rank, nope]`: each head's
+/// key rows transposed) and `attn_v_b` (`[heads, v_head, rank]`): per head its `nope` key rows
+/// then its `v_head` value rows, each `rank` wide (f32; MLA reads `kv_b_proj` in f32).
+fn joined_kv_b(t: GgmlType, k: &[u8], v: SplitKvB, v_bytes: &[u8]) -> HostTensor {
+    let (k, vv) = (crate::model::gguf::dequant::dequantize(t, k), crate::model::gguf::dequant::dequantize(v.ggml_type, v_bytes));
+    let (heads, rank, nope, v_head) = (v.heads, v.rank, v.nope, v.v_head);
+    let mut data = Vec::with_capacity(heads * (nope + v_head) * rank);
+    for h in 0..heads {
+        for r in 0..nope {
+            data.extend((0..rank).map(|c| k[(h * rank + c) * nope + r]));
+        }
+        data.extend_from_slice(&vv[h * v_head * rank..(h + 1) * v_head * rank]);
+    }
+    HostTensor::new(vec![heads * (nope + v_head), rank], data)
 }
 
 /// Parses `affine-g32` / `symmetric-g64`.

@@ -4,7 +4,7 @@
 
 use super::matmul::DecodeLayout;
 use super::params;
-use crate::experts::{SlotArena, SlotTable};
+use crate::experts::{SlotArena, SlotLayout, SlotTable};
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 
@@ -39,17 +39,20 @@ pub struct ExpertFfn {
 }
 
 impl ExpertFfn {
-    /// Binds layer `layer`'s experts (found through `table`) in `arena`.
+    /// Binds layer `layer`'s experts (found through `table`) in `arena`, laid out within
+    /// each slot as `layout` says (the layer's own formats; the arena's slots may be larger).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Gpu,
         step: &wgpu::Buffer,
         io: ExpertIo<'_>,
         arena: &SlotArena,
+        layout: &SlotLayout,
         table: &SlotTable,
         layer: usize,
         top_k: usize,
     ) -> ExpertFfn {
-        let layout = &arena.layout;
+        debug_assert!(layout.slot_bytes <= arena.layout.slot_bytes, "a layer's experts fit the arena's slots");
         let decode = DecodeLayout::for_gpu(gpu);
         let with_decode = |format: crate::ops::WeightFormat| {
             let mut d = format.defines();
@@ -75,7 +78,7 @@ impl ExpertFfn {
                 table.base(layer) as u32,
                 first as u32,
                 arena.slots_per_chunk.min(arena.slots - first) as u32,
-                (layout.slot_bytes / 4) as u32,
+                (arena.layout.slot_bytes / 4) as u32,
                 0,
             ];
             words.extend(&proj);

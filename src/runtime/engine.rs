@@ -190,19 +190,25 @@ pub struct Engine {
     default_session: Mutex<Option<Session>>,
 }
 
-/// The directory to load: a converted model as is; a Hugging Face directory as is in f32/f16,
-/// or converted once into the cache when int4 is asked for.
+/// The directory to load: a converted model as is; a GGUF file converted once into the cache
+/// (its experts stored as it holds them, one extent each); a Hugging Face directory as is in
+/// f32/f16, or converted once into the cache when int4 is asked for.
 fn resolve_model_dir(options: &EngineOptions) -> Result<PathBuf> {
     let dir = &options.model_dir;
-    if crate::model::gguf::arch::is_gguf(dir) || crate::model::mlx::params(dir)?.is_some() {
-        // GGUF and MLX weights are read as stored; the format options do not apply.
+    let root = || options.cache_dir.clone().unwrap_or_else(default_cache_root);
+    if crate::model::gguf::arch::is_gguf(dir) {
+        // GGUF weights are read as stored; the format options do not apply.
+        return cached_conversion(dir, &root(), &ConvertOptions::default(), &mut |_| {});
+    }
+    if crate::model::mlx::params(dir)?.is_some() {
+        // MLX weights are read as stored; the format options do not apply.
         return Ok(dir.clone());
     }
     let wants_int4 = matches!(options.experts, WeightFormat::Int4(_)) || matches!(options.dense, WeightFormat::Int4(_));
     if is_converted(dir) || !wants_int4 {
         return Ok(dir.clone());
     }
-    let root = options.cache_dir.clone().unwrap_or_else(default_cache_root);
+    let root = root();
     let convert = ConvertOptions { experts: options.experts, dense: options.dense };
     log::warn!("using an int4 conversion of {} cached under {}", dir.display(), root.display());
     cached_conversion(dir, &root, &convert, &mut |_| {})
@@ -277,20 +283,31 @@ impl Engine {
             true => Some(ModelManifest::load(dir)?),
             false => None,
         };
-        let gguf = crate::model::gguf::arch::is_gguf(dir).then(|| GgufModel::open(dir)).transpose()?;
-        let spec = match (&converted, &gguf) {
-            (Some(m), _) => {
+        // A converted GGUF model reads its other tensors and tokenizer from the GGUF file,
+        // which must still be the one converted.
+        let gguf = match converted.as_ref().and_then(|m| m.gguf.as_ref().map(|g| (m, g))) {
+            Some((m, path)) => {
+                if crate::convert::source_fingerprint(path)? != m.source.fingerprint {
+                    return Err(Error::InvalidArgument(format!(
+                        "{} changed since {} was converted from it; convert it again",
+                        path.display(),
+                        dir.display()
+                    )));
+                }
+                Some(GgufModel::open(path)?)
+            }
+            None => None,
+        };
+        let spec = match &converted {
+            Some(m) => {
                 m.verify_files(dir, false)?;
                 m.arch.clone()
             }
-            (None, Some(g)) => crate::model::gguf::arch::spec_from_gguf(g)?,
-            (None, None) => ArchSpec::from_dir(dir)?,
+            None => ArchSpec::from_dir(dir)?,
         };
-        let gguf_experts = gguf.as_ref().map(crate::model::gguf::arch::expert_formats);
-        let (expert_format, dense_format) = match (&converted, gguf_experts) {
-            (Some(m), _) => (m.expert_format(), m.dense_format()),
-            (None, Some((gate_up, _))) => (gate_up, WeightFormat::F32),
-            (None, None) => match crate::model::mlx::params(dir)? {
+        let (expert_format, dense_format) = match &converted {
+            Some(m) => (m.expert_format(), m.dense_format()),
+            None => match crate::model::mlx::params(dir)? {
                 Some(p) => (WeightFormat::Int4(p), WeightFormat::Int4(p)),
                 None => (options.experts, options.dense),
             },
@@ -318,8 +335,7 @@ impl Engine {
                 Some(wrap(Arc::new(StoreExperts::new(store, spec.hidden, m.expert_intermediate)?)))
             }
             (Some(m), None) => {
-                let down = gguf_experts.map_or(expert_format, |(_, down)| down);
-                let layout = SlotLayout::mixed(expert_format, down, spec.hidden, m.expert_intermediate)?;
+                let layout = SlotLayout::new(expert_format, spec.hidden, m.expert_intermediate)?;
                 Some(wrap(Arc::new(CheckpointExperts::new(ckpt.clone(), spec.clone(), layout))))
             }
         };

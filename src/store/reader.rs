@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use super::header::{parse_fixed, parse_region, FIXED_HEADER_LEN};
+use super::header::{parse_fixed, parse_region, Extent, FIXED_HEADER_LEN};
 use super::positioned::{open_uncached, PositionedIo};
 use super::{decode_expert, AlignedBuf, DecodedExpert, ExpertLayout, IndexEntry, StoreError, StoreInfo, EXTENT_ALIGN};
 
@@ -35,7 +35,7 @@ pub struct ExpertStore {
     direct: Option<File>,
     direct_error: Option<String>,
     info: StoreInfo,
-    layout: ExpertLayout,
+    extent: Extent,
     data_offset: u64,
     index: Vec<IndexEntry>,
     /// (model layer, slot), sorted by layer.
@@ -73,7 +73,7 @@ impl ExpertStore {
         let mut region = vec![0u8; fixed.region_len as usize];
         file.read_exact_at(&mut region, 0).map_err(io)?;
         let index = parse_region(&path, &mut fixed, &region)?;
-        check_extents(&path, &index, fixed.data_offset, fixed.layout.extent_len as u64, file_len)?;
+        check_extents(&path, &index, fixed.data_offset, fixed.extent.extent_len as u64, file_len)?;
         let mut slots: Vec<(u32, usize)> = fixed.info.layers.iter().enumerate().map(|(s, &l)| (l, s)).collect();
         slots.sort_unstable();
         let mut store = ExpertStore {
@@ -82,7 +82,7 @@ impl ExpertStore {
             direct: None,
             direct_error: None,
             info: fixed.info,
-            layout: fixed.layout,
+            extent: fixed.extent,
             data_offset: fixed.data_offset,
             index,
             slots,
@@ -129,16 +129,22 @@ impl ExpertStore {
         &self.info
     }
 
-    /// The sub-layout of every extent.
-    pub fn layout(&self) -> &ExpertLayout {
-        &self.layout
+    /// The sub-layout of every extent of a uniform store (`None` for a GGUF store, whose
+    /// layers' types are in [`StoreInfo::encoding`]).
+    pub fn layout(&self) -> Option<&ExpertLayout> {
+        self.extent.layout.as_ref()
+    }
+
+    /// Bytes of data in the largest extent (the slot size the experts need).
+    pub fn data_len(&self) -> usize {
+        self.extent.data_len
     }
 
     /// Bytes of one extent (a multiple of 4096): the buffer size [`read_expert`] needs.
     ///
     /// [`read_expert`]: ExpertStore::read_expert
     pub fn extent_len(&self) -> usize {
-        self.layout.extent_len
+        self.extent.extent_len
     }
 
     /// File offset of the first extent.
@@ -189,7 +195,7 @@ impl ExpertStore {
     /// [`StoreError::Io`].
     pub fn read_expert(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<(), StoreError> {
         let e = self.entry(layer, expert)?;
-        let n = self.layout.extent_len;
+        let n = self.extent.extent_len;
         if buf.len() < n {
             return Err(StoreError::BufferTooSmall { needed: n, got: buf.len() });
         }
@@ -216,10 +222,15 @@ impl ExpertStore {
         Ok(())
     }
 
-    /// Dequantizes an extent read by [`read_expert`](ExpertStore::read_expert) into
-    /// `(gate, up, down)` f32 weights (see [`decode_expert`]).
+    /// Dequantizes an extent of a uniform store read by [`read_expert`](ExpertStore::read_expert)
+    /// into `(gate, up, down)` f32 weights (see [`decode_expert`]); a GGUF store's extents are
+    /// the GGUF blocks themselves, refused here ([`StoreError::InvalidSpec`]).
     pub fn decode_expert(&self, bytes: &[u8]) -> Result<DecodedExpert, StoreError> {
-        decode_expert(&self.layout, bytes)
+        let layout = self.extent.layout.as_ref().ok_or_else(|| StoreError::InvalidSpec {
+            path: self.path.clone(),
+            detail: "a GGUF store's extents are GGUF blocks; dequantize them with model::gguf::dequant".into(),
+        })?;
+        decode_expert(layout, bytes)
     }
 }
 

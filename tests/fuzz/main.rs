@@ -88,6 +88,8 @@ fn load_and_score_any(dir: &Path, configure: impl FnOnce(&mut EngineOptions)) ->
 fn score_of(dir: &Path, configure: impl FnOnce(&mut EngineOptions)) -> Result<Vec<f32>, String> {
     let mut options = EngineOptions::new(dir);
     options.context = Some(16);
+    // A GGUF file converts into this cache: beside the mutant, removed with it.
+    options.cache_dir = Some(dir.with_file_name(".moestream-cache"));
     configure(&mut options);
     let engine = text(Engine::load_on(common::gpu(), &options))?;
     Ok(text(engine.score(&[1, 2, 3, 4]))?.logprobs)

@@ -618,7 +618,8 @@ impl GpuModel {
                     let shape = router_shape(m, router_bias.as_deref());
                     let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), shape);
                     let io = ExpertIo { x: &acts.hn, ids: &acts.ids, route_w: &acts.route_w, h: &acts.eh, y: &acts.ey };
-                    let expert_ffn = ExpertFfn::new(&gpu, &step.buffer, io, &r.arena, &r.table, i, m.top_k);
+                    let expert_ffn =
+                        ExpertFfn::new(&gpu, &step.buffer, io, &r.arena, &r.layer_layout(i), &r.table, i, m.top_k);
                     // A gated shared expert (Qwen2-MoE) writes its own buffer for the combine
                     // to gate; an ungated one (DeepSeek, GLM) accumulates into the residual.
                     let shared = match &mw.shared {

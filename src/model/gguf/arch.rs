@@ -1,15 +1,15 @@
 //! GGUF metadata (`general.architecture` and `{arch}.*` keys) → [`ArchSpec`], for the
 //! llama.cpp architectures moestream runs: `llama` (dense, or Mixtral when it has experts),
-//! `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `olmoe`. Keys that change the math and are not
+//! `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `olmoe`, and `glm4moe` and `deepseek2` (through
+//! [`super::hf_config`]). Keys that change the math and are not
 //! implemented (RoPE scaling, sliding windows, logit soft-capping...) are refused by name.
 
-use super::{GgufModel, GgufValue};
+use super::{GgmlType, GgufModel, GgufValue};
 use crate::error::{Error, Result};
 use crate::model::config::{ArchSpec, AttentionKind, Family, MoeSpec, QkNorm, RopeSpec, RoutingKind};
-use crate::ops::WeightFormat;
 
 /// llama.cpp architectures other helpers are adding families for; refused until then.
-const LATER: [&str; 5] = ["deepseek2", "glm4moe", "gpt-oss", "qwen3next", "qwen35moe"];
+const LATER: [&str; 3] = ["gpt-oss", "qwen3next", "qwen35moe"];
 
 fn key_err(e: super::GgufError) -> Error {
     Error::UnsupportedConfig(e.to_string())
@@ -20,6 +20,16 @@ fn key_err(e: super::GgufError) -> Error {
 pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     let arch = m.str("general.architecture").map_err(key_err)?.to_string();
     let key = |k: &str| format!("{arch}.{k}");
+    if arch == "glm4moe" || arch == "deepseek2" {
+        let spec = match arch.as_str() {
+            "glm4moe" => super::hf_config::glm4moe(m)?,
+            _ => super::hf_config::deepseek2(m)?,
+        };
+        // The blocks after the main layers are multi-token-prediction ones.
+        check_blocks(m, &key("block_count"), spec.layers, m.u64(&key("block_count")).map_err(key_err)? as usize)?;
+        spec.check_limits()?;
+        return Ok(spec);
+    }
     let n = |k: &str| m.u64(&key(k)).map(|v| v as usize).map_err(key_err);
     let opt_n = |k: &str| m.get(&key(k)).and_then(GgufValue::as_u64).map(|v| v as usize);
     let experts = opt_n("expert_count").unwrap_or(0);
@@ -47,15 +57,7 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     }
     let hidden = n("embedding_length")?;
     let layers = n("block_count")?;
-    // Checked against the tensors before anything is sized by it (a wrapped count hangs here).
-    let has_block = |i: usize| m.info(&format!("blk.{i}.attn_norm.weight")).is_some();
-    if layers == 0 || !has_block(layers - 1) || has_block(layers) {
-        return Err(Error::ConfigValue {
-            field: key("block_count"),
-            value: layers.to_string(),
-            expected: "the number of blk.N tensor groups in the file".into(),
-        });
-    }
+    check_blocks(m, &key("block_count"), layers, layers)?;
     let heads = n("attention.head_count")?;
     let kv_heads = opt_n("attention.head_count_kv").unwrap_or(heads);
     if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || hidden == 0 {
@@ -139,28 +141,41 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     Ok(spec)
 }
 
-/// The slot formats of the routed experts, gate/up and down: each their GGUF type, read as
-/// stored, when the stacked tensors of that role (gate and up, or down) have one type in every
-/// layer (Q4_K_M's gate/up Q4_K with down Q6_K); else f32 for that role, holding the exact
-/// dequantization (one slot layout serves every layer, so a type that changes between layers,
-/// as Q4_K_M's down does in some files, cannot be kept).
-pub fn expert_formats(m: &GgufModel) -> (WeightFormat, WeightFormat) {
-    let role = |suffixes: &[&str]| {
-        let names = m.tensor_names();
-        let mut types = names
-            .iter()
-            .filter(|n| suffixes.iter().any(|s| n.ends_with(s)))
-            .filter_map(|n| m.info(n).map(|t| t.ggml_type));
-        match types.next() {
-            Some(first) if types.all(|t| t == first) => WeightFormat::of_ggml(first),
-            Some(_) => {
-                log::warn!("GGUF experts {suffixes:?} differ in ggml type between layers: their slots hold f32 dequantized weights");
-                WeightFormat::F32
+/// Checks `block_count` (`blocks`, of which the first `layers` are decoder layers) against the
+/// tensors before anything is sized by it (a wrapped count hangs here): `blk.{layers-1}` exists
+/// and `blk.{blocks}` does not.
+fn check_blocks(m: &GgufModel, field: &str, layers: usize, blocks: usize) -> Result<()> {
+    let has_block = |i: usize| m.info(&format!("blk.{i}.attn_norm.weight")).is_some();
+    if layers == 0 || layers > blocks || !has_block(layers - 1) || has_block(blocks) {
+        return Err(Error::ConfigValue {
+            field: field.into(),
+            value: blocks.to_string(),
+            expected: "the number of blk.N tensor groups in the file".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Per model layer (`layers` of them), the ggml types its routed experts' slots hold: gate and
+/// up in the type of that layer's `ffn_gate_exps`/`ffn_up_exps`, down in its `ffn_down_exps`
+/// type, read as stored, whatever the other layers use (Q4_K_M's down is Q6_K on some layers,
+/// Q4_K on others). A layer whose gate and up differ in type (one format serves both) holds
+/// them as F32, the exact dequantization. `None` for layers without stacked experts.
+pub fn expert_types(m: &GgufModel, layers: usize) -> Vec<Option<[GgmlType; 2]>> {
+    let ty = |i: usize, role: &str| m.info(&format!("blk.{i}.ffn_{role}_exps.weight")).map(|t| t.ggml_type);
+    (0..layers)
+        .map(|i| {
+            let (gate, up, down) = (ty(i, "gate")?, ty(i, "up")?, ty(i, "down")?);
+            if gate != up {
+                log::warn!(
+                    "GGUF layer {i}: ffn_gate_exps is {} and ffn_up_exps {}: their slots hold f32 dequantized weights",
+                    gate.name(),
+                    up.name()
+                );
             }
-            None => WeightFormat::F32,
-        }
-    };
-    (role(&["ffn_gate_exps.weight", "ffn_up_exps.weight"]), role(&["ffn_down_exps.weight"]))
+            Some([if gate == up { gate } else { GgmlType::F32 }, down])
+        })
+        .collect()
 }
 
 /// Whether `path` names a GGUF file (by extension).

@@ -10,6 +10,7 @@ pub mod arch;
 pub mod container;
 pub mod dequant;
 pub mod error;
+pub mod hf_config;
 pub mod names;
 pub mod tokenizer;
 pub mod types;
@@ -45,6 +46,18 @@ fn split_name(path: &Path) -> Option<(String, usize, usize)> {
     Some((prefix.to_string(), no.parse().ok()?, count.parse().ok()?))
 }
 
+/// The files of the GGUF model `path` names: every part of a split set (from the name alone,
+/// existing or not), else `path` itself.
+pub fn part_paths(path: &Path) -> Vec<PathBuf> {
+    match split_name(path) {
+        Some((prefix, _, count)) if count > 1 => {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            (1..=count).map(|k| dir.join(format!("{prefix}-{k:05}-of-{count:05}.gguf"))).collect()
+        }
+        _ => vec![path.to_path_buf()],
+    }
+}
+
 fn map(path: &Path) -> Result<Mmap, GgufError> {
     let io = |source| GgufError::Io { path: path.into(), source };
     let file = std::fs::File::open(path).map_err(io)?;
@@ -56,13 +69,7 @@ impl GgufModel {
     /// Opens `path`; a split part (any of them) opens the whole set, which must be complete and
     /// consistent (`split.count`, `split.no`, `split.tensors.count`).
     pub fn open(path: &Path) -> Result<GgufModel, GgufError> {
-        let parts: Vec<PathBuf> = match split_name(path) {
-            Some((prefix, _, count)) if count > 1 => {
-                let dir = path.parent().unwrap_or(Path::new("."));
-                (1..=count).map(|k| dir.join(format!("{prefix}-{k:05}-of-{count:05}.gguf"))).collect()
-            }
-            _ => vec![path.to_path_buf()],
-        };
+        let parts = part_paths(path);
         let mut model =
             GgufModel { files: Vec::new(), metadata: BTreeMap::new(), tensors: HashMap::new(), order: Vec::new() };
         let n_parts = parts.len();

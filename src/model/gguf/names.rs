@@ -33,11 +33,14 @@ pub fn hf_tensors(spec: &ArchSpec, name: &str, shape: &[usize]) -> Option<Vec<Ma
     let (layer, leaf) = rest.split_once('.')?;
     let i: usize = layer.parse().ok()?;
     if i >= spec.layers {
-        return None;
+        // GLM-4.5's multi-token-prediction blocks follow its layers; next-token decoding does
+        // not use them.
+        return (spec.family == Family::Glm4Moe).then(Vec::new);
     }
     let p = names::layer(i);
     let a = format!("{p}.self_attn");
     let ffn = names::ffn_prefix(spec.family, i);
+    let shared = names::shared_expert(spec.family, i);
     let llama_rope = matches!(spec.family, Family::Llama | Family::Mixtral);
     let permuted = |hf: String, heads: usize| {
         Some(vec![Mapped {
@@ -63,9 +66,22 @@ pub fn hf_tensors(spec: &ArchSpec, name: &str, shape: &[usize]) -> Option<Vec<Ma
     match leaf {
         "attn_norm.weight" => whole(format!("{p}.input_layernorm.weight")),
         "ffn_norm.weight" => whole(format!("{p}.post_attention_layernorm.weight")),
+        // GLM-4.5's FFN norm (llama.cpp names it after the Hugging Face module).
+        "post_attention_norm.weight" if spec.family == Family::Glm4Moe => {
+            whole(format!("{p}.post_attention_layernorm.weight"))
+        }
+        "exp_probs_b.bias" => whole(names::router_bias(spec.family, i)),
         "attn_q.weight" => permuted(format!("{a}.q_proj.weight"), spec.heads),
         "attn_k.weight" => permuted(format!("{a}.k_proj.weight"), spec.kv_heads),
         "attn_v.weight" => whole(format!("{a}.v_proj.weight")),
+        // MLA (deepseek2). Newer llama.cpp splits kv_b into attn_k_b + attn_v_b, which
+        // `Checkpoint::from_gguf` puts back together.
+        "attn_q_a.weight" => whole(format!("{a}.q_a_proj.weight")),
+        "attn_q_a_norm.weight" => whole(format!("{a}.q_a_layernorm.weight")),
+        "attn_q_b.weight" => whole(format!("{a}.q_b_proj.weight")),
+        "attn_kv_a_mqa.weight" => whole(format!("{a}.kv_a_proj_with_mqa.weight")),
+        "attn_kv_a_norm.weight" => whole(format!("{a}.kv_a_layernorm.weight")),
+        "attn_kv_b.weight" => whole(format!("{a}.kv_b_proj.weight")),
         "attn_output.weight" => whole(format!("{a}.o_proj.weight")),
         "attn_q.bias" => whole(format!("{a}.q_proj.bias")),
         "attn_k.bias" => whole(format!("{a}.k_proj.bias")),
@@ -79,9 +95,9 @@ pub fn hf_tensors(spec: &ArchSpec, name: &str, shape: &[usize]) -> Option<Vec<Ma
         "ffn_gate_exps.weight" => proj(0),
         "ffn_up_exps.weight" => proj(1),
         "ffn_down_exps.weight" => proj(2),
-        "ffn_gate_shexp.weight" => whole(format!("{ffn}.shared_expert.gate_proj.weight")),
-        "ffn_up_shexp.weight" => whole(format!("{ffn}.shared_expert.up_proj.weight")),
-        "ffn_down_shexp.weight" => whole(format!("{ffn}.shared_expert.down_proj.weight")),
+        "ffn_gate_shexp.weight" => whole(format!("{shared}.gate_proj.weight")),
+        "ffn_up_shexp.weight" => whole(format!("{shared}.up_proj.weight")),
+        "ffn_down_shexp.weight" => whole(format!("{shared}.down_proj.weight")),
         // Stored as a vector by llama.cpp, a [1, hidden] matrix by Hugging Face.
         "ffn_gate_inp_shexp.weight" => Some(vec![Mapped {
             name: format!("{ffn}.shared_expert_gate.weight"),

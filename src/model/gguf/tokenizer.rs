@@ -62,7 +62,8 @@ pub fn tokenizer_json(m: &GgufModel) -> Result<Value> {
     let pre = m.get("tokenizer.ggml.pre").and_then(GgufValue::as_str).unwrap_or("default");
     let split = match pre {
         _ if spm => None,
-        "default" | "gpt2" | "olmo" => GPT2_SPLIT,
+        // llama.cpp spells GPT-2's pre-tokenizer `gpt-2` (its converter writes that).
+        "default" | "gpt2" | "gpt-2" | "olmo" => GPT2_SPLIT,
         "qwen2" => Some(QWEN2_SPLIT),
         "llama-bpe" | "llama3" => Some(LLAMA3_SPLIT),
         other => return Err(Error::Tokenizer(format!("GGUF pre-tokenizer {other:?} is not supported"))),

@@ -40,6 +40,14 @@ impl GgmlType {
         })
     }
 
+    /// The type named `name` as [`GgmlType::name`] writes it, in any case (`q4_k`, `BF16`).
+    pub fn from_name(name: &str) -> Option<GgmlType> {
+        [0, 1, 2, 8, 12, 13, 14, 30, 39]
+            .into_iter()
+            .filter_map(GgmlType::from_u32)
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
     /// ggml's number for this type.
     pub fn to_u32(self) -> u32 {
         match self {
