@@ -2,8 +2,8 @@
 """Bigger than memory, side by side: llama.cpp (mmap; CPU and Vulkan backends) and moestream
 (experts streamed from experts.bin) on the same model under the same memory bound, in one run.
 
-    sudo python3 benches/bigmem/side_by_side.py [--data target/bigmem] [--bound 512M]
-        [--decode 24] [--prompt 8] [--json OUT]
+    sudo python3 benches/bigmem/side_by_side.py [--data target/bigmem] [--bound 448M] [--slots 40]
+        [--decode 12] [--prompt 8] [--json OUT]
 
 The bound is a memory cgroup (v1 `memory.limit_in_bytes`, or v2 `memory.max`) that every
 measured process runs in; its limit counts the process's own memory *and the page cache it
@@ -16,7 +16,8 @@ page faults of its mapping included); peak memory is the cgroup's high-water mar
 Rows: llama.cpp `llama-bench` CPU (`-ngl 0`), Vulkan (every layer offloaded; lavapipe here, so
 the "device" copy of the weights is host memory inside the bound too), Vulkan with the experts
 left on the CPU mapping (`--n-cpu-moe`, llama.cpp's own recipe for MoE models bigger than
-memory); then `moestream bench ssd` (policies × prefetchers, uncached reads) and one buffered run.
+memory); then `moestream bench ssd` (LRU and EAMC × no prefetch and EAMC prefetch with 4 reader
+threads, EAMC/EAMC with other reader counts, all uncached) and one buffered run.
 Make the model first: benches/bigmem/make.sh. Needs root (cgroup) and Linux.
 """
 
@@ -129,12 +130,12 @@ def moestream_rows(cg, args, extra, label):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(ROOT / "target/bigmem"))
-    p.add_argument("--bound", default="512M", help="memory cgroup limit (page cache included)")
-    p.add_argument("--slots", type=int, default=64, help="moestream expert slots (GPU memory, inside the bound)")
+    p.add_argument("--bound", default="448M", help="memory cgroup limit (page cache included)")
+    p.add_argument("--slots", type=int, default=40, help="moestream expert slots (GPU memory, inside the bound)")
     p.add_argument("--prompt", type=int, default=8)
-    p.add_argument("--decode", type=int, default=24)
+    p.add_argument("--decode", type=int, default=12)
     p.add_argument("--threads", type=int, default=2, help="llama.cpp CPU threads")
-    p.add_argument("--io-threads", default="1,4,8")
+    p.add_argument("--io-threads", default="1,8", help="reader threads compared with 4 (eamc / eamc)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     data = Path(args.data)
@@ -149,9 +150,12 @@ def main():
         llama_row(cg, "Vulkan (all layers)", gguf, args, ["-ngl", "99"], env_vk),
         llama_row(cg, "Vulkan, experts on CPU (--n-cpu-moe)", gguf, args, ["-ngl", "99", "-ncmoe", "99"], env_vk),
     ]
-    rep, ours = moestream_rows(cg, args, ["--io-threads", args.io_threads, "--policies", "lru,eamc",
-                                          "--prefetch", "none,eamc", "--direct-io", "auto"], "uncached")
+    rep, ours = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "lru,eamc", "--prefetch", "none,eamc",
+                                          "--direct-io", "auto"], "uncached")
     rows += ours
+    _, threads = moestream_rows(cg, args, ["--io-threads", args.io_threads, "--policies", "eamc", "--prefetch", "eamc",
+                                           "--direct-io", "auto"], "uncached")
+    rows += threads
     _, buffered = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "eamc", "--prefetch", "eamc",
                                             "--direct-io", "off"], "buffered")
     rows += buffered

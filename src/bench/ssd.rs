@@ -76,6 +76,8 @@ pub struct SsdRun {
     pub vs_sequential: f64,
     /// `read_mb_s` over the device's 4 KiB random bandwidth.
     pub vs_random_4k: f64,
+    /// Milliseconds per token copying read experts into their GPU slots.
+    pub upload_ms_per_token: f64,
     /// CPU milliseconds per token the reader threads spent in reads.
     pub io_cpu_ms_per_token: f64,
     /// That CPU time over the whole process's CPU time while decoding.
@@ -212,6 +214,7 @@ fn decode(engine: &Engine, o: &SsdBenchOptions, device: &DeviceBandwidth) -> Res
         read_mb_s,
         vs_sequential: read_mb_s / device.sequential_mb_s.max(1e-9),
         vs_random_4k: read_mb_s / device.random_4k_mb_s.max(1e-9),
+        upload_ms_per_token: s.upload_ms / n,
         io_cpu_ms_per_token: s.io_cpu_ms / n,
         io_cpu_share: s.io_cpu_ms / (cpu.as_secs_f64() * 1e3).max(1e-9),
     };
@@ -249,13 +252,13 @@ impl SsdReport {
     pub fn markdown(&self) -> String {
         let mut s = String::from(
             "| I/O threads | policy | prefetch | decode tok/s | hit rate | stall ms/tok | hidden | MiB read/tok | \
-             needed MiB/tok | amplification | read MB/s | vs seq | vs 4K rand | I/O CPU ms/tok | I/O CPU share |\n\
-             |---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+             needed MiB/tok | amplification | read MB/s | vs seq | vs 4K rand | I/O CPU ms/tok | I/O CPU share | upload ms/tok |\n\
+             |---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let mib = |b: f64| b / 1048576.0;
         for r in &self.runs {
             s += &format!(
-                "| {} | {} | {} | {:.2} | {:.1}% | {:.0} | {:.0}% | {:.1} | {:.1} | {:.2} | {:.0} | {:.2} | {:.2} | {:.1} | {:.1}% |\n",
+                "| {} | {} | {} | {:.2} | {:.1}% | {:.0} | {:.0}% | {:.1} | {:.1} | {:.2} | {:.0} | {:.2} | {:.2} | {:.1} | {:.1}% | {:.1} |\n",
                 r.io_threads,
                 r.policy,
                 r.prefetch,
@@ -270,7 +273,8 @@ impl SsdReport {
                 r.vs_sequential,
                 r.vs_random_4k,
                 r.io_cpu_ms_per_token,
-                r.io_cpu_share * 100.0
+                r.io_cpu_share * 100.0,
+                r.upload_ms_per_token
             );
         }
         s

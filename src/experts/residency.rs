@@ -46,8 +46,10 @@ pub struct ExpertStats {
     /// The needed experts' own bytes: (misses + prefetches used) × one expert's data bytes
     /// (without the extent's padding) -- what a reader without waste would have read.
     pub needed_bytes: u64,
-    /// Milliseconds the GPU pipeline waited for expert data.
+    /// Milliseconds the GPU pipeline waited for expert reads.
     pub stall_ms: f64,
+    /// Milliseconds spent copying read experts into their GPU slots (`queue.write_buffer`).
+    pub upload_ms: f64,
     /// Milliseconds during which at least one expert read was in flight.
     pub io_busy_ms: f64,
     /// Sum of every read's own duration, in milliseconds.
@@ -87,6 +89,7 @@ impl ExpertStats {
             bytes_read: self.bytes_read - before.bytes_read,
             needed_bytes: self.needed_bytes - before.needed_bytes,
             stall_ms: self.stall_ms - before.stall_ms,
+            upload_ms: self.upload_ms - before.upload_ms,
             io_busy_ms: self.io_busy_ms - before.io_busy_ms,
             io_read_ms: self.io_read_ms - before.io_read_ms,
             io_cpu_ms: self.io_cpu_ms - before.io_cpu_ms,
@@ -102,6 +105,7 @@ struct Streaming {
     /// Which expert each slot holds or is receiving.
     owner: Vec<Option<ExpertId>>,
     stall: Duration,
+    upload: Duration,
 }
 
 /// The slot arena, the slot table and how they are kept filled.
@@ -156,7 +160,8 @@ impl ExpertResidency {
     ) -> Self {
         let owner = vec![None; arena.slots];
         let pool = IoPool::new(source, io_threads);
-        let streaming = Streaming { cache, pool, pending: HashMap::new(), owner, stall: Duration::ZERO };
+        let streaming =
+            Streaming { cache, pool, pending: HashMap::new(), owner, stall: Duration::ZERO, upload: Duration::ZERO };
         ExpertResidency { arena, table, streaming: Some(streaming), trace: None }
     }
 
@@ -298,7 +303,6 @@ impl ExpertResidency {
                 s.pending.remove(&id).map(|(slot, ticket)| (id, slot, ticket))
             })
             .collect();
-        let started = Instant::now();
         let mut failure = None;
         for (id, slot, ticket) in tickets.into_iter().chain(in_flight) {
             if failure.is_some() {
@@ -306,12 +310,13 @@ impl ExpertResidency {
                 release(s, &mut self.table, gpu, id, slot);
                 continue;
             }
+            let waiting = Instant::now();
             let data = s.pool.wait(ticket);
+            s.stall += waiting.elapsed();
             if let Err(e) = land(s, &self.arena, &mut self.table, gpu, id, slot, data) {
                 failure = Some(e);
             }
         }
-        s.stall += started.elapsed();
         failure.map_or(Ok(()), Err)
     }
 
@@ -370,6 +375,7 @@ impl ExpertResidency {
                     bytes_read: io.bytes,
                     needed_bytes: (c.misses + c.prefetch_used) * self.arena.layout.slot_bytes as u64,
                     stall_ms: ms(s.stall),
+                    upload_ms: ms(s.upload),
                     io_busy_ms: ms(io.busy),
                     io_read_ms: ms(io.read_time),
                     io_cpu_ms: ms(io.cpu_time),
@@ -392,7 +398,9 @@ fn land(
 ) -> Result<()> {
     match data {
         Ok(buf) => {
+            let copying = Instant::now();
             arena.write(gpu, slot as usize, &buf);
+            s.upload += copying.elapsed();
             s.pool.recycle(buf);
             table.set(gpu, id.layer as usize, id.expert as usize, slot);
             Ok(())
