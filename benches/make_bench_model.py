@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
-"""Write moestream's reference benchmark model: a random-weight Mixtral-layout checkpoint.
+"""Write moestream's benchmark models: random-weight Mixtral-layout checkpoints.
 
-    python3 benches/make_bench_model.py OUT_DIR [--seed S]
+    python3 benches/make_bench_model.py OUT_DIR [--seed S] [--shape reference|bigmem]
 
-Shape: hidden 512, 8 layers, 8 attention heads (head_dim 64), 4 KV heads, 16 experts per
-layer with top-2 routing, expert intermediate 1024, vocab 32000, bf16 weights. That is
-about 240M parameters in all and 64M active per token, roughly 480 MB on disk.
+`reference` (default): hidden 512, 8 layers, 8 attention heads (head_dim 64), 4 KV heads, 16
+experts per layer with top-2 routing, expert intermediate 1024, vocab 32000, bf16 weights. That
+is about 240M parameters in all and 64M active per token, roughly 480 MB on disk.
+
+`bigmem` (the "bigger than memory" benchmark, benches/bigmem/): Qwen3-30B-A3B's real expert
+layout -- hidden 2048, 128 experts per layer with top-8 routing, expert intermediate 768, 32
+attention heads of 128 (4 KV heads) -- on 4 layers and a vocab of 8192, so that its int4 expert
+store is about 1.5 GB while the non-expert weights stay small. About 2.4G parameters (4.8 GB of
+bf16), 0.2G active per token.
 
 Weights are seeded N(0, 0.02) and norms are 1; there is no tokenizer (the benches feed token
 ids). Only numpy is needed: the safetensors file is written by hand (8-byte header length,
@@ -23,20 +29,18 @@ from pathlib import Path
 
 import numpy as np
 
-HIDDEN = 512
-LAYERS = 8
-HEADS = 8
-KV_HEADS = 4
-HEAD_DIM = HIDDEN // HEADS
-EXPERTS = 16
-TOP_K = 2
-EXPERT_INTERMEDIATE = 1024
-VOCAB = 32000
+SHAPES = {
+    "reference": dict(hidden=512, layers=8, heads=8, kv_heads=4, head_dim=64, experts=16, top_k=2,
+                      intermediate=1024, vocab=32000),
+    "bigmem": dict(hidden=2048, layers=4, heads=32, kv_heads=4, head_dim=128, experts=128, top_k=8,
+                   intermediate=768, vocab=8192),
+}
 STD = 0.02
 
 
-def config():
+def config(shape):
     """config.json of the model (MixtralForCausalLM)."""
+    HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, EXPERTS, TOP_K, EXPERT_INTERMEDIATE, VOCAB = shape.values()
     return {
         "architectures": ["MixtralForCausalLM"],
         "model_type": "mixtral",
@@ -66,8 +70,9 @@ def config():
     }
 
 
-def tensors():
+def tensors(shape):
     """(name, shape, is_norm) of every tensor, in file order."""
+    HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, EXPERTS, TOP_K, EXPERT_INTERMEDIATE, VOCAB = shape.values()
     out = [("model.embed_tokens.weight", (VOCAB, HIDDEN), False)]
     for i in range(LAYERS):
         p = f"model.layers.{i}"
@@ -120,13 +125,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="reference")
     args = ap.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    specs = tensors()
+    shape = SHAPES[args.shape]
+    specs = tensors(shape)
     params = sum(int(np.prod(s)) for _, s, _ in specs)
-    expert_params = LAYERS * EXPERTS * 3 * HIDDEN * EXPERT_INTERMEDIATE
-    active = params - expert_params + LAYERS * TOP_K * 3 * HIDDEN * EXPERT_INTERMEDIATE
-    (args.out_dir / "config.json").write_text(json.dumps(config(), indent=2) + "\n")
+    per_expert = 3 * shape["hidden"] * shape["intermediate"]
+    expert_params = shape["layers"] * shape["experts"] * per_expert
+    active = params - expert_params + shape["layers"] * shape["top_k"] * per_expert
+    (args.out_dir / "config.json").write_text(json.dumps(config(shape), indent=2) + "\n")
     gen = {"bos_token_id": 1, "eos_token_id": 2}
     (args.out_dir / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
     rng = np.random.default_rng(args.seed)

@@ -1,16 +1,23 @@
-//! Running converted models: `experts.bin` streamed with tiny budgets equals resident; a
-//! corrupted expert extent surfaces as a checksum error mid-generation; Hugging Face
-//! directories run in int4 are converted once into the cache and reused.
+//! Running converted models: `experts.bin` streamed with tiny budgets equals resident, also
+//! read uncached (O_DIRECT) by several threads with injected slow reads; a corrupted expert
+//! extent surfaces as a checksum error mid-generation; Hugging Face directories run in int4 are
+//! converted once into the cache and reused.
 
 mod common;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use common::{fixtures, gpu};
+use common::{fixtures, gpu, Rng};
 use moestream::convert::{convert, ConvertOptions};
+use moestream::experts::arena::SlotLayout;
+use moestream::experts::source::ExpertSource;
+use moestream::runtime::direct_io::DirectIo;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
-use moestream::store::StoreError;
-use moestream::Error;
+use moestream::store::{AlignedBuf, StoreError};
+use moestream::{Error, Result};
 
 fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("moestream-{tag}-{}", std::process::id()));
@@ -46,6 +53,66 @@ fn streamed_store_equals_resident() {
         assert_eq!(g.tokens, want, "{slots} slots");
         assert!(g.stats.experts.bytes_read > 0);
         assert_eq!(e.score(&prompt).unwrap().logprobs, want_lp, "{slots} slots");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The store's reads delayed at random (up to 4 ms each, like a slow disk) and counted when
+/// their buffer is not 4 KiB-aligned (an O_DIRECT store would then read through the page cache).
+struct SlowDisk {
+    inner: Arc<dyn ExpertSource>,
+    rng: Mutex<Rng>,
+    misaligned: Arc<AtomicUsize>,
+}
+
+impl ExpertSource for SlowDisk {
+    fn read(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<()> {
+        if !(buf.as_ptr() as usize).is_multiple_of(AlignedBuf::ALIGN) {
+            self.misaligned.fetch_add(1, Ordering::SeqCst);
+        }
+        let micros = self.rng.lock().unwrap().below(4000);
+        std::thread::sleep(Duration::from_micros(micros as u64));
+        self.inner.read(layer, expert, buf)
+    }
+    fn read_len(&self) -> usize {
+        self.inner.read_len()
+    }
+    fn disk_bytes(&self) -> u64 {
+        self.inner.disk_bytes()
+    }
+    fn layout(&self) -> SlotLayout {
+        self.inner.layout()
+    }
+}
+
+/// The bigger-than-memory path at small scale: O_DIRECT, four reader threads, slow reads and a
+/// bounded cache give the resident tokens and log-probabilities, every read lands in an aligned
+/// buffer, and the I/O counters add up.
+#[test]
+fn uncached_store_with_slow_reads_and_bounded_cache_is_exact() {
+    let (dir, prompt) = converted("qwen3_moe", "conv-slow-direct");
+    let gen = GenerateOptions { max_tokens: 8, ignore_eos: true, ..Default::default() };
+    let resident = engine(&dir, ExpertBudget::Auto);
+    let want = resident.generate(&prompt, &gen, |_, _| true).unwrap().tokens;
+    let want_lp = resident.score(&prompt).unwrap().logprobs;
+    drop(resident);
+    for (seed, slots) in [(1, 3), (2, 5)] {
+        let misaligned = Arc::new(AtomicUsize::new(0));
+        let wrap = |inner: Arc<dyn ExpertSource>| -> Arc<dyn ExpertSource> {
+            Arc::new(SlowDisk { inner, rng: Mutex::new(Rng::new(seed)), misaligned: misaligned.clone() })
+        };
+        let mut o = EngineOptions::new(&dir);
+        o.budget = ExpertBudget::Slots(slots);
+        o.io_threads = 4;
+        o.direct_io = DirectIo::On;
+        let e = Engine::load_with_experts(gpu(), &o, &wrap).unwrap();
+        let g = e.generate(&prompt, &gen, |_, _| true).unwrap();
+        assert_eq!(g.tokens, want, "{slots} slots");
+        assert_eq!(e.score(&prompt).unwrap().logprobs, want_lp, "{slots} slots");
+        assert_eq!(misaligned.load(Ordering::SeqCst), 0, "every read buffer is 4 KiB-aligned");
+        let s = e.expert_stats();
+        assert!(s.stall_ms > 0.0 && s.io_busy_ms > 0.0 && s.io_read_ms >= s.io_busy_ms * 0.99, "{s:?}");
+        assert!(s.bytes_read >= s.needed_bytes && s.needed_bytes > 0, "{s:?}");
     }
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -1,5 +1,6 @@
 //! The expert store: round trip against quantize→dequantize, every-byte corruption and
-//! truncation giving typed errors (never panics), writer misuse, and the O_DIRECT read path.
+//! truncation giving typed errors (never panics), writer misuse, and the O_DIRECT read path
+//! (misaligned tails and buffers, the buffered fallback where O_DIRECT is refused).
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -365,7 +366,7 @@ fn direct_io_read_path() {
     for base in [std::env::temp_dir(), PathBuf::from(env!("CARGO_TARGET_TMPDIR"))] {
         let dir = scratch_dir(&base, "direct");
         let path = write_store(&dir, encoding);
-        let store = ExpertStore::open_with(&path, HASH, OpenOptions { direct_io: true }).unwrap();
+        let store = ExpertStore::open_with(&path, HASH, OpenOptions { direct_io: true, ..Default::default() }).unwrap();
         match store.io_mode() {
             IoMode::Direct => println!("{}: O_DIRECT active", base.display()),
             IoMode::Buffered => println!(
@@ -385,6 +386,74 @@ fn direct_io_read_path() {
                 assert_eq!([g, u, d], want);
                 store.read_expert(l as usize, e, &mut unaligned[1..]).unwrap();
                 assert_eq!(&unaligned[1..], &aligned[..]);
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// O_DIRECT where the bytes do not end on a 4 KiB boundary: every extent's data is followed by
+/// padding (the data length is not a multiple of 4096), the file ends in an unaligned tail of
+/// extra bytes, and the destination buffers are longer than an extent by an unaligned amount or
+/// start off the 4 KiB boundary. Every read equals the buffered one.
+#[test]
+fn direct_io_with_misaligned_tails() {
+    let encoding = WeightEncoding::Int4(QuantParams::new(Int4Scheme::Affine, 32).unwrap());
+    let dir = scratch_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "direct-tails");
+    let path = write_store(&dir, encoding);
+    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    std::io::Write::write_all(&mut file, &[0xA5; 1001]).unwrap();
+    drop(file);
+    let buffered = ExpertStore::open(&path, HASH).unwrap();
+    assert_ne!(buffered.layout().data_len % 4096, 0, "the test needs padding after the data");
+    let direct = ExpertStore::open_with(&path, HASH, OpenOptions { direct_io: true, ..Default::default() }).unwrap();
+    // The target directory is on a disk filesystem, which takes O_DIRECT on every Linux CI runner.
+    assert_eq!(direct.io_mode(), IoMode::Direct, "{:?}", direct.direct_io_error());
+    let n = direct.extent_len();
+    let mut want = vec![0u8; n];
+    let mut long = AlignedBuf::new(n + 777);
+    let mut shifted = AlignedBuf::new(n + 4096);
+    for &l in &LAYERS {
+        for e in 0..EXPERTS {
+            buffered.read_expert(l as usize, e, &mut want).unwrap();
+            direct.read_expert(l as usize, e, &mut long).unwrap();
+            assert_eq!(&long[..n], &want[..]);
+            assert!(long[n..].iter().all(|&b| b == 0), "nothing is written past the extent");
+            direct.read_expert(l as usize, e, &mut shifted[512..]).unwrap();
+            assert_eq!(&shifted[512..512 + n], &want[..]);
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A filesystem that refuses O_DIRECT: the store opens anyway, says why it reads buffered, and
+/// reads the same bytes. Refusal is simulated (tmpfs accepts O_DIRECT since Linux 6.6); where
+/// `/dev/shm` really refuses (older kernels), that is checked too.
+#[test]
+fn refused_direct_io_falls_back_to_buffered_reads() {
+    let encoding = WeightEncoding::Int4(QuantParams::new(Int4Scheme::Symmetric, 32).unwrap());
+    let mut bases = vec![(PathBuf::from(env!("CARGO_TARGET_TMPDIR")), true)];
+    if Path::new("/dev/shm").is_dir() {
+        bases.push((PathBuf::from("/dev/shm"), false));
+    }
+    for (base, simulate) in bases {
+        let dir = scratch_dir(&base, "refused");
+        let path = write_store(&dir, encoding);
+        let options = OpenOptions { direct_io: true, refuse_direct: simulate };
+        let store = ExpertStore::open_with(&path, HASH, options).unwrap();
+        if simulate {
+            assert_eq!(store.io_mode(), IoMode::Buffered);
+        }
+        if store.io_mode() == IoMode::Buffered {
+            let why = store.direct_io_error().expect("the fallback says why");
+            assert!(why.contains("uncached"), "{why}");
+        }
+        let mut buf = AlignedBuf::new(store.extent_len());
+        for &l in &LAYERS {
+            for e in 0..EXPERTS {
+                store.read_expert(l as usize, e, &mut buf).unwrap();
+                let (g, u, d) = store.decode_expert(&buf).unwrap();
+                assert_eq!([g, u, d], expected(encoding, l, e));
             }
         }
         std::fs::remove_dir_all(&dir).unwrap();

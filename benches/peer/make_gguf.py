@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
-"""Write a Mixtral-layout Hugging Face checkpoint (such as the reference bench model from
-benches/make_bench_model.py) as an F16 GGUF that llama.cpp and moestream both run.
+"""Write a Mixtral-layout Hugging Face checkpoint (such as the bench models from
+benches/make_bench_model.py) as a GGUF that llama.cpp and moestream both run.
 
-    python benches/peer/make_gguf.py HF_DIR OUT.gguf
+    python benches/peer/make_gguf.py HF_DIR OUT.gguf [--type f16|q4_0]
 
 It writes what llama.cpp's convert_hf_to_gguf.py writes for Mixtral (architecture `llama` with
 stacked `ffn_{gate,up,down}_exps` experts, q/k rows permuted into llama.cpp's rotary order),
-through llama.cpp's own `gguf` package, tensor by tensor. The bench model has no tokenizer, so
-the file gets a placeholder SentencePiece vocabulary (`<unk>`, `<s>`, `</s>`, then `t3`, `t4`,
-...): the benchmarks feed token ids. Quantize the result with `llama-quantize OUT.gguf Q4.gguf
-Q4_0`. Needs numpy, safetensors, torch (bf16 reading) and gguf.
+through llama.cpp's own `gguf` package, tensor by tensor: the tensor table is written first,
+then each tensor's data as it is read, so memory holds one stacked expert tensor at a time.
+The bench models have no tokenizer, so the file gets a placeholder SentencePiece vocabulary
+(`<unk>`, `<s>`, `</s>`, then `t3`, `t4`, ...): the benchmarks feed token ids.
+
+`--type f16` (default): matrices in F16; quantize the result with `llama-quantize OUT.gguf
+Q4.gguf Q4_0`. `--type q4_0`: matrices quantized to Q4_0 here by the `gguf` package (the same
+reference quantizer as ggml's `quantize_row_q4_0_ref`), for models whose F16 file would not
+fit the disk (benches/bigmem/); norms and the router stay F32 as in llama-quantize's output.
+Needs numpy, safetensors, torch (bf16 reading) and gguf.
 """
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -19,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFWriter
+from gguf.quants import quant_shape_to_byte_shape, quantize
 from safetensors import safe_open
 
 
@@ -27,7 +35,7 @@ def permute(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def main(src: Path, out: Path):
+def main(src: Path, out: Path, matrix_type):
     cfg = json.loads((src / "config.json").read_text())
     if cfg["architectures"][0] != "MixtralForCausalLM":
         sys.exit(f"{src}: only MixtralForCausalLM checkpoints are written by this script")
@@ -39,6 +47,7 @@ def main(src: Path, out: Path):
         return where[name].get_tensor(name).float().numpy()
 
     layers, heads, kv_heads = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     vocab = cfg["vocab_size"]
     w = GGUFWriter(str(out), "llama")
     w.add_name(src.name)
@@ -48,12 +57,14 @@ def main(src: Path, out: Path):
     w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(heads)
     w.add_head_count_kv(kv_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
     w.add_rope_freq_base(cfg.get("rope_theta", 1e6))
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_expert_count(cfg["num_local_experts"])
     w.add_expert_used_count(cfg["num_experts_per_tok"])
-    w.add_rope_dimension_count(cfg["hidden_size"] // heads)
-    w.add_file_type(1)  # mostly F16
+    w.add_rope_dimension_count(head_dim)
+    w.add_file_type(2 if matrix_type == T.Q4_0 else 1)  # mostly Q4_0 / mostly F16
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
     w.add_token_list(["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, vocab)])
@@ -63,34 +74,58 @@ def main(src: Path, out: Path):
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
 
-    def add(name, values, qtype=T.F16):
-        data = values.astype(np.float32 if qtype == T.F32 else np.float16)
-        w.add_tensor(name, data, raw_dtype=qtype)
+    # (gguf name, shape, type, how to read the values) of every tensor, in file order.
+    plan = []
 
-    add("token_embd.weight", get("model.embed_tokens.weight"))
-    add("output_norm.weight", get("model.norm.weight"), T.F32)
-    add("output.weight", get("lm_head.weight"))
+    def add(name, shape, read, qtype=matrix_type):
+        plan.append((name, tuple(shape), qtype, read))
+
+    def hf(name, rows_of=None):
+        return lambda: permute(get(name), rows_of) if rows_of else get(name)
+
+    hidden, inter, n_exp = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_local_experts"]
+    add("token_embd.weight", (vocab, hidden), hf("model.embed_tokens.weight"))
+    add("output_norm.weight", (hidden,), hf("model.norm.weight"), T.F32)
+    add("output.weight", (vocab, hidden), hf("lm_head.weight"))
     for i in range(layers):
         p, b = f"model.layers.{i}", f"blk.{i}"
-        add(f"{b}.attn_norm.weight", get(f"{p}.input_layernorm.weight"), T.F32)
-        add(f"{b}.ffn_norm.weight", get(f"{p}.post_attention_layernorm.weight"), T.F32)
-        add(f"{b}.attn_q.weight", permute(get(f"{p}.self_attn.q_proj.weight"), heads))
-        add(f"{b}.attn_k.weight", permute(get(f"{p}.self_attn.k_proj.weight"), kv_heads))
-        add(f"{b}.attn_v.weight", get(f"{p}.self_attn.v_proj.weight"))
-        add(f"{b}.attn_output.weight", get(f"{p}.self_attn.o_proj.weight"))
-        add(f"{b}.ffn_gate_inp.weight", get(f"{p}.block_sparse_moe.gate.weight"), T.F32)
-        for leaf, proj in (("gate", "w1"), ("down", "w2"), ("up", "w3")):
-            experts = range(cfg["num_local_experts"])
-            stack = np.stack([get(f"{p}.block_sparse_moe.experts.{e}.{proj}.weight") for e in experts])
-            add(f"{b}.ffn_{leaf}_exps.weight", stack)
+        add(f"{b}.attn_norm.weight", (hidden,), hf(f"{p}.input_layernorm.weight"), T.F32)
+        add(f"{b}.ffn_norm.weight", (hidden,), hf(f"{p}.post_attention_layernorm.weight"), T.F32)
+        add(f"{b}.attn_q.weight", (heads * head_dim, hidden), hf(f"{p}.self_attn.q_proj.weight", heads))
+        add(f"{b}.attn_k.weight", (kv_heads * head_dim, hidden), hf(f"{p}.self_attn.k_proj.weight", kv_heads))
+        add(f"{b}.attn_v.weight", (kv_heads * head_dim, hidden), hf(f"{p}.self_attn.v_proj.weight"))
+        add(f"{b}.attn_output.weight", (hidden, heads * head_dim), hf(f"{p}.self_attn.o_proj.weight"))
+        add(f"{b}.ffn_gate_inp.weight", (n_exp, hidden), hf(f"{p}.block_sparse_moe.gate.weight"), T.F32)
+        for leaf, proj, shape in (("gate", "w1", (inter, hidden)), ("down", "w2", (hidden, inter)),
+                                  ("up", "w3", (inter, hidden))):
+            names = [f"{p}.block_sparse_moe.experts.{e}.{proj}.weight" for e in range(n_exp)]
+            add(f"{b}.ffn_{leaf}_exps.weight", (n_exp, *shape), lambda names=names: np.stack([get(n) for n in names]))
+
+    def encode(values, qtype):
+        if qtype == T.F32:
+            return values.astype(np.float32)
+        if qtype == T.F16:
+            return values.astype(np.float16)
+        return quantize(values, qtype)
+
+    for name, shape, qtype, _ in plan:
+        byte_shape = shape if qtype in (T.F32, T.F16) else quant_shape_to_byte_shape(shape, qtype)
+        item = {T.F32: 4, T.F16: 2}.get(qtype, 1)
+        dtype = {T.F32: np.float32, T.F16: np.float16}.get(qtype, np.uint8)
+        w.add_tensor_info(name, byte_shape, np.dtype(dtype), int(np.prod(byte_shape)) * item, raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    for _, _, qtype, read in plan:
+        w.write_tensor_data(encode(read(), qtype))
     w.close()
     print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("hf_dir", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--type", choices=["f16", "q4_0"], default="f16")
+    args = ap.parse_args()
+    main(args.hf_dir, args.out, {"f16": T.F16, "q4_0": T.Q4_0}[args.type])

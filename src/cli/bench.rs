@@ -1,18 +1,20 @@
-//! `moestream bench kernels | model | streaming | profile | context`.
+//! `moestream bench kernels | model | streaming | ssd | profile | context`.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::model_args::{base_options, default_model, Dtype, KvDtypeArg, ModelArgs, Routing};
+use super::model_args::{base_options, default_model, DirectIoArg, Dtype, KvDtypeArg, ModelArgs, Routing};
 use moestream::bench::context::{self, ContextBenchOptions};
 use moestream::bench::kernels::{self, KernelBenchOptions};
 use moestream::bench::model::{self, ModelBenchOptions};
 use moestream::bench::profile::{self, ProfileOptions};
+use moestream::bench::ssd::{self, SsdBenchOptions};
 use moestream::bench::streaming::{self, StreamingBenchOptions};
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::{Gpu, GpuOptions};
+use moestream::runtime::ExpertBudget;
 use moestream::{Error, Result};
 
 /// Flags of `bench`.
@@ -30,6 +32,9 @@ enum BenchCommand {
     Model(ModelBenchArgs),
     /// Expert streaming: every budget × policy × prefetcher against the fully resident run.
     Streaming(StreamingArgs),
+    /// A model bigger than memory: decode with experts read from disk, every I/O thread count ×
+    /// policy × prefetcher, against the device's sequential and 4 KiB random read bandwidth.
+    Ssd(SsdArgs),
     /// Per-kernel GPU time, bytes and GB/s of decode steps and prefill chunks (timestamp queries).
     Profile(ProfileArgs),
     /// Prefill and decode speed at several context depths, against the read-bandwidth roofline.
@@ -119,6 +124,54 @@ struct ModelBenchArgs {
     json: bool,
 }
 
+/// Flags of `bench ssd` (I/O threads, policy and prefetcher are swept).
+#[derive(Args, Debug)]
+struct SsdArgs {
+    /// A converted model directory (`moestream convert`), holding `experts.bin`.
+    #[arg(long)]
+    model: PathBuf,
+    /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
+    #[arg(long)]
+    adapter: Option<String>,
+    /// GPU slots for routed experts.
+    #[arg(long, conflicts_with = "gpu_memory", required_unless_present = "gpu_memory")]
+    expert_slots: Option<usize>,
+    /// GPU memory for routed experts, e.g. `256MiB` (converted to slots).
+    #[arg(long, value_parser = moestream::gpu::memory::parse_bytes)]
+    gpu_memory: Option<u64>,
+    /// Positions per sequence.
+    #[arg(long, default_value_t = 256)]
+    context: usize,
+    /// Read the expert store uncached (O_DIRECT): `auto` when it exceeds the memory available;
+    /// a bare `--direct-io` means `on`.
+    #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, default_missing_value = "on")]
+    direct_io: DirectIoArg,
+    /// Reader thread counts to compare.
+    #[arg(long, value_delimiter = ',', default_value = "4")]
+    io_threads: Vec<usize>,
+    /// Eviction policies to compare.
+    #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "eamc")]
+    policies: Vec<PolicyKind>,
+    /// Prefetchers to compare (none, eamc, prerouter, prerouter+eamc).
+    #[arg(long, value_delimiter = ',', value_parser = parse_prefetch, default_value = "none,eamc")]
+    prefetch: Vec<PrefetchKind>,
+    /// Prompt tokens (seeded random ids).
+    #[arg(long, default_value_t = 8)]
+    prompt_tokens: usize,
+    /// Tokens decoded per configuration.
+    #[arg(long, default_value_t = 16)]
+    decode_tokens: usize,
+    /// Seed of the prompt.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Seconds of each device-bandwidth pattern (sequential, 4 KiB random).
+    #[arg(long, default_value_t = 2.0)]
+    device_seconds: f64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Flags of `bench streaming` (the budget, policy and prefetcher are swept).
 #[derive(Args, Debug)]
 struct StreamingArgs {
@@ -140,9 +193,10 @@ struct StreamingArgs {
     /// Threads reading the expert store.
     #[arg(long, default_value_t = moestream::runtime::engine::DEFAULT_IO_THREADS)]
     io_threads: usize,
-    /// Read the expert store with O_DIRECT (bypassing the page cache).
-    #[arg(long)]
-    direct_io: bool,
+    /// Read the expert store uncached (O_DIRECT): `auto` when it exceeds the memory available;
+    /// a bare `--direct-io` means `on`.
+    #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, default_missing_value = "on")]
+    direct_io: DirectIoArg,
     /// Expert budgets in percent of all routed experts (at least top-k slots).
     #[arg(long, value_delimiter = ',', value_parser = parse_percent, default_value = "10%,25%,50%,100%")]
     budgets: Vec<f64>,
@@ -196,6 +250,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         BenchCommand::Kernels(k) => run_kernels(k),
         BenchCommand::Model(m) => run_model(m),
         BenchCommand::Streaming(s) => run_streaming(s),
+        BenchCommand::Ssd(s) => run_ssd(s),
         BenchCommand::Profile(p) => run_profile(p),
         BenchCommand::Context(c) => run_context(c),
     }
@@ -306,7 +361,7 @@ fn run_streaming(a: StreamingArgs) -> Result<()> {
     base.kv_dtype = a.kv_dtype.dtype();
     base.gpu = GpuOptions { adapter: a.adapter.clone(), ..Default::default() };
     base.io_threads = a.io_threads;
-    base.direct_io = a.direct_io;
+    base.direct_io = a.direct_io.mode();
     base.routing = a.routing.mode();
     base.prerouter = a.prerouter.clone();
     let o = StreamingBenchOptions {
@@ -346,6 +401,63 @@ fn run_streaming(a: StreamingArgs) -> Result<()> {
         r.total_experts,
         r.routing,
         r.resident.prefill_tokens_per_s
+    );
+    print!("{}", r.markdown());
+    Ok(())
+}
+
+fn run_ssd(a: SsdArgs) -> Result<()> {
+    let mut base = base_options(&a.model, Dtype::Int4)?;
+    base.context = Some(a.context);
+    base.gpu = GpuOptions { adapter: a.adapter.clone(), ..Default::default() };
+    base.direct_io = a.direct_io.mode();
+    base.budget = match (a.expert_slots, a.gpu_memory) {
+        (Some(n), _) => ExpertBudget::Slots(n),
+        (None, Some(b)) => ExpertBudget::Bytes(b),
+        (None, None) => ExpertBudget::Auto,
+    };
+    let o = SsdBenchOptions {
+        base,
+        io_threads: a.io_threads.clone(),
+        policies: a.policies.clone(),
+        prefetch: a.prefetch.clone(),
+        prompt_tokens: a.prompt_tokens,
+        decode_tokens: a.decode_tokens,
+        seed: a.seed,
+        device_seconds: a.device_seconds,
+    };
+    let r = ssd::run(&o, |r| {
+        eprintln!(
+            "[{} I/O threads, {} / {}: {:.2} tok/s, stall {:.0} ms/tok, {:.0}% hidden, amplification {:.2}]",
+            r.io_threads,
+            r.policy,
+            r.prefetch,
+            r.decode_tokens_per_s,
+            r.stall_ms_per_token,
+            r.hidden_share * 100.0,
+            r.read_amplification
+        );
+    })?;
+    if a.json {
+        print_json(&r);
+        return Ok(());
+    }
+    println!(
+        "{} on {}: store {:.2} GiB, {} of {} experts in slots, {}, {} host copies per read; prompt {} + {} decoded tokens\n\
+         device: sequential {:.0} MB/s, 4 KiB random {:.0} MB/s ({:.0} IOPS, {} threads)\n",
+        r.model,
+        r.adapter,
+        r.store_bytes as f64 / (1u64 << 30) as f64,
+        r.slots,
+        r.total_experts,
+        r.io_mode,
+        r.host_copies_per_read,
+        r.prompt_tokens,
+        r.decode_tokens,
+        r.device.sequential_mb_s,
+        r.device.random_4k_mb_s,
+        r.device.random_4k_iops,
+        r.device.random_threads
     );
     print!("{}", r.markdown());
     Ok(())

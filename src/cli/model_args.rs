@@ -10,6 +10,7 @@ use moestream::gpu::GpuOptions;
 use moestream::model::decoder::RoutingMode;
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;
+use moestream::runtime::direct_io::DirectIo;
 use moestream::runtime::{EngineOptions, ExpertBudget};
 use moestream::{Engine, Error, Result};
 
@@ -52,6 +53,28 @@ pub enum Policy {
     Lfu,
     /// MoE-Infinity's activation-matrix priority.
     Eamc,
+}
+
+/// Uncached (O_DIRECT) reads of the expert store.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum DirectIoArg {
+    /// When the store exceeds the memory available (host or cgroup limit).
+    Auto,
+    /// Always (buffered where the filesystem refuses, said in the log).
+    On,
+    /// Never.
+    Off,
+}
+
+impl DirectIoArg {
+    /// The engine's setting.
+    pub fn mode(self) -> DirectIo {
+        match self {
+            DirectIoArg::Auto => DirectIo::Auto,
+            DirectIoArg::On => DirectIo::On,
+            DirectIoArg::Off => DirectIo::Off,
+        }
+    }
 }
 
 /// Expert prefetcher.
@@ -144,9 +167,10 @@ pub struct ModelArgs {
     /// Expert routing of decode steps.
     #[arg(long, value_enum, default_value = "native")]
     pub routing: Routing,
-    /// Read the expert store with O_DIRECT (bypassing the page cache).
-    #[arg(long)]
-    pub direct_io: bool,
+    /// Read the expert store uncached (O_DIRECT, bypassing the page cache): `auto` when it
+    /// exceeds the memory available (host or cgroup limit); a bare `--direct-io` means `on`.
+    #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, default_missing_value = "on")]
+    pub direct_io: DirectIoArg,
     /// A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors), applied
     /// unmerged on top of the model's weights.
     #[arg(long, value_name = "DIR")]
@@ -200,7 +224,7 @@ impl ModelArgs {
         o.eamc_file = self.eamc.clone();
         o.trace = self.trace.clone();
         o.prerouter = self.prerouter.clone();
-        o.direct_io = self.direct_io;
+        o.direct_io = self.direct_io.mode();
         o.lora = self.lora.clone();
         o.cache_dir = self.cache_dir.clone();
         Ok(o)

@@ -1,14 +1,18 @@
 //! The prefetcher's I/O threads: a pool reading expert extents from an [`ExpertSource`] into
-//! reusable staging buffers, by priority (on-demand reads before prefetches, nearer layers
-//! first), with cancellation of reads that became useless.
+//! reusable 4 KiB-aligned staging buffers (so an O_DIRECT store reads straight into them), by
+//! priority (on-demand reads before prefetches, nearer layers first), with cancellation of
+//! reads that became useless. Every read is counted: bytes, time, the readers' CPU time, and
+//! the wall time during which at least one read was in flight ([`IoCounters`]).
 
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::policy::ExpertId;
 use super::source::ExpertSource;
 use crate::error::{Error, Result};
+use crate::store::AlignedBuf;
 
 /// Identifies one submitted read.
 pub type Ticket = u64;
@@ -43,14 +47,33 @@ impl PartialOrd for Request {
     }
 }
 
+/// What the readers did so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IoCounters {
+    /// Reads finished (including cancelled ones whose data was thrown away).
+    pub reads: u64,
+    /// Bytes those reads asked the source for.
+    pub bytes: u64,
+    /// Wall time during which at least one read was in flight.
+    pub busy: Duration,
+    /// Sum of every read's own duration (exceeds `busy` when reads overlap).
+    pub read_time: Duration,
+    /// CPU time the reader threads spent inside reads (system calls, copies out of the page
+    /// cache, checksums); zero where the platform has no per-thread CPU clock.
+    pub cpu_time: Duration,
+}
+
 #[derive(Default)]
 struct State {
     queue: BinaryHeap<Request>,
-    done: HashMap<Ticket, Result<Vec<u8>>>,
+    done: HashMap<Ticket, Result<AlignedBuf>>,
     cancelled: HashSet<Ticket>,
-    spare: Vec<Vec<u8>>,
+    spare: Vec<AlignedBuf>,
     next: Ticket,
     shutdown: bool,
+    in_flight: usize,
+    busy_since: Option<Instant>,
+    counters: IoCounters,
 }
 
 struct Shared {
@@ -99,7 +122,7 @@ impl IoPool {
     }
 
     /// The data of `ticket`, waiting for it (a queued prefetch is promoted to demand).
-    pub fn wait(&self, ticket: Ticket) -> Result<Vec<u8>> {
+    pub fn wait(&self, ticket: Ticket) -> Result<AlignedBuf> {
         let mut s = self.shared.state.lock().unwrap();
         let mut promoted = None;
         s.queue.retain(|r| {
@@ -126,7 +149,7 @@ impl IoPool {
     }
 
     /// The data of `ticket` if its read has finished.
-    pub fn try_take(&self, ticket: Ticket) -> Option<Result<Vec<u8>>> {
+    pub fn try_take(&self, ticket: Ticket) -> Option<Result<AlignedBuf>> {
         self.shared.state.lock().unwrap().done.remove(&ticket)
     }
 
@@ -145,8 +168,18 @@ impl IoPool {
     }
 
     /// Returns a staging buffer for reuse.
-    pub fn recycle(&self, buf: Vec<u8>) {
+    pub fn recycle(&self, buf: AlignedBuf) {
         self.shared.state.lock().unwrap().spare.push(buf);
+    }
+
+    /// The readers' figures so far (`busy` includes the read now in flight, if any).
+    pub fn counters(&self) -> IoCounters {
+        let s = self.shared.state.lock().unwrap();
+        let mut c = s.counters;
+        if let Some(since) = s.busy_since {
+            c.busy += since.elapsed();
+        }
+        c
     }
 }
 
@@ -159,14 +192,30 @@ fn reader(shared: &Shared) {
                     return;
                 }
                 if let Some(r) = s.queue.pop() {
-                    let buf = s.spare.pop().unwrap_or_else(|| vec![0u8; shared.source.read_len()]);
+                    let buf = s.spare.pop().unwrap_or_else(|| AlignedBuf::new(shared.source.read_len()));
+                    if s.in_flight == 0 {
+                        s.busy_since = Some(Instant::now());
+                    }
+                    s.in_flight += 1;
                     break (r, buf);
                 }
                 s = shared.work.wait(s).unwrap();
             }
         };
+        let (started, cpu_before) = (Instant::now(), thread_cpu_time());
         let result = shared.source.read(req.id.layer as usize, req.id.expert as usize, &mut buf).map(|_| buf);
+        let (took, cpu) = (started.elapsed(), thread_cpu_time().saturating_sub(cpu_before));
         let mut s = shared.state.lock().unwrap();
+        s.in_flight -= 1;
+        if s.in_flight == 0 {
+            if let Some(since) = s.busy_since.take() {
+                s.counters.busy += since.elapsed();
+            }
+        }
+        s.counters.reads += 1;
+        s.counters.bytes += shared.source.disk_bytes();
+        s.counters.read_time += took;
+        s.counters.cpu_time += cpu;
         if s.cancelled.remove(&req.ticket) {
             if let Ok(buf) = result {
                 s.spare.push(buf);
@@ -177,6 +226,19 @@ fn reader(shared: &Shared) {
         drop(s);
         shared.finished.notify_all();
     }
+}
+
+/// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`); zero where unavailable.
+fn thread_cpu_time() -> Duration {
+    #[cfg(unix)]
+    {
+        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes one timespec through a valid pointer.
+        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0 {
+            return Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+        }
+    }
+    Duration::ZERO
 }
 
 impl Drop for IoPool {

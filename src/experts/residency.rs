@@ -25,6 +25,7 @@ use super::source::ExpertSource;
 use super::trace::{TraceError, TraceHeader, TraceWriter};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::store::AlignedBuf;
 
 /// Expert-cache figures of a run (all zero but `hit_rate` = 1 when every expert is resident).
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
@@ -39,10 +40,22 @@ pub struct ExpertStats {
     pub prefetch_issued: u64,
     /// Prefetched experts that were then used.
     pub prefetch_used: u64,
-    /// Bytes read from the expert source.
+    /// Bytes read from the expert source (every finished read, prefetches that were then
+    /// evicted or cancelled included).
     pub bytes_read: u64,
-    /// Milliseconds the GPU pipeline waited for expert data.
+    /// The needed experts' own bytes: (misses + prefetches used) × one expert's data bytes
+    /// (without the extent's padding) -- what a reader without waste would have read.
+    pub needed_bytes: u64,
+    /// Milliseconds the GPU pipeline waited for expert reads.
     pub stall_ms: f64,
+    /// Milliseconds spent copying read experts into their GPU slots (`queue.write_buffer`).
+    pub upload_ms: f64,
+    /// Milliseconds during which at least one expert read was in flight.
+    pub io_busy_ms: f64,
+    /// Sum of every read's own duration, in milliseconds.
+    pub io_read_ms: f64,
+    /// CPU milliseconds the reader threads spent in reads.
+    pub io_cpu_ms: f64,
 }
 
 impl std::fmt::Display for ExpertStats {
@@ -74,7 +87,12 @@ impl ExpertStats {
             prefetch_issued: self.prefetch_issued - before.prefetch_issued,
             prefetch_used: self.prefetch_used - before.prefetch_used,
             bytes_read: self.bytes_read - before.bytes_read,
+            needed_bytes: self.needed_bytes - before.needed_bytes,
             stall_ms: self.stall_ms - before.stall_ms,
+            upload_ms: self.upload_ms - before.upload_ms,
+            io_busy_ms: self.io_busy_ms - before.io_busy_ms,
+            io_read_ms: self.io_read_ms - before.io_read_ms,
+            io_cpu_ms: self.io_cpu_ms - before.io_cpu_ms,
         }
     }
 }
@@ -87,7 +105,7 @@ struct Streaming {
     /// Which expert each slot holds or is receiving.
     owner: Vec<Option<ExpertId>>,
     stall: Duration,
-    reads: u64,
+    upload: Duration,
 }
 
 /// The slot arena, the slot table and how they are kept filled.
@@ -96,7 +114,6 @@ pub struct ExpertResidency {
     pub arena: SlotArena,
     /// The (layer, expert) → slot map the kernels read.
     pub table: SlotTable,
-    source: Arc<dyn ExpertSource>,
     streaming: Option<Streaming>,
     trace: Option<TraceRecorder>,
 }
@@ -129,7 +146,7 @@ impl ExpertResidency {
                 table.set(gpu, layer, e, slot as u32);
             }
         }
-        Ok(ExpertResidency { arena, table, source, streaming: None, trace: None })
+        Ok(ExpertResidency { arena, table, streaming: None, trace: None })
     }
 
     /// A budget of `arena.slots` slots filled on demand under `cache`'s policy, read by
@@ -142,9 +159,10 @@ impl ExpertResidency {
         io_threads: usize,
     ) -> Self {
         let owner = vec![None; arena.slots];
-        let pool = IoPool::new(source.clone(), io_threads);
-        let streaming = Streaming { cache, pool, pending: HashMap::new(), owner, stall: Duration::ZERO, reads: 0 };
-        ExpertResidency { arena, table, source, streaming: Some(streaming), trace: None }
+        let pool = IoPool::new(source, io_threads);
+        let streaming =
+            Streaming { cache, pool, pending: HashMap::new(), owner, stall: Duration::ZERO, upload: Duration::ZERO };
+        ExpertResidency { arena, table, streaming: Some(streaming), trace: None }
     }
 
     /// The slot layout of model layer `layer`'s experts (its formats and offsets within a
@@ -291,7 +309,6 @@ impl ExpertResidency {
                 s.pending.remove(&id).map(|(slot, ticket)| (id, slot, ticket))
             })
             .collect();
-        let started = Instant::now();
         let mut failure = None;
         for (id, slot, ticket) in tickets.into_iter().chain(in_flight) {
             if failure.is_some() {
@@ -299,12 +316,13 @@ impl ExpertResidency {
                 release(s, &mut self.table, gpu, id, slot);
                 continue;
             }
+            let waiting = Instant::now();
             let data = s.pool.wait(ticket);
+            s.stall += waiting.elapsed();
             if let Err(e) = land(s, &self.arena, &mut self.table, gpu, id, slot, data) {
                 failure = Some(e);
             }
         }
-        s.stall += started.elapsed();
         failure.map_or(Ok(()), Err)
     }
 
@@ -331,7 +349,7 @@ impl ExpertResidency {
     /// Copies finished prefetches into their slots and maps them (without waiting).
     pub fn land_prefetches(&mut self, gpu: &Gpu) -> Result<()> {
         let Some(s) = self.streaming.as_mut() else { return Ok(()) };
-        let finished: Vec<(ExpertId, u32, Result<Vec<u8>>)> = s
+        let finished: Vec<(ExpertId, u32, Result<AlignedBuf>)> = s
             .pending
             .iter()
             .filter_map(|(&id, &(slot, ticket))| s.pool.try_take(ticket).map(|r| (id, slot, r)))
@@ -352,14 +370,21 @@ impl ExpertResidency {
             None => ExpertStats { hit_rate: 1.0, ..Default::default() },
             Some(s) => {
                 let c = s.cache.stats();
+                let io = s.pool.counters();
+                let ms = |d: Duration| d.as_secs_f64() * 1e3;
                 ExpertStats {
                     expert_hits: c.hits,
                     expert_misses: c.misses,
                     hit_rate: c.hit_rate(),
                     prefetch_issued: c.prefetch_issued,
                     prefetch_used: c.prefetch_used,
-                    bytes_read: s.reads * self.source.disk_bytes(),
-                    stall_ms: s.stall.as_secs_f64() * 1e3,
+                    bytes_read: io.bytes,
+                    needed_bytes: (c.misses + c.prefetch_used) * self.arena.layout.slot_bytes as u64,
+                    stall_ms: ms(s.stall),
+                    upload_ms: ms(s.upload),
+                    io_busy_ms: ms(io.busy),
+                    io_read_ms: ms(io.read_time),
+                    io_cpu_ms: ms(io.cpu_time),
                 }
             }
         }
@@ -375,13 +400,14 @@ fn land(
     gpu: &Gpu,
     id: ExpertId,
     slot: u32,
-    data: Result<Vec<u8>>,
+    data: Result<AlignedBuf>,
 ) -> Result<()> {
     match data {
         Ok(buf) => {
+            let copying = Instant::now();
             arena.write(gpu, slot as usize, &buf);
+            s.upload += copying.elapsed();
             s.pool.recycle(buf);
-            s.reads += 1;
             table.set(gpu, id.layer as usize, id.expert as usize, slot);
             Ok(())
         }

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::direct_io::DirectIo;
 use super::memory_plan::{self, kv_memory_left, plan_kv, KvPlan};
 use super::sampler::{Sampler, SamplingParams};
 use super::session::Session;
@@ -31,7 +32,7 @@ use crate::model::lora::LoraAdapter;
 use crate::model::{ArchSpec, Checkpoint};
 use crate::ops::{KvDtype, WeightFormat};
 use crate::prerouter::heads_file::HEADS_FILE;
-use crate::store::{ExpertStore, OpenOptions as StoreOpenOptions};
+use crate::store::{ExpertStore, IoMode, OpenOptions as StoreOpenOptions};
 
 /// How to load a model.
 #[derive(Clone, Debug)]
@@ -74,8 +75,8 @@ pub struct EngineOptions {
     pub prerouter: Option<PathBuf>,
     /// Native routing, or the prerouter's prediction as the routing of decode steps.
     pub routing: RoutingMode,
-    /// Read the expert store with O_DIRECT.
-    pub direct_io: bool,
+    /// Read the expert store with O_DIRECT: on, off, or when it exceeds the memory available.
+    pub direct_io: DirectIo,
     /// A PEFT LoRA adapter directory (`adapter_config.json`, `adapter_model.safetensors`),
     /// applied unmerged on top of the weights in whatever format they run.
     pub lora: Option<PathBuf>,
@@ -127,7 +128,7 @@ impl EngineOptions {
             trace: None,
             prerouter: None,
             routing: RoutingMode::Native,
-            direct_io: false,
+            direct_io: DirectIo::Auto,
             lora: None,
             cache_dir: None,
         }
@@ -326,12 +327,19 @@ impl Engine {
         let source: Option<Arc<dyn ExpertSource>> = match (&spec.moe, &converted) {
             (None, _) => None,
             (Some(m), Some(manifest)) => {
-                let file = manifest.experts.file.as_deref().unwrap_or(EXPERTS_FILE);
-                let store = ExpertStore::open_with(
-                    dir.join(file),
-                    spec.hash(),
-                    StoreOpenOptions { direct_io: options.direct_io },
-                )?;
+                let path = dir.join(manifest.experts.file.as_deref().unwrap_or(EXPERTS_FILE));
+                let store_bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
+                let (direct_io, why) = options.direct_io.resolve(store_bytes);
+                let store =
+                    ExpertStore::open_with(&path, spec.hash(), StoreOpenOptions { direct_io, ..Default::default() })?;
+                match (direct_io, store.io_mode(), store.direct_io_error()) {
+                    (false, _, _) => log::info!("expert store: buffered reads ({why})"),
+                    (true, IoMode::Direct, _) => log::info!("expert store: uncached reads (O_DIRECT) ({why})"),
+                    (true, _, reason) => log::warn!(
+                        "expert store: uncached reads wanted ({why}) but refused, reading buffered: {}",
+                        reason.unwrap_or("unknown")
+                    ),
+                }
                 Some(wrap(Arc::new(StoreExperts::new(store, spec.hidden, m.expert_intermediate)?)))
             }
             (Some(m), None) => {

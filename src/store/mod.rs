@@ -67,5 +67,6 @@ pub use decode::{decode_expert, DecodedExpert};
 pub use error::StoreError;
 pub use header::{IndexEntry, StoreInfo, FIXED_HEADER_LEN, FORMAT_VERSION, INDEX_ENTRY_LEN, MAGIC, MAX_DIM};
 pub use layout::{ggml_extent, ExpertLayout, ProjectionLayout, StoreEncoding, EXTENT_ALIGN};
+pub use positioned::{open_uncached, PositionedIo};
 pub use reader::{ExpertStore, IoMode, OpenOptions};
 pub use writer::StoreWriter;

@@ -14,6 +14,9 @@ pub struct OpenOptions {
     /// Try uncached reads (O_DIRECT on Linux, F_NOCACHE on macOS), bypassing the page cache. Falls back to buffered reads
     /// when the platform or filesystem refuses; see [`ExpertStore::io_mode`].
     pub direct_io: bool,
+    /// Behave as a filesystem that refuses O_DIRECT (the fallback's tests: tmpfs accepts
+    /// O_DIRECT since Linux 6.6, so no common filesystem reliably refuses it).
+    pub refuse_direct: bool,
 }
 
 /// Which read path an [`ExpertStore`] uses.
@@ -87,7 +90,9 @@ impl ExpertStore {
             index,
             slots,
         };
-        if options.direct_io {
+        if options.refuse_direct && options.direct_io {
+            store.direct_error = Some("uncached open failed: refused (simulated)".into());
+        } else if options.direct_io {
             match store.open_direct() {
                 Ok(f) => store.direct = Some(f),
                 Err(e) => store.direct_error = Some(e),

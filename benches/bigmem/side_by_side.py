@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Bigger than memory, side by side: llama.cpp (mmap; CPU and Vulkan backends) and moestream
+(experts streamed from experts.bin) on the same model under the same memory bound, in one run.
+
+    sudo python3 benches/bigmem/side_by_side.py [--data target/bigmem] [--bound 448M] [--slots 40]
+        [--decode 12] [--prompt 8] [--json OUT]
+
+The bound is a memory cgroup (v1 `memory.limit_in_bytes`, or v2 `memory.max`) that every
+measured process runs in; its limit counts the process's own memory *and the page cache it
+fills*, so llama.cpp's mmap of the GGUF (and a buffered read of experts.bin) cannot keep more
+of the model in memory than the bound. Before each run the model files are dropped from the
+page cache (posix_fadvise DONTNEED), so every run starts cold. Bytes read from the device are
+the child's block-input count (`wait4`'s `ru_inblock` × 512: reads submitted by the process,
+page faults of its mapping included); peak memory is the cgroup's high-water mark.
+
+Rows: llama.cpp `llama-bench` CPU (`-ngl 0`), Vulkan (every layer offloaded; lavapipe here, so
+the "device" copy of the weights is host memory inside the bound too), Vulkan with the experts
+left on the CPU mapping (`--n-cpu-moe`, llama.cpp's own recipe for MoE models bigger than
+memory); then `moestream bench ssd` (LRU and EAMC × no prefetch and EAMC prefetch with 4 reader
+threads, EAMC/EAMC with other reader counts, all uncached) and one buffered run.
+Make the model first: benches/bigmem/make.sh. Needs root (cgroup) and Linux.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PEER = Path(os.environ.get("PEER_BIN", "/work/peer/out/build/bin"))
+CGROUP_NAME = "moestream-bigmem"
+
+
+def parse_bytes(s):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(float(s[:-1]) * units[s[-1].upper()]) if s[-1].upper() in units else int(s)
+
+
+class Cgroup:
+    """A memory cgroup with a hard limit (v1 or v2), joined by each child before it execs."""
+
+    def __init__(self, limit):
+        v1 = Path("/sys/fs/cgroup/memory")
+        self.v1 = v1.is_dir()
+        self.dir = (v1 if self.v1 else Path("/sys/fs/cgroup")) / CGROUP_NAME
+        self.dir.mkdir(exist_ok=True)
+        limit_file = "memory.limit_in_bytes" if self.v1 else "memory.max"
+        (self.dir / limit_file).write_text(str(limit))
+        self.limit = int((self.dir / limit_file).read_text())
+
+    def reset_peak(self):
+        if self.v1:
+            (self.dir / "memory.max_usage_in_bytes").write_text("0")
+
+    def peak(self):
+        f = self.dir / ("memory.max_usage_in_bytes" if self.v1 else "memory.peak")
+        return int(f.read_text()) if f.exists() else None
+
+    def join(self):
+        (self.dir / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def drop_cache(paths):
+    for p in paths:
+        for f in ([p] if p.is_file() else sorted(p.rglob("*"))):
+            if f.is_file():
+                fd = os.open(f, os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.close(fd)
+
+
+def run_capped(cg, cmd, env=None, files=()):
+    """Runs cmd inside the cgroup, cold; returns (rc, stdout, stderr, seconds)."""
+    drop_cache(files)
+    cg.reset_peak()
+    print("+", " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
+    start = time.time()
+    p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, preexec_fn=cg.join)
+    out, err = p.communicate()  # reaps the child: its block input joins RUSAGE_CHILDREN
+    return p.returncode, out, err, time.time() - start
+
+
+def rusage_children_inblock():
+    import resource
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
+
+
+def llama_row(cg, label, gguf, args, extra, env):
+    before = rusage_children_inblock()
+    cmd = [PEER / "llama-bench", "-m", gguf, "-p", "0", "-n", str(args.decode), "-r", "1", "--no-warmup",
+           "-t", str(args.threads), "-o", "json", "-lm", "mmap", *extra]
+    rc, out, err, secs = run_capped(cg, cmd, env, [gguf])
+    read = (rusage_children_inblock() - before) * 512
+    row = {"engine": "llama.cpp", "backend": label, "peak_bytes": cg.peak(), "bytes_read": read, "seconds": secs}
+    if rc != 0:
+        reason = "killed (out of memory at the bound)" if rc < 0 or "memory" in err.lower() else f"exit {rc}"
+        print(err[-2000:], file=sys.stderr)
+        return {**row, "decode_tokens_per_s": None, "bytes_read_per_token": None, "note": reason}
+    r = json.loads(out)[0]
+    tokens = r["n_gen"]
+    return {**row, "decode_tokens_per_s": r["avg_ts"], "bytes_read_per_token": read / tokens, "note": ""}
+
+
+def moestream_rows(cg, args, extra, label):
+    converted = Path(args.data) / "converted"
+    before = rusage_children_inblock()
+    cmd = [ROOT / "target/release/moestream", "bench", "ssd", "--model", converted, "--expert-slots",
+           str(args.slots), "--prompt-tokens", str(args.prompt), "--decode-tokens", str(args.decode),
+           "--device-seconds", "2", "--json", *extra]
+    rc, out, err, secs = run_capped(cg, cmd, dict(os.environ, RUST_LOG="info"), [converted])
+    read = (rusage_children_inblock() - before) * 512
+    print(err[-3000:], file=sys.stderr)
+    if rc != 0:
+        return None, [{"engine": "moestream", "backend": label, "decode_tokens_per_s": None, "note": f"exit {rc}",
+                       "peak_bytes": cg.peak(), "bytes_read": read}]
+    rep = json.loads(out.strip().splitlines()[-1])
+    rows = []
+    for r in rep["runs"]:
+        rows.append({"engine": "moestream", "backend": f"{label}, {r['io_threads']} I/O threads, {r['policy']} / "
+                     f"{r['prefetch']}", "decode_tokens_per_s": r["decode_tokens_per_s"],
+                     "bytes_read_per_token": r["bytes_read_per_token"], "peak_bytes": cg.peak(), "run": r,
+                     "note": ""})
+    return rep, rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=str(ROOT / "target/bigmem"))
+    p.add_argument("--bound", default="448M", help="memory cgroup limit (page cache included)")
+    p.add_argument("--slots", type=int, default=40, help="moestream expert slots (GPU memory, inside the bound)")
+    p.add_argument("--prompt", type=int, default=8)
+    p.add_argument("--decode", type=int, default=12)
+    p.add_argument("--threads", type=int, default=2, help="llama.cpp CPU threads")
+    p.add_argument("--io-threads", default="1,8", help="reader threads compared with 4 (eamc / eamc)")
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    data = Path(args.data)
+    gguf, store = data / "bigmem-q4_0.gguf", data / "converted/experts.bin"
+    for f in (gguf, store):
+        if not f.exists():
+            sys.exit(f"{f} is missing: run benches/bigmem/make.sh first")
+    cg = Cgroup(parse_bytes(args.bound))
+    env_vk = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
+    rows = [
+        llama_row(cg, "CPU", gguf, args, ["-ngl", "0", "-dev", "none"], os.environ),
+        llama_row(cg, "Vulkan (all layers)", gguf, args, ["-ngl", "99"], env_vk),
+        llama_row(cg, "Vulkan, experts on CPU (--n-cpu-moe)", gguf, args, ["-ngl", "99", "-ncmoe", "99"], env_vk),
+    ]
+    rep, ours = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "lru,eamc", "--prefetch", "none,eamc",
+                                          "--direct-io", "auto"], "uncached")
+    rows += ours
+    _, threads = moestream_rows(cg, args, ["--io-threads", args.io_threads, "--policies", "eamc", "--prefetch", "eamc",
+                                           "--direct-io", "auto"], "uncached")
+    rows += threads
+    _, buffered = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "eamc", "--prefetch", "eamc",
+                                            "--direct-io", "off"], "buffered")
+    rows += buffered
+    best_llama = max((r["decode_tokens_per_s"] or 0) for r in rows if r["engine"] == "llama.cpp")
+    for r in rows:
+        r["vs_best_llama"] = (r["decode_tokens_per_s"] or 0) / best_llama if best_llama else None
+    report = {"bound_bytes": cg.limit, "store_bytes": store.stat().st_size, "gguf_bytes": gguf.stat().st_size,
+              "decode_tokens": args.decode, "prompt_tokens": args.prompt, "moestream": rep, "rows": rows}
+    mib = lambda b: "-" if b is None else f"{b / 1048576:.0f}"
+    print(f"bound {mib(cg.limit)} MiB (cgroup, page cache included); experts.bin {mib(store.stat().st_size)} MiB "
+          f"({store.stat().st_size / cg.limit:.1f}x the bound), GGUF Q4_0 {mib(gguf.stat().st_size)} MiB; "
+          f"{args.decode} decoded tokens\n")
+    print("| engine | backend | decode tok/s | vs best llama.cpp | MiB read/token | peak MiB | note |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for r in rows:
+        tps = "-" if r["decode_tokens_per_s"] is None else f"{r['decode_tokens_per_s']:.2f}"
+        vs = "-" if not r["vs_best_llama"] else f"{r['vs_best_llama']:.2f}"
+        print(f"| {r['engine']} | {r['backend']} | {tps} | {vs} | {mib(r.get('bytes_read_per_token'))} | "
+              f"{mib(r['peak_bytes'])} | {r['note']} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
