@@ -203,7 +203,7 @@ fn resolve_model_dir(options: &EngineOptions) -> Result<PathBuf> {
         return Ok(dir.clone());
     }
     let root = options.cache_dir.clone().unwrap_or_else(default_cache_root);
-    let convert = ConvertOptions { experts: options.experts, dense: options.dense };
+    let convert = ConvertOptions { experts: options.experts, dense: options.dense, threads: 0 };
     log::warn!("using an int4 conversion of {} cached under {}", dir.display(), root.display());
     cached_conversion(dir, &root, &convert, &mut |_| {})
 }

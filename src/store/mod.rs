@@ -61,4 +61,4 @@ pub use error::StoreError;
 pub use header::{IndexEntry, StoreInfo, FIXED_HEADER_LEN, FORMAT_VERSION, INDEX_ENTRY_LEN, MAGIC, MAX_DIM};
 pub use layout::{ExpertLayout, ProjectionLayout, EXTENT_ALIGN};
 pub use reader::{ExpertStore, IoMode, OpenOptions};
-pub use writer::StoreWriter;
+pub use writer::{EncodedExpert, StoreWriter};
