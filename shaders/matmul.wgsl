@@ -1,83 +1,90 @@
-// y[t, row_offset + n] (+)= sum_k W[n, k] * x[t, k] (+ bias[row_offset + n]) for the rows of
-// one weight chunk. Decode is the n_tokens = 1 case (a matvec); for prefill each workgroup
-// takes up to 8 tokens so a weight row is read once per 8 tokens. One workgroup of 64
-// threads per (row, 8-token tile); threads split k, then reduce (subgroups when available).
-// Output rows start at step.pos when at_cache_pos is set (k/v written into the KV cache).
-// first_row is the chunk's first weight row (bias index).
+// Prefill GEMM: y[t, row_offset + n] (+)= sum_k W[n, k] * x[t, k] (+ bias[first_row + n]) for the
+// rows of one weight chunk and every token of the step (decode's single token runs matvec.wgsl).
+// Tiled: a workgroup of 64 lanes computes TN rows × TT tokens, walking k in slices of KT8 * 8
+// columns. Each slice of its rows' weights (dequantized once per tile, by any weight reader's
+// w_load8) and of its tokens' inputs is staged in workgroup memory; lane (lr, lt) then
+// accumulates rows lr, lr + 8, .. and tokens lt, lt + 8, .. from it: 8 loads feed 16 dot products.
+// Rows and tokens past the end are computed on the last one and not written. Every output adds
+// its k slices in the same order whatever its place in a tile, so a token's result does not
+// depend on which tokens share its step. first_row is the chunk's first weight row (bias index).
 //#include common
 //#include weights_select
 
 //#include matmul_io
 
-var<workgroup> red: array<f32, 512>;
+// Rows and tokens per tile (the launcher: MATMUL_TILE in src/ops/matmul.rs).
+const TN: u32 = 32u;
+const TT: u32 = 32u;
+// 8-column units per k slice, and the vec4s a row (or token) has in a slice.
+const KT8: u32 = 4u;
+const SLICE: u32 = KT8 * 2u;
+
+var<workgroup> ws: array<vec4<f32>, TN * SLICE>;
+var<workgroup> xs: array<vec4<f32>, TT * SLICE>;
 
 @compute @workgroup_size(64)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-    @builtin(subgroup_size) sg_size: u32,
-    @builtin(subgroup_invocation_id) sg_lid: u32,
-//#endif
-) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = group_index(wid, nwg);
-    let n = g % p.n;
-    let t0 = (g / p.n) * 8u;
+    let row_tiles = (p.n + TN - 1u) / TN;
+    let n0 = (g % row_tiles) * TN;
+    let t0 = (g / row_tiles) * TT;
     if (t0 >= step.n_tokens) {
         return;
     }
-    let nt = min(8u, step.n_tokens - t0);
     let m = WMat(0u, p.k, p.w_scales, p.w_mins);
     let k8s = p.k / 8u;
     let xw = p.k / 4u;
-    var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    for (var k8 = lid; k8 < k8s; k8 += 64u) {
-        let wv = w_load8(m, n, k8);
-        for (var i = 0u; i < nt; i++) {
-            let xi = (t0 + i) * xw + k8 * 2u;
-            acc[i] += dot(wv.a, x[xi]) + dot(wv.b, x[xi + 1u]);
+    let lr = lid % 8u;
+    let lt = lid / 8u;
+    // acc[i][j]: row n0 + lr + 8i, token t0 + lt + 8j.
+    var acc: array<vec4<f32>, 4>;
+    for (var kb = 0u; kb < k8s; kb += KT8) {
+        for (var u = lid; u < TN * KT8; u += 64u) {
+            let k8 = kb + u % KT8;
+            var v = W8(vec4<f32>(0.0), vec4<f32>(0.0));
+            if (k8 < k8s) {
+                v = w_load8(m, min(n0 + u / KT8, p.n - 1u), k8);
+            }
+            ws[u * 2u] = v.a;
+            ws[u * 2u + 1u] = v.b;
         }
-    }
-//#if SUBGROUPS
-    let n_sub = (64u + sg_size - 1u) / sg_size;
-    for (var i = 0u; i < 8u; i++) {
-        let s = subgroupAdd(acc[i]);
-        if (sg_lid == 0u) {
-            red[i * 64u + lid / sg_size] = s;
+        for (var u = lid; u < TT * SLICE; u += 64u) {
+            let t = min(t0 + u / SLICE, step.n_tokens - 1u);
+            let q = kb * 2u + u % SLICE;
+            var v = vec4<f32>(0.0);
+            if (q < xw) {
+                v = x[t * xw + q];
+            }
+            xs[u] = v;
         }
-    }
-    workgroupBarrier();
-    if (lid < nt) {
-        var total = 0.0;
-        for (var j = 0u; j < n_sub; j++) {
-            total += red[lid * 64u + j];
-        }
-//#else
-    for (var i = 0u; i < 8u; i++) {
-        red[i * 64u + lid] = acc[i];
-    }
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            for (var i = 0u; i < 8u; i++) {
-                red[i * 64u + lid] += red[i * 64u + lid + s];
+        workgroupBarrier();
+        for (var q = 0u; q < SLICE; q++) {
+            let x0 = xs[lt * SLICE + q];
+            let x1 = xs[(lt + 8u) * SLICE + q];
+            let x2 = xs[(lt + 16u) * SLICE + q];
+            let x3 = xs[(lt + 24u) * SLICE + q];
+            for (var i = 0u; i < 4u; i++) {
+                let wv = ws[(lr + 8u * i) * SLICE + q];
+                acc[i] += vec4<f32>(dot(wv, x0), dot(wv, x1), dot(wv, x2), dot(wv, x3));
             }
         }
         workgroupBarrier();
     }
-    if (lid < nt) {
-        let total = red[lid * 64u];
-//#endif
-        let col = p.row_offset + n;
-        let yi = (t0 + lid + p.at_cache_pos * step.pos) * p.out_stride + col;
-        var v = total;
+    for (var i = 0u; i < 4u; i++) {
+        let n = n0 + lr + 8u * i;
+        for (var j = 0u; j < 4u; j++) {
+            let t = t0 + lt + 8u * j;
+            if (n < p.n && t < step.n_tokens) {
+                let yi = t * p.out_stride + p.row_offset + n;
+                var v = acc[i][j];
 //#if BIAS
-        v += bias[p.first_row + n];
+                v += bias[p.first_row + n];
 //#endif
 //#if ACCUMULATE
-        v += y[yi];
+                v += y[yi];
 //#endif
-        y[yi] = v;
+                y[yi] = v;
+            }
+        }
     }
 }

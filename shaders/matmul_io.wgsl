@@ -1,13 +1,11 @@
 // Parameters and bindings shared by the prefill matmul and the decode matvec (one launcher binds
 // both): y[t, row_offset + n] (+)= W[n] . x[t] (+ bias[first_row + n]) for the rows of one
-// weight chunk; output rows start at step.pos when at_cache_pos is set; w_scales / w_mins are
-// the int4 segment offsets of the chunk's blob.
+// weight chunk; w_scales / w_mins are the int4 segment offsets of the chunk's blob.
 struct Params {
     k: u32,
     n: u32,
     row_offset: u32,
     out_stride: u32,
-    at_cache_pos: u32,
     first_row: u32,
     w_scales: u32,
     w_mins: u32,

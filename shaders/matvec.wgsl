@@ -1,6 +1,6 @@
-// Decode matvec, the n_tokens = 1 case of matmul (same parameters and bindings):
-// y[row_offset + n] (+)= W[n] · x (+ bias[first_row + n]), rows starting at step.pos when
-// at_cache_pos is set. A workgroup takes ROWS consecutive rows: teams of TEAM lanes take R rows
+// Decode matvec, for steps of a few tokens (the launcher: MATVEC_MAX_TOKENS), with matmul's
+// parameters and bindings: y[t, row_offset + n] (+)= W[n] · x[t] (+ bias[first_row + n]), one
+// token after the other (a workgroup's rows stay in cache between them). A workgroup takes ROWS consecutive rows: teams of TEAM lanes take R rows
 // each, every lane walking whole scale groups (lane, lane + TEAM, ...) of its team's rows, so
 // the x it loads serves R rows and a group's scale and offset are applied once per group. A
 // team then sums its lanes (team_sum). Two layouts, picked by the launcher:
@@ -25,8 +25,11 @@ const R: u32 = 2u;
 // Rows per workgroup (the launcher: MATVEC_R in src/ops/matmul.rs).
 const ROWS: u32 = WG_SIZE / TEAM * R;
 
+// The first vec4 of the current token's input row.
+var<private> x_row: u32;
+
 fn x_at(i: u32) -> vec4<f32> {
-    return x[i];
+    return x[x_row + i];
 }
 
 //#include rows_dot
@@ -42,20 +45,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let m = WMat(0u, p.k, p.w_scales, p.w_mins);
     let k8s = p.k / 8u;
     let rows = team_rows(row0, p.n);
-    let acc = rows_dot(m, rows, lane, k8s);
-    for (var r = 0u; r < R; r++) {
-        let total = team_sum(lid, acc[r]);
-        let n = row0 + r;
-        if (lane == 0u && n < p.n) {
-            let yi = p.at_cache_pos * step.pos * p.out_stride + p.row_offset + n;
-            var v = total;
+    for (var t = 0u; t < step.n_tokens; t++) {
+        x_row = t * (p.k / 4u);
+        let acc = rows_dot(m, rows, lane, k8s);
+        for (var r = 0u; r < R; r++) {
+            let total = team_sum(lid, acc[r]);
+            let n = row0 + r;
+            if (lane == 0u && n < p.n) {
+                let yi = t * p.out_stride + p.row_offset + n;
+                var v = total;
 //#if BIAS
-            v += bias[p.first_row + n];
+                v += bias[p.first_row + n];
 //#endif
 //#if ACCUMULATE
-            v += y[yi];
+                v += y[yi];
 //#endif
-            y[yi] = v;
+                y[yi] = v;
+            }
         }
     }
 }

@@ -482,3 +482,35 @@ fn conversion_memory_is_bounded_by_one_expert() {
     assert!(is_converted(&out));
     ModelManifest::load(&out).unwrap().verify_files(&out, true).unwrap();
 }
+
+#[test]
+fn threads_give_byte_identical_output() {
+    // Expert encoding on 1, 3 (batches 3 + 3 + 2 of 8 experts) and every core writes the same
+    // bytes in every file; qwen2_moe's shared expert and int4 dense weights go through the
+    // resident path too.
+    let scratch = Scratch::new("threads");
+    let convert_with = |threads: usize| {
+        let out = scratch.path(&format!("out-{threads}"));
+        let options = ConvertOptions { threads, ..ConvertOptions::default() };
+        convert(&fixture("qwen2_moe"), &out, &options, &mut quiet()).unwrap();
+        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let single = convert_with(1);
+    assert!(single.iter().any(|(name, _)| name == EXPERTS_FILE));
+    for threads in [3, 0] {
+        let multi = convert_with(threads);
+        assert_eq!(multi.len(), single.len(), "{threads} threads: same files");
+        for ((name, a), (other, b)) in single.iter().zip(&multi) {
+            assert_eq!(name, other);
+            assert!(a == b, "{threads} threads: {name} differs from the single-threaded output");
+        }
+    }
+}

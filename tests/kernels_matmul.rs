@@ -1,6 +1,7 @@
-//! The matmul kernel (decode matvec and 8-token-tile prefill) against `reference::ops::matvec`:
-//! f32, f16 and int4 (affine g32, symmetric g64) weights, bias, ACCUMULATE, `at_cache_pos`, column-offset outputs, token counts
-//! 1..=17, k above the 64-thread × 8 stride; plus chunked weights (tiny binding limit) and the
+//! The matmul kernel (decode matvec and the tiled prefill GEMM, 32 rows × 32 tokens × 32-column
+//! k slices) against `reference::ops::matvec`: f32, f16 and int4 (affine g32, symmetric g64)
+//! weights, bias, ACCUMULATE, column-offset outputs, token counts in and across tiles
+//! (`TOKEN_COUNTS`), partial row tiles and k slices, long k; plus chunked weights (tiny binding limit) and the
 //! shared-memory fallback without subgroups, and workgroup counts above the per-dimension limit.
 //!
 //! Tolerance: |Δ| ≤ 1e-4·(1+|ref|) per element against the reference in f32 (for f16 and int4
@@ -22,16 +23,19 @@ use moestream::reference::ops as refops;
 
 const TOL: f32 = 1e-4;
 
+/// Token counts: decode (1), every partial shape of the first 32-token tile's lanes (8 tokens
+/// per lane column), and counts around one and two whole tiles.
+const TOKEN_COUNTS: [usize; 14] = [1, 2, 3, 5, 7, 8, 9, 15, 17, 31, 32, 33, 64, 65];
+
 /// One matmul problem.
 struct Case {
     rows: usize,
     cols: usize,
     t: usize,
-    pos: usize,
     format: WeightFormat,
     bias: bool,
     out: MatMulOut,
-    /// Rows of the output buffer (≥ t, or ≥ pos + t with at_cache_pos).
+    /// Rows of the output buffer (≥ t).
     out_rows: usize,
 }
 
@@ -54,7 +58,7 @@ fn data(c: &Case, seed: u64) -> Data {
 
 fn run(gpu: &Arc<Gpu>, c: &Case, d: &Data) -> Vec<f32> {
     let step = StepUniform::new(gpu);
-    step.set(gpu, c.t, c.pos);
+    step.set(gpu, c.t, 0);
     let w = upload_matrix(gpu, &d.w, c.rows, c.cols, c.format);
     let xb = upload_f32(gpu, &d.x);
     let bb = upload_f32(gpu, &d.bias);
@@ -74,9 +78,8 @@ fn reference(c: &Case, d: &Data) -> Vec<f32> {
         if c.bias {
             refops::add_bias(&mut r, &d.bias);
         }
-        let row = t + if c.out.at_cache_pos { c.pos } else { 0 };
         for (n, v) in r.iter().enumerate() {
-            let cell = &mut y[row * c.out.stride + c.out.col_offset + n];
+            let cell = &mut y[t * c.out.stride + c.out.col_offset + n];
             *cell = if c.out.accumulate { *cell + v } else { *v };
         }
     }
@@ -84,7 +87,7 @@ fn reference(c: &Case, d: &Data) -> Vec<f32> {
 }
 
 fn describe(c: &Case) -> String {
-    format!("matmul {:?} rows={} cols={} T={} pos={} bias={} {:?}", c.format, c.rows, c.cols, c.t, c.pos, c.bias, c.out)
+    format!("matmul {:?} rows={} cols={} T={} bias={} {:?}", c.format, c.rows, c.cols, c.t, c.bias, c.out)
 }
 
 fn check(c: &Case, seed: u64) {
@@ -94,20 +97,19 @@ fn check(c: &Case, seed: u64) {
 }
 
 fn plain(rows: usize, cols: usize, t: usize, format: WeightFormat, bias: bool) -> Case {
-    Case { rows, cols, t, pos: 0, format, bias, out: MatMulOut::plain(rows), out_rows: t }
+    Case { rows, cols, t, format, bias, out: MatMulOut::plain(rows), out_rows: t }
 }
 
 #[test]
 fn matmul_f32_token_sweep() {
-    // Every token count 1..=17 crosses the 8-token tile in all its partial shapes.
-    for t in 1..=17 {
+    for t in TOKEN_COUNTS {
         check(&plain(37, 72, t, WeightFormat::F32, false), t as u64);
     }
 }
 
 #[test]
 fn matmul_f16_token_sweep() {
-    for t in 1..=17 {
+    for t in TOKEN_COUNTS {
         check(&plain(37, 40, t, WeightFormat::F16, false), 100 + t as u64);
     }
 }
@@ -115,7 +117,7 @@ fn matmul_f16_token_sweep() {
 #[test]
 fn matmul_int4_token_sweep() {
     // cols 72: a short last group for both group sizes (32+32+8, 64+8).
-    for t in 1..=17 {
+    for t in TOKEN_COUNTS {
         for format in &weight_formats()[2..] {
             check(&plain(29, 72, t, *format, t % 2 == 0), 150 + t as u64);
         }
@@ -125,9 +127,9 @@ fn matmul_int4_token_sweep() {
 #[test]
 fn matmul_shapes_and_bias() {
     let mut seed = 200;
-    // cols 1032 > 64 threads × 8 so threads loop over k; rows 1000 spans many workgroups.
+    // cols 1032: many k slices; rows 1000 spans many row tiles; (8, 8) is less than one tile.
     for &(rows, cols) in &[(37usize, 40usize), (129, 72), (1000, 40), (129, 1032), (8, 8)] {
-        for &t in &[1usize, 3, 9, 17] {
+        for &t in &[1usize, 3, 17, 33] {
             for format in weight_formats() {
                 for bias in [false, true] {
                     seed += 1;
@@ -154,28 +156,6 @@ fn matmul_accumulate_into_residual() {
 }
 
 #[test]
-fn matmul_at_cache_pos_writes_step_rows_only() {
-    let mut seed = 400;
-    // k/v projection straight into a KV cache of `ctx` rows: only rows pos..pos+T change.
-    for &(t, pos) in &[(1usize, 0usize), (1, 63), (3, 64), (9, 100), (17, 283)] {
-        for format in weight_formats() {
-            seed += 1;
-            let c = Case {
-                rows: 48,
-                cols: 72,
-                t,
-                pos,
-                format,
-                bias: seed % 2 == 0,
-                out: MatMulOut { at_cache_pos: true, ..MatMulOut::plain(48) },
-                out_rows: pos + t + 5,
-            };
-            check(&c, seed);
-        }
-    }
-}
-
-#[test]
 fn matmul_column_offset_shares_one_output() {
     // Two matrices writing columns [0, 37) and [37, 37+29) of one [T, 70] output (one spare
     // column at the end that nobody writes), each checked on its own and then together.
@@ -189,28 +169,15 @@ fn matmul_column_offset_shares_one_output() {
                     rows,
                     cols: 40,
                     t,
-                    pos: 0,
                     format,
                     bias,
-                    out: MatMulOut { stride, col_offset, accumulate, at_cache_pos: false },
+                    out: MatMulOut { stride, col_offset, accumulate },
                     out_rows: t,
                 };
                 check(&c, 500 + t as u64 + col_offset as u64);
             }
         }
     }
-    // Column offset combined with at_cache_pos (k and v halves of one cache row).
-    let c = Case {
-        rows: 24,
-        cols: 40,
-        t: 9,
-        pos: 61,
-        format: WeightFormat::F32,
-        bias: true,
-        out: MatMulOut { stride: 48, col_offset: 24, accumulate: false, at_cache_pos: true },
-        out_rows: 75,
-    };
-    check(&c, 599);
 }
 
 #[test]
@@ -218,22 +185,18 @@ fn matmul_chunked_weights_are_bit_identical() {
     let chunked = gpu_chunked();
     assert_eq!(chunked.caps.max_binding, 4096);
     let mut seed = 600;
-    for &(rows, cols, t) in &[(129usize, 72usize, 9usize), (37, 40, 17), (1000, 40, 3)] {
+    for &(rows, cols, t) in &[(129usize, 72usize, 9usize), (37, 40, 33), (1000, 40, 3)] {
         for format in weight_formats() {
-            for (bias, accumulate, at_cache_pos) in
-                [(false, false, false), (true, false, false), (true, true, false), (false, false, true)]
-            {
+            for (bias, accumulate) in [(false, false), (true, false), (true, true)] {
                 seed += 1;
-                let pos = if at_cache_pos { 70 } else { 0 };
                 let c = Case {
                     rows,
                     cols,
                     t,
-                    pos,
                     format,
                     bias,
-                    out: MatMulOut { stride: rows + 3, col_offset: 2, accumulate, at_cache_pos },
-                    out_rows: pos + t,
+                    out: MatMulOut { stride: rows + 3, col_offset: 2, accumulate },
+                    out_rows: t,
                 };
                 let w = upload_matrix(&chunked, &vec![0.0; rows * cols], rows, cols, format);
                 assert!(w.chunks.len() >= 3, "{}: not chunked", describe(&c));
@@ -258,7 +221,7 @@ fn matmul_without_subgroups_matches_with() {
     }
     let mut seed = 700;
     for &(rows, cols) in &[(37usize, 72usize), (129, 1032), (8, 8)] {
-        for &t in &[1usize, 3, 8, 9, 17] {
+        for &t in &[1usize, 3, 9, 33] {
             for format in weight_formats() {
                 seed += 1;
                 let mut c = plain(rows, cols, t, format, seed % 2 == 0);
@@ -275,19 +238,19 @@ fn matmul_without_subgroups_matches_with() {
 
 #[test]
 fn matmul_folds_dispatch_over_dimension_limit() {
-    // rows × ⌈T/8⌉ workgroups above the per-dimension limit are folded into x and y; the
-    // surplus workgroups of the fold must not write anything.
+    // ⌈rows/32⌉ × ⌈T/32⌉ prefill workgroups (and ⌈rows/64⌉ decode ones) above the
+    // per-dimension limit are folded into x and y; the surplus workgroups of the fold must not
+    // write anything.
     let gpu = gpu();
-    let rows = gpu.caps.max_workgroups_per_dim as usize + 1234;
-    for &t in &[1usize, 9] {
+    let rows = 64 * (gpu.caps.max_workgroups_per_dim as usize + 1234);
+    for &t in &[1usize, 2] {
         let c = Case {
             rows,
             cols: 8,
             t,
-            pos: 0,
             format: WeightFormat::F16,
             bias: true,
-            out: MatMulOut { stride: rows + 1, col_offset: 1, accumulate: false, at_cache_pos: false },
+            out: MatMulOut { stride: rows + 1, col_offset: 1, accumulate: false },
             out_rows: t + 1,
         };
         check(&c, 800 + t as u64);

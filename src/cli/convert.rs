@@ -68,6 +68,9 @@ pub struct ConvertArgs {
     /// Int4 scheme.
     #[arg(long, value_enum, default_value = "affine")]
     scheme: Scheme,
+    /// Threads encoding routed experts (default: one per core; the output is the same).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -92,7 +95,10 @@ pub fn run(a: ConvertArgs) -> Result<()> {
         GroupSize::G64 => 64,
     };
     let params = QuantParams { scheme, group_size };
-    let options = ConvertOptions::from_bits(a.bits.get(), a.attention_bits.get(), params)?;
+    let options = ConvertOptions {
+        threads: a.threads,
+        ..ConvertOptions::from_bits(a.bits.get(), a.attention_bits.get(), params)?
+    };
     // Drawn on stderr, and only when it is a terminal.
     let bar = ProgressBar::new(0).with_style(
         ProgressStyle::with_template(

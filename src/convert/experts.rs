@@ -1,4 +1,6 @@
-//! Streams every routed expert of a checkpoint into an `experts.bin` store, one at a time.
+//! Streams every routed expert of a checkpoint into an `experts.bin` store, a batch of experts
+//! at a time: one thread reads and encodes each expert of the batch, then they are written in
+//! order, so the store is byte-identical whatever the thread count.
 
 use std::path::Path;
 
@@ -6,15 +8,17 @@ use super::{stored_len, Phase, Reporter};
 use crate::error::{Error, Result};
 use crate::model::{layer_weights, names, ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
-use crate::store::{StoreEncoding, StoreInfo, StoreWriter};
+use crate::store::{EncodedExpert, StoreEncoding, StoreInfo, StoreWriter};
 
 /// Writes the store at `path` (nothing for a model without MoE layers) and returns how many
-/// experts it holds. Memory stays bounded by one expert: each is read, encoded, written, and
-/// its source pages released before the next.
+/// experts it holds, encoding up to `threads` experts at once. Memory stays bounded by
+/// `threads` experts: a batch is read, encoded, written, and its source pages released before
+/// the next.
 pub(super) fn write_store(
     ckpt: &Checkpoint,
     spec: &ArchSpec,
     format: WeightFormat,
+    threads: usize,
     path: &Path,
     reporter: &mut Reporter,
 ) -> Result<usize> {
@@ -36,26 +40,61 @@ pub(super) fn write_store(
     )?;
     for &layer in &layers {
         let per_expert = names::expert(spec.family, layer, 0);
-        let fused = !ckpt.contains(&per_expert[0]);
-        for e in 0..moe.num_experts {
-            let w = layer_weights::expert(ckpt, spec, layer, e)?;
-            writer.write_expert(layer, e, &w.gate.data, &w.up.data, &w.down.data)?;
-            drop(w);
-            let sources: Vec<String> = if fused {
-                names::fused_experts(spec.family, layer).into()
-            } else {
-                names::expert(spec.family, layer, e).into()
-            };
-            let mut bytes = 0;
-            for name in &sources {
-                ckpt.release(name);
-                bytes += stored_len(ckpt, name);
+        // A fused tensor holds every expert of the layer.
+        let fused = (!ckpt.contains(&per_expert[0])).then_some(moe.num_experts);
+        let experts: Vec<usize> = (0..moe.num_experts).collect();
+        for batch in experts.chunks(threads.max(1)) {
+            for (&e, encoded) in batch.iter().zip(encode_batch(ckpt, spec, &writer, layer, batch)?) {
+                writer.write_encoded(encoded)?;
+                release_sources(ckpt, spec, layer, e, fused, reporter);
             }
-            // A fused tensor holds every expert of the layer: count one share per expert.
-            let bytes = if fused { bytes / moe.num_experts as u64 } else { bytes };
-            reporter.advance(Phase::Experts, bytes);
         }
     }
     writer.finish()?;
     Ok(layers.len() * moe.num_experts)
+}
+
+/// Reads and encodes the experts `batch` of `layer`, one thread each (the calling thread for
+/// a batch of one), in the batch's order.
+fn encode_batch(
+    ckpt: &Checkpoint,
+    spec: &ArchSpec,
+    writer: &StoreWriter,
+    layer: usize,
+    batch: &[usize],
+) -> Result<Vec<EncodedExpert>> {
+    let encode = |e: usize| -> Result<EncodedExpert> {
+        let w = layer_weights::expert(ckpt, spec, layer, e)?;
+        Ok(writer.encode_expert(layer, e, &w.gate.data, &w.up.data, &w.down.data)?)
+    };
+    if let [e] = batch {
+        return Ok(vec![encode(*e)?]);
+    }
+    let encode = &encode;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = batch.iter().map(|&e| s.spawn(move || encode(e))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    })
+}
+
+/// Releases the source pages of expert `e` of `layer` and reports its source bytes done (one
+/// share of each tensor when the layer's `experts` are `fused` into one).
+fn release_sources(
+    ckpt: &Checkpoint,
+    spec: &ArchSpec,
+    layer: usize,
+    e: usize,
+    fused: Option<usize>,
+    reporter: &mut Reporter,
+) {
+    let sources: Vec<String> = match fused {
+        Some(_) => names::fused_experts(spec.family, layer).into(),
+        None => names::expert(spec.family, layer, e).into(),
+    };
+    let mut bytes = 0;
+    for name in &sources {
+        ckpt.release(name);
+        bytes += stored_len(ckpt, name);
+    }
+    reporter.advance(Phase::Experts, bytes / fused.unwrap_or(1) as u64);
 }

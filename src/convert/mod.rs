@@ -62,13 +62,16 @@ pub struct ConvertOptions {
     pub experts: WeightFormat,
     /// Encoding of the resident matrices other than embeddings and routers: int4 or f16.
     pub dense: WeightFormat,
+    /// Threads encoding routed experts (0: one per core). The output is byte-identical
+    /// whatever the count.
+    pub threads: usize,
 }
 
 impl Default for ConvertOptions {
     /// Everything int4 with the default parameters (affine, groups of 32).
     fn default() -> Self {
         let int4 = WeightFormat::Int4(QuantParams::default());
-        ConvertOptions { experts: int4, dense: int4 }
+        ConvertOptions { experts: int4, dense: int4, threads: 0 }
     }
 }
 
@@ -82,7 +85,15 @@ impl ConvertOptions {
             16 => Ok(WeightFormat::F16),
             other => Err(Error::InvalidArgument(format!("{other} bits is not supported (use 4 or 16)"))),
         };
-        Ok(ConvertOptions { experts: format(expert_bits)?, dense: format(dense_bits)? })
+        Ok(ConvertOptions { experts: format(expert_bits)?, dense: format(dense_bits)?, threads: 0 })
+    }
+
+    /// The expert-encoding thread count: `threads`, or one per core when 0.
+    fn worker_threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
     }
 
     fn validate(&self) -> Result<()> {
@@ -217,7 +228,14 @@ pub fn convert(
     extra_files::prepare_output(&src_canonical, out)?;
 
     let mut reporter = Reporter { done: 0, total: ckpt.stored_bytes(), callback: progress };
-    let experts = experts::write_store(&ckpt, &spec, options.experts, &out.join(EXPERTS_FILE), &mut reporter)?;
+    let experts = experts::write_store(
+        &ckpt,
+        &spec,
+        options.experts,
+        options.worker_threads(),
+        &out.join(EXPERTS_FILE),
+        &mut reporter,
+    )?;
     let resident = resident::write_resident(&ckpt, &spec, options.dense, &out.join(RESIDENT_FILE), &mut reporter)?;
     drop(ckpt);
     reporter.advance(Phase::Finishing, u64::MAX);

@@ -1,5 +1,5 @@
 //! `y = W x (+ bias)` for every token of a step: the decode matvec (`matvec`, several rows per
-//! workgroup) and the prefill matmul (`matmul`, one row and 8 tokens per workgroup).
+//! workgroup, for steps of up to [`MATVEC_MAX_TOKENS`] tokens) and the prefill matmul (`matmul`, a tiled GEMM: 32 rows × 32 tokens per workgroup).
 
 use super::{params, GpuMatrix};
 use crate::gpu::kernel::Slice;
@@ -15,14 +15,12 @@ pub struct MatMulOut {
     pub col_offset: usize,
     /// Add to the output instead of overwriting it (fused residual add).
     pub accumulate: bool,
-    /// Output rows start at the step's position (writing keys/values into the KV cache).
-    pub at_cache_pos: bool,
 }
 
 impl MatMulOut {
     /// A plain output of `width` values per token.
     pub fn plain(width: usize) -> Self {
-        MatMulOut { stride: width, col_offset: 0, accumulate: false, at_cache_pos: false }
+        MatMulOut { stride: width, col_offset: 0, accumulate: false }
     }
 }
 
@@ -82,6 +80,13 @@ impl DecodeLayout {
 /// Rows per team (`R`) of `matvec` in the (`LaneRows`, `Teams`) layouts, as in shaders/matvec.wgsl.
 const MATVEC_R: (u32, u32) = (8, 2);
 
+/// The most tokens a step runs through the decode `matvec` (one token after the other); longer
+/// steps run the tiled `matmul`, whose 32-token tiles would mostly idle on so few.
+pub const MATVEC_MAX_TOKENS: usize = 3;
+
+/// Rows and tokens a workgroup of the prefill `matmul` computes (TN, TT in shaders/matmul.wgsl).
+const MATMUL_TILE: (u32, u32) = (32, 32);
+
 /// A bound matmul: per weight chunk, the prefill kernel, the decode kernel and the chunk's rows.
 pub struct MatMul {
     kernels: Vec<(Kernel, Kernel, u32)>,
@@ -119,7 +124,6 @@ impl MatMul {
                     c.rows as u32,
                     (out.col_offset + c.first_row) as u32,
                     out.stride as u32,
-                    out.at_cache_pos as u32,
                     c.first_row as u32,
                     c.offsets.scales,
                     c.offsets.mins,
@@ -139,14 +143,16 @@ impl MatMul {
         MatMul { kernels, layout }
     }
 
-    /// Records the dispatches for `n_tokens` tokens (the decode kernel for one token).
+    /// Records the dispatches for `n_tokens` tokens (the decode kernel for up to
+    /// [`MATVEC_MAX_TOKENS`]).
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
         let max = gpu.caps.max_workgroups_per_dim;
         for (matmul, matvec, rows) in &self.kernels {
-            if n_tokens == 1 {
+            if n_tokens <= MATVEC_MAX_TOKENS {
                 matvec.dispatch(pass, rows.div_ceil(self.layout.rows_per_workgroup(MATVEC_R)), max);
             } else {
-                matmul.dispatch(pass, rows * n_tokens.div_ceil(8) as u32, max);
+                let (tile_rows, tile_tokens) = MATMUL_TILE;
+                matmul.dispatch(pass, rows.div_ceil(tile_rows) * (n_tokens as u32).div_ceil(tile_tokens), max);
             }
         }
     }

@@ -210,7 +210,7 @@ fn resolve_model_dir(options: &EngineOptions) -> Result<PathBuf> {
         return Ok(dir.clone());
     }
     let root = root();
-    let convert = ConvertOptions { experts: options.experts, dense: options.dense };
+    let convert = ConvertOptions { experts: options.experts, dense: options.dense, threads: 0 };
     log::warn!("using an int4 conversion of {} cached under {}", dir.display(), root.display());
     cached_conversion(dir, &root, &convert, &mut |_| {})
 }

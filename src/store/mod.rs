@@ -69,4 +69,4 @@ pub use header::{IndexEntry, StoreInfo, FIXED_HEADER_LEN, FORMAT_VERSION, INDEX_
 pub use layout::{ggml_extent, ExpertLayout, ProjectionLayout, StoreEncoding, EXTENT_ALIGN};
 pub use positioned::{open_uncached, PositionedIo};
 pub use reader::{ExpertStore, IoMode, OpenOptions};
-pub use writer::StoreWriter;
+pub use writer::{EncodedExpert, StoreWriter};

@@ -7,8 +7,16 @@ use super::header::{encode_region, region_len, Extent, MAX_DIM};
 use super::positioned::PositionedIo;
 use super::{ExpertLayout, IndexEntry, StoreEncoding, StoreError, StoreInfo, EXTENT_ALIGN};
 
-/// Writes an expert store. Memory use is bounded by one expert (its f32 inputs are the
-/// caller's; the writer holds one extent buffer and one quantized projection at a time).
+/// One expert's extent, encoded by [`StoreWriter::encode_expert`], not yet written.
+#[derive(Debug)]
+pub struct EncodedExpert {
+    layer: usize,
+    expert: usize,
+    extent: Vec<u8>,
+}
+
+/// Writes an expert store. Memory use is bounded by the experts being encoded (their f32
+/// inputs are the caller's; each [`EncodedExpert`] holds one extent until it is written).
 ///
 /// Data goes to `<path>.partial`, renamed to `path` by [`StoreWriter::finish`]; a writer
 /// dropped without finishing removes the partial file, so `path` never holds half a store.
@@ -22,7 +30,6 @@ pub struct StoreWriter {
     data_offset: u64,
     next_offset: u64,
     index: Vec<Option<IndexEntry>>,
-    buf: Vec<u8>,
     finished: bool,
 }
 
@@ -65,7 +72,6 @@ impl StoreWriter {
         let file = File::create(&partial).map_err(|e| StoreError::io(&partial, e))?;
         let count = info.layers.len() * info.experts_per_layer;
         Ok(StoreWriter {
-            buf: vec![0; extent.extent_len],
             path,
             partial,
             file,
@@ -83,23 +89,8 @@ impl StoreWriter {
         self.extent.layout.as_ref()
     }
 
-    /// The index position of (model `layer`, `expert`), not yet written.
-    fn position(&self, layer: usize, expert: usize) -> Result<usize, StoreError> {
-        let slot = self
-            .info
-            .layers
-            .iter()
-            .position(|&l| l as usize == layer)
-            .filter(|_| expert < self.info.experts_per_layer)
-            .ok_or_else(|| StoreError::IndexOutOfRange { path: self.path.clone(), layer, expert })?;
-        let i = slot * self.info.experts_per_layer + expert;
-        if self.index[i].is_some() {
-            return Err(StoreError::DuplicateExpert { path: self.path.clone(), layer, expert });
-        }
-        Ok(i)
-    }
-
-    /// Encodes (quantizes) one expert of a uniform store and appends its extent.
+    /// Encodes (quantizes) one expert of a uniform store and appends its extent:
+    /// [`StoreWriter::encode_expert`] then [`StoreWriter::write_encoded`].
     ///
     /// `layer` is a model layer index listed in `info.layers`; `gate` and `up` are row-major
     /// `[intermediate, hidden]`, `down` is `[hidden, intermediate]`. Experts may come in any
@@ -112,25 +103,40 @@ impl StoreWriter {
         up: &[f32],
         down: &[f32],
     ) -> Result<(), StoreError> {
+        let encoded = self.encode_expert(layer, expert, gate, up, down)?;
+        self.write_encoded(encoded)
+    }
+
+    /// Encodes (quantizes) one expert of a uniform store into its extent without writing it,
+    /// so that several threads can encode while one writes: the extent is the same whichever
+    /// thread makes it. Arguments as in [`StoreWriter::write_expert`].
+    pub fn encode_expert(
+        &self,
+        layer: usize,
+        expert: usize,
+        gate: &[f32],
+        up: &[f32],
+        down: &[f32],
+    ) -> Result<EncodedExpert, StoreError> {
         let Some(layout) = self.extent.layout else {
             let detail = "a GGUF store holds the source's blocks: use write_ggml_expert".into();
             return Err(StoreError::InvalidSpec { path: self.path.clone(), detail });
         };
-        let i = self.position(layer, expert)?;
-        self.buf.fill(0);
+        self.index_of(layer, expert)?;
+        let mut extent = vec![0; self.extent.extent_len];
         for ((name, p), w) in layout.projections().into_iter().zip([gate, up, down]) {
-            layout.encoding.encode(w, p.rows, p.cols, &mut self.buf[p.offset..p.offset + p.len]).map_err(|source| {
+            layout.encoding.encode(w, p.rows, p.cols, &mut extent[p.offset..p.offset + p.len]).map_err(|source| {
                 StoreError::Quant { context: format!("layer {layer} expert {expert} {name}"), source }
             })?;
         }
-        self.append(i)
+        Ok(EncodedExpert { layer, expert, extent })
     }
 
     /// Appends one expert of a GGUF store: `data` is its gate, up and down blobs as the GGUF
     /// file stores them, laid out by [`super::ggml_extent`] for the layer's types (exactly that
     /// data length), copied unchanged.
     pub fn write_ggml_expert(&mut self, layer: usize, expert: usize, data: &[u8]) -> Result<(), StoreError> {
-        let i = self.position(layer, expert)?;
+        let i = self.index_of(layer, expert)?;
         let StoreEncoding::Ggml(types) = &self.info.encoding else {
             let detail = "only a GGUF store takes ggml blocks".into();
             return Err(StoreError::InvalidSpec { path: self.path.clone(), detail });
@@ -141,18 +147,37 @@ impl StoreWriter {
             let detail = format!("layer {layer} expert {expert}: {} bytes, its types need {expected:?}", data.len());
             return Err(StoreError::InvalidSpec { path: self.path.clone(), detail });
         }
-        self.buf.fill(0);
-        self.buf[..data.len()].copy_from_slice(data);
-        self.append(i)
+        let mut extent = vec![0; self.extent.extent_len];
+        extent[..data.len()].copy_from_slice(data);
+        self.write_encoded(EncodedExpert { layer, expert, extent })
     }
 
-    /// Writes the extent in the buffer as index entry `i`.
-    fn append(&mut self, i: usize) -> Result<(), StoreError> {
+    /// Appends an extent made by [`StoreWriter::encode_expert`]; extents are laid out in the
+    /// order they are written.
+    pub fn write_encoded(&mut self, encoded: EncodedExpert) -> Result<(), StoreError> {
+        let EncodedExpert { layer, expert, extent } = encoded;
+        let i = self.index_of(layer, expert)?;
+        if self.index[i].is_some() {
+            return Err(StoreError::DuplicateExpert { path: self.path.clone(), layer, expert });
+        }
         let offset = self.next_offset;
-        self.file.write_all_at(&self.buf, offset).map_err(|e| StoreError::io(&self.partial, e))?;
-        self.index[i] = Some(IndexEntry { offset, length: self.buf.len() as u64, crc32: crc32fast::hash(&self.buf) });
-        self.next_offset += self.buf.len() as u64;
+        self.file.write_all_at(&extent, offset).map_err(|e| StoreError::io(&self.partial, e))?;
+        self.index[i] = Some(IndexEntry { offset, length: extent.len() as u64, crc32: crc32fast::hash(&extent) });
+        self.next_offset += extent.len() as u64;
         Ok(())
+    }
+
+    /// The index entry of (`layer`, `expert`), or [`StoreError::IndexOutOfRange`].
+    fn index_of(&self, layer: usize, expert: usize) -> Result<usize, StoreError> {
+        let slot = self
+            .info
+            .layers
+            .iter()
+            .position(|&l| l as usize == layer)
+            .filter(|_| expert < self.info.experts_per_layer)
+            .ok_or_else(|| StoreError::IndexOutOfRange { path: self.path.clone(), layer, expert })?;
+        Ok(slot * self.info.experts_per_layer + expert)
+    }
     }
 
     /// Writes the header and index, syncs, and renames the file into place.
