@@ -1,6 +1,8 @@
 // Causal grouped-query attention over one chunk of the KV cache (a run of KV heads, laid out as
 // kv_store writes them: head-major, F16 = two halves per u32), for the query heads that read it.
-// Query t sits at position step.pos + t and sees keys 0 ..= step.pos + t. Keys are visited in
+// Query t sits at position step.pos + t and sees keys 0 ..= step.pos + t, or with a sliding
+// window (window > 0) only its last `window` keys step.pos + t + 1 - window ..= step.pos + t
+// (transformers' sliding_window_overlay: kv > q - window). Keys are visited in
 // tiles of 64 with an online softmax, so any length works with fixed workgroup memory and no
 // score matrix is ever stored (prefill is tiled the same way). head_dim <= 256, even.
 //
@@ -19,6 +21,7 @@ struct Params {
     chunk_heads: u32,
     context: u32,
     split_len: u32,
+    window: u32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
@@ -108,15 +111,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     workgroupBarrier();
     let head_base = (hl / p.group) * p.context * pairs;
-    // Keys query qi sees end at ends[qi] (exclusive); queries past nq see none.
+    // Keys query qi sees are starts[qi] .. ends[qi]; queries past nq see none.
     let first_key_end = step.pos + t0 + 1u;
     var ends = vec4<u32>(first_key_end, first_key_end + 1u, first_key_end + 2u, first_key_end + 3u);
     ends = select(vec4<u32>(0u), ends, vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(nq));
+    var starts = vec4<u32>(0u);
+    if (p.window > 0u) {
+        starts = max(ends, vec4<u32>(p.window)) - vec4<u32>(p.window);
+    }
 //#if SPLIT
-    let first = split * p.split_len;
-    ends = min(ends, vec4<u32>(first + p.split_len));
+    let split_first = split * p.split_len;
+    ends = min(ends, vec4<u32>(split_first + p.split_len));
+    // A split wholly before the window runs no tile: it leaves max -1e30, sum 0.
+    let first = max(split_first, starts.x);
 //#else
-    let first = 0u;
+    // Query 0 has the earliest start.
+    let first = starts.x;
 //#endif
     let end = max(max(ends.x, ends.y), max(ends.z, ends.w));
     var m = vec4<f32>(-1.0e30);
@@ -132,7 +142,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 s += vec4<f32>(dot(qs[d], kp), dot(qs[128u + d], kp), dot(qs[256u + d], kp), dot(qs[384u + d], kp));
             }
         }
-        let valid = vec4<u32>(j) < ends;
+        let valid = (vec4<u32>(j) < ends) & (vec4<u32>(j) >= starts);
         s = select(vec4<f32>(-1.0e30), s * p.scale, valid);
         let m_new = max(m, reduce_max4(lid, s));
         let pj = select(vec4<f32>(0.0), exp(s - m_new), valid);

@@ -20,6 +20,16 @@ pub struct Heads {
     pub head_dim: usize,
 }
 
+/// Which cached keys a query attends and how a decode step shares them out.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyRange {
+    /// Keys per split of split-K decode (see [`split_len`]).
+    pub split_len: usize,
+    /// Sliding window: a query sees its last `window` keys, its own included; `None`: every
+    /// earlier key.
+    pub window: Option<usize>,
+}
+
 /// Fewest keys one decode workgroup handles: below this, splitting costs more in the merge
 /// than it gains in parallelism.
 pub const MIN_SPLIT_LEN: usize = 256;
@@ -59,7 +69,8 @@ pub struct Attention {
 
 impl Attention {
     /// Binds queries `q` (`[tokens, n_heads * head_dim]`) and `chunk`; the single pass writes
-    /// `out` (same layout as `q`), the split pass `partial` (see [`partial_bytes`]).
+    /// `out` (same layout as `q`), the split pass `partial` (see [`partial_bytes`]); `keys` the
+    /// split length and window.
     pub fn new(
         gpu: &Gpu,
         step: &wgpu::Buffer,
@@ -67,7 +78,7 @@ impl Attention {
         chunk: KvChunk<'_>,
         (out, partial): (&wgpu::Buffer, &wgpu::Buffer),
         heads: Heads,
-        split_len: usize,
+        keys: KeyRange,
     ) -> Attention {
         assert!(heads.head_dim <= 256 && heads.head_dim.is_multiple_of(2), "head_dim is checked at load");
         let group = heads.n_heads / heads.n_kv_heads;
@@ -80,7 +91,8 @@ impl Attention {
             chunk.kv_head0 as u32,
             chunk.heads as u32,
             chunk.context as u32,
-            split_len as u32,
+            keys.split_len as u32,
+            keys.window.map_or(0, |w| w.min(u32::MAX as usize) as u32),
         ]);
         // Per cached position the chunk's keys and values in the cache's element type; per query
         // token its query and output (the split pass writes partials instead, about as many).
@@ -97,7 +109,12 @@ impl Attention {
             Kernel::new(gpu, "attention", &defines, step, &p, &[q.into(), chunk.k.into(), chunk.v.into(), dest.into()])
                 .with_traffic(traffic)
         };
-        Attention { single: kernel(out, false), split: kernel(partial, true), q_heads: chunk.heads * group, split_len }
+        Attention {
+            single: kernel(out, false),
+            split: kernel(partial, true),
+            q_heads: chunk.heads * group,
+            split_len: keys.split_len,
+        }
     }
 
     /// Records attention for `n_tokens` queries, the last one seeing `kv_len` keys; split

@@ -17,6 +17,9 @@ pub struct HeadShape {
     pub v_dim: usize,
     /// Logit scale (`1/sqrt(k_dim)` for plain attention).
     pub scale: f32,
+    /// Sliding window: only the last `window` positions (the query's own included) are seen;
+    /// `None` sees all `kv_len`.
+    pub window: Option<usize>,
 }
 
 /// Attention of one query row over `kv_len` cached positions.
@@ -37,14 +40,21 @@ pub fn attention(
     kv_len: usize,
     out: &mut [f32],
 ) {
-    let shape =
-        HeadShape { n_heads, n_kv_heads, k_dim: head_dim, v_dim: head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
+    let shape = HeadShape {
+        n_heads,
+        n_kv_heads,
+        k_dim: head_dim,
+        v_dim: head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window: None,
+    };
     attention_with(q, k_cache, v_cache, shape, kv_len, out);
 }
 
-/// [`attention`] with key and value widths of their own and a given logit scale: `q` is
-/// `[n_heads * k_dim]`, `k_cache` `[kv_len, n_kv_heads * k_dim]`, `v_cache`
-/// `[kv_len, n_kv_heads * v_dim]`, `out` `[n_heads * v_dim]`.
+/// [`attention`] with key and value widths of their own, a given logit scale and an optional
+/// sliding window: `q` is `[n_heads * k_dim]`, `k_cache` `[kv_len, n_kv_heads * k_dim]`,
+/// `v_cache` `[kv_len, n_kv_heads * v_dim]`, `out` `[n_heads * v_dim]`. With a window only
+/// positions `kv_len - window .. kv_len` are attended.
 pub fn attention_with(q: &[f32], k_cache: &[f32], v_cache: &[f32], s: HeadShape, kv_len: usize, out: &mut [f32]) {
     let (kd, vd) = (s.n_kv_heads * s.k_dim, s.n_kv_heads * s.v_dim);
     assert!(s.n_kv_heads > 0 && s.n_heads.is_multiple_of(s.n_kv_heads), "attention: heads not a multiple of kv heads");
@@ -52,18 +62,19 @@ pub fn attention_with(q: &[f32], k_cache: &[f32], v_cache: &[f32], s: HeadShape,
     assert_eq!(out.len(), s.n_heads * s.v_dim, "attention: out length");
     assert!(k_cache.len() >= kv_len * kd && v_cache.len() >= kv_len * vd, "attention: cache too short");
     let group = s.n_heads / s.n_kv_heads;
-    let mut scores = vec![0.0f32; kv_len];
+    let first = s.window.map_or(0, |w| kv_len.saturating_sub(w));
+    let mut scores = vec![0.0f32; kv_len - first];
     for h in 0..s.n_heads {
         let kvh = h / group;
         let qh = &q[h * s.k_dim..(h + 1) * s.k_dim];
-        for (t, sc) in scores.iter_mut().enumerate() {
+        for (t, sc) in (first..).zip(scores.iter_mut()) {
             let k = &k_cache[t * kd + kvh * s.k_dim..t * kd + (kvh + 1) * s.k_dim];
             *sc = dot(qh, k) * s.scale;
         }
         softmax(&mut scores);
         let oh = &mut out[h * s.v_dim..(h + 1) * s.v_dim];
         oh.fill(0.0);
-        for (t, &p) in scores.iter().enumerate() {
+        for (t, &p) in (first..).zip(scores.iter()) {
             let v = &v_cache[t * vd + kvh * s.v_dim..t * vd + (kvh + 1) * s.v_dim];
             for (o, &vv) in oh.iter_mut().zip(v) {
                 *o += p * vv;
