@@ -10,6 +10,10 @@
 // output; the QT queries share each key and value load and each reduction. With SPLIT (decode,
 // one token): one workgroup per (query head, split of split_len keys), writing the split's
 // partial (max, sum, unnormalised accumulator) for attention_merge.
+//
+// SINKS (gpt-oss): each query head has a learned logit that joins the softmax denominator and
+// no value (transformers' eager_attention_forward concatenates it to the scores, softmaxes and
+// drops it). The single pass applies it here, the split pass leaves it to attention_merge.
 //#include common
 
 struct Params {
@@ -34,6 +38,9 @@ struct Params {
 @group(0) @binding(4) var<storage, read> v_cache: array<f32>;
 //#endif
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
+//#if SINKS
+@group(0) @binding(6) var<storage, read> sinks: array<f32>;
+//#endif
 
 // Dims 2i and 2i+1 of the chunk's element pair i.
 fn k_pair(i: u32) -> vec2<f32> {
@@ -193,13 +200,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
 //#else
+//#if SINKS
+    // Rescaled to the larger of the keys' max and the sink, as a softmax over both.
+    let sink = vec4<f32>(sinks[h]);
+    let m_all = max(m, sink);
+    let keep = exp(m - m_all);
+    l = l * keep + exp(sink - m_all);
+//#else
+    let keep = vec4<f32>(1.0);
+//#endif
     for (var qi = 0u; qi < nq; qi++) {
         let ob = ((t0 + qi) * p.n_heads + h) * p.head_dim;
+        let w = keep[qi] / l[qi];
         for (var c = 0u; c < 2u; c++) {
             let d = lid + c * 64u;
             if (d < pairs) {
-                out[ob + 2u * d] = acc[qi][c].x / l[qi];
-                out[ob + 2u * d + 1u] = acc[qi][c].y / l[qi];
+                out[ob + 2u * d] = acc[qi][c].x * w;
+                out[ob + 2u * d + 1u] = acc[qi][c].y * w;
             }
         }
     }

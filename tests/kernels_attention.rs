@@ -5,7 +5,8 @@
 //! MQA, MHA, and caches split into chunks of KV heads; sliding windows (a query sees its last
 //! `window` keys) in every variant. Cache rows past the last visible key, and rows before the
 //! first key any query of the step sees through its window, hold NaN, so reading them (a
-//! causality or window bug) poisons the output.
+//! causality or window bug) poisons the output. Attention sinks (gpt-oss: a per-head logit in
+//! every softmax's denominator) in the single pass and in the split merge.
 //!
 //! Tolerance: |Δ| ≤ 1e-4·(1+|ref|) per element (online softmax over tiles and splits vs a
 //! two-pass f32 softmax with an f64 sum). With an f16 cache the reference reads the same
@@ -15,7 +16,7 @@ mod common;
 
 use common::{assert_close, gpu, read_f32, submit, upload_f32, Rng};
 use moestream::gpu::StepUniform;
-use moestream::ops::attention::{is_split, partial_bytes, Attention, Heads, KeyRange};
+use moestream::ops::attention::{is_split, partial_bytes, Attention, AttentionIo, Heads, KeyRange};
 use moestream::ops::attention_merge::AttentionMerge;
 use moestream::ops::kv_store::{KvChunk, KvStore};
 use moestream::ops::KvDtype;
@@ -31,9 +32,11 @@ struct Layout {
     chunk_heads: usize,
     split_len: usize,
     window: Option<usize>,
+    /// One sink logit per query head.
+    sinks: bool,
 }
 
-const F32: Layout = Layout { dtype: KvDtype::F32, chunk_heads: usize::MAX, split_len: 256, window: None };
+const F32: Layout = Layout { dtype: KvDtype::F32, chunk_heads: usize::MAX, split_len: 256, window: None, sinks: false };
 
 fn round_f16(x: &mut [f32]) {
     for v in x.iter_mut() {
@@ -65,9 +68,13 @@ fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
         *x = f32::NAN;
     }
 
+    // Sinks from well below to well above the scores, so either may hold the softmax's max.
+    let sinks = layout.sinks.then(|| rng.vec(n_heads, -4.0, 8.0));
+
     let gpu = gpu();
     let step = StepUniform::new(&gpu);
     let qb = upload_f32(&gpu, &q);
+    let sinks_b = sinks.as_deref().map(|x| upload_f32(&gpu, x));
     let kb = upload_f32(&gpu, &k);
     let vb = upload_f32(&gpu, &v);
     let ob = upload_f32(&gpu, &vec![-555.0; (t + 1) * q_width]);
@@ -98,10 +105,11 @@ fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
         .iter()
         .map(|c| {
             let keys = KeyRange { split_len: layout.split_len, window: layout.window };
-            Attention::new(&gpu, &step.buffer, &qb, chunk(c, ctx, dtype), (&ob, &partial), heads, keys)
+            let io = AttentionIo { q: &qb, out: &ob, partial: &partial, sinks: sinks_b.as_ref() };
+            Attention::new(&gpu, &step.buffer, io, chunk(c, ctx, dtype), heads, keys)
         })
         .collect();
-    let merge = AttentionMerge::new(&gpu, &step.buffer, &partial, &ob, heads, layout.split_len);
+    let merge = AttentionMerge::new(&gpu, &step.buffer, (&partial, &ob), sinks_b.as_ref(), heads, layout.split_len);
     submit(&gpu, |pass| {
         ops.iter().for_each(|op| op.record(&gpu, pass, t, kv_len));
         if is_split(t, kv_len, layout.split_len) {
@@ -121,7 +129,7 @@ fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
     };
     for i in 0..t {
         let out = &mut want[i * q_width..(i + 1) * q_width];
-        refops::attention_with(&q[i * q_width..(i + 1) * q_width], &k, &v, shape, pos + i + 1, out);
+        refops::attention_with(&q[i * q_width..(i + 1) * q_width], &k, &v, shape, pos + i + 1, sinks.as_deref(), out);
     }
     let what = format!("attention {heads:?} T={t} pos={pos} {layout:?}");
     assert_close(&what, &got[..t * q_width], &want, TOL);
@@ -181,7 +189,7 @@ fn split_decode_around_every_split_boundary() {
 
 #[test]
 fn f16_cache_decode_prefill_and_split() {
-    let f16 = Layout { dtype: KvDtype::F16, chunk_heads: usize::MAX, split_len: 64, window: None };
+    let f16 = Layout { dtype: KvDtype::F16, chunk_heads: usize::MAX, split_len: 64, window: None, sinks: false };
     let mut seed = 400;
     for h in [heads(6, 2, 64), heads(4, 1, 128), heads(3, 3, 24)] {
         for (t, pos) in [(1usize, 0usize), (1, 63), (1, 64), (1, 200), (17, 0), (9, 55)] {
@@ -200,7 +208,13 @@ fn cache_split_into_chunks_of_kv_heads() {
         for chunk_heads in [1usize, 2] {
             for (t, pos) in [(1usize, 150usize), (5, 20), (1, 10)] {
                 seed += 1;
-                check(heads(6, 3, 32), t, pos, Layout { dtype, chunk_heads, split_len: 64, window: None }, seed);
+                check(
+                    heads(6, 3, 32),
+                    t,
+                    pos,
+                    Layout { dtype, chunk_heads, split_len: 64, window: None, sinks: false },
+                    seed,
+                );
             }
         }
     }
@@ -217,8 +231,24 @@ fn sliding_window_decode_prefill_and_split() {
         for (t, pos) in [(1usize, 0usize), (1, window - 1), (1, window), (1, 300), (17, 0), (9, 55), (17, 283)] {
             for (dtype, chunk_heads) in [(KvDtype::F32, usize::MAX), (KvDtype::F16, 1)] {
                 seed += 1;
-                let layout = Layout { dtype, chunk_heads, split_len: 64, window: Some(window) };
+                let layout = Layout { dtype, chunk_heads, split_len: 64, window: Some(window), sinks: false };
                 check(heads(6, 2, 40), t, pos, layout, seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_sinks_with_and_without_window() {
+    // gpt-oss's layers: sinks with full attention and with a sliding window; decode single and
+    // split (the merge applies the sink), prefill across tiles; f32 and f16 caches.
+    let mut seed = 700;
+    for window in [None, Some(20)] {
+        for (t, pos) in [(1usize, 0usize), (1, 50), (1, 200), (17, 0), (9, 55)] {
+            for dtype in [KvDtype::F32, KvDtype::F16] {
+                seed += 1;
+                let layout = Layout { dtype, chunk_heads: 1, split_len: 64, window, sinks: true };
+                check(heads(8, 2, 64), t, pos, layout, seed);
             }
         }
     }
@@ -290,7 +320,7 @@ fn mla_absorbed_matches_decompressed_reference() {
         let mut absorbed = vec![0.0f32; t * heads * v];
         for i in 0..t {
             let (qi, out) = (&q[i * heads * qk..(i + 1) * heads * qk], i * heads * v..(i + 1) * heads * v);
-            refops::attention_with(qi, &keys, &values, shape, pos + i + 1, &mut want[out.clone()]);
+            refops::attention_with(qi, &keys, &values, shape, pos + i + 1, None, &mut want[out.clone()]);
             refops::mla_absorbed(qi, &c, &kr, &kv_b, s, pos + i + 1, &mut absorbed[out]);
         }
         let what = format!("mla heads={heads} rank={rank} nope={nope} rope={rope} v={v} T={t} pos={pos}");

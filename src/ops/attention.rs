@@ -59,6 +59,20 @@ pub fn is_split(n_tokens: usize, kv_len: usize, split_len: usize) -> bool {
 /// Queries one single-pass workgroup takes (`QT` in the shader): they share key/value loads.
 const QUERIES_PER_GROUP: usize = 4;
 
+/// The buffers attention reads and writes besides the cache.
+#[derive(Clone, Copy)]
+pub struct AttentionIo<'a> {
+    /// Queries, `[tokens, n_heads * head_dim]` f32.
+    pub q: &'a wgpu::Buffer,
+    /// The single pass's output (same layout as `q`).
+    pub out: &'a wgpu::Buffer,
+    /// The split pass's partials (see [`partial_bytes`]).
+    pub partial: &'a wgpu::Buffer,
+    /// Attention sinks: one f32 logit per query head that joins each softmax's denominator
+    /// (gpt-oss); the split pass leaves them to the merge.
+    pub sinks: Option<&'a wgpu::Buffer>,
+}
+
 /// Attention bound to one KV-cache chunk, in both variants.
 pub struct Attention {
     single: Kernel,
@@ -68,15 +82,13 @@ pub struct Attention {
 }
 
 impl Attention {
-    /// Binds queries `q` (`[tokens, n_heads * head_dim]`) and `chunk`; the single pass writes
-    /// `out` (same layout as `q`), the split pass `partial` (see [`partial_bytes`]); `keys` the
-    /// split length and window.
+    /// Binds `io` and `chunk`; `keys` gives the keys each query sees and the decode split
+    /// length.
     pub fn new(
         gpu: &Gpu,
         step: &wgpu::Buffer,
-        q: &wgpu::Buffer,
+        io: AttentionIo<'_>,
         chunk: KvChunk<'_>,
-        (out, partial): (&wgpu::Buffer, &wgpu::Buffer),
         heads: Heads,
         keys: KeyRange,
     ) -> Attention {
@@ -103,15 +115,20 @@ impl Attention {
         };
         let kernel = |dest: &wgpu::Buffer, split: bool| {
             let mut defines = chunk.dtype.defines().to_vec();
-            if split {
-                defines.push("SPLIT");
+            let mut bindings = vec![io.q.into(), chunk.k.into(), chunk.v.into(), dest.into()];
+            match (split, io.sinks) {
+                (true, _) => defines.push("SPLIT"),
+                (false, Some(sinks)) => {
+                    defines.push("SINKS");
+                    bindings.push(sinks.into());
+                }
+                (false, None) => {}
             }
-            Kernel::new(gpu, "attention", &defines, step, &p, &[q.into(), chunk.k.into(), chunk.v.into(), dest.into()])
-                .with_traffic(traffic)
+            Kernel::new(gpu, "attention", &defines, step, &p, &bindings).with_traffic(traffic)
         };
         Attention {
-            single: kernel(out, false),
-            split: kernel(partial, true),
+            single: kernel(io.out, false),
+            split: kernel(io.partial, true),
             q_heads: chunk.heads * group,
             split_len: keys.split_len,
         }

@@ -77,7 +77,7 @@ fn grouped(
         scale: spec.attention_scale(),
         window: spec.window(layer),
     };
-    attention_with(&q, cache.keys(layer), cache.values(layer), shape, kv_len, &mut attn);
+    attention_with(&q, cache.keys(layer), cache.values(layer), shape, kv_len, None, &mut attn);
     let mut o = vec![0.0f32; h];
     matvec(&w.o.data, h, qd, &attn, &mut o);
     o
@@ -129,7 +129,7 @@ fn mla(
     let shape =
         HeadShape { n_heads: heads, n_kv_heads: heads, k_dim: qk, v_dim: vd, scale: m.softmax_scale, window: None };
     let mut attn = vec![0.0f32; heads * vd];
-    attention_with(&q, cache.keys(layer), cache.values(layer), shape, cache.len(layer), &mut attn);
+    attention_with(&q, cache.keys(layer), cache.values(layer), shape, cache.len(layer), None, &mut attn);
     let mut o = vec![0.0f32; h];
     matvec(&w.o.data, h, heads * vd, &attn, &mut o);
     o

@@ -14,7 +14,7 @@ use super::{Attn, GpuModel};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::{ArchSpec, MlaSpec};
-use crate::ops::attention::{is_split, Attention, Heads, KeyRange};
+use crate::ops::attention::{is_split, Attention, AttentionIo, Heads, KeyRange};
 use crate::ops::kv_store::{KvChunk, KvDtype, KvStore};
 use crate::ops::mla_attention::{LatentCache, MlaAttention, MlaIo};
 
@@ -221,15 +221,9 @@ impl GpuModel {
                     heads.n_kv_heads,
                     (heads.head_dim, heads.head_dim),
                 );
-                let attention = Attention::new(
-                    gpu,
-                    &self.step.buffer,
-                    &acts.q,
-                    chunk,
-                    (&acts.attn, &acts.attn_partial),
-                    heads,
-                    KeyRange { split_len: self.split_len, window },
-                );
+                let io = AttentionIo { q: &acts.q, out: &acts.attn, partial: &acts.attn_partial, sinks: None };
+                let keys = KeyRange { split_len: self.split_len, window };
+                let attention = Attention::new(gpu, &self.step.buffer, io, chunk, heads, keys);
                 GroupedChunk { store, attention, _k: k, _v: v }
             })
             .collect();
