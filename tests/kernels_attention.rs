@@ -174,9 +174,18 @@ fn attention_head_dim_256() {
 #[test]
 fn split_decode_around_every_split_boundary() {
     // Split lengths of 64 and 128 keys: kv lengths one below, at and one above 1, 2, 3 and 5
-    // splits (one split runs the single pass; more run split + merge).
+    // splits (one split runs the single pass; more run split + merge). The split pass runs a
+    // KV head's query heads four at a time: groups of 3, 4, 1, 6 (a set of 4 and one of 2)
+    // and 8.
     let mut seed = 300;
-    for (split_len, h) in [(64usize, heads(6, 2, 64)), (128, heads(4, 1, 40)), (64, heads(3, 3, 256))] {
+    let cases = [
+        (64usize, heads(6, 2, 64)),
+        (128, heads(4, 1, 40)),
+        (64, heads(3, 3, 256)),
+        (64, heads(12, 2, 32)),
+        (128, heads(8, 1, 64)),
+    ];
+    for (split_len, h) in cases {
         for splits in [1usize, 2, 3, 5] {
             for kv_len in [splits * split_len - 1, splits * split_len, splits * split_len + 1] {
                 seed += 1;
@@ -202,19 +211,16 @@ fn f16_cache_decode_prefill_and_split() {
 #[test]
 fn cache_split_into_chunks_of_kv_heads() {
     // One or two KV heads per buffer (as when a long context exceeds the binding limit), f32
-    // and f16, single pass and split.
+    // and f16, single pass and split, groups of 2 and 6.
     let mut seed = 500;
     for dtype in [KvDtype::F32, KvDtype::F16] {
         for chunk_heads in [1usize, 2] {
             for (t, pos) in [(1usize, 150usize), (5, 20), (1, 10)] {
                 seed += 1;
-                check(
-                    heads(6, 3, 32),
-                    t,
-                    pos,
-                    Layout { dtype, chunk_heads, split_len: 64, window: None, sinks: false },
-                    seed,
-                );
+                let layout = Layout { dtype, chunk_heads, split_len: 64, window: None, sinks: false };
+                check(heads(6, 3, 32), t, pos, layout, seed);
+                // Groups of 6 query heads per KV head (split: a set of 4 and one of 2).
+                check(heads(18, 3, 32), t, pos, layout, seed + 1000);
             }
         }
     }

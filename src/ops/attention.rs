@@ -56,7 +56,8 @@ pub fn is_split(n_tokens: usize, kv_len: usize, split_len: usize) -> bool {
     n_tokens == 1 && kv_len > split_len
 }
 
-/// Queries one single-pass workgroup takes (`QT` in the shader): they share key/value loads.
+/// Queries one workgroup takes (`QT` in the shader): they share key/value loads. Tokens of one
+/// head in the single pass; query heads of one KV head's group in the split pass (GQA).
 const QUERIES_PER_GROUP: usize = 4;
 
 /// The buffers attention reads and writes besides the cache.
@@ -77,7 +78,10 @@ pub struct AttentionIo<'a> {
 pub struct Attention {
     single: Kernel,
     split: Kernel,
+    /// Single-pass workgroups per `QUERIES_PER_GROUP` tokens: the chunk's query heads.
     q_heads: usize,
+    /// Split-pass workgroups per split: per KV head, its query heads `QUERIES_PER_GROUP` at a time.
+    head_sets: usize,
     split_len: usize,
 }
 
@@ -130,6 +134,7 @@ impl Attention {
             single: kernel(io.out, false),
             split: kernel(io.partial, true),
             q_heads: chunk.heads * group,
+            head_sets: chunk.heads * group.div_ceil(QUERIES_PER_GROUP),
             split_len: keys.split_len,
         }
     }
@@ -139,7 +144,7 @@ impl Attention {
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize, kv_len: usize) {
         let max = gpu.caps.max_workgroups_per_dim;
         if is_split(n_tokens, kv_len, self.split_len) {
-            self.split.dispatch(pass, (kv_len.div_ceil(self.split_len) * self.q_heads) as u32, max);
+            self.split.dispatch(pass, (kv_len.div_ceil(self.split_len) * self.head_sets) as u32, max);
         } else {
             self.single.dispatch(pass, (n_tokens.div_ceil(QUERIES_PER_GROUP) * self.q_heads) as u32, max);
         }
