@@ -1,7 +1,8 @@
 // Second pass of split (flash-decoding) attention for one token: merges the partials that
 // attention's SPLIT variant left per (split, head) — max m_s, sum l_s, accumulator a_s — into
 // out = Σ a_s·e^(m_s−M) / Σ l_s·e^(m_s−M), M = max m_s. One workgroup per query head; the
-// splits are ceil(step.kv_len / split_len).
+// splits are ceil(step.kv_len / split_len). SINKS: the head's sink logit joins M and the
+// denominator (l += e^(sink−M)) and adds no value.
 //#include common
 
 struct Params {
@@ -13,6 +14,9 @@ struct Params {
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> partial: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+//#if SINKS
+@group(0) @binding(4) var<storage, read> sinks: array<f32>;
+//#endif
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -26,7 +30,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var s = 0u; s < n_splits; s++) {
         big_m = max(big_m, partial[(s * p.n_heads + h) * stride]);
     }
+//#if SINKS
+    big_m = max(big_m, sinks[h]);
+    var l = exp(sinks[h] - big_m);
+//#else
     var l = 0.0;
+//#endif
     for (var s = 0u; s < n_splits; s++) {
         let base = (s * p.n_heads + h) * stride;
         l += partial[base + 1u] * exp(partial[base] - big_m);

@@ -1,6 +1,6 @@
 //! `moestream info` prints the KV-cache bytes per token: for MLA the latent
 //! (`kv_lora_rank + qk_rope_head_dim` f32 values per layer), for grouped attention every key and
-//! value head (in the `--kv-dtype`, f16 by default, or f32).
+//! value head (in the `--kv-dtype`, f16 by default, or f32); and each layer's sliding window.
 
 use std::path::Path;
 
@@ -30,6 +30,14 @@ fn kv_bytes_per_token_by_attention_kind() {
     let glm = info("glm4_moe");
     assert_eq!(glm["kv_bytes_per_token_f32"], 2 * 2 * 16 * 4 * 3);
     assert_eq!(glm["kv_bytes_per_token_f16"], 2 * 2 * 16 * 2 * 3);
+}
+
+#[test]
+fn sliding_windows_per_layer() {
+    // Qwen2's rule without layer_types: layers from max_window_layers (1) on; Mixtral: all.
+    assert_eq!(info("qwen2_swa")["spec"]["layer_windows"], serde_json::json!([null, 12, 12]));
+    assert_eq!(info("mixtral_swa")["spec"]["layer_windows"], serde_json::json!([16, 16]));
+    assert!(info("mixtral")["spec"].get("layer_windows").is_none(), "no windows, no field");
 }
 
 /// DeepSeek-V2-Lite's hub config (transformers-4 layout, YaRN to 160K) parses, and its latent

@@ -2,8 +2,11 @@
 //! by `kv_store` (head-major chunks, f32 or f16): decode (T = 1) single-pass and split-K
 //! (flash-decoding: partials merged by `attention_merge`) at kv lengths on both sides of every
 //! split boundary, prefill (T > 1) at offsets crossing the 64-key tiles, head_dim 24..256, GQA,
-//! MQA, MHA, and caches split into chunks of KV heads. Cache rows past the last visible key hold
-//! NaN, so reading them (a causality bug) poisons the output.
+//! MQA, MHA, and caches split into chunks of KV heads; sliding windows (a query sees its last
+//! `window` keys) in every variant. Cache rows past the last visible key, and rows before the
+//! first key any query of the step sees through its window, hold NaN, so reading them (a
+//! causality or window bug) poisons the output. Attention sinks (gpt-oss: a per-head logit in
+//! every softmax's denominator) in the single pass and in the split merge.
 //!
 //! Tolerance: |Δ| ≤ 1e-4·(1+|ref|) per element (online softmax over tiles and splits vs a
 //! two-pass f32 softmax with an f64 sum). With an f16 cache the reference reads the same
@@ -13,7 +16,7 @@ mod common;
 
 use common::{assert_close, gpu, read_f32, submit, upload_f32, Rng};
 use moestream::gpu::StepUniform;
-use moestream::ops::attention::{is_split, partial_bytes, Attention, Heads};
+use moestream::ops::attention::{is_split, partial_bytes, Attention, AttentionIo, Heads, KeyRange};
 use moestream::ops::attention_merge::AttentionMerge;
 use moestream::ops::kv_store::{KvChunk, KvStore};
 use moestream::ops::KvDtype;
@@ -28,9 +31,12 @@ struct Layout {
     /// KV heads per chunk.
     chunk_heads: usize,
     split_len: usize,
+    window: Option<usize>,
+    /// One sink logit per query head.
+    sinks: bool,
 }
 
-const F32: Layout = Layout { dtype: KvDtype::F32, chunk_heads: usize::MAX, split_len: 256 };
+const F32: Layout = Layout { dtype: KvDtype::F32, chunk_heads: usize::MAX, split_len: 256, window: None, sinks: false };
 
 fn round_f16(x: &mut [f32]) {
     for v in x.iter_mut() {
@@ -56,10 +62,19 @@ fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
     for x in k[kv_len * kv_width..].iter_mut().chain(v[kv_len * kv_width..].iter_mut()) {
         *x = f32::NAN;
     }
+    // Before the window of the step's first query: never read.
+    let unseen = layout.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    for x in k[..unseen * kv_width].iter_mut().chain(v[..unseen * kv_width].iter_mut()) {
+        *x = f32::NAN;
+    }
+
+    // Sinks from well below to well above the scores, so either may hold the softmax's max.
+    let sinks = layout.sinks.then(|| rng.vec(n_heads, -4.0, 8.0));
 
     let gpu = gpu();
     let step = StepUniform::new(&gpu);
     let qb = upload_f32(&gpu, &q);
+    let sinks_b = sinks.as_deref().map(|x| upload_f32(&gpu, x));
     let kb = upload_f32(&gpu, &k);
     let vb = upload_f32(&gpu, &v);
     let ob = upload_f32(&gpu, &vec![-555.0; (t + 1) * q_width]);
@@ -89,10 +104,12 @@ fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
     let ops: Vec<_> = caches
         .iter()
         .map(|c| {
-            Attention::new(&gpu, &step.buffer, &qb, chunk(c, ctx, dtype), (&ob, &partial), heads, layout.split_len)
+            let keys = KeyRange { split_len: layout.split_len, window: layout.window };
+            let io = AttentionIo { q: &qb, out: &ob, partial: &partial, sinks: sinks_b.as_ref() };
+            Attention::new(&gpu, &step.buffer, io, chunk(c, ctx, dtype), heads, keys)
         })
         .collect();
-    let merge = AttentionMerge::new(&gpu, &step.buffer, &partial, &ob, heads, layout.split_len);
+    let merge = AttentionMerge::new(&gpu, &step.buffer, (&partial, &ob), sinks_b.as_ref(), heads, layout.split_len);
     submit(&gpu, |pass| {
         ops.iter().for_each(|op| op.record(&gpu, pass, t, kv_len));
         if is_split(t, kv_len, layout.split_len) {
@@ -102,17 +119,17 @@ fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
     let got = read_f32(&gpu, &ob, (t + 1) * q_width);
 
     let mut want = vec![0.0f32; t * q_width];
+    let shape = refops::HeadShape {
+        n_heads,
+        n_kv_heads,
+        k_dim: hd,
+        v_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+        window: layout.window,
+    };
     for i in 0..t {
-        refops::attention(
-            &q[i * q_width..(i + 1) * q_width],
-            &k,
-            &v,
-            n_heads,
-            n_kv_heads,
-            hd,
-            pos + i + 1,
-            &mut want[i * q_width..(i + 1) * q_width],
-        );
+        let out = &mut want[i * q_width..(i + 1) * q_width];
+        refops::attention_with(&q[i * q_width..(i + 1) * q_width], &k, &v, shape, pos + i + 1, sinks.as_deref(), out);
     }
     let what = format!("attention {heads:?} T={t} pos={pos} {layout:?}");
     assert_close(&what, &got[..t * q_width], &want, TOL);
@@ -157,9 +174,18 @@ fn attention_head_dim_256() {
 #[test]
 fn split_decode_around_every_split_boundary() {
     // Split lengths of 64 and 128 keys: kv lengths one below, at and one above 1, 2, 3 and 5
-    // splits (one split runs the single pass; more run split + merge).
+    // splits (one split runs the single pass; more run split + merge). The split pass runs a
+    // KV head's query heads four at a time: groups of 3, 4, 1, 6 (a set of 4 and one of 2)
+    // and 8.
     let mut seed = 300;
-    for (split_len, h) in [(64usize, heads(6, 2, 64)), (128, heads(4, 1, 40)), (64, heads(3, 3, 256))] {
+    let cases = [
+        (64usize, heads(6, 2, 64)),
+        (128, heads(4, 1, 40)),
+        (64, heads(3, 3, 256)),
+        (64, heads(12, 2, 32)),
+        (128, heads(8, 1, 64)),
+    ];
+    for (split_len, h) in cases {
         for splits in [1usize, 2, 3, 5] {
             for kv_len in [splits * split_len - 1, splits * split_len, splits * split_len + 1] {
                 seed += 1;
@@ -172,7 +198,7 @@ fn split_decode_around_every_split_boundary() {
 
 #[test]
 fn f16_cache_decode_prefill_and_split() {
-    let f16 = Layout { dtype: KvDtype::F16, chunk_heads: usize::MAX, split_len: 64 };
+    let f16 = Layout { dtype: KvDtype::F16, chunk_heads: usize::MAX, split_len: 64, window: None, sinks: false };
     let mut seed = 400;
     for h in [heads(6, 2, 64), heads(4, 1, 128), heads(3, 3, 24)] {
         for (t, pos) in [(1usize, 0usize), (1, 63), (1, 64), (1, 200), (17, 0), (9, 55)] {
@@ -185,13 +211,50 @@ fn f16_cache_decode_prefill_and_split() {
 #[test]
 fn cache_split_into_chunks_of_kv_heads() {
     // One or two KV heads per buffer (as when a long context exceeds the binding limit), f32
-    // and f16, single pass and split.
+    // and f16, single pass and split, groups of 2 and 6.
     let mut seed = 500;
     for dtype in [KvDtype::F32, KvDtype::F16] {
         for chunk_heads in [1usize, 2] {
             for (t, pos) in [(1usize, 150usize), (5, 20), (1, 10)] {
                 seed += 1;
-                check(heads(6, 3, 32), t, pos, Layout { dtype, chunk_heads, split_len: 64 }, seed);
+                let layout = Layout { dtype, chunk_heads, split_len: 64, window: None, sinks: false };
+                check(heads(6, 3, 32), t, pos, layout, seed);
+                // Groups of 6 query heads per KV head (split: a set of 4 and one of 2).
+                check(heads(18, 3, 32), t, pos, layout, seed + 1000);
+            }
+        }
+    }
+}
+
+#[test]
+fn sliding_window_decode_prefill_and_split() {
+    // Windows of 1 (only the query's own key), 7, 64 and 100 keys: decode before, at and past
+    // the window, split decode with the window inside one split and across splits (splits
+    // wholly before it contribute nothing), prefill with the window edge inside a tile and
+    // the step's queries starting at different keys; f32 and f16 caches, chunked KV heads.
+    let mut seed = 600;
+    for window in [1usize, 7, 64, 100] {
+        for (t, pos) in [(1usize, 0usize), (1, window - 1), (1, window), (1, 300), (17, 0), (9, 55), (17, 283)] {
+            for (dtype, chunk_heads) in [(KvDtype::F32, usize::MAX), (KvDtype::F16, 1)] {
+                seed += 1;
+                let layout = Layout { dtype, chunk_heads, split_len: 64, window: Some(window), sinks: false };
+                check(heads(6, 2, 40), t, pos, layout, seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_sinks_with_and_without_window() {
+    // gpt-oss's layers: sinks with full attention and with a sliding window; decode single and
+    // split (the merge applies the sink), prefill across tiles; f32 and f16 caches.
+    let mut seed = 700;
+    for window in [None, Some(20)] {
+        for (t, pos) in [(1usize, 0usize), (1, 50), (1, 200), (17, 0), (9, 55)] {
+            for dtype in [KvDtype::F32, KvDtype::F16] {
+                seed += 1;
+                let layout = Layout { dtype, chunk_heads: 1, split_len: 64, window, sinks: true };
+                check(heads(8, 2, 64), t, pos, layout, seed);
             }
         }
     }
@@ -270,12 +333,13 @@ fn mla_absorbed_matches_decompressed_reference() {
         let got = read_f32(&gpu, &ob, t * heads * v);
 
         let (keys, values) = decompress(&c, &kr, &kv_b, s, len);
-        let shape = refops::HeadShape { n_heads: heads, n_kv_heads: heads, k_dim: qk, v_dim: v, scale: s.scale };
+        let shape =
+            refops::HeadShape { n_heads: heads, n_kv_heads: heads, k_dim: qk, v_dim: v, scale: s.scale, window: None };
         let mut want = vec![0.0f32; t * heads * v];
         let mut absorbed = vec![0.0f32; t * heads * v];
         for i in 0..t {
             let (qi, out) = (&q[i * heads * qk..(i + 1) * heads * qk], i * heads * v..(i + 1) * heads * v);
-            refops::attention_with(qi, &keys, &values, shape, pos + i + 1, &mut want[out.clone()]);
+            refops::attention_with(qi, &keys, &values, shape, pos + i + 1, None, &mut want[out.clone()]);
             refops::mla_absorbed(qi, &c, &kr, &kv_b, s, pos + i + 1, &mut absorbed[out]);
         }
         let what = format!("mla heads={heads} rank={rank} nope={nope} rope={rope} v={v} T={t} pos={pos} {dtype:?}");

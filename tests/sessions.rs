@@ -40,9 +40,10 @@ fn converse(e: &Engine, session: &mut Session, turns: &[(&[u32], usize)]) -> Vec
 
 #[test]
 fn three_calls_equal_one_call() {
-    // Grouped attention (dense and MoE) and MLA (DeepSeek-V3: compressed queries, the latent
-    // cache a per-session state like grouped K/V).
-    for fixture in ["llama", "mixtral", "deepseek_v3"] {
+    // Grouped attention (dense and MoE, full and with a 16-key sliding window that every call
+    // crosses) and MLA (DeepSeek-V3: compressed queries, the latent cache a per-session state
+    // like grouped K/V).
+    for fixture in ["llama", "mixtral", "mixtral_swa", "deepseek_v3"] {
         let e = engine(fixture);
         let vocab = e.spec().vocab;
         // Chunks longer than the prefill batch (64) and turns with generated tokens between.
@@ -75,22 +76,25 @@ fn three_calls_equal_one_call() {
 
 #[test]
 fn truncate_and_regenerate_equals_a_fresh_run() {
-    let e = engine("qwen3");
-    let p = prompt(7, 90, e.spec().vocab);
-    let mut s = e.new_session().unwrap();
-    let first = e.generate_in(&mut s, &p, &greedy(8), |_, _| true).unwrap().tokens;
-    // Roll back to the prompt: the same answer again, from the cache.
-    s.truncate(p.len());
-    assert_eq!(s.tokens(), &p[..]);
-    let again = e.generate_in(&mut s, &[], &greedy(8), |_, _| true).unwrap();
-    assert_eq!(again.tokens, first);
-    assert_eq!(again.stats.reused_tokens, p.len() - 1);
-    // Roll back into the prompt and append a different ending.
-    s.truncate(50);
-    let ending = prompt(8, 20, e.spec().vocab);
-    let edited = e.generate_in(&mut s, &ending, &greedy(8), |_, _| true).unwrap().tokens;
-    let fresh = e.generate(&[&p[..50], &ending].concat(), &greedy(8), |_, _| true).unwrap().tokens;
-    assert_eq!(edited, fresh);
+    // Full attention, and windowed layers (12 keys) whose window the rollback point lies past.
+    for fixture in ["qwen3", "qwen2_swa"] {
+        let e = engine(fixture);
+        let p = prompt(7, 90, e.spec().vocab);
+        let mut s = e.new_session().unwrap();
+        let first = e.generate_in(&mut s, &p, &greedy(8), |_, _| true).unwrap().tokens;
+        // Roll back to the prompt: the same answer again, from the cache.
+        s.truncate(p.len());
+        assert_eq!(s.tokens(), &p[..]);
+        let again = e.generate_in(&mut s, &[], &greedy(8), |_, _| true).unwrap();
+        assert_eq!(again.tokens, first, "{fixture}");
+        assert_eq!(again.stats.reused_tokens, p.len() - 1);
+        // Roll back into the prompt and append a different ending.
+        s.truncate(50);
+        let ending = prompt(8, 20, e.spec().vocab);
+        let edited = e.generate_in(&mut s, &ending, &greedy(8), |_, _| true).unwrap().tokens;
+        let fresh = e.generate(&[&p[..50], &ending].concat(), &greedy(8), |_, _| true).unwrap().tokens;
+        assert_eq!(edited, fresh, "{fixture}");
+    }
 }
 
 #[test]

@@ -83,6 +83,11 @@ pub fn run(a: InfoArgs) -> Result<()> {
             spec.max_positions,
             (kv_f16 * spec.max_positions as u64) >> 20
         );
+        let windowed: Vec<String> =
+            (0..spec.layers).filter_map(|i| spec.window(i).map(|w| format!("{i}: {w}"))).collect();
+        if !windowed.is_empty() {
+            println!("sliding window    keys per layer {} (the cache keeps every position)", windowed.join(", "));
+        }
         if let Some(m) = &spec.moe {
             println!(
                 "experts           {} per layer, top-{}, intermediate {}",

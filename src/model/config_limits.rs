@@ -94,6 +94,16 @@ impl ArchSpec {
                 format!("one entry per layer ({})", self.layers),
             ));
         }
+        if !self.layer_windows.is_empty() && self.layer_windows.len() != self.layers {
+            return Err(out_of_range(
+                "layer_windows",
+                self.layer_windows.len(),
+                format!("none or one entry per layer ({})", self.layers),
+            ));
+        }
+        if self.layer_windows.contains(&Some(0)) {
+            return Err(out_of_range("sliding_window", 0, "≥ 1".into()));
+        }
         if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
             return Err(out_of_range("rms_norm_eps", self.rms_eps, "a finite value ≥ 0".into()));
         }

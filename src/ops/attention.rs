@@ -20,6 +20,16 @@ pub struct Heads {
     pub head_dim: usize,
 }
 
+/// Which cached keys a query attends and how a decode step shares them out.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyRange {
+    /// Keys per split of split-K decode (see [`split_len`]).
+    pub split_len: usize,
+    /// Sliding window: a query sees its last `window` keys, its own included; `None`: every
+    /// earlier key.
+    pub window: Option<usize>,
+}
+
 /// Fewest keys one decode workgroup handles: below this, splitting costs more in the merge
 /// than it gains in parallelism.
 pub const MIN_SPLIT_LEN: usize = 256;
@@ -46,28 +56,45 @@ pub fn is_split(n_tokens: usize, kv_len: usize, split_len: usize) -> bool {
     n_tokens == 1 && kv_len > split_len
 }
 
-/// Queries one single-pass workgroup takes (`QT` in the shader): they share key/value loads.
+/// Queries one workgroup takes (`QT` in the shader): they share key/value loads. Tokens of one
+/// head in the single pass; query heads of one KV head's group in the split pass (GQA).
 const QUERIES_PER_GROUP: usize = 4;
+
+/// The buffers attention reads and writes besides the cache.
+#[derive(Clone, Copy)]
+pub struct AttentionIo<'a> {
+    /// Queries, `[tokens, n_heads * head_dim]` f32.
+    pub q: &'a wgpu::Buffer,
+    /// The single pass's output (same layout as `q`).
+    pub out: &'a wgpu::Buffer,
+    /// The split pass's partials (see [`partial_bytes`]).
+    pub partial: &'a wgpu::Buffer,
+    /// Attention sinks: one f32 logit per query head that joins each softmax's denominator
+    /// (gpt-oss); the split pass leaves them to the merge.
+    pub sinks: Option<&'a wgpu::Buffer>,
+}
 
 /// Attention bound to one KV-cache chunk, in both variants.
 pub struct Attention {
     single: Kernel,
     split: Kernel,
+    /// Single-pass workgroups per `QUERIES_PER_GROUP` tokens: the chunk's query heads.
     q_heads: usize,
+    /// Split-pass workgroups per split: per KV head, its query heads `QUERIES_PER_GROUP` at a time.
+    head_sets: usize,
     split_len: usize,
 }
 
 impl Attention {
-    /// Binds queries `q` (`[tokens, n_heads * head_dim]`) and `chunk`; the single pass writes
-    /// `out` (same layout as `q`), the split pass `partial` (see [`partial_bytes`]).
+    /// Binds `io` and `chunk`; `keys` gives the keys each query sees and the decode split
+    /// length.
     pub fn new(
         gpu: &Gpu,
         step: &wgpu::Buffer,
-        q: &wgpu::Buffer,
+        io: AttentionIo<'_>,
         chunk: KvChunk<'_>,
-        (out, partial): (&wgpu::Buffer, &wgpu::Buffer),
         heads: Heads,
-        split_len: usize,
+        keys: KeyRange,
     ) -> Attention {
         assert!(heads.head_dim <= 256 && heads.head_dim.is_multiple_of(2), "head_dim is checked at load");
         let group = heads.n_heads / heads.n_kv_heads;
@@ -80,7 +107,8 @@ impl Attention {
             chunk.kv_head0 as u32,
             chunk.heads as u32,
             chunk.context as u32,
-            split_len as u32,
+            keys.split_len as u32,
+            keys.window.map_or(0, |w| w.min(u32::MAX as usize) as u32),
         ]);
         // Per cached position the chunk's keys and values in the cache's element type; per query
         // token its query and output (the split pass writes partials instead, about as many).
@@ -91,13 +119,24 @@ impl Attention {
         };
         let kernel = |dest: &wgpu::Buffer, split: bool| {
             let mut defines = chunk.dtype.defines().to_vec();
-            if split {
-                defines.push("SPLIT");
+            let mut bindings = vec![io.q.into(), chunk.k.into(), chunk.v.into(), dest.into()];
+            match (split, io.sinks) {
+                (true, _) => defines.push("SPLIT"),
+                (false, Some(sinks)) => {
+                    defines.push("SINKS");
+                    bindings.push(sinks.into());
+                }
+                (false, None) => {}
             }
-            Kernel::new(gpu, "attention", &defines, step, &p, &[q.into(), chunk.k.into(), chunk.v.into(), dest.into()])
-                .with_traffic(traffic)
+            Kernel::new(gpu, "attention", &defines, step, &p, &bindings).with_traffic(traffic)
         };
-        Attention { single: kernel(out, false), split: kernel(partial, true), q_heads: chunk.heads * group, split_len }
+        Attention {
+            single: kernel(io.out, false),
+            split: kernel(io.partial, true),
+            q_heads: chunk.heads * group,
+            head_sets: chunk.heads * group.div_ceil(QUERIES_PER_GROUP),
+            split_len: keys.split_len,
+        }
     }
 
     /// Records attention for `n_tokens` queries, the last one seeing `kv_len` keys; split
@@ -105,7 +144,7 @@ impl Attention {
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize, kv_len: usize) {
         let max = gpu.caps.max_workgroups_per_dim;
         if is_split(n_tokens, kv_len, self.split_len) {
-            self.split.dispatch(pass, (kv_len.div_ceil(self.split_len) * self.q_heads) as u32, max);
+            self.split.dispatch(pass, (kv_len.div_ceil(self.split_len) * self.head_sets) as u32, max);
         } else {
             self.single.dispatch(pass, (n_tokens.div_ceil(QUERIES_PER_GROUP) * self.q_heads) as u32, max);
         }

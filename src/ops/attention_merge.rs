@@ -13,12 +13,13 @@ pub struct AttentionMerge {
 }
 
 impl AttentionMerge {
-    /// Binds `partial` (written by [`super::attention::Attention`]'s split pass) and `out` (`[1, n_heads * head_dim]`).
+    /// Binds `partial` (written by [`super::attention::Attention`]'s split pass), `out`
+    /// (`[1, n_heads * head_dim]`) and the heads' attention sinks when the model has them.
     pub fn new(
         gpu: &Gpu,
         step: &wgpu::Buffer,
-        partial: &wgpu::Buffer,
-        out: &wgpu::Buffer,
+        (partial, out): (&wgpu::Buffer, &wgpu::Buffer),
+        sinks: Option<&wgpu::Buffer>,
         heads: Heads,
         split_len: usize,
     ) -> Self {
@@ -31,8 +32,13 @@ impl AttentionMerge {
             per_token: 0,
             per_position: row / split_len.max(1) as u64,
         };
-        let kernel =
-            Kernel::new(gpu, "attention_merge", &[], step, &p, &[partial.into(), out.into()]).with_traffic(traffic);
+        let kernel = match sinks {
+            Some(sinks) => {
+                Kernel::new(gpu, "attention_merge", &["SINKS"], step, &p, &[partial.into(), out.into(), sinks.into()])
+            }
+            None => Kernel::new(gpu, "attention_merge", &[], step, &p, &[partial.into(), out.into()]),
+        }
+        .with_traffic(traffic);
         AttentionMerge { kernel, n_heads: heads.n_heads }
     }
 

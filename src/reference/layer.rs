@@ -1,7 +1,7 @@
 //! One decoder layer of the reference forward pass: attention block, then FFN block.
 
 use super::kv_cache::KvCache;
-use super::ops::{add_bias, attention, attention_with, matvec, rms_norm, rope, route, sigmoid, swiglu_mlp, HeadShape};
+use super::ops::{add_bias, attention_with, matvec, rms_norm, rope, route, sigmoid, swiglu_mlp, HeadShape};
 use crate::model::layer_weights::{
     AttentionBlock, AttentionWeights, LayerWeights, MlaQuery, MlaWeights, MlpWeights, MLA_NORM_EPS,
 };
@@ -69,7 +69,15 @@ fn grouped(
     cache.push(layer, &k, &v);
     let kv_len = cache.len(layer);
     let mut attn = vec![0.0f32; qd];
-    attention(&q, cache.keys(layer), cache.values(layer), spec.heads, spec.kv_heads, hd, kv_len, &mut attn);
+    let shape = HeadShape {
+        n_heads: spec.heads,
+        n_kv_heads: spec.kv_heads,
+        k_dim: hd,
+        v_dim: hd,
+        scale: spec.attention_scale(),
+        window: spec.window(layer),
+    };
+    attention_with(&q, cache.keys(layer), cache.values(layer), shape, kv_len, None, &mut attn);
     let mut o = vec![0.0f32; h];
     matvec(&w.o.data, h, qd, &attn, &mut o);
     o
@@ -118,9 +126,10 @@ fn mla(
         values.extend_from_slice(&blk[nope..]);
     }
     cache.push(layer, &keys, &values);
-    let shape = HeadShape { n_heads: heads, n_kv_heads: heads, k_dim: qk, v_dim: vd, scale: m.softmax_scale };
+    let shape =
+        HeadShape { n_heads: heads, n_kv_heads: heads, k_dim: qk, v_dim: vd, scale: m.softmax_scale, window: None };
     let mut attn = vec![0.0f32; heads * vd];
-    attention_with(&q, cache.keys(layer), cache.values(layer), shape, cache.len(layer), &mut attn);
+    attention_with(&q, cache.keys(layer), cache.values(layer), shape, cache.len(layer), None, &mut attn);
     let mut o = vec![0.0f32; h];
     matvec(&w.o.data, h, heads * vd, &attn, &mut o);
     o

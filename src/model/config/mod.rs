@@ -1,12 +1,14 @@
 //! Parsing Hugging Face `config.json` into one architecture description, with its parameter
 //! blocks in their own files: [`rope`] (RoPE base, scaling, rotary width, pair layout),
-//! [`attention`] (grouped vs multi-head latent attention), [`routing`] (the router's rule).
+//! [`attention`] (grouped vs multi-head latent attention), [`routing`] (the router's rule),
+//! [`window`] (which layers attend through a sliding window).
 
 mod attention;
 mod fields;
 mod moe;
 mod rope;
 mod routing;
+mod window;
 
 use std::path::Path;
 
@@ -130,6 +132,10 @@ pub struct ArchSpec {
     pub moe_layers: Vec<bool>,
     /// End-of-sequence token ids.
     pub eos_token_ids: Vec<u32>,
+    /// Each layer's sliding window (a query sees its last `window` keys, its own included;
+    /// `None`: every earlier key); empty when no layer is windowed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layer_windows: Vec<Option<usize>>,
 }
 
 fn eos_ids(cfg: &Value) -> Vec<u32> {
@@ -195,9 +201,6 @@ impl ArchSpec {
         if get(cfg, "clip_qkv").is_some() {
             return Err(Error::UnsupportedConfig("clip_qkv is not supported".into()));
         }
-        if family == Family::Mixtral && get(cfg, "sliding_window").is_some() {
-            log::warn!("sliding_window is ignored: attention is full-context (exact up to the window)");
-        }
         let vocab = usize_field(cfg, "vocab_size")?;
         if vocab == 0 {
             return Err(Error::UnsupportedConfig("vocab_size must be positive".into()));
@@ -261,6 +264,7 @@ impl ArchSpec {
             moe,
             moe_layers,
             eos_token_ids: eos_ids(cfg),
+            layer_windows: window::parse(cfg, family, layers)?,
         };
         spec.check_limits()?;
         Ok(spec)
@@ -307,6 +311,11 @@ impl ArchSpec {
     /// Bytes of one routed expert's gate, up and down weights at `bytes_per_weight` (2 for f16).
     pub fn expert_params(&self) -> usize {
         self.moe.as_ref().map_or(0, |m| 3 * self.hidden * m.expert_intermediate)
+    }
+
+    /// Layer `i`'s sliding window, `None` for full causal attention.
+    pub fn window(&self, i: usize) -> Option<usize> {
+        self.layer_windows.get(i).copied().flatten()
     }
 
     /// Whether layer `i` runs routed experts.

@@ -14,7 +14,7 @@ use super::{Attn, GpuModel};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::{ArchSpec, MlaSpec};
-use crate::ops::attention::{is_split, Attention, Heads};
+use crate::ops::attention::{is_split, Attention, AttentionIo, Heads, KeyRange};
 use crate::ops::kv_store::{KvChunk, KvDtype, KvStore};
 use crate::ops::mla_attention::{LatentCache, MlaAttention, MlaIo};
 
@@ -186,18 +186,21 @@ impl GpuModel {
         let layers = self
             .layers
             .iter()
-            .map(|layer| match &layer.attn {
+            .enumerate()
+            .map(|(i, layer)| match &layer.attn {
                 Attn::Mla(a) => {
                     LayerCache::Mla(self.mla_cache(spec.mla().expect("MLA layers imply an MLA spec"), &a.kv_b))
                 }
-                Attn::Grouped(_) => LayerCache::Grouped(self.grouped_cache(per_chunk)),
+                Attn::Grouped(_) => LayerCache::Grouped(self.grouped_cache(per_chunk, spec.window(i))),
             })
             .collect();
         Ok(SequenceCache { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), layers, bytes, ledger: self.kv_ledger.clone() })
     }
 
-    /// One grouped layer's cache, `per_chunk` KV heads per chunk.
-    fn grouped_cache(&self, per_chunk: usize) -> GroupedCache {
+    /// One grouped layer's cache, `per_chunk` KV heads per chunk, its attention seeing the last
+    /// `window` keys when set. The cache keeps every position (windowed layers too), so
+    /// rolling a session back never needs keys a ring would have overwritten.
+    fn grouped_cache(&self, per_chunk: usize, window: Option<usize>) -> GroupedCache {
         let gpu = &*self.gpu;
         let (context, dtype) = (self.options.context, self.options.kv_dtype);
         let heads = self.heads();
@@ -218,15 +221,9 @@ impl GpuModel {
                     heads.n_kv_heads,
                     (heads.head_dim, heads.head_dim),
                 );
-                let attention = Attention::new(
-                    gpu,
-                    &self.step.buffer,
-                    &acts.q,
-                    chunk,
-                    (&acts.attn, &acts.attn_partial),
-                    heads,
-                    self.split_len,
-                );
+                let io = AttentionIo { q: &acts.q, out: &acts.attn, partial: &acts.attn_partial, sinks: None };
+                let keys = KeyRange { split_len: self.split_len, window };
+                let attention = Attention::new(gpu, &self.step.buffer, io, chunk, heads, keys);
                 GroupedChunk { store, attention, _k: k, _v: v }
             })
             .collect();

@@ -669,7 +669,8 @@ impl GpuModel {
             TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
         let readback = Readback::new(&gpu, f(spec.vocab.max(b)));
         let routing_readback = Readback::new(&gpu, f(b * top_k));
-        let attention_merge = AttentionMerge::new(&gpu, &step.buffer, &acts.attn_partial, &acts.attn, heads, split_len);
+        let attention_merge =
+            AttentionMerge::new(&gpu, &step.buffer, (&acts.attn_partial, &acts.attn), None, heads, split_len);
         let Builder { mut buffers, matrices, lora, .. } = bld;
         buffers.extend(lora.map(|l| l.tmp));
         buffers.push(cos);

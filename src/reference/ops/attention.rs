@@ -17,6 +17,9 @@ pub struct HeadShape {
     pub v_dim: usize,
     /// Logit scale (`1/sqrt(k_dim)` for plain attention).
     pub scale: f32,
+    /// Sliding window: only the last `window` positions (the query's own included) are seen;
+    /// `None` sees all `kv_len`.
+    pub window: Option<usize>,
 }
 
 /// Attention of one query row over `kv_len` cached positions.
@@ -37,33 +40,56 @@ pub fn attention(
     kv_len: usize,
     out: &mut [f32],
 ) {
-    let shape =
-        HeadShape { n_heads, n_kv_heads, k_dim: head_dim, v_dim: head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
-    attention_with(q, k_cache, v_cache, shape, kv_len, out);
+    let shape = HeadShape {
+        n_heads,
+        n_kv_heads,
+        k_dim: head_dim,
+        v_dim: head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window: None,
+    };
+    attention_with(q, k_cache, v_cache, shape, kv_len, None, out);
 }
 
-/// [`attention`] with key and value widths of their own and a given logit scale: `q` is
-/// `[n_heads * k_dim]`, `k_cache` `[kv_len, n_kv_heads * k_dim]`, `v_cache`
-/// `[kv_len, n_kv_heads * v_dim]`, `out` `[n_heads * v_dim]`.
-pub fn attention_with(q: &[f32], k_cache: &[f32], v_cache: &[f32], s: HeadShape, kv_len: usize, out: &mut [f32]) {
+/// [`attention`] with key and value widths of their own, a given logit scale and an optional
+/// sliding window: `q` is `[n_heads * k_dim]`, `k_cache` `[kv_len, n_kv_heads * k_dim]`,
+/// `v_cache` `[kv_len, n_kv_heads * v_dim]`, `out` `[n_heads * v_dim]`. With a window only
+/// positions `kv_len - window .. kv_len` are attended. `sinks` (gpt-oss), one logit per query
+/// head, joins each head's softmax as one more score with no value, as transformers
+/// concatenates it to the scores and drops its column after the softmax.
+pub fn attention_with(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    s: HeadShape,
+    kv_len: usize,
+    sinks: Option<&[f32]>,
+    out: &mut [f32],
+) {
     let (kd, vd) = (s.n_kv_heads * s.k_dim, s.n_kv_heads * s.v_dim);
     assert!(s.n_kv_heads > 0 && s.n_heads.is_multiple_of(s.n_kv_heads), "attention: heads not a multiple of kv heads");
     assert_eq!(q.len(), s.n_heads * s.k_dim, "attention: q length");
     assert_eq!(out.len(), s.n_heads * s.v_dim, "attention: out length");
     assert!(k_cache.len() >= kv_len * kd && v_cache.len() >= kv_len * vd, "attention: cache too short");
+    assert!(sinks.is_none_or(|x| x.len() == s.n_heads), "attention: one sink per head");
     let group = s.n_heads / s.n_kv_heads;
-    let mut scores = vec![0.0f32; kv_len];
+    let first = s.window.map_or(0, |w| kv_len.saturating_sub(w));
+    let n = kv_len - first;
+    let mut scores = vec![0.0f32; n + usize::from(sinks.is_some())];
     for h in 0..s.n_heads {
         let kvh = h / group;
         let qh = &q[h * s.k_dim..(h + 1) * s.k_dim];
-        for (t, sc) in scores.iter_mut().enumerate() {
+        for (t, sc) in (first..).zip(scores.iter_mut().take(n)) {
             let k = &k_cache[t * kd + kvh * s.k_dim..t * kd + (kvh + 1) * s.k_dim];
             *sc = dot(qh, k) * s.scale;
+        }
+        if let Some(sinks) = sinks {
+            scores[n] = sinks[h];
         }
         softmax(&mut scores);
         let oh = &mut out[h * s.v_dim..(h + 1) * s.v_dim];
         oh.fill(0.0);
-        for (t, &p) in scores.iter().enumerate() {
+        for (t, &p) in (first..).zip(&scores[..n]) {
             let v = &v_cache[t * vd + kvh * s.v_dim..t * vd + (kvh + 1) * s.v_dim];
             for (o, &vv) in oh.iter_mut().zip(v) {
                 *o += p * vv;
