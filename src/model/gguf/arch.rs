@@ -134,6 +134,7 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
         moe,
         moe_layers,
         eos_token_ids: eos.map(|e| vec![e as u32]).unwrap_or_default(),
+        hybrid: None,
     };
     spec.check_limits()?;
     Ok(spec)
