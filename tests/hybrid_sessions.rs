@@ -34,11 +34,13 @@ fn appended_turns_and_rollbacks_match_a_fresh_run() {
     let fresh = e.generate(&[turn1.clone(), other.clone()].concat(), &greedy, |_, _| true).unwrap();
     assert_eq!(branch.tokens, fresh.tokens, "rolled-back branch");
 
-    // Scoring appended tokens continues the state too.
+    // Scoring appended tokens continues the state too. The session's state went through
+    // one-token decode steps (matvec) where the fresh run prefills (matmul): equal within the
+    // golden tolerance, not bit for bit.
     let more: Vec<u32> = (300..306).collect();
     let scored = e.score_in(&mut s, &more).unwrap();
     let fresh = e.score(s.tokens()).unwrap();
     let tail = &fresh.logprobs[fresh.logprobs.len() - scored.logprobs.len()..];
     let err = common::max_abs_diff(&scored.logprobs, tail);
-    assert!(err < 1e-5, "scored continuation differs by {err}");
+    assert!(err < 1e-3, "scored continuation differs by {err}");
 }
