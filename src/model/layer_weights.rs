@@ -177,8 +177,11 @@ fn grouped(ck: &Checkpoint, spec: &ArchSpec, a: &str) -> Result<AttentionWeights
     let gated = spec.hybrid.as_ref().is_some_and(|hy| hy.attn_output_gate);
     let (q, gate) = match gated {
         true => {
-            let (q, gate) =
-                hybrid_weights::split_query_gate(&ck.tensor(&format!("{a}.q_proj.weight"), &[2 * qd, h])?, spec.heads, spec.head_dim);
+            let (q, gate) = hybrid_weights::split_query_gate(
+                &ck.tensor(&format!("{a}.q_proj.weight"), &[2 * qd, h])?,
+                spec.heads,
+                spec.head_dim,
+            );
             (q, Some(gate))
         }
         false => (ck.tensor(&format!("{a}.q_proj.weight"), &[qd, h])?, None),

@@ -12,5 +12,7 @@ pub mod mlx;
 pub mod names;
 pub mod weights;
 
-pub use config::{ArchSpec, AttentionKind, Family, HybridSpec, MlaSpec, MoeSpec, QkNorm, RopeScaling, RopeSpec, RoutingKind};
+pub use config::{
+    ArchSpec, AttentionKind, Family, HybridSpec, MlaSpec, MoeSpec, QkNorm, RopeScaling, RopeSpec, RoutingKind,
+};
 pub use weights::{Checkpoint, HostTensor};

@@ -17,7 +17,13 @@ pub struct KvCache {
 impl KvCache {
     /// An empty cache for `layers` layers of key width `k_dim` and value width `v_dim`.
     pub fn new(layers: usize, k_dim: usize, v_dim: usize) -> KvCache {
-        KvCache { k_dim, v_dim, keys: vec![Vec::new(); layers], values: vec![Vec::new(); layers], states: vec![Vec::new(); layers] }
+        KvCache {
+            k_dim,
+            v_dim,
+            keys: vec![Vec::new(); layers],
+            values: vec![Vec::new(); layers],
+            states: vec![Vec::new(); layers],
+        }
     }
 
     /// Gives every Gated DeltaNet layer of `spec` a zeroed state.

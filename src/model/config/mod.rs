@@ -327,7 +327,9 @@ impl ArchSpec {
     /// Bytes of one sequence's fixed-size state: the conv windows and recurrent states of the
     /// Gated DeltaNet layers (f32), 0 for other models.
     pub fn linear_state_bytes(&self) -> u64 {
-        self.hybrid.as_ref().map_or(0, |h| (h.state_floats() * 4 * h.linear_layers.iter().filter(|l| **l).count()) as u64)
+        self.hybrid
+            .as_ref()
+            .map_or(0, |h| (h.state_floats() * 4 * h.linear_layers.iter().filter(|l| **l).count()) as u64)
     }
 
     /// Whether layer `i` is a Gated DeltaNet (linear-attention) layer.

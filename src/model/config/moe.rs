@@ -56,7 +56,9 @@ pub(super) fn parse(
         _ => usize_field(cfg, "moe_intermediate_size")?,
     };
     let (shared, shared_gate) = match family {
-        Qwen2Moe | Qwen3Next | Qwen35Moe => (opt_usize(cfg, "shared_expert_intermediate_size")?.filter(|&s| s > 0), true),
+        Qwen2Moe | Qwen3Next | Qwen35Moe => {
+            (opt_usize(cfg, "shared_expert_intermediate_size")?.filter(|&s| s > 0), true)
+        }
         _ if deepseek_like => {
             let n = opt_usize(cfg, "n_shared_experts")?.unwrap_or(if family == DeepseekV2 { 2 } else { 1 });
             ((n > 0).then_some(n * expert_intermediate), false)

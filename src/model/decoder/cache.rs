@@ -282,9 +282,21 @@ impl GpuModel {
         let state = gpu.storage("recurrent state", (hy.num_v_heads * hy.head_k_dim * hy.head_v_dim * 4) as u64);
         let shape = ConvShape { channels: c, kernel: hy.conv_kernel, in_stride: hy.in_width() };
         let conv = CausalConv1d::new(gpu, &self.step.buffer, (&acts.lin, &a.conv_w, &window, &acts.conv), shape);
-        let io = DeltaIo { conv: &acts.conv, proj: &acts.lin, decay_params: &a.decay_params, state: &state, out: &acts.core };
+        let io = DeltaIo {
+            conv: &acts.conv,
+            proj: &acts.lin,
+            decay_params: &a.decay_params,
+            state: &state,
+            out: &acts.core,
+        };
         let offsets = (hy.in_width(), c + hy.value_dim());
-        let delta = GatedDeltaRule::new(gpu, &self.step.buffer, io, crate::reference::linear_attention::delta_shape(hy), offsets);
+        let delta = GatedDeltaRule::new(
+            gpu,
+            &self.step.buffer,
+            io,
+            crate::reference::linear_attention::delta_shape(hy),
+            offsets,
+        );
         LinearCache { conv, delta, window, state }
     }
 

@@ -43,7 +43,8 @@ impl Builder<'_> {
     ) -> Result<LinearAttn> {
         let (gpu, step) = (self.gpu, self.step);
         let (vd, width) = (hy.value_dim(), hy.in_width());
-        let in_proj = self.matmul("linear attention", &w.in_proj, None, &acts.hn, &acts.lin, MatMulOut::plain(width))?;
+        let in_proj =
+            self.matmul("linear attention", &w.in_proj, None, &acts.hn, &acts.lin, MatMulOut::plain(width))?;
         let norm_w = f32_buf(gpu, "linear attention norm", &w.norm);
         let rows = NormRows { n: hy.head_v_dim, rows_per_token: hy.num_v_heads, at_cache_pos: false };
         let norm = RmsNorm::new(gpu, step, &norm_w, &acts.core, Some(&acts.attn), rows, spec.rms_eps);

@@ -14,8 +14,8 @@ mod rope;
 mod router;
 
 pub use activation::{argmax, log_softmax, sigmoid, silu, softmax};
-pub use delta_rule::{causal_conv1d_step, gate_mul, gated_delta_step, softplus, DeltaGates, DeltaShape, GateAct};
 pub use attention::{attention, attention_with, mla_absorbed, HeadShape, MlaShape};
+pub use delta_rule::{causal_conv1d_step, gate_mul, gated_delta_step, softplus, DeltaGates, DeltaShape, GateAct};
 pub use matvec::{add_bias, dot, matvec};
 pub use mlp::swiglu_mlp;
 pub use norm::rms_norm;
