@@ -151,7 +151,9 @@ impl ArchSpec {
             false => Ok(()),
         };
         let attn = format!("{}.self_attn", names::layer(0));
-        if_present(&format!("{attn}.q_proj.weight"), &[self.q_dim(), h])?;
+        // Gated attention's q_proj also holds the output gate's rows.
+        let q_rows = self.q_dim() * if self.hybrid.as_ref().is_some_and(|hy| hy.attn_output_gate) { 2 } else { 1 };
+        if_present(&format!("{attn}.q_proj.weight"), &[q_rows, h])?;
         if_present(&format!("{attn}.k_proj.weight"), &[self.kv_dim(), h])?;
         if let Some(dense) = (0..self.layers).find(|&i| !self.is_moe_layer(i)) {
             let [gate, _, _] = names::mlp(&format!("{}.mlp", names::layer(dense)));

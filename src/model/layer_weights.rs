@@ -2,6 +2,7 @@
 //! Shared by the CPU reference and the GPU uploader so both see identical tensors.
 
 use super::config::{ArchSpec, MlaSpec, QkNorm};
+use super::hybrid_weights::{self, uncentre, LinearAttnWeights};
 use super::names;
 use super::weights::{Checkpoint, HostTensor};
 use crate::error::{Error, Result};
@@ -32,6 +33,9 @@ pub struct AttentionWeights {
     pub qkv_bias: Option<[HostTensor; 3]>,
     /// Query and key RMSNorm weights when the architecture has them.
     pub qk_norm: Option<[HostTensor; 2]>,
+    /// The output gate `[heads*head_dim, hidden]` (Qwen3-Next/3.5 `attn_output_gate`: the
+    /// attention output is multiplied by `sigmoid(gate x)`), split from `q_proj`.
+    pub gate: Option<HostTensor>,
 }
 
 /// How MLA forms its queries.
@@ -78,6 +82,8 @@ pub enum AttentionBlock {
     Grouped(AttentionWeights),
     /// Multi-head latent attention.
     Mla(MlaWeights),
+    /// Gated DeltaNet (linear attention).
+    Linear(LinearAttnWeights),
 }
 
 /// The RMSNorm epsilon of MLA's `q_a_layernorm` and `kv_a_layernorm` (transformers builds them
@@ -160,18 +166,29 @@ fn grouped(ck: &Checkpoint, spec: &ArchSpec, a: &str) -> Result<AttentionWeights
     } else {
         None
     };
+    let norm = |name: &str, n: usize| ck.tensor(&format!("{a}.{name}"), &[n]).map(|w| centred(spec, w));
     let qk_norm = match spec.qk_norm {
         QkNorm::None => None,
-        QkNorm::PerHead => Some([
-            ck.tensor(&format!("{a}.q_norm.weight"), &[spec.head_dim])?,
-            ck.tensor(&format!("{a}.k_norm.weight"), &[spec.head_dim])?,
-        ]),
+        QkNorm::PerHead => Some([norm("q_norm.weight", spec.head_dim)?, norm("k_norm.weight", spec.head_dim)?]),
         QkNorm::Full => {
             Some([ck.tensor(&format!("{a}.q_norm.weight"), &[qd])?, ck.tensor(&format!("{a}.k_norm.weight"), &[kvd])?])
         }
     };
+    let gated = spec.hybrid.as_ref().is_some_and(|hy| hy.attn_output_gate);
+    let (q, gate) = match gated {
+        true => {
+            let (q, gate) = hybrid_weights::split_query_gate(
+                &ck.tensor(&format!("{a}.q_proj.weight"), &[2 * qd, h])?,
+                spec.heads,
+                spec.head_dim,
+            );
+            (q, Some(gate))
+        }
+        false => (ck.tensor(&format!("{a}.q_proj.weight"), &[qd, h])?, None),
+    };
     Ok(AttentionWeights {
-        q: ck.tensor(&format!("{a}.q_proj.weight"), &[qd, h])?,
+        q,
+        gate,
         k: ck.tensor(&format!("{a}.k_proj.weight"), &[kvd, h])?,
         v: ck.tensor(&format!("{a}.v_proj.weight"), &[kvd, h])?,
         o: ck.tensor(&format!("{a}.o_proj.weight"), &[h, qd])?,
@@ -180,14 +197,25 @@ fn grouped(ck: &Checkpoint, spec: &ArchSpec, a: &str) -> Result<AttentionWeights
     })
 }
 
+/// A norm weight as the kernels apply it (`x * w`): zero-centred ones get their 1 added.
+fn centred(spec: &ArchSpec, w: HostTensor) -> HostTensor {
+    match spec.zero_centred_norms() {
+        true => uncentre(w),
+        false => w,
+    }
+}
+
 /// Reads the non-expert weights of layer `i`.
 pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights> {
     let p = names::layer(i);
     let h = spec.hidden;
     let a = format!("{p}.self_attn");
-    let attn = match spec.mla() {
-        Some(m) => AttentionBlock::Mla(mla(ck, spec, m, &a)?),
-        None => AttentionBlock::Grouped(grouped(ck, spec, &a)?),
+    let attn = match (spec.mla(), &spec.hybrid) {
+        (Some(m), _) => AttentionBlock::Mla(mla(ck, spec, m, &a)?),
+        (None, Some(hy)) if hy.is_linear(i) => {
+            AttentionBlock::Linear(hybrid_weights::linear_attention(ck, spec, hy, &format!("{p}.linear_attn"))?)
+        }
+        (None, _) => AttentionBlock::Grouped(grouped(ck, spec, &a)?),
     };
     let ffn = match (&spec.moe, spec.is_moe_layer(i)) {
         (Some(m), true) => {
@@ -215,8 +243,8 @@ pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights>
         _ => FfnWeights::Dense(mlp(ck, names::mlp(&format!("{p}.mlp")), h, spec.dense_intermediate)?),
     };
     Ok(LayerWeights {
-        input_norm: ck.tensor(&format!("{p}.input_layernorm.weight"), &[h])?,
-        post_norm: ck.tensor(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+        input_norm: centred(spec, ck.tensor(&format!("{p}.input_layernorm.weight"), &[h])?),
+        post_norm: centred(spec, ck.tensor(&format!("{p}.post_attention_layernorm.weight"), &[h])?),
         attn,
         ffn,
     })
@@ -255,7 +283,7 @@ pub fn expert(ck: &Checkpoint, spec: &ArchSpec, i: usize, e: usize) -> Result<Ml
 /// embedding again when tied).
 pub fn globals(ck: &Checkpoint, spec: &ArchSpec) -> Result<(HostTensor, HostTensor, HostTensor)> {
     let embed = ck.tensor(names::EMBED, &[spec.vocab, spec.hidden])?;
-    let norm = ck.tensor(names::FINAL_NORM, &[spec.hidden])?;
+    let norm = centred(spec, ck.tensor(names::FINAL_NORM, &[spec.hidden])?);
     let head = if spec.tie_embeddings && !ck.contains(names::LM_HEAD) {
         embed.clone()
     } else {

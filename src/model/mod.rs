@@ -5,11 +5,14 @@ pub mod config;
 pub mod config_limits;
 pub mod decoder;
 pub mod gguf;
+pub mod hybrid_weights;
 pub mod layer_weights;
 pub mod lora;
 pub mod mlx;
 pub mod names;
 pub mod weights;
 
-pub use config::{ArchSpec, AttentionKind, Family, MlaSpec, MoeSpec, QkNorm, RopeScaling, RopeSpec, RoutingKind};
+pub use config::{
+    ArchSpec, AttentionKind, Family, HybridSpec, MlaSpec, MoeSpec, QkNorm, RopeScaling, RopeSpec, RoutingKind,
+};
 pub use weights::{Checkpoint, HostTensor};

@@ -5,8 +5,11 @@
 pub mod argmax;
 pub mod attention;
 pub mod attention_merge;
+pub mod causal_conv1d;
 pub mod embed;
 pub mod experts;
+pub mod gate_mul;
+pub mod gated_delta_rule;
 pub mod kv_store;
 pub mod matmul;
 pub mod matrix;

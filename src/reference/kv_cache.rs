@@ -9,12 +9,36 @@ pub struct KvCache {
     v_dim: usize,
     keys: Vec<Vec<f32>>,
     values: Vec<Vec<f32>>,
+    /// Per layer, a Gated DeltaNet layer's state (conv window + recurrent state; empty for
+    /// other layers).
+    states: Vec<Vec<f32>>,
 }
 
 impl KvCache {
     /// An empty cache for `layers` layers of key width `k_dim` and value width `v_dim`.
     pub fn new(layers: usize, k_dim: usize, v_dim: usize) -> KvCache {
-        KvCache { k_dim, v_dim, keys: vec![Vec::new(); layers], values: vec![Vec::new(); layers] }
+        KvCache {
+            k_dim,
+            v_dim,
+            keys: vec![Vec::new(); layers],
+            values: vec![Vec::new(); layers],
+            states: vec![Vec::new(); layers],
+        }
+    }
+
+    /// Gives every Gated DeltaNet layer of `spec` a zeroed state.
+    pub fn with_linear_states(mut self, spec: &crate::model::ArchSpec) -> KvCache {
+        if let Some(hy) = &spec.hybrid {
+            for (i, s) in self.states.iter_mut().enumerate() {
+                *s = if hy.is_linear(i) { vec![0.0; hy.state_floats()] } else { Vec::new() };
+            }
+        }
+        self
+    }
+
+    /// Layer `layer`'s Gated DeltaNet state (empty for other layers).
+    pub fn linear_state(&mut self, layer: usize) -> &mut [f32] {
+        &mut self.states[layer]
     }
 
     /// Appends one position's key and value rows to layer `layer`.

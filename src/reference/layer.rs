@@ -1,7 +1,11 @@
 //! One decoder layer of the reference forward pass: attention block, then FFN block.
 
 use super::kv_cache::KvCache;
-use super::ops::{add_bias, attention_with, matvec, rms_norm, rope, route, sigmoid, swiglu_mlp, HeadShape};
+use super::linear_attention::linear_attention;
+use super::ops::{
+    add_bias, attention_with, gate_mul, matvec, rms_norm, rope, route, sigmoid, swiglu_mlp, GateAct,
+    HeadShape,
+};
 use crate::model::layer_weights::{
     AttentionBlock, AttentionWeights, LayerWeights, MlaQuery, MlaWeights, MlpWeights, MLA_NORM_EPS,
 };
@@ -24,6 +28,10 @@ pub(crate) fn attention_block(
         (AttentionBlock::Grouped(w), _) => grouped(spec, w, layer, pos, &normed, cache),
         (AttentionBlock::Mla(w), Some(m)) => mla(spec, m, w, layer, pos, &normed, cache),
         (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
+        (AttentionBlock::Linear(w), _) => {
+            let hy = spec.hybrid.as_ref().expect("linear weights are only read for a hybrid spec");
+            linear_attention(spec, hy, w, &normed, cache.linear_state(layer))
+        }
     };
     for (xi, oi) in x.iter_mut().zip(&o) {
         *xi += oi;
@@ -78,6 +86,11 @@ fn grouped(
         window: spec.window(layer),
     };
     attention_with(&q, cache.keys(layer), cache.values(layer), shape, kv_len, None, &mut attn);
+    if let Some(gate) = &w.gate {
+        let mut g = vec![0.0f32; qd];
+        matvec(&gate.data, qd, h, normed, &mut g);
+        gate_mul(&mut attn, &g, GateAct::Sigmoid);
+    }
     let mut o = vec![0.0f32; h];
     matvec(&w.o.data, h, qd, &attn, &mut o);
     o

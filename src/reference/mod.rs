@@ -8,6 +8,7 @@
 
 mod kv_cache;
 mod layer;
+pub mod linear_attention;
 mod model;
 pub mod ops;
 mod rounding;

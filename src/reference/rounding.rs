@@ -38,9 +38,14 @@ impl ReferenceModel {
             let attention = options.format_of("attention");
             match &mut l.attn {
                 AttentionBlock::Grouped(a) => {
-                    for t in [&mut a.q, &mut a.k, &mut a.v, &mut a.o] {
+                    for t in [&mut a.q, &mut a.k, &mut a.v, &mut a.o].into_iter().chain(a.gate.as_mut()) {
                         round(t, attention)?;
                     }
+                }
+                // Conv taps, A_log, dt_bias and the norm stay f32 (uploaded unconverted).
+                AttentionBlock::Linear(a) => {
+                    round(&mut a.in_proj, attention)?;
+                    round(&mut a.out, attention)?;
                 }
                 AttentionBlock::Mla(a) => {
                     match &mut a.q {

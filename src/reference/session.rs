@@ -30,7 +30,7 @@ impl<'m> ReferenceSession<'m> {
         let spec = model.spec();
         ReferenceSession {
             model,
-            cache: KvCache::new(spec.layers, kv_widths(spec).0, kv_widths(spec).1),
+            cache: KvCache::new(spec.layers, kv_widths(spec).0, kv_widths(spec).1).with_linear_states(spec),
             pos: 0,
             routing: vec![Vec::new(); spec.layers],
         }

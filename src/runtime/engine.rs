@@ -543,7 +543,7 @@ impl Engine {
         self.check_owner(session)?;
         let b = self.model.options().max_batch;
         let len = session.tokens.len();
-        session.cached = session.cached.min(len - 1);
+        session.cached = session.cache.resume_point(session.cached.min(len - 1));
         let mut result = StepResult::None;
         while session.cached < len {
             let start = session.cached;
@@ -728,6 +728,7 @@ impl Engine {
         let b = if self.routing == RoutingMode::Predicted { 1 } else { self.model.options().max_batch };
         let len = session.len();
         let mut logprobs = Vec::with_capacity(len.saturating_sub(start + 1));
+        session.cached = session.cache.resume_point(session.cached.min(start));
         while session.cached < start {
             let (from, to) = (session.cached, (session.cached + b).min(start));
             self.model.step(&session.cache, &session.tokens[from..to], from, Phase::Prefill, StepOutput::None)?;

@@ -5,6 +5,7 @@
 
 mod attention;
 mod fields;
+mod hybrid;
 mod moe;
 mod rope;
 mod routing;
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use attention::{AttentionKind, MlaSpec};
+pub use hybrid::{HybridSpec, MAX_CONV_KERNEL, MAX_LINEAR_KEY_DIM};
 pub use moe::MoeSpec;
 pub use rope::{yarn_mscale, RopeScaling, RopeSpec};
 pub use routing::RoutingKind;
@@ -46,6 +48,11 @@ pub enum Family {
     DeepseekV3,
     /// `Glm4MoeForCausalLM` (grouped attention with partial rotary, sigmoid + bias routing).
     Glm4Moe,
+    /// `Qwen3NextForCausalLM` (Gated DeltaNet + gated attention, shared expert with a gate).
+    Qwen3Next,
+    /// `Qwen3_5MoeForCausalLM` (Qwen3.5/3.6-MoE text model: as Qwen3-Next, split DeltaNet
+    /// projections).
+    Qwen35Moe,
 }
 
 impl Family {
@@ -62,6 +69,8 @@ impl Family {
             Family::DeepseekV2 => "DeepseekV2ForCausalLM",
             Family::DeepseekV3 => "DeepseekV3ForCausalLM",
             Family::Glm4Moe => "Glm4MoeForCausalLM",
+            Family::Qwen3Next => "Qwen3NextForCausalLM",
+            Family::Qwen35Moe => "Qwen3_5MoeForCausalLM",
         }
     }
 
@@ -77,6 +86,9 @@ impl Family {
             "DeepseekV2ForCausalLM" => Family::DeepseekV2,
             "DeepseekV3ForCausalLM" => Family::DeepseekV3,
             "Glm4MoeForCausalLM" => Family::Glm4Moe,
+            "Qwen3NextForCausalLM" => Family::Qwen3Next,
+            // The multimodal checkpoint's text model (its vision tower is not read).
+            "Qwen3_5MoeForCausalLM" | "Qwen3_5MoeForConditionalGeneration" => Family::Qwen35Moe,
             other => return Err(Error::UnsupportedArchitecture(other.to_string())),
         })
     }
@@ -136,6 +148,9 @@ pub struct ArchSpec {
     /// `None`: every earlier key); empty when no layer is windowed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layer_windows: Vec<Option<usize>>,
+    /// The Gated DeltaNet layers of a hybrid model (Qwen3-Next, Qwen3.5-MoE).
+    #[serde(default)]
+    pub hybrid: Option<HybridSpec>,
 }
 
 fn eos_ids(cfg: &Value) -> Vec<u32> {
@@ -157,12 +172,13 @@ impl ArchSpec {
     }
 
     /// Parses a `config.json` value.
-    pub fn from_config(cfg: &Value) -> Result<ArchSpec> {
-        let arch = get(cfg, "architectures")
+    pub fn from_config(top: &Value) -> Result<ArchSpec> {
+        let arch = get(top, "architectures")
             .and_then(|a| a.get(0))
             .and_then(Value::as_str)
             .ok_or_else(|| Error::ConfigField("architectures".into()))?;
         let family = Family::from_hf_name(arch)?;
+        let cfg = hybrid::text_config(top);
         let hidden = usize_field(cfg, "hidden_size")?;
         let layers = usize_field(cfg, "num_hidden_layers")?;
         let heads = usize_field(cfg, "num_attention_heads")?;
@@ -210,6 +226,7 @@ impl ArchSpec {
         let (rope_width, default_partial) = match (&attention, family) {
             (AttentionKind::Mla(m), _) => (m.qk_rope_head_dim, 1.0),
             (_, Family::Glm4Moe) => (head_dim, 0.5),
+            (_, Family::Qwen3Next | Family::Qwen35Moe) => (head_dim, 0.25),
             _ => (head_dim, 1.0),
         };
         // DeepSeek-V2 rotates adjacent pairs (complex multiplication); V3 does unless
@@ -239,7 +256,7 @@ impl ArchSpec {
             return Err(Error::UnsupportedConfig("mlp_bias is not supported".into()));
         }
         let qk_norm = match family {
-            Family::Qwen3 | Family::Qwen3Moe => QkNorm::PerHead,
+            Family::Qwen3 | Family::Qwen3Moe | Family::Qwen3Next | Family::Qwen35Moe => QkNorm::PerHead,
             Family::Glm4Moe if bool_field(cfg, "use_qk_norm", false)? => QkNorm::PerHead,
             Family::Olmoe => QkNorm::Full,
             _ => QkNorm::None,
@@ -265,6 +282,7 @@ impl ArchSpec {
             moe_layers,
             eos_token_ids: eos_ids(cfg),
             layer_windows: window::parse(cfg, family, layers)?,
+            hybrid: hybrid::parse(cfg, family, layers)?,
         };
         spec.check_limits()?;
         Ok(spec)
@@ -305,7 +323,27 @@ impl ArchSpec {
             AttentionKind::Mla(m) => m.latent_width() * dtype.bytes(),
             AttentionKind::Grouped => 2 * self.kv_dim() * dtype.bytes(),
         };
-        (per_layer * self.layers) as u64
+        let cached_layers = self.hybrid.as_ref().map_or(self.layers, HybridSpec::full_attention_layers);
+        (per_layer * cached_layers) as u64
+    }
+
+    /// Bytes of one sequence's fixed-size state: the conv windows and recurrent states of the
+    /// Gated DeltaNet layers (f32), 0 for other models.
+    pub fn linear_state_bytes(&self) -> u64 {
+        self.hybrid
+            .as_ref()
+            .map_or(0, |h| (h.state_floats() * 4 * h.linear_layers.iter().filter(|l| **l).count()) as u64)
+    }
+
+    /// Whether layer `i` is a Gated DeltaNet (linear-attention) layer.
+    pub fn is_linear_layer(&self, i: usize) -> bool {
+        self.hybrid.as_ref().is_some_and(|h| h.is_linear(i))
+    }
+
+    /// Whether the RMSNorm weights are zero-centred (`x * (1 + w)`, Qwen3-Next / Qwen3.5):
+    /// the weight readers add the 1 so every norm kernel computes `x * w`.
+    pub fn zero_centred_norms(&self) -> bool {
+        matches!(self.family, Family::Qwen3Next | Family::Qwen35Moe)
     }
 
     /// Bytes of one routed expert's gate, up and down weights at `bytes_per_weight` (2 for f16).

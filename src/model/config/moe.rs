@@ -56,7 +56,9 @@ pub(super) fn parse(
         _ => usize_field(cfg, "moe_intermediate_size")?,
     };
     let (shared, shared_gate) = match family {
-        Qwen2Moe => (opt_usize(cfg, "shared_expert_intermediate_size")?.filter(|&s| s > 0), true),
+        Qwen2Moe | Qwen3Next | Qwen35Moe => {
+            (opt_usize(cfg, "shared_expert_intermediate_size")?.filter(|&s| s > 0), true)
+        }
         _ if deepseek_like => {
             let n = opt_usize(cfg, "n_shared_experts")?.unwrap_or(if family == DeepseekV2 { 2 } else { 1 });
             ((n > 0).then_some(n * expert_intermediate), false)
@@ -78,7 +80,9 @@ pub(super) fn parse(
                 "norm_topk_prob with DeepSeek-V2 routing is not implemented (transformers ignores it)".into(),
             ))
         }
-        DeepseekV3 | Glm4Moe => bool_field(cfg, "norm_topk_prob", true)?,
+        DeepseekV3 | Glm4Moe | Qwen3Next => bool_field(cfg, "norm_topk_prob", true)?,
+        // transformers' Qwen3.5-MoE router always renormalises (it has no such field).
+        Qwen35Moe => true,
         _ => bool_field(cfg, "norm_topk_prob", false)?,
     };
     let routed_scaling_factor = if deepseek_like {
@@ -104,7 +108,7 @@ pub(super) fn parse(
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(Value::as_u64).map(|v| v as usize).collect())
             .unwrap_or_default();
-        let uses_step = matches!(family, Qwen2Moe | Qwen3Moe);
+        let uses_step = matches!(family, Qwen2Moe | Qwen3Moe | Qwen3Next);
         (0..layers).map(|i| !uses_step || (!mlp_only.contains(&i) && (i + 1) % step == 0)).collect()
     };
     let spec = MoeSpec {

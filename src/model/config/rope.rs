@@ -83,6 +83,10 @@ const KNOWN_KEYS: &[&str] = &[
     "low_freq_factor",
     "high_freq_factor",
     "partial_rotary_factor",
+    // Qwen3.5's M-RoPE sections: a text-only sequence has the same position on every axis,
+    // so its rotation is the 1-D RoPE above whatever the sections are.
+    "mrope_section",
+    "mrope_interleaved",
 ];
 
 /// YaRN's magnitude correction `0.1 * mscale * ln(scale) + 1` (1 for `scale <= 1`).

@@ -3,11 +3,13 @@
 //! exist at once; a step runs on one of them. Everything else a step touches (weights,
 //! activations, the split-attention partials) is shared, since steps run one at a time.
 //!
-//! Each layer's cache is a [`LayerCache`], one variant per attention kind: grouped keys/values
-//! and MLA's latent cache today; kinds with other state (a ring window, a recurrent state) slot
-//! in beside them.
+//! Each layer's cache is a [`LayerCache`], one variant per attention kind: grouped keys/values,
+//! MLA's latent cache, and Gated DeltaNet's fixed-size state (conv window + recurrent state).
+//!
+//! A recurrent state cannot be rolled back (no checkpoints are kept): a step must continue
+//! where the state ends, or start the sequence again at position 0 (which zeroes it).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::{Attn, GpuModel};
@@ -15,6 +17,8 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::{ArchSpec, MlaSpec};
 use crate::ops::attention::{is_split, Attention, AttentionIo, Heads, KeyRange};
+use crate::ops::causal_conv1d::{CausalConv1d, ConvShape};
+use crate::ops::gated_delta_rule::{DeltaIo, GatedDeltaRule};
 use crate::ops::kv_store::{KvChunk, KvDtype, KvStore};
 use crate::ops::mla_attention::{LatentCache, MlaAttention, MlaIo};
 
@@ -58,6 +62,8 @@ pub struct SequenceCache {
     layers: Vec<LayerCache>,
     bytes: u64,
     ledger: Arc<KvLedger>,
+    /// Positions the linear-attention states hold (`usize::MAX` after a failed step: unknown).
+    state_len: AtomicUsize,
 }
 
 /// One layer's sequence state, by attention kind.
@@ -66,6 +72,17 @@ pub enum LayerCache {
     Grouped(GroupedCache),
     /// Multi-head latent attention: the latent and the shared rotary key of every position.
     Mla(MlaCache),
+    /// Gated DeltaNet: the conv window and the recurrent state after the last position.
+    Linear(LinearCache),
+}
+
+/// One Gated DeltaNet layer's state, f32: the conv window `[conv_dim, kernel - 1]` and the
+/// recurrent state `[v_heads, dk, dv]`, with the conv and the delta rule bound to them.
+pub struct LinearCache {
+    conv: CausalConv1d,
+    delta: GatedDeltaRule,
+    window: wgpu::Buffer,
+    state: wgpu::Buffer,
 }
 
 /// Keys and values of one grouped-attention layer, split by KV heads into chunks that each fit
@@ -105,6 +122,52 @@ impl SequenceCache {
     pub(super) fn layer(&self, i: usize) -> &LayerCache {
         &self.layers[i]
     }
+
+    fn has_linear_state(&self) -> bool {
+        self.layers.iter().any(|l| matches!(l, LayerCache::Linear(_)))
+    }
+
+    /// Checks that a step at `pos` can run on the linear-attention states (it continues
+    /// them, or starts again at 0: then they are zeroed) and marks them unknown until
+    /// [`SequenceCache::end_step`].
+    pub(super) fn begin_step(&self, gpu: &Gpu, pos: usize) -> Result<()> {
+        if !self.has_linear_state() {
+            return Ok(());
+        }
+        let held = self.state_len.load(Ordering::Acquire);
+        if pos == 0 && held != 0 {
+            let mut encoder = gpu.device.create_command_encoder(&Default::default());
+            for l in &self.layers {
+                if let LayerCache::Linear(c) = l {
+                    encoder.clear_buffer(&c.window, 0, None);
+                    encoder.clear_buffer(&c.state, 0, None);
+                }
+            }
+            gpu.queue.submit([encoder.finish()]);
+        } else if pos != held {
+            return Err(Error::InvalidArgument(format!(
+                "a step at position {pos} on linear-attention states that hold {}: they cannot be rolled back, only continued or restarted at 0",
+                if held == usize::MAX { "an unknown number of positions".to_string() } else { format!("{held} positions") }
+            )));
+        }
+        self.state_len.store(usize::MAX, Ordering::Release);
+        Ok(())
+    }
+
+    /// Records that the linear-attention states now hold `len` positions.
+    pub(super) fn end_step(&self, len: usize) {
+        self.state_len.store(len, Ordering::Release);
+    }
+
+    /// Where a sequence whose first `cached` positions are wanted from the cache can resume:
+    /// `cached`, or 0 when linear-attention states hold other positions (they cannot be
+    /// rolled back, so the sequence is recomputed).
+    pub fn resume_point(&self, cached: usize) -> usize {
+        match self.has_linear_state() && self.state_len.load(Ordering::Acquire) != cached {
+            true => 0,
+            false => cached,
+        }
+    }
 }
 
 impl Drop for SequenceCache {
@@ -129,6 +192,10 @@ impl LayerCache {
             LayerCache::Mla(m) => {
                 m.store.record(gpu, pass, n);
                 m.attention.record(gpu, pass, n);
+            }
+            LayerCache::Linear(l) => {
+                l.conv.record(gpu, pass);
+                l.delta.record(gpu, pass);
             }
         }
     }
@@ -174,7 +241,7 @@ impl GpuModel {
     pub fn new_cache(&self) -> Result<SequenceCache> {
         let spec = &self.spec;
         let (context, dtype) = (self.options.context, self.options.kv_dtype);
-        let bytes = spec.kv_bytes_per_token(dtype) * context as u64;
+        let bytes = spec.kv_bytes_per_token(dtype) * context as u64 + spec.linear_state_bytes();
         let gpu = &*self.gpu;
         let heads = self.heads();
         // Checked at load; only grouped layers split into chunks.
@@ -192,9 +259,46 @@ impl GpuModel {
                     LayerCache::Mla(self.mla_cache(spec.mla().expect("MLA layers imply an MLA spec"), &a.kv_b))
                 }
                 Attn::Grouped(_) => LayerCache::Grouped(self.grouped_cache(per_chunk, spec.window(i))),
+                Attn::Linear(a) => LayerCache::Linear(
+                    self.linear_cache(spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"), a),
+                ),
             })
             .collect();
-        Ok(SequenceCache { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), layers, bytes, ledger: self.kv_ledger.clone() })
+        Ok(SequenceCache {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            layers,
+            bytes,
+            ledger: self.kv_ledger.clone(),
+            state_len: AtomicUsize::new(0),
+        })
+    }
+
+    /// One Gated DeltaNet layer's zeroed state, the conv reading `a`'s taps and the delta rule
+    /// its decay parameters.
+    fn linear_cache(&self, hy: &crate::model::HybridSpec, a: &super::linear::LinearAttn) -> LinearCache {
+        let gpu = &*self.gpu;
+        let acts = &self.acts;
+        let c = hy.conv_dim();
+        let window = gpu.storage("conv window", (c * (hy.conv_kernel - 1) * 4) as u64);
+        let state = gpu.storage("recurrent state", (hy.num_v_heads * hy.head_k_dim * hy.head_v_dim * 4) as u64);
+        let shape = ConvShape { channels: c, kernel: hy.conv_kernel, in_stride: hy.in_width() };
+        let conv = CausalConv1d::new(gpu, &self.step.buffer, (&acts.lin, &a.conv_w, &window, &acts.conv), shape);
+        let io = DeltaIo {
+            conv: &acts.conv,
+            proj: &acts.lin,
+            decay_params: &a.decay_params,
+            state: &state,
+            out: &acts.core,
+        };
+        let offsets = (hy.in_width(), c + hy.value_dim());
+        let delta = GatedDeltaRule::new(
+            gpu,
+            &self.step.buffer,
+            io,
+            crate::reference::linear_attention::delta_shape(hy),
+            offsets,
+        );
+        LinearCache { conv, delta, window, state }
     }
 
     /// One grouped layer's cache, `per_chunk` KV heads per chunk, its attention seeing the last

@@ -3,12 +3,13 @@
 
 mod cache;
 mod footprint;
+mod linear;
 mod mla;
 mod prerouter;
 mod projection;
 mod step;
 
-pub use cache::{GroupedCache, LayerCache, MlaCache, SequenceCache};
+pub use cache::{GroupedCache, LayerCache, LinearCache, MlaCache, SequenceCache};
 pub use prerouter::RoutingMode;
 
 use std::sync::{Arc, Mutex};
@@ -152,6 +153,8 @@ struct GroupedAttn {
     qk_norm: Option<(RmsNorm, RmsNorm)>,
     rope_q: Rope,
     rope_k: Rope,
+    /// The output gate of gated attention (Qwen3-Next/3.5), applied before `o_proj`.
+    out_gate: Option<linear::OutputGate>,
     o: Projection,
 }
 
@@ -159,6 +162,8 @@ struct GroupedAttn {
 enum Attn {
     Grouped(Box<GroupedAttn>),
     Mla(Box<mla::MlaAttn>),
+    /// Gated DeltaNet: its state is the session's ([`cache::LinearCache`]).
+    Linear(Box<linear::LinearAttn>),
 }
 
 struct Layer {
@@ -181,6 +186,12 @@ struct Activations {
     v: wgpu::Buffer,
     /// MLA's compressed query (`q_lora_rank` wide).
     q_lat: wgpu::Buffer,
+    /// Gated DeltaNet's in-projection `[q | k | v | z | b | a]`, or gated attention's gate.
+    lin: wgpu::Buffer,
+    /// Gated DeltaNet's conv output (q | k | v).
+    conv: wgpu::Buffer,
+    /// Gated DeltaNet's delta-rule output, before the gated norm.
+    core: wgpu::Buffer,
     attn: wgpu::Buffer,
     /// Split decode attention's partials (see [`partial_bytes`]).
     attn_partial: wgpu::Buffer,
@@ -282,6 +293,13 @@ fn check_supported(spec: &ArchSpec) -> Result<()> {
                 "MLA kv_lora_rank {} / qk_rope_head_dim {} odd or above the kernel's {MAX_RANK} / {MAX_ROPE}",
                 m.kv_lora_rank, m.qk_rope_head_dim
             )));
+        }
+    }
+    if let Some(hy) = &spec.hybrid {
+        // The conv, delta-rule and out-projection widths are matrix inputs or kernel limits.
+        let widths = [("linear value width", hy.value_dim()), ("linear in-projection width", hy.in_width())];
+        if let Some((what, n)) = widths.into_iter().find(|(_, n)| n % 8 != 0) {
+            return Err(Error::UnsupportedConfig(format!("{what} {n} is not a multiple of 8")));
         }
     }
     if let Some(m) = &spec.moe {
@@ -397,6 +415,11 @@ impl GpuModel {
         lora: Option<&LoraAdapter>,
     ) -> Result<GpuModel> {
         check_supported(spec)?;
+        if lora.is_some() && spec.hybrid.is_some() {
+            return Err(Error::UnsupportedConfig(
+                "LoRA adapters on hybrid linear-attention models are not implemented".into(),
+            ));
+        }
         let h = spec.hidden;
         let max_batch = options.max_batch.clamp(1, (gpu.caps.max_binding / (spec.vocab as u64 * 4)).max(1) as usize);
         let options = DecoderOptions { max_batch, ..options };
@@ -414,6 +437,8 @@ impl GpuModel {
         let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
         cache::check_layout(spec, options.context, options.kv_dtype, gpu.caps.max_binding)?;
         let split_len = split_len(heads, options.context, gpu.caps.max_binding);
+        // The in-projection, conv and value widths of a hybrid model's DeltaNet layers.
+        let hybrid_widths = spec.hybrid.as_ref().map_or([1; 3], |hy| [hy.in_width(), hy.conv_dim(), hy.value_dim()]);
         let acts = Activations {
             tokens: gpu.storage("tokens", f(b)),
             targets: gpu.storage("targets", f(b)),
@@ -423,7 +448,13 @@ impl GpuModel {
             k: gpu.storage("k", f(b * spec.kv_dim().max(spec.mla().map_or(0, |m| m.kv_lora_rank)))),
             v: gpu.storage("v", f(b * spec.kv_dim().max(spec.mla().map_or(0, |m| m.qk_rope_head_dim)))),
             q_lat: gpu.storage("q latent", f(b * spec.mla().and_then(|m| m.q_lora_rank).unwrap_or(1))),
-            attn: gpu.storage("attn", f(b * spec.q_dim().max(spec.mla().map_or(0, |m| spec.heads * m.v_head_dim)))),
+            attn: gpu.storage(
+                "attn",
+                f(b * spec.q_dim().max(spec.mla().map_or(0, |m| spec.heads * m.v_head_dim)).max(hybrid_widths[2])),
+            ),
+            lin: gpu.storage("linear attention in", f(b * hybrid_widths[0].max(spec.q_dim()))),
+            conv: gpu.storage("linear attention conv", f(b * hybrid_widths[1])),
+            core: gpu.storage("linear attention core", f(b * hybrid_widths[2])),
             attn_partial: gpu.storage("attention partials", partial_bytes(heads, options.context, split_len)),
             gu: gpu.storage("gu", f(b * 2 * inter_max)),
             mh: gpu.storage("mh", f(b * inter_max)),
@@ -515,6 +546,10 @@ impl GpuModel {
             );
             let attn = match (&w.attn, spec.mla()) {
                 (AttentionBlock::Mla(mw), Some(m)) => Attn::Mla(Box::new(bld.mla(spec, m, mw, &acts, (&cos, &sin))?)),
+                (AttentionBlock::Linear(lw), _) => {
+                    let hy = spec.hybrid.as_ref().expect("linear weights are only read for a hybrid spec");
+                    Attn::Linear(Box::new(bld.linear_attn(spec, hy, lw, &acts)?))
+                }
                 (AttentionBlock::Grouped(attn), _) => {
                     let bias = attn.qkv_bias.as_ref();
                     let q_out = MatMulOut::plain(spec.q_dim());
@@ -586,9 +621,10 @@ impl GpuModel {
                         &spec.rope,
                         RopeLayout::heads(spec.kv_heads, spec.head_dim, false),
                     );
+                    let out_gate = attn.gate.as_ref().map(|g| bld.output_gate(spec, g, &acts)).transpose()?;
                     let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
                     let o = bld.projection("o", &attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
-                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope_q, rope_k, o }))
+                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope_q, rope_k, out_gate, o }))
                 }
                 (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
             };
@@ -752,6 +788,9 @@ impl GroupedAttn {
         }
         self.rope_q.record(gpu, pass, n);
         self.rope_k.record(gpu, pass, n);
+        if let Some(g) = &self.out_gate {
+            g.record_projection(gpu, pass, n);
+        }
     }
 }
 
@@ -762,14 +801,22 @@ impl Attn {
         match self {
             Attn::Grouped(a) => a.record_inputs(gpu, pass, n),
             Attn::Mla(a) => a.record_inputs(gpu, pass, n),
+            Attn::Linear(a) => a.record_inputs(gpu, pass, n),
         }
     }
 
-    /// Records `o_proj`, adding the attention output into the residual.
+    /// Records what follows the attention (output gate, gated norm) and `o_proj`, adding the
+    /// attention output into the residual.
     fn record_output(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
         match self {
-            Attn::Grouped(a) => a.o.record(gpu, pass, n),
+            Attn::Grouped(a) => {
+                if let Some(g) = &a.out_gate {
+                    g.record_gating(gpu, pass, n);
+                }
+                a.o.record(gpu, pass, n)
+            }
             Attn::Mla(a) => a.o.record(gpu, pass, n),
+            Attn::Linear(a) => a.record_output(gpu, pass, n),
         }
     }
 }

@@ -68,6 +68,7 @@ impl GpuModel {
             }
             gpu.queue.write_buffer(&self.acts.targets, 0, bytemuck::cast_slice(targets));
         }
+        cache.begin_step(gpu, pos)?;
         self.step.set(gpu, n, pos);
         gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
         let mut residency = self.experts.as_ref().map(|m| m.lock().expect("expert residency lock"));
@@ -165,6 +166,7 @@ impl GpuModel {
         }
         rec.submit(&gpu.queue);
         let result = self.collect(n, pos, output)?;
+        cache.end_step(pos + n);
         if let Some(profiler) = gpu.profiler() {
             profiler.end_step(gpu, n, pos + n)?;
         }

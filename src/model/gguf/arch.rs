@@ -138,6 +138,7 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
         eos_token_ids: eos.map(|e| vec![e as u32]).unwrap_or_default(),
         // `attention.sliding_window` is refused above.
         layer_windows: Vec::new(),
+        hybrid: None,
     };
     spec.check_limits()?;
     Ok(spec)

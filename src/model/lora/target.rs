@@ -112,7 +112,7 @@ impl LoraTarget {
     pub fn weight_mut(self, w: &mut LayerWeights) -> Option<&mut HostTensor> {
         let attn = match &mut w.attn {
             AttentionBlock::Grouped(a) => Some(a),
-            AttentionBlock::Mla(_) => None,
+            AttentionBlock::Mla(_) | AttentionBlock::Linear(_) => None,
         };
         match (self, &mut w.ffn) {
             (LoraTarget::Q, _) => attn.map(|a| &mut a.q),

@@ -6,6 +6,7 @@
 
 mod activation;
 mod attention;
+mod delta_rule;
 mod matvec;
 mod mlp;
 mod norm;
@@ -14,6 +15,7 @@ mod router;
 
 pub use activation::{argmax, log_softmax, sigmoid, silu, softmax};
 pub use attention::{attention, attention_with, mla_absorbed, HeadShape, MlaShape};
+pub use delta_rule::{causal_conv1d_step, gate_mul, gated_delta_step, softplus, DeltaGates, DeltaShape, GateAct};
 pub use matvec::{add_bias, dot, matvec};
 pub use mlp::swiglu_mlp;
 pub use norm::rms_norm;

@@ -1,0 +1,105 @@
+// The gated delta rule over the step's tokens in order, one workgroup per value head h (key
+// head kh = h / (v_heads / k_heads)), its recurrent state S [dk, dv] in `state` at h * dk * dv.
+// Per token, from the conv output (q | k | v per token, conv_stride apart) and the projection
+// (b at gate_offset + h, a at gate_offset + v_heads + h, in_stride apart):
+//   q, k L2-normalised (eps 1e-6), q scaled by 1/sqrt(dk);
+//   g = -exp(A_log[h]) * softplus(a + dt_bias[h]), beta = sigmoid(b);
+//   S *= exp(g); S[:, j] += k * beta * (v[j] - k . S[:, j]); out[t, h, j] = q . S[:, j].
+// Each invocation owns columns j = lid, lid + 64, ... of S.
+//#include common
+
+struct Params {
+    k_heads: u32,
+    v_heads: u32,
+    dk: u32,
+    dv: u32,
+    in_stride: u32,
+    conv_stride: u32,
+    gate_offset: u32,
+    pad: u32,
+}
+
+@group(0) @binding(1) var<uniform> p: Params;
+@group(0) @binding(2) var<storage, read> conv: array<f32>;
+@group(0) @binding(3) var<storage, read> proj: array<f32>;
+// A_log [v_heads] then dt_bias [v_heads].
+@group(0) @binding(4) var<storage, read> decay_params: array<f32>;
+@group(0) @binding(5) var<storage, read_write> state: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out: array<f32>;
+
+// MAX_LINEAR_KEY_DIM.
+var<workgroup> qs: array<f32, 256>;
+var<workgroup> ks: array<f32, 256>;
+var<workgroup> red: array<f32, 64>;
+
+fn softplus(x: f32) -> f32 {
+    if (x > 20.0) {
+        return x;
+    }
+    return log(1.0 + exp(x));
+}
+
+// The sum of every invocation's `v` (all invocations must call it).
+fn workgroup_sum(lid: u32, v: f32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var stride = 32u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) {
+            red[lid] += red[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    let s = red[0];
+    workgroupBarrier();
+    return s;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let h = group_index(wid, nwg);
+    if (h >= p.v_heads) {
+        return;
+    }
+    let kh = h / (p.v_heads / p.k_heads);
+    let key_dim = p.k_heads * p.dk;
+    let value_dim = p.v_heads * p.dv;
+    let s0 = h * p.dk * p.dv;
+    let a_log = decay_params[h];
+    let dt_bias = decay_params[p.v_heads + h];
+    for (var t = 0u; t < step.n_tokens; t++) {
+        let row = t * p.conv_stride;
+        var sq = 0.0;
+        var sk = 0.0;
+        for (var i = lid; i < p.dk; i += 64u) {
+            let qv = conv[row + kh * p.dk + i];
+            let kv = conv[row + key_dim + kh * p.dk + i];
+            qs[i] = qv;
+            ks[i] = kv;
+            sq += qv * qv;
+            sk += kv * kv;
+        }
+        let q_scale = 1.0 / (sqrt(workgroup_sum(lid, sq) + 1e-6) * sqrt(f32(p.dk)));
+        let k_scale = 1.0 / sqrt(workgroup_sum(lid, sk) + 1e-6);
+        let gates = t * p.in_stride + p.gate_offset;
+        let g = -exp(a_log) * softplus(proj[gates + p.v_heads + h] + dt_bias);
+        let decay = exp(g);
+        let beta = 1.0 / (1.0 + exp(-proj[gates + h]));
+        for (var j = lid; j < p.dv; j += 64u) {
+            var kv_mem = 0.0;
+            for (var i = 0u; i < p.dk; i++) {
+                let s = state[s0 + i * p.dv + j] * decay;
+                state[s0 + i * p.dv + j] = s;
+                kv_mem += s * ks[i] * k_scale;
+            }
+            let delta = (conv[row + 2u * key_dim + h * p.dv + j] - kv_mem) * beta;
+            var o = 0.0;
+            for (var i = 0u; i < p.dk; i++) {
+                let s = state[s0 + i * p.dv + j] + ks[i] * k_scale * delta;
+                state[s0 + i * p.dv + j] = s;
+                o += s * qs[i] * q_scale;
+            }
+            out[t * value_dim + h * p.dv + j] = o;
+        }
+        workgroupBarrier();
+    }
+}

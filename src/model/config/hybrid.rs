@@ -1,0 +1,154 @@
+//! The hybrid layer pattern of Qwen3-Next and Qwen3.5/3.6-MoE: Gated DeltaNet (linear
+//! attention) layers between gated full-attention layers, and the DeltaNet's sizes.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::fields::{bool_field, get, opt_str, opt_usize, usize_field};
+use super::Family;
+use crate::error::{Error, Result};
+
+/// Largest `linear_conv_kernel_dim` the causal conv kernel takes.
+pub const MAX_CONV_KERNEL: usize = 8;
+/// Largest DeltaNet key head width (the delta-rule kernel keeps one key and query in
+/// workgroup memory).
+pub const MAX_LINEAR_KEY_DIM: usize = 256;
+
+/// The Gated DeltaNet block of a hybrid model and where it runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HybridSpec {
+    /// Per layer: `true` for a Gated DeltaNet layer, `false` for gated full attention.
+    pub linear_layers: Vec<bool>,
+    /// Key (and query) heads of the DeltaNet.
+    pub num_k_heads: usize,
+    /// Value heads; each key head serves `num_v_heads / num_k_heads` consecutive ones.
+    pub num_v_heads: usize,
+    /// Width of one key head.
+    pub head_k_dim: usize,
+    /// Width of one value head.
+    pub head_v_dim: usize,
+    /// Taps of the short causal depthwise convolution over q, k and v.
+    pub conv_kernel: usize,
+    /// Qwen3-Next's fused in-projections (`in_proj_qkvz`, `in_proj_ba`, rows grouped by key
+    /// head); Qwen3.5's are split (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`).
+    pub fused_projection: bool,
+    /// Full-attention `q_proj` also produces a per-head gate; the attention output is
+    /// multiplied by its sigmoid.
+    pub attn_output_gate: bool,
+}
+
+impl HybridSpec {
+    /// `num_k_heads * head_k_dim`.
+    pub fn key_dim(&self) -> usize {
+        self.num_k_heads * self.head_k_dim
+    }
+
+    /// `num_v_heads * head_v_dim`.
+    pub fn value_dim(&self) -> usize {
+        self.num_v_heads * self.head_v_dim
+    }
+
+    /// Channels of the causal convolution: q, k and v.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+
+    /// Width of the in-projection as the decoder lays it out: `[q | k | v | z | b | a]`.
+    pub fn in_width(&self) -> usize {
+        self.conv_dim() + self.value_dim() + 2 * self.num_v_heads
+    }
+
+    /// f32 values of one layer's state: the conv window (`conv_kernel - 1` past inputs per
+    /// channel) and the recurrent state (`head_k_dim x head_v_dim` per value head).
+    pub fn state_floats(&self) -> usize {
+        self.conv_dim() * (self.conv_kernel - 1) + self.num_v_heads * self.head_k_dim * self.head_v_dim
+    }
+
+    /// Whether layer `i` is a Gated DeltaNet layer.
+    pub fn is_linear(&self, i: usize) -> bool {
+        self.linear_layers.get(i).copied().unwrap_or(false)
+    }
+
+    /// Layers with a KV cache (gated full attention).
+    pub fn full_attention_layers(&self) -> usize {
+        self.linear_layers.iter().filter(|l| !**l).count()
+    }
+}
+
+/// Parses the hybrid block of a Qwen3-Next / Qwen3.5-MoE text config (`None` for other
+/// families).
+pub(super) fn parse(cfg: &Value, family: Family, layers: usize) -> Result<Option<HybridSpec>> {
+    if !matches!(family, Family::Qwen3Next | Family::Qwen35Moe) {
+        return Ok(None);
+    }
+    let linear_layers = match get(cfg, "layer_types") {
+        Some(Value::Array(types)) => {
+            if types.len() != layers {
+                return Err(Error::UnsupportedConfig(format!(
+                    "layer_types has {} entries for {layers} layers",
+                    types.len()
+                )));
+            }
+            types
+                .iter()
+                .map(|t| match t.as_str() {
+                    Some("linear_attention") => Ok(true),
+                    Some("full_attention") => Ok(false),
+                    other => Err(Error::UnsupportedConfig(format!("layer type {other:?} is not implemented"))),
+                })
+                .collect::<Result<Vec<bool>>>()?
+        }
+        Some(_) => return Err(Error::ConfigField("layer_types".into())),
+        None => {
+            let interval = opt_usize(cfg, "full_attention_interval")?.unwrap_or(4).max(1);
+            (0..layers).map(|i| (i + 1) % interval != 0).collect()
+        }
+    };
+    let positive = |key: &str| -> Result<usize> {
+        match usize_field(cfg, key)? {
+            0 => Err(Error::UnsupportedConfig(format!("{key} must be positive"))),
+            v => Ok(v),
+        }
+    };
+    let spec = HybridSpec {
+        linear_layers,
+        num_k_heads: positive("linear_num_key_heads")?,
+        num_v_heads: positive("linear_num_value_heads")?,
+        head_k_dim: positive("linear_key_head_dim")?,
+        head_v_dim: positive("linear_value_head_dim")?,
+        conv_kernel: positive("linear_conv_kernel_dim")?,
+        fused_projection: family == Family::Qwen3Next,
+        attn_output_gate: bool_field(cfg, "attn_output_gate", true)?,
+    };
+    if !spec.num_v_heads.is_multiple_of(spec.num_k_heads) {
+        return Err(Error::UnsupportedConfig(format!(
+            "linear_num_value_heads {} must be a multiple of linear_num_key_heads {}",
+            spec.num_v_heads, spec.num_k_heads
+        )));
+    }
+    if spec.conv_kernel < 2 || spec.conv_kernel > MAX_CONV_KERNEL {
+        return Err(Error::UnsupportedConfig(format!(
+            "linear_conv_kernel_dim {} not in 2..={MAX_CONV_KERNEL}",
+            spec.conv_kernel
+        )));
+    }
+    if spec.head_k_dim > MAX_LINEAR_KEY_DIM {
+        return Err(Error::UnsupportedConfig(format!(
+            "linear_key_head_dim {} above the kernel's {MAX_LINEAR_KEY_DIM}",
+            spec.head_k_dim
+        )));
+    }
+    if let Some(act) = opt_str(cfg, "hidden_act")?.filter(|a| *a != "silu") {
+        return Err(Error::UnsupportedConfig(format!("hidden_act {act:?} is not implemented (silu)")));
+    }
+    Ok(Some(spec))
+}
+
+/// The text part of a config: Qwen3.5's multimodal configs nest it under `text_config`
+/// (architectures stay at the top).
+pub(super) fn text_config(cfg: &Value) -> &Value {
+    match get(cfg, "text_config") {
+        Some(t @ Value::Object(_)) => t,
+        _ => cfg,
+    }
+}

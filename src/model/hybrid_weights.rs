@@ -1,0 +1,95 @@
+//! Host weights of a Gated DeltaNet layer (Qwen3-Next, Qwen3.5-MoE), with the in-projection
+//! put into one layout, `[q | k | v | z | b | a]` by rows, whichever way the checkpoint stores it.
+
+use super::config::{ArchSpec, HybridSpec};
+use super::weights::{Checkpoint, HostTensor};
+use crate::error::Result;
+
+/// One Gated DeltaNet layer's weights.
+#[derive(Clone, Debug)]
+pub struct LinearAttnWeights {
+    /// `[in_width, hidden]`: rows of q (all key heads), k, v (all value heads), z (the output
+    /// gate), b (beta logits, one per value head), a (decay inputs, one per value head).
+    pub in_proj: HostTensor,
+    /// Depthwise causal conv taps `[conv_dim, conv_kernel]` over the q|k|v channels.
+    pub conv: HostTensor,
+    /// `A_log` `[num_v_heads]`.
+    pub a_log: HostTensor,
+    /// `dt_bias` `[num_v_heads]`.
+    pub dt_bias: HostTensor,
+    /// The gated RMSNorm's weight `[head_v_dim]` (plain, not zero-centred).
+    pub norm: HostTensor,
+    /// `out_proj` `[hidden, value_dim]`.
+    pub out: HostTensor,
+}
+
+/// A matrix made of row ranges `(tensor, first row, rows)` of same-width tensors, in order.
+/// The f32 values only: a stored int4 or GGUF form does not survive reordering.
+fn gather_rows(parts: &[(&HostTensor, usize, usize)]) -> HostTensor {
+    let cols = parts[0].0.shape[1];
+    let mut data = Vec::with_capacity(parts.iter().map(|p| p.2).sum::<usize>() * cols);
+    for &(t, first, rows) in parts {
+        data.extend_from_slice(&t.data[first * cols..(first + rows) * cols]);
+    }
+    HostTensor::new(vec![data.len() / cols, cols], data)
+}
+
+/// Qwen3-Next's `in_proj_qkvz` `[nk * (2 dk + 2 r dv), h]` and `in_proj_ba` `[nk * 2r, h]`
+/// (`r = nv / nk`) hold, per key head, its q, k, its r value heads' v and z rows, and their b
+/// and a rows: regroup them by kind.
+fn ungroup(hy: &HybridSpec, qkvz: &HostTensor, ba: &HostTensor) -> HostTensor {
+    let (nk, dk, dv) = (hy.num_k_heads, hy.head_k_dim, hy.head_v_dim);
+    let r = hy.num_v_heads / nk;
+    let group = 2 * dk + 2 * r * dv;
+    let mut parts = Vec::new();
+    // (offset within a key head's group, rows) of q, k, v, z.
+    for (offset, rows) in [(0, dk), (dk, dk), (2 * dk, r * dv), (2 * dk + r * dv, r * dv)] {
+        parts.extend((0..nk).map(|g| (qkvz, g * group + offset, rows)));
+    }
+    for offset in [0, r] {
+        parts.extend((0..nk).map(|g| (ba, g * 2 * r + offset, r)));
+    }
+    gather_rows(&parts)
+}
+
+/// Reads the Gated DeltaNet weights under module `a` (`model.layers.N.linear_attn`).
+pub fn linear_attention(ck: &Checkpoint, spec: &ArchSpec, hy: &HybridSpec, a: &str) -> Result<LinearAttnWeights> {
+    let h = spec.hidden;
+    let t = |name: &str, shape: &[usize]| ck.tensor(&format!("{a}.{name}"), shape);
+    let (kd, vd, nv) = (hy.key_dim(), hy.value_dim(), hy.num_v_heads);
+    let in_proj = if hy.fused_projection {
+        let qkvz = t("in_proj_qkvz.weight", &[2 * kd + 2 * vd, h])?;
+        let ba = t("in_proj_ba.weight", &[2 * nv, h])?;
+        ungroup(hy, &qkvz, &ba)
+    } else {
+        let qkv = t("in_proj_qkv.weight", &[hy.conv_dim(), h])?;
+        let z = t("in_proj_z.weight", &[vd, h])?;
+        let b = t("in_proj_b.weight", &[nv, h])?;
+        let a = t("in_proj_a.weight", &[nv, h])?;
+        gather_rows(&[(&qkv, 0, hy.conv_dim()), (&z, 0, vd), (&b, 0, nv), (&a, 0, nv)])
+    };
+    let conv = t("conv1d.weight", &[hy.conv_dim(), 1, hy.conv_kernel])?;
+    Ok(LinearAttnWeights {
+        in_proj,
+        conv: HostTensor::new(vec![hy.conv_dim(), hy.conv_kernel], conv.data),
+        a_log: t("A_log", &[nv])?,
+        dt_bias: t("dt_bias", &[nv])?,
+        norm: t("norm.weight", &[hy.head_v_dim])?,
+        out: t("out_proj.weight", &[h, vd])?,
+    })
+}
+
+/// Splits a gated attention's `q_proj` `[heads * 2 * head_dim, h]` (per head its query rows,
+/// then its gate rows) into the query `[heads * head_dim, h]` and the gate (same shape).
+pub fn split_query_gate(q: &HostTensor, heads: usize, head_dim: usize) -> (HostTensor, HostTensor) {
+    let rows = |offset: usize| (0..heads).map(|i| (q, i * 2 * head_dim + offset, head_dim)).collect::<Vec<_>>();
+    (gather_rows(&rows(0)), gather_rows(&rows(head_dim)))
+}
+
+/// Adds one to a zero-centred norm weight (`x * (1 + w)` becomes `x * w'`).
+pub fn uncentre(mut w: HostTensor) -> HostTensor {
+    w.int4 = None;
+    w.ggml = None;
+    w.data.iter_mut().for_each(|v| *v += 1.0);
+    w
+}

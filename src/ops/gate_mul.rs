@@ -1,0 +1,48 @@
+//! Multiplying activations by a gate: `y *= sigmoid(g)` or `y *= silu(g)`.
+
+use super::{groups64, params};
+use crate::gpu::profiler::Traffic;
+use crate::gpu::{Gpu, Kernel};
+use crate::reference::ops::GateAct;
+
+/// Where the gate values of each token are: `width` values at `offset` of rows `stride` wide.
+#[derive(Clone, Copy, Debug)]
+pub struct GateRows {
+    /// Values gated per token (`y` is `[tokens, width]`).
+    pub width: usize,
+    /// Values per token of the gate buffer.
+    pub stride: usize,
+    /// First gate value of a token's row.
+    pub offset: usize,
+}
+
+/// A bound gate multiplication.
+pub struct GateMul {
+    kernel: Kernel,
+    width: usize,
+}
+
+impl GateMul {
+    /// Binds gate `g` and activations `y` (gated in place).
+    pub fn new(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        (g, y): (&wgpu::Buffer, &wgpu::Buffer),
+        rows: GateRows,
+        act: GateAct,
+    ) -> GateMul {
+        let p = params(&[rows.width as u32, rows.stride as u32, rows.offset as u32, 0]);
+        let defines: &[&str] = match act {
+            GateAct::Sigmoid => &[],
+            GateAct::Silu => &["SILU"],
+        };
+        let traffic = Traffic { fixed: 0, per_token: 12 * rows.width as u64, per_position: 0 };
+        let kernel = Kernel::new(gpu, "gate_mul", defines, step, &p, &[g.into(), y.into()]).with_traffic(traffic);
+        GateMul { kernel, width: rows.width }
+    }
+
+    /// Records the gating of `n_tokens` tokens.
+    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+        self.kernel.dispatch(pass, groups64(n_tokens * self.width), gpu.caps.max_workgroups_per_dim);
+    }
+}

@@ -1,0 +1,54 @@
+//! The gated delta rule (Gated DeltaNet's recurrence) over a sequence's recurrent state.
+
+use super::params;
+use crate::gpu::profiler::Traffic;
+use crate::gpu::{Gpu, Kernel};
+use crate::reference::ops::DeltaShape;
+
+/// The buffers a delta-rule step reads and writes.
+pub struct DeltaIo<'a> {
+    /// Conv output `[tokens, conv_dim]`: q (all key heads), k, v.
+    pub conv: &'a wgpu::Buffer,
+    /// In-projection `[tokens, in_width]`, b then a (one per value head) at `gate_offset`.
+    pub proj: &'a wgpu::Buffer,
+    /// `A_log` `[v_heads]` then `dt_bias` `[v_heads]`.
+    pub decay_params: &'a wgpu::Buffer,
+    /// The sequence's recurrent state `[v_heads, dk, dv]` (updated).
+    pub state: &'a wgpu::Buffer,
+    /// Output `[tokens, v_heads * dv]`.
+    pub out: &'a wgpu::Buffer,
+}
+
+/// A bound delta-rule step: one workgroup per value head, the step's tokens in order.
+pub struct GatedDeltaRule {
+    kernel: Kernel,
+    v_heads: usize,
+}
+
+impl GatedDeltaRule {
+    /// Binds `io` for heads of `shape`; `in_stride` is the projection's width and
+    /// `gate_offset` where its b values start.
+    pub fn new(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        io: DeltaIo<'_>,
+        shape: DeltaShape,
+        (in_stride, gate_offset): (usize, usize),
+    ) -> GatedDeltaRule {
+        let DeltaShape { k_heads, v_heads, dk, dv } = shape;
+        let conv_stride = 2 * k_heads * dk + v_heads * dv;
+        let words = [k_heads, v_heads, dk, dv, in_stride, conv_stride, gate_offset, 0].map(|w| w as u32);
+        let state = (v_heads * dk * dv * 4) as u64;
+        // The state is read and written twice per token (decay, then update); q, k, v in, out.
+        let per_token = 4 * state + 4 * (conv_stride + v_heads * dv) as u64;
+        let traffic = Traffic { fixed: 0, per_token, per_position: 0 };
+        let buffers = [io.conv.into(), io.proj.into(), io.decay_params.into(), io.state.into(), io.out.into()];
+        let kernel = Kernel::new(gpu, "gated_delta_rule", &[], step, &params(&words), &buffers).with_traffic(traffic);
+        GatedDeltaRule { kernel, v_heads }
+    }
+
+    /// Records the rule over the step's tokens.
+    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
+        self.kernel.dispatch(pass, self.v_heads as u32, gpu.caps.max_workgroups_per_dim);
+    }
+}
