@@ -198,7 +198,12 @@ fn replicate(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, m: &GpuMatrix) -> Gp
 /// Times submissions of `record(encoder, n)` (which records `n` operations): a warm-up of
 /// `warmup` operations, which also calibrates `n`, then three timed submissions taking about
 /// `seconds` in all; returns the median seconds per operation.
-pub(super) fn time_ops(gpu: &Gpu, seconds: f64, warmup: usize, record: impl Fn(&mut wgpu::CommandEncoder, usize)) -> Result<f64> {
+pub(super) fn time_ops(
+    gpu: &Gpu,
+    seconds: f64,
+    warmup: usize,
+    record: impl Fn(&mut wgpu::CommandEncoder, usize),
+) -> Result<f64> {
     let submit = |n: usize| -> Result<f64> {
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
         record(&mut encoder, n);

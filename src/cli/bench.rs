@@ -266,7 +266,8 @@ fn print_json(value: &impl serde::Serialize) {
 
 fn run_kernels(a: KernelsArgs) -> Result<()> {
     let gpu = Gpu::new(&GpuOptions { adapter: a.adapter.clone(), ..Default::default() })?;
-    let o = KernelBenchOptions { rows: a.rows, cols: a.cols, seconds: a.seconds, kv_len: a.kv_len, ..Default::default() };
+    let o =
+        KernelBenchOptions { rows: a.rows, cols: a.cols, seconds: a.seconds, kv_len: a.kv_len, ..Default::default() };
     let r = kernels::run(&gpu, &o)?;
     if a.json {
         print_json(&r);
