@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use super::config::ArchSpec;
+use super::config::{ArchSpec, Family};
 use super::names;
 use super::weights::Checkpoint;
 use crate::error::{Error, Result};
@@ -169,7 +169,11 @@ impl ArchSpec {
             let [gate, _, _] = names::expert(self.family, first, 0);
             if_present(&gate, &[m.expert_intermediate, h])?;
             let [gate_up, _] = names::fused_experts(self.family, first);
-            if_present(&gate_up, &[m.num_experts, 2 * m.expert_intermediate, h])?;
+            match self.family {
+                // gpt-oss stacks `[experts, hidden, 2 * inter]` (x @ W).
+                Family::GptOss => if_present(&gate_up, &[m.num_experts, h, 2 * m.expert_intermediate])?,
+                _ => if_present(&gate_up, &[m.num_experts, 2 * m.expert_intermediate, h])?,
+            }
         }
         Ok(())
     }

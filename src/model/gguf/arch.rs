@@ -100,6 +100,8 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
                 routed_scaling_factor: 1.0,
                 shared_expert_intermediate: shared.filter(|_| family == Family::Qwen2Moe),
                 shared_expert_gate: family == Family::Qwen2Moe,
+                router_logit_bias: false,
+                expert_act: Default::default(),
             }),
             moe_layers,
         )
@@ -139,6 +141,8 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
         // `attention.sliding_window` is refused above.
         layer_windows: Vec::new(),
         hybrid: None,
+        o_bias: false,
+        attention_sinks: false,
     };
     spec.check_limits()?;
     Ok(spec)
