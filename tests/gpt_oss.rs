@@ -5,6 +5,7 @@
 //! - the MXFP4 checkpoint read losslessly: every expert's slot bytes are the hub blocks
 //!   reordered into ggml blocks, and their dequantization equals the documented formula;
 //! - the MXFP4 engine equals the CPU reference on the same weights;
+//! - `convert`: MXFP4 experts stored unchanged, expert biases resident in f32;
 //! - malformed configs and checkpoints refused with typed errors.
 
 mod common;
@@ -12,6 +13,7 @@ mod common;
 use std::path::Path;
 
 use common::{assert_close, fixtures_dir, gpu, read_f32, submit, upload_f32, upload_u32, Rng, TempDir};
+use moestream::convert::{convert, ConvertOptions};
 use moestream::error::Error;
 use moestream::experts::arena::SlotLayout;
 use moestream::experts::{SlotArena, SlotTable};
@@ -237,4 +239,36 @@ fn rewrite_without(src: &Path, dst: &Path, suffix: &str) {
     let kept: Vec<(String, safetensors::tensor::TensorView<'_>)> =
         st.tensors().into_iter().filter(|(n, _)| !n.ends_with(suffix)).collect();
     safetensors::serialize_to_file(kept, None, dst).unwrap();
+}
+
+fn score(dir: &Path, format: WeightFormat, tokens: &[u32]) -> (Vec<f32>, WeightFormat) {
+    let mut o = EngineOptions::new(dir).with_format(format);
+    o.context = Some(64);
+    let e = Engine::load_on(gpu(), &o).unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
+    (e.score(tokens).unwrap().logprobs, e.expert_slot_layout().unwrap().format)
+}
+
+#[test]
+fn convert_keeps_mxfp4_experts_and_resident_biases() {
+    let tokens: Vec<u32> = (0..40).map(|i| (i * 11 + 5) % 300).collect();
+    // MXFP4 experts go into the store as they are, whatever the expert option says: the
+    // converted model (f16 dense) scores exactly as the directory loaded in f16.
+    let src = fixture("gpt_oss_mxfp4");
+    let out = TempDir::new("gptoss-convert-mxfp4");
+    let options = ConvertOptions { dense: WeightFormat::F16, threads: 1, ..Default::default() };
+    convert(&src, out.path(), &options, &mut |_| {}).unwrap();
+    let (direct, _) = score(&src, WeightFormat::F16, &tokens);
+    let (converted, format) = score(out.path(), WeightFormat::F16, &tokens);
+    assert_eq!(format, WeightFormat::Ggml(GgmlType::Mxfp4));
+    assert_eq!(converted, direct, "converted MXFP4 model == the directory");
+    // A bf16 checkpoint converts to int4 with its expert biases resident in f32.
+    let src = fixture("gpt_oss");
+    let out = TempDir::new("gptoss-convert-int4");
+    convert(&src, out.path(), &ConvertOptions { threads: 1, ..Default::default() }, &mut |_| {}).unwrap();
+    let resident = Checkpoint::open_file(&out.path().join("resident.safetensors")).unwrap();
+    assert!(resident.is_f32("model.layers.0.mlp.experts.gate_up_proj_bias"));
+    // (engine_int4 checks int4 runs against the reference on the same weights.)
+    let (lp, format) = score(out.path(), WeightFormat::F32, &tokens);
+    assert!(matches!(format, WeightFormat::Int4(_)));
+    assert!(lp.iter().all(|v| v.is_finite()));
 }
