@@ -4,7 +4,8 @@
 //!   `reference::ops::expert_mlp` on the dequantized weights, |Δ| ≤ 1e-4·(1+|ref|);
 //! - the MXFP4 checkpoint read losslessly: every expert's slot bytes are the hub blocks
 //!   reordered into ggml blocks, and their dequantization equals the documented formula;
-//! - the MXFP4 engine equals the CPU reference on the same weights;
+//! - the MXFP4 engine equals the CPU reference on the same weights; a decode step over more
+//!   than one split (the merge applying the sinks) equals the reference;
 //! - `convert`: MXFP4 experts stored unchanged, expert biases resident in f32;
 //! - malformed configs and checkpoints refused with typed errors.
 
@@ -183,6 +184,26 @@ fn mxfp4_engine_matches_reference() {
     assert_close("MXFP4 engine vs reference (past the 16-key window)", &got, &want, 1e-4);
 }
 
+#[test]
+fn split_decode_with_sinks_matches_reference() {
+    // 299 tokens prefilled, then one decode step over 300 keys: more than one 256-key split, so
+    // the split pass and the merge that applies the sinks run (windowed and full layers).
+    let dir = fixture("gpt_oss");
+    let mut o = EngineOptions::new(&dir).with_format(WeightFormat::F32);
+    o.context = Some(320);
+    o.kv_dtype = moestream::ops::KvDtype::F32;
+    let e = Engine::load_on(gpu(), &o).unwrap();
+    let tokens: Vec<u32> = (0..300).map(|i| (i * 37 + 11) % 380).collect();
+    let mut s = e.new_session().unwrap();
+    e.next_logprobs_in(&mut s, &tokens[..299]).unwrap();
+    let got = e.next_logprobs_in(&mut s, &tokens[299..]).unwrap();
+    let logits = moestream::reference::ReferenceModel::load(&dir).unwrap().forward(&tokens).unwrap();
+    let want = refops::log_softmax(logits.last().unwrap());
+    let err = common::max_abs_diff(&got, &want);
+    println!("gpt-oss split decode at 300 keys vs reference: max |Δ logprob| = {err:.2e}");
+    assert!(err < 1e-3, "split decode with sinks: {err}");
+}
+
 /// A copy of the bf16 fixture with `edit` applied to its config.json.
 fn edited(tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> TempDir {
     let tmp = TempDir::new(tag);
@@ -271,4 +292,48 @@ fn convert_keeps_mxfp4_experts_and_resident_biases() {
     let (lp, format) = score(out.path(), WeightFormat::F32, &tokens);
     assert!(matches!(format, WeightFormat::Int4(_)));
     assert!(lp.iter().all(|v| v.is_finite()));
+}
+
+#[test]
+fn hub_config_parses() {
+    // openai/gpt-oss-20b's config.json (the hub layout: `rope_scaling`, `experts_per_token`,
+    // `quantization_config` mxfp4), layer_types shortened to its alternation.
+    let cfg = serde_json::json!({
+        "architectures": ["GptOssForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
+        "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+        "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+        "intermediate_size": 2880, "max_position_embeddings": 131072, "model_type": "gpt_oss",
+        "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 24,
+        "num_key_value_heads": 8, "num_local_experts": 32, "output_router_logits": false,
+        "pad_token_id": 199999, "rms_norm_eps": 1e-05, "rope_theta": 150000,
+        "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn",
+            "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+            "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false},
+        "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+        "tie_word_embeddings": false, "use_cache": true, "vocab_size": 201088,
+        "layer_types": (0..24).map(|i| if i % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect::<Vec<_>>()
+    });
+    let spec = ArchSpec::from_config(&cfg).unwrap();
+    assert_eq!((spec.heads, spec.kv_heads, spec.head_dim, spec.hidden), (64, 8, 64, 2880));
+    assert!(spec.qkv_bias && spec.o_bias && spec.attention_sinks);
+    assert_eq!(spec.rms_eps, 1e-5);
+    assert_eq!(spec.layer_windows[..4], [Some(128), None, Some(128), None]);
+    let m = spec.moe.as_ref().unwrap();
+    assert_eq!((m.num_experts, m.top_k, m.expert_intermediate), (32, 4, 2880));
+    assert!(m.router_logit_bias && m.norm_topk_prob);
+    assert_eq!(m.expert_act, ExpertAct::ClampedSwiGlu { alpha: 1.702, limit: 7.0 });
+    assert!(matches!(
+        spec.rope.scaling,
+        moestream::model::RopeScaling::Yarn { factor: 32.0, original_max_positions: 4096, truncate: false, .. }
+    ));
+    // transformers' defaults when the config leaves them out.
+    let mut bare = cfg.clone();
+    for k in ["rope_scaling", "layer_types", "rms_norm_eps", "swiglu_limit", "attention_bias"] {
+        bare.as_object_mut().unwrap().remove(k);
+    }
+    let spec = ArchSpec::from_config(&bare).unwrap();
+    assert!(matches!(spec.rope.scaling, moestream::model::RopeScaling::Yarn { factor: 32.0, truncate: false, .. }));
+    assert_eq!(spec.layer_windows[..2], [Some(128), None]);
+    assert!(spec.o_bias && spec.qkv_bias);
 }
