@@ -7,6 +7,7 @@
 //! - the MXFP4 engine equals the CPU reference on the same weights; a decode step over more
 //!   than one split (the merge applying the sinks) equals the reference;
 //! - `convert`: MXFP4 experts stored unchanged, expert biases resident in f32;
+//! - llama.cpp's `gpt-oss` GGUF (its own converter's output) runs as the directory it came from;
 //! - malformed configs and checkpoints refused with typed errors.
 
 mod common;
@@ -206,8 +207,13 @@ fn split_decode_with_sinks_matches_reference() {
 
 /// A copy of the bf16 fixture with `edit` applied to its config.json.
 fn edited(tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> TempDir {
+    edited_from("gpt_oss", tag, edit)
+}
+
+/// A copy of fixture `name` with `edit` applied to its config.json.
+fn edited_from(name: &str, tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> TempDir {
     let tmp = TempDir::new(tag);
-    let src = fixture("gpt_oss");
+    let src = fixture(name);
     for f in ["model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
         std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
     }
@@ -336,4 +342,28 @@ fn hub_config_parses() {
     assert!(matches!(spec.rope.scaling, moestream::model::RopeScaling::Yarn { factor: 32.0, truncate: false, .. }));
     assert_eq!(spec.layer_windows[..2], [Some(128), None]);
     assert!(spec.o_bias && spec.qkv_bias);
+}
+
+#[test]
+fn llama_cpp_gguf_equals_the_directory() {
+    // tests/fixtures/gguf/make_gpt_oss.py: llama.cpp's converter on gpt_oss_mxfp4 with
+    // swiglu_limit 7.0 (the limit llama.cpp hardcodes); the same MXFP4 experts, BF16 matrices,
+    // F32 router, biases and sinks.
+    let gguf = fixtures_dir().join("gguf/gpt_oss-mxfp4.gguf");
+    let dir = edited_from("gpt_oss_mxfp4", "gptoss-gguf-source", |c| c["swiglu_limit"] = serde_json::json!(7.0));
+    let cache = TempDir::new("gptoss-gguf-cache");
+    let tokens: Vec<u32> = (0..40).map(|i| (i * 13 + 7) % 300).collect();
+    let run = |path: &Path| {
+        let mut o = EngineOptions::new(path).with_format(WeightFormat::F32);
+        o.context = Some(64);
+        o.kv_dtype = moestream::ops::KvDtype::F32;
+        o.cache_dir = Some(cache.path().to_path_buf());
+        let e = Engine::load_on(gpu(), &o).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+        assert_eq!(e.expert_slot_layout().unwrap().format, WeightFormat::Ggml(GgmlType::Mxfp4));
+        e.score(&tokens).unwrap().logprobs
+    };
+    let (from_gguf, from_dir) = (run(&gguf), run(dir.path()));
+    let err = common::max_abs_diff(&from_gguf, &from_dir);
+    println!("gpt-oss GGUF vs Hugging Face directory: max |Δ logprob| = {err:.2e}");
+    assert!(err < 1e-5, "GGUF and directory differ by {err}");
 }

@@ -16,7 +16,7 @@
 use super::config::ArchSpec;
 use super::gguf::{dequant, GgmlType};
 use super::layer_weights::MlpWeights;
-use super::names::gpt_oss_experts as name;
+use super::names::{self, gpt_oss_experts as name};
 use super::weights::{Checkpoint, GgmlBlob, HostTensor};
 use crate::error::{Error, Result};
 
@@ -38,6 +38,15 @@ fn dims(spec: &ArchSpec) -> Result<(usize, usize, usize)> {
 /// `[hidden, inter]` (MXFP4 experts with their ggml bytes).
 pub fn expert(ck: &Checkpoint, spec: &ArchSpec, layer: usize, e: usize) -> Result<MlpWeights> {
     let (n, h, inter) = dims(spec)?;
+    // A GGUF file's experts, registered per expert (`gguf::names`).
+    let [g, u, d] = names::expert(spec.family, layer, e);
+    if ck.contains(&g) {
+        return Ok(MlpWeights {
+            gate: ck.tensor(&g, &[inter, h])?,
+            up: ck.tensor(&u, &[inter, h])?,
+            down: ck.tensor(&d, &[h, inter])?,
+        });
+    }
     if is_mxfp4(ck, layer) {
         if !h.is_multiple_of(BLOCK) || !inter.is_multiple_of(BLOCK) {
             return Err(Error::UnsupportedConfig(format!(
@@ -108,13 +117,22 @@ pub fn ggml_block(hf: &[u8], scale: u8) -> [u8; 17] {
 /// up's (de-interleaved from `gate_up_proj_bias`) and the down's.
 pub fn expert_bias(ck: &Checkpoint, spec: &ArchSpec, layer: usize) -> Result<HostTensor> {
     let (n, h, inter) = dims(spec)?;
-    let gu = ck.tensor(&name(layer, "gate_up_proj_bias"), &[n, 2 * inter])?.data;
     let dn = ck.tensor(&name(layer, "down_proj_bias"), &[n, h])?.data;
+    // GGUF files hold the gate's and the up's apart (`gguf::names`).
+    let (gate, up) = match ck.contains(&name(layer, "gate_proj_bias")) {
+        true => (
+            ck.tensor(&name(layer, "gate_proj_bias"), &[n, inter])?.data,
+            ck.tensor(&name(layer, "up_proj_bias"), &[n, inter])?.data,
+        ),
+        false => {
+            let gu = ck.tensor(&name(layer, "gate_up_proj_bias"), &[n, 2 * inter])?.data;
+            (gu.iter().step_by(2).copied().collect(), gu.iter().skip(1).step_by(2).copied().collect())
+        }
+    };
     let mut data = Vec::with_capacity(n * (2 * inter + h));
     for e in 0..n {
-        let row = &gu[e * 2 * inter..(e + 1) * 2 * inter];
-        data.extend(row.iter().step_by(2));
-        data.extend(row.iter().skip(1).step_by(2));
+        data.extend_from_slice(&gate[e * inter..(e + 1) * inter]);
+        data.extend_from_slice(&up[e * inter..(e + 1) * inter]);
         data.extend_from_slice(&dn[e * h..(e + 1) * h]);
     }
     Ok(HostTensor::new(vec![n, 2 * inter + h], data))
