@@ -154,7 +154,7 @@ pub(super) fn parse(
     let expert_act = match family {
         GptOss => {
             let (alpha, limit) = (f32_field(cfg, "swiglu_alpha", 1.702)?, f32_field(cfg, "swiglu_limit", 7.0)?);
-            if !alpha.is_finite() || !(limit.is_finite() && limit > 0.0) {
+            if !(alpha.is_finite() && limit.is_finite() && limit > 0.0) {
                 return Err(Error::UnsupportedConfig(format!(
                     "swiglu_alpha {alpha} / swiglu_limit {limit} must be finite (the limit positive)"
                 )));
