@@ -47,24 +47,12 @@ pub fn expert(ck: &Checkpoint, spec: &ArchSpec, layer: usize, e: usize) -> Resul
             down: ck.tensor(&d, &[h, inter])?,
         });
     }
-    if is_mxfp4(ck, layer) {
-        if !h.is_multiple_of(BLOCK) || !inter.is_multiple_of(BLOCK) {
-            return Err(Error::UnsupportedConfig(format!(
-                "MXFP4 experts need hidden_size {h} and intermediate_size {inter} to be multiples of {BLOCK}"
-            )));
-        }
-        let matrix = |proj: &str, rows: usize, cols: usize| -> Result<(&[u8], &[u8])> {
-            let g = cols / BLOCK;
-            let blocks = ck.u8_slab(&name(layer, &format!("{proj}_blocks")), &[n, rows, g, 16], e)?;
-            let scales = ck.u8_slab(&name(layer, &format!("{proj}_scales")), &[n, rows, g], e)?;
-            Ok((blocks, scales))
-        };
-        let (gu_blocks, gu_scales) = matrix("gate_up_proj", 2 * inter, h)?;
-        let (d_blocks, d_scales) = matrix("down_proj", h, inter)?;
-        let gate = mxfp4_rows(gu_blocks, gu_scales, h, (0..inter).map(|r| 2 * r));
-        let up = mxfp4_rows(gu_blocks, gu_scales, h, (0..inter).map(|r| 2 * r + 1));
-        let down = mxfp4_rows(d_blocks, d_scales, inter, 0..h);
-        return Ok(MlpWeights { gate, up, down });
+    if let Some([gate, up, down]) = mxfp4_expert_bytes(ck, spec, layer, e)? {
+        return Ok(MlpWeights {
+            gate: mxfp4_tensor(gate, inter, h),
+            up: mxfp4_tensor(up, inter, h),
+            down: mxfp4_tensor(down, h, inter),
+        });
     }
     let gu = ck.slab(&name(layer, "gate_up_proj"), &[n, h, 2 * inter], e)?.data;
     let dn = ck.slab(&name(layer, "down_proj"), &[n, inter, h], e)?.data;
@@ -79,23 +67,51 @@ pub fn expert(ck: &Checkpoint, spec: &ArchSpec, layer: usize, e: usize) -> Resul
     })
 }
 
-/// The `rows` (of `cols` columns each) of one expert's MXFP4 matrix as ggml MXFP4 bytes and
-/// their dequantization.
-fn mxfp4_rows(blocks: &[u8], scales: &[u8], cols: usize, rows: impl Iterator<Item = usize>) -> HostTensor {
+/// Expert `e`'s gate, up and down as ggml MXFP4 bytes (rows of blocks), without dequantizing
+/// them (what a slot holds); `None` when layer `layer`'s experts are not MXFP4.
+pub fn mxfp4_expert_bytes(ck: &Checkpoint, spec: &ArchSpec, layer: usize, e: usize) -> Result<Option<[Vec<u8>; 3]>> {
+    if !is_mxfp4(ck, layer) {
+        return Ok(None);
+    }
+    let (n, h, inter) = dims(spec)?;
+    if !h.is_multiple_of(BLOCK) || !inter.is_multiple_of(BLOCK) {
+        return Err(Error::UnsupportedConfig(format!(
+            "MXFP4 experts need hidden_size {h} and intermediate_size {inter} to be multiples of {BLOCK}"
+        )));
+    }
+    let matrix = |proj: &str, rows: usize, cols: usize| -> Result<(&[u8], &[u8])> {
+        let g = cols / BLOCK;
+        let blocks = ck.u8_slab(&name(layer, &format!("{proj}_blocks")), &[n, rows, g, 16], e)?;
+        let scales = ck.u8_slab(&name(layer, &format!("{proj}_scales")), &[n, rows, g], e)?;
+        Ok((blocks, scales))
+    };
+    let (gu_blocks, gu_scales) = matrix("gate_up_proj", 2 * inter, h)?;
+    let (d_blocks, d_scales) = matrix("down_proj", h, inter)?;
+    Ok(Some([
+        mxfp4_rows(gu_blocks, gu_scales, h, (0..inter).map(|r| 2 * r)),
+        mxfp4_rows(gu_blocks, gu_scales, h, (0..inter).map(|r| 2 * r + 1)),
+        mxfp4_rows(d_blocks, d_scales, inter, 0..h),
+    ]))
+}
+
+/// The `rows` (of `cols` columns each) of one expert's hub MXFP4 matrix as ggml MXFP4 bytes.
+fn mxfp4_rows(blocks: &[u8], scales: &[u8], cols: usize, rows: impl Iterator<Item = usize>) -> Vec<u8> {
     let g = cols / BLOCK;
     let mut bytes = Vec::new();
-    let mut n_rows = 0;
     for r in rows {
         for b in 0..g {
             let hf = &blocks[(r * g + b) * 16..(r * g + b + 1) * 16];
             bytes.extend_from_slice(&ggml_block(hf, scales[r * g + b]));
         }
-        n_rows += 1;
     }
-    let data = dequant::dequantize(GgmlType::Mxfp4, &bytes);
+    bytes
+}
+
+/// A `[rows, cols]` matrix of ggml MXFP4 `bytes` with its dequantization.
+fn mxfp4_tensor(bytes: Vec<u8>, rows: usize, cols: usize) -> HostTensor {
     HostTensor {
-        shape: vec![n_rows, cols],
-        data,
+        shape: vec![rows, cols],
+        data: dequant::dequantize(GgmlType::Mxfp4, &bytes),
         int4: None,
         ggml: Some(GgmlBlob { ggml_type: GgmlType::Mxfp4, bytes }),
     }
