@@ -2,7 +2,7 @@
 """Bigger than memory, side by side: llama.cpp (mmap; CPU and Vulkan backends) and moestream
 (experts streamed from experts.bin) on the same model under the same memory bound, in one run.
 
-    sudo python3 benches/bigmem/side_by_side.py [--data target/bigmem] [--bound 448M] [--slots 40]
+    sudo python3 benches/bigmem/side_by_side.py [--data target/bigmem] [--bound 480M] [--slots 32]
         [--decode 12] [--prompt 8] [--json OUT]
 
 The bound is a memory cgroup (v1 `memory.limit_in_bytes`, or v2 `memory.max`) that every
@@ -22,7 +22,7 @@ weights left on the mapping (`--repack 0`) and with its default repacking (a cop
 weights in anonymous memory), Vulkan (every layer offloaded; lavapipe here, so the "device"
 copy of the weights is host memory inside the bound too), Vulkan with the experts left on the
 CPU mapping (`--n-cpu-moe`, llama.cpp's own recipe for MoE models bigger than memory); then
-`moestream bench ssd` (LRU and EAMC × no prefetch and EAMC prefetch with 4 reader threads,
+`moestream bench ssd` (LRU, LFU and EAMC × no prefetch and EAMC prefetch with 4 reader threads,
 EAMC/EAMC with other reader counts, all uncached) and one buffered run.
 Make the model first: benches/bigmem/make.sh. Needs root (cgroup) and Linux.
 """
@@ -173,8 +173,8 @@ def moestream_rows(cg, args, extra, label):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(ROOT / "target/bigmem"))
-    p.add_argument("--bound", default="448M", help="memory cgroup limit (page cache included)")
-    p.add_argument("--slots", type=int, default=40, help="moestream expert slots (GPU memory, inside the bound)")
+    p.add_argument("--bound", default="480M", help="memory cgroup limit (page cache included); experts.bin is 3.0x 480M")
+    p.add_argument("--slots", type=int, default=32, help="moestream expert slots (GPU memory: host memory on lavapipe, inside the bound)")
     p.add_argument("--prompt", type=int, default=8)
     p.add_argument("--decode", type=int, default=12)
     p.add_argument("--threads", type=int, default=2, help="llama.cpp CPU threads")
@@ -196,7 +196,7 @@ def main():
         llama_row(cg, "Vulkan, experts on CPU (--n-cpu-moe, --repack 0)", gguf, args,
                   ["-ngl", "99", "-ncmoe", "99", "--repack", "0"], env_vk),
     ]
-    rep, ours = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "lru,eamc", "--prefetch", "none,eamc",
+    rep, ours = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "lru,lfu,eamc", "--prefetch", "none,eamc",
                                           "--direct-io", "auto"], "uncached")
     rows += ours
     _, threads = moestream_rows(cg, args, ["--io-threads", args.io_threads, "--policies", "eamc", "--prefetch", "eamc",
@@ -221,8 +221,28 @@ def main():
         vs = "-" if not r["vs_best_llama"] else f"{r['vs_best_llama']:.2f}"
         print(f"| {r['engine']} | {r['backend']} | {tps} | {vs} | {mib(r.get('bytes_read_per_token'))} | "
               f"{mib(r['peak_bytes'])} | {r['note']} |")
+    print_moestream_details(rep, [r for r in rows if "run" in r])
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+def print_moestream_details(rep, rows):
+    """moestream's I/O figures per configuration, against the device's own bandwidth."""
+    if rep:
+        d = rep["device"]
+        print(f"\nmoestream: {rep['slots']} slots of {rep['total_experts']} experts, {rep['io_mode']}; device "
+              f"(measured by bench ssd): sequential 1 MiB {d['sequential_mb_s']:.0f} MB/s, 4 KiB random "
+              f"{d['random_4k_mb_s']:.0f} MB/s ({d['random_4k_iops']:.0f} IOPS, {d['random_threads']} threads)\n")
+    print("| configuration | tok/s | hit rate | stall ms/tok | load time hidden | MiB read/tok | needed MiB/tok | "
+          "read / needed | read MB/s | vs seq | vs 4K rand | I/O CPU ms/tok | upload ms/tok |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        x = r["run"]
+        print(f"| {r['backend']} | {x['decode_tokens_per_s']:.2f} | {x['hit_rate'] * 100:.0f}% | "
+              f"{x['stall_ms_per_token']:.0f} | {x['hidden_share'] * 100:.0f}% | "
+              f"{x['bytes_read_per_token'] / 1048576:.1f} | {x['needed_bytes_per_token'] / 1048576:.1f} | "
+              f"{x['read_amplification']:.2f} | {x['read_mb_s']:.0f} | {x['vs_sequential']:.2f} | "
+              f"{x['vs_random_4k']:.2f} | {x['io_cpu_ms_per_token']:.1f} | {x['upload_ms_per_token']:.1f} |")
 
 
 if __name__ == "__main__":
