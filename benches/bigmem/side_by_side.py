@@ -15,7 +15,8 @@ process's own memory cgroup. Bytes read from the device are the child's block-in
 of its mapping included); llama.cpp's per-token figure counts from the start of its measured
 generation (the `--progress` line; /proc/PID/io then) to its exit, so the model load's reads are
 left out; moestream's are its own counters over the decode steps. Peak memory is the cgroup's
-high-water mark.
+high-water mark (the page cache fills it), beside the highest anonymous memory sampled every
+0.1 s (the process's own).
 
 Rows: llama.cpp `llama-bench` (one warmup token, then the measured decode) on the CPU with the
 weights left on the mapping (`--repack 0`) and with its default repacking (a copy of the
@@ -70,6 +71,7 @@ class Cgroup:
         limit_file = "memory.limit_in_bytes" if self.v1 else "memory.max"
         (self.dir / limit_file).write_text(str(limit))
         self.limit = int((self.dir / limit_file).read_text())
+        self.peak_anon = 0
 
     def reset_peak(self):
         if self.v1:
@@ -78,6 +80,11 @@ class Cgroup:
     def peak(self):
         f = self.dir / ("memory.max_usage_in_bytes" if self.v1 else "memory.peak")
         return int(f.read_text()) if f.exists() else None
+
+    def anon(self):
+        """Anonymous memory charged to the cgroup now (the process's own, page cache excluded)."""
+        stat = dict(line.split() for line in (self.dir / "memory.stat").read_text().splitlines())
+        return int(stat["rss"] if self.v1 else stat["anon"])
 
     def join(self):
         (self.dir / "cgroup.procs").write_text(str(os.getpid()))
@@ -113,15 +120,25 @@ def run_capped(cg, cmd, env=None, files=(), mark=None):
     start = time.time()
     p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=env, preexec_fn=cg.join)
-    out, err, at_mark = [], [], []
+    out, err, at_mark, anon = [], [], [], [0]
     reader = threading.Thread(target=lambda: out.append(p.stdout.read()))
     reader.start()
+
+    def sample():
+        while p.poll() is None:
+            anon[0] = max(anon[0], cg.anon())
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
     for line in p.stderr:
         err.append(line)
         if mark and not at_mark and mark in line:
             at_mark.append(proc_read_bytes(p.pid))
     reader.join()
     p.wait()  # reaps the child: its block input joins RUSAGE_CHILDREN
+    sampler.join()
+    cg.peak_anon = anon[0]
     read = (rusage_children_inblock() - before) * 512
     return p.returncode, out[0], "".join(err), time.time() - start, read, (at_mark or [None])[0]
 
@@ -137,7 +154,8 @@ def llama_row(cg, label, gguf, args, extra, env):
     cmd = [PEER / "llama-bench", "-m", gguf, "-p", "0", "-n", str(args.decode), "-r", "1", "--progress",
            "-t", str(args.threads), "-o", "json", "-lm", "mmap", *extra]
     rc, out, err, secs, read, at_decode = run_capped(cg, cmd, env, [gguf], mark="generation run")
-    row = {"engine": "llama.cpp", "backend": label, "peak_bytes": cg.peak(), "bytes_read": read, "seconds": secs,
+    row = {"engine": "llama.cpp", "backend": label, "peak_bytes": cg.peak(), "peak_anon_bytes": cg.peak_anon,
+           "bytes_read": read, "seconds": secs,
            "command": " ".join(str(c) for c in cmd)}
     if rc != 0:
         reason = "killed (out of memory at the bound)" if rc < 0 or "memory" in err.lower() else f"exit {rc}"
@@ -159,13 +177,14 @@ def moestream_rows(cg, args, extra, label):
     print(err[-3000:], file=sys.stderr)
     if rc != 0:
         return None, [{"engine": "moestream", "backend": label, "decode_tokens_per_s": None, "note": f"exit {rc}",
-                       "peak_bytes": cg.peak(), "bytes_read": read}]
+                       "peak_bytes": cg.peak(), "peak_anon_bytes": cg.peak_anon, "bytes_read": read}]
     rep = json.loads(out.strip().splitlines()[-1])
     rows = []
     for r in rep["runs"]:
         rows.append({"engine": "moestream", "backend": f"{label}, {r['io_threads']} I/O threads, {r['policy']} / "
                      f"{r['prefetch']}", "decode_tokens_per_s": r["decode_tokens_per_s"],
-                     "bytes_read_per_token": r["bytes_read_per_token"], "peak_bytes": cg.peak(), "run": r,
+                     "bytes_read_per_token": r["bytes_read_per_token"], "peak_bytes": cg.peak(),
+                     "peak_anon_bytes": cg.peak_anon, "run": r,
                      "command": " ".join(str(c) for c in cmd), "note": ""})
     return rep, rows
 
@@ -214,13 +233,13 @@ def main():
     print(f"bound {mib(cg.limit)} MiB (cgroup, page cache included); experts.bin {mib(store.stat().st_size)} MiB "
           f"({store.stat().st_size / cg.limit:.1f}x the bound), GGUF Q4_0 {mib(gguf.stat().st_size)} MiB; "
           f"{args.decode} decoded tokens\n")
-    print("| engine | backend | decode tok/s | vs best llama.cpp | MiB read/token | peak MiB | note |")
+    print("| engine | backend | decode tok/s | vs best llama.cpp | MiB read/token | peak MiB (anonymous) | note |")
     print("|---|---|---:|---:|---:|---:|---|")
     for r in rows:
         tps = "-" if r["decode_tokens_per_s"] is None else f"{r['decode_tokens_per_s']:.2f}"
         vs = "-" if not r["vs_best_llama"] else f"{r['vs_best_llama']:.2f}"
         print(f"| {r['engine']} | {r['backend']} | {tps} | {vs} | {mib(r.get('bytes_read_per_token'))} | "
-              f"{mib(r['peak_bytes'])} | {r['note']} |")
+              f"{mib(r['peak_bytes'])} ({mib(r['peak_anon_bytes'])}) | {r['note']} |")
     print_moestream_details(rep, [r for r in rows if "run" in r])
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
