@@ -24,7 +24,8 @@ weights in anonymous memory), Vulkan (every layer offloaded; lavapipe here, so t
 copy of the weights is host memory inside the bound too), Vulkan with the experts left on the
 CPU mapping (`--n-cpu-moe`, llama.cpp's own recipe for MoE models bigger than memory); then
 `moestream bench ssd` (LRU, LFU and EAMC × no prefetch and EAMC prefetch with 4 reader threads,
-EAMC/EAMC with other reader counts, all uncached) and one buffered run.
+EAMC/EAMC with other reader counts, all uncached), one buffered run, and for reference the
+same model fully resident without a bound (`bench model`, outside the cgroup).
 Make the model first: benches/bigmem/make.sh. Needs root (cgroup) and Linux.
 """
 
@@ -189,6 +190,24 @@ def moestream_rows(cg, args, extra, label):
     return rep, rows
 
 
+def resident_row(args):
+    """moestream with every expert resident and no bound: the compute ceiling of the streamed rows
+    (it needs memory for the whole model, so it runs outside the cgroup)."""
+    converted = Path(args.data) / "converted"
+    cmd = [ROOT / "target/release/moestream", "bench", "model", "--model", converted, "--context", "256",
+           "--prompt-tokens", str(args.prompt), "--decode-tokens", str(args.decode), "--runs", "1", "--json"]
+    print("+", " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    row = {"engine": "moestream", "backend": "every expert resident, no bound (reference)", "peak_bytes": None,
+           "peak_anon_bytes": None, "command": " ".join(str(c) for c in cmd), "bytes_read_per_token": 0}
+    if p.returncode != 0:
+        print(p.stderr[-2000:], file=sys.stderr)
+        return {**row, "decode_tokens_per_s": None, "note": f"exit {p.returncode}"}
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    return {**row, "decode_tokens_per_s": r["decode_tokens_per_s"], "peak_anon_bytes": r["peak_rss_bytes"],
+            "note": "outside the bound; peak is its RSS"}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(ROOT / "target/bigmem"))
@@ -224,6 +243,7 @@ def main():
     _, buffered = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "eamc", "--prefetch", "eamc",
                                             "--direct-io", "off"], "buffered")
     rows += buffered
+    rows.append(resident_row(args))
     best_llama = max((r["decode_tokens_per_s"] or 0) for r in rows if r["engine"] == "llama.cpp")
     for r in rows:
         r["vs_best_llama"] = (r["decode_tokens_per_s"] or 0) / best_llama if best_llama else None
