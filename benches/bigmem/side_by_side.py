@@ -22,7 +22,9 @@ Rows: llama.cpp `llama-bench` (one warmup token, then the measured decode) on th
 weights left on the mapping (`--repack 0`) and with its default repacking (a copy of the
 weights in anonymous memory), Vulkan (every layer offloaded; lavapipe here, so the "device"
 copy of the weights is host memory inside the bound too), Vulkan with the experts left on the
-CPU mapping (`--n-cpu-moe`, llama.cpp's own recipe for MoE models bigger than memory); then
+CPU (`--n-cpu-moe`, llama.cpp's own recipe for MoE models bigger than memory: by default the
+CPU's weights then go to the Vulkan backend's pinned host buffer, a copy; with `--no-host 1` they
+stay on the mapping); then
 `moestream bench ssd` (LRU, LFU and EAMC × no prefetch and EAMC prefetch with 4 reader threads,
 EAMC/EAMC with other reader counts, all uncached), one buffered run, and for reference the
 same model fully resident without a bound (`bench model`, outside the cgroup).
@@ -233,6 +235,8 @@ def main():
         llama_row(cg, "Vulkan (all layers)", gguf, args, ["-ngl", "99"], env_vk),
         llama_row(cg, "Vulkan, experts on CPU (--n-cpu-moe, --repack 0)", gguf, args,
                   ["-ngl", "99", "-ncmoe", "99", "--repack", "0"], env_vk),
+        llama_row(cg, "Vulkan, experts on the CPU mapping (--n-cpu-moe, --repack 0, --no-host 1)", gguf, args,
+                  ["-ngl", "99", "-ncmoe", "99", "--repack", "0", "--no-host", "1"], env_vk),
     ]
     rep, ours = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "lru,lfu,eamc", "--prefetch", "none,eamc",
                                           "--direct-io", "auto"], "uncached")
