@@ -22,9 +22,8 @@ Rows: llama.cpp `llama-bench` (one warmup token, then the measured decode) on th
 weights left on the mapping (`--repack 0`) and with its default repacking (a copy of the
 weights in anonymous memory), Vulkan (every layer offloaded; lavapipe here, so the "device"
 copy of the weights is host memory inside the bound too), Vulkan with the experts left on the
-CPU (`--n-cpu-moe`, llama.cpp's own recipe for MoE models bigger than memory: by default the
-CPU's weights then go to the Vulkan backend's pinned host buffer, a copy; with `--no-host 1` they
-stay on the mapping); then
+CPU (`--n-cpu-moe`, llama.cpp's own recipe for MoE models bigger than memory), also with
+`--no-host 1` (the CPU's weights kept out of the Vulkan backend's host buffer type); then
 `moestream bench ssd` (LRU, LFU and EAMC × no prefetch and EAMC prefetch with 4 reader threads,
 EAMC/EAMC with other reader counts, all uncached), one buffered run, and for reference the
 same model fully resident without a bound (`bench model`, outside the cgroup).
