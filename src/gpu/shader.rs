@@ -142,7 +142,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("kv_store", &["F16"]),
     ("attention", &["F16", "SPLIT"]),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE"]),
-    ("matvec", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "LANE_ROWS", "SHARED_REDUCE"]),
+    ("matvec", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "LAST_TOKEN", "LANE_ROWS", "SHARED_REDUCE"]),
     ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
     ("expert_down", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE"]),
     ("moe_combine", &["SHARED"]),

@@ -253,6 +253,8 @@ pub struct GpuModel {
     layers: Vec<Layer>,
     final_norm: RmsNorm,
     lm_head: MatMul,
+    /// The lm_head on the step's last token only (greedy token, last logits).
+    lm_head_last: MatMul,
     argmax: Argmax,
     token_logprob: TokenLogprob,
     readback: Readback,
@@ -700,6 +702,15 @@ impl GpuModel {
             spec.rms_eps,
         );
         let lm_head = bld.matmul("lm_head", &head_w, None, &acts.hn, &acts.logits, MatMulOut::plain(spec.vocab))?;
+        let lm_head_last = MatMul::new(
+            &gpu,
+            &step.buffer,
+            &acts.hn,
+            bld.matrices.last().expect("the lm_head matrix was just uploaded"),
+            None,
+            &acts.logits,
+            MatMulOut { last_token: true, ..MatMulOut::plain(spec.vocab) },
+        );
         let argmax = Argmax::new(&gpu, &step.buffer, &acts.logits, &acts.argmax, spec.vocab);
         let token_logprob =
             TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
@@ -722,6 +733,7 @@ impl GpuModel {
             layers,
             final_norm,
             lm_head,
+            lm_head_last,
             argmax,
             token_logprob,
             readback,
