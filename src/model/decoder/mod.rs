@@ -31,7 +31,7 @@ use crate::ops::argmax::Argmax;
 use crate::ops::attention::{partial_bytes, split_len, Heads};
 use crate::ops::attention_merge::AttentionMerge;
 use crate::ops::embed::Embed;
-use crate::ops::experts::{ExpertFfn, ExpertIo};
+use crate::ops::experts::{ExpertFfn, ExpertIo, ExpertPrefill};
 use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::matrix::naming;
 use crate::ops::moe_combine::MoeCombine;
@@ -656,8 +656,18 @@ impl GpuModel {
                     let shape = router_shape(m, router_bias.as_deref());
                     let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), shape);
                     let io = ExpertIo { x: &acts.hn, ids: &acts.ids, route_w: &acts.route_w, h: &acts.eh, y: &acts.ey };
-                    let expert_ffn =
-                        ExpertFfn::new(&gpu, &step.buffer, io, &r.arena, &r.layer_layout(i), &r.table, i, m.top_k);
+                    let prefill = ExpertPrefill::for_gpu(&gpu);
+                    let expert_ffn = ExpertFfn::new(
+                        &gpu,
+                        &step.buffer,
+                        io,
+                        &r.arena,
+                        &r.layer_layout(i),
+                        &r.table,
+                        i,
+                        m.top_k,
+                        prefill,
+                    );
                     // A gated shared expert (Qwen2-MoE) writes its own buffer for the combine
                     // to gate; an ungated one (DeepSeek, GLM) accumulates into the residual.
                     let shared = match &mw.shared {
