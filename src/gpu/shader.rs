@@ -139,7 +139,7 @@ impl Gpu {
 /// that compiles every combination.
 pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("embed", &["F16", "INT4", "INT4_SYM", "G64"]),
-    ("rms_norm", &["OUT"]),
+    ("rms_norm", &["OUT", "ADD_PAIRS"]),
     ("kv_store", &["F16"]),
     ("attention", &["F16", "SPLIT"]),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE"]),

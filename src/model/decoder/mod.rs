@@ -136,7 +136,10 @@ struct MoeFfn {
     topk: RouterTopK,
     experts: ExpertFfn,
     shared: Option<Shared>,
-    combine: MoeCombine,
+    /// Sum of the experts' outputs into the residual; `None` when the next layer's input norm
+    /// does it ([`RmsNorm::after_combine`]: every layer but the last, without a gated shared
+    /// expert).
+    combine: Option<MoeCombine>,
 }
 
 enum Ffn {
@@ -402,6 +405,16 @@ impl Builder<'_> {
         self.buffers.push(w);
         n
     }
+
+    /// A layer's input norm that first adds the previous MoE layer's `top_k` expert outputs
+    /// (`acts.ey`) into the residual: x += combine, hn = norm(x).
+    fn norm_after_combine(&mut self, weight: &HostTensor, acts: &Activations, top_k: usize, eps: f32) -> RmsNorm {
+        let w = f32_buf(self.gpu, "norm", weight);
+        let n =
+            RmsNorm::after_combine(self.gpu, self.step, &w, &acts.x, &acts.hn, &acts.ey, weight.data.len(), top_k, eps);
+        self.buffers.push(w);
+        n
+    }
 }
 
 impl GpuModel {
@@ -535,17 +548,22 @@ impl GpuModel {
         };
 
         let mut layers = Vec::with_capacity(spec.layers);
+        // The top-k of the previous MoE layer whose combine this layer's input norm does.
+        let mut combine_pending = None;
         for i in 0..spec.layers {
             bld.layer = Some(i);
             let w = layer_weights::layer(ckpt, spec, i)?;
             let eps = spec.rms_eps;
-            let attn_norm = bld.norm(
-                &w.input_norm,
-                &acts.x,
-                Some(&acts.hn),
-                NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
-                eps,
-            );
+            let attn_norm = match combine_pending.take() {
+                Some(top_k) => bld.norm_after_combine(&w.input_norm, &acts, top_k, eps),
+                None => bld.norm(
+                    &w.input_norm,
+                    &acts.x,
+                    Some(&acts.hn),
+                    NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
+                    eps,
+                ),
+            };
             let attn = match (&w.attn, spec.mla()) {
                 (AttentionBlock::Mla(mw), Some(m)) => Attn::Mla(Box::new(bld.mla(spec, m, mw, &acts, (&cos, &sin))?)),
                 (AttentionBlock::Linear(lw), _) => {
@@ -689,15 +707,15 @@ impl GpuModel {
                         }
                         None => None,
                     };
-                    let combine = MoeCombine::new(
-                        &gpu,
-                        &step.buffer,
-                        &acts.ey,
-                        &acts.x,
-                        shared.as_ref().and_then(|s| s.gate.as_ref()).map(|_| (&acts.shared_out, &acts.shared_gate)),
-                        h,
-                        m.top_k,
-                    );
+                    let gated =
+                        shared.as_ref().and_then(|s| s.gate.as_ref()).map(|_| (&acts.shared_out, &acts.shared_gate));
+                    let combine = match gated.is_none() && i + 1 < spec.layers {
+                        true => {
+                            combine_pending = Some(m.top_k);
+                            None
+                        }
+                        false => Some(MoeCombine::new(&gpu, &step.buffer, &acts.ey, &acts.x, gated, h, m.top_k)),
+                    };
                     Ffn::Moe(Box::new(MoeFfn { router, router_bias, topk, experts: expert_ffn, shared, combine }))
                 }
             };

@@ -144,7 +144,9 @@ impl GpuModel {
                             g.record(gpu, rec.pass(), n);
                         }
                     }
-                    combine.record(gpu, rec.pass(), n);
+                    if let Some(c) = combine {
+                        c.record(gpu, rec.pass(), n);
+                    }
                 }
             }
         }
