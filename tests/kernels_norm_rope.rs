@@ -227,6 +227,43 @@ fn rope_at_cache_pos_only_touches_step_rows() {
     }
 }
 
+#[test]
+fn rope_pair_is_two_ropes() {
+    // Queries and keys in one dispatch: bit-identical to one dispatch each, for plain, partial
+    // and interleaved rotations, keys at the cache position or not.
+    let mut rng = Rng::new(8);
+    let mut partial = RopeSpec::plain(10_000.0, 64);
+    partial.rotary_dim = 32;
+    partial.interleaved = true;
+    for (spec, hd) in [(RopeSpec::plain(10_000.0, 40), 40usize), (partial, 64)] {
+        for &(qh, kh, t, pos, at_cache_pos) in
+            &[(6usize, 2usize, 1usize, 5usize, false), (4, 4, 9, 0, true), (8, 1, 70, 3, false)]
+        {
+            let (la, lb) = (RopeLayout::heads(qh, hd, false), RopeLayout::heads(kh, hd, at_cache_pos));
+            let (xa, xb) = (rng.vec(t * qh * hd, -2.0, 2.0), rng.vec((pos + t) * kh * hd, -2.0, 2.0));
+            let gpu = gpu();
+            let step = StepUniform::new(&gpu);
+            step.set(&gpu, t, pos);
+            let (cos, sin) = spec.tables(pos + t + 1);
+            let (cb, sb) = (upload_f32(&gpu, &cos), upload_f32(&gpu, &sin));
+            let (pa, pb) = (upload_f32(&gpu, &xa), upload_f32(&gpu, &xb));
+            let op = Rope::pair(&gpu, &step.buffer, (&cb, &sb), (&pa, la), (&pb, lb), &spec);
+            submit(&gpu, |pass| op.record(&gpu, pass, t));
+            let what = format!("rope pair hd={hd} heads {qh}+{kh} T={t} pos={pos}");
+            assert_bits_eq(
+                &format!("{what}: queries"),
+                &read_f32(&gpu, &pa, xa.len()),
+                &run_rope_spec(&xa, &spec, la, t, pos),
+            );
+            assert_bits_eq(
+                &format!("{what}: keys"),
+                &read_f32(&gpu, &pb, xb.len()),
+                &run_rope_spec(&xb, &spec, lb, t, pos),
+            );
+        }
+    }
+}
+
 /// Scaled, partial and interleaved rotations (GLM's half-width rotate-half, DeepSeek's
 /// interleaved YaRN on the rotary tail of each head) against the reference.
 #[test]

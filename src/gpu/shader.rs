@@ -141,6 +141,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("embed", &["F16", "INT4", "INT4_SYM", "G64"]),
     ("rms_norm", &["OUT", "ADD_PAIRS"]),
     ("kv_store", &["F16"]),
+    ("rope", &["PAIR"]),
     ("attention", &["F16", "SPLIT"]),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE"]),
     ("matvec", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "LAST_TOKEN", "LANE_ROWS", "SHARED_REDUCE"]),

@@ -154,8 +154,8 @@ struct GroupedAttn {
     k: Projection,
     v: Projection,
     qk_norm: Option<(RmsNorm, RmsNorm)>,
-    rope_q: Rope,
-    rope_k: Rope,
+    /// Queries and keys in one dispatch.
+    rope: Rope,
     /// The output gate of gated attention (Qwen3-Next/3.5), applied before `o_proj`.
     out_gate: Option<linear::OutputGate>,
     o: Projection,
@@ -625,26 +625,18 @@ impl GpuModel {
                         )
                     });
                     let tables = (&cos, &sin);
-                    let rope_q = Rope::new(
+                    let rope = Rope::pair(
                         &gpu,
                         &step.buffer,
                         tables,
-                        &acts.q,
+                        (&acts.q, RopeLayout::heads(spec.heads, spec.head_dim, false)),
+                        (&acts.k, RopeLayout::heads(spec.kv_heads, spec.head_dim, false)),
                         &spec.rope,
-                        RopeLayout::heads(spec.heads, spec.head_dim, false),
-                    );
-                    let rope_k = Rope::new(
-                        &gpu,
-                        &step.buffer,
-                        tables,
-                        &acts.k,
-                        &spec.rope,
-                        RopeLayout::heads(spec.kv_heads, spec.head_dim, false),
                     );
                     let out_gate = attn.gate.as_ref().map(|g| bld.output_gate(spec, g, &acts)).transpose()?;
                     let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
                     let o = bld.projection("o", &attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
-                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope_q, rope_k, out_gate, o }))
+                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope, out_gate, o }))
                 }
                 (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
             };
@@ -826,8 +818,7 @@ impl GroupedAttn {
             qn.record(gpu, pass, n);
             kn.record(gpu, pass, n);
         }
-        self.rope_q.record(gpu, pass, n);
-        self.rope_k.record(gpu, pass, n);
+        self.rope.record(gpu, pass, n);
         if let Some(g) = &self.out_gate {
             g.record_projection(gpu, pass, n);
         }
