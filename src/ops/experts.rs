@@ -8,6 +8,7 @@
 
 use super::matmul::{DecodeLayout, MATVEC_MAX_TOKENS};
 use super::params;
+use super::WeightFormat;
 use crate::experts::{SlotArena, SlotLayout, SlotTable};
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
@@ -39,8 +40,9 @@ const EXPERT_TILE: (usize, usize) = (32, 32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExpertPrefill {
     /// One workgroup per (pair, block of rows), as in decode: an expert's weights are read (and
-    /// dequantized) once per token routed to it. Faster on CPU adapters (lavapipe), where the
-    /// tiled GEMM's workgroup-memory staging costs more than the repeated reads it saves.
+    /// dequantized) once per token routed to it. Faster on CPU adapters (lavapipe) for the
+    /// engine's own formats, where the tiled GEMM's workgroup-memory staging costs more than
+    /// the repeated reads it saves (1.56x on the bench model in int4).
     Pairs,
     /// `expert_matmul`: each expert's pairs gathered into tiles of the prefill GEMM
     /// (llama.cpp's mul_mat_id pattern).
@@ -48,13 +50,15 @@ pub enum ExpertPrefill {
 }
 
 impl ExpertPrefill {
-    /// `Pairs` on CPU adapters, `Gather` on GPUs, or what `MOESTREAM_EXPERT_PREFILL` names
-    /// (`pairs`, `gather`; for comparing the two on one adapter).
-    pub fn for_gpu(gpu: &Gpu) -> ExpertPrefill {
+    /// `Gather` on GPUs and for experts in ggml blocks (whose per-value dequantization made
+    /// `Pairs` 3.3x slower on lavapipe with Q4_0), else `Pairs` on CPU adapters; or what
+    /// `MOESTREAM_EXPERT_PREFILL` names (`pairs`, `gather`; for comparing the two on one adapter).
+    pub fn for_layer(gpu: &Gpu, layout: &SlotLayout) -> ExpertPrefill {
+        let ggml = [layout.format, layout.down_format].iter().any(|f| matches!(f, WeightFormat::Ggml(_)));
         match std::env::var("MOESTREAM_EXPERT_PREFILL").as_deref() {
             Ok("pairs") => ExpertPrefill::Pairs,
             Ok("gather") => ExpertPrefill::Gather,
-            _ if gpu.adapter.software => ExpertPrefill::Pairs,
+            _ if gpu.adapter.software && !ggml => ExpertPrefill::Pairs,
             _ => ExpertPrefill::Gather,
         }
     }

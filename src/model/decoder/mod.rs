@@ -666,7 +666,7 @@ impl GpuModel {
                     let shape = router_shape(m, router_bias.as_deref());
                     let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), shape);
                     let io = ExpertIo { x: &acts.hn, ids: &acts.ids, route_w: &acts.route_w, h: &acts.eh, y: &acts.ey };
-                    let prefill = ExpertPrefill::for_gpu(&gpu);
+                    let prefill = ExpertPrefill::for_layer(&gpu, &r.layer_layout(i));
                     let expert_ffn = ExpertFfn::new(
                         &gpu,
                         &step.buffer,
