@@ -1,5 +1,6 @@
-// Parameters shared by the two expert kernels: model dims, the slot-table base of the layer,
-// the arena chunk this dispatch covers, and where each projection lies inside a slot.
+// Parameters shared by the expert kernels: model dims, the slot-table base of the layer and its
+// experts (`n_experts`, the prefill expert_matmul's), the arena chunk this dispatch covers, and
+// where each projection lies inside a slot.
 struct Params {
     hidden: u32,
     inter: u32,
@@ -8,7 +9,7 @@ struct Params {
     first_slot: u32,
     slots: u32,
     slot_words: u32,
-    pad: u32,
+    n_experts: u32,
     // Per projection, relative to the slot start: (data in weight units, scales f16 index,
     // mins f16 index, unused).
     gate: vec4<u32>,

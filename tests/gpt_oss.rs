@@ -22,7 +22,7 @@ use moestream::experts::{SlotArena, SlotTable};
 use moestream::gpu::StepUniform;
 use moestream::model::gguf::{dequant, GgmlType};
 use moestream::model::{layer_weights, ArchSpec, Checkpoint, ExpertAct};
-use moestream::ops::experts::{ExpertFfn, ExpertIo};
+use moestream::ops::experts::{ExpertFfn, ExpertIo, ExpertPrefill};
 use moestream::ops::WeightFormat;
 use moestream::reference::ops as refops;
 use moestream::runtime::{Engine, EngineOptions};
@@ -82,7 +82,7 @@ fn check_clamped_ffn(format: WeightFormat, hidden: usize, inter: usize, t: usize
     let hb = upload_f32(&gpu, &vec![0.0; pairs * inter]);
     let yb = upload_f32(&gpu, &vec![0.0; pairs * hidden]);
     let io = ExpertIo { x: &xb, ids: &ib, route_w: &wb, h: &hb, y: &yb, act: (ACT, Some(&bb)) };
-    let op = ExpertFfn::new(&gpu, &step.buffer, io, &arena, &layout, &table, 0, top_k);
+    let op = ExpertFfn::new(&gpu, &step.buffer, io, &arena, &layout, &table, 0, top_k, ExpertPrefill::Pairs);
     submit(&gpu, |pass| op.record(&gpu, pass, t));
     let y = read_f32(&gpu, &yb, pairs * hidden);
     let per = 2 * inter + hidden;

@@ -19,7 +19,7 @@ use common::{
 use moestream::experts::arena::SlotLayout;
 use moestream::experts::{SlotArena, SlotTable};
 use moestream::gpu::{Gpu, StepUniform};
-use moestream::ops::experts::{ExpertFfn, ExpertIo};
+use moestream::ops::experts::{ExpertFfn, ExpertIo, ExpertPrefill};
 use moestream::ops::moe_combine::MoeCombine;
 use moestream::ops::router::{Forced, RouterIo, RouterShape, RouterTopK};
 use moestream::ops::WeightFormat;
@@ -229,6 +229,8 @@ struct FfnCase {
     top_k: usize,
     /// Experts of `layer` to leave out of the arena.
     absent: usize,
+    /// How steps of more than three tokens run.
+    prefill: ExpertPrefill,
 }
 
 struct FfnData {
@@ -307,15 +309,15 @@ fn run_ffn(gpu: &Arc<Gpu>, c: &FfnCase, d: &FfnData) -> (Vec<f32>, Vec<f32>, usi
     let hb = upload_f32(gpu, &vec![SENTINEL; pairs * c.inter]);
     let yb = upload_f32(gpu, &vec![SENTINEL; (pairs + 1) * c.hidden]);
     let io = ExpertIo { x: &xb, ids: &ib, route_w: &wb, h: &hb, y: &yb, act: (Default::default(), None) };
-    let op = ExpertFfn::new(gpu, &step.buffer, io, &arena, &arena.layout, &table, c.layer, c.top_k);
+    let op = ExpertFfn::new(gpu, &step.buffer, io, &arena, &arena.layout, &table, c.layer, c.top_k, c.prefill);
     submit(gpu, |pass| op.record(gpu, pass, c.t));
     (read_f32(gpu, &hb, pairs * c.inter), read_f32(gpu, &yb, (pairs + 1) * c.hidden), arena.chunks.len())
 }
 
 fn describe(c: &FfnCase) -> String {
     format!(
-        "expert FFN {:?} H={} I={} E={} slots={} layer={} T={} k={}",
-        c.format, c.hidden, c.inter, c.n_experts, c.slots, c.layer, c.t, c.top_k
+        "expert FFN {:?} H={} I={} E={} slots={} layer={} T={} k={} {:?}",
+        c.format, c.hidden, c.inter, c.n_experts, c.slots, c.layer, c.t, c.top_k, c.prefill
     )
 }
 
@@ -361,7 +363,16 @@ fn check_ffn_against_reference(c: &FfnCase, d: &FfnData, h: &[f32], y: &[f32]) {
 }
 
 fn case(format: WeightFormat, hidden: usize, inter: usize, t: usize, top_k: usize) -> FfnCase {
-    FfnCase { format, hidden, inter, n_experts: 12, slots: 9, layers: 3, layer: 1, t, top_k, absent: 4 }
+    let prefill = ExpertPrefill::Pairs;
+    FfnCase { format, hidden, inter, n_experts: 12, slots: 9, layers: 3, layer: 1, t, top_k, absent: 4, prefill }
+}
+
+/// Both prefill paths for steps of more than three tokens (decode steps have one).
+fn prefills(t: usize) -> &'static [ExpertPrefill] {
+    match t {
+        0..=3 => &[ExpertPrefill::Pairs],
+        _ => &[ExpertPrefill::Pairs, ExpertPrefill::Gather],
+    }
 }
 
 #[test]
@@ -371,10 +382,12 @@ fn expert_ffn_matches_reference() {
         for &(hidden, inter) in &[(40usize, 24usize), (72, 48), (16, 520), (520, 16)] {
             for &(t, k) in &[(1usize, 1usize), (1, 4), (3, 2), (9, 3), (17, 4)] {
                 seed += 1;
-                let c = case(format, hidden, inter, t, k);
-                let d = ffn_data(&c, seed);
-                let (h, y, _) = run_ffn(&gpu(), &c, &d);
-                check_ffn_against_reference(&c, &d, &h, &y);
+                for &prefill in prefills(t) {
+                    let c = FfnCase { prefill, ..case(format, hidden, inter, t, k) };
+                    let d = ffn_data(&c, seed);
+                    let (h, y, _) = run_ffn(&gpu(), &c, &d);
+                    check_ffn_against_reference(&c, &d, &h, &y);
+                }
             }
         }
     }
@@ -383,7 +396,7 @@ fn expert_ffn_matches_reference() {
 #[test]
 fn expert_ffn_layer_zero_and_all_resident() {
     // Layer 0 (table base 0) with every expert resident and every slot used.
-    for format in weight_formats() {
+    for (format, &prefill) in weight_formats().into_iter().flat_map(|f| prefills(17).iter().map(move |p| (f, p))) {
         let c = FfnCase {
             format,
             hidden: 40,
@@ -395,6 +408,7 @@ fn expert_ffn_layer_zero_and_all_resident() {
             t: 17,
             top_k: 2,
             absent: 0,
+            prefill,
         };
         let d = ffn_data(&c, 77);
         let (h, y, _) = run_ffn(&gpu(), &c, &d);
@@ -412,17 +426,51 @@ fn expert_ffn_chunked_arena_is_bit_identical() {
         for &(hidden, inter) in &[(16usize, 16usize), (8, 40)] {
             for &(t, k) in &[(1usize, 2usize), (9, 3), (17, 4)] {
                 seed += 1;
-                let c = case(format, hidden, inter, t, k);
-                let d = ffn_data(&c, seed);
-                let (h1, y1, n1) = run_ffn(&gpu(), &c, &d);
-                let (h2, y2, n2) = run_ffn(&chunked, &c, &d);
-                let what = describe(&c);
-                assert_eq!(n1, 1, "{what}: default arena should be one chunk");
-                assert!(n2 >= 4, "{what}: chunked arena has only {n2} chunks");
-                assert_bits_eq(&format!("chunked {what}: h"), &h2, &h1);
-                assert_bits_eq(&format!("chunked {what}: y"), &y2, &y1);
-                check_ffn_against_reference(&c, &d, &h2, &y2);
+                for &prefill in prefills(t) {
+                    let c = FfnCase { prefill, ..case(format, hidden, inter, t, k) };
+                    let d = ffn_data(&c, seed);
+                    let (h1, y1, n1) = run_ffn(&gpu(), &c, &d);
+                    let (h2, y2, n2) = run_ffn(&chunked, &c, &d);
+                    let what = describe(&c);
+                    assert_eq!(n1, 1, "{what}: default arena should be one chunk");
+                    assert!(n2 >= 4, "{what}: chunked arena has only {n2} chunks");
+                    assert_bits_eq(&format!("chunked {what}: h"), &h2, &h1);
+                    assert_bits_eq(&format!("chunked {what}: y"), &y2, &y1);
+                    check_ffn_against_reference(&c, &d, &h2, &y2);
+                }
             }
+        }
+    }
+}
+
+#[test]
+fn expert_ffn_prefill_tiles_many_pairs_per_expert() {
+    // Gathered prefill puts each expert's pairs into 32-pair tiles: few experts give one expert
+    // several tiles, and routing every pair to one expert (twice per token) gives it more pairs
+    // than the step has tokens, served by the grid-stride over the dispatch's token tiles.
+    let mut seed = 600;
+    for format in weight_formats() {
+        for crowd in [false, true] {
+            seed += 1;
+            let c = FfnCase {
+                format,
+                hidden: 40,
+                inter: 72,
+                n_experts: 4,
+                slots: 4,
+                layers: 2,
+                layer: 1,
+                t: 70,
+                top_k: 2,
+                absent: 0,
+                prefill: ExpertPrefill::Gather,
+            };
+            let mut d = ffn_data(&c, seed);
+            if crowd {
+                d.ids.iter_mut().for_each(|id| *id = 2);
+            }
+            let (h, y, _) = run_ffn(&gpu(), &c, &d);
+            check_ffn_against_reference(&c, &d, &h, &y);
         }
     }
 }

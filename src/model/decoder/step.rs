@@ -144,7 +144,9 @@ impl GpuModel {
                             g.record(gpu, rec.pass(), n);
                         }
                     }
-                    combine.record(gpu, rec.pass(), n);
+                    if let Some(c) = combine {
+                        c.record(gpu, rec.pass(), n);
+                    }
                 }
             }
         }
@@ -157,11 +159,18 @@ impl GpuModel {
         }
         if !matches!(output, StepOutput::None) {
             self.final_norm.record(gpu, rec.pass(), n);
-            self.lm_head.record(gpu, rec.pass(), n);
             match output {
-                StepOutput::Argmax => self.argmax.record(gpu, rec.pass()),
-                StepOutput::LogProbs(_) => self.token_logprob.record(gpu, rec.pass(), n),
-                _ => {}
+                StepOutput::LogProbs(_) => {
+                    self.lm_head.record(gpu, rec.pass(), n);
+                    self.token_logprob.record(gpu, rec.pass(), n);
+                }
+                _ => {
+                    // The greedy token and the logits are the last token's: its row only.
+                    self.lm_head_last.record(gpu, rec.pass(), n);
+                    if matches!(output, StepOutput::Argmax) {
+                        self.argmax.record(gpu, rec.pass());
+                    }
+                }
             }
         }
         rec.submit(&gpu.queue);
