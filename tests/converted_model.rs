@@ -83,6 +83,9 @@ impl ExpertSource for SlowDisk {
     fn layout(&self) -> SlotLayout {
         self.inner.layout()
     }
+    fn layer_layout(&self, layer: usize) -> SlotLayout {
+        self.inner.layer_layout(layer)
+    }
 }
 
 /// The bigger-than-memory path at small scale: O_DIRECT, four reader threads, slow reads and a
