@@ -14,7 +14,17 @@ struct Params {
     gate: vec4<u32>,
     up: vec4<u32>,
     down: vec4<u32>,
+    // CLAMPED (gpt-oss): (swiglu_alpha, swiglu_limit, unused, unused).
+    act: vec4<f32>,
 }
+
+//#if CLAMPED
+// Where expert `e`'s biases start in `expert_bias` (bound by each kernel after its own
+// buffers): per expert of the layer its gate bias (inter), up bias (inter), down bias (hidden).
+fn bias_base(e: u32) -> u32 {
+    return e * (2u * p.inter + p.hidden);
+}
+//#endif
 
 // The projection `o` of the expert in slot `slot` (already relative to this chunk).
 fn proj(slot: u32, o: vec4<u32>, cols: u32) -> WMat {

@@ -110,6 +110,8 @@ fn router_group_and_sigmoid_kinds_match_reference() {
                 routed_scaling_factor: 2.5,
                 shared_expert_intermediate: None,
                 shared_expert_gate: false,
+                router_logit_bias: false,
+                expert_act: Default::default(),
             };
             let t = 7;
             let logits: Vec<f32> = (0..t).flat_map(|_| ladder_logits(&mut rng, e, 0.05)).collect();
@@ -309,7 +311,7 @@ fn run_ffn(gpu: &Arc<Gpu>, c: &FfnCase, d: &FfnData) -> (Vec<f32>, Vec<f32>, usi
     let wb = upload_f32(gpu, &d.route_w);
     let hb = upload_f32(gpu, &vec![SENTINEL; pairs * c.inter]);
     let yb = upload_f32(gpu, &vec![SENTINEL; (pairs + 1) * c.hidden]);
-    let io = ExpertIo { x: &xb, ids: &ib, route_w: &wb, h: &hb, y: &yb };
+    let io = ExpertIo { x: &xb, ids: &ib, route_w: &wb, h: &hb, y: &yb, act: (Default::default(), None) };
     let op = ExpertFfn::new(gpu, &step.buffer, io, &arena, &arena.layout, &table, c.layer, c.top_k);
     submit(gpu, |pass| op.record(gpu, pass, c.t));
     (read_f32(gpu, &hb, pairs * c.inter), read_f32(gpu, &yb, (pairs + 1) * c.hidden), arena.chunks.len())

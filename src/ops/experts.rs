@@ -7,6 +7,7 @@ use super::params;
 use crate::experts::{SlotArena, SlotLayout, SlotTable};
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
+use crate::model::ExpertAct;
 
 /// Buffers an expert FFN reads and writes.
 pub struct ExpertIo<'a> {
@@ -20,6 +21,9 @@ pub struct ExpertIo<'a> {
     pub h: &'a wgpu::Buffer,
     /// Per-pair outputs `[tokens * top_k, hidden]`.
     pub y: &'a wgpu::Buffer,
+    /// The experts' activation; for [`ExpertAct::ClampedSwiGlu`] also the layer's expert
+    /// biases `[experts, 2 * inter + hidden]` (per expert gate, up, down).
+    pub act: (ExpertAct, Option<&'a wgpu::Buffer>),
 }
 
 /// Rows per team (`R`) of `expert_gate_up` in the (`LaneRows`, `Teams`) layouts, as in its shader.
@@ -59,7 +63,16 @@ impl ExpertFfn {
             d.extend(decode.defines());
             d
         };
-        let (gate_up_defines, down_defines) = (with_decode(layout.format), with_decode(layout.down_format));
+        let (mut gate_up_defines, mut down_defines) = (with_decode(layout.format), with_decode(layout.down_format));
+        let (alpha, limit, bias) = match io.act {
+            (ExpertAct::ClampedSwiGlu { alpha, limit }, Some(bias)) => {
+                gate_up_defines.push("CLAMPED");
+                down_defines.push("CLAMPED");
+                (alpha, limit, Some(bias))
+            }
+            (ExpertAct::ClampedSwiGlu { .. }, None) => panic!("clamped SwiGLU experts need their biases"),
+            (ExpertAct::SwiGlu, _) => (0.0, 0.0, None),
+        };
         let (hidden, inter) = (layout.hidden, layout.inter);
         let proj: Vec<u32> = (0..3)
             .flat_map(|i| {
@@ -82,6 +95,7 @@ impl ExpertFfn {
                 0,
             ];
             words.extend(&proj);
+            words.extend([alpha.to_bits(), limit.to_bits(), 0, 0]);
             let p = params(&words);
             // Per token: its top-k experts' projections (distinct experts when decoding; an upper
             // bound in prefill, where tokens share experts), and the activations in and out.
@@ -97,7 +111,10 @@ impl ExpertFfn {
                     &gate_up_defines,
                     step,
                     &p,
-                    &[io.x.into(), io.ids.into(), (&table.buffer).into(), chunk.into(), io.h.into()],
+                    &[io.x.into(), io.ids.into(), (&table.buffer).into(), chunk.into(), io.h.into()]
+                        .into_iter()
+                        .chain(bias.map(|b| b.into()))
+                        .collect::<Vec<_>>(),
                 )
                 .with_traffic(gate_up_traffic),
             );
@@ -108,7 +125,10 @@ impl ExpertFfn {
                     &down_defines,
                     step,
                     &p,
-                    &[io.h.into(), io.ids.into(), io.route_w.into(), (&table.buffer).into(), chunk.into(), io.y.into()],
+                    &[io.h.into(), io.ids.into(), io.route_w.into(), (&table.buffer).into(), chunk.into(), io.y.into()]
+                        .into_iter()
+                        .chain(bias.map(|b| b.into()))
+                        .collect::<Vec<_>>(),
                 )
                 .with_traffic(down_traffic),
             );

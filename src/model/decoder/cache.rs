@@ -258,7 +258,9 @@ impl GpuModel {
                 Attn::Mla(a) => {
                     LayerCache::Mla(self.mla_cache(spec.mla().expect("MLA layers imply an MLA spec"), &a.kv_b))
                 }
-                Attn::Grouped(_) => LayerCache::Grouped(self.grouped_cache(per_chunk, spec.window(i))),
+                Attn::Grouped(a) => {
+                    LayerCache::Grouped(self.grouped_cache(per_chunk, spec.window(i), a.sinks.as_ref().map(|s| &s.0)))
+                }
                 Attn::Linear(a) => LayerCache::Linear(
                     self.linear_cache(spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"), a),
                 ),
@@ -302,9 +304,10 @@ impl GpuModel {
     }
 
     /// One grouped layer's cache, `per_chunk` KV heads per chunk, its attention seeing the last
-    /// `window` keys when set. The cache keeps every position (windowed layers too), so
-    /// rolling a session back never needs keys a ring would have overwritten.
-    fn grouped_cache(&self, per_chunk: usize, window: Option<usize>) -> GroupedCache {
+    /// `window` keys when set, with the layer's attention `sinks` when it has them. The cache
+    /// keeps every position (windowed layers too), so rolling a session back never needs keys a
+    /// ring would have overwritten.
+    fn grouped_cache(&self, per_chunk: usize, window: Option<usize>, sinks: Option<&wgpu::Buffer>) -> GroupedCache {
         let gpu = &*self.gpu;
         let (context, dtype) = (self.options.context, self.options.kv_dtype);
         let heads = self.heads();
@@ -325,7 +328,7 @@ impl GpuModel {
                     heads.n_kv_heads,
                     (heads.head_dim, heads.head_dim),
                 );
-                let io = AttentionIo { q: &acts.q, out: &acts.attn, partial: &acts.attn_partial, sinks: None };
+                let io = AttentionIo { q: &acts.q, out: &acts.attn, partial: &acts.attn_partial, sinks };
                 let keys = KeyRange { split_len: self.split_len, window };
                 let attention = Attention::new(gpu, &self.step.buffer, io, chunk, heads, keys);
                 GroupedChunk { store, attention, _k: k, _v: v }
@@ -366,10 +369,14 @@ impl GpuModel {
         n: usize,
         kv_len: usize,
     ) {
+        let merge = match &self.layers[layer].attn {
+            Attn::Grouped(a) => a.sinks.as_ref().map_or(&self.attention_merge, |s| &s.1),
+            _ => &self.attention_merge,
+        };
         let layer = cache.layer(layer);
         layer.record(&self.gpu, pass, n, kv_len);
         if matches!(layer, LayerCache::Grouped(_)) && is_split(n, kv_len, self.split_len) {
-            self.attention_merge.record(&self.gpu, pass);
+            merge.record(&self.gpu, pass);
         }
     }
 }

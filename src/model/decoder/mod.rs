@@ -156,6 +156,9 @@ struct GroupedAttn {
     /// The output gate of gated attention (Qwen3-Next/3.5), applied before `o_proj`.
     out_gate: Option<linear::OutputGate>,
     o: Projection,
+    /// Attention sinks `[heads]` (gpt-oss), bound by each session's attention, and the split
+    /// decode merge that applies them.
+    sinks: Option<(wgpu::Buffer, AttentionMerge)>,
 }
 
 /// A layer's attention, by kind.
@@ -623,8 +626,15 @@ impl GpuModel {
                     );
                     let out_gate = attn.gate.as_ref().map(|g| bld.output_gate(spec, g, &acts)).transpose()?;
                     let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
-                    let o = bld.projection("o", &attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
-                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope_q, rope_k, out_gate, o }))
+                    let o_bias = attn.o_bias.as_ref();
+                    let o = bld.projection("o", &attn.o, o_bias, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
+                    let sinks = attn.sinks.as_ref().map(|s| {
+                        let buf = f32_buf(&gpu, "attention sinks", s);
+                        let partial = (&acts.attn_partial, &acts.attn);
+                        let merge = AttentionMerge::new(&gpu, &step.buffer, partial, Some(&buf), heads, split_len);
+                        (buf, merge)
+                    });
+                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope_q, rope_k, out_gate, o, sinks }))
                 }
                 (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
             };
@@ -645,7 +655,7 @@ impl GpuModel {
                     let router = bld.matmul(
                         "router",
                         &mw.router,
-                        None,
+                        mw.router_logit_bias.as_ref(),
                         &acts.hn,
                         &acts.router_logits,
                         MatMulOut::plain(m.num_experts),
@@ -653,9 +663,18 @@ impl GpuModel {
                     let router_bias = mw.router_bias.as_ref().map(|b| b.data.clone());
                     let shape = router_shape(m, router_bias.as_deref());
                     let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), shape);
-                    let io = ExpertIo { x: &acts.hn, ids: &acts.ids, route_w: &acts.route_w, h: &acts.eh, y: &acts.ey };
+                    let expert_bias = mw.expert_bias.as_ref().map(|b| f32_buf(&gpu, "expert biases", b));
+                    let io = ExpertIo {
+                        x: &acts.hn,
+                        ids: &acts.ids,
+                        route_w: &acts.route_w,
+                        h: &acts.eh,
+                        y: &acts.ey,
+                        act: (m.expert_act, expert_bias.as_ref()),
+                    };
                     let expert_ffn =
                         ExpertFfn::new(&gpu, &step.buffer, io, &r.arena, &r.layer_layout(i), &r.table, i, m.top_k);
+                    bld.buffers.extend(expert_bias);
                     // A gated shared expert (Qwen2-MoE) writes its own buffer for the combine
                     // to gate; an ungated one (DeepSeek, GLM) accumulates into the residual.
                     let shared = match &mw.shared {
