@@ -175,14 +175,15 @@ fn router_topk_exact_ties_pick_lower_index() {
 #[test]
 fn forced_router_weighs_the_given_experts() {
     // Prediction-as-routing: the experts come from a buffer (at an offset), the weights from
-    // the softmax over all logits.
+    // the softmax over all logits. At a spread of ±300 the forced experts' logits are mostly
+    // far below the best: renormalised, their weights must still sum to one.
     let mut rng = Rng::new(4);
-    for &(e, k) in &[(8usize, 2usize), (60, 4), (256, 8)] {
+    for &(e, k, spread) in &[(8usize, 2usize, 3.0), (60, 4, 3.0), (256, 8, 3.0), (8, 2, 300.0), (60, 4, 300.0)] {
         for renorm in [false, true] {
             let gpu = gpu();
             let step = StepUniform::new(&gpu);
             step.set(&gpu, 1, 0);
-            let logits = rng.vec(e, -3.0, 3.0);
+            let logits = rng.vec(e, -spread, spread);
             let offset = 5;
             let mut chosen: Vec<usize> = (0..e).collect();
             rng.shuffle(&mut chosen);
@@ -203,6 +204,10 @@ fn forced_router_weighs_the_given_experts() {
             for (i, (id, weight)) in refops::router_forced(&logits, &chosen, renorm).into_iter().enumerate() {
                 assert_eq!(ids[i] as usize, id, "forced E={e} k={k} choice {i}");
                 assert!((w[i] - weight).abs() <= 1e-6, "forced E={e} k={k} weight {} vs {weight}", w[i]);
+            }
+            if renorm {
+                let sum: f32 = w.iter().sum();
+                assert!((sum - 1.0).abs() < 1e-5, "forced E={e} k={k} spread {spread}: weights sum to {sum}");
             }
         }
     }

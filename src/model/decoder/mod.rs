@@ -845,6 +845,16 @@ impl GroupedAttn {
 }
 
 impl Attn {
+    /// The profiler's section of this layer's attention part (norm, projections, cache,
+    /// attention or recurrence, output).
+    fn section(&self) -> &'static str {
+        match self {
+            Attn::Grouped(_) => "full attention",
+            Attn::Mla(_) => "MLA attention",
+            Attn::Linear(_) => "linear attention",
+        }
+    }
+
     /// Records what comes before the session's cache store and attention (see
     /// [`GpuModel::record_attention`]).
     fn record_inputs(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
