@@ -12,6 +12,8 @@ pub struct KvCache {
     /// Per layer, a Gated DeltaNet layer's state (conv window + recurrent state; empty for
     /// other layers).
     states: Vec<Vec<f32>>,
+    /// Whether keys and values are rounded to f16 as they are cached.
+    f16: bool,
 }
 
 impl KvCache {
@@ -23,7 +25,15 @@ impl KvCache {
             keys: vec![Vec::new(); layers],
             values: vec![Vec::new(); layers],
             states: vec![Vec::new(); layers],
+            f16: false,
         }
+    }
+
+    /// Rounds every key and value to f16 as it is cached, as the GPU's f16 KV cache holds
+    /// them (grouped attention; an MLA GPU cache holds the latent instead of these keys).
+    pub fn with_f16_rounding(mut self) -> KvCache {
+        self.f16 = true;
+        self
     }
 
     /// Gives every Gated DeltaNet layer of `spec` a zeroed state.
@@ -44,8 +54,10 @@ impl KvCache {
     /// Appends one position's key and value rows to layer `layer`.
     pub fn push(&mut self, layer: usize, k: &[f32], v: &[f32]) {
         assert!(k.len() == self.k_dim && v.len() == self.v_dim, "KvCache::push: row width");
-        self.keys[layer].extend_from_slice(k);
-        self.values[layer].extend_from_slice(v);
+        let f16 = self.f16;
+        let round = |x: &f32| if f16 { half::f16::from_f32(*x).to_f32() } else { *x };
+        self.keys[layer].extend(k.iter().map(round));
+        self.values[layer].extend(v.iter().map(round));
     }
 
     /// Positions cached in layer `layer`.

@@ -36,6 +36,13 @@ impl<'m> ReferenceSession<'m> {
         }
     }
 
+    /// The same session with keys and values rounded to f16 as they are cached (see
+    /// [`KvCache::with_f16_rounding`]): what an f16 KV cache alone does to the output.
+    pub fn with_f16_kv(mut self) -> ReferenceSession<'m> {
+        self.cache = self.cache.with_f16_rounding();
+        self
+    }
+
     /// Tokens processed so far (the position the next token will take).
     pub fn position(&self) -> usize {
         self.pos
