@@ -1,7 +1,7 @@
 //! GGUF metadata (`general.architecture` and `{arch}.*` keys) → [`ArchSpec`], for the
 //! llama.cpp architectures moestream runs: `llama` (dense, or Mixtral when it has experts),
-//! `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `olmoe`, and `glm4moe` and `deepseek2` (through
-//! [`super::hf_config`]). Keys that change the math and are not
+//! `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `olmoe`, and `glm4moe`, `deepseek2`, `qwen3next`
+//! and `qwen35moe` (through [`super::hf_config`]). Keys that change the math and are not
 //! implemented (RoPE scaling, sliding windows, logit soft-capping...) are refused by name.
 
 use super::{GgmlType, GgufModel, GgufValue};
@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::model::config::{ArchSpec, AttentionKind, Family, MoeSpec, QkNorm, RopeSpec, RoutingKind};
 
 /// llama.cpp architectures other helpers are adding families for; refused until then.
-const LATER: [&str; 3] = ["gpt-oss", "qwen3next", "qwen35moe"];
+const LATER: [&str; 1] = ["gpt-oss"];
 
 fn key_err(e: super::GgufError) -> Error {
     Error::UnsupportedConfig(e.to_string())
@@ -20,10 +20,12 @@ fn key_err(e: super::GgufError) -> Error {
 pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     let arch = m.str("general.architecture").map_err(key_err)?.to_string();
     let key = |k: &str| format!("{arch}.{k}");
-    if arch == "glm4moe" || arch == "deepseek2" {
+    if matches!(arch.as_str(), "glm4moe" | "deepseek2" | "qwen3next" | "qwen35moe") {
         let spec = match arch.as_str() {
             "glm4moe" => super::hf_config::glm4moe(m)?,
-            _ => super::hf_config::deepseek2(m)?,
+            "deepseek2" => super::hf_config::deepseek2(m)?,
+            "qwen3next" => super::hf_config::hybrid(m, "qwen3next")?,
+            _ => super::hf_config::hybrid(m, "qwen35moe")?,
         };
         // The blocks after the main layers are multi-token-prediction ones.
         check_blocks(m, &key("block_count"), spec.layers, m.u64(&key("block_count")).map_err(key_err)? as usize)?;
