@@ -213,6 +213,18 @@ fn hybrid_ggufs_from_llama_cpps_converter_match_transformers() {
 }
 
 #[test]
+fn quantized_hybrid_gguf_equals_the_reference() {
+    // llama-quantize's Q4_K_M of the qwen35moe file: its 64-wide rows fall back to Q5_0 (and
+    // Q8_0), so the reordered value-head rows and ssm_out columns are of quantized tensors and
+    // the experts' slots hold Q5_0 blocks.
+    let m = GgufModel::open(&gguf("qwen3_5_moe-q4km.gguf")).unwrap();
+    assert_eq!(m.info("blk.0.attn_qkv.weight").unwrap().ggml_type, GgmlType::Q5_0);
+    let spec = arch::spec_from_gguf(&m).unwrap();
+    assert!(arch::expert_types(&m, spec.layers).iter().flatten().all(|t| t[0] == GgmlType::Q5_0));
+    check_against_reference(gguf("qwen3_5_moe-q4km.gguf"), 3);
+}
+
+#[test]
 fn gguf_tokenizer_encodes_like_tokenizer_json() {
     let m = GgufModel::open(&gguf("qwen3_moe.gguf")).unwrap();
     let ours = Tokenizer::from_gguf(&m).unwrap();
