@@ -31,6 +31,12 @@ const UNITS_PER_WORD: u32 = 4u;
 //#if GGML_BF16
 //#include weights_bf16
 //#endif
+//#if GGML_Q5_0
+//#include weights_q5_0
+//#endif
+//#if GGML_Q5_1
+//#include weights_q5_1
+//#endif
 
 fn byte_at(b: u32) -> u32 {
     return (w[b >> 2u] >> ((b & 3u) << 3u)) & 255u;

@@ -16,7 +16,7 @@ fn quants_path() -> PathBuf {
 #[test]
 fn dequantization_equals_the_gguf_package_bit_for_bit() {
     let m = GgufModel::open(&quants_path()).unwrap();
-    let types = ["F32", "F16", "BF16", "Q4_0", "Q8_0", "MXFP4", "Q4_K", "Q5_K", "Q6_K"];
+    let types = ["F32", "F16", "BF16", "Q4_0", "Q8_0", "MXFP4", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"];
     for name in types {
         let info = m.info(name).unwrap();
         assert_eq!(info.ggml_type.name(), name);

@@ -146,11 +146,16 @@ fn llama_gguf_with_permuted_qk_matches_transformers() {
 /// make_llama_cpp_converted.py) against transformers' golden log-probs (within 1e-3) and greedy
 /// tokens, resident and streamed through 3 slots (identical).
 fn matches_transformers(file: &str, fixture: &str) {
+    matches_golden(file, &golden_of(fixture));
+}
+
+/// [`matches_transformers`] against `golden`.
+fn matches_golden(file: &str, golden: &Golden) {
     let path = gguf(file);
     let resident = engine(path.clone(), ExpertBudget::Auto);
     let streamed = engine(path, ExpertBudget::Slots(3));
     let mut checked = 0;
-    for p in golden_of(fixture).prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
+    for p in golden.prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
         let lp = resident.score(&p.tokens).unwrap().logprobs;
         let err = max_abs_diff(&lp, &p.logprobs);
         println!("{file} {}: |GGUF - transformers| {err:.2e}", p.name);
@@ -189,6 +194,34 @@ fn deepseek2_ggufs_from_llama_cpps_converter_match_transformers() {
         );
         matches_transformers(file, fixture);
     }
+}
+
+#[test]
+fn hybrid_ggufs_from_llama_cpps_converter_match_transformers() {
+    // llama.cpp's `qwen35moe` and `qwen3next` (tests/fixtures/gguf/make_hybrid.py): the
+    // zero-centred norms stored with their 1 added, `ssm_a` = -exp(A_log), the conv squeezed,
+    // the in-projection split into attn_qkv + attn_gate + ssm_beta/ssm_alpha (qwen35moe, whose
+    // 4 value heads on 2 key heads the converter also reorders from grouped to tiled) or
+    // attn_qkv + attn_gate + ssm_ba grouped per key head (qwen3next), all put back on reading.
+    let spec = arch::spec_from_gguf(&GgufModel::open(&gguf("qwen3_5_moe-bf16.gguf")).unwrap()).unwrap();
+    let mut hf = ArchSpec::from_dir(&fixtures_dir().join("qwen3_5_moe")).unwrap();
+    hf.hybrid.as_mut().unwrap().fused_projection = false;
+    assert_eq!(spec, hf);
+    matches_transformers("qwen3_5_moe-bf16.gguf", "qwen3_5_moe");
+    let golden = std::fs::read_to_string(gguf("qwen3_next_moe-golden.json")).unwrap();
+    matches_golden("qwen3_next_moe-bf16.gguf", &serde_json::from_str(&golden).unwrap());
+}
+
+#[test]
+fn quantized_hybrid_gguf_equals_the_reference() {
+    // llama-quantize's Q4_K_M of the qwen35moe file: its 64-wide rows fall back to Q5_0 (and
+    // Q8_0), so the reordered value-head rows and ssm_out columns are of quantized tensors and
+    // the experts' slots hold Q5_0 blocks.
+    let m = GgufModel::open(&gguf("qwen3_5_moe-q4km.gguf")).unwrap();
+    assert_eq!(m.info("blk.0.attn_qkv.weight").unwrap().ggml_type, GgmlType::Q5_0);
+    let spec = arch::spec_from_gguf(&m).unwrap();
+    assert!(arch::expert_types(&m, spec.layers).iter().flatten().all(|t| t[0] == GgmlType::Q5_0));
+    check_against_reference(gguf("qwen3_5_moe-q4km.gguf"), 3);
 }
 
 #[test]

@@ -17,7 +17,7 @@ use moestream::ops::matmul::{MatMul, MatMulOut};
 use moestream::ops::GpuMatrix;
 use moestream::reference::ops as refops;
 
-const TYPES: [&str; 7] = ["BF16", "Q4_0", "Q8_0", "MXFP4", "Q4_K", "Q5_K", "Q6_K"];
+const TYPES: [&str; 9] = ["BF16", "Q4_0", "Q8_0", "MXFP4", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"];
 
 /// A `[rows, cols]` matrix of one ggml type: its bytes and the `gguf` package's dequantization.
 type Fixture = (GgmlType, usize, usize, Vec<u8>, Vec<f32>);

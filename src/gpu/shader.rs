@@ -29,6 +29,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("weights_ggml"),
     shader!("weights_q4_0"),
     shader!("weights_q8_0"),
+    shader!("weights_q5_0"),
+    shader!("weights_q5_1"),
     shader!("weights_q4_k"),
     shader!("weights_q6_k"),
     shader!("weights_mxfp4"),
@@ -178,5 +180,14 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
 const INT_F16_FLAGS: [&str; 4] = ["F16", "INT4", "INT4_SYM", "G64"];
 
 /// The define of each ggml block type's reader (with `GGML`), see `shaders/weights_ggml.wgsl`.
-pub const GGML_DEFINES: [&str; 7] =
-    ["GGML_Q4_0", "GGML_Q8_0", "GGML_Q4_K", "GGML_Q5_K", "GGML_Q6_K", "GGML_MXFP4", "GGML_BF16"];
+pub const GGML_DEFINES: [&str; 9] = [
+    "GGML_Q4_0",
+    "GGML_Q8_0",
+    "GGML_Q4_K",
+    "GGML_Q5_K",
+    "GGML_Q6_K",
+    "GGML_MXFP4",
+    "GGML_BF16",
+    "GGML_Q5_0",
+    "GGML_Q5_1",
+];

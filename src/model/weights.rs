@@ -8,6 +8,7 @@ use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 
 use crate::error::{Error, Result};
+use crate::model::gguf::names::{Fix, Values};
 use crate::model::gguf::GgmlType;
 use crate::quant::{Int4Layout, Int4Matrix, Int4Scheme, QuantParams};
 
@@ -37,10 +38,9 @@ struct Entry {
     shape: Vec<usize>,
     start: usize,
     end: usize,
-    /// GGUF q/k projections of llama-arch models, whose rows llama.cpp's converter reorders
-    /// per head for interleaved RoPE: the rows of this many heads are put back in Hugging Face
-    /// order (halves) on reading.
-    unpermute_heads: Option<usize>,
+    /// What llama.cpp's converter changed in a GGUF tensor (reordered rows or columns, changed
+    /// values), undone on reading.
+    fix: Fix,
     /// MLA's `kv_b_proj` of a GGUF file that splits it (llama.cpp's `attn_k_b` here, read
     /// with this `attn_v_b`), put back together on reading.
     split_kv_b: Option<SplitKvB>,
@@ -232,7 +232,7 @@ impl Checkpoint {
                     shape: info.shape.clone(),
                     start,
                     end,
-                    unpermute_heads: None,
+                    fix: Fix::default(),
                     split_kv_b: None,
                 };
                 entries.insert(name, entry);
@@ -267,14 +267,18 @@ impl Checkpoint {
             let row_bytes = info.bytes / rows;
             for m in mapped {
                 let start = info.offset + m.first_row * row_bytes;
-                let len = m.shape[..m.shape.len() - 1].iter().product::<usize>() * row_bytes;
+                // Reordered rows may come from anywhere after the first.
+                let len = match m.fix.rows {
+                    Some(_) => info.bytes - m.first_row * row_bytes,
+                    None => m.shape[..m.shape.len() - 1].iter().product::<usize>() * row_bytes,
+                };
                 let entry = Entry {
                     file: model.part_of(name).expect("listed tensors have a part"),
                     dtype: StoredDtype::Ggml(info.ggml_type),
                     shape: m.shape,
                     start,
                     end: start + len,
-                    unpermute_heads: m.unpermute_heads,
+                    fix: m.fix,
                     split_kv_b: None,
                 };
                 entries.insert(m.name, entry);
@@ -330,7 +334,7 @@ impl Checkpoint {
             return Ok(joined_kv_b(t, bytes, v, v_bytes));
         }
         if let StoredDtype::Ggml(t) = e.dtype {
-            return Ok(ggml_tensor(t, bytes, &e.shape, e.unpermute_heads));
+            return Ok(ggml_tensor(t, bytes, &e.shape, &e.fix));
         }
         let data = match e.dtype {
             StoredDtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
@@ -460,7 +464,7 @@ impl Checkpoint {
                     shape: shape[1..].to_vec(),
                     start: s,
                     end: s + per,
-                    unpermute_heads: None,
+                    fix: Fix::default(),
                     split_kv_b: None,
                 };
                 self.entries.insert(alias, entry);
@@ -509,26 +513,34 @@ impl Checkpoint {
     }
 }
 
-/// A GGUF tensor of type `t`: dequantized, and for matrices also kept as stored; rows of
-/// `unpermute_heads` heads put back in Hugging Face order first.
-fn ggml_tensor(t: GgmlType, bytes: &[u8], shape: &[usize], unpermute_heads: Option<usize>) -> HostTensor {
-    let bytes = match unpermute_heads {
-        Some(heads) => {
-            // llama.cpp row (h, j, s) holds Hugging Face row (h, s, j), s in 0..2, j < half.
-            let row_bytes = bytes.len() / shape[0];
-            let half = shape[0] / heads / 2;
-            let mut out = Vec::with_capacity(bytes.len());
-            for r in 0..shape[0] {
-                let (h, s, j) = (r / (2 * half), (r / half) % 2, r % half);
-                let src = h * 2 * half + 2 * j + s;
+/// A GGUF tensor of type `t` (`bytes` from its first row), with llama.cpp's changes undone
+/// (`fix`): dequantized, and for matrices whose columns stay in place also kept as stored.
+fn ggml_tensor(t: GgmlType, bytes: &[u8], shape: &[usize], fix: &Fix) -> HostTensor {
+    let bytes = match &fix.rows {
+        Some(rows) => {
+            let row_bytes = t.row_bytes(shape[1..].iter().product());
+            let mut out = Vec::with_capacity(rows.len() * row_bytes);
+            for &src in rows {
                 out.extend_from_slice(&bytes[src * row_bytes..(src + 1) * row_bytes]);
             }
             std::borrow::Cow::Owned(out)
         }
         None => std::borrow::Cow::Borrowed(bytes),
     };
-    let data = crate::model::gguf::dequant::dequantize(t, &bytes);
-    let ggml = (shape.len() == 2).then(|| GgmlBlob { ggml_type: t, bytes: bytes.into_owned() });
+    let mut data = crate::model::gguf::dequant::dequantize(t, &bytes);
+    let mut ggml = (shape.len() == 2).then(|| GgmlBlob { ggml_type: t, bytes: bytes.into_owned() });
+    match &fix.values {
+        Values::Same => {}
+        Values::PlusOne => data.iter_mut().for_each(|v| *v -= 1.0),
+        Values::NegExp => data.iter_mut().for_each(|v| *v = (-*v).ln()),
+        Values::Columns(cols) => {
+            let width = cols.len();
+            data = data.chunks_exact(width).flat_map(|row| cols.iter().map(move |&c| row[c])).collect();
+        }
+    }
+    if fix.values != Values::Same {
+        ggml = None;
+    }
     HostTensor { shape: shape.to_vec(), data, int4: None, ggml }
 }
 
@@ -565,7 +577,7 @@ fn split_kv_b(model: &crate::model::gguf::GgufModel, block: &str, spec: &super::
         shape: vec![heads * (nope + v_head), rank],
         start: k.offset,
         end: k.offset + k.bytes,
-        unpermute_heads: None,
+        fix: Fix::default(),
         split_kv_b: Some(v_part),
     };
     Ok((format!("{}.self_attn.kv_b_proj.weight", super::names::layer(layer)), entry))

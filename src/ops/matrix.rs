@@ -176,6 +176,8 @@ fn ggml_reader(t: GgmlType) -> usize {
         GgmlType::Q6K => 4,
         GgmlType::Mxfp4 => 5,
         GgmlType::BF16 => 6,
+        GgmlType::Q5_0 => 7,
+        GgmlType::Q5_1 => 8,
         GgmlType::F32 | GgmlType::F16 => unreachable!("F32 and F16 GGUF tensors use the plain formats"),
     }
 }

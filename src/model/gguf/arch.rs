@@ -1,15 +1,12 @@
 //! GGUF metadata (`general.architecture` and `{arch}.*` keys) → [`ArchSpec`], for the
 //! llama.cpp architectures moestream runs: `llama` (dense, or Mixtral when it has experts),
-//! `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `olmoe`, and `glm4moe`, `deepseek2` and `gpt-oss`
-//! (through [`super::hf_config`]). Keys that change the math and are not
+//! `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `olmoe`, and `glm4moe`, `deepseek2`, `gpt-oss`,
+//! `qwen3next` and `qwen35moe` (through [`super::hf_config`]). Keys that change the math and are not
 //! implemented (RoPE scaling, sliding windows, logit soft-capping...) are refused by name.
 
 use super::{GgmlType, GgufModel, GgufValue};
 use crate::error::{Error, Result};
 use crate::model::config::{ArchSpec, AttentionKind, Family, MoeSpec, QkNorm, RopeSpec, RoutingKind};
-
-/// llama.cpp architectures other helpers are adding families for; refused until then.
-const LATER: [&str; 2] = ["qwen3next", "qwen35moe"];
 
 fn key_err(e: super::GgufError) -> Error {
     Error::UnsupportedConfig(e.to_string())
@@ -20,11 +17,13 @@ fn key_err(e: super::GgufError) -> Error {
 pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     let arch = m.str("general.architecture").map_err(key_err)?.to_string();
     let key = |k: &str| format!("{arch}.{k}");
-    if arch == "glm4moe" || arch == "deepseek2" || arch == "gpt-oss" {
+    if matches!(arch.as_str(), "glm4moe" | "deepseek2" | "gpt-oss" | "qwen3next" | "qwen35moe") {
         let spec = match arch.as_str() {
             "glm4moe" => super::hf_config::glm4moe(m)?,
+            "deepseek2" => super::hf_config::deepseek2(m)?,
             "gpt-oss" => super::hf_config::gpt_oss(m)?,
-            _ => super::hf_config::deepseek2(m)?,
+            "qwen3next" => super::hf_config::hybrid(m, "qwen3next")?,
+            _ => super::hf_config::hybrid(m, "qwen35moe")?,
         };
         // The blocks after the main layers are multi-token-prediction ones.
         check_blocks(m, &key("block_count"), spec.layers, m.u64(&key("block_count")).map_err(key_err)? as usize)?;
@@ -42,9 +41,6 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
         ("qwen2moe", _) => Family::Qwen2Moe,
         ("qwen3moe", _) => Family::Qwen3Moe,
         ("olmoe", _) => Family::Olmoe,
-        (other, _) if LATER.contains(&other) => {
-            return Err(Error::UnsupportedArchitecture(format!("GGUF architecture {other} (not yet read from GGUF)")))
-        }
         (other, _) => return Err(Error::UnsupportedArchitecture(format!("GGUF architecture {other}"))),
     };
     for refused in

@@ -39,6 +39,16 @@ fn block_value(t: GgmlType, b: &[u8], i: usize) -> f32 {
             f16_at(b, 0) * (q as f32 - 8.0)
         }
         GgmlType::Q8_0 => b[2 + i] as i8 as f32 * f16_at(b, 0),
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            // d (and m), the 32 fifth bits as a little-endian u32, then the nibbles.
+            let (qh, qs) = if t == GgmlType::Q5_0 { (2, 6) } else { (4, 8) };
+            let high = (u32::from_le_bytes([b[qh], b[qh + 1], b[qh + 2], b[qh + 3]]) >> i) & 1;
+            let q = ((b[qs + i % 16] >> (4 * (i / 16))) & 15) as u32 | (high << 4);
+            match t {
+                GgmlType::Q5_0 => f16_at(b, 0) * (q as f32 - 16.0),
+                _ => f16_at(b, 0) * q as f32 + f16_at(b, 2),
+            }
+        }
         GgmlType::Q4K | GgmlType::Q5K => {
             let sub = i / 32;
             let (sc, m) = k_scale_min(&b[4..16], sub);

@@ -62,7 +62,7 @@ pub enum GgufError {
         file_len: usize,
     },
     /// A tensor type moestream does not read (with the ones it does).
-    #[error("tensor `{name}` has ggml type {ggml_type}, which moestream does not read (it reads F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)")]
+    #[error("tensor `{name}` has ggml type {ggml_type}, which moestream does not read (it reads F32, F16, BF16, Q4_0, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)")]
     UnsupportedType {
         /// Tensor name.
         name: String,

@@ -1,6 +1,6 @@
 //! GGUF metadata → the Hugging Face `config.json` the engine's own parser
 //! ([`ArchSpec::from_config`]) reads, for families whose configuration has many fields
-//! (`glm4moe`, `deepseek2`): one translation of llama.cpp's keys (as its
+//! (`glm4moe`, `deepseek2`, `qwen3next`, `qwen35moe`): one translation of llama.cpp's keys (as its
 //! `convert_hf_to_gguf.py` writes them) back into transformers' names, so each family's checks
 //! and defaults live in one place. Keys that change the math and have no equivalent here are
 //! refused by name.
@@ -193,6 +193,94 @@ pub fn gpt_oss(m: &GgufModel) -> Result<ArchSpec> {
     }
     cfg["rope_scaling"] = scaling;
     ArchSpec::from_config(&cfg)
+}
+
+/// The architecture of a `qwen3next` or `qwen35moe` GGUF model (Gated DeltaNet layers between
+/// gated full-attention layers, every layer MoE with a gated shared expert), through the
+/// `Qwen3NextForCausalLM` / `Qwen3_5MoeForCausalLM` config it was converted from: the DeltaNet's
+/// sizes from the `ssm.*` keys (`group_count` key heads, `time_step_rank` value heads,
+/// `state_size` key width, `inner_size` all value heads' width), the layer pattern from
+/// `attention.recurrent_layers` (else `full_attention_interval`), the output gate from
+/// `attn_q`'s doubled rows. llama.cpp stores the in-projection split (`attn_qkv`, `attn_gate`,
+/// `ssm_ba` or `ssm_beta` + `ssm_alpha`), so the spec reads it split
+/// (`fused_projection: false`) whatever the family.
+pub fn hybrid(m: &GgufModel, arch: &'static str) -> Result<ArchSpec> {
+    let k = Keys { m, arch };
+    let hf_arch = if arch == "qwen3next" { "Qwen3NextForCausalLM" } else { "Qwen3_5MoeForCausalLM" };
+    let blocks = k.req("block_count")?;
+    let layers = blocks
+        .checked_sub(k.num("nextn_predict_layers").unwrap_or(0))
+        .ok_or_else(|| Error::ConfigField(k.key("nextn_predict_layers")))?;
+    if let Some(v) = m.get(&k.key("rope.scaling.type")).filter(|v| v.as_str() != Some("none")) {
+        return Err(Error::UnsupportedConfig(format!("GGUF {} {v:?} is not supported", k.key("rope.scaling.type"))));
+    }
+    let embd = m.info("token_embd.weight").ok_or_else(|| Error::MissingTensor("token_embd.weight".into()))?;
+    let heads = k.req("attention.head_count")?;
+    let head_dim = k.num("attention.key_length").unwrap_or(k.req("embedding_length")? / heads.max(1));
+    if k.num("attention.value_length").is_some_and(|v| v != head_dim) {
+        return Err(Error::UnsupportedConfig(format!("GGUF {}: value length ≠ key length", k.key("attention"))));
+    }
+    let v_heads = k.req("ssm.time_step_rank")?;
+    let layer_types = match m.get(&k.key("attention.recurrent_layers")).and_then(GgufValue::as_array) {
+        Some(flags) => flags
+            .iter()
+            .take(layers as usize)
+            .map(|f| match f {
+                GgufValue::Bool(true) => Ok("linear_attention"),
+                GgufValue::Bool(false) => Ok("full_attention"),
+                _ => Err(Error::ConfigField(k.key("attention.recurrent_layers"))),
+            })
+            .collect::<Result<Vec<_>>>()?,
+        None => {
+            let interval = k.num("full_attention_interval").unwrap_or(4).max(1);
+            (0..layers).map(|i| if (i + 1) % interval == 0 { "full_attention" } else { "linear_attention" }).collect()
+        }
+    };
+    // The output gate doubles the query projection of the full-attention layers.
+    let full = layer_types.iter().position(|t| *t == "full_attention");
+    let q_rows = full.and_then(|i| m.info(&format!("blk.{i}.attn_q.weight"))).map(|t| t.shape[0] as u64);
+    let mut cfg = json!({
+        "architectures": [hf_arch],
+        "hidden_size": k.req("embedding_length")?,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": k.num("attention.head_count_kv").unwrap_or(heads),
+        "head_dim": head_dim,
+        "rms_norm_eps": k.float("attention.layer_norm_rms_epsilon").ok_or_else(|| Error::ConfigField(k.key("attention.layer_norm_rms_epsilon")))?,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": k.float("rope.freq_base").unwrap_or(10000.0),
+            "partial_rotary_factor": k.num("rope.dimension_count").unwrap_or(head_dim / 4) as f64 / head_dim.max(1) as f64,
+        },
+        "vocab_size": embd.shape[0],
+        "max_position_embeddings": k.num("context_length").unwrap_or(4096),
+        "tie_word_embeddings": m.info("output.weight").is_none(),
+        "hidden_act": "silu",
+        "num_experts": k.req("expert_count")?,
+        "num_experts_per_tok": k.req("expert_used_count")?,
+        "moe_intermediate_size": k.req("expert_feed_forward_length")?,
+        "shared_expert_intermediate_size": k.num("expert_shared_feed_forward_length").unwrap_or(0),
+        "norm_topk_prob": m.get(&k.key("expert_weights_norm")).is_none_or(|v| matches!(v, GgufValue::Bool(true))),
+        "decoder_sparse_step": 1,
+        "layer_types": layer_types,
+        "linear_conv_kernel_dim": k.req("ssm.conv_kernel")?,
+        "linear_key_head_dim": k.req("ssm.state_size")?,
+        "linear_num_key_heads": k.req("ssm.group_count")?,
+        "linear_num_value_heads": v_heads,
+        "linear_value_head_dim": k.req("ssm.inner_size")? / v_heads.max(1),
+        "attn_output_gate": q_rows == Some(2 * heads * head_dim),
+    });
+    if let Some(eos) = m.get("tokenizer.ggml.eos_token_id").and_then(GgufValue::as_u64) {
+        cfg["eos_token_id"] = json!(eos);
+    }
+    if let Some(ff) = k.num("feed_forward_length") {
+        cfg["intermediate_size"] = json!(ff);
+    }
+    let mut spec = ArchSpec::from_config(&cfg)?;
+    if let Some(h) = spec.hybrid.as_mut() {
+        h.fused_projection = false;
+    }
+    Ok(spec)
 }
 
 /// Adds `fields` (an object) to `cfg`.

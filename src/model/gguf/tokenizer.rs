@@ -17,6 +17,9 @@ const GPT2_SPLIT: Option<&str> = None;
 /// Qwen2's split regex (`tokenizer.ggml.pre` = `qwen2`).
 const QWEN2_SPLIT: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen3.5's split regex (`qwen35`: Qwen2's with combining marks kept in words), as its
+/// tokenizer.json has it.
+const QWEN35_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Llama 3's split regex (`llama-bpe`).
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
@@ -65,6 +68,7 @@ pub fn tokenizer_json(m: &GgufModel) -> Result<Value> {
         // llama.cpp spells GPT-2's pre-tokenizer `gpt-2` (its converter writes that).
         "default" | "gpt2" | "gpt-2" | "olmo" => GPT2_SPLIT,
         "qwen2" => Some(QWEN2_SPLIT),
+        "qwen35" => Some(QWEN35_SPLIT),
         "llama-bpe" | "llama3" => Some(LLAMA3_SPLIT),
         other => return Err(Error::Tokenizer(format!("GGUF pre-tokenizer {other:?} is not supported"))),
     };

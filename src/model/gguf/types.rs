@@ -13,6 +13,12 @@ pub enum GgmlType {
     Q4_0,
     /// 32 values: f16 scale `d`, 32 signed bytes; `q * d`.
     Q8_0,
+    /// 32 values: f16 scale `d`, 32 fifth bits (`qh`), 16 bytes of nibbles; `d * (q - 16)`
+    /// (llama-quantize's fallback for Q4_K rows not a multiple of 256 wide).
+    Q5_0,
+    /// 32 values: f16 `d` and `m`, 32 fifth bits, 16 bytes of nibbles; `d * q + m` (the
+    /// fallback for Q5_K).
+    Q5_1,
     /// 256 values in 8 sub-blocks of 32: f16 `d`, `dmin`, 12 bytes of 6-bit scales and mins, nibbles.
     Q4K,
     /// As Q4_K plus a fifth bit per value (`qh`).
@@ -30,6 +36,8 @@ impl GgmlType {
             0 => GgmlType::F32,
             1 => GgmlType::F16,
             2 => GgmlType::Q4_0,
+            6 => GgmlType::Q5_0,
+            7 => GgmlType::Q5_1,
             8 => GgmlType::Q8_0,
             12 => GgmlType::Q4K,
             13 => GgmlType::Q5K,
@@ -42,7 +50,7 @@ impl GgmlType {
 
     /// The type named `name` as [`GgmlType::name`] writes it, in any case (`q4_k`, `BF16`).
     pub fn from_name(name: &str) -> Option<GgmlType> {
-        [0, 1, 2, 8, 12, 13, 14, 30, 39]
+        [0, 1, 2, 6, 7, 8, 12, 13, 14, 30, 39]
             .into_iter()
             .filter_map(GgmlType::from_u32)
             .find(|t| t.name().eq_ignore_ascii_case(name))
@@ -54,6 +62,8 @@ impl GgmlType {
             GgmlType::F32 => 0,
             GgmlType::F16 => 1,
             GgmlType::Q4_0 => 2,
+            GgmlType::Q5_0 => 6,
+            GgmlType::Q5_1 => 7,
             GgmlType::Q8_0 => 8,
             GgmlType::Q4K => 12,
             GgmlType::Q5K => 13,
@@ -70,6 +80,8 @@ impl GgmlType {
             GgmlType::F16 => "F16",
             GgmlType::BF16 => "BF16",
             GgmlType::Q4_0 => "Q4_0",
+            GgmlType::Q5_0 => "Q5_0",
+            GgmlType::Q5_1 => "Q5_1",
             GgmlType::Q8_0 => "Q8_0",
             GgmlType::Q4K => "Q4_K",
             GgmlType::Q5K => "Q5_K",
@@ -82,7 +94,7 @@ impl GgmlType {
     pub fn block_size(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Mxfp4 => 32,
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::Mxfp4 => 32,
             GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => 256,
         }
     }
@@ -93,6 +105,8 @@ impl GgmlType {
             GgmlType::F32 => 4,
             GgmlType::F16 | GgmlType::BF16 => 2,
             GgmlType::Q4_0 => 18,
+            GgmlType::Q5_0 => 22,
+            GgmlType::Q5_1 => 24,
             GgmlType::Q8_0 => 34,
             GgmlType::Q4K => 144,
             GgmlType::Q5K => 176,
@@ -108,10 +122,8 @@ impl GgmlType {
 
     /// ggml's name for an unsupported type number, for error messages.
     pub fn describe(n: u32) -> String {
-        const NAMES: [(u32, &str); 14] = [
+        const NAMES: [(u32, &str); 12] = [
             (3, "Q4_1"),
-            (6, "Q5_0"),
-            (7, "Q5_1"),
             (9, "Q8_1"),
             (10, "Q2_K"),
             (11, "Q3_K"),
