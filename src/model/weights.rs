@@ -373,7 +373,7 @@ impl Checkpoint {
         self.check_shape(name, expected)?;
         let e = &self.entries[name];
         let outer = expected.first().copied().unwrap_or(0);
-        if index >= outer || e.unpermute_heads.is_some() || e.split_kv_b.is_some() {
+        if index >= outer || e.fix != Fix::default() || e.split_kv_b.is_some() {
             return Err(Error::InvalidArgument(format!("{name}: no slab {index} of {expected:?}")));
         }
         let per = (e.end - e.start) / outer;
