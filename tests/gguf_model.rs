@@ -183,7 +183,10 @@ fn deepseek2_ggufs_from_llama_cpps_converter_match_transformers() {
     for (file, fixture) in [("deepseek_v2-bf16.gguf", "deepseek_v2"), ("deepseek_v3-f32.gguf", "deepseek_v3")] {
         let spec = arch::spec_from_gguf(&GgufModel::open(&gguf(file)).unwrap()).unwrap();
         let hf = ArchSpec::from_dir(&fixtures_dir().join(fixture)).unwrap();
-        assert_eq!((spec.family, spec.layers, &spec.moe, &spec.moe_layers), (hf.family, hf.layers, &hf.moe, &hf.moe_layers));
+        assert_eq!(
+            (spec.family, spec.layers, &spec.moe, &spec.moe_layers),
+            (hf.family, hf.layers, &hf.moe, &hf.moe_layers)
+        );
         matches_transformers(file, fixture);
     }
 }

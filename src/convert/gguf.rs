@@ -39,7 +39,7 @@ pub(super) fn convert_gguf(src: &Path, out: &Path, progress: &mut dyn FnMut(Prog
     let written: Vec<String> = if experts > 0 { vec![EXPERTS_FILE.to_string()] } else { Vec::new() };
     // The manifest's expert encoding is the arena's (the largest layer's gate/up) format; each
     // layer's own types are in the store. Dense matrices are read as the GGUF stores them.
-    let formats = ConvertOptions { experts: gate_up_format, dense: WeightFormat::F32 };
+    let formats = ConvertOptions { experts: gate_up_format, dense: WeightFormat::F32, threads: 0 };
     let mut manifest = ModelManifest::build(
         out,
         spec,

@@ -114,6 +114,8 @@ pub struct ExpertResidency {
     pub arena: SlotArena,
     /// The (layer, expert) → slot map the kernels read.
     pub table: SlotTable,
+    /// Where experts are read from (also each layer's slot layout).
+    source: Arc<dyn ExpertSource>,
     streaming: Option<Streaming>,
     trace: Option<TraceRecorder>,
 }
@@ -146,7 +148,7 @@ impl ExpertResidency {
                 table.set(gpu, layer, e, slot as u32);
             }
         }
-        Ok(ExpertResidency { arena, table, streaming: None, trace: None })
+        Ok(ExpertResidency { arena, table, source, streaming: None, trace: None })
     }
 
     /// A budget of `arena.slots` slots filled on demand under `cache`'s policy, read by
@@ -159,10 +161,10 @@ impl ExpertResidency {
         io_threads: usize,
     ) -> Self {
         let owner = vec![None; arena.slots];
-        let pool = IoPool::new(source, io_threads);
+        let pool = IoPool::new(source.clone(), io_threads);
         let streaming =
             Streaming { cache, pool, pending: HashMap::new(), owner, stall: Duration::ZERO, upload: Duration::ZERO };
-        ExpertResidency { arena, table, streaming: Some(streaming), trace: None }
+        ExpertResidency { arena, table, source, streaming: Some(streaming), trace: None }
     }
 
     /// The slot layout of model layer `layer`'s experts (its formats and offsets within a

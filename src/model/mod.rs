@@ -13,6 +13,7 @@ pub mod names;
 pub mod weights;
 
 pub use config::{
-    ArchSpec, AttentionKind, Family, HybridSpec, MlaSpec, MoeSpec, QkNorm, RopeScaling, RopeSpec, RoutingKind,
+    ArchSpec, AttentionKind, Family, HybridSpec, MlaCacheKind, MlaSpec, MoeSpec, QkNorm, RopeScaling, RopeSpec,
+    RoutingKind,
 };
 pub use weights::{Checkpoint, HostTensor};

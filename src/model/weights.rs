@@ -222,8 +222,15 @@ impl Checkpoint {
                         message: format!("tensor {name} data range is out of bounds or mis-sized"),
                     });
                 }
-                let entry =
-                    Entry { file: file_index, dtype, shape: info.shape.clone(), start, end, unpermute_heads: None, split_kv_b: None };
+                let entry = Entry {
+                    file: file_index,
+                    dtype,
+                    shape: info.shape.clone(),
+                    start,
+                    end,
+                    unpermute_heads: None,
+                    split_kv_b: None,
+                };
                 entries.insert(name, entry);
             }
             files.push((path, mmap));
@@ -406,8 +413,15 @@ impl Checkpoint {
             for x in 0..shape[0] {
                 let alias = name.replace(".mlp.switch_mlp.", &format!(".mlp.experts.{x}."));
                 let s = start + x * per;
-                let entry =
-                    Entry { file, dtype, shape: shape[1..].to_vec(), start: s, end: s + per, unpermute_heads: None, split_kv_b: None };
+                let entry = Entry {
+                    file,
+                    dtype,
+                    shape: shape[1..].to_vec(),
+                    start: s,
+                    end: s + per,
+                    unpermute_heads: None,
+                    split_kv_b: None,
+                };
                 self.entries.insert(alias, entry);
             }
             self.entries.remove(&name);
@@ -479,11 +493,7 @@ fn ggml_tensor(t: GgmlType, bytes: &[u8], shape: &[usize], unpermute_heads: Opti
 
 /// The entry of `{block}.attn_k_b.weight` + `{block}.attn_v_b.weight` as Hugging Face's
 /// `kv_b_proj` `[heads · (qk_nope + v_head), kv_lora_rank]`, with its name.
-fn split_kv_b(
-    model: &crate::model::gguf::GgufModel,
-    block: &str,
-    spec: &super::ArchSpec,
-) -> Result<(String, Entry)> {
+fn split_kv_b(model: &crate::model::gguf::GgufModel, block: &str, spec: &super::ArchSpec) -> Result<(String, Entry)> {
     let (k_name, v_name) = (format!("{block}.attn_k_b.weight"), format!("{block}.attn_v_b.weight"));
     let k = model.info(&k_name).expect("listed tensors exist");
     let v = model.info(&v_name).ok_or_else(|| Error::MissingTensor(v_name.clone()))?;
@@ -524,7 +534,8 @@ fn split_kv_b(
 /// key rows transposed) and `attn_v_b` (`[heads, v_head, rank]`): per head its `nope` key rows
 /// then its `v_head` value rows, each `rank` wide (f32; MLA reads `kv_b_proj` in f32).
 fn joined_kv_b(t: GgmlType, k: &[u8], v: SplitKvB, v_bytes: &[u8]) -> HostTensor {
-    let (k, vv) = (crate::model::gguf::dequant::dequantize(t, k), crate::model::gguf::dequant::dequantize(v.ggml_type, v_bytes));
+    let (k, vv) =
+        (crate::model::gguf::dequant::dequantize(t, k), crate::model::gguf::dequant::dequantize(v.ggml_type, v_bytes));
     let (heads, rank, nope, v_head) = (v.heads, v.rank, v.nope, v.v_head);
     let mut data = Vec::with_capacity(heads * (nope + v_head) * rank);
     for h in 0..heads {

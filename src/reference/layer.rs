@@ -3,8 +3,7 @@
 use super::kv_cache::KvCache;
 use super::linear_attention::linear_attention;
 use super::ops::{
-    add_bias, attention_with, gate_mul, matvec, rms_norm, rope, route, sigmoid, swiglu_mlp, GateAct,
-    HeadShape,
+    add_bias, attention_with, gate_mul, matvec, rms_norm, rope, route, sigmoid, swiglu_mlp, GateAct, HeadShape,
 };
 use crate::model::layer_weights::{
     AttentionBlock, AttentionWeights, LayerWeights, MlaQuery, MlaWeights, MlpWeights, MLA_NORM_EPS,

@@ -178,7 +178,6 @@ impl StoreWriter {
             .ok_or_else(|| StoreError::IndexOutOfRange { path: self.path.clone(), layer, expert })?;
         Ok(slot * self.info.experts_per_layer + expert)
     }
-    }
 
     /// Writes the header and index, syncs, and renames the file into place.
     ///

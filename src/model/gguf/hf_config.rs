@@ -76,7 +76,8 @@ pub fn glm4moe(m: &GgufModel) -> Result<ArchSpec> {
     let k = Keys { m, arch: "glm4moe" };
     let blocks = k.req("block_count")?;
     let layers = blocks.checked_sub(k.num("nextn_predict_layers").unwrap_or(0));
-    let mut cfg = common(&k, "Glm4MoeForCausalLM", layers.ok_or_else(|| Error::ConfigField(k.key("nextn_predict_layers")))?)?;
+    let mut cfg =
+        common(&k, "Glm4MoeForCausalLM", layers.ok_or_else(|| Error::ConfigField(k.key("nextn_predict_layers")))?)?;
     let heads = k.req("attention.head_count")?;
     let head_dim = k.num("attention.key_length").unwrap_or(k.req("embedding_length")? / heads.max(1));
     if k.num("attention.value_length").is_some_and(|v| v != head_dim) {
@@ -192,7 +193,9 @@ fn rope_scaling(k: &Keys, log_multiplier: bool) -> Result<Option<Value>> {
                 continue;
             }
             _ => {
-                return Err(Error::UnsupportedConfig(format!("GGUF {key} is not supported (it changes the rotary math)")))
+                return Err(Error::UnsupportedConfig(format!(
+                    "GGUF {key} is not supported (it changes the rotary math)"
+                )))
             }
         };
         out.insert(hf.into(), value);
