@@ -107,3 +107,23 @@ fn an_allocation_the_driver_refuses_is_a_typed_error() {
         Some(other) => panic!("unexpected error {other}"),
     }
 }
+
+#[test]
+fn dropped_models_and_sessions_give_their_memory_back() {
+    // Regression: the context counted every allocation ever made, so after some thousand
+    // engines loaded and dropped on one context (the fuzz suite's long runs) every automatic
+    // budget came out at 0 slots and every mutant was refused before reaching the code under test.
+    let mut options = EngineOptions::new(mixtral()).with_format(WeightFormat::F16);
+    options.context = Some(256);
+    let (resident, slot, total) = needs(&options);
+    let memory = ((resident + total as u64 * slot) as f64 / 0.9).ceil() as u64 + slot;
+    let gpu = gpu_of(memory);
+    for round in 0..4 {
+        let engine = Engine::load_on(gpu.clone(), &options).unwrap();
+        assert_eq!(engine.expert_slots(), None, "round {round}: every expert resident");
+        let mut session = engine.new_session().unwrap();
+        engine.generate_in(&mut session, &[1, 2, 3], &Default::default(), |_, _| true).unwrap();
+        assert!(gpu.bytes_allocated() > 0);
+    }
+    assert_eq!(gpu.bytes_allocated(), 0, "every model and session dropped");
+}

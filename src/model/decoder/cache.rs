@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use super::{Attn, GpuModel};
 use crate::error::{Error, Result};
+use crate::gpu::context::counting_allocations;
 use crate::gpu::Gpu;
 use crate::model::{ArchSpec, MlaCacheKind, MlaSpec};
 use crate::ops::attention::{is_split, Attention, AttentionIo, Heads, KeyRange};
@@ -63,6 +64,8 @@ pub struct SequenceCache {
     layers: Vec<LayerCache>,
     bytes: u64,
     ledger: Arc<KvLedger>,
+    /// The context the caches were allocated on and the bytes they took, given back on drop.
+    allocation: (Arc<Gpu>, u64),
     /// Positions the linear-attention states hold (`usize::MAX` after a failed step: unknown).
     state_len: AtomicUsize,
 }
@@ -182,6 +185,7 @@ impl SequenceCache {
 impl Drop for SequenceCache {
     fn drop(&mut self) {
         self.ledger.release(self.bytes);
+        self.allocation.0.release_allocation(self.allocation.1);
     }
 }
 
@@ -266,25 +270,27 @@ impl GpuModel {
             None => heads_per_chunk(heads, context, dtype, gpu.caps.max_binding)?,
         };
         self.kv_ledger.reserve(bytes)?;
-        let layers = self
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(i, layer)| match &layer.attn {
-                Attn::Mla(a) => {
-                    LayerCache::Mla(self.mla_cache(spec.mla().expect("MLA layers imply an MLA spec"), &a.kv_b))
-                }
-                Attn::Grouped(_) => LayerCache::Grouped(self.grouped_cache(per_chunk, spec.window(i))),
-                Attn::Linear(a) => LayerCache::Linear(
-                    self.linear_cache(spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"), a),
-                ),
-            })
-            .collect();
+        let (layers, allocated) = counting_allocations(|| {
+            self.layers
+                .iter()
+                .enumerate()
+                .map(|(i, layer)| match &layer.attn {
+                    Attn::Mla(a) => {
+                        LayerCache::Mla(self.mla_cache(spec.mla().expect("MLA layers imply an MLA spec"), &a.kv_b))
+                    }
+                    Attn::Grouped(_) => LayerCache::Grouped(self.grouped_cache(per_chunk, spec.window(i))),
+                    Attn::Linear(a) => LayerCache::Linear(
+                        self.linear_cache(spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"), a),
+                    ),
+                })
+                .collect()
+        });
         Ok(SequenceCache {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             layers,
             bytes,
             ledger: self.kv_ledger.clone(),
+            allocation: (self.gpu.clone(), allocated),
             state_len: AtomicUsize::new(0),
         })
     }

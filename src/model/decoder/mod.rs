@@ -23,6 +23,7 @@ use crate::experts::predictor::{PredictedRouting, PrefetchKind};
 use crate::experts::residency::ExpertResidency;
 use crate::experts::source::ExpertSource;
 use crate::experts::{SlotArena, SlotTable};
+use crate::gpu::context::counting_allocations;
 use crate::gpu::{Gpu, Readback, StepUniform};
 use crate::model::layer_weights::{self, AttentionBlock, FfnWeights, MlpWeights};
 use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
@@ -261,6 +262,8 @@ pub struct GpuModel {
     /// Keys per split of decode attention.
     split_len: usize,
     attention_merge: AttentionMerge,
+    /// GPU bytes the model allocated, given back to the context when it is dropped.
+    allocated: u64,
     kv_ledger: Arc<cache::KvLedger>,
     /// The sequence and position the last step ended at (the prerouter's history belongs to it).
     last_step_end: Mutex<Option<(u64, usize)>>,
@@ -272,6 +275,12 @@ pub struct GpuModel {
     observer: Mutex<Option<Observer>>,
     predicted: PredictedRouting,
     prerouter: Option<prerouter::DecoderPrerouter>,
+}
+
+impl Drop for GpuModel {
+    fn drop(&mut self) {
+        self.gpu.release_allocation(self.allocated);
+    }
 }
 
 fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
@@ -431,6 +440,28 @@ impl GpuModel {
     /// Uploads the non-expert weights of `ckpt` and every routed expert from `experts`, and
     /// the pairs of `lora` (applied unmerged after the projections they adapt).
     pub fn load(
+        gpu: Arc<Gpu>,
+        spec: &ArchSpec,
+        ckpt: &Checkpoint,
+        expert_source: Option<Arc<dyn ExpertSource>>,
+        options: DecoderOptions,
+        lora: Option<&LoraAdapter>,
+    ) -> Result<GpuModel> {
+        let (model, bytes) =
+            counting_allocations(|| GpuModel::build(gpu.clone(), spec, ckpt, expert_source, options, lora));
+        match model {
+            Ok(mut m) => {
+                m.allocated = bytes;
+                Ok(m)
+            }
+            Err(e) => {
+                gpu.release_allocation(bytes);
+                Err(e)
+            }
+        }
+    }
+
+    fn build(
         gpu: Arc<Gpu>,
         spec: &ArchSpec,
         ckpt: &Checkpoint,
@@ -754,6 +785,7 @@ impl GpuModel {
             routing_readback,
             split_len,
             attention_merge,
+            allocated: 0,
             kv_ledger: cache::KvLedger::new(options.kv_budget),
             last_step_end: Mutex::new(None),
             _buffers: buffers,
