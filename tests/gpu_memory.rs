@@ -99,13 +99,14 @@ fn an_allocation_the_driver_refuses_is_a_typed_error() {
             Ok(())
         })
         .err();
-    // lavapipe rejects the size as a validation error rather than out-of-memory: either way the
-    // process goes on, and the error surfaces as a typed error, not a panic.
+    // lavapipe rejects the size as a validation error rather than out-of-memory: either way it
+    // is a typed error, not a panic, and the context stays usable (a validation error left to
+    // the uncaptured handler failed every later wait: long fuzz runs refused everything after).
     match err {
-        Some(Error::OutOfGpuMemory { .. }) => {}
-        None => assert!(matches!(gpu.wait(), Err(Error::Gpu(_))), "the refused buffer is reported"),
-        Some(other) => panic!("unexpected error {other}"),
+        Some(Error::OutOfGpuMemory { .. } | Error::Gpu(_)) => {}
+        other => panic!("unexpected outcome {other:?}"),
     }
+    gpu.wait().expect("the context is not poisoned");
 }
 
 #[test]

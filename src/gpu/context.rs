@@ -296,17 +296,25 @@ impl Gpu {
     }
 
     /// Runs `build`, which allocates GPU buffers, and turns an allocation the driver refuses
-    /// into [`Error::OutOfGpuMemory`] instead of a later failure.
+    /// into [`Error::OutOfGpuMemory`] (a buffer over the device's limits into [`Error::Gpu`])
+    /// instead of a later failure, leaving the context usable.
     pub fn catch_out_of_memory<T>(&self, build: impl FnOnce() -> Result<T>) -> Result<T> {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        // Validation errors (a buffer over the device's maximum) are caught too: left to the
+        // uncaptured handler they would fail every later wait on this context.
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let built = build();
-        match pollster::block_on(scope.pop()) {
-            Some(e) => Err(Error::OutOfGpuMemory {
+        let invalid = pollster::block_on(validation.pop());
+        match (pollster::block_on(scope.pop()), invalid, built) {
+            (Some(e), _, _) => Err(Error::OutOfGpuMemory {
                 allocated: self.bytes_allocated(),
                 available: self.adapter.memory.available,
                 message: e.to_string(),
             }),
-            None => built,
+            // The build's own error says more than the validation error it left behind.
+            (None, _, Err(e)) => Err(e),
+            (None, Some(e), Ok(_)) => Err(Error::Gpu(e.to_string())),
+            (None, None, built) => built,
         }
     }
 }

@@ -584,6 +584,17 @@ fn regression_huge_intermediate_of_qwen2_moe() {
 }
 
 #[test]
+fn regression_huge_linear_head_dim_poisoned_the_gpu_context() {
+    // linear_value_head_dim 2^31: a 2 TiB activation buffer was created before the DeltaNet's
+    // tensors were checked; wgpu's validation error went to the uncaptured handler, and every
+    // later load on that context failed (the long fuzz runs refused all mutants after it). Now
+    // the tensors are checked first, and the same load still works afterwards.
+    let e = config_case("qwen3_5_moe", "linear_value_head_dim", json!(1u64 << 31));
+    assert!(e.contains("in_proj_qkv") && e.contains("has shape"), "{e}");
+    load_and_score(&common::fixtures_dir().join("qwen3_5_moe"), |_| {}).expect("the context still works");
+}
+
+#[test]
 fn regression_rope_theta_zero_gave_nan() {
     // Not a panic but silent garbage: every log-probability NaN.
     for value in [json!(0), json!(-1.5), json!(1e300)] {
