@@ -8,19 +8,23 @@
 #   benches/mla_cache.sh DIR-int4 [OUT.jsonl]
 #
 # Prints a markdown table; the two JSON reports go to OUT.jsonl (default mla-cache.jsonl).
+# DEPTH=N changes the depth (the 4096-token prefill takes hours on lavapipe; a GPU needs seconds).
+# One layer's attention alone, at any depth: `cargo run --release --example mla_cache`.
 set -euo pipefail
 model=${1:?usage: benches/mla_cache.sh MODEL_DIR [OUT.jsonl]}
 out=${2:-mla-cache.jsonl}
 bin=${MOESTREAM:-target/release/moestream}
+depth=${DEPTH:-4096}
 : >"$out"
 for cache in latent decompressed; do
-    "$bin" bench context --model "$model" --mla-cache "$cache" --context 4160 --depths 4096 \
+    "$bin" bench context --model "$model" --mla-cache "$cache" --context $((depth + 64)) --depths "$depth" \
         --decode-tokens 8 --json >>"$out"
 done
 python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("| MLA cache | KV bytes/token (all layers) | KV MiB at 4096 | prefill tok/s | decode tok/s at 4096 | step ms | vs roofline |")
+depth = rows[0]["depths"][0]["depth"]
+print(f"| MLA cache | KV bytes/token (all layers) | KV MiB at {depth} | prefill tok/s | decode tok/s at {depth} | step ms | vs roofline |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for name, r in zip(["latent", "decompressed"], rows):
     d = r["depths"][0]
