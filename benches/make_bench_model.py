@@ -193,7 +193,19 @@ def to_bf16(x):
     return (rounded >> np.uint32(16)).astype("<u2")
 
 
+def initial_values(init, shape, rng):
+    """A tensor's values: `init` True (a norm: ones), False (N(0, STD)), or a callable of
+    (shape, rng) for other layouts (benches/make_hybrid_bench_model.py)."""
+    if callable(init):
+        return np.asarray(init(shape, rng), dtype=np.float32)
+    if init:
+        return np.ones(shape, dtype=np.float32)
+    return rng.standard_normal(shape, dtype=np.float32) * np.float32(STD)
+
+
 def write_safetensors(path, specs, rng):
+    """Writes `specs` ((name, shape, init) in file order) as one bf16 safetensors file;
+    returns the bytes of tensor data."""
     header = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, shape, _ in specs:
@@ -205,12 +217,8 @@ def write_safetensors(path, specs, rng):
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(blob)))
         f.write(blob)
-        for name, shape, is_norm in specs:
-            if is_norm:
-                values = np.ones(shape, dtype=np.float32)
-            else:
-                values = rng.standard_normal(shape, dtype=np.float32) * np.float32(STD)
-            f.write(to_bf16(values).tobytes())
+        for name, shape, init in specs:
+            f.write(to_bf16(initial_values(init, shape, rng)).tobytes())
     return offset
 
 

@@ -2,6 +2,7 @@
 // (token, routed expert) pair j, with the same slot lookup and per-chunk skipping as
 // expert_gate_up, and its layout: one workgroup per (pair, block of ROWS output rows), teams
 // of TEAM lanes taking R rows each (LANE_ROWS: one lane per team, no reduction).
+// CLAMPED (gpt-oss): the expert's down bias is added before the routing weight scales it.
 //#include common
 //#include weights_select
 
@@ -13,6 +14,9 @@
 @group(0) @binding(5) var<storage, read> slot_table: array<u32>;
 @group(0) @binding(6) var<storage, read> w: array<u32>;
 @group(0) @binding(7) var<storage, read_write> y: array<f32>;
+//#if CLAMPED
+@group(0) @binding(8) var<storage, read> expert_bias: array<f32>;
+//#endif
 
 alias TeamValue = f32;
 //#include team
@@ -58,7 +62,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let total = team_sum(lid, acc[r]);
         let n = row0 + r;
         if (lane == 0u && n < p.hidden) {
+//#if CLAMPED
+            y[j * p.hidden + n] = rw * (total + expert_bias[bias_base(ids[j]) + 2u * p.inter + n]);
+//#else
             y[j * p.hidden + n] = rw * total;
+//#endif
         }
     }
 }

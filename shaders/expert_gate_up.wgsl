@@ -5,6 +5,8 @@
 // ROWS rows), laid out as matvec: teams of TEAM lanes take R rows each, lanes walk whole scale
 // groups, and the x they load serves both projections of all R rows; teams sum their lanes with
 // subgroup shuffles or through shared memory (LANE_ROWS: one lane per team, no reduction).
+// CLAMPED (gpt-oss): gate and up get the expert's biases, then
+// h = (clamp(up, ±limit) + 1) * g * sigmoid(alpha * g) with g = min(gate, limit).
 //#include common
 //#include weights_select
 
@@ -15,6 +17,9 @@
 @group(0) @binding(4) var<storage, read> slot_table: array<u32>;
 @group(0) @binding(5) var<storage, read> w: array<u32>;
 @group(0) @binding(6) var<storage, read_write> h: array<f32>;
+//#if CLAMPED
+@group(0) @binding(7) var<storage, read> expert_bias: array<f32>;
+//#endif
 
 alias TeamValue = vec2<f32>;
 //#include team
@@ -74,7 +79,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let s = team_sum(lid, acc[r]);
         let n = row0 + r;
         if (lane == 0u && n < p.inter) {
+//#if CLAMPED
+            let bb = bias_base(ids[j]);
+            let g = min(s.x + expert_bias[bb + n], p.act.y);
+            let u = clamp(s.y + expert_bias[bb + p.inter + n], -p.act.y, p.act.y);
+            h[j * p.inter + n] = (u + 1.0) * (g / (1.0 + exp(-p.act.x * g)));
+//#else
             h[j * p.inter + n] = silu(s.x) * s.y;
+//#endif
         }
     }
 }

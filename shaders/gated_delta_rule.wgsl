@@ -5,7 +5,9 @@
 //   q, k L2-normalised (eps 1e-6), q scaled by 1/sqrt(dk);
 //   g = -exp(A_log[h]) * softplus(a + dt_bias[h]), beta = sigmoid(b);
 //   S *= exp(g); S[:, j] += k * beta * (v[j] - k . S[:, j]); out[t, h, j] = q . S[:, j].
-// Each invocation owns columns j = lid, lid + 64, ... of S.
+// Each invocation owns columns j = lid, lid + 64, ... of S. A column is read once for both
+// dot products with the old state (k . S and q . S, the decay factored out), then updated in
+// place: out = exp(g) q . S_old + (q . k) delta, so the state is written once per token.
 //#include common
 
 struct Params {
@@ -70,6 +72,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let row = t * p.conv_stride;
         var sq = 0.0;
         var sk = 0.0;
+        var sqk = 0.0;
         for (var i = lid; i < p.dk; i += 64u) {
             let qv = conv[row + kh * p.dk + i];
             let kv = conv[row + key_dim + kh * p.dk + i];
@@ -77,28 +80,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             ks[i] = kv;
             sq += qv * qv;
             sk += kv * kv;
+            sqk += qv * kv;
         }
         let q_scale = 1.0 / (sqrt(workgroup_sum(lid, sq) + 1e-6) * sqrt(f32(p.dk)));
         let k_scale = 1.0 / sqrt(workgroup_sum(lid, sk) + 1e-6);
+        let qk = workgroup_sum(lid, sqk) * k_scale;
         let gates = t * p.in_stride + p.gate_offset;
         let g = -exp(a_log) * softplus(proj[gates + p.v_heads + h] + dt_bias);
         let decay = exp(g);
         let beta = 1.0 / (1.0 + exp(-proj[gates + h]));
         for (var j = lid; j < p.dv; j += 64u) {
-            var kv_mem = 0.0;
+            var k_dot = 0.0;
+            var q_dot = 0.0;
             for (var i = 0u; i < p.dk; i++) {
-                let s = state[s0 + i * p.dv + j] * decay;
-                state[s0 + i * p.dv + j] = s;
-                kv_mem += s * ks[i] * k_scale;
+                let s = state[s0 + i * p.dv + j];
+                k_dot += s * ks[i];
+                q_dot += s * qs[i];
             }
+            let kv_mem = k_dot * decay * k_scale;
             let delta = (conv[row + 2u * key_dim + h * p.dv + j] - kv_mem) * beta;
-            var o = 0.0;
+            let kd = k_scale * delta;
             for (var i = 0u; i < p.dk; i++) {
-                let s = state[s0 + i * p.dv + j] + ks[i] * k_scale * delta;
-                state[s0 + i * p.dv + j] = s;
-                o += s * qs[i] * q_scale;
+                let at = s0 + i * p.dv + j;
+                state[at] = state[at] * decay + ks[i] * kd;
             }
-            out[t * value_dim + h * p.dv + j] = o;
+            out[t * value_dim + h * p.dv + j] = (q_dot * decay + qk * delta) * q_scale;
         }
         workgroupBarrier();
     }

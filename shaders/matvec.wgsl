@@ -1,6 +1,7 @@
 // Decode matvec, for steps of a few tokens (the launcher: MATVEC_MAX_TOKENS), with matmul's
 // parameters and bindings: y[t, row_offset + n] (+)= W[n] · x[t] (+ bias[first_row + n]), one
-// token after the other (a workgroup's rows stay in cache between them). A workgroup takes ROWS consecutive rows: teams of TEAM lanes take R rows
+// token after the other (a workgroup's rows stay in cache between them); LAST_TOKEN: only the
+// step's last token, into its row of y (the lm_head when only the next token matters). A workgroup takes ROWS consecutive rows: teams of TEAM lanes take R rows
 // each, every lane walking whole scale groups (lane, lane + TEAM, ...) of its team's rows, so
 // the x it loads serves R rows and a group's scale and offset are applied once per group. A
 // team then sums its lanes (team_sum). Two layouts, picked by the launcher:
@@ -45,7 +46,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let m = WMat(0u, p.k, p.w_scales, p.w_mins);
     let k8s = p.k / 8u;
     let rows = team_rows(row0, p.n);
-    for (var t = 0u; t < step.n_tokens; t++) {
+//#if LAST_TOKEN
+    let first_token = step.n_tokens - 1u;
+//#else
+    let first_token = 0u;
+//#endif
+    for (var t = first_token; t < step.n_tokens; t++) {
         x_row = t * (p.k / 4u);
         let acc = rows_dot(m, rows, lane, k8s);
         for (var r = 0u; r < R; r++) {

@@ -2,6 +2,9 @@
 // Rows are rows_per_token * step.n_tokens starting at row `row_offset` (plus step.pos *
 // rows_per_token when `at_cache_pos` is set, to normalise freshly written KV-cache rows).
 // With OUT the result goes to `out` instead (same indexing, without the cache offset).
+// ADD_PAIRS (one row per token; the launcher sets OUT too): first the previous MoE layer's
+// combine, in place, x[t] += sum_j y[t * top_k + j], as moe_combine adds it (so results are
+// bit-identical to moe_combine then this norm, one dispatch fewer).
 //#include common
 
 struct Params {
@@ -9,15 +12,26 @@ struct Params {
     rows_per_token: u32,
     eps: f32,
     at_cache_pos: u32,
+    top_k: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 //#if OUT
+//#if ADD_PAIRS
+@group(0) @binding(3) var<storage, read_write> x: array<f32>;
+//#else
 @group(0) @binding(3) var<storage, read> x: array<f32>;
+//#endif
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 //#else
 @group(0) @binding(3) var<storage, read_write> x: array<f32>;
+//#endif
+//#if ADD_PAIRS
+@group(0) @binding(5) var<storage, read> y: array<f32>;
 //#endif
 
 var<workgroup> partial: array<f32, 64>;
@@ -31,6 +45,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let base = (r + p.at_cache_pos * step.pos * p.rows_per_token) * p.n;
     var s = 0.0;
     for (var i = lid; i < p.n; i += 64u) {
+//#if ADD_PAIRS
+        var add = 0.0;
+        for (var j = 0u; j < p.top_k; j++) {
+            add += y[(r * p.top_k + j) * p.n + i];
+        }
+        x[base + i] += add;
+//#endif
         let v = x[base + i];
         s += v * v;
     }

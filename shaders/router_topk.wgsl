@@ -13,7 +13,9 @@
 // so the poison reaches its logits (which the engine refuses) instead of routing it to
 // nothing or to whatever lost every comparison with a NaN.
 // Variant FORCED (the prerouter's prediction-as-routing): the k experts are not chosen here but
-// read from forced[forced_offset..], and their probabilities come from this softmax.
+// read from forced[forced_offset..], and their probabilities come from this softmax. Renormalised,
+// they are taken relative to the best forced logit instead of the router's maximum (the same
+// weights), so forced experts far below the router's best do not all underflow to 0 (0/0 = NaN).
 // Variant CAPTURE (prerouter heads attached): also keeps what the heads read at the end of the
 // step, for MoE layer ordinal `layer`: the step's last token's FFN input (hist_h[layer]) and
 // routed ids (hist_ids cur block), and the ids of the token before (prev block: the step's
@@ -146,6 +148,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
     }
+    var chosen_max = mx;
+//#if FORCED
+    if (p.renormalize == 1u) {
+        chosen_max = NONE;
+        for (var i = 0u; i < p.top_k; i++) {
+            chosen_max = max(chosen_max, logits[base + forced[p.forced_offset + i]]);
+        }
+    }
+//#endif
     var chosen_sum = 0.0;
     for (var i = 0u; i < p.top_k; i++) {
 //#if FORCED
@@ -171,7 +182,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             winner = i;
             prob = bitcast<f32>(0x7fc00000u);
         } else {
-            prob = score(logits[base + winner], mx, total);
+            prob = score(logits[base + winner], chosen_max, total);
         }
         if (lid == 0u) {
             ids[t * p.top_k + i] = winner;

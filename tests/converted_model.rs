@@ -57,6 +57,32 @@ fn streamed_store_equals_resident() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+#[test]
+fn converted_hybrid_streams_its_store_exactly() {
+    // Qwen3-Next (fused, key-head-grouped DeltaNet projections; dense layers between MoE
+    // layers) and Qwen3.5-MoE converted to int4: the store streamed through one layer's top-k
+    // of slots, and through half the experts, equals resident.
+    for fixture in ["qwen3_next", "qwen3_5_moe"] {
+        let (dir, prompt) = converted(fixture, &format!("conv-{fixture}"));
+        let spec = moestream::model::ArchSpec::from_dir(&dir).unwrap();
+        let moe = spec.moe.clone().unwrap();
+        let total = spec.moe_layers.iter().filter(|m| **m).count() * moe.num_experts;
+        let gen = GenerateOptions { max_tokens: 8, ignore_eos: true, ..Default::default() };
+        let resident = engine(&dir, ExpertBudget::Auto);
+        let want = resident.generate(&prompt, &gen, |_, _| true).unwrap().tokens;
+        let want_lp = resident.score(&prompt).unwrap().logprobs;
+        drop(resident);
+        for slots in [moe.top_k, total / 2] {
+            let e = engine(&dir, ExpertBudget::Slots(slots));
+            let g = e.generate(&prompt, &gen, |_, _| true).unwrap();
+            assert_eq!(g.tokens, want, "{fixture}: {slots} slots");
+            assert!(g.stats.experts.bytes_read > 0);
+            assert_eq!(e.score(&prompt).unwrap().logprobs, want_lp, "{fixture}: {slots} slots");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
+
 /// The store's reads delayed at random (up to 4 ms each, like a slow disk) and counted when
 /// their buffer is not 4 KiB-aligned (an O_DIRECT store would then read through the page cache).
 struct SlowDisk {
@@ -82,6 +108,9 @@ impl ExpertSource for SlowDisk {
     }
     fn layout(&self) -> SlotLayout {
         self.inner.layout()
+    }
+    fn layer_layout(&self, layer: usize) -> SlotLayout {
+        self.inner.layer_layout(layer)
     }
 }
 

@@ -73,7 +73,8 @@ fn reference(c: &Case, d: &Data) -> Vec<f32> {
     let w = as_stored(c.format, &d.w, c.rows, c.cols);
     let mut y = d.y0.clone();
     let mut r = vec![0.0f32; c.rows];
-    for t in 0..c.t {
+    let first = if c.out.last_token { c.t - 1 } else { 0 };
+    for t in first..c.t {
         refops::matvec(&w, c.rows, c.cols, &d.x[t * c.cols..(t + 1) * c.cols], &mut r);
         if c.bias {
             refops::add_bias(&mut r, &d.bias);
@@ -171,11 +172,28 @@ fn matmul_column_offset_shares_one_output() {
                     t,
                     format,
                     bias,
-                    out: MatMulOut { stride, col_offset, accumulate },
+                    out: MatMulOut { stride, col_offset, accumulate, last_token: false },
                     out_rows: t,
                 };
                 check(&c, 500 + t as u64 + col_offset as u64);
             }
+        }
+    }
+}
+
+#[test]
+fn matmul_last_token_writes_only_its_row() {
+    // The lm_head for the next token: row T-1 is computed and no other row changes, whatever
+    // the step's length (the reference keeps y0's other rows).
+    let mut seed = 450;
+    for &t in &[1usize, 2, 5, 33] {
+        for format in weight_formats() {
+            seed += 1;
+            let mut c = plain(37, 72, t, format, seed % 2 == 0);
+            c.out.last_token = true;
+            c.out.col_offset = 3;
+            c.out.stride = 41;
+            check(&c, seed);
         }
     }
 }
@@ -195,7 +213,7 @@ fn matmul_chunked_weights_are_bit_identical() {
                     t,
                     format,
                     bias,
-                    out: MatMulOut { stride: rows + 3, col_offset: 2, accumulate },
+                    out: MatMulOut { stride: rows + 3, col_offset: 2, accumulate, last_token: false },
                     out_rows: t,
                 };
                 let w = upload_matrix(&chunked, &vec![0.0; rows * cols], rows, cols, format);
@@ -250,7 +268,7 @@ fn matmul_folds_dispatch_over_dimension_limit() {
             t,
             format: WeightFormat::F16,
             bias: true,
-            out: MatMulOut { stride: rows + 1, col_offset: 1, accumulate: false },
+            out: MatMulOut { stride: rows + 1, col_offset: 1, accumulate: false, last_token: false },
             out_rows: t + 1,
         };
         check(&c, 800 + t as u64);

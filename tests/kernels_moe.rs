@@ -19,7 +19,7 @@ use common::{
 use moestream::experts::arena::SlotLayout;
 use moestream::experts::{SlotArena, SlotTable};
 use moestream::gpu::{Gpu, StepUniform};
-use moestream::ops::experts::{ExpertFfn, ExpertIo};
+use moestream::ops::experts::{ExpertFfn, ExpertIo, ExpertPrefill};
 use moestream::ops::moe_combine::MoeCombine;
 use moestream::ops::router::{Forced, RouterIo, RouterShape, RouterTopK};
 use moestream::ops::WeightFormat;
@@ -110,6 +110,8 @@ fn router_group_and_sigmoid_kinds_match_reference() {
                 routed_scaling_factor: 2.5,
                 shared_expert_intermediate: None,
                 shared_expert_gate: false,
+                router_logit_bias: false,
+                expert_act: Default::default(),
             };
             let t = 7;
             let logits: Vec<f32> = (0..t).flat_map(|_| ladder_logits(&mut rng, e, 0.05)).collect();
@@ -173,14 +175,15 @@ fn router_topk_exact_ties_pick_lower_index() {
 #[test]
 fn forced_router_weighs_the_given_experts() {
     // Prediction-as-routing: the experts come from a buffer (at an offset), the weights from
-    // the softmax over all logits.
+    // the softmax over all logits. At a spread of ±300 the forced experts' logits are mostly
+    // far below the best: renormalised, their weights must still sum to one.
     let mut rng = Rng::new(4);
-    for &(e, k) in &[(8usize, 2usize), (60, 4), (256, 8)] {
+    for &(e, k, spread) in &[(8usize, 2usize, 3.0), (60, 4, 3.0), (256, 8, 3.0), (8, 2, 300.0), (60, 4, 300.0)] {
         for renorm in [false, true] {
             let gpu = gpu();
             let step = StepUniform::new(&gpu);
             step.set(&gpu, 1, 0);
-            let logits = rng.vec(e, -3.0, 3.0);
+            let logits = rng.vec(e, -spread, spread);
             let offset = 5;
             let mut chosen: Vec<usize> = (0..e).collect();
             rng.shuffle(&mut chosen);
@@ -201,6 +204,10 @@ fn forced_router_weighs_the_given_experts() {
             for (i, (id, weight)) in refops::router_forced(&logits, &chosen, renorm).into_iter().enumerate() {
                 assert_eq!(ids[i] as usize, id, "forced E={e} k={k} choice {i}");
                 assert!((w[i] - weight).abs() <= 1e-6, "forced E={e} k={k} weight {} vs {weight}", w[i]);
+            }
+            if renorm {
+                let sum: f32 = w.iter().sum();
+                assert!((sum - 1.0).abs() < 1e-5, "forced E={e} k={k} spread {spread}: weights sum to {sum}");
             }
         }
     }
@@ -227,6 +234,8 @@ struct FfnCase {
     top_k: usize,
     /// Experts of `layer` to leave out of the arena.
     absent: usize,
+    /// How steps of more than three tokens run.
+    prefill: ExpertPrefill,
 }
 
 struct FfnData {
@@ -304,16 +313,16 @@ fn run_ffn(gpu: &Arc<Gpu>, c: &FfnCase, d: &FfnData) -> (Vec<f32>, Vec<f32>, usi
     let wb = upload_f32(gpu, &d.route_w);
     let hb = upload_f32(gpu, &vec![SENTINEL; pairs * c.inter]);
     let yb = upload_f32(gpu, &vec![SENTINEL; (pairs + 1) * c.hidden]);
-    let io = ExpertIo { x: &xb, ids: &ib, route_w: &wb, h: &hb, y: &yb };
-    let op = ExpertFfn::new(gpu, &step.buffer, io, &arena, &arena.layout, &table, c.layer, c.top_k);
+    let io = ExpertIo { x: &xb, ids: &ib, route_w: &wb, h: &hb, y: &yb, act: (Default::default(), None) };
+    let op = ExpertFfn::new(gpu, &step.buffer, io, &arena, &arena.layout, &table, c.layer, c.top_k, c.prefill);
     submit(gpu, |pass| op.record(gpu, pass, c.t));
     (read_f32(gpu, &hb, pairs * c.inter), read_f32(gpu, &yb, (pairs + 1) * c.hidden), arena.chunks.len())
 }
 
 fn describe(c: &FfnCase) -> String {
     format!(
-        "expert FFN {:?} H={} I={} E={} slots={} layer={} T={} k={}",
-        c.format, c.hidden, c.inter, c.n_experts, c.slots, c.layer, c.t, c.top_k
+        "expert FFN {:?} H={} I={} E={} slots={} layer={} T={} k={} {:?}",
+        c.format, c.hidden, c.inter, c.n_experts, c.slots, c.layer, c.t, c.top_k, c.prefill
     )
 }
 
@@ -359,7 +368,16 @@ fn check_ffn_against_reference(c: &FfnCase, d: &FfnData, h: &[f32], y: &[f32]) {
 }
 
 fn case(format: WeightFormat, hidden: usize, inter: usize, t: usize, top_k: usize) -> FfnCase {
-    FfnCase { format, hidden, inter, n_experts: 12, slots: 9, layers: 3, layer: 1, t, top_k, absent: 4 }
+    let prefill = ExpertPrefill::Pairs;
+    FfnCase { format, hidden, inter, n_experts: 12, slots: 9, layers: 3, layer: 1, t, top_k, absent: 4, prefill }
+}
+
+/// Both prefill paths for steps of more than three tokens (decode steps have one).
+fn prefills(t: usize) -> &'static [ExpertPrefill] {
+    match t {
+        0..=3 => &[ExpertPrefill::Pairs],
+        _ => &[ExpertPrefill::Pairs, ExpertPrefill::Gather],
+    }
 }
 
 #[test]
@@ -369,10 +387,12 @@ fn expert_ffn_matches_reference() {
         for &(hidden, inter) in &[(40usize, 24usize), (72, 48), (16, 520), (520, 16)] {
             for &(t, k) in &[(1usize, 1usize), (1, 4), (3, 2), (9, 3), (17, 4)] {
                 seed += 1;
-                let c = case(format, hidden, inter, t, k);
-                let d = ffn_data(&c, seed);
-                let (h, y, _) = run_ffn(&gpu(), &c, &d);
-                check_ffn_against_reference(&c, &d, &h, &y);
+                for &prefill in prefills(t) {
+                    let c = FfnCase { prefill, ..case(format, hidden, inter, t, k) };
+                    let d = ffn_data(&c, seed);
+                    let (h, y, _) = run_ffn(&gpu(), &c, &d);
+                    check_ffn_against_reference(&c, &d, &h, &y);
+                }
             }
         }
     }
@@ -381,7 +401,7 @@ fn expert_ffn_matches_reference() {
 #[test]
 fn expert_ffn_layer_zero_and_all_resident() {
     // Layer 0 (table base 0) with every expert resident and every slot used.
-    for format in weight_formats() {
+    for (format, &prefill) in weight_formats().into_iter().flat_map(|f| prefills(17).iter().map(move |p| (f, p))) {
         let c = FfnCase {
             format,
             hidden: 40,
@@ -393,6 +413,7 @@ fn expert_ffn_layer_zero_and_all_resident() {
             t: 17,
             top_k: 2,
             absent: 0,
+            prefill,
         };
         let d = ffn_data(&c, 77);
         let (h, y, _) = run_ffn(&gpu(), &c, &d);
@@ -410,17 +431,51 @@ fn expert_ffn_chunked_arena_is_bit_identical() {
         for &(hidden, inter) in &[(16usize, 16usize), (8, 40)] {
             for &(t, k) in &[(1usize, 2usize), (9, 3), (17, 4)] {
                 seed += 1;
-                let c = case(format, hidden, inter, t, k);
-                let d = ffn_data(&c, seed);
-                let (h1, y1, n1) = run_ffn(&gpu(), &c, &d);
-                let (h2, y2, n2) = run_ffn(&chunked, &c, &d);
-                let what = describe(&c);
-                assert_eq!(n1, 1, "{what}: default arena should be one chunk");
-                assert!(n2 >= 4, "{what}: chunked arena has only {n2} chunks");
-                assert_bits_eq(&format!("chunked {what}: h"), &h2, &h1);
-                assert_bits_eq(&format!("chunked {what}: y"), &y2, &y1);
-                check_ffn_against_reference(&c, &d, &h2, &y2);
+                for &prefill in prefills(t) {
+                    let c = FfnCase { prefill, ..case(format, hidden, inter, t, k) };
+                    let d = ffn_data(&c, seed);
+                    let (h1, y1, n1) = run_ffn(&gpu(), &c, &d);
+                    let (h2, y2, n2) = run_ffn(&chunked, &c, &d);
+                    let what = describe(&c);
+                    assert_eq!(n1, 1, "{what}: default arena should be one chunk");
+                    assert!(n2 >= 4, "{what}: chunked arena has only {n2} chunks");
+                    assert_bits_eq(&format!("chunked {what}: h"), &h2, &h1);
+                    assert_bits_eq(&format!("chunked {what}: y"), &y2, &y1);
+                    check_ffn_against_reference(&c, &d, &h2, &y2);
+                }
             }
+        }
+    }
+}
+
+#[test]
+fn expert_ffn_prefill_tiles_many_pairs_per_expert() {
+    // Gathered prefill puts each expert's pairs into 32-pair tiles: few experts give one expert
+    // several tiles, and routing every pair to one expert (twice per token) gives it more pairs
+    // than the step has tokens, served by the grid-stride over the dispatch's token tiles.
+    let mut seed = 600;
+    for format in weight_formats() {
+        for crowd in [false, true] {
+            seed += 1;
+            let c = FfnCase {
+                format,
+                hidden: 40,
+                inter: 72,
+                n_experts: 4,
+                slots: 4,
+                layers: 2,
+                layer: 1,
+                t: 70,
+                top_k: 2,
+                absent: 0,
+                prefill: ExpertPrefill::Gather,
+            };
+            let mut d = ffn_data(&c, seed);
+            if crowd {
+                d.ids.iter_mut().for_each(|id| *id = 2);
+            }
+            let (h, y, _) = run_ffn(&gpu(), &c, &d);
+            check_ffn_against_reference(&c, &d, &h, &y);
         }
     }
 }

@@ -11,6 +11,7 @@ mod common;
 use common::{assert_bits_eq, assert_close, gpu, read_f32, submit, upload_f32, Rng};
 use moestream::gpu::StepUniform;
 use moestream::model::RopeSpec;
+use moestream::ops::moe_combine::MoeCombine;
 use moestream::ops::rms_norm::{NormRows, RmsNorm};
 use moestream::ops::rope::{Rope, RopeLayout};
 use moestream::reference::ops as refops;
@@ -83,6 +84,47 @@ fn rms_norm_out_variant_leaves_input_and_tail() {
         let want = ref_norm_rows(&x, &w, n, eps);
         assert_close(&format!("rms_norm OUT n={n} T={t}"), &out[..t * n], &want, NORM_TOL);
         assert!(out[t * n..].iter().all(|&v| v == -777.0), "rms_norm OUT wrote past T rows");
+    }
+}
+
+#[test]
+fn rms_norm_after_combine_is_combine_then_norm() {
+    // The fused x += sum of top-k expert rows, then the norm into `out`, is bit-identical to
+    // moe_combine followed by the OUT norm (both x and out), and writes no row past the step.
+    let mut rng = Rng::new(3);
+    for &(n, t, k) in &[(72usize, 1usize, 2usize), (40, 17, 1), (1000, 3, 4), (129, 70, 2)] {
+        let w = rng.vec(n, -1.5, 1.5);
+        // One spare row past the step in x and out, which must stay untouched.
+        let x = rng.vec((t + 1) * n, -3.0, 3.0);
+        let y = rng.vec(t * k * n, -1.0, 1.0);
+        let eps = 1e-5;
+        let gpu = gpu();
+        let step = StepUniform::new(&gpu);
+        step.set(&gpu, t, 0);
+        let (wb, yb) = (upload_f32(&gpu, &w), upload_f32(&gpu, &y));
+        let run = |fused: bool| {
+            let xb = upload_f32(&gpu, &x);
+            let ob = upload_f32(&gpu, &vec![-777.0f32; (t + 1) * n]);
+            if fused {
+                let op = RmsNorm::after_combine(&gpu, &step.buffer, &wb, &xb, &ob, &yb, n, k, eps);
+                submit(&gpu, |pass| op.record(&gpu, pass, t));
+            } else {
+                let combine = MoeCombine::new(&gpu, &step.buffer, &yb, &xb, None, n, k);
+                let rows = NormRows { n, rows_per_token: 1, at_cache_pos: false };
+                let norm = RmsNorm::new(&gpu, &step.buffer, &wb, &xb, Some(&ob), rows, eps);
+                submit(&gpu, |pass| {
+                    combine.record(&gpu, pass, t);
+                    norm.record(&gpu, pass, t);
+                });
+            }
+            (read_f32(&gpu, &xb, x.len()), read_f32(&gpu, &ob, (t + 1) * n))
+        };
+        let ((x1, o1), (x2, o2)) = (run(true), run(false));
+        let what = format!("n={n} T={t} k={k}");
+        assert_bits_eq(&format!("after_combine {what}: residual"), &x1, &x2);
+        assert_bits_eq(&format!("after_combine {what}: normed"), &o1, &o2);
+        assert_bits_eq(&format!("after_combine {what}: row past the step"), &x1[t * n..], &x[t * n..]);
+        assert!(o1[t * n..].iter().all(|&v| v == -777.0), "after_combine {what} wrote past T rows");
     }
 }
 
@@ -182,6 +224,43 @@ fn rope_at_cache_pos_only_touches_step_rows() {
         assert_close(&what, &got[lo..hi], &want, ROPE_TOL);
         assert_bits_eq(&format!("{what}: rows before"), &got[..lo], &x[..lo]);
         assert_bits_eq(&format!("{what}: rows after"), &got[hi..], &x[hi..]);
+    }
+}
+
+#[test]
+fn rope_pair_is_two_ropes() {
+    // Queries and keys in one dispatch: bit-identical to one dispatch each, for plain, partial
+    // and interleaved rotations, keys at the cache position or not.
+    let mut rng = Rng::new(8);
+    let mut partial = RopeSpec::plain(10_000.0, 64);
+    partial.rotary_dim = 32;
+    partial.interleaved = true;
+    for (spec, hd) in [(RopeSpec::plain(10_000.0, 40), 40usize), (partial, 64)] {
+        for &(qh, kh, t, pos, at_cache_pos) in
+            &[(6usize, 2usize, 1usize, 5usize, false), (4, 4, 9, 0, true), (8, 1, 70, 3, false)]
+        {
+            let (la, lb) = (RopeLayout::heads(qh, hd, false), RopeLayout::heads(kh, hd, at_cache_pos));
+            let (xa, xb) = (rng.vec(t * qh * hd, -2.0, 2.0), rng.vec((pos + t) * kh * hd, -2.0, 2.0));
+            let gpu = gpu();
+            let step = StepUniform::new(&gpu);
+            step.set(&gpu, t, pos);
+            let (cos, sin) = spec.tables(pos + t + 1);
+            let (cb, sb) = (upload_f32(&gpu, &cos), upload_f32(&gpu, &sin));
+            let (pa, pb) = (upload_f32(&gpu, &xa), upload_f32(&gpu, &xb));
+            let op = Rope::pair(&gpu, &step.buffer, (&cb, &sb), (&pa, la), (&pb, lb), &spec);
+            submit(&gpu, |pass| op.record(&gpu, pass, t));
+            let what = format!("rope pair hd={hd} heads {qh}+{kh} T={t} pos={pos}");
+            assert_bits_eq(
+                &format!("{what}: queries"),
+                &read_f32(&gpu, &pa, xa.len()),
+                &run_rope_spec(&xa, &spec, la, t, pos),
+            );
+            assert_bits_eq(
+                &format!("{what}: keys"),
+                &read_f32(&gpu, &pb, xb.len()),
+                &run_rope_spec(&xb, &spec, lb, t, pos),
+            );
+        }
     }
 }
 

@@ -52,3 +52,35 @@ fn profiling_does_not_change_results() {
     let profiled = engine(true).score(&tokens).unwrap().logprobs;
     assert_eq!(plain, profiled);
 }
+
+#[test]
+fn sections_split_a_hybrid_step_by_layer_kind() {
+    // Qwen3-Next fixture: layers 0-2 Gated DeltaNet, layer 3 gated full attention; layers 1 and
+    // 3 MoE, 0 and 2 dense.
+    let mut options = EngineOptions::new(common::fixtures_dir().join("qwen3_next"));
+    options.context = Some(64);
+    options.gpu = GpuOptions { profile: true, ..Default::default() };
+    let engine = Engine::load(&options).unwrap();
+    let r = profile::run(&engine, &ProfileOptions { prompt_tokens: 12, decode_tokens: 3, seed: 1 }).unwrap();
+    for p in [&r.decode, &r.prefill] {
+        let mut names: Vec<&str> = p.sections.iter().map(|s| s.section.as_str()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["MoE FFN", "dense FFN", "embed", "final norm + lm_head", "full attention", "linear attention"]
+        );
+        let share: f64 = p.sections.iter().map(|s| s.share).sum();
+        assert!((share - 1.0).abs() < 1e-9, "section shares sum to {share}");
+        let dispatches = |it: &mut dyn Iterator<Item = u64>| it.sum::<u64>();
+        assert_eq!(
+            dispatches(&mut p.sections.iter().map(|s| s.dispatches)),
+            dispatches(&mut p.kernels.iter().map(|k| k.dispatches))
+        );
+    }
+    let section = |name: &str| r.decode.sections.iter().find(|s| s.section == name).unwrap().dispatches;
+    let kernel = |name: &str| r.decode.kernels.iter().find(|k| k.kernel == name).unwrap().dispatches;
+    // Every conv and delta-rule dispatch is a linear-attention layer's; three such layers per step.
+    assert_eq!(kernel("gated_delta_rule"), 3 * r.decode.steps);
+    assert!(section("linear attention") > kernel("causal_conv1d") + kernel("gated_delta_rule"));
+    assert!(r.markdown().contains("| linear attention |"));
+}

@@ -1,5 +1,6 @@
 //! The simulator replays the engine's own cache code: on a trace recorded by a streaming run,
-//! its hit and miss counts equal the engine's counters for the same policy and budget.
+//! its hit and miss counts equal the engine's counters for the same policy and budget (on a
+//! Qwen3-MoE fixture and on the hybrid linear-attention Qwen3.5-MoE fixture).
 
 mod common;
 
@@ -11,7 +12,13 @@ use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
 
 #[test]
 fn simulated_counts_equal_engine_counters() {
-    let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with("qwen3_moe")).unwrap();
+    for fixture in ["qwen3_moe", "qwen3_5_moe"] {
+        counts_match(fixture);
+    }
+}
+
+fn counts_match(fixture: &str) {
+    let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with(fixture)).unwrap();
     for (policy, prefetch) in [
         (PolicyKind::Lru, PrefetchKind::None),
         (PolicyKind::Eamc, PrefetchKind::None),
@@ -35,10 +42,11 @@ fn simulated_counts_equal_engine_counters() {
         let t = Trace::read(&trace).unwrap();
         assert_eq!(t.requests(), 3);
         let sim = moestream::sim::simulate(&t, &[slots], &[policy], prefetch, o.eamc_capacity).unwrap();
-        assert_eq!((sim[0].hits, sim[0].misses), (stats.expert_hits, stats.expert_misses), "{policy:?} {prefetch:?}");
-        assert_eq!(sim[0].prefetch_issued, stats.prefetch_issued, "{policy:?} {prefetch:?}");
+        let what = format!("{fixture} {policy:?} {prefetch:?}");
+        assert_eq!((sim[0].hits, sim[0].misses), (stats.expert_hits, stats.expert_misses), "{what}");
+        assert_eq!(sim[0].prefetch_issued, stats.prefetch_issued, "{what}");
         println!(
-            "{policy:?}+{prefetch:?}: engine and simulator both {} hits / {} misses",
+            "{fixture} {policy:?}+{prefetch:?}: engine and simulator both {} hits / {} misses",
             stats.expert_hits, stats.expert_misses
         );
         std::fs::remove_file(trace).unwrap();

@@ -405,7 +405,7 @@ fn direct_io_with_misaligned_tails() {
     std::io::Write::write_all(&mut file, &[0xA5; 1001]).unwrap();
     drop(file);
     let buffered = ExpertStore::open(&path, HASH).unwrap();
-    assert_ne!(buffered.layout().data_len % 4096, 0, "the test needs padding after the data");
+    assert_ne!(buffered.layout().expect("a uniform store").data_len % 4096, 0, "the test needs padding after the data");
     let direct = ExpertStore::open_with(&path, HASH, OpenOptions { direct_io: true, ..Default::default() }).unwrap();
     // The target directory is on a disk filesystem, which takes O_DIRECT on every Linux CI runner.
     assert_eq!(direct.io_mode(), IoMode::Direct, "{:?}", direct.direct_io_error());

@@ -1,6 +1,6 @@
 //! Exactness of expert streaming: with any slot budget (down to one layer's top-k), any
 //! policy and any prefetcher, `generate` tokens and `score` log-probs are bit-identical to the
-//! fully resident run.
+//! fully resident run; on the hybrid fixtures also after a prompt of over 1000 tokens.
 
 mod common;
 
@@ -49,6 +49,31 @@ fn every_budget_policy_and_prefetcher_matches_resident() {
             }
         }
         println!("{}: {runs} streaming configurations identical to resident", golden.architecture);
+    }
+}
+
+#[test]
+fn hybrid_long_prompt_streams_exactly_at_the_minimum_budget() {
+    // The 1100-token golden prompt of each hybrid fixture (prefill chunks over the DeltaNet's
+    // recurrent state, many expert waves per chunk at one layer's top-k of slots), then
+    // decoding: log-probs and tokens bit-identical to resident.
+    for fixture in ["qwen3_next", "qwen3_5_moe"] {
+        let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with(fixture)).unwrap();
+        let top_k = moestream::model::ArchSpec::from_dir(&dir).unwrap().moe.unwrap().top_k;
+        let prompt = &golden.prompts.iter().find(|p| p.name == "long").unwrap().tokens;
+        assert!(prompt.len() >= 1000);
+        let gen = GenerateOptions { max_tokens: 4, ignore_eos: true, ..Default::default() };
+        let run = |budget| {
+            let mut o = options(&dir, budget, PolicyKind::Lru, PrefetchKind::None);
+            o.context = Some(1200);
+            let e = Engine::load_on(gpu(), &o).unwrap();
+            (e.score(prompt).unwrap(), e.generate(prompt, &gen, |_, _| true).unwrap())
+        };
+        let (want_score, want_gen) = run(ExpertBudget::Auto);
+        let (score, g) = run(ExpertBudget::Slots(top_k));
+        assert!(score.experts.expert_misses > 0);
+        assert_eq!(score.logprobs, want_score.logprobs, "{fixture}: streamed long prompt");
+        assert_eq!(g.tokens, want_gen.tokens, "{fixture}: streamed decode after the long prompt");
     }
 }
 

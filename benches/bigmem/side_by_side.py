@@ -2,30 +2,41 @@
 """Bigger than memory, side by side: llama.cpp (mmap; CPU and Vulkan backends) and moestream
 (experts streamed from experts.bin) on the same model under the same memory bound, in one run.
 
-    sudo python3 benches/bigmem/side_by_side.py [--data target/bigmem] [--bound 448M] [--slots 40]
+    sudo python3 benches/bigmem/side_by_side.py [--data target/bigmem] [--bound 480M] [--slots 32]
         [--decode 12] [--prompt 8] [--json OUT]
 
 The bound is a memory cgroup (v1 `memory.limit_in_bytes`, or v2 `memory.max`) that every
 measured process runs in; its limit counts the process's own memory *and the page cache it
 fills*, so llama.cpp's mmap of the GGUF (and a buffered read of experts.bin) cannot keep more
 of the model in memory than the bound. Before each run the model files are dropped from the
-page cache (posix_fadvise DONTNEED), so every run starts cold. Bytes read from the device are
-the child's block-input count (`wait4`'s `ru_inblock` × 512: reads submitted by the process,
-page faults of its mapping included); peak memory is the cgroup's high-water mark.
+page cache (posix_fadvise DONTNEED), so every run starts cold. The cgroup is made inside this
+process's own memory cgroup. Bytes read from the device are the child's block-input count
+(`wait4`'s `ru_inblock` × 512: reads submitted by the process, O_DIRECT reads and page faults
+of its mapping included); llama.cpp's per-token figure counts from the start of its measured
+generation (the `--progress` line; /proc/PID/io then) to its exit, so the model load's reads are
+left out; moestream's are its own counters over the decode steps. Peak memory is the cgroup's
+high-water mark (the page cache fills it), beside the highest anonymous memory sampled every
+0.1 s (the process's own).
 
-Rows: llama.cpp `llama-bench` CPU (`-ngl 0`), Vulkan (every layer offloaded; lavapipe here, so
-the "device" copy of the weights is host memory inside the bound too), Vulkan with the experts
-left on the CPU mapping (`--n-cpu-moe`, llama.cpp's own recipe for MoE models bigger than
-memory); then `moestream bench ssd` (LRU and EAMC × no prefetch and EAMC prefetch with 4 reader
-threads, EAMC/EAMC with other reader counts, all uncached) and one buffered run.
+Rows: llama.cpp `llama-bench` (one warmup token, then the measured decode) on the CPU with the
+weights left on the mapping (`--repack 0`) and with its default repacking (a copy of the
+weights in anonymous memory), Vulkan (every layer offloaded; lavapipe here, so the "device"
+copy of the weights is host memory inside the bound too), Vulkan with the experts left on the
+CPU (`--n-cpu-moe`, llama.cpp's own recipe for MoE models bigger than memory), also with
+`--no-host 1` (the CPU's weights kept out of the Vulkan backend's host buffer type); then
+`moestream bench ssd` (LRU, LFU and EAMC × no prefetch and EAMC prefetch with 4 reader threads,
+EAMC/EAMC with other reader counts, all uncached), one buffered run, and for reference the
+same model fully resident without a bound (`bench model`, outside the cgroup).
 Make the model first: benches/bigmem/make.sh. Needs root (cgroup) and Linux.
 """
 
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,17 +50,30 @@ def parse_bytes(s):
     return int(float(s[:-1]) * units[s[-1].upper()]) if s[-1].upper() in units else int(s)
 
 
+def own_cgroup(v1):
+    """This process's memory cgroup, relative to the hierarchy's root (from /proc/self/cgroup)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if (v1 and "memory" in controllers.split(",")) or (not v1 and controllers == ""):
+            return path.lstrip("/")
+    return ""
+
+
 class Cgroup:
-    """A memory cgroup with a hard limit (v1 or v2), joined by each child before it execs."""
+    """A memory cgroup with a hard limit (v1 or v2), joined by each child before it execs. It is
+    made as a child of this process's own memory cgroup, so the runs stay inside whatever limit
+    and accounting the caller already has (a container's, a session's)."""
 
     def __init__(self, limit):
         v1 = Path("/sys/fs/cgroup/memory")
         self.v1 = v1.is_dir()
-        self.dir = (v1 if self.v1 else Path("/sys/fs/cgroup")) / CGROUP_NAME
+        root = v1 if self.v1 else Path("/sys/fs/cgroup")
+        self.dir = root / own_cgroup(self.v1) / CGROUP_NAME
         self.dir.mkdir(exist_ok=True)
         limit_file = "memory.limit_in_bytes" if self.v1 else "memory.max"
         (self.dir / limit_file).write_text(str(limit))
         self.limit = int((self.dir / limit_file).read_text())
+        self.peak_anon = 0
 
     def reset_peak(self):
         if self.v1:
@@ -58,6 +82,11 @@ class Cgroup:
     def peak(self):
         f = self.dir / ("memory.max_usage_in_bytes" if self.v1 else "memory.peak")
         return int(f.read_text()) if f.exists() else None
+
+    def anon(self):
+        """Anonymous memory charged to the cgroup now (the process's own, page cache excluded)."""
+        stat = dict(line.split() for line in (self.dir / "memory.stat").read_text().splitlines())
+        return int(stat["rss"] if self.v1 else stat["anon"])
 
     def join(self):
         (self.dir / "cgroup.procs").write_text(str(os.getpid()))
@@ -72,66 +101,119 @@ def drop_cache(paths):
                 os.close(fd)
 
 
-def run_capped(cg, cmd, env=None, files=()):
-    """Runs cmd inside the cgroup, cold; returns (rc, stdout, stderr, seconds)."""
+def proc_read_bytes(pid):
+    """Bytes the process has read from block devices so far (/proc/PID/io `read_bytes`)."""
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def run_capped(cg, cmd, env=None, files=(), mark=None):
+    """Runs cmd inside the cgroup, cold; returns (rc, stdout, stderr, seconds, bytes read by the
+    child in all, bytes it had read when a line of its stderr first contained `mark`)."""
     drop_cache(files)
     cg.reset_peak()
     print("+", " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
+    before = rusage_children_inblock()
     start = time.time()
     p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=env, preexec_fn=cg.join)
-    out, err = p.communicate()  # reaps the child: its block input joins RUSAGE_CHILDREN
-    return p.returncode, out, err, time.time() - start
+    out, err, at_mark, anon = [], [], [], [0]
+    reader = threading.Thread(target=lambda: out.append(p.stdout.read()))
+    reader.start()
+
+    def sample():
+        while p.poll() is None:
+            anon[0] = max(anon[0], cg.anon())
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    for line in p.stderr:
+        err.append(line)
+        if mark and not at_mark and mark in line:
+            at_mark.append(proc_read_bytes(p.pid))
+    reader.join()
+    p.wait()  # reaps the child: its block input joins RUSAGE_CHILDREN
+    sampler.join()
+    cg.peak_anon = anon[0]
+    read = (rusage_children_inblock() - before) * 512
+    return p.returncode, out[0], "".join(err), time.time() - start, read, (at_mark or [None])[0]
 
 
 def rusage_children_inblock():
-    import resource
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
 
 
 def llama_row(cg, label, gguf, args, extra, env):
-    before = rusage_children_inblock()
-    cmd = [PEER / "llama-bench", "-m", gguf, "-p", "0", "-n", str(args.decode), "-r", "1", "--no-warmup",
+    """llama-bench's decode (after its one-token warmup); bytes read per token counted from the
+    start of the measured generation (its `--progress` line) to the exit, so the model load's
+    reads are left out."""
+    cmd = [PEER / "llama-bench", "-m", gguf, "-p", "0", "-n", str(args.decode), "-r", "1", "--progress",
            "-t", str(args.threads), "-o", "json", "-lm", "mmap", *extra]
-    rc, out, err, secs = run_capped(cg, cmd, env, [gguf])
-    read = (rusage_children_inblock() - before) * 512
-    row = {"engine": "llama.cpp", "backend": label, "peak_bytes": cg.peak(), "bytes_read": read, "seconds": secs}
+    rc, out, err, secs, read, at_decode = run_capped(cg, cmd, env, [gguf], mark="generation run")
+    row = {"engine": "llama.cpp", "backend": label, "peak_bytes": cg.peak(), "peak_anon_bytes": cg.peak_anon,
+           "bytes_read": read, "seconds": secs,
+           "command": " ".join(str(c) for c in cmd)}
     if rc != 0:
         reason = "killed (out of memory at the bound)" if rc < 0 or "memory" in err.lower() else f"exit {rc}"
         print(err[-2000:], file=sys.stderr)
         return {**row, "decode_tokens_per_s": None, "bytes_read_per_token": None, "note": reason}
     r = json.loads(out)[0]
-    tokens = r["n_gen"]
-    return {**row, "decode_tokens_per_s": r["avg_ts"], "bytes_read_per_token": read / tokens, "note": ""}
+    decode_read = None if at_decode is None else read - at_decode
+    per_token = None if decode_read is None else decode_read / r["n_gen"]
+    return {**row, "decode_tokens_per_s": r["avg_ts"], "bytes_read_decode": decode_read,
+            "bytes_read_per_token": per_token, "note": ""}
 
 
 def moestream_rows(cg, args, extra, label):
     converted = Path(args.data) / "converted"
-    before = rusage_children_inblock()
     cmd = [ROOT / "target/release/moestream", "bench", "ssd", "--model", converted, "--expert-slots",
            str(args.slots), "--prompt-tokens", str(args.prompt), "--decode-tokens", str(args.decode),
            "--device-seconds", "2", "--json", *extra]
-    rc, out, err, secs = run_capped(cg, cmd, dict(os.environ, RUST_LOG="info"), [converted])
-    read = (rusage_children_inblock() - before) * 512
+    rc, out, err, secs, read, _ = run_capped(cg, cmd, dict(os.environ, RUST_LOG="info"), [converted])
     print(err[-3000:], file=sys.stderr)
     if rc != 0:
         return None, [{"engine": "moestream", "backend": label, "decode_tokens_per_s": None, "note": f"exit {rc}",
-                       "peak_bytes": cg.peak(), "bytes_read": read}]
+                       "peak_bytes": cg.peak(), "peak_anon_bytes": cg.peak_anon, "bytes_read": read}]
     rep = json.loads(out.strip().splitlines()[-1])
     rows = []
     for r in rep["runs"]:
         rows.append({"engine": "moestream", "backend": f"{label}, {r['io_threads']} I/O threads, {r['policy']} / "
                      f"{r['prefetch']}", "decode_tokens_per_s": r["decode_tokens_per_s"],
-                     "bytes_read_per_token": r["bytes_read_per_token"], "peak_bytes": cg.peak(), "run": r,
-                     "note": ""})
+                     "bytes_read_per_token": r["bytes_read_per_token"], "peak_bytes": cg.peak(),
+                     "peak_anon_bytes": cg.peak_anon, "run": r,
+                     "command": " ".join(str(c) for c in cmd), "note": ""})
     return rep, rows
+
+
+def resident_row(args):
+    """moestream with every expert resident and no bound: the compute ceiling of the streamed rows
+    (it needs memory for the whole model, so it runs outside the cgroup)."""
+    converted = Path(args.data) / "converted"
+    cmd = [ROOT / "target/release/moestream", "bench", "model", "--model", converted, "--context", "256",
+           "--prompt-tokens", str(args.prompt), "--decode-tokens", str(args.decode), "--runs", "1", "--json"]
+    print("+", " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    row = {"engine": "moestream", "backend": "every expert resident, no bound (reference)", "peak_bytes": None,
+           "peak_anon_bytes": None, "command": " ".join(str(c) for c in cmd), "bytes_read_per_token": 0}
+    if p.returncode != 0:
+        print(p.stderr[-2000:], file=sys.stderr)
+        return {**row, "decode_tokens_per_s": None, "note": f"exit {p.returncode}"}
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    return {**row, "decode_tokens_per_s": r["decode_tokens_per_s"], "peak_anon_bytes": r["peak_rss_bytes"],
+            "note": "outside the bound; peak is its RSS"}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(ROOT / "target/bigmem"))
-    p.add_argument("--bound", default="448M", help="memory cgroup limit (page cache included)")
-    p.add_argument("--slots", type=int, default=40, help="moestream expert slots (GPU memory, inside the bound)")
+    p.add_argument("--bound", default="480M", help="memory cgroup limit (page cache included); experts.bin is 3.0x 480M")
+    p.add_argument("--slots", type=int, default=32, help="moestream expert slots (GPU memory: host memory on lavapipe, inside the bound)")
     p.add_argument("--prompt", type=int, default=8)
     p.add_argument("--decode", type=int, default=12)
     p.add_argument("--threads", type=int, default=2, help="llama.cpp CPU threads")
@@ -146,11 +228,16 @@ def main():
     cg = Cgroup(parse_bytes(args.bound))
     env_vk = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
     rows = [
-        llama_row(cg, "CPU", gguf, args, ["-ngl", "0", "-dev", "none"], os.environ),
+        llama_row(cg, "CPU, weights on the mapping (--repack 0)", gguf, args,
+                  ["-ngl", "0", "-dev", "none", "--repack", "0"], os.environ),
+        llama_row(cg, "CPU, default (weights repacked)", gguf, args, ["-ngl", "0", "-dev", "none"], os.environ),
         llama_row(cg, "Vulkan (all layers)", gguf, args, ["-ngl", "99"], env_vk),
-        llama_row(cg, "Vulkan, experts on CPU (--n-cpu-moe)", gguf, args, ["-ngl", "99", "-ncmoe", "99"], env_vk),
+        llama_row(cg, "Vulkan, experts on CPU (--n-cpu-moe, --repack 0)", gguf, args,
+                  ["-ngl", "99", "-ncmoe", "99", "--repack", "0"], env_vk),
+        llama_row(cg, "Vulkan, experts on the CPU mapping (--n-cpu-moe, --repack 0, --no-host 1)", gguf, args,
+                  ["-ngl", "99", "-ncmoe", "99", "--repack", "0", "--no-host", "1"], env_vk),
     ]
-    rep, ours = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "lru,eamc", "--prefetch", "none,eamc",
+    rep, ours = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "lru,lfu,eamc", "--prefetch", "none,eamc",
                                           "--direct-io", "auto"], "uncached")
     rows += ours
     _, threads = moestream_rows(cg, args, ["--io-threads", args.io_threads, "--policies", "eamc", "--prefetch", "eamc",
@@ -159,6 +246,7 @@ def main():
     _, buffered = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "eamc", "--prefetch", "eamc",
                                             "--direct-io", "off"], "buffered")
     rows += buffered
+    rows.append(resident_row(args))
     best_llama = max((r["decode_tokens_per_s"] or 0) for r in rows if r["engine"] == "llama.cpp")
     for r in rows:
         r["vs_best_llama"] = (r["decode_tokens_per_s"] or 0) / best_llama if best_llama else None
@@ -168,15 +256,35 @@ def main():
     print(f"bound {mib(cg.limit)} MiB (cgroup, page cache included); experts.bin {mib(store.stat().st_size)} MiB "
           f"({store.stat().st_size / cg.limit:.1f}x the bound), GGUF Q4_0 {mib(gguf.stat().st_size)} MiB; "
           f"{args.decode} decoded tokens\n")
-    print("| engine | backend | decode tok/s | vs best llama.cpp | MiB read/token | peak MiB | note |")
+    print("| engine | backend | decode tok/s | vs best llama.cpp | MiB read/token | peak MiB (anonymous) | note |")
     print("|---|---|---:|---:|---:|---:|---|")
     for r in rows:
         tps = "-" if r["decode_tokens_per_s"] is None else f"{r['decode_tokens_per_s']:.2f}"
         vs = "-" if not r["vs_best_llama"] else f"{r['vs_best_llama']:.2f}"
         print(f"| {r['engine']} | {r['backend']} | {tps} | {vs} | {mib(r.get('bytes_read_per_token'))} | "
-              f"{mib(r['peak_bytes'])} | {r['note']} |")
+              f"{mib(r['peak_bytes'])} ({mib(r['peak_anon_bytes'])}) | {r['note']} |")
+    print_moestream_details(rep, [r for r in rows if "run" in r])
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+def print_moestream_details(rep, rows):
+    """moestream's I/O figures per configuration, against the device's own bandwidth."""
+    if rep:
+        d = rep["device"]
+        print(f"\nmoestream: {rep['slots']} slots of {rep['total_experts']} experts, {rep['io_mode']}; device "
+              f"(measured by bench ssd): sequential 1 MiB {d['sequential_mb_s']:.0f} MB/s, 4 KiB random "
+              f"{d['random_4k_mb_s']:.0f} MB/s ({d['random_4k_iops']:.0f} IOPS, {d['random_threads']} threads)\n")
+    print("| configuration | tok/s | hit rate | stall ms/tok | load time hidden | MiB read/tok | needed MiB/tok | "
+          "read / needed | read MB/s | vs seq | vs 4K rand | I/O CPU ms/tok | upload ms/tok |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        x = r["run"]
+        print(f"| {r['backend']} | {x['decode_tokens_per_s']:.2f} | {x['hit_rate'] * 100:.0f}% | "
+              f"{x['stall_ms_per_token']:.0f} | {x['hidden_share'] * 100:.0f}% | "
+              f"{x['bytes_read_per_token'] / 1048576:.1f} | {x['needed_bytes_per_token'] / 1048576:.1f} | "
+              f"{x['read_amplification']:.2f} | {x['read_mb_s']:.0f} | {x['vs_sequential']:.2f} | "
+              f"{x['vs_random_4k']:.2f} | {x['io_cpu_ms_per_token']:.1f} | {x['upload_ms_per_token']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-//! Kernel bandwidth: the decode matvec (T = 1 matmul) in int4, f16 and f32, against a plain
-//! buffer-to-buffer copy on the same adapter.
+//! Kernel bandwidth: the decode matvec (T = 1 matmul) in int4, f16 and f32 and decode attention
+//! ([`super::attention_bandwidth`]), against a plain buffer-to-buffer copy and a compute read on
+//! the same adapter.
 //!
 //! Each measurement records many dispatches (or copies) into one submission after a warm-up
 //! and times the submission on the wall clock, syncing with [`Gpu::wait`]; the figure is the
@@ -18,6 +19,7 @@ use std::time::Instant;
 use half::f16;
 use serde::Serialize;
 
+use super::attention_bandwidth::{self, AttentionBandwidth};
 use super::timing::median;
 use super::workload::SplitMix64;
 use crate::error::Result;
@@ -39,12 +41,14 @@ pub struct KernelBenchOptions {
     pub seconds: f64,
     /// Least bytes each kernel's dispatches cycle through (replicas of the matrix).
     pub working_set: u64,
+    /// Cached positions of the decode-attention measurement.
+    pub kv_len: usize,
 }
 
 impl Default for KernelBenchOptions {
-    /// 4096 × 4096, 1.5 s per kernel, 256 MiB working set.
+    /// 4096 × 4096, 1.5 s per kernel, 256 MiB working set, attention over 16384 positions.
     fn default() -> Self {
-        KernelBenchOptions { rows: 4096, cols: 4096, seconds: 1.5, working_set: 256 << 20 }
+        KernelBenchOptions { rows: 4096, cols: 4096, seconds: 1.5, working_set: 256 << 20, kv_len: 16384 }
     }
 }
 
@@ -91,6 +95,10 @@ pub struct KernelReport {
     pub read_us: f64,
     /// Bytes counted per int4 matvec.
     pub int4_bytes: u64,
+    /// Decode attention over `kv_len` positions of an f16 cache.
+    pub attention: AttentionBandwidth,
+    /// `attention.gbps / read_gbps`: 1 when decode attention costs what its cache bytes cost.
+    pub attention_vs_read: f64,
 }
 
 /// Seconds per operation and bytes per operation of one kernel.
@@ -105,7 +113,7 @@ impl Measured {
     }
 }
 
-/// Measures the three matvecs, the copy and the read on `gpu`.
+/// Measures the three matvecs, decode attention, the copy and the read on `gpu`.
 pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
     let (rows, cols) = (o.rows, o.cols);
     if rows == 0 || cols == 0 || cols % 64 != 0 {
@@ -124,6 +132,7 @@ pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
     let f32 = matvec(gpu, o, dense, WeightFormat::F32, (rows * cols * 4) as u64)?;
     let copy = copy(gpu, o, (rows * cols * 2) as u64)?;
     let read = read(gpu, o, (rows * cols * 2) as u64)?;
+    let attention = attention_bandwidth::measure(gpu, o, o.kv_len)?;
     Ok(KernelReport {
         adapter: gpu.adapter.name.clone(),
         backend: gpu.adapter.backend.clone(),
@@ -145,6 +154,8 @@ pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
         copy_us: copy.seconds * 1e6,
         read_us: read.seconds * 1e6,
         int4_bytes,
+        attention_vs_read: attention.gbps / read.gbps(),
+        attention,
     })
 }
 
@@ -166,7 +177,7 @@ fn int4_weight_bytes(rows: usize, cols: usize, params: QuantParams) -> Result<u6
 }
 
 /// Replicas needed for a working set of at least `o.working_set` bytes (at most 64).
-fn replicas(o: &KernelBenchOptions, bytes: u64) -> usize {
+pub(super) fn replicas(o: &KernelBenchOptions, bytes: u64) -> usize {
     o.working_set.div_ceil(bytes.max(1)).clamp(1, 64) as usize
 }
 
@@ -187,7 +198,12 @@ fn replicate(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, m: &GpuMatrix) -> Gp
 /// Times submissions of `record(encoder, n)` (which records `n` operations): a warm-up of
 /// `warmup` operations, which also calibrates `n`, then three timed submissions taking about
 /// `seconds` in all; returns the median seconds per operation.
-fn time_ops(gpu: &Gpu, seconds: f64, warmup: usize, record: impl Fn(&mut wgpu::CommandEncoder, usize)) -> Result<f64> {
+pub(super) fn time_ops(
+    gpu: &Gpu,
+    seconds: f64,
+    warmup: usize,
+    record: impl Fn(&mut wgpu::CommandEncoder, usize),
+) -> Result<f64> {
     let submit = |n: usize| -> Result<f64> {
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
         record(&mut encoder, n);

@@ -5,6 +5,7 @@
 //! only parses flags and prints; `benches/README.md` shows how to run them and what the
 //! reference figures are.
 
+pub mod attention_bandwidth;
 pub mod context;
 pub mod device_read;
 pub mod kernels;

@@ -1,6 +1,7 @@
 //! `bench profile`: where a step's GPU time goes, per kernel, from timestamp queries around
 //! every dispatch (see [`crate::gpu::profiler`]), for one-token (decode) steps and for
-//! multi-token (prefill chunk) steps, with each kernel's modelled bytes and achieved GB/s.
+//! multi-token (prefill chunk) steps, with each kernel's modelled bytes and achieved GB/s, and
+//! per section of the step (each attention kind's layers, FFNs, the head).
 
 use serde::Serialize;
 
@@ -91,6 +92,10 @@ impl ProfileReport {
                     k.ms,
                     k.share * 100.0
                 );
+            }
+            out += "\n| section | dispatches | ms | share |\n|---|---:|---:|---:|\n";
+            for s in &p.sections {
+                out += &format!("| {} | {} | {:.3} | {:.1}% |\n", s.section, s.dispatches, s.ms, s.share * 100.0);
             }
             if p.untimed_dispatches > 0 {
                 out +=

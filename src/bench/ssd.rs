@@ -165,6 +165,11 @@ pub fn run(o: &SsdBenchOptions, mut progress: impl FnMut(&SsdRun)) -> Result<Ssd
                 }
                 progress(&run);
                 runs.push(run);
+                // wgpu frees a dropped engine's buffers only at its next maintenance: without
+                // this wait the next engine would load beside them (twice the memory, which a
+                // memory bound turns into a kill).
+                drop(engine);
+                gpu.wait()?;
             }
         }
     }

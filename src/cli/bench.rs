@@ -94,6 +94,10 @@ struct KernelsArgs {
     /// Seconds of timed dispatches per kernel.
     #[arg(long, default_value_t = 1.5)]
     seconds: f64,
+    /// Cached positions of the decode-attention measurement (f16 cache, 32 query heads sharing 4
+    /// KV heads of 128).
+    #[arg(long, default_value_t = 16384)]
+    kv_len: usize,
     /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
     #[arg(long)]
     adapter: Option<String>,
@@ -262,7 +266,8 @@ fn print_json(value: &impl serde::Serialize) {
 
 fn run_kernels(a: KernelsArgs) -> Result<()> {
     let gpu = Gpu::new(&GpuOptions { adapter: a.adapter.clone(), ..Default::default() })?;
-    let o = KernelBenchOptions { rows: a.rows, cols: a.cols, seconds: a.seconds, ..Default::default() };
+    let o =
+        KernelBenchOptions { rows: a.rows, cols: a.cols, seconds: a.seconds, kv_len: a.kv_len, ..Default::default() };
     let r = kernels::run(&gpu, &o)?;
     if a.json {
         print_json(&r);
@@ -276,6 +281,7 @@ fn run_kernels(a: KernelsArgs) -> Result<()> {
         ("f32", r.f32_gbps, r.f32_us),
         ("copy", r.copy_gbps, r.copy_us),
         ("read", r.read_gbps, r.read_us),
+        ("attn", r.attention.gbps, r.attention.us),
     ] {
         println!("{name:<8} {gbps:>10.2} {us:>10.1} {:>10.2} {:>10.2}", gbps / r.copy_gbps, gbps / r.read_gbps);
     }
@@ -284,6 +290,11 @@ fn run_kernels(a: KernelsArgs) -> Result<()> {
         r.int4_vs_f16, r.int4_bytes
     );
     println!("copy GB/s counts bytes read (the memory traffic is twice that); read is a compute-shader sum");
+    let [q, kv, hd] = r.attention.heads;
+    println!(
+        "attn: one decode token over {} positions of an f16 KV cache ({q} query heads sharing {kv} KV heads of {hd}), counting {} cache bytes",
+        r.attention.kv_len, r.attention.bytes
+    );
     Ok(())
 }
 

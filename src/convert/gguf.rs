@@ -78,7 +78,7 @@ fn manifest_encoding(types: &[Option<[crate::model::gguf::GgmlType; 2]>]) -> Str
 /// Writes every routed expert of `ckpt` into a GGUF store at `path` (nothing for a dense
 /// model); returns how many experts it holds and the arena's gate/up format. Each extent is
 /// the slot [`CheckpointExperts`] makes of the expert (the GGUF bytes placed as in a GPU slot).
-fn write_store(
+pub(super) fn write_store(
     ckpt: &Arc<Checkpoint>,
     spec: &ArchSpec,
     types: &[Option<[crate::model::gguf::GgmlType; 2]>],

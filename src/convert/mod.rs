@@ -46,7 +46,8 @@ pub use manifest::{
 };
 
 use crate::error::{Error, Result};
-use crate::model::{ArchSpec, Checkpoint};
+use crate::model::gguf::GgmlType;
+use crate::model::{gpt_oss_weights, ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
 use crate::quant::QuantParams;
 
@@ -222,20 +223,30 @@ pub fn convert(
         return Err(Error::InvalidArgument(format!("{} is already a converted moestream model", src.display())));
     }
     let fingerprint = source_fingerprint(src)?;
-    let ckpt = Checkpoint::open(src)?;
+    let ckpt = std::sync::Arc::new(Checkpoint::open(src)?);
     spec.check_against(&ckpt)?;
     let src_canonical = src.canonicalize().map_err(|e| Error::io(src, e))?;
     extra_files::prepare_output(&src_canonical, out)?;
 
     let mut reporter = Reporter { done: 0, total: ckpt.stored_bytes(), callback: progress };
-    let experts = experts::write_store(
-        &ckpt,
-        &spec,
-        options.experts,
-        options.worker_threads(),
-        &out.join(EXPERTS_FILE),
-        &mut reporter,
-    )?;
+    let mxfp4 = (0..spec.layers).find(|&i| spec.is_moe_layer(i)).is_some_and(|i| gpt_oss_weights::is_mxfp4(&ckpt, i));
+    let (experts, options) = match mxfp4 {
+        // gpt-oss's MXFP4 experts are stored as they are (ggml MXFP4 blocks, lossless): the
+        // expert encoding option does not apply.
+        true => {
+            let types: Vec<_> =
+                (0..spec.layers).map(|i| spec.is_moe_layer(i).then_some([GgmlType::Mxfp4; 2])).collect();
+            let (n, format) = gguf::write_store(&ckpt, &spec, &types, &out.join(EXPERTS_FILE), &mut reporter)?;
+            (n, &ConvertOptions { experts: format, ..*options })
+        }
+        false => {
+            let path = out.join(EXPERTS_FILE);
+            (
+                experts::write_store(&ckpt, &spec, options.experts, options.worker_threads(), &path, &mut reporter)?,
+                options,
+            )
+        }
+    };
     let resident = resident::write_resident(&ckpt, &spec, options.dense, &out.join(RESIDENT_FILE), &mut reporter)?;
     drop(ckpt);
     reporter.advance(Phase::Finishing, u64::MAX);

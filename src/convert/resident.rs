@@ -140,8 +140,8 @@ fn encoding_of(
     }
 }
 
-/// Writes every tensor whose name has no `.experts.` component to `path` and returns how
-/// many. On failure the file is removed.
+/// Writes every tensor whose name has no `.experts.` component (but gpt-oss's expert biases)
+/// to `path` and returns how many. On failure the file is removed.
 pub(super) fn write_resident(
     ckpt: &Checkpoint,
     spec: &ArchSpec,
@@ -151,11 +151,14 @@ pub(super) fn write_resident(
 ) -> Result<usize> {
     let routers: HashSet<String> =
         (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).map(|i| names::router(spec.family, i)).collect();
-    let keep_f32: HashSet<String> = match spec.mla() {
+    let mut keep_f32: HashSet<String> = match spec.mla() {
         Some(_) => (0..spec.layers).map(|i| format!("{}.self_attn.kv_b_proj.weight", names::layer(i))).collect(),
         None => HashSet::new(),
     };
-    let mut names: Vec<&str> = ckpt.names().filter(|n| !n.contains(".experts.")).collect();
+    // gpt-oss's expert biases stay resident, in f32 as the experts' kernels read them.
+    let expert_bias = |n: &str| n.contains(".experts.") && n.ends_with("_proj_bias");
+    keep_f32.extend(ckpt.names().filter(|n| expert_bias(n)).map(String::from));
+    let mut names: Vec<&str> = ckpt.names().filter(|n| !n.contains(".experts.") || expert_bias(n)).collect();
     names.sort_unstable();
     let shared = Shared { ckpt, reporter: RefCell::new(reporter), error: RefCell::new(None) };
     let mut tensors = Vec::with_capacity(names.len());

@@ -25,6 +25,11 @@ impl SlotTable {
         layer * self.experts
     }
 
+    /// Experts per layer.
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+
     /// Slot of (layer, expert), if resident.
     pub fn get(&self, layer: usize, expert: usize) -> Option<u32> {
         Some(self.host[self.base(layer) + expert]).filter(|&s| s != NO_SLOT)

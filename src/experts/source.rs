@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use super::arena::SlotLayout;
 use crate::error::{Error, Result};
-use crate::model::layer_weights;
-use crate::model::{ArchSpec, Checkpoint};
+use crate::model::gguf::GgmlType;
+use crate::model::{gpt_oss_weights, layer_weights};
+use crate::model::{ArchSpec, Checkpoint, Family};
 use crate::ops::matrix::naming;
 use crate::ops::WeightFormat;
 use crate::store::{ExpertStore, StoreEncoding};
@@ -59,8 +60,17 @@ impl CheckpointExperts {
 
 impl ExpertSource for CheckpointExperts {
     fn read(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<()> {
-        let w = layer_weights::expert(&self.ckpt, &self.spec, layer, expert)?;
         let layout = self.layer_layout(layer);
+        // gpt-oss's MXFP4 experts in MXFP4 slots: their bytes, never dequantized.
+        let mxfp4 = WeightFormat::of_ggml(GgmlType::Mxfp4);
+        if self.spec.family == Family::GptOss && [layout.format, layout.down_format] == [mxfp4; 2] {
+            if let Some([g, u, d]) = gpt_oss_weights::mxfp4_expert_bytes(&self.ckpt, &self.spec, layer, expert)? {
+                let bytes = layout.place([&g, &u, &d]);
+                buf[..bytes.len()].copy_from_slice(&bytes);
+                return Ok(());
+            }
+        }
+        let w = layer_weights::expert(&self.ckpt, &self.spec, layer, expert)?;
         let formats = [0, 1, 2].map(|i| layout.proj_format(i));
         let stored = [(&w.gate, formats[0]), (&w.up, formats[1]), (&w.down, formats[2])]
             .map(|(t, f)| t.ggml.as_ref().filter(|g| WeightFormat::of_ggml(g.ggml_type) == f).map(|g| &g.bytes[..]));

@@ -3,8 +3,9 @@
 //! When [`super::GpuOptions::profile`] is set and the adapter offers
 //! `TIMESTAMP_QUERY_INSIDE_PASSES`, every [`super::Kernel`] dispatch is bracketed by two
 //! timestamps. [`Profiler::end_step`] (called by the decoder after each step) resolves them and
-//! adds each dispatch's time and bytes to the totals of its kernel, kept apart for one-token
-//! (decode) steps and longer (prefill) steps.
+//! adds each dispatch's time and bytes to the totals of its kernel, and its time to the totals
+//! of the step's section it was recorded in ([`Profiler::set_section`]: attention of each kind,
+//! FFN, head), kept apart for one-token (decode) steps and longer (prefill) steps.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -54,6 +55,20 @@ pub struct KernelProfile {
     pub gbps: f64,
 }
 
+/// One section's totals (the part of the step its dispatches were recorded in, e.g. every
+/// linear-attention layer's attention part) over the profiled steps of one kind.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SectionProfile {
+    /// Section name, as the decoder sets it.
+    pub section: String,
+    /// Dispatches timed.
+    pub dispatches: u64,
+    /// GPU time, milliseconds.
+    pub ms: f64,
+    /// Share of the step's timed GPU time.
+    pub share: f64,
+}
+
 /// Totals over the profiled steps of one kind (decode or prefill).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct StepKindProfile {
@@ -65,14 +80,20 @@ pub struct StepKindProfile {
     pub gpu_ms: f64,
     /// Per kernel, slowest first.
     pub kernels: Vec<KernelProfile>,
+    /// Per section, slowest first.
+    pub sections: Vec<SectionProfile>,
     /// Dispatches past the per-step query capacity, not timed.
     pub untimed_dispatches: u64,
 }
 
 struct Pending {
-    labels: Vec<(&'static str, Traffic)>,
+    labels: Vec<(&'static str, &'static str, Traffic)>,
+    section: &'static str,
     dropped: u64,
 }
+
+/// The section of dispatches recorded before any [`Profiler::set_section`] of the step.
+const NO_SECTION: &str = "other";
 
 #[derive(Default)]
 struct Totals {
@@ -80,6 +101,7 @@ struct Totals {
     tokens: u64,
     untimed: u64,
     kernels: BTreeMap<&'static str, (u64, f64, u64)>,
+    sections: BTreeMap<&'static str, (u64, f64)>,
 }
 
 /// The query set and the running totals.
@@ -111,7 +133,7 @@ impl Profiler {
             }),
             readback: Readback::on_device(device, bytes),
             period_ns: queue.get_timestamp_period() as f64,
-            pending: Mutex::new(Pending { labels: Vec::new(), dropped: 0 }),
+            pending: Mutex::new(Pending { labels: Vec::new(), section: NO_SECTION, dropped: 0 }),
             decode: Mutex::new(Totals::default()),
             prefill: Mutex::new(Totals::default()),
         }
@@ -132,18 +154,25 @@ impl Profiler {
             dispatch(pass);
             return;
         }
-        pending.labels.push((kernel, traffic));
+        let section = pending.section;
+        pending.labels.push((kernel, section, traffic));
         pass.write_timestamp(&self.queries, index);
         dispatch(pass);
         pass.write_timestamp(&self.queries, index + 1);
     }
 
+    /// Files the dispatches recorded from now on (until the next call or the step's end) under
+    /// `section`.
+    pub fn set_section(&self, section: &'static str) {
+        self.pending.lock().expect("profiler lock").section = section;
+    }
+
     /// Resolves the step's timestamps (after its work was submitted) and adds them to the
     /// decode totals (`n_tokens == 1`) or the prefill totals.
     pub fn end_step(&self, gpu: &Gpu, n_tokens: usize, kv_len: usize) -> Result<()> {
-        let Pending { labels, dropped } = std::mem::replace(
+        let Pending { labels, dropped, .. } = std::mem::replace(
             &mut *self.pending.lock().expect("profiler lock"),
-            Pending { labels: Vec::new(), dropped: 0 },
+            Pending { labels: Vec::new(), section: NO_SECTION, dropped: 0 },
         );
         let count = labels.len() as u32 * 2;
         let mut ticks = vec![0u64; count as usize];
@@ -157,12 +186,15 @@ impl Profiler {
         totals.steps += 1;
         totals.tokens += n_tokens as u64;
         totals.untimed += dropped;
-        for (i, (kernel, traffic)) in labels.iter().enumerate() {
-            let ns = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * self.period_ns;
+        for (i, (kernel, section, traffic)) in labels.iter().enumerate() {
+            let ms = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * self.period_ns / 1e6;
             let entry = totals.kernels.entry(kernel).or_default();
             entry.0 += 1;
-            entry.1 += ns / 1e6;
+            entry.1 += ms;
             entry.2 += traffic.bytes(n_tokens as u64, kv_len as u64);
+            let entry = totals.sections.entry(section).or_default();
+            entry.0 += 1;
+            entry.1 += ms;
         }
         Ok(())
     }
@@ -184,6 +216,7 @@ impl Profiler {
 
 fn summarise(t: &Totals) -> StepKindProfile {
     let gpu_ms: f64 = t.kernels.values().map(|k| k.1).sum();
+    let share = |ms: f64| if gpu_ms > 0.0 { ms / gpu_ms } else { 0.0 };
     let mut kernels: Vec<KernelProfile> = t
         .kernels
         .iter()
@@ -191,11 +224,17 @@ fn summarise(t: &Totals) -> StepKindProfile {
             kernel: name.to_string(),
             dispatches,
             ms,
-            share: if gpu_ms > 0.0 { ms / gpu_ms } else { 0.0 },
+            share: share(ms),
             bytes,
             gbps: if ms > 0.0 { bytes as f64 / (ms * 1e6) } else { 0.0 },
         })
         .collect();
     kernels.sort_by(|a, b| b.ms.total_cmp(&a.ms));
-    StepKindProfile { steps: t.steps, tokens: t.tokens, gpu_ms, kernels, untimed_dispatches: t.untimed }
+    let mut sections: Vec<SectionProfile> = t
+        .sections
+        .iter()
+        .map(|(name, &(dispatches, ms))| SectionProfile { section: name.to_string(), dispatches, ms, share: share(ms) })
+        .collect();
+    sections.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    StepKindProfile { steps: t.steps, tokens: t.tokens, gpu_ms, kernels, sections, untimed_dispatches: t.untimed }
 }

@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use super::config::ArchSpec;
+use super::config::{ArchSpec, Family};
 use super::names;
 use super::weights::Checkpoint;
 use crate::error::{Error, Result};
@@ -169,7 +169,19 @@ impl ArchSpec {
             let [gate, _, _] = names::expert(self.family, first, 0);
             if_present(&gate, &[m.expert_intermediate, h])?;
             let [gate_up, _] = names::fused_experts(self.family, first);
-            if_present(&gate_up, &[m.num_experts, 2 * m.expert_intermediate, h])?;
+            let (n, inter) = (m.num_experts, m.expert_intermediate);
+            match self.family {
+                // gpt-oss stacks `[experts, hidden, 2 * inter]` (x @ W), or MXFP4 blocks of the
+                // transposed matrices.
+                Family::GptOss => {
+                    let t = |name: &str| names::gpt_oss_experts(first, name);
+                    if_present(&gate_up, &[n, h, 2 * inter])?;
+                    if_present(&t("down_proj"), &[n, inter, h])?;
+                    if_present(&t("gate_up_proj_blocks"), &[n, 2 * inter, h / 32, 16])?;
+                    if_present(&t("down_proj_blocks"), &[n, h, inter / 32, 16])?;
+                }
+                _ => if_present(&gate_up, &[n, 2 * inter, h])?,
+            }
         }
         // Gated DeltaNet: the in-projection (Qwen3.5's split or Qwen3-Next's fused) and
         // out-projection of the first linear layer give the key and value widths.

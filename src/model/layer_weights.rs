@@ -1,7 +1,8 @@
 //! Host-side weights of one decoder layer, read from a checkpoint with every shape checked.
 //! Shared by the CPU reference and the GPU uploader so both see identical tensors.
 
-use super::config::{ArchSpec, MlaSpec, QkNorm};
+use super::config::{ArchSpec, Family, MlaSpec, QkNorm};
+use super::gpt_oss_weights;
 use super::hybrid_weights::{self, uncentre, LinearAttnWeights};
 use super::names;
 use super::weights::{Checkpoint, HostTensor};
@@ -31,6 +32,10 @@ pub struct AttentionWeights {
     pub o: HostTensor,
     /// Biases of q, k, v when the architecture has them.
     pub qkv_bias: Option<[HostTensor; 3]>,
+    /// `o_proj`'s bias `[hidden]` (gpt-oss).
+    pub o_bias: Option<HostTensor>,
+    /// One sink logit per query head `[heads]` (gpt-oss `self_attn.sinks`).
+    pub sinks: Option<HostTensor>,
     /// Query and key RMSNorm weights when the architecture has them.
     pub qk_norm: Option<[HostTensor; 2]>,
     /// The output gate `[heads*head_dim, hidden]` (Qwen3-Next/3.5 `attn_output_gate`: the
@@ -97,6 +102,11 @@ pub struct MoeWeights {
     pub router: HostTensor,
     /// `e_score_correction_bias` `[experts]` (sigmoid routing): added for choosing only.
     pub router_bias: Option<HostTensor>,
+    /// The router's logit bias `[experts]` (gpt-oss `mlp.router.bias`).
+    pub router_logit_bias: Option<HostTensor>,
+    /// The routed experts' biases `[experts, 2 * inter + hidden]`: per expert gate, up and
+    /// down (gpt-oss), resident beside the streamed expert weights.
+    pub expert_bias: Option<HostTensor>,
     /// Shared expert(s) as one MLP, with Qwen2-MoE's sigmoid gate `[1, hidden]`.
     pub shared: Option<(MlpWeights, Option<HostTensor>)>,
 }
@@ -193,6 +203,8 @@ fn grouped(ck: &Checkpoint, spec: &ArchSpec, a: &str) -> Result<AttentionWeights
         v: ck.tensor(&format!("{a}.v_proj.weight"), &[kvd, h])?,
         o: ck.tensor(&format!("{a}.o_proj.weight"), &[h, qd])?,
         qkv_bias,
+        o_bias: spec.o_bias.then(|| ck.tensor(&format!("{a}.o_proj.bias"), &[h])).transpose()?,
+        sinks: spec.attention_sinks.then(|| ck.tensor(&format!("{a}.sinks"), &[spec.heads])).transpose()?,
         qk_norm,
     })
 }
@@ -234,9 +246,16 @@ pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights>
                 true => Some(ck.tensor(&names::router_bias(spec.family, i), &[m.num_experts])?),
                 false => None,
             };
+            let router_logit_bias = m
+                .router_logit_bias
+                .then(|| ck.tensor(&names::router_logit_bias(spec.family, i), &[m.num_experts]))
+                .transpose()?;
+            let expert_bias = m.expert_act.has_bias().then(|| gpt_oss_weights::expert_bias(ck, spec, i)).transpose()?;
             FfnWeights::Moe(MoeWeights {
                 router: ck.tensor(&names::router(spec.family, i), &[m.num_experts, h])?,
                 router_bias,
+                router_logit_bias,
+                expert_bias,
                 shared,
             })
         }
@@ -255,6 +274,9 @@ pub fn expert(ck: &Checkpoint, spec: &ArchSpec, i: usize, e: usize) -> Result<Ml
     let m = spec.moe.as_ref().ok_or_else(|| Error::InvalidArgument("dense model has no experts".into()))?;
     if e >= m.num_experts || !spec.is_moe_layer(i) {
         return Err(Error::InvalidArgument(format!("layer {i} has no routed expert {e}")));
+    }
+    if spec.family == Family::GptOss {
+        return gpt_oss_weights::expert(ck, spec, i, e);
     }
     let (h, inter) = (spec.hidden, m.expert_intermediate);
     let per_expert = names::expert(spec.family, i, e);

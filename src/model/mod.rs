@@ -5,6 +5,7 @@ pub mod config;
 pub mod config_limits;
 pub mod decoder;
 pub mod gguf;
+pub mod gpt_oss_weights;
 pub mod hybrid_weights;
 pub mod layer_weights;
 pub mod lora;
@@ -13,7 +14,7 @@ pub mod names;
 pub mod weights;
 
 pub use config::{
-    ArchSpec, AttentionKind, Family, HybridSpec, MlaCacheKind, MlaSpec, MoeSpec, QkNorm, RopeScaling, RopeSpec,
-    RoutingKind,
+    ArchSpec, AttentionKind, ExpertAct, Family, HybridSpec, MlaCacheKind, MlaSpec, MoeSpec, QkNorm, RopeScaling,
+    RopeSpec, RoutingKind,
 };
 pub use weights::{Checkpoint, HostTensor};

@@ -40,7 +40,26 @@ pub fn fused_experts(family: Family, layer_index: usize) -> [String; 2] {
 
 /// Name of a layer's router weight `[experts, hidden]`.
 pub fn router(family: Family, layer_index: usize) -> String {
-    format!("{}.gate.weight", ffn_prefix(family, layer_index))
+    format!("{}.{}.weight", ffn_prefix(family, layer_index), router_module(family))
+}
+
+/// Name of a layer's router logit bias `[experts]` (gpt-oss).
+pub fn router_logit_bias(family: Family, layer_index: usize) -> String {
+    format!("{}.{}.bias", ffn_prefix(family, layer_index), router_module(family))
+}
+
+fn router_module(family: Family) -> &'static str {
+    match family {
+        Family::GptOss => "router",
+        _ => "gate",
+    }
+}
+
+/// gpt-oss's stacked expert tensors of a layer, under `mlp.experts.`: `gate_up_proj`
+/// `[experts, hidden, 2 * inter]` (gate and up columns interleaved), `down_proj`
+/// `[experts, inter, hidden]`, their biases, and the MXFP4 `*_blocks` / `*_scales`.
+pub fn gpt_oss_experts(layer_index: usize, tensor: &str) -> String {
+    format!("{}.mlp.experts.{tensor}", layer(layer_index))
 }
 
 /// Name of a layer's router correction bias `[experts]` (sigmoid routing).

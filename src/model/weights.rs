@@ -26,6 +26,9 @@ pub enum StoredDtype {
     Ggml(GgmlType),
     /// Packed 4-bit codes of an MLX-quantized tensor (see [`crate::model::mlx`]).
     MlxWords,
+    /// Raw bytes (gpt-oss's MXFP4 `*_blocks` / `*_scales`), read only as bytes
+    /// ([`Checkpoint::u8_slab`]).
+    U8,
 }
 
 struct Entry {
@@ -205,6 +208,7 @@ impl Checkpoint {
                     Dtype::F16 => StoredDtype::F16,
                     Dtype::BF16 => StoredDtype::BF16,
                     Dtype::U8 if int4.is_some() => StoredDtype::Int4Blob,
+                    Dtype::U8 => StoredDtype::U8,
                     Dtype::U32 => StoredDtype::MlxWords,
                     other => return Err(Error::TensorDtype { name, dtype: format!("{other:?}") }),
                 };
@@ -213,7 +217,7 @@ impl Checkpoint {
                 let elems: usize = info.shape.iter().product();
                 let width = match dtype {
                     StoredDtype::F32 | StoredDtype::MlxWords => 4,
-                    StoredDtype::Int4Blob => 1,
+                    StoredDtype::Int4Blob | StoredDtype::U8 => 1,
                     _ => 2,
                 };
                 if end > mmap.len() || end < start || end - start != elems * width {
@@ -317,6 +321,7 @@ impl Checkpoint {
         match e.dtype {
             StoredDtype::Int4Blob => return self.int4_tensor(name, e, expected),
             StoredDtype::MlxWords => return self.mlx_tensor(name, e, expected),
+            StoredDtype::U8 => return Err(Error::TensorDtype { name: name.into(), dtype: "U8".into() }),
             _ => {}
         }
         let bytes = &self.files[e.file].1[e.start..e.end];
@@ -331,9 +336,45 @@ impl Checkpoint {
             StoredDtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             StoredDtype::F16 => bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
             StoredDtype::BF16 => bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            StoredDtype::Int4Blob | StoredDtype::Ggml(_) | StoredDtype::MlxWords => unreachable!("handled above"),
+            StoredDtype::Int4Blob | StoredDtype::Ggml(_) | StoredDtype::MlxWords | StoredDtype::U8 => {
+                unreachable!("handled above")
+            }
         };
         Ok(HostTensor::new(e.shape.clone(), data))
+    }
+
+    /// Slab `index` of the outermost dimension of the f32/f16/bf16 tensor `name` (whose shape
+    /// must be `expected`), as f32: one expert of a stacked expert tensor without reading the
+    /// others.
+    pub fn slab(&self, name: &str, expected: &[usize], index: usize) -> Result<HostTensor> {
+        let (e, bytes) = self.slab_bytes(name, expected, index)?;
+        let data = match e.dtype {
+            StoredDtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            StoredDtype::F16 => bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            StoredDtype::BF16 => bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            other => return Err(Error::TensorDtype { name: name.into(), dtype: format!("{other:?}") }),
+        };
+        Ok(HostTensor::new(expected[1..].to_vec(), data))
+    }
+
+    /// The bytes of slab `index` of the U8 tensor `name` (shape `expected`).
+    pub fn u8_slab(&self, name: &str, expected: &[usize], index: usize) -> Result<&[u8]> {
+        match self.slab_bytes(name, expected, index)? {
+            (e, bytes) if e.dtype == StoredDtype::U8 => Ok(bytes),
+            (e, _) => Err(Error::TensorDtype { name: name.into(), dtype: format!("{:?} (U8 expected)", e.dtype) }),
+        }
+    }
+
+    fn slab_bytes(&self, name: &str, expected: &[usize], index: usize) -> Result<(&Entry, &[u8])> {
+        self.check_shape(name, expected)?;
+        let e = &self.entries[name];
+        let outer = expected.first().copied().unwrap_or(0);
+        if index >= outer || e.unpermute_heads.is_some() || e.split_kv_b.is_some() {
+            return Err(Error::InvalidArgument(format!("{name}: no slab {index} of {expected:?}")));
+        }
+        let per = (e.end - e.start) / outer;
+        let start = e.start + index * per;
+        Ok((e, &self.files[e.file].1[start..start + per]))
     }
 
     /// The layout of int4 blob `name` as a matrix of shape `expected`, checked against its length.

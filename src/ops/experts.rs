@@ -1,12 +1,18 @@
 //! The routed-expert FFN of one MoE layer over the slot arena: gate/up + SwiGLU, then down
-//! scaled by the routing weight. One dispatch pair per arena chunk, one workgroup per (token
-//! expert pair, block of rows) laid out as the decode matvec ([`DecodeLayout`]).
+//! scaled by the routing weight. One dispatch pair per arena chunk. Steps of up to
+//! [`MATVEC_MAX_TOKENS`] tokens (decode) run `expert_gate_up` / `expert_down`, one workgroup per
+//! (token expert pair, block of rows) laid out as the decode matvec ([`DecodeLayout`]). Longer
+//! steps (prefill) run the same on CPU adapters, and on GPUs `expert_matmul`, one workgroup per
+//! (expert, block of rows, tile of the pairs routed to it): each expert's weights are read
+//! once per tile of its tokens ([`ExpertPrefill`]).
 
-use super::matmul::DecodeLayout;
+use super::matmul::{DecodeLayout, MATVEC_MAX_TOKENS};
 use super::params;
+use super::WeightFormat;
 use crate::experts::{SlotArena, SlotLayout, SlotTable};
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
+use crate::model::ExpertAct;
 
 /// Buffers an expert FFN reads and writes.
 pub struct ExpertIo<'a> {
@@ -20,6 +26,9 @@ pub struct ExpertIo<'a> {
     pub h: &'a wgpu::Buffer,
     /// Per-pair outputs `[tokens * top_k, hidden]`.
     pub y: &'a wgpu::Buffer,
+    /// The experts' activation; for [`ExpertAct::ClampedSwiGlu`] also the layer's expert
+    /// biases `[experts, 2 * inter + hidden]` (per expert gate, up, down).
+    pub act: (ExpertAct, Option<&'a wgpu::Buffer>),
 }
 
 /// Rows per team (`R`) of `expert_gate_up` in the (`LaneRows`, `Teams`) layouts, as in its shader.
@@ -28,11 +37,45 @@ const GATE_UP_R: (u32, u32) = (4, 4);
 /// Rows per team (`R`) of `expert_down` in the (`LaneRows`, `Teams`) layouts, as in its shader.
 const DOWN_R: (u32, u32) = (8, 2);
 
-/// A bound expert FFN for one layer.
+/// Rows and pairs per workgroup of `expert_matmul` (TN, TT in its shader).
+const EXPERT_TILE: (usize, usize) = (32, 32);
+
+/// How routed experts run in prefill steps (more than [`MATVEC_MAX_TOKENS`] tokens).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertPrefill {
+    /// One workgroup per (pair, block of rows), as in decode: an expert's weights are read (and
+    /// dequantized) once per token routed to it. Faster on CPU adapters (lavapipe) for the
+    /// engine's own formats, where the tiled GEMM's workgroup-memory staging costs more than
+    /// the repeated reads it saves (1.56x on the bench model in int4).
+    Pairs,
+    /// `expert_matmul`: each expert's pairs gathered into tiles of the prefill GEMM
+    /// (llama.cpp's mul_mat_id pattern).
+    Gather,
+}
+
+impl ExpertPrefill {
+    /// `Gather` on GPUs and for experts in ggml blocks (whose per-value dequantization made
+    /// `Pairs` 3.3x slower on lavapipe with Q4_0), else `Pairs` on CPU adapters; or what
+    /// `MOESTREAM_EXPERT_PREFILL` names (`pairs`, `gather`; for comparing the two on one adapter).
+    pub fn for_layer(gpu: &Gpu, layout: &SlotLayout) -> ExpertPrefill {
+        let ggml = [layout.format, layout.down_format].iter().any(|f| matches!(f, WeightFormat::Ggml(_)));
+        match std::env::var("MOESTREAM_EXPERT_PREFILL").as_deref() {
+            Ok("pairs") => ExpertPrefill::Pairs,
+            Ok("gather") => ExpertPrefill::Gather,
+            _ if gpu.adapter.software && !ggml => ExpertPrefill::Pairs,
+            _ => ExpertPrefill::Gather,
+        }
+    }
+}
+
+/// A bound expert FFN for one layer: per arena chunk, the decode kernels and, with
+/// [`ExpertPrefill::Gather`], the prefill ones (gate/up, down).
 pub struct ExpertFfn {
     gate_up: Vec<Kernel>,
     down: Vec<Kernel>,
+    gather: Vec<(Kernel, Kernel)>,
     top_k: usize,
+    n_experts: usize,
     hidden: usize,
     inter: usize,
     layout: DecodeLayout,
@@ -40,7 +83,8 @@ pub struct ExpertFfn {
 
 impl ExpertFfn {
     /// Binds layer `layer`'s experts (found through `table`) in `arena`, laid out within
-    /// each slot as `layout` says (the layer's own formats; the arena's slots may be larger).
+    /// each slot as `layout` says (the layer's own formats; the arena's slots may be larger),
+    /// running prefill steps as `prefill` says.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Gpu,
@@ -51,6 +95,7 @@ impl ExpertFfn {
         table: &SlotTable,
         layer: usize,
         top_k: usize,
+        prefill: ExpertPrefill,
     ) -> ExpertFfn {
         debug_assert!(layout.slot_bytes <= arena.layout.slot_bytes, "a layer's experts fit the arena's slots");
         let decode = DecodeLayout::for_gpu(gpu);
@@ -59,7 +104,21 @@ impl ExpertFfn {
             d.extend(decode.defines());
             d
         };
-        let (gate_up_defines, down_defines) = (with_decode(layout.format), with_decode(layout.down_format));
+        let (mut gate_up_defines, mut down_defines) = (with_decode(layout.format), with_decode(layout.down_format));
+        let (alpha, limit, bias) = match io.act {
+            (ExpertAct::ClampedSwiGlu { alpha, limit }, Some(bias)) => {
+                gate_up_defines.push("CLAMPED");
+                down_defines.push("CLAMPED");
+                (alpha, limit, Some(bias))
+            }
+            (ExpertAct::ClampedSwiGlu { .. }, None) => panic!("clamped SwiGLU experts need their biases"),
+            (ExpertAct::SwiGlu, _) => (0.0, 0.0, None),
+        };
+        // expert_matmul has no clamped variant: clamped experts prefill pair by pair.
+        let prefill = if bias.is_some() { ExpertPrefill::Pairs } else { prefill };
+        let mut gate_up_mm_defines = layout.format.defines();
+        gate_up_mm_defines.push("GATE_UP");
+        let down_mm_defines = layout.down_format.defines();
         let (hidden, inter) = (layout.hidden, layout.inter);
         let proj: Vec<u32> = (0..3)
             .flat_map(|i| {
@@ -67,8 +126,7 @@ impl ExpertFfn {
                 [o.data, o.scales, o.mins, 0]
             })
             .collect();
-        let mut gate_up = Vec::new();
-        let mut down = Vec::new();
+        let (mut gate_up, mut down, mut gather) = (Vec::new(), Vec::new(), Vec::new());
         for (c, chunk) in arena.chunks.iter().enumerate() {
             let first = c * arena.slots_per_chunk;
             let mut words = vec![
@@ -79,9 +137,10 @@ impl ExpertFfn {
                 first as u32,
                 arena.slots_per_chunk.min(arena.slots - first) as u32,
                 (arena.layout.slot_bytes / 4) as u32,
-                0,
+                table.experts() as u32,
             ];
             words.extend(&proj);
+            words.extend([alpha.to_bits(), limit.to_bits(), 0, 0]);
             let p = params(&words);
             // Per token: its top-k experts' projections (distinct experts when decoding; an upper
             // bound in prefill, where tokens share experts), and the activations in and out.
@@ -90,36 +149,47 @@ impl ExpertFfn {
             let (h, i, k) = (hidden as u64, inter as u64, top_k as u64);
             let gate_up_traffic = Traffic { fixed: 0, per_token: k * (gate_up_bytes + 4 * (h + i)), per_position: 0 };
             let down_traffic = Traffic { fixed: 0, per_token: k * (down_bytes + 4 * (h + i)), per_position: 0 };
-            gate_up.push(
-                Kernel::new(
-                    gpu,
-                    "expert_gate_up",
-                    &gate_up_defines,
-                    step,
-                    &p,
-                    &[io.x.into(), io.ids.into(), (&table.buffer).into(), chunk.into(), io.h.into()],
-                )
-                .with_traffic(gate_up_traffic),
-            );
-            down.push(
-                Kernel::new(
-                    gpu,
-                    "expert_down",
-                    &down_defines,
-                    step,
-                    &p,
-                    &[io.h.into(), io.ids.into(), io.route_w.into(), (&table.buffer).into(), chunk.into(), io.y.into()],
-                )
-                .with_traffic(down_traffic),
-            );
+            let gate_up_io: Vec<_> = [io.x.into(), io.ids.into(), (&table.buffer).into(), chunk.into(), io.h.into()]
+                .into_iter()
+                .chain(bias.map(|b| b.into()))
+                .collect();
+            let down_io: Vec<_> =
+                [io.h.into(), io.ids.into(), io.route_w.into(), (&table.buffer).into(), chunk.into(), io.y.into()]
+                    .into_iter()
+                    .chain(bias.map(|b| b.into()))
+                    .collect();
+            let bind = |name, defines: &[&str], storage: &[_], traffic| {
+                Kernel::new(gpu, name, defines, step, &p, storage).with_traffic(traffic)
+            };
+            gate_up.push(bind("expert_gate_up", &gate_up_defines, &gate_up_io, gate_up_traffic));
+            down.push(bind("expert_down", &down_defines, &down_io, down_traffic));
+            if prefill == ExpertPrefill::Gather {
+                gather.push((
+                    bind("expert_matmul", &gate_up_mm_defines, &gate_up_io, gate_up_traffic),
+                    bind("expert_matmul", &down_mm_defines, &down_io, down_traffic),
+                ));
+            }
         }
-        ExpertFfn { gate_up, down, top_k, hidden, inter, layout: decode }
+        ExpertFfn { gate_up, down, gather, top_k, n_experts: table.experts(), hidden, inter, layout: decode }
     }
 
     /// Records the expert FFN for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
         let pairs = n_tokens * self.top_k;
         let max = gpu.caps.max_workgroups_per_dim;
+        if n_tokens > MATVEC_MAX_TOKENS && !self.gather.is_empty() {
+            let (tile_rows, tile_pairs) = EXPERT_TILE;
+            let groups =
+                |rows: usize| (self.n_experts * rows.div_ceil(tile_rows) * n_tokens.div_ceil(tile_pairs)) as u32;
+            // Each chunk's gate/up before any down: down reads h rows other chunks write.
+            for (gate_up, _) in &self.gather {
+                gate_up.dispatch(pass, groups(self.inter), max);
+            }
+            for (_, down) in &self.gather {
+                down.dispatch(pass, groups(self.hidden), max);
+            }
+            return;
+        }
         let gate_up_groups = pairs * self.inter.div_ceil(self.layout.rows_per_workgroup(GATE_UP_R) as usize);
         let down_groups = pairs * self.hidden.div_ceil(self.layout.rows_per_workgroup(DOWN_R) as usize);
         for k in &self.gate_up {

@@ -15,12 +15,16 @@ pub struct MatMulOut {
     pub col_offset: usize,
     /// Add to the output instead of overwriting it (fused residual add).
     pub accumulate: bool,
+    /// Only the step's last token (its row of the output; the others are left as they are):
+    /// the lm_head when only the next token's logits are needed. Runs the decode `matvec`
+    /// whatever the step's length.
+    pub last_token: bool,
 }
 
 impl MatMulOut {
     /// A plain output of `width` values per token.
     pub fn plain(width: usize) -> Self {
-        MatMulOut { stride: width, col_offset: 0, accumulate: false }
+        MatMulOut { stride: width, col_offset: 0, accumulate: false, last_token: false }
     }
 }
 
@@ -87,9 +91,10 @@ pub const MATVEC_MAX_TOKENS: usize = 3;
 /// Rows and tokens a workgroup of the prefill `matmul` computes (TN, TT in shaders/matmul.wgsl).
 const MATMUL_TILE: (u32, u32) = (32, 32);
 
-/// A bound matmul: per weight chunk, the prefill kernel, the decode kernel and the chunk's rows.
+/// A bound matmul: per weight chunk, the prefill kernel (none for a `last_token` output), the
+/// decode kernel and the chunk's rows.
 pub struct MatMul {
-    kernels: Vec<(Kernel, Kernel, u32)>,
+    kernels: Vec<(Option<Kernel>, Kernel, u32)>,
     layout: DecodeLayout,
 }
 
@@ -115,6 +120,9 @@ impl MatMul {
         let layout = DecodeLayout::for_gpu(gpu);
         let mut decode_defines = defines.clone();
         decode_defines.extend(layout.defines());
+        if out.last_token {
+            decode_defines.push("LAST_TOKEN");
+        }
         let kernels = w
             .chunks
             .iter()
@@ -131,10 +139,15 @@ impl MatMul {
                 let mut storage: Vec<Slice> = vec![x.into(), (&c.buffer).into(), y.into()];
                 storage.extend(bias.map(Slice::from));
                 // The chunk's weights once, then per token its input row and output rows.
-                let traffic =
-                    Traffic { fixed: c.buffer.size(), per_token: 4 * (w.cols + c.rows) as u64, per_position: 0 };
+                let row_bytes = 4 * (w.cols + c.rows) as u64;
+                let traffic = match out.last_token {
+                    true => Traffic { fixed: c.buffer.size() + row_bytes, per_token: 0, per_position: 0 },
+                    false => Traffic { fixed: c.buffer.size(), per_token: row_bytes, per_position: 0 },
+                };
+                let prefill = (!out.last_token)
+                    .then(|| Kernel::new(gpu, "matmul", &defines, step, &p, &storage).with_traffic(traffic));
                 (
-                    Kernel::new(gpu, "matmul", &defines, step, &p, &storage).with_traffic(traffic),
+                    prefill,
                     Kernel::new(gpu, "matvec", &decode_defines, step, &p, &storage).with_traffic(traffic),
                     c.rows as u32,
                 )
@@ -144,15 +157,16 @@ impl MatMul {
     }
 
     /// Records the dispatches for `n_tokens` tokens (the decode kernel for up to
-    /// [`MATVEC_MAX_TOKENS`]).
+    /// [`MATVEC_MAX_TOKENS`], or for the last token only with a `last_token` output).
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
         let max = gpu.caps.max_workgroups_per_dim;
         for (matmul, matvec, rows) in &self.kernels {
-            if n_tokens <= MATVEC_MAX_TOKENS {
-                matvec.dispatch(pass, rows.div_ceil(self.layout.rows_per_workgroup(MATVEC_R)), max);
-            } else {
-                let (tile_rows, tile_tokens) = MATMUL_TILE;
-                matmul.dispatch(pass, rows.div_ceil(tile_rows) * (n_tokens as u32).div_ceil(tile_tokens), max);
+            match matmul {
+                Some(matmul) if n_tokens > MATVEC_MAX_TOKENS => {
+                    let (tile_rows, tile_tokens) = MATMUL_TILE;
+                    matmul.dispatch(pass, rows.div_ceil(tile_rows) * (n_tokens as u32).div_ceil(tile_tokens), max);
+                }
+                _ => matvec.dispatch(pass, rows.div_ceil(self.layout.rows_per_workgroup(MATVEC_R)), max),
             }
         }
     }

@@ -32,7 +32,8 @@ impl RmsNorm {
         rows: NormRows,
         eps: f32,
     ) -> RmsNorm {
-        let p = params(&[rows.n as u32, rows.rows_per_token as u32, eps.to_bits(), rows.at_cache_pos as u32]);
+        let p =
+            params(&[rows.n as u32, rows.rows_per_token as u32, eps.to_bits(), rows.at_cache_pos as u32, 0, 0, 0, 0]);
         let kernel = match out {
             Some(o) => Kernel::new(gpu, "rms_norm", &["OUT"], step, &p, &[weight.into(), x.into(), o.into()]),
             None => Kernel::new(gpu, "rms_norm", &[], step, &p, &[weight.into(), x.into()]),
@@ -41,6 +42,30 @@ impl RmsNorm {
         let per_token = 8 * (rows.n * rows.rows_per_token) as u64;
         let kernel = kernel.with_traffic(Traffic { fixed: 4 * rows.n as u64, per_token, per_position: 0 });
         RmsNorm { kernel, rows_per_token: rows.rows_per_token }
+    }
+
+    /// Adds the `top_k` rows of `y` per token into `x` (an MoE layer's combine without a gated
+    /// shared expert, as [`super::moe_combine::MoeCombine`] adds them), then normalises each
+    /// row of `x` (`n` values) into `out`: the combine fused into the next norm.
+    #[allow(clippy::too_many_arguments)]
+    pub fn after_combine(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        weight: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n: usize,
+        top_k: usize,
+        eps: f32,
+    ) -> RmsNorm {
+        let p = params(&[n as u32, 1, eps.to_bits(), 0, top_k as u32, 0, 0, 0]);
+        let storage = [weight.into(), x.into(), out.into(), y.into()];
+        let kernel = Kernel::new(gpu, "rms_norm", &["OUT", "ADD_PAIRS"], step, &p, &storage);
+        // Per token its top-k expert rows, its row in, back and out; the weight once.
+        let per_token = 4 * ((top_k + 3) * n) as u64;
+        let kernel = kernel.with_traffic(Traffic { fixed: 4 * n as u64, per_token, per_position: 0 });
+        RmsNorm { kernel, rows_per_token: 1 }
     }
 
     /// Records the norm for `n_tokens` tokens.

@@ -3,7 +3,8 @@
 use super::kv_cache::KvCache;
 use super::linear_attention::linear_attention;
 use super::ops::{
-    add_bias, attention_with, gate_mul, matvec, rms_norm, rope, route, sigmoid, swiglu_mlp, GateAct, HeadShape,
+    add_bias, attention_with, expert_mlp, gate_mul, matvec, rms_norm, rope, route, sigmoid, swiglu_mlp, GateAct,
+    HeadShape,
 };
 use crate::model::layer_weights::{
     AttentionBlock, AttentionWeights, LayerWeights, MlaQuery, MlaWeights, MlpWeights, MLA_NORM_EPS,
@@ -84,7 +85,8 @@ fn grouped(
         scale: spec.attention_scale(),
         window: spec.window(layer),
     };
-    attention_with(&q, cache.keys(layer), cache.values(layer), shape, kv_len, None, &mut attn);
+    let sinks = w.sinks.as_ref().map(|s| &s.data[..]);
+    attention_with(&q, cache.keys(layer), cache.values(layer), shape, kv_len, sinks, &mut attn);
     if let Some(gate) = &w.gate {
         let mut g = vec![0.0f32; qd];
         matvec(&gate.data, qd, h, normed, &mut g);
@@ -92,6 +94,9 @@ fn grouped(
     }
     let mut o = vec![0.0f32; h];
     matvec(&w.o.data, h, qd, &attn, &mut o);
+    if let Some(b) = &w.o_bias {
+        add_bias(&mut o, &b.data);
+    }
     o
 }
 
@@ -183,10 +188,17 @@ pub(crate) fn ffn_block(
             let n = spec_moe.num_experts;
             let mut logits = vec![0.0f32; n];
             matvec(&moe.router.data, n, h, &normed, &mut logits);
+            if let Some(b) = &moe.router_logit_bias {
+                add_bias(&mut logits, &b.data);
+            }
             routing = route(&logits, spec_moe, moe.router_bias.as_ref().map(|b| &b.data[..]));
             let mut e_out = vec![0.0f32; h];
+            let inter = spec_moe.expert_intermediate;
             for &(e, weight) in &routing {
-                run_mlp(&experts[e], h, &normed, &mut e_out);
+                let w = &experts[e];
+                let bias = moe.expert_bias.as_ref().map(|b| &b.data[e * (2 * inter + h)..(e + 1) * (2 * inter + h)]);
+                let mats = (&w.gate.data[..], &w.up.data[..], &w.down.data[..]);
+                expert_mlp(mats, bias, spec_moe.expert_act, h, inter, &normed, &mut e_out);
                 for (yi, ei) in y.iter_mut().zip(&e_out) {
                     *yi += weight * ei;
                 }

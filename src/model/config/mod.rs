@@ -5,6 +5,7 @@
 
 mod attention;
 mod fields;
+mod gpt_oss;
 mod hybrid;
 mod moe;
 mod rope;
@@ -18,7 +19,7 @@ use serde_json::Value;
 
 pub use attention::{AttentionKind, MlaCacheKind, MlaSpec};
 pub use hybrid::{HybridSpec, MAX_CONV_KERNEL, MAX_LINEAR_KEY_DIM};
-pub use moe::MoeSpec;
+pub use moe::{ExpertAct, MoeSpec};
 pub use rope::{yarn_mscale, RopeScaling, RopeSpec};
 pub use routing::RoutingKind;
 
@@ -53,6 +54,9 @@ pub enum Family {
     /// `Qwen3_5MoeForCausalLM` (Qwen3.5/3.6-MoE text model: as Qwen3-Next, split DeltaNet
     /// projections).
     Qwen35Moe,
+    /// `GptOssForCausalLM` (attention sinks, alternating sliding/full layers, router bias,
+    /// biased experts with a clamped SwiGLU, MXFP4 or bf16 experts).
+    GptOss,
 }
 
 impl Family {
@@ -71,6 +75,7 @@ impl Family {
             Family::Glm4Moe => "Glm4MoeForCausalLM",
             Family::Qwen3Next => "Qwen3NextForCausalLM",
             Family::Qwen35Moe => "Qwen3_5MoeForCausalLM",
+            Family::GptOss => "GptOssForCausalLM",
         }
     }
 
@@ -89,6 +94,7 @@ impl Family {
             "Qwen3NextForCausalLM" => Family::Qwen3Next,
             // The multimodal checkpoint's text model (its vision tower is not read).
             "Qwen3_5MoeForCausalLM" | "Qwen3_5MoeForConditionalGeneration" => Family::Qwen35Moe,
+            "GptOssForCausalLM" => Family::GptOss,
             other => return Err(Error::UnsupportedArchitecture(other.to_string())),
         })
     }
@@ -151,6 +157,13 @@ pub struct ArchSpec {
     /// The Gated DeltaNet layers of a hybrid model (Qwen3-Next, Qwen3.5-MoE).
     #[serde(default)]
     pub hybrid: Option<HybridSpec>,
+    /// `o_proj` has a bias (gpt-oss's `attention_bias` covers all four projections).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub o_bias: bool,
+    /// Each attention layer has a learned sink logit per query head (`self_attn.sinks`,
+    /// gpt-oss) that joins the softmax denominator.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attention_sinks: bool,
 }
 
 fn eos_ids(cfg: &Value) -> Vec<u32> {
@@ -178,7 +191,14 @@ impl ArchSpec {
             .and_then(Value::as_str)
             .ok_or_else(|| Error::ConfigField("architectures".into()))?;
         let family = Family::from_hf_name(arch)?;
-        let cfg = hybrid::text_config(top);
+        let with_defaults;
+        let cfg = match family {
+            Family::GptOss => {
+                with_defaults = gpt_oss::with_defaults(hybrid::text_config(top));
+                &with_defaults
+            }
+            _ => hybrid::text_config(top),
+        };
         let hidden = usize_field(cfg, "hidden_size")?;
         let layers = usize_field(cfg, "num_hidden_layers")?;
         let heads = usize_field(cfg, "num_attention_heads")?;
@@ -210,9 +230,12 @@ impl ArchSpec {
         }
         if let Some(q) = get(cfg, "quantization_config") {
             let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("unknown");
-            return Err(Error::UnsupportedConfig(format!(
-                "quantization_config ({method}) is not implemented: use a bf16/f16/f32 checkpoint"
-            )));
+            // gpt-oss's MXFP4 experts are read natively (`layer_weights::gpt_oss`).
+            if !(family == Family::GptOss && method == "mxfp4") {
+                return Err(Error::UnsupportedConfig(format!(
+                    "quantization_config ({method}) is not implemented: use a bf16/f16/f32 checkpoint"
+                )));
+            }
         }
         if get(cfg, "clip_qkv").is_some() {
             return Err(Error::UnsupportedConfig("clip_qkv is not supported".into()));
@@ -222,7 +245,11 @@ impl ArchSpec {
             return Err(Error::UnsupportedConfig("vocab_size must be positive".into()));
         }
         let max_positions = opt_usize(cfg, "max_position_embeddings")?.unwrap_or(4096);
-        let default_theta = if family == Family::Mixtral { 1e6 } else { 10000.0 };
+        let default_theta = match family {
+            Family::Mixtral => 1e6,
+            Family::GptOss => 150000.0,
+            _ => 10000.0,
+        };
         let (rope_width, default_partial) = match (&attention, family) {
             (AttentionKind::Mla(m), _) => (m.qk_rope_head_dim, 1.0),
             (_, Family::Glm4Moe) => (head_dim, 0.5),
@@ -247,6 +274,7 @@ impl ArchSpec {
         }
         let qkv_bias = match family {
             Family::Qwen2 | Family::Qwen2Moe => bool_field(cfg, "qkv_bias", true)?,
+            Family::GptOss => bool_field(cfg, "attention_bias", true)?,
             _ => bool_field(cfg, "attention_bias", false)?,
         };
         if mla && qkv_bias {
@@ -270,7 +298,7 @@ impl ArchSpec {
             kv_heads,
             head_dim,
             vocab,
-            rms_eps: f32_field(cfg, "rms_norm_eps", 1e-6)?,
+            rms_eps: f32_field(cfg, "rms_norm_eps", if family == Family::GptOss { 1e-5 } else { 1e-6 })?,
             rope,
             attention,
             max_positions,
@@ -283,6 +311,8 @@ impl ArchSpec {
             eos_token_ids: eos_ids(cfg),
             layer_windows: window::parse(cfg, family, layers)?,
             hybrid: hybrid::parse(cfg, family, layers)?,
+            o_bias: family == Family::GptOss && qkv_bias,
+            attention_sinks: family == Family::GptOss,
         };
         spec.check_limits()?;
         Ok(spec)

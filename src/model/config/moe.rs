@@ -29,6 +29,41 @@ pub struct MoeSpec {
     pub shared_expert_intermediate: Option<usize>,
     /// The shared expert's output is scaled by a sigmoid gate `[1, hidden]` (Qwen2-MoE).
     pub shared_expert_gate: bool,
+    /// The router's logits have a bias (`mlp.router.bias`, gpt-oss), added before top-k.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub router_logit_bias: bool,
+    /// The routed experts' activation (and whether their projections have biases).
+    #[serde(default, skip_serializing_if = "ExpertAct::is_swiglu")]
+    pub expert_act: ExpertAct,
+}
+
+/// The routed experts' activation between gate/up and down.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub enum ExpertAct {
+    /// `silu(gate) * up`, no biases.
+    #[default]
+    SwiGlu,
+    /// gpt-oss: gate/up/down have biases; `gate = min(gate, limit)`, `up = clamp(up, ±limit)`,
+    /// `(up + 1) * gate * sigmoid(alpha * gate)`.
+    ClampedSwiGlu {
+        /// `swiglu_alpha` (sigmoid gain).
+        alpha: f32,
+        /// `swiglu_limit`.
+        limit: f32,
+    },
+}
+
+impl ExpertAct {
+    /// Whether this is the plain SwiGLU.
+    pub fn is_swiglu(&self) -> bool {
+        *self == ExpertAct::SwiGlu
+    }
+
+    /// Whether the experts' projections have biases (resident per expert, see
+    /// `MoeWeights::expert_bias`).
+    pub fn has_bias(&self) -> bool {
+        matches!(self, ExpertAct::ClampedSwiGlu { .. })
+    }
 }
 
 /// The routed-expert block and which layers run it, `(None, all false)` for dense families.
@@ -47,12 +82,16 @@ pub(super) fn parse(
         .or(opt_usize(cfg, "num_experts")?)
         .or(opt_usize(cfg, "n_routed_experts")?)
         .ok_or_else(|| Error::ConfigField("num_experts".into()))?;
-    let top_k = usize_field(cfg, "num_experts_per_tok")?;
+    let top_k = match (family, opt_usize(cfg, "num_experts_per_tok")?) {
+        // Hub gpt-oss configs also carry `experts_per_token`.
+        (GptOss, None) => usize_field(cfg, "experts_per_token")?,
+        (_, k) => k.ok_or_else(|| Error::ConfigField("num_experts_per_tok".into()))?,
+    };
     if top_k == 0 || top_k > num_experts {
         return Err(Error::UnsupportedConfig(format!("num_experts_per_tok {top_k} not in 1..={num_experts}")));
     }
     let expert_intermediate = match family {
-        Mixtral | Olmoe => dense_intermediate,
+        Mixtral | Olmoe | GptOss => dense_intermediate,
         _ => usize_field(cfg, "moe_intermediate_size")?,
     };
     let (shared, shared_gate) = match family {
@@ -72,7 +111,8 @@ pub(super) fn parse(
         _ => RoutingKind::Softmax,
     };
     let norm_topk_prob = match family {
-        Mixtral => true,
+        // gpt-oss: top-k of the logits, softmax over those k (== softmax, top-k, renormalise).
+        Mixtral | GptOss => true,
         // transformers' DeepSeek-V2 never renormalises (the original code did when asked):
         // refuse rather than pick one.
         DeepseekV2 if bool_field(cfg, "norm_topk_prob", false)? => {
@@ -111,6 +151,18 @@ pub(super) fn parse(
         let uses_step = matches!(family, Qwen2Moe | Qwen3Moe | Qwen3Next);
         (0..layers).map(|i| !uses_step || (!mlp_only.contains(&i) && (i + 1) % step == 0)).collect()
     };
+    let expert_act = match family {
+        GptOss => {
+            let (alpha, limit) = (f32_field(cfg, "swiglu_alpha", 1.702)?, f32_field(cfg, "swiglu_limit", 7.0)?);
+            if !(alpha.is_finite() && limit.is_finite() && limit > 0.0) {
+                return Err(Error::UnsupportedConfig(format!(
+                    "swiglu_alpha {alpha} / swiglu_limit {limit} must be finite (the limit positive)"
+                )));
+            }
+            ExpertAct::ClampedSwiGlu { alpha, limit }
+        }
+        _ => ExpertAct::SwiGlu,
+    };
     let spec = MoeSpec {
         num_experts,
         top_k,
@@ -120,6 +172,8 @@ pub(super) fn parse(
         routed_scaling_factor,
         shared_expert_intermediate: shared,
         shared_expert_gate: shared_gate,
+        router_logit_bias: family == GptOss,
+        expert_act,
     };
     Ok((Some(spec), moe_layers))
 }

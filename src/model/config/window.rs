@@ -12,6 +12,9 @@
 //! - Qwen2-MoE: `layer_types` when given, else even layers `< max_window_layers` (default 28),
 //!   when `use_sliding_window`.
 //!
+//! - gpt-oss: `layer_types` when given, else even layers (transformers' default alternation),
+//!   window `sliding_window` (default 128); there is no `use_sliding_window` flag.
+//!
 //! A `sliding_attention` layer without a window (`use_sliding_window` false or no positive
 //! `sliding_window`) and any other layer type are refused by name.
 
@@ -23,6 +26,8 @@ use crate::error::{Error, Result};
 
 /// Transformers' default `sliding_window` for the Qwen families.
 const QWEN_DEFAULT_WINDOW: usize = 4096;
+/// Transformers' default `sliding_window` for gpt-oss.
+const GPT_OSS_DEFAULT_WINDOW: usize = 128;
 /// Transformers' default `max_window_layers` for the Qwen families.
 const QWEN_DEFAULT_MAX_WINDOW_LAYERS: usize = 28;
 
@@ -32,6 +37,10 @@ pub(super) fn parse(cfg: &Value, family: Family, layers: usize) -> Result<Vec<Op
         Family::Mixtral => vec![get(cfg, "sliding_window").is_some(); layers],
         Family::Qwen3Moe => vec![bool_field(cfg, "use_sliding_window", false)?; layers],
         Family::Qwen2 | Family::Qwen3 | Family::Qwen2Moe => qwen_layer_types(cfg, family, layers)?,
+        Family::GptOss => match get(cfg, "layer_types") {
+            Some(types) => layer_types(types, layers)?,
+            None => (0..layers).map(|i| i % 2 == 0).collect(),
+        },
         _ => return Ok(Vec::new()),
     };
     if !windowed.contains(&true) {
@@ -39,8 +48,10 @@ pub(super) fn parse(cfg: &Value, family: Family, layers: usize) -> Result<Vec<Op
     }
     // transformers drops the window unless `use_sliding_window` (Mixtral has no such flag);
     // the Qwen configs default an absent `sliding_window` to 4096.
-    let used = family == Family::Mixtral || bool_field(cfg, "use_sliding_window", false)?;
+    let own_rule = matches!(family, Family::Mixtral | Family::GptOss);
+    let used = own_rule || bool_field(cfg, "use_sliding_window", false)?;
     let window = match cfg.get("sliding_window") {
+        None if family == Family::GptOss => Some(GPT_OSS_DEFAULT_WINDOW),
         None if family != Family::Mixtral => Some(QWEN_DEFAULT_WINDOW),
         _ => opt_usize(cfg, "sliding_window")?,
     };
@@ -55,22 +66,7 @@ pub(super) fn parse(cfg: &Value, family: Family, layers: usize) -> Result<Vec<Op
 /// Whether each layer is `sliding_attention`: the config's `layer_types`, else the family's rule.
 fn qwen_layer_types(cfg: &Value, family: Family, layers: usize) -> Result<Vec<bool>> {
     if let Some(types) = get(cfg, "layer_types") {
-        let types = types.as_array().ok_or_else(|| Error::ConfigField("layer_types".into()))?;
-        if types.len() != layers {
-            return Err(Error::ConfigValue {
-                field: "layer_types".into(),
-                value: format!("{} entries", types.len()),
-                expected: format!("one per layer ({layers})"),
-            });
-        }
-        return types
-            .iter()
-            .map(|t| match t.as_str() {
-                Some("full_attention") => Ok(false),
-                Some("sliding_attention") => Ok(true),
-                _ => Err(Error::UnsupportedConfig(format!("layer_types entry {t} is not implemented"))),
-            })
-            .collect();
+        return layer_types(types, layers);
     }
     if !bool_field(cfg, "use_sliding_window", false)? {
         return Ok(vec![false; layers]);
@@ -82,6 +78,27 @@ fn qwen_layer_types(cfg: &Value, family: Family, layers: usize) -> Result<Vec<bo
             _ => i >= max_window_layers,
         })
         .collect())
+}
+
+/// Whether each layer of a `layer_types` list is `sliding_attention` (`full_attention` the
+/// other; any other entry is refused by name).
+fn layer_types(types: &Value, layers: usize) -> Result<Vec<bool>> {
+    let types = types.as_array().ok_or_else(|| Error::ConfigField("layer_types".into()))?;
+    if types.len() != layers {
+        return Err(Error::ConfigValue {
+            field: "layer_types".into(),
+            value: format!("{} entries", types.len()),
+            expected: format!("one per layer ({layers})"),
+        });
+    }
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            Some("full_attention") => Ok(false),
+            Some("sliding_attention") => Ok(true),
+            _ => Err(Error::UnsupportedConfig(format!("layer_types entry {t} is not implemented"))),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -107,6 +124,16 @@ mod tests {
         assert!(parse(&cfg, Family::Qwen3Moe, 2).unwrap().is_empty());
         assert!(parse(&json!({"sliding_window": null}), Family::Mixtral, 2).unwrap().is_empty());
         assert_eq!(parse(&json!({"sliding_window": 5}), Family::Mixtral, 2).unwrap(), vec![Some(5), Some(5)]);
+    }
+
+    #[test]
+    fn gpt_oss_alternates_by_default() {
+        let cfg = json!({"sliding_window": 8});
+        assert_eq!(parse(&cfg, Family::GptOss, 3).unwrap(), vec![Some(8), None, Some(8)]);
+        let cfg = json!({"layer_types": ["full_attention", "sliding_attention"]});
+        assert_eq!(parse(&cfg, Family::GptOss, 2).unwrap(), vec![None, Some(128)]);
+        let cfg = json!({"layer_types": ["sliding_attention", "linear_attention"]});
+        assert!(parse(&cfg, Family::GptOss, 2).is_err());
     }
 
     #[test]

@@ -278,7 +278,11 @@ impl GpuModel {
                     Attn::Mla(a) => {
                         LayerCache::Mla(self.mla_cache(spec.mla().expect("MLA layers imply an MLA spec"), &a.kv_b))
                     }
-                    Attn::Grouped(_) => LayerCache::Grouped(self.grouped_cache(per_chunk, spec.window(i))),
+                    Attn::Grouped(a) => LayerCache::Grouped(self.grouped_cache(
+                        per_chunk,
+                        spec.window(i),
+                        a.sinks.as_ref().map(|s| &s.0),
+                    )),
                     Attn::Linear(a) => LayerCache::Linear(
                         self.linear_cache(spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"), a),
                     ),
@@ -324,9 +328,10 @@ impl GpuModel {
     }
 
     /// One grouped layer's cache, `per_chunk` KV heads per chunk, its attention seeing the last
-    /// `window` keys when set. The cache keeps every position (windowed layers too), so
-    /// rolling a session back never needs keys a ring would have overwritten.
-    fn grouped_cache(&self, per_chunk: usize, window: Option<usize>) -> GroupedCache {
+    /// `window` keys when set, with the layer's attention `sinks` when it has them. The cache
+    /// keeps every position (windowed layers too), so rolling a session back never needs keys a
+    /// ring would have overwritten.
+    fn grouped_cache(&self, per_chunk: usize, window: Option<usize>, sinks: Option<&wgpu::Buffer>) -> GroupedCache {
         let gpu = &*self.gpu;
         let (context, dtype) = (self.options.context, self.options.kv_dtype);
         let heads = self.heads();
@@ -347,7 +352,7 @@ impl GpuModel {
                     heads.n_kv_heads,
                     (heads.head_dim, heads.head_dim),
                 );
-                let io = AttentionIo { q: &acts.q, out: &acts.attn, partial: &acts.attn_partial, sinks: None };
+                let io = AttentionIo { q: &acts.q, out: &acts.attn, partial: &acts.attn_partial, sinks };
                 let keys = KeyRange { split_len: self.split_len, window };
                 let attention = Attention::new(gpu, &self.step.buffer, io, chunk, heads, keys);
                 GroupedChunk { store, attention, _k: k, _v: v }
@@ -416,6 +421,8 @@ impl GpuModel {
             (LayerCache::Linear(_), _) => {}
             // The latent cache's merge applies the layer's `W_UV`.
             (_, Attn::Mla(a)) if a.merge.is_some() => a.merge.iter().for_each(|m| m.record(&self.gpu, pass)),
+            // Attention sinks (gpt-oss) have their own merge.
+            (_, Attn::Grouped(a)) => a.sinks.as_ref().map_or(&self.attention_merge, |s| &s.1).record(&self.gpu, pass),
             _ => self.attention_merge.record(&self.gpu, pass),
         }
     }

@@ -32,7 +32,7 @@ use crate::ops::argmax::Argmax;
 use crate::ops::attention::{partial_bytes, split_len, Heads};
 use crate::ops::attention_merge::AttentionMerge;
 use crate::ops::embed::Embed;
-use crate::ops::experts::{ExpertFfn, ExpertIo};
+use crate::ops::experts::{ExpertFfn, ExpertIo, ExpertPrefill};
 use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::matrix::naming;
 use crate::ops::mla_attention;
@@ -138,7 +138,10 @@ struct MoeFfn {
     topk: RouterTopK,
     experts: ExpertFfn,
     shared: Option<Shared>,
-    combine: MoeCombine,
+    /// Sum of the experts' outputs into the residual; `None` when the next layer's input norm
+    /// does it ([`RmsNorm::after_combine`]: every layer but the last, without a gated shared
+    /// expert).
+    combine: Option<MoeCombine>,
 }
 
 enum Ffn {
@@ -153,11 +156,14 @@ struct GroupedAttn {
     k: Projection,
     v: Projection,
     qk_norm: Option<(RmsNorm, RmsNorm)>,
-    rope_q: Rope,
-    rope_k: Rope,
+    /// Queries and keys in one dispatch.
+    rope: Rope,
     /// The output gate of gated attention (Qwen3-Next/3.5), applied before `o_proj`.
     out_gate: Option<linear::OutputGate>,
     o: Projection,
+    /// Attention sinks `[heads]` (gpt-oss), bound by each session's attention, and the split
+    /// decode merge that applies them.
+    sinks: Option<(wgpu::Buffer, AttentionMerge)>,
 }
 
 /// A layer's attention, by kind.
@@ -255,6 +261,8 @@ pub struct GpuModel {
     layers: Vec<Layer>,
     final_norm: RmsNorm,
     lm_head: MatMul,
+    /// The lm_head on the step's last token only (greedy token, last logits).
+    lm_head_last: MatMul,
     argmax: Argmax,
     token_logprob: TokenLogprob,
     readback: Readback,
@@ -433,6 +441,16 @@ impl Builder<'_> {
         self.buffers.push(w);
         n
     }
+
+    /// A layer's input norm that first adds the previous MoE layer's `top_k` expert outputs
+    /// (`acts.ey`) into the residual: x += combine, hn = norm(x).
+    fn norm_after_combine(&mut self, weight: &HostTensor, acts: &Activations, top_k: usize, eps: f32) -> RmsNorm {
+        let w = f32_buf(self.gpu, "norm", weight);
+        let n =
+            RmsNorm::after_combine(self.gpu, self.step, &w, &acts.x, &acts.hn, &acts.ey, weight.data.len(), top_k, eps);
+        self.buffers.push(w);
+        n
+    }
 }
 
 impl GpuModel {
@@ -588,17 +606,22 @@ impl GpuModel {
         };
 
         let mut layers = Vec::with_capacity(spec.layers);
+        // The top-k of the previous MoE layer whose combine this layer's input norm does.
+        let mut combine_pending = None;
         for i in 0..spec.layers {
             bld.layer = Some(i);
             let w = layer_weights::layer(ckpt, spec, i)?;
             let eps = spec.rms_eps;
-            let attn_norm = bld.norm(
-                &w.input_norm,
-                &acts.x,
-                Some(&acts.hn),
-                NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
-                eps,
-            );
+            let attn_norm = match combine_pending.take() {
+                Some(top_k) => bld.norm_after_combine(&w.input_norm, &acts, top_k, eps),
+                None => bld.norm(
+                    &w.input_norm,
+                    &acts.x,
+                    Some(&acts.hn),
+                    NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
+                    eps,
+                ),
+            };
             let attn = match (&w.attn, spec.mla()) {
                 (AttentionBlock::Mla(mw), Some(m)) => {
                     Attn::Mla(Box::new(bld.mla(spec, m, mw, &acts, (&cos, &sin), split_len)?))
@@ -662,26 +685,25 @@ impl GpuModel {
                         )
                     });
                     let tables = (&cos, &sin);
-                    let rope_q = Rope::new(
+                    let rope = Rope::pair(
                         &gpu,
                         &step.buffer,
                         tables,
-                        &acts.q,
+                        (&acts.q, RopeLayout::heads(spec.heads, spec.head_dim, false)),
+                        (&acts.k, RopeLayout::heads(spec.kv_heads, spec.head_dim, false)),
                         &spec.rope,
-                        RopeLayout::heads(spec.heads, spec.head_dim, false),
-                    );
-                    let rope_k = Rope::new(
-                        &gpu,
-                        &step.buffer,
-                        tables,
-                        &acts.k,
-                        &spec.rope,
-                        RopeLayout::heads(spec.kv_heads, spec.head_dim, false),
                     );
                     let out_gate = attn.gate.as_ref().map(|g| bld.output_gate(spec, g, &acts)).transpose()?;
                     let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
-                    let o = bld.projection("o", &attn.o, None, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
-                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope_q, rope_k, out_gate, o }))
+                    let o_bias = attn.o_bias.as_ref();
+                    let o = bld.projection("o", &attn.o, o_bias, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
+                    let sinks = attn.sinks.as_ref().map(|s| {
+                        let buf = f32_buf(&gpu, "attention sinks", s);
+                        let partial = (&acts.attn_partial, &acts.attn);
+                        let merge = AttentionMerge::new(&gpu, &step.buffer, partial, Some(&buf), heads, split_len);
+                        (buf, merge)
+                    });
+                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope, out_gate, o, sinks }))
                 }
                 (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
             };
@@ -702,7 +724,7 @@ impl GpuModel {
                     let router = bld.matmul(
                         "router",
                         &mw.router,
-                        None,
+                        mw.router_logit_bias.as_ref(),
                         &acts.hn,
                         &acts.router_logits,
                         MatMulOut::plain(m.num_experts),
@@ -710,9 +732,28 @@ impl GpuModel {
                     let router_bias = mw.router_bias.as_ref().map(|b| b.data.clone());
                     let shape = router_shape(m, router_bias.as_deref());
                     let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), shape);
-                    let io = ExpertIo { x: &acts.hn, ids: &acts.ids, route_w: &acts.route_w, h: &acts.eh, y: &acts.ey };
-                    let expert_ffn =
-                        ExpertFfn::new(&gpu, &step.buffer, io, &r.arena, &r.layer_layout(i), &r.table, i, m.top_k);
+                    let expert_bias = mw.expert_bias.as_ref().map(|b| f32_buf(&gpu, "expert biases", b));
+                    let io = ExpertIo {
+                        x: &acts.hn,
+                        ids: &acts.ids,
+                        route_w: &acts.route_w,
+                        h: &acts.eh,
+                        y: &acts.ey,
+                        act: (m.expert_act, expert_bias.as_ref()),
+                    };
+                    let prefill = ExpertPrefill::for_layer(&gpu, &r.layer_layout(i));
+                    let expert_ffn = ExpertFfn::new(
+                        &gpu,
+                        &step.buffer,
+                        io,
+                        &r.arena,
+                        &r.layer_layout(i),
+                        &r.table,
+                        i,
+                        m.top_k,
+                        prefill,
+                    );
+                    bld.buffers.extend(expert_bias);
                     // A gated shared expert (Qwen2-MoE) writes its own buffer for the combine
                     // to gate; an ungated one (DeepSeek, GLM) accumulates into the residual.
                     let shared = match &mw.shared {
@@ -734,15 +775,15 @@ impl GpuModel {
                         }
                         None => None,
                     };
-                    let combine = MoeCombine::new(
-                        &gpu,
-                        &step.buffer,
-                        &acts.ey,
-                        &acts.x,
-                        shared.as_ref().and_then(|s| s.gate.as_ref()).map(|_| (&acts.shared_out, &acts.shared_gate)),
-                        h,
-                        m.top_k,
-                    );
+                    let gated =
+                        shared.as_ref().and_then(|s| s.gate.as_ref()).map(|_| (&acts.shared_out, &acts.shared_gate));
+                    let combine = match gated.is_none() && i + 1 < spec.layers {
+                        true => {
+                            combine_pending = Some(m.top_k);
+                            None
+                        }
+                        false => Some(MoeCombine::new(&gpu, &step.buffer, &acts.ey, &acts.x, gated, h, m.top_k)),
+                    };
                     Ffn::Moe(Box::new(MoeFfn { router, router_bias, topk, experts: expert_ffn, shared, combine }))
                 }
             };
@@ -757,6 +798,15 @@ impl GpuModel {
             spec.rms_eps,
         );
         let lm_head = bld.matmul("lm_head", &head_w, None, &acts.hn, &acts.logits, MatMulOut::plain(spec.vocab))?;
+        let lm_head_last = MatMul::new(
+            &gpu,
+            &step.buffer,
+            &acts.hn,
+            bld.matrices.last().expect("the lm_head matrix was just uploaded"),
+            None,
+            &acts.logits,
+            MatMulOut { last_token: true, ..MatMulOut::plain(spec.vocab) },
+        );
         let argmax = Argmax::new(&gpu, &step.buffer, &acts.logits, &acts.argmax, spec.vocab);
         let token_logprob =
             TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
@@ -779,6 +829,7 @@ impl GpuModel {
             layers,
             final_norm,
             lm_head,
+            lm_head_last,
             argmax,
             token_logprob,
             readback,
@@ -844,8 +895,7 @@ impl GroupedAttn {
             qn.record(gpu, pass, n);
             kn.record(gpu, pass, n);
         }
-        self.rope_q.record(gpu, pass, n);
-        self.rope_k.record(gpu, pass, n);
+        self.rope.record(gpu, pass, n);
         if let Some(g) = &self.out_gate {
             g.record_projection(gpu, pass, n);
         }
@@ -853,6 +903,16 @@ impl GroupedAttn {
 }
 
 impl Attn {
+    /// The profiler's section of this layer's attention part (norm, projections, cache,
+    /// attention or recurrence, output).
+    fn section(&self) -> &'static str {
+        match self {
+            Attn::Grouped(_) => "full attention",
+            Attn::Mla(_) => "MLA attention",
+            Attn::Linear(_) => "linear attention",
+        }
+    }
+
     /// Records what comes before the session's cache store and attention (see
     /// [`GpuModel::record_attention`]).
     fn record_inputs(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {

@@ -86,13 +86,21 @@ impl GpuModel {
         drop(last_end);
         let mut observer = self.observer.lock().expect("observer lock");
         let observing = observer.is_some();
+        let section = |name| {
+            if let Some(p) = gpu.profiler() {
+                p.set_section(name)
+            }
+        };
         let mut rec = Recording::new(&gpu.device);
+        section("embed");
         self.embed.record(gpu, rec.pass(), n);
         for (i, l) in self.layers.iter().enumerate() {
+            section(l.attn.section());
             l.attn_norm.record(gpu, rec.pass(), n);
             l.attn.record_inputs(gpu, rec.pass(), n);
             self.record_attention(cache, i, rec.pass(), n, pos + n);
             l.attn.record_output(gpu, rec.pass(), n);
+            section(if matches!(l.ffn, Ffn::Dense(_)) { "dense FFN" } else { "MoE FFN" });
             l.ffn_norm.record(gpu, rec.pass(), n);
             match &l.ffn {
                 Ffn::Dense(mlp) => mlp.record(gpu, rec.pass(), n),
@@ -144,7 +152,9 @@ impl GpuModel {
                             g.record(gpu, rec.pass(), n);
                         }
                     }
-                    combine.record(gpu, rec.pass(), n);
+                    if let Some(c) = combine {
+                        c.record(gpu, rec.pass(), n);
+                    }
                 }
             }
         }
@@ -153,15 +163,24 @@ impl GpuModel {
         }
         drop(observer);
         if let Some(p) = prerouter {
+            section("prerouter heads");
             p.record_heads(gpu, rec.pass());
         }
         if !matches!(output, StepOutput::None) {
+            section("final norm + lm_head");
             self.final_norm.record(gpu, rec.pass(), n);
-            self.lm_head.record(gpu, rec.pass(), n);
             match output {
-                StepOutput::Argmax => self.argmax.record(gpu, rec.pass()),
-                StepOutput::LogProbs(_) => self.token_logprob.record(gpu, rec.pass(), n),
-                _ => {}
+                StepOutput::LogProbs(_) => {
+                    self.lm_head.record(gpu, rec.pass(), n);
+                    self.token_logprob.record(gpu, rec.pass(), n);
+                }
+                _ => {
+                    // The greedy token and the logits are the last token's: its row only.
+                    self.lm_head_last.record(gpu, rec.pass(), n);
+                    if matches!(output, StepOutput::Argmax) {
+                        self.argmax.record(gpu, rec.pass());
+                    }
+                }
             }
         }
         rec.submit(&gpu.queue);

@@ -1,7 +1,7 @@
 //! GGUF metadata (`general.architecture` and `{arch}.*` keys) → [`ArchSpec`], for the
 //! llama.cpp architectures moestream runs: `llama` (dense, or Mixtral when it has experts),
-//! `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `olmoe`, and `glm4moe` and `deepseek2` (through
-//! [`super::hf_config`]). Keys that change the math and are not
+//! `qwen2`, `qwen3`, `qwen2moe`, `qwen3moe`, `olmoe`, and `glm4moe`, `deepseek2` and `gpt-oss`
+//! (through [`super::hf_config`]). Keys that change the math and are not
 //! implemented (RoPE scaling, sliding windows, logit soft-capping...) are refused by name.
 
 use super::{GgmlType, GgufModel, GgufValue};
@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::model::config::{ArchSpec, AttentionKind, Family, MoeSpec, QkNorm, RopeSpec, RoutingKind};
 
 /// llama.cpp architectures other helpers are adding families for; refused until then.
-const LATER: [&str; 3] = ["gpt-oss", "qwen3next", "qwen35moe"];
+const LATER: [&str; 2] = ["qwen3next", "qwen35moe"];
 
 fn key_err(e: super::GgufError) -> Error {
     Error::UnsupportedConfig(e.to_string())
@@ -20,9 +20,10 @@ fn key_err(e: super::GgufError) -> Error {
 pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
     let arch = m.str("general.architecture").map_err(key_err)?.to_string();
     let key = |k: &str| format!("{arch}.{k}");
-    if arch == "glm4moe" || arch == "deepseek2" {
+    if arch == "glm4moe" || arch == "deepseek2" || arch == "gpt-oss" {
         let spec = match arch.as_str() {
             "glm4moe" => super::hf_config::glm4moe(m)?,
+            "gpt-oss" => super::hf_config::gpt_oss(m)?,
             _ => super::hf_config::deepseek2(m)?,
         };
         // The blocks after the main layers are multi-token-prediction ones.
@@ -100,6 +101,8 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
                 routed_scaling_factor: 1.0,
                 shared_expert_intermediate: shared.filter(|_| family == Family::Qwen2Moe),
                 shared_expert_gate: family == Family::Qwen2Moe,
+                router_logit_bias: false,
+                expert_act: Default::default(),
             }),
             moe_layers,
         )
@@ -139,6 +142,8 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
         // `attention.sliding_window` is refused above.
         layer_windows: Vec::new(),
         hybrid: None,
+        o_bias: false,
+        attention_sinks: false,
     };
     spec.check_limits()?;
     Ok(spec)

@@ -153,6 +153,48 @@ pub fn deepseek2(m: &GgufModel) -> Result<ArchSpec> {
     ArchSpec::from_config(&cfg)
 }
 
+/// The architecture of a `gpt-oss` GGUF model, through the `GptOssForCausalLM` config it was
+/// converted from. llama.cpp keeps no key for what it hardcodes: the clamped SwiGLU's alpha
+/// 1.702 and limit 7.0 (transformers' defaults) and YaRN without truncation (transformers'
+/// gpt-oss default, `truncate: false`); sliding windows on even layers unless
+/// `attention.sliding_window_pattern` says otherwise (refused: only llama.cpp's default, 2, is
+/// read), and no separate base for the windowed layers (`rope.freq_base_swa` refused unless
+/// equal).
+pub fn gpt_oss(m: &GgufModel) -> Result<ArchSpec> {
+    let k = Keys { m, arch: "gpt-oss" };
+    let layers = k.req("block_count")?;
+    let mut cfg = common(&k, "GptOssForCausalLM", layers)?;
+    let heads = k.req("attention.head_count")?;
+    let pattern = k.key("attention.sliding_window_pattern");
+    if m.get(&pattern).is_some_and(|v| v.as_u64() != Some(2)) {
+        return Err(Error::UnsupportedConfig(format!("GGUF {pattern} other than 2")));
+    }
+    if k.float("rope.freq_base_swa").is_some_and(|b| Some(b) != k.float("rope.freq_base")) {
+        let key = k.key("rope.freq_base_swa");
+        return Err(Error::UnsupportedConfig(format!("GGUF {key} differs from rope.freq_base")));
+    }
+    let fields = json!({
+        "num_local_experts": k.req("expert_count")?,
+        "intermediate_size": k.req("expert_feed_forward_length")?,
+        "num_key_value_heads": k.num("attention.head_count_kv").unwrap_or(heads),
+        "head_dim": k.num("attention.key_length").unwrap_or(k.req("embedding_length")? / heads.max(1)),
+        "sliding_window": k.req("attention.sliding_window")?,
+        "attention_bias": m.info("blk.0.attn_q.bias").is_some(),
+        "swiglu_alpha": 1.702,
+        "swiglu_limit": 7.0,
+    });
+    merge(&mut cfg, fields);
+    if k.num("attention.value_length").is_some_and(|v| Some(v) != cfg["head_dim"].as_u64()) {
+        return Err(Error::UnsupportedConfig(format!("GGUF {}: value length ≠ key length", k.key("attention"))));
+    }
+    let mut scaling = rope_scaling(&k, false)?.unwrap_or_else(|| json!({"type": "default"}));
+    if scaling["type"] == "yarn" {
+        scaling["truncate"] = json!(false);
+    }
+    cfg["rope_scaling"] = scaling;
+    ArchSpec::from_config(&cfg)
+}
+
 /// Adds `fields` (an object) to `cfg`.
 fn merge(cfg: &mut Value, fields: Value) {
     if let (Some(c), Value::Object(f)) = (cfg.as_object_mut(), fields) {

@@ -67,7 +67,7 @@ pub fn hf_tensors(spec: &ArchSpec, name: &str, shape: &[usize]) -> Option<Vec<Ma
         "attn_norm.weight" => whole(format!("{p}.input_layernorm.weight")),
         "ffn_norm.weight" => whole(format!("{p}.post_attention_layernorm.weight")),
         // GLM-4.5's FFN norm (llama.cpp names it after the Hugging Face module).
-        "post_attention_norm.weight" if spec.family == Family::Glm4Moe => {
+        "post_attention_norm.weight" if matches!(spec.family, Family::Glm4Moe | Family::GptOss) => {
             whole(format!("{p}.post_attention_layernorm.weight"))
         }
         "exp_probs_b.bias" => whole(names::router_bias(spec.family, i)),
@@ -83,6 +83,14 @@ pub fn hf_tensors(spec: &ArchSpec, name: &str, shape: &[usize]) -> Option<Vec<Ma
         "attn_kv_a_norm.weight" => whole(format!("{a}.kv_a_layernorm.weight")),
         "attn_kv_b.weight" => whole(format!("{a}.kv_b_proj.weight")),
         "attn_output.weight" => whole(format!("{a}.o_proj.weight")),
+        // gpt-oss: o_proj's bias, the sinks, the router's bias and the experts' biases
+        // (`[experts, rows]`, gate and up apart: `gpt_oss_weights` reads them under these names).
+        "attn_output.bias" => whole(format!("{a}.o_proj.bias")),
+        "attn_sinks.weight" => whole(format!("{a}.sinks")),
+        "ffn_gate_inp.bias" => whole(names::router_logit_bias(spec.family, i)),
+        "ffn_gate_exps.bias" => whole(names::gpt_oss_experts(i, "gate_proj_bias")),
+        "ffn_up_exps.bias" => whole(names::gpt_oss_experts(i, "up_proj_bias")),
+        "ffn_down_exps.bias" => whole(names::gpt_oss_experts(i, "down_proj_bias")),
         "attn_q.bias" => whole(format!("{a}.q_proj.bias")),
         "attn_k.bias" => whole(format!("{a}.k_proj.bias")),
         "attn_v.bias" => whole(format!("{a}.v_proj.bias")),

@@ -17,7 +17,7 @@ pub use activation::{argmax, log_softmax, sigmoid, silu, softmax};
 pub use attention::{attention, attention_with, mla_absorbed, HeadShape, MlaShape};
 pub use delta_rule::{causal_conv1d_step, gate_mul, gated_delta_step, softplus, DeltaGates, DeltaShape, GateAct};
 pub use matvec::{add_bias, dot, matvec};
-pub use mlp::swiglu_mlp;
+pub use mlp::{clamped_swiglu, expert_mlp, swiglu_mlp};
 pub use norm::rms_norm;
 pub use rope::rope;
 pub use router::{route, router_forced, router_topk};

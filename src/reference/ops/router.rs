@@ -76,8 +76,15 @@ pub fn router_topk(logits: &[f32], top_k: usize, norm_topk_prob: bool) -> Vec<(u
 
 /// The router's weights for experts chosen elsewhere (the prerouter's prediction-as-routing):
 /// each expert's softmax probability over all logits, renormalised over `chosen` when
-/// `norm_topk_prob`. Returns `(expert, weight)` pairs in the order of `chosen`.
+/// `norm_topk_prob` (then a softmax over the chosen logits alone: the same weights, and no 0/0
+/// when every chosen logit is far below the router's best). Returns `(expert, weight)` pairs in
+/// the order of `chosen`.
 pub fn router_forced(logits: &[f32], chosen: &[usize], norm_topk_prob: bool) -> Vec<(usize, f32)> {
+    if norm_topk_prob {
+        let mut own: Vec<f32> = chosen.iter().map(|&e| logits[e]).collect();
+        softmax(&mut own);
+        return chosen.iter().copied().zip(own).collect();
+    }
     let mut probs = logits.to_vec();
     softmax(&mut probs);
     weigh(&probs, chosen, norm_topk_prob)

@@ -1,0 +1,99 @@
+//! Decode attention bandwidth: one token's split-K attention (split pass + merge) over an f16
+//! KV cache of a given depth, timed like the matvecs of [`super::kernels`] and counted in KV
+//! bytes read (every cached key and value once), so it compares directly with the read
+//! roofline: a decode step's attention costs what its cache bytes cost when this ratio is ~1.
+
+use serde::Serialize;
+
+use super::kernels::{replicas, time_ops, KernelBenchOptions};
+use super::workload::SplitMix64;
+use crate::error::Result;
+use crate::gpu::{Gpu, StepUniform};
+use crate::ops::attention::{is_split, partial_bytes, split_len, Attention, AttentionIo, Heads, KeyRange};
+use crate::ops::attention_merge::AttentionMerge;
+use crate::ops::kv_store::{KvChunk, KvDtype};
+
+/// The attention shape measured: Qwen3-30B-A3B's (32 query heads sharing 4 KV heads of 128).
+pub const BENCH_HEADS: Heads = Heads { n_heads: 32, n_kv_heads: 4, head_dim: 128 };
+
+/// Decode attention over `kv_len` cached positions.
+#[derive(Clone, Debug, Serialize)]
+pub struct AttentionBandwidth {
+    /// Cached positions the token attends to.
+    pub kv_len: usize,
+    /// Query heads, KV heads, head dimension.
+    pub heads: [usize; 3],
+    /// KV-cache bytes read per second (10^9).
+    pub gbps: f64,
+    /// Microseconds per decode attention (split pass + merge).
+    pub us: f64,
+    /// KV-cache bytes per decode attention.
+    pub bytes: u64,
+}
+
+/// Times decode attention of [`BENCH_HEADS`] over `kv_len` positions of an f16 cache.
+pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<AttentionBandwidth> {
+    let heads = BENCH_HEADS;
+    if kv_len == 0 {
+        return Err(crate::Error::InvalidArgument("bench kernels needs --kv-len > 0".into()));
+    }
+    let dtype = KvDtype::F16;
+    let side_bytes = (kv_len * heads.n_kv_heads * heads.head_dim * dtype.bytes()) as u64;
+    if side_bytes > gpu.caps.max_binding {
+        return Err(crate::Error::InvalidArgument(format!(
+            "--kv-len {kv_len}: {side_bytes} bytes of keys exceed one binding ({} bytes)",
+            gpu.caps.max_binding
+        )));
+    }
+    let bytes = 2 * side_bytes;
+    let mut rng = SplitMix64::new(3);
+    let x: Vec<f32> = (0..heads.n_heads * heads.head_dim).map(|_| rng.next_signed()).collect();
+    let q = gpu.upload("bench attention q", bytemuck::cast_slice(&x));
+    let mut random_buffer = |label: &str, words: usize| {
+        let data: Vec<u32> = (0..words).map(|_| half_pair(&mut rng)).collect();
+        gpu.upload(label, bytemuck::cast_slice(&data))
+    };
+    let caches: Vec<(wgpu::Buffer, wgpu::Buffer)> = (0..replicas(o, bytes))
+        .map(|_| {
+            let words = side_bytes as usize / 4;
+            (random_buffer("bench k", words), random_buffer("bench v", words))
+        })
+        .collect();
+    let split = split_len(heads, kv_len, gpu.caps.max_binding);
+    let partial = gpu.storage("bench attention partials", partial_bytes(heads, kv_len, split));
+    let out = gpu.storage("bench attention out", (heads.n_heads * heads.head_dim * 4) as u64);
+    let step = StepUniform::new(gpu);
+    step.set(gpu, 1, kv_len - 1);
+    let kernels: Vec<Attention> = caches
+        .iter()
+        .map(|(k, v)| {
+            let chunk = KvChunk { k, v, kv_head0: 0, heads: heads.n_kv_heads, context: kv_len, dtype };
+            let io = AttentionIo { q: &q, out: &out, partial: &partial, sinks: None };
+            Attention::new(gpu, &step.buffer, io, chunk, heads, KeyRange { split_len: split, window: None })
+        })
+        .collect();
+    let merge = AttentionMerge::new(gpu, &step.buffer, (&partial, &out), None, heads, split);
+    let seconds = time_ops(gpu, o.seconds, kernels.len(), |encoder, n| {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        for i in 0..n {
+            kernels[i % kernels.len()].record(gpu, &mut pass, 1, kv_len);
+            if is_split(1, kv_len, split) {
+                merge.record(gpu, &mut pass);
+            }
+        }
+    })?;
+    Ok(AttentionBandwidth {
+        kv_len,
+        heads: [heads.n_heads, heads.n_kv_heads, heads.head_dim],
+        gbps: bytes as f64 / seconds / 1e9,
+        us: seconds * 1e6,
+        bytes,
+    })
+}
+
+/// Two f16 values in (-1, 1), packed as the cache stores them.
+fn half_pair(rng: &mut SplitMix64) -> u32 {
+    let lo = half::f16::from_f32(rng.next_signed()).to_bits() as u32;
+    let hi = half::f16::from_f32(rng.next_signed()).to_bits() as u32;
+    lo | (hi << 16)
+}
