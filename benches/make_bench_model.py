@@ -13,6 +13,13 @@ attention heads of 128 (4 KV heads) -- on 4 layers and a vocab of 8192, so that 
 store is about 1.5 GB while the non-expert weights stay small. About 2.4G parameters (4.8 GB of
 bf16), 0.2G active per token.
 
+`deepseek_v2_lite` (the MLA KV-cache benchmark): DeepSeek-V2-Lite's real layer sizes -- hidden
+2048, 16 heads with multi-head latent attention (no query compression, kv_lora_rank 512,
+qk_nope 128, qk_rope 64, v_head 128, YaRN factor 40 over 4096 positions), a dense first layer
+(intermediate 10944, first_k_dense_replace 1), then MoE layers of 64 routed experts (top-6,
+greedy softmax routing) + 2 shared, expert intermediate 1408 -- on 3 layers and a vocab of
+8192. About 1.3G parameters (2.6 GB of bf16), 0.2G active per token.
+
 Weights are seeded N(0, 0.02) and norms are 1; there is no tokenizer (the benches feed token
 ids). Only numpy is needed: the safetensors file is written by hand (8-byte header length,
 JSON header, then the tensors back to back), tensor by tensor, so memory stays small. bf16
@@ -36,6 +43,92 @@ SHAPES = {
                    intermediate=768, vocab=8192),
 }
 STD = 0.02
+# DeepSeek-V2-Lite's layer sizes (config.json of deepseek-ai/DeepSeek-V2-Lite), on fewer layers.
+DEEPSEEK_V2_LITE = dict(hidden=2048, layers=3, heads=16, kv_lora_rank=512, qk_nope=128, qk_rope=64, v_head=128,
+                        dense_intermediate=10944, experts=64, top_k=6, shared=2, intermediate=1408, vocab=8192)
+
+
+def deepseek_config(d):
+    """config.json of the DeepSeek-V2-Lite-shaped model (DeepseekV2ForCausalLM, hub layout)."""
+    return {
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "model_type": "deepseek_v2",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "first_k_dense_replace": 1,
+        "head_dim": d["qk_rope"],
+        "hidden_act": "silu",
+        "hidden_size": d["hidden"],
+        "initializer_range": STD,
+        "intermediate_size": d["dense_intermediate"],
+        "kv_lora_rank": d["kv_lora_rank"],
+        "max_position_embeddings": 163840,
+        "moe_intermediate_size": d["intermediate"],
+        "moe_layer_freq": 1,
+        "n_group": 1,
+        "n_routed_experts": d["experts"],
+        "n_shared_experts": d["shared"],
+        "norm_topk_prob": False,
+        "num_attention_heads": d["heads"],
+        "num_experts_per_tok": d["top_k"],
+        "num_hidden_layers": d["layers"],
+        "num_key_value_heads": d["heads"],
+        "q_lora_rank": None,
+        "qk_head_dim": d["qk_nope"] + d["qk_rope"],
+        "qk_nope_head_dim": d["qk_nope"],
+        "qk_rope_head_dim": d["qk_rope"],
+        "rms_norm_eps": 1e-6,
+        "rope_scaling": {
+            "type": "yarn",
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "factor": 40,
+            "mscale": 0.707,
+            "mscale_all_dim": 0.707,
+            "original_max_position_embeddings": 4096,
+        },
+        "rope_theta": 10000,
+        "routed_scaling_factor": 1.0,
+        "tie_word_embeddings": False,
+        "topk_group": 1,
+        "topk_method": "greedy",
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "v_head_dim": d["v_head"],
+        "vocab_size": d["vocab"],
+    }
+
+
+def deepseek_tensors(d):
+    """(name, shape, is_norm) of every tensor of the DeepSeek-V2-Lite-shaped model."""
+    h, heads, rank = d["hidden"], d["heads"], d["kv_lora_rank"]
+    out = [("model.embed_tokens.weight", (d["vocab"], h), False)]
+    for i in range(d["layers"]):
+        p = f"model.layers.{i}"
+        a = f"{p}.self_attn"
+        out.append((f"{p}.input_layernorm.weight", (h,), True))
+        out.append((f"{a}.q_proj.weight", (heads * (d["qk_nope"] + d["qk_rope"]), h), False))
+        out.append((f"{a}.kv_a_proj_with_mqa.weight", (rank + d["qk_rope"], h), False))
+        out.append((f"{a}.kv_a_layernorm.weight", (rank,), True))
+        out.append((f"{a}.kv_b_proj.weight", (heads * (d["qk_nope"] + d["v_head"]), rank), False))
+        out.append((f"{a}.o_proj.weight", (h, heads * d["v_head"]), False))
+        out.append((f"{p}.post_attention_layernorm.weight", (h,), True))
+        mlps = []
+        if i == 0:
+            mlps.append((f"{p}.mlp", d["dense_intermediate"]))
+        else:
+            out.append((f"{p}.mlp.gate.weight", (d["experts"], h), False))
+            mlps += [(f"{p}.mlp.experts.{e}", d["intermediate"]) for e in range(d["experts"])]
+            mlps.append((f"{p}.mlp.shared_experts", d["shared"] * d["intermediate"]))
+        for m, inter in mlps:
+            out.append((f"{m}.gate_proj.weight", (inter, h), False))
+            out.append((f"{m}.up_proj.weight", (inter, h), False))
+            out.append((f"{m}.down_proj.weight", (h, inter), False))
+    out.append(("model.norm.weight", (h,), True))
+    out.append(("lm_head.weight", (d["vocab"], h), False))
+    return out
 
 
 def config(shape):
@@ -133,16 +226,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--shape", choices=sorted(SHAPES), default="reference")
+    ap.add_argument("--shape", choices=sorted(SHAPES) + ["deepseek_v2_lite"], default="reference")
     args = ap.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    shape = SHAPES[args.shape]
-    specs = tensors(shape)
+    if args.shape == "deepseek_v2_lite":
+        shape, moe_layers = DEEPSEEK_V2_LITE, DEEPSEEK_V2_LITE["layers"] - 1
+        specs, cfg = deepseek_tensors(shape), deepseek_config(shape)
+    else:
+        shape = SHAPES[args.shape]
+        moe_layers = shape["layers"]
+        specs, cfg = tensors(shape), config(shape)
     params = sum(int(np.prod(s)) for _, s, _ in specs)
     per_expert = 3 * shape["hidden"] * shape["intermediate"]
-    expert_params = shape["layers"] * shape["experts"] * per_expert
-    active = params - expert_params + shape["layers"] * shape["top_k"] * per_expert
-    (args.out_dir / "config.json").write_text(json.dumps(config(shape), indent=2) + "\n")
+    expert_params = moe_layers * shape["experts"] * per_expert
+    active = params - expert_params + moe_layers * shape["top_k"] * per_expert
+    (args.out_dir / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     gen = {"bos_token_id": 1, "eos_token_id": 2}
     (args.out_dir / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
     rng = np.random.default_rng(args.seed)

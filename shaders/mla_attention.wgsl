@@ -1,13 +1,21 @@
-// Causal multi-head latent attention in the absorbed form, for decode and prefill, reading only
-// the latent cache: c_cache [positions, rank] (normalised latents) and kr_cache [positions,
-// rope] (the rotated key shared by all heads). One workgroup per (token, head):
-//   q_lat = W_UK[h]^T q_nope            (W_UK[h]: rows h*(nope+v) .. +nope of kv_b [.., rank])
-//   s_j   = (q_lat . c_j + q_rope . kr_j) * scale, online softmax over keys 0 ..= step.pos + t
-//   o_lat = sum_j p_j c_j,  out = W_UV[h] o_lat   (W_UV[h]: the next v rows of kv_b)
-// Query t sits at position step.pos + t. rank <= 512, rope <= 128. F16: the caches hold two
-// halves per u32 (as kv_store writes them), unpacked in f32 arithmetic.
+// Causal multi-head latent attention, decode and prefill, over a session's MLA cache in one of
+// two forms:
+//   latent (default): c_cache [positions, rank] (normalised latents) and kr_cache [positions,
+//     rope] (the rotated key all heads share); the absorbed form:
+//       q_lat = W_UK[h]^T q_nope   (W_UK[h]: rows h*(nope+v) .. +nope of kv_b [.., rank])
+//       s_j   = (q_lat . c_j + q_rope . kr_j) * scale
+//       o_lat = softmax-weighted sum of c_j,  out = W_UV[h] o_lat  (W_UV[h]: the next v rows)
+//   DECOMPRESSED: per-head keys k_cache [heads, context, nope + rope] ([W_UK c | kr], written by
+//     mla_decompress) and values v_cache [heads, context, v]; plain attention, out = sum p_j v_j.
+// One workgroup takes QT = 4 heads ("slots") of one query token: with the latent cache they
+// share every latent load. Query t sits at position step.pos + t and sees keys 0 ..= step.pos + t,
+// visited in tiles of 64 with an online softmax (no score matrix). Without SPLIT: workgroups per
+// (token, head set), writing out [tokens, heads, v]. With SPLIT (decode, one token): per (head
+// set, split of split_len keys), writing each head's partial (max, sum, unnormalised accumulator
+// over the value width: rank for the latent cache, v decompressed) for mla_merge (latent) or
+// attention_merge (decompressed). Key width (rank + rope, or nope + rope) <= 640, value width
+// <= 512. F16: the caches hold two halves per u32, unpacked in f32 arithmetic.
 //#include common
-//#include reduce
 
 struct Params {
     n_heads: u32,
@@ -16,96 +24,175 @@ struct Params {
     rope: u32,
     v_dim: u32,
     scale: f32,
-    pad0: u32,
-    pad1: u32,
+    split_len: u32,
+    context: u32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> q: array<f32>;
 //#if F16
-@group(0) @binding(3) var<storage, read> c_cache: array<u32>;
-@group(0) @binding(4) var<storage, read> kr_cache: array<u32>;
+@group(0) @binding(3) var<storage, read> cache_a: array<u32>;
+@group(0) @binding(4) var<storage, read> cache_b: array<u32>;
 //#else
-@group(0) @binding(3) var<storage, read> c_cache: array<f32>;
-@group(0) @binding(4) var<storage, read> kr_cache: array<f32>;
+@group(0) @binding(3) var<storage, read> cache_a: array<f32>;
+@group(0) @binding(4) var<storage, read> cache_b: array<f32>;
 //#endif
+//#if DECOMPRESSED
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+//#else
 @group(0) @binding(5) var<storage, read> kv_b: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
+//#endif
 
-// Element i of the latent cache (row-major [positions, rank]).
-fn c_at(i: u32) -> f32 {
+// Element i of cache_a (latents, or decompressed keys) and cache_b (rotary keys, or values).
+fn a_at(i: u32) -> f32 {
 //#if F16
-    return unpack2x16float(c_cache[i / 2u])[i % 2u];
+    return unpack2x16float(cache_a[i / 2u])[i % 2u];
 //#else
-    return c_cache[i];
+    return cache_a[i];
 //#endif
 }
 
-// Element i of the rotary-key cache (row-major [positions, rope]).
-fn kr_at(i: u32) -> f32 {
+fn b_at(i: u32) -> f32 {
 //#if F16
-    return unpack2x16float(kr_cache[i / 2u])[i % 2u];
+    return unpack2x16float(cache_b[i / 2u])[i % 2u];
 //#else
-    return kr_cache[i];
+    return cache_b[i];
 //#endif
 }
 
-var<workgroup> lat: array<f32, 512>;
-var<workgroup> qr: array<f32, 128>;
-var<workgroup> probs: array<f32, 64>;
+const QT: u32 = 4u;
+
+// Element d of every slot's query in key space (for the latent cache: q_lat, then q_rope); after
+// the keys, the latent output o_lat of every slot.
+var<workgroup> qk4: array<vec4<f32>, 640>;
+var<workgroup> probs: array<vec4<f32>, 64>;
+var<workgroup> red4: array<vec4<f32>, 64>;
+
+fn reduce_max4(lid: u32, v: vec4<f32>) -> vec4<f32> {
+    red4[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red4[lid] = max(red4[lid], red4[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = red4[0];
+    workgroupBarrier();
+    return r;
+}
+
+fn reduce_sum4(lid: u32, v: vec4<f32>) -> vec4<f32> {
+    red4[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red4[lid] += red4[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = red4[0];
+    workgroupBarrier();
+    return r;
+}
+
+// Element d of slot head h's query in key space, for token t.
+fn query(t: u32, h: u32, d: u32) -> f32 {
+    let qb = (t * p.n_heads + h) * (p.nope + p.rope);
+//#if DECOMPRESSED
+    return q[qb + d];
+//#else
+    if (d >= p.rank) {
+        return q[qb + p.nope + d - p.rank];
+    }
+    let w_base = h * (p.nope + p.v_dim) * p.rank;
+    var a = 0.0;
+    for (var e = 0u; e < p.nope; e++) {
+        a += q[qb + e] * kv_b[w_base + e * p.rank + d];
+    }
+    return a;
+//#endif
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = group_index(wid, nwg);
-    let t = g / p.n_heads;
-    let h = g % p.n_heads;
+    let sets = (p.n_heads + QT - 1u) / QT;
+//#if SPLIT
+    let split = g / sets;
+    let t = 0u;
+//#else
+    let t = g / sets;
     if (t >= step.n_tokens) {
         return;
     }
-    let qk = p.nope + p.rope;
-    let q_base = (t * p.n_heads + h) * qk;
-    let w_base = h * (p.nope + p.v_dim) * p.rank;
-    // The query folded into latent space, and its rotary part.
-    for (var r = lid; r < p.rank; r += 64u) {
-        var a = 0.0;
-        for (var d = 0u; d < p.nope; d++) {
-            a += q[q_base + d] * kv_b[w_base + d * p.rank + r];
-        }
-        lat[r] = a;
-    }
-    for (var i = lid; i < p.rope; i += 64u) {
-        qr[i] = q[q_base + p.nope + i];
+//#endif
+    let h0 = (g % sets) * QT;
+    let nq = min(QT, p.n_heads - h0);
+    // Slots past the last head repeat it; their results are not written.
+    let hs = min(vec4<u32>(h0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n_heads - 1u));
+//#if DECOMPRESSED
+    let k_dim = p.nope + p.rope;
+    let v_width = p.v_dim;
+//#else
+    let k_dim = p.rank + p.rope;
+    let v_width = p.rank;
+//#endif
+    for (var d = lid; d < k_dim; d += 64u) {
+        qk4[d] = vec4<f32>(query(t, hs.x, d), query(t, hs.y, d), query(t, hs.z, d), query(t, hs.w, d));
     }
     workgroupBarrier();
     let n_keys = step.pos + t + 1u;
-    var m = -1.0e30;
-    var l = 0.0;
-    var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    for (var tile = 0u; tile < n_keys; tile += 64u) {
+//#if SPLIT
+    let first = split * p.split_len;
+    let end = min(n_keys, first + p.split_len);
+//#else
+    let first = 0u;
+    let end = n_keys;
+//#endif
+    var m = vec4<f32>(-1.0e30);
+    var l = vec4<f32>(0.0);
+    var acc: array<vec4<f32>, 8>;
+    for (var tile = first; tile < end; tile += 64u) {
         let j = tile + lid;
-        var s = -1.0e30;
-        if (j < n_keys) {
-            var dotv = 0.0;
+        var s = vec4<f32>(-1.0e30);
+        if (j < end) {
+            var dotv = vec4<f32>(0.0);
+//#if DECOMPRESSED
+            let kb = (hs * p.context + vec4<u32>(j)) * k_dim;
+            for (var d = 0u; d < k_dim; d++) {
+                dotv += qk4[d] * vec4<f32>(a_at(kb.x + d), a_at(kb.y + d), a_at(kb.z + d), a_at(kb.w + d));
+            }
+//#else
             for (var r = 0u; r < p.rank; r++) {
-                dotv += lat[r] * c_at(j * p.rank + r);
+                dotv += qk4[r] * a_at(j * p.rank + r);
             }
             for (var i = 0u; i < p.rope; i++) {
-                dotv += qr[i] * kr_at(j * p.rope + i);
+                dotv += qk4[p.rank + i] * b_at(j * p.rope + i);
             }
+//#endif
             s = dotv * p.scale;
         }
-        let m_new = max(m, reduce_max(lid, s));
-        let pj = select(0.0, exp(s - m_new), j < n_keys);
+        let m_new = max(m, reduce_max4(lid, s));
+        let pj = select(vec4<f32>(0.0), exp(s - m_new), vec4<bool>(j < end));
         probs[lid] = pj;
         let corr = exp(m - m_new);
-        l = l * corr + reduce_sum(lid, pj);
-        let n_here = min(64u, n_keys - tile);
+        // Each lane keeps the sum of its own keys' weights; one reduction at the end.
+        l = l * corr + pj;
+        workgroupBarrier();
+        let n_here = min(64u, end - tile);
         for (var c = 0u; c < 8u; c++) {
             let r = lid + c * 64u;
-            if (r < p.rank) {
+            if (r < v_width) {
                 var a = acc[c] * corr;
                 for (var jj = 0u; jj < n_here; jj++) {
-                    a += probs[jj] * c_at((tile + jj) * p.rank + r);
+//#if DECOMPRESSED
+                    let vb = (hs * p.context + vec4<u32>(tile + jj)) * p.v_dim + vec4<u32>(r);
+                    a += probs[jj] * vec4<f32>(b_at(vb.x), b_at(vb.y), b_at(vb.z), b_at(vb.w));
+//#else
+                    a += probs[jj] * a_at((tile + jj) * p.rank + r);
+//#endif
                 }
                 acc[c] = a;
             }
@@ -113,20 +200,52 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         m = m_new;
         workgroupBarrier();
     }
-    // The attended latent, then W_UV.
+    l = reduce_sum4(lid, l);
+//#if SPLIT
+    // Partial of (split, head): [max, sum, accumulator[v_width]].
+    for (var qi = 0u; qi < nq; qi++) {
+        let base = (split * p.n_heads + h0 + qi) * (v_width + 2u);
+        if (lid == 0u) {
+            out[base] = m[qi];
+            out[base + 1u] = l[qi];
+        }
+        for (var c = 0u; c < 8u; c++) {
+            let r = lid + c * 64u;
+            if (r < v_width) {
+                out[base + 2u + r] = acc[c][qi];
+            }
+        }
+    }
+//#else
+//#if DECOMPRESSED
+    for (var qi = 0u; qi < nq; qi++) {
+        let ob = (t * p.n_heads + h0 + qi) * p.v_dim;
+        for (var c = 0u; c < 8u; c++) {
+            let r = lid + c * 64u;
+            if (r < p.v_dim) {
+                out[ob + r] = acc[c][qi] / l[qi];
+            }
+        }
+    }
+//#else
+    // The attended latents, then W_UV.
     for (var c = 0u; c < 8u; c++) {
         let r = lid + c * 64u;
         if (r < p.rank) {
-            lat[r] = acc[c] / l;
+            qk4[r] = acc[c] / l;
         }
     }
     workgroupBarrier();
-    let v_base = w_base + p.nope * p.rank;
-    for (var j = lid; j < p.v_dim; j += 64u) {
-        var a = 0.0;
-        for (var r = 0u; r < p.rank; r++) {
-            a += kv_b[v_base + j * p.rank + r] * lat[r];
+    for (var qi = 0u; qi < nq; qi++) {
+        let v_base = ((h0 + qi) * (p.nope + p.v_dim) + p.nope) * p.rank;
+        for (var j = lid; j < p.v_dim; j += 64u) {
+            var a = 0.0;
+            for (var r = 0u; r < p.rank; r++) {
+                a += kv_b[v_base + j * p.rank + r] * qk4[r][qi];
+            }
+            out[(t * p.n_heads + h0 + qi) * p.v_dim + j] = a;
         }
-        out[(t * p.n_heads + h) * p.v_dim + j] = a;
     }
+//#endif
+//#endif
 }

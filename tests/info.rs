@@ -20,16 +20,19 @@ fn info(fixture: &str) -> serde_json::Value {
 fn kv_bytes_per_token_by_attention_kind() {
     // DeepSeek fixtures: kv_lora_rank 32 + qk_rope_head_dim 8, 3 layers; the latent cache
     // follows --kv-dtype.
-    for fixture in ["deepseek_v2", "deepseek_v3"] {
+    // Decompressed: 4 heads x (24 K + 16 V) on V2, x (24 K + 24 V) on V3.
+    for (fixture, decompressed) in [("deepseek_v2", 4 * (24 + 16) * 2 * 3), ("deepseek_v3", 4 * (24 + 24) * 2 * 3)] {
         let v = info(fixture);
         assert_eq!(v["kv_bytes_per_token_f32"], (32 + 8) * 4 * 3, "{fixture}");
         assert_eq!(v["kv_bytes_per_token_f16"], (32 + 8) * 2 * 3, "{fixture}");
         assert!(v["kv_cache"].as_str().unwrap().starts_with("MLA latent"), "{fixture}");
+        assert_eq!(v["kv_bytes_per_token_decompressed_f16"], decompressed, "{fixture}");
     }
     // GLM-4.5 fixture: grouped, 2 KV heads of 16, keys and values, f32, 3 layers.
     let glm = info("glm4_moe");
     assert_eq!(glm["kv_bytes_per_token_f32"], 2 * 2 * 16 * 4 * 3);
     assert_eq!(glm["kv_bytes_per_token_f16"], 2 * 2 * 16 * 2 * 3);
+    assert!(glm["kv_bytes_per_token_decompressed_f16"].is_null());
 }
 
 #[test]
@@ -64,6 +67,12 @@ fn deepseek_v2_lite_hub_config_and_its_kv_figure() {
     assert_eq!(spec.kv_bytes_per_token(KvDtype::F16), (512 + 64) * 2 * 27);
     let decompressed = (16 * (m.qk_head_dim() + m.v_head_dim) * 4 * 27) as u64;
     assert_eq!((spec.kv_bytes_per_token(KvDtype::F32), decompressed), (62_208, 552_960));
+    // `--mla-cache decompressed` caches exactly that.
+    let mut d = spec.clone();
+    if let moestream::model::AttentionKind::Mla(m) = &mut d.attention {
+        m.cache = moestream::model::MlaCacheKind::Decompressed;
+    }
+    assert_eq!(d.kv_bytes_per_token(KvDtype::F32), 552_960);
     // mscale == mscale_all_dim: the softmax scale is 192^-0.5 times mscale(40, 0.707)^2.
     let mscale = 0.1 * 0.707 * 40f32.ln() + 1.0;
     assert!((m.softmax_scale - mscale * mscale / 192f32.sqrt()).abs() < 1e-6);

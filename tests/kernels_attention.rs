@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{assert_close, gpu, read_f32, submit, upload_f32, Rng};
+use common::{assert_close, gpu, read_f32, read_u32, submit, upload_f32, Rng};
 use moestream::gpu::StepUniform;
 use moestream::ops::attention::{is_split, partial_bytes, Attention, AttentionIo, Heads, KeyRange};
 use moestream::ops::attention_merge::AttentionMerge;
@@ -277,73 +277,239 @@ fn decompress(c: &[f32], kr: &[f32], kv_b: &[f32], s: refops::MlaShape, len: usi
     (keys, values)
 }
 
-/// The absorbed MLA kernel (reading only latents, from an f32 or f16 cache) against
-/// decompressed attention on the CPU (over the same f16-rounded latents for an f16 cache), and
-/// the CPU's own absorbed form against the same: decode and prefill, across key tiles, with NaN
-/// latents past the last visible position.
-#[test]
-fn mla_absorbed_matches_decompressed_reference() {
-    use moestream::model::MlaSpec;
-    use moestream::ops::mla_attention::{LatentCache, MlaAttention, MlaIo};
-    let mut rng = Rng::new(77);
-    // (heads, rank, nope, rope, v, tokens, pos, cache dtype)
-    for &(heads, rank, nope, rope, v, t, pos, dtype) in &[
-        (4usize, 32usize, 16usize, 8usize, 16usize, 1usize, 70usize, KvDtype::F32),
-        (3, 40, 8, 16, 24, 9, 60, KvDtype::F32),
-        (2, 512, 32, 64, 16, 1, 5, KvDtype::F32),
-        (4, 32, 16, 8, 16, 1, 70, KvDtype::F16),
-        (3, 40, 8, 16, 24, 9, 60, KvDtype::F16),
-    ] {
-        let m = MlaSpec {
-            q_lora_rank: None,
-            kv_lora_rank: rank,
-            qk_nope_head_dim: nope,
-            qk_rope_head_dim: rope,
-            v_head_dim: v,
-            softmax_scale: 0.8 / ((nope + rope) as f32).sqrt(),
-        };
-        let s = refops::MlaShape { n_heads: heads, rank, nope, rope, v, scale: m.softmax_scale };
-        let (qk, len, ctx) = (nope + rope, pos + t, pos + t + 5);
-        let q = rng.vec(t * heads * qk, -1.5, 1.5);
-        let mut c = rng.vec(ctx * rank, -1.0, 1.0);
-        let mut kr = rng.vec(ctx * rope, -1.0, 1.0);
-        c[len * rank..].fill(f32::NAN);
-        kr[len * rope..].fill(f32::NAN);
-        if dtype == KvDtype::F16 {
-            round_f16(&mut c);
-            round_f16(&mut kr);
-        }
-        let kv_b = rng.vec(heads * (nope + v) * rank, -0.3, 0.3);
+/// An MLA attention case: `t` queries after `pos` cached positions, splits of `split_len` keys.
+#[derive(Clone, Copy, Debug)]
+struct MlaCase {
+    heads: usize,
+    rank: usize,
+    nope: usize,
+    rope: usize,
+    v: usize,
+    t: usize,
+    pos: usize,
+    dtype: KvDtype,
+    cache: moestream::model::MlaCacheKind,
+    split_len: usize,
+}
 
-        let gpu = gpu();
-        let step = StepUniform::new(&gpu);
-        step.set(&gpu, t, pos);
-        let cache_buffer = |x: &[f32]| match dtype {
-            KvDtype::F32 => upload_f32(&gpu, x),
-            KvDtype::F16 => {
-                let halves: Vec<u16> = x.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
-                gpu.upload("f16 cache", bytemuck::cast_slice(&halves))
+/// `x` as a cache of `dtype` (f16: two halves per u32).
+fn cache_buffer(gpu: &moestream::gpu::Gpu, x: &[f32], dtype: KvDtype) -> wgpu::Buffer {
+    match dtype {
+        KvDtype::F32 => upload_f32(gpu, x),
+        KvDtype::F16 => {
+            let halves: Vec<u16> = x.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+            gpu.upload("f16 cache", bytemuck::cast_slice(&halves))
+        }
+    }
+}
+
+/// A cache of `dtype` holding `n` elements, read back as f32.
+fn read_cache(gpu: &moestream::gpu::Gpu, b: &wgpu::Buffer, n: usize, dtype: KvDtype) -> Vec<f32> {
+    match dtype {
+        KvDtype::F32 => read_f32(gpu, b, n),
+        KvDtype::F16 => read_u32(gpu, b, n / 2)
+            .iter()
+            .flat_map(|&w| [w as u16, (w >> 16) as u16].map(|h| half::f16::from_bits(h).to_f32()))
+            .collect(),
+    }
+}
+
+/// `x` laid out `[a, b, d]` as `[b, a, d]`.
+fn swap_outer(x: &[f32], a: usize, b: usize, d: usize) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for i in 0..a {
+        for j in 0..b {
+            out[(j * a + i) * d..(j * a + i + 1) * d].copy_from_slice(&x[(i * b + j) * d..(i * b + j + 1) * d]);
+        }
+    }
+    out
+}
+
+/// Runs MLA attention (latent cache: absorbed; decompressed: the cache written by
+/// `mla_decompress` from the same latents, checked against the CPU's decompression) and checks
+/// it against plain attention over decompressed keys and values on the CPU (over the cache's
+/// rounded values); with the latent cache, the CPU's absorbed form against the same. Latents and
+/// decompressed rows past the last visible position hold NaN.
+fn check_mla(c: MlaCase, seed: u64) {
+    use moestream::model::{MlaCacheKind, MlaSpec};
+    use moestream::ops::attention_merge::AttentionMerge;
+    use moestream::ops::mla_attention::{
+        partial_heads, DecompressedCache, LatentCache, MlaAttention, MlaCacheView, MlaIo,
+    };
+    use moestream::ops::mla_decompress::{DecompressIn, MlaDecompress};
+    use moestream::ops::mla_merge::{MlaMerge, MlaMergeIo};
+    let MlaCase { heads, rank, nope, rope, v, t, pos, dtype, cache, split_len } = c;
+    let mut rng = Rng::new(seed);
+    let m = MlaSpec {
+        q_lora_rank: None,
+        kv_lora_rank: rank,
+        qk_nope_head_dim: nope,
+        qk_rope_head_dim: rope,
+        v_head_dim: v,
+        softmax_scale: 0.8 / ((nope + rope) as f32).sqrt(),
+        cache,
+    };
+    let s = refops::MlaShape { n_heads: heads, rank, nope, rope, v, scale: m.softmax_scale };
+    let (qk, len, ctx) = (nope + rope, pos + t, pos + t + 5);
+    let q = rng.vec(t * heads * qk, -1.5, 1.5);
+    let mut lat = rng.vec(ctx * rank, -1.0, 1.0);
+    let mut kr = rng.vec(ctx * rope, -1.0, 1.0);
+    lat[len * rank..].fill(f32::NAN);
+    kr[len * rope..].fill(f32::NAN);
+    if dtype == KvDtype::F16 && cache == MlaCacheKind::Latent {
+        round_f16(&mut lat);
+        round_f16(&mut kr);
+    }
+    let kv_b = rng.vec(heads * (nope + v) * rank, -0.3, 0.3);
+
+    let gpu = gpu();
+    let step = StepUniform::new(&gpu);
+    let (qb, wb) = (upload_f32(&gpu, &q), upload_f32(&gpu, &kv_b));
+    let ob = upload_f32(&gpu, &vec![-555.0; t * heads * v]);
+    let value_width = match cache {
+        MlaCacheKind::Latent => rank,
+        MlaCacheKind::Decompressed => v,
+    };
+    let pheads = partial_heads(heads, value_width);
+    let partial = gpu.storage("partials", partial_bytes(pheads, ctx, split_len));
+    // What the CPU attends: decompressed keys/values, position-major.
+    let (a, b, keys, values) = match cache {
+        MlaCacheKind::Latent => {
+            let (keys, values) = decompress(&lat, &kr, &kv_b, s, len);
+            (cache_buffer(&gpu, &lat, dtype), cache_buffer(&gpu, &kr, dtype), keys, values)
+        }
+        MlaCacheKind::Decompressed => {
+            let (k_n, v_n) = (heads * ctx * qk, heads * ctx * v);
+            let (kc, vc) =
+                (cache_buffer(&gpu, &vec![f32::NAN; k_n], dtype), cache_buffer(&gpu, &vec![f32::NAN; v_n], dtype));
+            let (cb, krb) = (upload_f32(&gpu, &lat[..len * rank]), upload_f32(&gpu, &kr[..len * rope]));
+            let view = DecompressedCache { k: &kc, v: &vc, context: ctx, dtype };
+            let store = MlaDecompress::new(
+                &gpu,
+                &step.buffer,
+                DecompressIn { c: &cb, k_rope: &krb, kv_b: &wb },
+                view,
+                heads,
+                &m,
+            );
+            step.set(&gpu, len, 0);
+            submit(&gpu, |pass| store.record(&gpu, pass, len));
+            let (k_got, v_got) = (read_cache(&gpu, &kc, k_n, dtype), read_cache(&gpu, &vc, v_n, dtype));
+            let (mut keys, mut values) = decompress(&lat, &kr, &kv_b, s, len);
+            if dtype == KvDtype::F16 {
+                round_f16(&mut keys);
+                round_f16(&mut values);
             }
-        };
-        let (qb, cb, krb, wb) = (upload_f32(&gpu, &q), cache_buffer(&c), cache_buffer(&kr), upload_f32(&gpu, &kv_b));
-        let ob = upload_f32(&gpu, &vec![-555.0; t * heads * v]);
-        let io = MlaIo { q: &qb, cache: LatentCache { c: &cb, k_rope: &krb, dtype }, kv_b: &wb, out: &ob };
-        let op = MlaAttention::new(&gpu, &step.buffer, io, heads, &m);
-        submit(&gpu, |pass| op.record(&gpu, pass, t));
-        let got = read_f32(&gpu, &ob, t * heads * v);
-
-        let (keys, values) = decompress(&c, &kr, &kv_b, s, len);
-        let shape =
-            refops::HeadShape { n_heads: heads, n_kv_heads: heads, k_dim: qk, v_dim: v, scale: s.scale, window: None };
-        let mut want = vec![0.0f32; t * heads * v];
-        let mut absorbed = vec![0.0f32; t * heads * v];
-        for i in 0..t {
-            let (qi, out) = (&q[i * heads * qk..(i + 1) * heads * qk], i * heads * v..(i + 1) * heads * v);
-            refops::attention_with(qi, &keys, &values, shape, pos + i + 1, None, &mut want[out.clone()]);
-            refops::mla_absorbed(qi, &c, &kr, &kv_b, s, pos + i + 1, &mut absorbed[out]);
+            // Head-major with `ctx` rows per head, rows past `len` untouched (NaN).
+            let rows = |x: &[f32], d: usize| -> Vec<f32> {
+                (0..heads).flat_map(|h| x[h * ctx * d..(h * ctx + len) * d].to_vec()).collect()
+            };
+            assert!(k_got[(heads - 1) * ctx * qk + len * qk..].iter().all(|x| x.is_nan()), "rows past len written");
+            let f16_tol = if dtype == KvDtype::F16 { 2e-3 } else { TOL };
+            assert_close(
+                &format!("{c:?} decompressed keys"),
+                &rows(&k_got, qk),
+                &swap_outer(&keys, len, heads, qk),
+                f16_tol,
+            );
+            assert_close(
+                &format!("{c:?} decompressed values"),
+                &rows(&v_got, v),
+                &swap_outer(&values, len, heads, v),
+                f16_tol,
+            );
+            // The CPU attends exactly what the cache holds.
+            let (keys, values) =
+                (swap_outer(&rows(&k_got, qk), heads, len, qk), swap_outer(&rows(&v_got, v), heads, len, v));
+            (kc, vc, keys, values)
         }
-        let what = format!("mla heads={heads} rank={rank} nope={nope} rope={rope} v={v} T={t} pos={pos} {dtype:?}");
-        assert_close(&format!("{what} GPU"), &got, &want, TOL);
-        assert_close(&format!("{what} CPU absorbed"), &absorbed, &want, TOL);
+    };
+    let view = match cache {
+        MlaCacheKind::Latent => MlaCacheView::Latent(LatentCache { c: &a, k_rope: &b, dtype }),
+        MlaCacheKind::Decompressed => {
+            MlaCacheView::Decompressed(DecompressedCache { k: &a, v: &b, context: ctx, dtype })
+        }
+    };
+    let io = MlaIo { q: &qb, cache: view, kv_b: &wb, out: &ob, partial: &partial };
+    let op = MlaAttention::new(&gpu, &step.buffer, io, heads, &m, split_len);
+    let merge_latent =
+        MlaMerge::new(&gpu, &step.buffer, MlaMergeIo { partial: &partial, kv_b: &wb, out: &ob }, heads, &m, split_len);
+    let merge_plain = AttentionMerge::new(&gpu, &step.buffer, (&partial, &ob), None, pheads, split_len);
+    step.set(&gpu, t, pos);
+    submit(&gpu, |pass| {
+        op.record(&gpu, pass, t, len);
+        if is_split(t, len, split_len) {
+            match cache {
+                MlaCacheKind::Latent => merge_latent.record(&gpu, pass),
+                MlaCacheKind::Decompressed => merge_plain.record(&gpu, pass),
+            }
+        }
+    });
+    let got = read_f32(&gpu, &ob, t * heads * v);
+
+    let shape =
+        refops::HeadShape { n_heads: heads, n_kv_heads: heads, k_dim: qk, v_dim: v, scale: s.scale, window: None };
+    let mut want = vec![0.0f32; t * heads * v];
+    let mut absorbed = vec![0.0f32; t * heads * v];
+    for i in 0..t {
+        let (qi, out) = (&q[i * heads * qk..(i + 1) * heads * qk], i * heads * v..(i + 1) * heads * v);
+        refops::attention_with(qi, &keys, &values, shape, pos + i + 1, None, &mut want[out.clone()]);
+        refops::mla_absorbed(qi, &lat, &kr, &kv_b, s, pos + i + 1, &mut absorbed[out]);
+    }
+    assert_close(&format!("{c:?} GPU"), &got, &want, TOL);
+    if cache == MlaCacheKind::Latent {
+        assert_close(&format!("{c:?} CPU absorbed"), &absorbed, &want, TOL);
+    }
+}
+
+/// MLA attention over the latent cache (absorbed) and the decompressed cache, f32 and f16:
+/// decode and prefill across key tiles, odd head counts (head sets of four).
+#[test]
+fn mla_matches_decompressed_reference() {
+    use moestream::model::MlaCacheKind;
+    let mut seed = 77;
+    // (heads, rank, nope, rope, v, tokens, pos)
+    for &(heads, rank, nope, rope, v, t, pos) in &[
+        (4usize, 32usize, 16usize, 8usize, 16usize, 1usize, 70usize),
+        (3, 40, 8, 16, 24, 9, 60),
+        (2, 512, 32, 64, 16, 1, 5),
+        (6, 64, 24, 8, 32, 5, 130),
+    ] {
+        for dtype in [KvDtype::F32, KvDtype::F16] {
+            for cache in [MlaCacheKind::Latent, MlaCacheKind::Decompressed] {
+                seed += 1;
+                let c = MlaCase { heads, rank, nope, rope, v, t, pos, dtype, cache, split_len: 256 };
+                check_mla(c, seed);
+            }
+        }
+    }
+}
+
+/// Split-K MLA decode (partials merged by `mla_merge` over the latent cache, by
+/// `attention_merge` over the decompressed one) at lengths on both sides of every split
+/// boundary, against the single pass's CPU reference; f32 and f16 caches.
+#[test]
+fn mla_split_decode_around_every_split_boundary() {
+    use moestream::model::MlaCacheKind;
+    let mut seed = 900;
+    for len in [63usize, 64, 65, 127, 128, 129, 191, 192, 193, 250] {
+        for dtype in [KvDtype::F32, KvDtype::F16] {
+            for cache in [MlaCacheKind::Latent, MlaCacheKind::Decompressed] {
+                seed += 1;
+                let c = MlaCase {
+                    heads: 5,
+                    rank: 48,
+                    nope: 16,
+                    rope: 8,
+                    v: 24,
+                    t: 1,
+                    pos: len - 1,
+                    dtype,
+                    cache,
+                    split_len: 64,
+                };
+                check_mla(c, seed);
+            }
+        }
     }
 }

@@ -3,7 +3,7 @@
 use clap::Args;
 
 use super::model_args::default_model;
-use moestream::model::{ArchSpec, Checkpoint};
+use moestream::model::{ArchSpec, AttentionKind, Checkpoint, MlaCacheKind};
 use moestream::ops::KvDtype;
 use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
 use moestream::Result;
@@ -27,6 +27,16 @@ fn kv_cache_kind(spec: &ArchSpec) -> String {
         }
         None => format!("keys and values: 2 x {} KV heads x head_dim {}", spec.kv_heads, spec.head_dim),
     }
+}
+
+/// KV bytes per token (f16) of an MLA model with `--mla-cache decompressed`.
+fn decompressed_kv_f16(spec: &ArchSpec) -> Option<u64> {
+    let mut d = spec.clone();
+    match &mut d.attention {
+        AttentionKind::Mla(m) => m.cache = MlaCacheKind::Decompressed,
+        AttentionKind::Grouped => return None,
+    }
+    Some(d.kv_bytes_per_token(KvDtype::F16))
 }
 
 /// Runs `info`.
@@ -53,6 +63,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         "max_context": spec.max_positions,
         "kv_bytes_per_token_f16": kv_f16,
         "kv_bytes_per_token_f32": kv_f32,
+        "kv_bytes_per_token_decompressed_f16": decompressed_kv_f16(&spec),
         "moe_layers": moe_layers,
         "experts_per_layer": experts,
         "params_per_expert": expert_params,
@@ -78,6 +89,11 @@ pub fn run(a: InfoArgs) -> Result<()> {
             "KV cache          {kv_f16} bytes/token with --kv-dtype f16 (default), {kv_f32} with f32 ({})",
             kv_cache_kind(&spec)
         );
+        if let Some(d) = decompressed_kv_f16(&spec) {
+            println!(
+                "                  {d} bytes/token f16 with --mla-cache decompressed (every head's keys and values)"
+            );
+        }
         println!(
             "context           {} max ({} MiB of KV cache per sequence at the max, default dtype)",
             spec.max_positions,

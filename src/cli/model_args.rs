@@ -8,6 +8,7 @@ use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::GpuOptions;
 use moestream::model::decoder::RoutingMode;
+use moestream::model::MlaCacheKind;
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;
 use moestream::runtime::direct_io::DirectIo;
@@ -42,6 +43,15 @@ impl KvDtypeArg {
             KvDtypeArg::F32 => KvDtype::F32,
         }
     }
+}
+
+/// What MLA layers cache.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum MlaCacheArg {
+    /// The latent and the shared rotary key; absorbed attention (default).
+    Latent,
+    /// Every head's keys and values, as transformers caches them.
+    Decompressed,
 }
 
 /// Expert eviction policy.
@@ -133,6 +143,10 @@ pub struct ModelArgs {
     /// Element type of the KV cache.
     #[arg(long, value_enum, default_value = "f16")]
     pub kv_dtype: KvDtypeArg,
+    /// What MLA layers (DeepSeek-V2/V3) cache per position: the latent, or every head's
+    /// decompressed keys and values (more memory; for comparison).
+    #[arg(long, value_enum, default_value = "latent")]
+    pub mla_cache: MlaCacheArg,
     /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
     #[arg(long)]
     pub adapter: Option<String>,
@@ -201,6 +215,10 @@ impl ModelArgs {
         let mut o = base_options(&self.dir(), self.dtype)?;
         o.context = self.context;
         o.kv_dtype = self.kv_dtype.dtype();
+        o.mla_cache = match self.mla_cache {
+            MlaCacheArg::Latent => MlaCacheKind::Latent,
+            MlaCacheArg::Decompressed => MlaCacheKind::Decompressed,
+        };
         o.gpu = GpuOptions { adapter: self.adapter.clone(), ..Default::default() };
         o.budget = match (self.expert_slots, self.gpu_memory) {
             (Some(n), _) => ExpertBudget::Slots(n),

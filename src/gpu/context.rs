@@ -5,6 +5,7 @@
 //! Optional features (SUBGROUP, SHADER_F16, TIMESTAMP_QUERY) are requested when offered and the
 //! kernels fall back to shared-memory variants when they are missing.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,20 @@ use std::sync::{Arc, Mutex};
 use super::memory::GpuMemory;
 use super::profiler::Profiler;
 use crate::error::{Error, Result};
+
+thread_local! {
+    /// Bytes of GPU buffers allocated on this thread, through any context.
+    static THREAD_ALLOCATED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Runs `f` and returns its result with the bytes of GPU buffers it allocated (on this thread),
+/// for the owner of those buffers to give back with [`Gpu::release_allocation`] when it drops
+/// them.
+pub fn counting_allocations<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    let before = THREAD_ALLOCATED.with(Cell::get);
+    let out = f();
+    (out, THREAD_ALLOCATED.with(Cell::get) - before)
+}
 
 /// What the caller asks of the GPU context.
 #[derive(Clone, Debug, Default)]
@@ -250,13 +265,22 @@ impl Gpu {
         self.adapter.memory
     }
 
-    /// Bytes of GPU buffers allocated through this context so far.
+    /// Bytes of GPU buffers allocated through this context and not yet given back: models and
+    /// sequence caches give theirs back when dropped ([`Gpu::release_allocation`]), so a model
+    /// loaded after others were dropped on the same context plans with the memory they held.
     pub fn bytes_allocated(&self) -> u64 {
         self.allocated.load(Ordering::Relaxed)
     }
 
     pub(crate) fn count_allocation(&self, bytes: u64) {
         self.allocated.fetch_add(bytes, Ordering::Relaxed);
+        THREAD_ALLOCATED.with(|c| c.set(c.get() + bytes));
+    }
+
+    /// Gives back `bytes` of buffers their owner has dropped (measured with
+    /// [`counting_allocations`]).
+    pub fn release_allocation(&self, bytes: u64) {
+        let _ = self.allocated.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| Some(a.saturating_sub(bytes)));
     }
 
     /// Blocks until all submitted work has finished; reports a lost device, or an error wgpu
@@ -272,17 +296,25 @@ impl Gpu {
     }
 
     /// Runs `build`, which allocates GPU buffers, and turns an allocation the driver refuses
-    /// into [`Error::OutOfGpuMemory`] instead of a later failure.
+    /// into [`Error::OutOfGpuMemory`] (a buffer over the device's limits into [`Error::Gpu`])
+    /// instead of a later failure, leaving the context usable.
     pub fn catch_out_of_memory<T>(&self, build: impl FnOnce() -> Result<T>) -> Result<T> {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        // Validation errors (a buffer over the device's maximum) are caught too: left to the
+        // uncaptured handler they would fail every later wait on this context.
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let built = build();
-        match pollster::block_on(scope.pop()) {
-            Some(e) => Err(Error::OutOfGpuMemory {
+        let invalid = pollster::block_on(validation.pop());
+        match (pollster::block_on(scope.pop()), invalid, built) {
+            (Some(e), _, _) => Err(Error::OutOfGpuMemory {
                 allocated: self.bytes_allocated(),
                 available: self.adapter.memory.available,
                 message: e.to_string(),
             }),
-            None => built,
+            // The build's own error says more than the validation error it left behind.
+            (None, _, Err(e)) => Err(e),
+            (None, Some(e), Ok(_)) => Err(Error::Gpu(e.to_string())),
+            (None, None, built) => built,
         }
     }
 }

@@ -60,6 +60,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("argmax"),
     shader!("token_logprob"),
     shader!("prerouter_heads"),
+    shader!("mla_merge"),
+    shader!("mla_decompress"),
 ];
 
 /// The kernel files (everything in [`SOURCES`] that has an entry point).
@@ -153,6 +155,8 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("moe_combine", &["SHARED"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID"]),
     ("prerouter_heads", &["SCORES"]),
+    ("mla_attention", &["F16", "SPLIT", "DECOMPRESSED"]),
+    ("mla_decompress", &["F16"]),
 ];
 
 /// Every define combination of kernel `name`, with and without `SUBGROUPS`.

@@ -183,6 +183,14 @@ impl ArchSpec {
                 _ => if_present(&gate_up, &[n, 2 * inter, h])?,
             }
         }
+        // Gated DeltaNet: the in-projection (Qwen3.5's split or Qwen3-Next's fused) and
+        // out-projection of the first linear layer give the key and value widths.
+        if let Some((hy, first)) = self.hybrid.as_ref().zip((0..self.layers).find(|&i| self.is_linear_layer(i))) {
+            let lin = format!("{}.linear_attn", names::layer(first));
+            if_present(&format!("{lin}.in_proj_qkv.weight"), &[hy.conv_dim(), h])?;
+            if_present(&format!("{lin}.in_proj_qkvz.weight"), &[hy.conv_dim() + hy.value_dim(), h])?;
+            if_present(&format!("{lin}.out_proj.weight"), &[h, hy.value_dim()])?;
+        }
         Ok(())
     }
 }

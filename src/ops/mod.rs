@@ -14,6 +14,8 @@ pub mod kv_store;
 pub mod matmul;
 pub mod matrix;
 pub mod mla_attention;
+pub mod mla_decompress;
+pub mod mla_merge;
 pub mod moe_combine;
 pub mod prerouter_heads;
 pub mod rms_norm;

@@ -29,7 +29,7 @@ use crate::model::decoder::{
 };
 use crate::model::gguf::GgufModel;
 use crate::model::lora::LoraAdapter;
-use crate::model::{ArchSpec, Checkpoint};
+use crate::model::{ArchSpec, AttentionKind, Checkpoint, MlaCacheKind};
 use crate::ops::{KvDtype, WeightFormat};
 use crate::prerouter::heads_file::HEADS_FILE;
 use crate::store::{ExpertStore, IoMode, OpenOptions as StoreOpenOptions};
@@ -48,6 +48,9 @@ pub struct EngineOptions {
     pub context: Option<usize>,
     /// Element type of the KV caches.
     pub kv_dtype: KvDtype,
+    /// What MLA layers cache (DeepSeek-V2/V3): the latent (default) or every head's decompressed
+    /// keys and values; other models ignore it.
+    pub mla_cache: MlaCacheKind,
     /// Bytes all sessions' KV caches may take together; `None` = the memory left after
     /// weights, the expert budget and some headroom.
     pub kv_memory: Option<u64>,
@@ -116,6 +119,7 @@ impl EngineOptions {
             dense: WeightFormat::F16,
             context: None,
             kv_dtype: KvDtype::F16,
+            mla_cache: MlaCacheKind::Latent,
             kv_memory: None,
             max_batch: 64,
             gpu: GpuOptions::default(),
@@ -299,13 +303,16 @@ impl Engine {
             }
             None => None,
         };
-        let spec = match &converted {
+        let mut spec = match &converted {
             Some(m) => {
                 m.verify_files(dir, false)?;
                 m.arch.clone()
             }
             None => ArchSpec::from_dir(dir)?,
         };
+        if let AttentionKind::Mla(m) = &mut spec.attention {
+            m.cache = options.mla_cache;
+        }
         let (expert_format, dense_format) = match &converted {
             Some(m) => (m.expert_format(), m.dense_format()),
             None => match crate::model::mlx::params(dir)? {

@@ -111,15 +111,43 @@ fn config_json_through_engine() {
     });
 }
 
-#[test]
-fn config_json_of_qwen2_moe_through_engine() {
-    // Shared experts, sparse steps and dense layers: fields Mixtral has not.
-    let src = common::fixtures_dir().join("qwen2_moe");
+/// `cases` mutants (in CI) of fixture `name`'s `config.json` through the engine.
+fn fuzz_config_of(name: &str, cases: u32) {
+    let src = common::fixtures_dir().join(name);
     let original = std::fs::read(src.join("config.json")).unwrap();
-    fuzz("config.json/qwen2_moe/engine", 64, mutants(), |m| {
+    fuzz(&format!("config.json/{name}/engine"), cases, mutants(), |m| {
         let dir = dir_with(&src, "config.json", &mutate_json_text(&original, &m));
         guarded(move || load_and_score(dir.path(), |_| {}))
     });
+}
+
+#[test]
+fn config_json_of_qwen2_moe_through_engine() {
+    // Shared experts, sparse steps and dense layers: fields Mixtral has not.
+    fuzz_config_of("qwen2_moe", 64);
+}
+
+#[test]
+fn config_json_of_hybrid_models_through_engine() {
+    // Qwen3-Next's `layer_types` / `full_attention_interval`, the `linear_*` DeltaNet sizes,
+    // gated attention; Qwen3.5-MoE's `text_config` nesting and `mrope_section`.
+    fuzz_config_of("qwen3_next", 32);
+    fuzz_config_of("qwen3_5_moe", 32);
+}
+
+#[test]
+fn config_json_with_sliding_windows_through_engine() {
+    // Mixtral's `sliding_window`; Qwen2's `use_sliding_window`, `max_window_layers`, `layer_types`.
+    fuzz_config_of("mixtral_swa", 32);
+    fuzz_config_of("qwen2_swa", 32);
+}
+
+#[test]
+fn config_json_of_mla_families_through_engine() {
+    // MLA sizes, YaRN blocks, group-limited and sigmoid routing, dense-first layers.
+    fuzz_config_of("deepseek_v2", 32);
+    fuzz_config_of("deepseek_v3", 32);
+    fuzz_config_of("glm4_moe", 32);
 }
 
 #[test]
@@ -164,8 +192,22 @@ const STORE_U64: [usize; 9] = [16, 48, 56, 64, 72, 88, 96, 112, 136];
 #[derive(Clone, Debug)]
 enum StoreMutant {
     Raw(Vec<mutate::ByteMutation>),
-    Field { at: usize, wide: bool, value: u64 },
-    Index { entry: usize, part: usize, value: u64 },
+    Field {
+        at: usize,
+        wide: bool,
+        value: u64,
+    },
+    Index {
+        entry: usize,
+        part: usize,
+        value: u64,
+    },
+    /// A GGUF store's type table: one layer's gate/up (`part` 0) or down (1) ggml type.
+    Types {
+        layer: usize,
+        part: usize,
+        value: u32,
+    },
 }
 
 fn store_mutants() -> impl Strategy<Value = StoreMutant> {
@@ -174,13 +216,17 @@ fn store_mutants() -> impl Strategy<Value = StoreMutant> {
         1 => mutate::byte_mutations().prop_map(StoreMutant::Raw),
         2 => (any::<usize>(), any::<bool>(), values()).prop_map(|(at, wide, value)| StoreMutant::Field { at, wide, value }),
         1 => (any::<usize>(), 0usize..3, values()).prop_map(|(entry, part, value)| StoreMutant::Index { entry, part, value }),
+        1 => (any::<usize>(), 0usize..2, prop::sample::select(vec![0u32, 1, 2, 8, 12, 13, 14, 39, 40, 1000, u32::MAX]))
+            .prop_map(|(layer, part, value)| StoreMutant::Types { layer, part, value }),
     ]
 }
 
 fn mutate_store(file: &[u8], m: &StoreMutant) -> Vec<u8> {
     let u32_at = |o: usize| u32::from_le_bytes(file[o..o + 4].try_into().unwrap()) as usize;
     let (layers, experts) = (u32_at(24), u32_at(28));
-    let region = 160 + 4 * layers + 20 * layers * experts + 4;
+    // Version 2 (GGUF-typed) stores have a type table (two u32 per layer) after the index.
+    let types_at = 160 + 4 * layers + 20 * layers * experts;
+    let region = types_at + if u32_at(8) == 2 { 8 * layers } else { 0 } + 4;
     let mut b = file.to_vec();
     match *m {
         StoreMutant::Raw(ref raw) => {
@@ -200,6 +246,14 @@ fn mutate_store(file: &[u8], m: &StoreMutant) -> Vec<u8> {
             let width = if part == 2 { 4 } else { 8 };
             b[o..o + width].copy_from_slice(&value.to_le_bytes()[..width]);
         }
+        StoreMutant::Types { layer, part, value } => {
+            // A uniform store has no type table: the word before the region crc instead.
+            let o = match region - 4 > types_at {
+                true => types_at + 8 * (layer % layers) + 4 * part,
+                false => region - 8,
+            };
+            b[o..o + 4].copy_from_slice(&value.to_le_bytes());
+        }
     }
     let crc = crc32fast::hash(&b[..156]);
     b[156..160].copy_from_slice(&crc.to_le_bytes());
@@ -214,6 +268,21 @@ fn expert_store_header_through_engine() {
     let src = conv.path().join("m");
     let original = std::fs::read(src.join("experts.bin")).unwrap();
     fuzz("experts.bin/engine", 64, store_mutants(), |m| {
+        let dir = dir_with(&src, "experts.bin", &mutate_store(&original, &m));
+        guarded(move || load_and_score(dir.path(), |o| o.budget = ExpertBudget::Slots(4)))
+    });
+}
+
+#[test]
+fn gguf_typed_expert_store_header_through_engine() {
+    // A version-2 store: Q4_K_M's experts kept in their ggml types, per layer (Q6_K or Q4_K down).
+    let gguf = common::fixtures_dir().join("gguf").join("qwen3_moe-q4km-mixed.gguf");
+    let out = TempDir::new("fuzz-converted-gguf");
+    let src = out.path().join("m");
+    convert(&gguf, &src, &ConvertOptions::default(), &mut |_| {}).unwrap();
+    let original = std::fs::read(src.join("experts.bin")).unwrap();
+    assert_eq!(original[8], 2, "a GGUF-typed store is version 2");
+    fuzz("experts.bin/v2/engine", 64, store_mutants(), |m| {
         let dir = dir_with(&src, "experts.bin", &mutate_store(&original, &m));
         guarded(move || load_and_score(dir.path(), |o| o.budget = ExpertBudget::Slots(4)))
     });
@@ -512,6 +581,17 @@ fn regression_huge_intermediate_of_qwen2_moe() {
         let e = config_case("qwen2_moe", field, json!(1u64 << 32));
         assert!(e.contains(field) && e.contains("4294967296"), "{e}");
     }
+}
+
+#[test]
+fn regression_huge_linear_head_dim_poisoned_the_gpu_context() {
+    // linear_value_head_dim 2^31: a 2 TiB activation buffer was created before the DeltaNet's
+    // tensors were checked; wgpu's validation error went to the uncaptured handler, and every
+    // later load on that context failed (the long fuzz runs refused all mutants after it). Now
+    // the tensors are checked first, and the same load still works afterwards.
+    let e = config_case("qwen3_5_moe", "linear_value_head_dim", json!(1u64 << 31));
+    assert!(e.contains("in_proj_qkv") && e.contains("has shape"), "{e}");
+    load_and_score(&common::fixtures_dir().join("qwen3_5_moe"), |_| {}).expect("the context still works");
 }
 
 #[test]

@@ -35,6 +35,24 @@ pub struct MlaSpec {
     /// The attention logits' scale: `qk_head_dim^-0.5`, times `mscale(factor, mscale_all_dim)^2`
     /// when the RoPE block is scaled and has `mscale_all_dim` (DeepSeek's YaRN correction).
     pub softmax_scale: f32,
+    /// What the engine caches per position (`EngineOptions::mla_cache`; never read from a
+    /// config nor serialised, so [`super::ArchSpec::hash`] does not depend on it).
+    #[serde(skip)]
+    pub cache: MlaCacheKind,
+}
+
+/// What an MLA layer's KV cache holds per position.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MlaCacheKind {
+    /// The normalised latent and the shared rotary key (`kv_lora_rank + qk_rope_head_dim`
+    /// values); attention runs in the absorbed form.
+    #[default]
+    Latent,
+    /// Every head's key (`qk_nope_head_dim + qk_rope_head_dim`) and value (`v_head_dim`),
+    /// decompressed from the latent by `kv_b_proj` as transformers caches them; attention runs
+    /// as plain multi-head attention (a benchmark and cross-check of the latent cache).
+    Decompressed,
 }
 
 impl MlaSpec {
@@ -43,9 +61,18 @@ impl MlaSpec {
         self.qk_nope_head_dim + self.qk_rope_head_dim
     }
 
-    /// Values cached per position and layer: the latent and the shared rotary key.
+    /// Width of `kv_a_proj_with_mqa`'s output: the latent and the shared rotary key.
     pub fn latent_width(&self) -> usize {
         self.kv_lora_rank + self.qk_rope_head_dim
+    }
+
+    /// Values cached per position and layer: the latent and the shared rotary key, or with
+    /// [`MlaCacheKind::Decompressed`] every head's key and value for `n_heads` heads.
+    pub fn cached_width(&self, n_heads: usize) -> usize {
+        match self.cache {
+            MlaCacheKind::Latent => self.latent_width(),
+            MlaCacheKind::Decompressed => n_heads * (self.qk_head_dim() + self.v_head_dim),
+        }
     }
 }
 
@@ -88,5 +115,6 @@ pub(super) fn parse_mla(cfg: &Value) -> Result<MlaSpec> {
         qk_rope_head_dim,
         v_head_dim,
         softmax_scale: scale as f32,
+        cache: MlaCacheKind::Latent,
     })
 }

@@ -17,7 +17,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use attention::{AttentionKind, MlaSpec};
+pub use attention::{AttentionKind, MlaCacheKind, MlaSpec};
 pub use hybrid::{HybridSpec, MAX_CONV_KERNEL, MAX_LINEAR_KEY_DIM};
 pub use moe::{ExpertAct, MoeSpec};
 pub use rope::{yarn_mscale, RopeScaling, RopeSpec};
@@ -346,11 +346,11 @@ impl ArchSpec {
     }
 
     /// Bytes one sequence's cache holds per token over all layers with caches in `dtype`: every
-    /// key and value head for grouped attention; for MLA the latent and the shared rotary key.
+    /// key and value head for grouped attention; for MLA what [`MlaSpec::cached_width`] says.
     /// The one KV-size computation: sessions, the KV budget, the expert budget and `info` use it.
     pub fn kv_bytes_per_token(&self, dtype: crate::ops::KvDtype) -> u64 {
         let per_layer = match &self.attention {
-            AttentionKind::Mla(m) => m.latent_width() * dtype.bytes(),
+            AttentionKind::Mla(m) => m.cached_width(self.heads) * dtype.bytes(),
             AttentionKind::Grouped => 2 * self.kv_dim() * dtype.bytes(),
         };
         let cached_layers = self.hybrid.as_ref().map_or(self.layers, HybridSpec::full_attention_layers);

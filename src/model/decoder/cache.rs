@@ -14,13 +14,15 @@ use std::sync::Arc;
 
 use super::{Attn, GpuModel};
 use crate::error::{Error, Result};
+use crate::gpu::context::counting_allocations;
 use crate::gpu::Gpu;
-use crate::model::{ArchSpec, MlaSpec};
+use crate::model::{ArchSpec, MlaCacheKind, MlaSpec};
 use crate::ops::attention::{is_split, Attention, AttentionIo, Heads, KeyRange};
 use crate::ops::causal_conv1d::{CausalConv1d, ConvShape};
 use crate::ops::gated_delta_rule::{DeltaIo, GatedDeltaRule};
 use crate::ops::kv_store::{KvChunk, KvDtype, KvStore};
-use crate::ops::mla_attention::{LatentCache, MlaAttention, MlaIo};
+use crate::ops::mla_attention::{DecompressedCache, LatentCache, MlaAttention, MlaCacheView, MlaIo};
+use crate::ops::mla_decompress::{DecompressIn, MlaDecompress};
 
 /// GPU memory set aside for the caches of every live sequence: caches reserve their bytes when
 /// created and give them back when dropped.
@@ -62,6 +64,8 @@ pub struct SequenceCache {
     layers: Vec<LayerCache>,
     bytes: u64,
     ledger: Arc<KvLedger>,
+    /// The context the caches were allocated on and the bytes they took, given back on drop.
+    allocation: (Arc<Gpu>, u64),
     /// Positions the linear-attention states hold (`usize::MAX` after a failed step: unknown).
     state_len: AtomicUsize,
 }
@@ -91,14 +95,22 @@ pub struct GroupedCache {
     chunks: Vec<GroupedChunk>,
 }
 
-/// The latent cache of one MLA layer: normalised latents `[context, kv_lora_rank]` and rotated
-/// rotary keys `[context, qk_rope_head_dim]`, in the KV dtype (`--kv-dtype`, f16 by default), with
-/// the store of the step's rows (`acts.k`, `acts.v`) and the absorbed attention reading them.
+/// The cache of one MLA layer, in the KV dtype (`--kv-dtype`, f16 by default): normalised
+/// latents `[context, kv_lora_rank]` and rotated rotary keys `[context, qk_rope_head_dim]`
+/// (absorbed attention), or with [`MlaCacheKind::Decompressed`] every head's keys and values;
+/// with the store of the step's rows (`acts.k`, `acts.v`) and the attention reading them.
 pub struct MlaCache {
-    store: KvStore,
+    store: MlaStore,
     attention: MlaAttention,
-    _c: wgpu::Buffer,
-    _k_rope: wgpu::Buffer,
+    _buffers: [wgpu::Buffer; 2],
+}
+
+/// How a step's latent gets into an MLA cache.
+enum MlaStore {
+    /// Copied (and converted to the cache's element type).
+    Latent(KvStore),
+    /// Decompressed into every head's key and value.
+    Decompressed(MlaDecompress),
 }
 
 struct GroupedChunk {
@@ -173,6 +185,7 @@ impl SequenceCache {
 impl Drop for SequenceCache {
     fn drop(&mut self) {
         self.ledger.release(self.bytes);
+        self.allocation.0.release_allocation(self.allocation.1);
     }
 }
 
@@ -190,8 +203,11 @@ impl LayerCache {
                 }
             }
             LayerCache::Mla(m) => {
-                m.store.record(gpu, pass, n);
-                m.attention.record(gpu, pass, n);
+                match &m.store {
+                    MlaStore::Latent(s) => s.record(gpu, pass, n),
+                    MlaStore::Decompressed(s) => s.record(gpu, pass, n),
+                }
+                m.attention.record(gpu, pass, n, kv_len);
             }
             LayerCache::Linear(l) => {
                 l.conv.record(gpu, pass);
@@ -218,10 +234,14 @@ fn heads_per_chunk(heads: Heads, context: usize, dtype: KvDtype, max_binding: u6
 pub(super) fn check_layout(spec: &ArchSpec, context: usize, dtype: KvDtype, max_binding: u64) -> Result<()> {
     match spec.mla() {
         Some(m) => {
-            let bytes = (context * m.kv_lora_rank * dtype.bytes()) as u64;
+            let (what, width) = match m.cache {
+                MlaCacheKind::Latent => ("latent", m.kv_lora_rank),
+                MlaCacheKind::Decompressed => ("decompressed key", spec.heads * m.qk_head_dim()),
+            };
+            let bytes = (context * width * dtype.bytes()) as u64;
             if bytes > max_binding {
                 return Err(Error::UnsupportedConfig(format!(
-                    "a context of {context} positions needs a {bytes}-byte MLA latent cache, over the binding limit {max_binding}"
+                    "a context of {context} positions needs a {bytes}-byte MLA {what} cache, over the binding limit {max_binding}"
                 )));
             }
             Ok(())
@@ -250,27 +270,31 @@ impl GpuModel {
             None => heads_per_chunk(heads, context, dtype, gpu.caps.max_binding)?,
         };
         self.kv_ledger.reserve(bytes)?;
-        let layers = self
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(i, layer)| match &layer.attn {
-                Attn::Mla(a) => {
-                    LayerCache::Mla(self.mla_cache(spec.mla().expect("MLA layers imply an MLA spec"), &a.kv_b))
-                }
-                Attn::Grouped(a) => {
-                    LayerCache::Grouped(self.grouped_cache(per_chunk, spec.window(i), a.sinks.as_ref().map(|s| &s.0)))
-                }
-                Attn::Linear(a) => LayerCache::Linear(
-                    self.linear_cache(spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"), a),
-                ),
-            })
-            .collect();
+        let (layers, allocated) = counting_allocations(|| {
+            self.layers
+                .iter()
+                .enumerate()
+                .map(|(i, layer)| match &layer.attn {
+                    Attn::Mla(a) => {
+                        LayerCache::Mla(self.mla_cache(spec.mla().expect("MLA layers imply an MLA spec"), &a.kv_b))
+                    }
+                    Attn::Grouped(a) => LayerCache::Grouped(self.grouped_cache(
+                        per_chunk,
+                        spec.window(i),
+                        a.sinks.as_ref().map(|s| &s.0),
+                    )),
+                    Attn::Linear(a) => LayerCache::Linear(
+                        self.linear_cache(spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"), a),
+                    ),
+                })
+                .collect()
+        });
         Ok(SequenceCache {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             layers,
             bytes,
             ledger: self.kv_ledger.clone(),
+            allocation: (self.gpu.clone(), allocated),
             state_len: AtomicUsize::new(0),
         })
     }
@@ -337,22 +361,41 @@ impl GpuModel {
         GroupedCache { chunks }
     }
 
-    /// One MLA layer's latent cache (shape `m`), its attention reading `kv_b` (the layer's f32
-    /// `kv_b_proj`).
+    /// One MLA layer's cache (shape `m`, in the form `m.cache` says), its store and attention
+    /// reading `kv_b` (the layer's f32 `kv_b_proj`).
     fn mla_cache(&self, m: &MlaSpec, kv_b: &wgpu::Buffer) -> MlaCache {
         let gpu = &*self.gpu;
+        let step = &self.step.buffer;
         let (context, dtype) = (self.options.context, self.options.kv_dtype);
-        let (rank, rope) = (m.kv_lora_rank, m.qk_rope_head_dim);
-        let c = gpu.storage("mla latent cache", (context * rank * dtype.bytes()) as u64);
-        let k_rope = gpu.storage("mla rope key cache", (context * rope * dtype.bytes()) as u64);
+        let (rank, rope, heads) = (m.kv_lora_rank, m.qk_rope_head_dim, self.spec.heads);
         let acts = &self.acts;
-        // The latent is one "head" of `rank` keys, the rotary key one of `rope` values.
-        let chunk = KvChunk { k: &c, v: &k_rope, kv_head0: 0, heads: 1, context, dtype };
-        let store = KvStore::new(gpu, &self.step.buffer, (&acts.k, &acts.v), chunk, 1, (rank, rope));
-        let cache = LatentCache { c: &c, k_rope: &k_rope, dtype };
-        let io = MlaIo { q: &acts.q, cache, kv_b, out: &acts.attn };
-        let attention = MlaAttention::new(gpu, &self.step.buffer, io, self.spec.heads, m);
-        MlaCache { store, attention, _c: c, _k_rope: k_rope }
+        let (a, b) = match m.cache {
+            MlaCacheKind::Latent => (
+                gpu.storage("mla latent cache", (context * rank * dtype.bytes()) as u64),
+                gpu.storage("mla rope key cache", (context * rope * dtype.bytes()) as u64),
+            ),
+            MlaCacheKind::Decompressed => (
+                gpu.storage("mla key cache", (heads * context * m.qk_head_dim() * dtype.bytes()) as u64),
+                gpu.storage("mla value cache", (heads * context * m.v_head_dim * dtype.bytes()) as u64),
+            ),
+        };
+        let (store, cache) = match m.cache {
+            MlaCacheKind::Latent => {
+                // The latent is one "head" of `rank` keys, the rotary key one of `rope` values.
+                let chunk = KvChunk { k: &a, v: &b, kv_head0: 0, heads: 1, context, dtype };
+                let store = KvStore::new(gpu, step, (&acts.k, &acts.v), chunk, 1, (rank, rope));
+                (MlaStore::Latent(store), MlaCacheView::Latent(LatentCache { c: &a, k_rope: &b, dtype }))
+            }
+            MlaCacheKind::Decompressed => {
+                let cache = DecompressedCache { k: &a, v: &b, context, dtype };
+                let input = DecompressIn { c: &acts.k, k_rope: &acts.v, kv_b };
+                let store = MlaDecompress::new(gpu, step, input, cache, heads, m);
+                (MlaStore::Decompressed(store), MlaCacheView::Decompressed(cache))
+            }
+        };
+        let io = MlaIo { q: &acts.q, cache, kv_b, out: &acts.attn, partial: &acts.attn_partial };
+        let attention = MlaAttention::new(gpu, step, io, heads, m, self.split_len);
+        MlaCache { store, attention, _buffers: [a, b] }
     }
 
     /// Whether `cache` was made by this model (its kernels are bound to this model's buffers).
@@ -369,14 +412,18 @@ impl GpuModel {
         n: usize,
         kv_len: usize,
     ) {
-        let merge = match &self.layers[layer].attn {
-            Attn::Grouped(a) => a.sinks.as_ref().map_or(&self.attention_merge, |s| &s.1),
-            _ => &self.attention_merge,
-        };
-        let layer = cache.layer(layer);
-        layer.record(&self.gpu, pass, n, kv_len);
-        if matches!(layer, LayerCache::Grouped(_)) && is_split(n, kv_len, self.split_len) {
-            merge.record(&self.gpu, pass);
+        let (cached, attn) = (cache.layer(layer), &self.layers[layer].attn);
+        cached.record(&self.gpu, pass, n, kv_len);
+        if !is_split(n, kv_len, self.split_len) {
+            return;
+        }
+        match (cached, attn) {
+            (LayerCache::Linear(_), _) => {}
+            // The latent cache's merge applies the layer's `W_UV`.
+            (_, Attn::Mla(a)) if a.merge.is_some() => a.merge.iter().for_each(|m| m.record(&self.gpu, pass)),
+            // Attention sinks (gpt-oss) have their own merge.
+            (_, Attn::Grouped(a)) => a.sinks.as_ref().map_or(&self.attention_merge, |s| &s.1).record(&self.gpu, pass),
+            _ => self.attention_merge.record(&self.gpu, pass),
         }
     }
 }

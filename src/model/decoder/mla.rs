@@ -1,14 +1,16 @@
 //! The MLA attention kind on the GPU, its shared part: queries (direct or through the compressed
 //! `q_a`/`q_b` pair), the step's latent in `acts.k` (normalised) and rotary key in `acts.v`
-//! (rotated), and `o_proj`. The latent cache, the store into it and the absorbed attention
-//! kernel are per session ([`super::cache::MlaCache`]).
+//! (rotated), the merge of split decode attention over the latent cache (it applies the layer's
+//! `W_UV`), and `o_proj`. The cache, the store into it and the attention kernel are per session
+//! ([`super::cache::MlaCache`]).
 
 use super::{Activations, Builder};
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::model::layer_weights::{MlaQuery, MlaWeights, MLA_NORM_EPS};
-use crate::model::{ArchSpec, HostTensor, MlaSpec};
+use crate::model::{ArchSpec, HostTensor, MlaCacheKind, MlaSpec};
 use crate::ops::matmul::{MatMul, MatMulOut};
+use crate::ops::mla_merge::{MlaMerge, MlaMergeIo};
 use crate::ops::rms_norm::{NormRows, RmsNorm};
 use crate::ops::rope::{Rope, RopeLayout};
 
@@ -28,8 +30,11 @@ pub(super) struct MlaAttn {
     kv_rope: MatMul,
     rope_q: Rope,
     rope_k: Rope,
-    /// `kv_b_proj` in f32, which the absorbed attention kernel reads itself.
+    /// `kv_b_proj` in f32, which the attention kernels read themselves.
     pub(super) kv_b: wgpu::Buffer,
+    /// Split decode's merge over the latent cache (the decompressed cache's needs no weights:
+    /// the model's shared attention merge).
+    pub(super) merge: Option<MlaMerge>,
     pub(super) o: MatMul,
 }
 
@@ -41,7 +46,7 @@ fn rows(t: &HostTensor, start: usize, n: usize) -> HostTensor {
 
 impl Builder<'_> {
     /// Binds layer MLA block `w` of `spec`, reading `acts.hn` and adding into `acts.x`; `tables`
-    /// the RoPE cos/sin tables.
+    /// the RoPE cos/sin tables; split decode attention runs splits of `split_len` keys.
     pub(super) fn mla(
         &mut self,
         spec: &ArchSpec,
@@ -49,6 +54,7 @@ impl Builder<'_> {
         w: &MlaWeights,
         acts: &Activations,
         tables: (&wgpu::Buffer, &wgpu::Buffer),
+        split_len: usize,
     ) -> Result<MlaAttn> {
         let (gpu, step) = (self.gpu, self.step);
         let qd = spec.q_dim();
@@ -87,9 +93,13 @@ impl Builder<'_> {
         let rope_q = Rope::new(gpu, step, tables, &acts.q, &spec.rope, q_layout);
         let rope_k = Rope::new(gpu, step, tables, &acts.v, &spec.rope, RopeLayout::heads(1, rope, false));
         let kv_b = gpu.upload("mla kv_b", bytemuck::cast_slice(&w.kv_b.data));
+        let merge = (m.cache == MlaCacheKind::Latent).then(|| {
+            let io = MlaMergeIo { partial: &acts.attn_partial, kv_b: &kv_b, out: &acts.attn };
+            MlaMerge::new(gpu, step, io, spec.heads, m, split_len)
+        });
         let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(spec.hidden) };
         let o = self.matmul("attention", &w.o, None, &acts.attn, &acts.x, o_out)?;
-        Ok(MlaAttn { q, kv_c, kv_norm, kv_rope, rope_q, rope_k, kv_b, o })
+        Ok(MlaAttn { q, kv_c, kv_norm, kv_rope, rope_q, rope_k, kv_b, merge, o })
     }
 }
 

@@ -23,10 +23,11 @@ use crate::experts::predictor::{PredictedRouting, PrefetchKind};
 use crate::experts::residency::ExpertResidency;
 use crate::experts::source::ExpertSource;
 use crate::experts::{SlotArena, SlotTable};
+use crate::gpu::context::counting_allocations;
 use crate::gpu::{Gpu, Readback, StepUniform};
 use crate::model::layer_weights::{self, AttentionBlock, FfnWeights, MlpWeights};
 use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
-use crate::model::{ArchSpec, Checkpoint, HostTensor, MoeSpec, QkNorm, RoutingKind};
+use crate::model::{ArchSpec, Checkpoint, HostTensor, MlaCacheKind, MoeSpec, QkNorm, RoutingKind};
 use crate::ops::argmax::Argmax;
 use crate::ops::attention::{partial_bytes, split_len, Heads};
 use crate::ops::attention_merge::AttentionMerge;
@@ -34,6 +35,7 @@ use crate::ops::embed::Embed;
 use crate::ops::experts::{ExpertFfn, ExpertIo, ExpertPrefill};
 use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::matrix::naming;
+use crate::ops::mla_attention;
 use crate::ops::moe_combine::MoeCombine;
 use crate::ops::rms_norm::{NormRows, RmsNorm};
 use crate::ops::rope::{Rope, RopeLayout};
@@ -268,6 +270,8 @@ pub struct GpuModel {
     /// Keys per split of decode attention.
     split_len: usize,
     attention_merge: AttentionMerge,
+    /// GPU bytes the model allocated, given back to the context when it is dropped.
+    allocated: u64,
     kv_ledger: Arc<cache::KvLedger>,
     /// The sequence and position the last step ended at (the prerouter's history belongs to it).
     last_step_end: Mutex<Option<(u64, usize)>>,
@@ -281,8 +285,29 @@ pub struct GpuModel {
     prerouter: Option<prerouter::DecoderPrerouter>,
 }
 
+impl Drop for GpuModel {
+    fn drop(&mut self) {
+        self.gpu.release_allocation(self.allocated);
+    }
+}
+
 fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
     gpu.upload(label, bytemuck::cast_slice(&t.data))
+}
+
+/// The heads split decode attention leaves partials for: grouped attention's, or every MLA
+/// query head with the width its cache accumulates (the latent's rank, or the value head).
+fn partial_heads(spec: &ArchSpec) -> Heads {
+    match spec.mla() {
+        Some(m) => mla_attention::partial_heads(
+            spec.heads,
+            match m.cache {
+                MlaCacheKind::Latent => m.kv_lora_rank,
+                MlaCacheKind::Decompressed => m.v_head_dim,
+            },
+        ),
+        None => Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim },
+    }
 }
 
 /// Checks the limits of the kernels against a spec.
@@ -294,12 +319,20 @@ fn check_supported(spec: &ArchSpec) -> Result<()> {
         )));
     }
     if let Some(m) = spec.mla() {
-        use crate::ops::mla_attention::{MAX_RANK, MAX_ROPE};
+        use crate::ops::mla_attention::{MAX_DECOMPRESSED_DIM, MAX_RANK, MAX_ROPE};
         // The cache store writes the latent and the rotary key in pairs.
         if m.kv_lora_rank > MAX_RANK || m.qk_rope_head_dim > MAX_ROPE || !m.kv_lora_rank.is_multiple_of(2) {
             return Err(Error::UnsupportedConfig(format!(
                 "MLA kv_lora_rank {} / qk_rope_head_dim {} odd or above the kernel's {MAX_RANK} / {MAX_ROPE}",
                 m.kv_lora_rank, m.qk_rope_head_dim
+            )));
+        }
+        // The decompressed cache stores every head's key and value rows in pairs.
+        let dims = [("qk_nope_head_dim", m.qk_nope_head_dim), ("v_head_dim", m.v_head_dim)];
+        let odd = dims.into_iter().find(|(_, n)| !n.is_multiple_of(2) || *n > MAX_DECOMPRESSED_DIM);
+        if let (MlaCacheKind::Decompressed, Some((what, n))) = (m.cache, odd) {
+            return Err(Error::UnsupportedConfig(format!(
+                "a decompressed MLA cache needs an even {what} up to {MAX_DECOMPRESSED_DIM}, not {n}"
             )));
         }
     }
@@ -432,6 +465,28 @@ impl GpuModel {
         options: DecoderOptions,
         lora: Option<&LoraAdapter>,
     ) -> Result<GpuModel> {
+        let (model, bytes) =
+            counting_allocations(|| GpuModel::build(gpu.clone(), spec, ckpt, expert_source, options, lora));
+        match model {
+            Ok(mut m) => {
+                m.allocated = bytes;
+                Ok(m)
+            }
+            Err(e) => {
+                gpu.release_allocation(bytes);
+                Err(e)
+            }
+        }
+    }
+
+    fn build(
+        gpu: Arc<Gpu>,
+        spec: &ArchSpec,
+        ckpt: &Checkpoint,
+        expert_source: Option<Arc<dyn ExpertSource>>,
+        options: DecoderOptions,
+        lora: Option<&LoraAdapter>,
+    ) -> Result<GpuModel> {
         check_supported(spec)?;
         if lora.is_some() && spec.hybrid.is_some() {
             return Err(Error::UnsupportedConfig(
@@ -452,7 +507,7 @@ impl GpuModel {
         let expert_inter = moe.as_ref().map_or(8, |m| m.expert_intermediate);
         let n_experts = moe.as_ref().map_or(1, |m| m.num_experts);
         let f = |n: usize| (n * 4) as u64;
-        let heads = Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim };
+        let heads = partial_heads(spec);
         cache::check_layout(spec, options.context, options.kv_dtype, gpu.caps.max_binding)?;
         let split_len = split_len(heads, options.context, gpu.caps.max_binding);
         // The in-projection, conv and value widths of a hybrid model's DeltaNet layers.
@@ -568,7 +623,9 @@ impl GpuModel {
                 ),
             };
             let attn = match (&w.attn, spec.mla()) {
-                (AttentionBlock::Mla(mw), Some(m)) => Attn::Mla(Box::new(bld.mla(spec, m, mw, &acts, (&cos, &sin))?)),
+                (AttentionBlock::Mla(mw), Some(m)) => {
+                    Attn::Mla(Box::new(bld.mla(spec, m, mw, &acts, (&cos, &sin), split_len)?))
+                }
                 (AttentionBlock::Linear(lw), _) => {
                     let hy = spec.hybrid.as_ref().expect("linear weights are only read for a hybrid spec");
                     Attn::Linear(Box::new(bld.linear_attn(spec, hy, lw, &acts)?))
@@ -779,6 +836,7 @@ impl GpuModel {
             routing_readback,
             split_len,
             attention_merge,
+            allocated: 0,
             kv_ledger: cache::KvLedger::new(options.kv_budget),
             last_step_end: Mutex::new(None),
             _buffers: buffers,
