@@ -202,10 +202,10 @@ fn the_field_walker_reads_the_whole_header() {
     assert!(header <= file.len() && file[header..header.next_multiple_of(32)].iter().all(|&b| b == 0));
 }
 
-#[test]
-fn gguf_file_through_engine() {
-    let original = std::fs::read(gguf_fixture("qwen3_moe.gguf")).unwrap();
-    fuzz("qwen3_moe.gguf/engine", 96, gguf_mutants(), |m| {
+/// `cases` mutants (in CI) of the GGUF fixture `name` through the engine.
+fn fuzz_gguf_of(name: &str, cases: u32) {
+    let original = std::fs::read(gguf_fixture(name)).unwrap();
+    fuzz(&format!("{name}/engine"), cases, gguf_mutants(), |m| {
         let dir = TempDir::new("fuzz-gguf");
         let path = dir.path().join("m.gguf");
         std::fs::write(&path, mutate_gguf(&original, &m)).unwrap();
@@ -214,6 +214,26 @@ fn gguf_file_through_engine() {
             run(&path, &m)
         })
     });
+}
+
+#[test]
+fn gguf_file_through_engine() {
+    fuzz_gguf_of("qwen3_moe.gguf", 96);
+}
+
+#[test]
+fn gguf_files_of_the_newer_architectures_through_engine() {
+    // Metadata read through the Hugging Face config parser: MLA and YaRN keys, GLM's partial
+    // rotary, gpt-oss's windows and MXFP4 experts, the hybrids' `ssm.*` keys and reordered tensors.
+    for name in [
+        "deepseek_v2-bf16.gguf",
+        "glm4_moe-bf16.gguf",
+        "gpt_oss-mxfp4.gguf",
+        "qwen3_5_moe-bf16.gguf",
+        "qwen3_next_moe-bf16.gguf",
+    ] {
+        fuzz_gguf_of(name, 24);
+    }
 }
 
 #[test]

@@ -143,6 +143,14 @@ fn config_json_with_sliding_windows_through_engine() {
 }
 
 #[test]
+fn config_json_of_gpt_oss_through_engine() {
+    // `layer_types`, sinks, `swiglu_limit`, router and attention biases; the MXFP4 directory's
+    // `quantization_config`.
+    fuzz_config_of("gpt_oss", 32);
+    fuzz_config_of("gpt_oss_mxfp4", 32);
+}
+
+#[test]
 fn config_json_of_mla_families_through_engine() {
     // MLA sizes, YaRN blocks, group-limited and sigmoid routing, dense-first layers.
     fuzz_config_of("deepseek_v2", 32);
