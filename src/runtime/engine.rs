@@ -1,186 +1,33 @@
-//! The embeddable engine: load a model directory, generate (streaming, cancellable), score.
+//! The embeddable engine: load a model directory (this file) and generate or score on it
+//! ([`generation`]); its options are in [`super::options`].
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use serde::Serialize;
-
-use super::direct_io::DirectIo;
 use super::memory_plan::{self, kv_memory_left, plan_kv, KvPlan};
-use super::sampler::{Sampler, SamplingParams};
 use super::session::Session;
-use super::stats::{peak_rss_bytes, Stats};
-use super::tokenizer::{TextStream, Tokenizer};
+use super::tokenizer::Tokenizer;
 use crate::convert::{
     cached_conversion, default_cache_root, is_converted, ConvertOptions, ModelManifest, EXPERTS_FILE,
 };
 use crate::error::{Error, Result};
 use crate::experts::arena::SlotLayout;
-use crate::experts::eam::DEFAULT_EAMC_CAPACITY;
-use crate::experts::policy::{Phase, PolicyKind};
-use crate::experts::predictor::PrefetchKind;
 use crate::experts::residency::ExpertStats;
 use crate::experts::source::{CheckpointExperts, ExpertSource, StoreExperts};
 use crate::experts::trace::TraceHeader;
-use crate::gpu::{Gpu, GpuOptions};
-use crate::model::decoder::{
-    DecoderOptions, GpuModel, LayerObserver, RoutingMode, StepOutput, StepResult, StreamingOptions,
-};
+use crate::gpu::Gpu;
+use crate::model::decoder::{DecoderOptions, GpuModel, LayerObserver, RoutingMode, StreamingOptions};
 use crate::model::gguf::GgufModel;
 use crate::model::lora::LoraAdapter;
-use crate::model::{ArchSpec, AttentionKind, Checkpoint, MlaCacheKind};
+use crate::model::{ArchSpec, AttentionKind, Checkpoint};
 use crate::ops::{KvDtype, WeightFormat};
 use crate::prerouter::heads_file::HEADS_FILE;
 use crate::store::{ExpertStore, IoMode, OpenOptions as StoreOpenOptions};
 
-/// How to load a model.
-#[derive(Clone, Debug)]
-pub struct EngineOptions {
-    /// A Hugging Face model directory (config.json, *.safetensors, tokenizer.json).
-    pub model_dir: PathBuf,
-    /// Format of the routed experts on the GPU.
-    pub experts: WeightFormat,
-    /// Format of attention, dense/shared FFN and lm_head weights on the GPU.
-    pub dense: WeightFormat,
-    /// Positions per sequence (each session's KV cache); `None` = the model's maximum or what
-    /// fits the memory left after weights and the expert budget, whichever is smaller.
-    pub context: Option<usize>,
-    /// Element type of the KV caches.
-    pub kv_dtype: KvDtype,
-    /// What MLA layers cache (DeepSeek-V2/V3): the latent (default) or every head's decompressed
-    /// keys and values; other models ignore it.
-    pub mla_cache: MlaCacheKind,
-    /// Bytes all sessions' KV caches may take together; `None` = the memory left after
-    /// weights, the expert budget and some headroom.
-    pub kv_memory: Option<u64>,
-    /// Most prompt tokens per prefill step.
-    pub max_batch: usize,
-    /// Adapter choice and overrides.
-    pub gpu: GpuOptions,
-    /// GPU memory for routed experts.
-    pub budget: ExpertBudget,
-    /// Eviction policy when streaming.
-    pub policy: PolicyKind,
-    /// Prefetch predictor when streaming.
-    pub prefetch: PrefetchKind,
-    /// Reader threads for the expert store.
-    pub io_threads: usize,
-    /// Capacity of the EAMC collection.
-    pub eamc_capacity: usize,
-    /// EAMC collection file: loaded at start if it exists, saved when the engine is dropped.
-    pub eamc_file: Option<PathBuf>,
-    /// Write per-step routing to this file.
-    pub trace: Option<PathBuf>,
-    /// Trained prerouter heads (safetensors), run after each token when streaming with a
-    /// prefetcher that reads them or with [`RoutingMode::Predicted`]; `None` uses the model
-    /// directory's `prerouter.safetensors` when it has one.
-    pub prerouter: Option<PathBuf>,
-    /// Native routing, or the prerouter's prediction as the routing of decode steps.
-    pub routing: RoutingMode,
-    /// Read the expert store with O_DIRECT: on, off, or when it exceeds the memory available.
-    pub direct_io: DirectIo,
-    /// A PEFT LoRA adapter directory (`adapter_config.json`, `adapter_model.safetensors`),
-    /// applied unmerged on top of the weights in whatever format they run.
-    pub lora: Option<PathBuf>,
-    /// Where Hugging Face directories run in int4 are converted (once); `None` means
-    /// [`crate::convert::default_cache_root`].
-    pub cache_dir: Option<PathBuf>,
-}
+mod generation;
 
-/// How much GPU memory routed experts may use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExpertBudget {
-    /// Every expert resident when they fit in available memory, else the largest budget that does.
-    Auto,
-    /// This many expert slots.
-    Slots(usize),
-    /// This many bytes of expert slots.
-    Bytes(u64),
-}
-
-/// Reader threads by default: NVMe drives want several requests in flight.
-pub const DEFAULT_IO_THREADS: usize = 4;
-
-impl EngineOptions {
-    /// Uses `format` for every weight.
-    pub fn with_format(mut self, format: WeightFormat) -> Self {
-        self.experts = format;
-        self.dense = format;
-        self
-    }
-
-    /// Defaults for `model_dir`: f16 weights, f16 KV cache, the largest context that fits,
-    /// prefill chunks of 64.
-    pub fn new(model_dir: impl Into<PathBuf>) -> Self {
-        EngineOptions {
-            model_dir: model_dir.into(),
-            experts: WeightFormat::F16,
-            dense: WeightFormat::F16,
-            context: None,
-            kv_dtype: KvDtype::F16,
-            mla_cache: MlaCacheKind::Latent,
-            kv_memory: None,
-            max_batch: 64,
-            gpu: GpuOptions::default(),
-            budget: ExpertBudget::Auto,
-            policy: PolicyKind::Eamc,
-            prefetch: PrefetchKind::Eamc,
-            io_threads: DEFAULT_IO_THREADS,
-            eamc_capacity: DEFAULT_EAMC_CAPACITY,
-            eamc_file: None,
-            trace: None,
-            prerouter: None,
-            routing: RoutingMode::Native,
-            direct_io: DirectIo::Auto,
-            lora: None,
-            cache_dir: None,
-        }
-    }
-}
-
-/// What `generate` should do.
-#[derive(Clone, Copy, Debug)]
-pub struct GenerateOptions {
-    /// Most tokens to generate.
-    pub max_tokens: usize,
-    /// Token choice.
-    pub sampling: SamplingParams,
-    /// Keep going past end-of-sequence tokens.
-    pub ignore_eos: bool,
-}
-
-impl Default for GenerateOptions {
-    fn default() -> Self {
-        GenerateOptions { max_tokens: 128, sampling: SamplingParams::default(), ignore_eos: false }
-    }
-}
-
-/// A finished generation.
-#[derive(Clone, Debug, Serialize)]
-pub struct Generation {
-    /// The prompt's token ids.
-    pub prompt_tokens: Vec<u32>,
-    /// The generated ids.
-    pub tokens: Vec<u32>,
-    /// The generated text (empty without a tokenizer).
-    pub text: String,
-    /// Speed and memory.
-    pub stats: Stats,
-}
-
-/// Teacher-forced scores of a sequence.
-#[derive(Clone, Debug, Serialize)]
-pub struct Score {
-    /// The sequence.
-    pub tokens: Vec<u32>,
-    /// `log p(tokens[i+1] | tokens[..=i])`, n-1 values.
-    pub logprobs: Vec<f32>,
-    /// `exp(-mean(logprobs))`.
-    pub perplexity: f64,
-    /// Expert-cache figures of the scoring pass.
-    pub experts: ExpertStats,
-}
+pub use super::options::{EngineOptions, ExpertBudget, GenerateOptions, DEFAULT_IO_THREADS};
+pub use generation::{Generation, Score};
 
 /// A loaded model ready to generate and score.
 pub struct Engine {
@@ -521,173 +368,6 @@ impl Engine {
         self.tokenizer.as_ref().ok_or_else(|| Error::Tokenizer("the model has no tokenizer.json".into()))
     }
 
-    fn check_prompt(&self, tokens: &[u32]) -> Result<()> {
-        if tokens.is_empty() {
-            return Err(Error::EmptyPrompt);
-        }
-        self.check_tokens(tokens, 0)
-    }
-
-    /// Checks that `tokens` are in the vocabulary and fit after `before` positions.
-    fn check_tokens(&self, tokens: &[u32], before: usize) -> Result<()> {
-        if before + tokens.len() > self.context() {
-            return Err(Error::ContextOverflow { requested: before + tokens.len(), context: self.context() });
-        }
-        let vocab = self.spec().vocab;
-        match tokens.iter().find(|&&t| t as usize >= vocab) {
-            Some(&id) => Err(Error::TokenOutOfRange { id, vocab }),
-            None => Ok(()),
-        }
-    }
-
-    /// Runs `f` on the default session, emptied first.
-    fn with_default_session<T>(&self, f: impl FnOnce(&mut Session) -> Result<T>) -> Result<T> {
-        let mut slot = self.default_session.lock().expect("default session lock");
-        if slot.is_none() {
-            *slot = Some(self.new_session()?);
-        }
-        let session = slot.as_mut().expect("made above");
-        session.truncate(0);
-        f(session)
-    }
-
-    /// Brings `session`'s cache up to its whole sequence, in steps of at most `max_batch`
-    /// tokens; the last step produces `last`. The last token is run again when the cache
-    /// already holds everything (its output is needed).
-    fn prefill(&self, session: &mut Session, last: StepOutput<'_>) -> Result<StepResult> {
-        self.check_owner(session)?;
-        let b = self.model.options().max_batch;
-        let len = session.tokens.len();
-        session.cached = session.cache.resume_point(session.cached.min(len - 1));
-        let mut result = StepResult::None;
-        while session.cached < len {
-            let start = session.cached;
-            let end = (start + b).min(len);
-            let output = if end == len { last } else { StepOutput::None };
-            result = self.model.step(&session.cache, &session.tokens[start..end], start, Phase::Prefill, output)?;
-            session.cached = end;
-        }
-        Ok(result)
-    }
-
-    /// Refuses a session made by another engine (its caches are bound to that engine's model).
-    fn check_owner(&self, session: &Session) -> Result<()> {
-        match self.model.owns(&session.cache) {
-            true => Ok(()),
-            false => Err(Error::InvalidArgument("the session belongs to another engine".into())),
-        }
-    }
-
-    /// Generates after `prompt`, calling `on_token(id, text_piece)` for each new token; the
-    /// callback returns `false` to stop early (cancellation). Each call starts a new sequence.
-    pub fn generate(
-        &self,
-        prompt: &[u32],
-        options: &GenerateOptions,
-        on_token: impl FnMut(u32, &str) -> bool,
-    ) -> Result<Generation> {
-        self.check_prompt(prompt)?;
-        self.with_default_session(|s| self.generate_in(s, prompt, options, on_token))
-    }
-
-    /// Appends `new_tokens` to `session` and generates after them, like [`Engine::generate`]:
-    /// only what the session's cache does not hold yet is prefilled, and the generated tokens
-    /// become part of the session (the next call appends after them).
-    pub fn generate_in(
-        &self,
-        session: &mut Session,
-        new_tokens: &[u32],
-        options: &GenerateOptions,
-        mut on_token: impl FnMut(u32, &str) -> bool,
-    ) -> Result<Generation> {
-        self.check_owner(session)?;
-        if session.is_empty() && new_tokens.is_empty() {
-            return Err(Error::EmptyPrompt);
-        }
-        self.check_tokens(new_tokens, session.len())?;
-        session.tokens.extend_from_slice(new_tokens);
-        let before = self.begin_request()?;
-        let greedy = options.sampling.is_greedy();
-        let want = if greedy { StepOutput::Argmax } else { StepOutput::Logits };
-        let mut sampler = Sampler::new(options.sampling);
-        let mut pick = |r: StepResult| match r {
-            StepResult::Token(t) => t,
-            StepResult::Logits(l) => sampler.sample(&l),
-            _ => unreachable!("generate asks for a token or logits"),
-        };
-        let mut stream = self.tokenizer.as_ref().map(TextStream::new);
-        let mut text = String::new();
-        let mut tokens = Vec::new();
-        let reused = session.cached.min(session.len() - 1);
-        let started = Instant::now();
-        let first = self.prefill(session, if options.max_tokens > 0 { want } else { StepOutput::None })?;
-        let mut next = if options.max_tokens > 0 { Some(pick(first)) } else { None };
-        let prefill_s = started.elapsed().as_secs_f64();
-        let prefilled = session.len() - reused;
-        let decode_start = Instant::now();
-        let eos = &self.spec().eos_token_ids;
-        while let Some(t) = next.take() {
-            if !options.ignore_eos && eos.contains(&t) {
-                break;
-            }
-            tokens.push(t);
-            session.tokens.push(t);
-            let piece = match stream.as_mut() {
-                Some(s) => s.push(t)?,
-                None => String::new(),
-            };
-            text.push_str(&piece);
-            let pos = session.len() - 1;
-            if !on_token(t, &piece) || tokens.len() >= options.max_tokens || pos + 1 > self.context() {
-                break;
-            }
-            next = Some(pick(self.model.step(&session.cache, &[t], pos, Phase::Decode, want)?));
-            session.cached = pos + 1;
-        }
-        let decode_s = decode_start.elapsed().as_secs_f64();
-        let decode_steps = tokens.len().saturating_sub(1);
-        let experts = self.end_request(before);
-        Ok(Generation {
-            prompt_tokens: new_tokens.to_vec(),
-            tokens,
-            text,
-            stats: Stats {
-                prefill_tokens_per_s: prefilled as f64 / prefill_s.max(1e-9),
-                decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
-                prefilled_tokens: prefilled,
-                reused_tokens: reused,
-                context: self.context(),
-                kv_bytes_per_token: self.kv.bytes_per_token,
-                kv_dtype: self.kv_dtype().name(),
-                peak_rss_bytes: peak_rss_bytes(),
-                gpu_bytes: self.gpu().bytes_allocated(),
-                experts,
-            },
-        })
-    }
-
-    /// Marks a request's start for the expert cache and trace; returns the figures so far.
-    fn begin_request(&self) -> Result<ExpertStats> {
-        match self.model.residency() {
-            Some(mut r) => {
-                r.begin_request()?;
-                Ok(r.stats())
-            }
-            None => Ok(ExpertStats::default()),
-        }
-    }
-
-    /// Marks the request's end; returns its expert figures.
-    fn end_request(&self, before: ExpertStats) -> ExpertStats {
-        match self.model.residency() {
-            Some(mut r) => {
-                r.end_request();
-                r.stats().since(&before)
-            }
-            None => ExpertStats::default(),
-        }
-    }
-
     /// Expert slots on the GPU when streaming (`None` when every expert is resident or the
     /// model has no routed experts).
     pub fn expert_slots(&self) -> Option<usize> {
@@ -708,92 +388,6 @@ impl Engine {
     pub fn expert_stats(&self) -> ExpertStats {
         self.model.residency().map(|r| r.stats()).unwrap_or_default()
     }
-
-    /// Teacher-forces `tokens` and returns the log-probability of each next token.
-    pub fn score(&self, tokens: &[u32]) -> Result<Score> {
-        self.check_prompt(tokens)?;
-        if tokens.len() < 2 {
-            return Err(Error::InvalidArgument("scoring needs at least 2 tokens".into()));
-        }
-        self.with_default_session(|session| self.score_in(session, tokens))
-    }
-
-    /// Appends `new_tokens` to `session` and teacher-forces them: `log p(t | all before t)` for
-    /// each new token that has a token before it in the session. The positions the session's
-    /// cache holds are not recomputed (but for the last one before the new tokens, whose
-    /// logits score the first); the last new token's own position is left to the next call.
-    pub fn score_in(&self, session: &mut Session, new_tokens: &[u32]) -> Result<Score> {
-        self.check_owner(session)?;
-        self.check_tokens(new_tokens, session.len())?;
-        let start = session.len().saturating_sub(1);
-        session.tokens.extend_from_slice(new_tokens);
-        let before = self.begin_request()?;
-        let scored = self.score_from(session, start);
-        let experts = self.end_request(before);
-        let logprobs = scored?;
-        let mean = logprobs.iter().map(|&l| l as f64).sum::<f64>() / logprobs.len().max(1) as f64;
-        Ok(Score { tokens: new_tokens.to_vec(), logprobs, perplexity: (-mean).exp(), experts })
-    }
-
-    /// Runs `session`'s positions `start..len-1`, returning the log-probability of each next
-    /// token (after bringing the cache up to `start`).
-    fn score_from(&self, session: &mut Session, start: usize) -> Result<Vec<f32>> {
-        // Predicted routing applies to one-token steps only: each token's routing is the
-        // prediction made after the token before.
-        let b = if self.routing == RoutingMode::Predicted { 1 } else { self.model.options().max_batch };
-        let len = session.len();
-        let mut logprobs = Vec::with_capacity(len.saturating_sub(start + 1));
-        session.cached = session.cache.resume_point(session.cached.min(start));
-        while session.cached < start {
-            let (from, to) = (session.cached, (session.cached + b).min(start));
-            self.model.step(&session.cache, &session.tokens[from..to], from, Phase::Prefill, StepOutput::None)?;
-            session.cached = to;
-        }
-        session.cached = start;
-        for from in (start..len.saturating_sub(1)).step_by(b) {
-            let to = (from + b).min(len - 1);
-            let targets = &session.tokens[from + 1..to + 1];
-            let output = StepOutput::LogProbs(targets);
-            match self.model.step(&session.cache, &session.tokens[from..to], from, Phase::Prefill, output)? {
-                StepResult::LogProbs(lp) => logprobs.extend(lp),
-                _ => unreachable!("scoring asks for log-probs"),
-            }
-            session.cached = to;
-        }
-        Ok(logprobs)
-    }
-
-    /// Appends `new_tokens` to `session` and returns the log-softmax of the logits after its
-    /// whole sequence (the distribution of the next token), prefilling only what its cache does
-    /// not hold.
-    pub fn next_logprobs_in(&self, session: &mut Session, new_tokens: &[u32]) -> Result<Vec<f32>> {
-        self.check_owner(session)?;
-        if session.is_empty() && new_tokens.is_empty() {
-            return Err(Error::EmptyPrompt);
-        }
-        self.check_tokens(new_tokens, session.len())?;
-        session.tokens.extend_from_slice(new_tokens);
-        let before = self.begin_request()?;
-        let result = self.prefill(session, StepOutput::Logits);
-        self.end_request(before);
-        match result? {
-            StepResult::Logits(l) => Ok(log_softmax(&l)),
-            _ => unreachable!("asked for logits"),
-        }
-    }
-
-    /// Log-softmax of the logits after `tokens` (the distribution of the next token).
-    pub fn next_logprobs(&self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.check_prompt(tokens)?;
-        self.with_default_session(|session| self.next_logprobs_in(session, tokens))
-    }
-}
-
-/// `l - logsumexp(l)`.
-fn log_softmax(l: &[f32]) -> Vec<f32> {
-    let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let lse = max + l.iter().map(|v| (v - max).exp()).sum::<f32>().ln();
-    l.iter().map(|v| v - lse).collect()
 }
 
 impl Drop for Engine {

@@ -1,0 +1,582 @@
+//! Building a [`GpuModel`]: every resident weight uploaded, every kernel bound, layer by layer
+//! (attention of each kind, dense or routed FFN, norms, the head), within the binding limits.
+
+use super::*;
+
+/// The router top-k's shape for `m`, with the layer's correction bias for sigmoid routing.
+pub(super) fn router_shape<'a>(m: &MoeSpec, bias: Option<&'a [f32]>) -> RouterShape<'a> {
+    RouterShape {
+        n_experts: m.num_experts,
+        top_k: m.top_k,
+        renormalize: m.norm_topk_prob,
+        groups: m.routing.groups(),
+        routed_scale: m.routed_scaling_factor,
+        sigmoid_bias: match m.routing {
+            RoutingKind::SigmoidBiased { .. } => bias,
+            _ => None,
+        },
+    }
+}
+
+pub(super) fn f32_buf(gpu: &Gpu, label: &str, t: &HostTensor) -> wgpu::Buffer {
+    gpu.upload(label, bytemuck::cast_slice(&t.data))
+}
+
+/// The heads split decode attention leaves partials for: grouped attention's, or every MLA
+/// query head with the width its cache accumulates (the latent's rank, or the value head).
+fn partial_heads(spec: &ArchSpec) -> Heads {
+    match spec.mla() {
+        Some(m) => mla_attention::partial_heads(
+            spec.heads,
+            match m.cache {
+                MlaCacheKind::Latent => m.kv_lora_rank,
+                MlaCacheKind::Decompressed => m.v_head_dim,
+            },
+        ),
+        None => Heads { n_heads: spec.heads, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim },
+    }
+}
+
+/// Checks the limits of the kernels against a spec.
+fn check_supported(spec: &ArchSpec) -> Result<()> {
+    if spec.head_dim > 256 || !spec.head_dim.is_multiple_of(2) {
+        return Err(Error::UnsupportedConfig(format!(
+            "head_dim {} (attention takes even sizes up to 256)",
+            spec.head_dim
+        )));
+    }
+    if let Some(m) = spec.mla() {
+        use crate::ops::mla_attention::{MAX_DECOMPRESSED_DIM, MAX_RANK, MAX_ROPE};
+        // The cache store writes the latent and the rotary key in pairs.
+        if m.kv_lora_rank > MAX_RANK || m.qk_rope_head_dim > MAX_ROPE || !m.kv_lora_rank.is_multiple_of(2) {
+            return Err(Error::UnsupportedConfig(format!(
+                "MLA kv_lora_rank {} / qk_rope_head_dim {} odd or above the kernel's {MAX_RANK} / {MAX_ROPE}",
+                m.kv_lora_rank, m.qk_rope_head_dim
+            )));
+        }
+        // The decompressed cache stores every head's key and value rows in pairs.
+        let dims = [("qk_nope_head_dim", m.qk_nope_head_dim), ("v_head_dim", m.v_head_dim)];
+        let odd = dims.into_iter().find(|(_, n)| !n.is_multiple_of(2) || *n > MAX_DECOMPRESSED_DIM);
+        if let (MlaCacheKind::Decompressed, Some((what, n))) = (m.cache, odd) {
+            return Err(Error::UnsupportedConfig(format!(
+                "a decompressed MLA cache needs an even {what} up to {MAX_DECOMPRESSED_DIM}, not {n}"
+            )));
+        }
+    }
+    if let Some(hy) = &spec.hybrid {
+        // The conv, delta-rule and out-projection widths are matrix inputs or kernel limits.
+        let widths = [("linear value width", hy.value_dim()), ("linear in-projection width", hy.in_width())];
+        if let Some((what, n)) = widths.into_iter().find(|(_, n)| n % 8 != 0) {
+            return Err(Error::UnsupportedConfig(format!("{what} {n} is not a multiple of 8")));
+        }
+    }
+    if let Some(m) = &spec.moe {
+        if m.num_experts > 256 {
+            return Err(Error::UnsupportedConfig(format!("{} experts per layer > 256", m.num_experts)));
+        }
+    }
+    // Widths some matrix reads as its input (MLA: the compressed query and the attention output).
+    let mla_inputs = spec.mla().map_or([0, 0], |m| [m.q_lora_rank.unwrap_or(0), spec.heads * m.v_head_dim]);
+    let widths = [("hidden_size", spec.hidden), ("q width", spec.q_dim()), ("kv width", spec.kv_dim())];
+    let mla_widths = [("q_lora_rank", mla_inputs[0]), ("heads * v_head_dim", mla_inputs[1])];
+    for (what, n) in widths.into_iter().chain(mla_widths) {
+        if n % 8 != 0 {
+            return Err(Error::UnsupportedConfig(format!("{what} {n} is not a multiple of 8")));
+        }
+    }
+    Ok(())
+}
+
+pub(super) struct Builder<'a> {
+    pub(super) gpu: &'a Gpu,
+    pub(super) step: &'a wgpu::Buffer,
+    pub(super) options: DecoderOptions,
+    pub(super) lora: Option<LoraBinding<'a>>,
+    pub(super) buffers: Vec<wgpu::Buffer>,
+    pub(super) matrices: Vec<GpuMatrix>,
+    /// The layer being built (named in upload errors).
+    pub(super) layer: Option<usize>,
+}
+
+impl Builder<'_> {
+    pub(super) fn matrix(&mut self, label: &str, t: &HostTensor) -> Result<usize> {
+        let m = match (&t.ggml, &t.shape[..]) {
+            // A GGUF matrix is read in its own type, whatever the options say.
+            (Some(g), &[rows, cols]) => GpuMatrix::upload_ggml(self.gpu, label, rows, cols, g.ggml_type, &g.bytes)?,
+            _ => {
+                GpuMatrix::upload(self.gpu, label, t, self.options.format_of(label)).map_err(|e| match self.layer {
+                    Some(i) => naming(&format!("layer {i}"), e),
+                    None => e,
+                })?
+            }
+        };
+        self.matrices.push(m);
+        Ok(self.matrices.len() - 1)
+    }
+
+    pub(super) fn matmul(
+        &mut self,
+        label: &str,
+        w: &HostTensor,
+        bias: Option<&HostTensor>,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        out: MatMulOut,
+    ) -> Result<MatMul> {
+        let m = self.matrix(label, w)?;
+        let bias = bias.map(|b| f32_buf(self.gpu, label, b));
+        let mm = MatMul::new(self.gpu, self.step, x, &self.matrices[m], bias.as_ref(), y, out);
+        self.buffers.extend(bias);
+        Ok(mm)
+    }
+
+    /// A SwiGLU MLP from `x` into `out`, whose projections are the adapter targets `site`
+    /// makes of layer `layer` (dense MLP or shared expert).
+    pub(super) fn mlp(
+        &mut self,
+        label: &str,
+        w: &MlpWeights,
+        x: &wgpu::Buffer,
+        acts: &Activations,
+        (out, accumulate): (&wgpu::Buffer, bool),
+        (layer, site): (usize, fn(MlpProj) -> LoraTarget),
+    ) -> Result<Mlp> {
+        let inter = w.gate.shape[0];
+        let gu = self.matrix(label, &HostTensor::concat_rows(&w.gate, &w.up))?;
+        // The fused matrix holds the gate rows, then the up rows: each delta owns its columns.
+        let gu_out = MatMulOut::plain(2 * inter);
+        let base = MatMul::new(self.gpu, self.step, x, &self.matrices[gu], None, &acts.gu, gu_out);
+        let gu_targets =
+            [(site(MlpProj::Gate), gu_out), (site(MlpProj::Up), MatMulOut { col_offset: inter, ..gu_out })];
+        let gate_up = self.with_lora(base, layer, &gu_targets, x, &acts.gu)?;
+        let swiglu = SwiGlu::new(self.gpu, self.step, &acts.gu, &acts.mh, inter);
+        let down_out = MatMulOut { accumulate, ..MatMulOut::plain(w.down.shape[0]) };
+        let down = self.projection(label, &w.down, None, &acts.mh, out, down_out, (layer, site(MlpProj::Down)))?;
+        Ok(Mlp { gate_up, swiglu, down })
+    }
+
+    pub(super) fn norm(
+        &mut self,
+        weight: &HostTensor,
+        x: &wgpu::Buffer,
+        out: Option<&wgpu::Buffer>,
+        rows: NormRows,
+        eps: f32,
+    ) -> RmsNorm {
+        let w = f32_buf(self.gpu, "norm", weight);
+        let n = RmsNorm::new(self.gpu, self.step, &w, x, out, rows, eps);
+        self.buffers.push(w);
+        n
+    }
+
+    /// A layer's input norm that first adds the previous MoE layer's `top_k` expert outputs
+    /// (`acts.ey`) into the residual: x += combine, hn = norm(x).
+    pub(super) fn norm_after_combine(
+        &mut self,
+        weight: &HostTensor,
+        acts: &Activations,
+        top_k: usize,
+        eps: f32,
+    ) -> RmsNorm {
+        let w = f32_buf(self.gpu, "norm", weight);
+        let n =
+            RmsNorm::after_combine(self.gpu, self.step, &w, &acts.x, &acts.hn, &acts.ey, weight.data.len(), top_k, eps);
+        self.buffers.push(w);
+        n
+    }
+}
+
+impl GpuModel {
+    /// Uploads the non-expert weights of `ckpt` and every routed expert from `experts`, and
+    /// the pairs of `lora` (applied unmerged after the projections they adapt).
+    pub fn load(
+        gpu: Arc<Gpu>,
+        spec: &ArchSpec,
+        ckpt: &Checkpoint,
+        expert_source: Option<Arc<dyn ExpertSource>>,
+        options: DecoderOptions,
+        lora: Option<&LoraAdapter>,
+    ) -> Result<GpuModel> {
+        let (model, bytes) =
+            counting_allocations(|| GpuModel::build(gpu.clone(), spec, ckpt, expert_source, options, lora));
+        match model {
+            Ok(mut m) => {
+                m.allocated = bytes;
+                Ok(m)
+            }
+            Err(e) => {
+                gpu.release_allocation(bytes);
+                Err(e)
+            }
+        }
+    }
+
+    fn build(
+        gpu: Arc<Gpu>,
+        spec: &ArchSpec,
+        ckpt: &Checkpoint,
+        expert_source: Option<Arc<dyn ExpertSource>>,
+        options: DecoderOptions,
+        lora: Option<&LoraAdapter>,
+    ) -> Result<GpuModel> {
+        check_supported(spec)?;
+        if lora.is_some() && spec.hybrid.is_some() {
+            return Err(Error::UnsupportedConfig(
+                "LoRA adapters on hybrid linear-attention models are not implemented".into(),
+            ));
+        }
+        let h = spec.hidden;
+        let max_batch = options.max_batch.clamp(1, (gpu.caps.max_binding / (spec.vocab as u64 * 4)).max(1) as usize);
+        let options = DecoderOptions { max_batch, ..options };
+        let b = max_batch;
+        let moe = spec.moe.clone();
+        let top_k = moe.as_ref().map_or(1, |m| m.top_k);
+        let inter_max = [spec.dense_intermediate, moe.as_ref().and_then(|m| m.shared_expert_intermediate).unwrap_or(0)]
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+            .max(8);
+        let expert_inter = moe.as_ref().map_or(8, |m| m.expert_intermediate);
+        let n_experts = moe.as_ref().map_or(1, |m| m.num_experts);
+        let f = |n: usize| (n * 4) as u64;
+        let heads = partial_heads(spec);
+        cache::check_layout(spec, options.context, options.kv_dtype, gpu.caps.max_binding)?;
+        let split_len = split_len(heads, options.context, gpu.caps.max_binding);
+        // The in-projection, conv and value widths of a hybrid model's DeltaNet layers.
+        let hybrid_widths = spec.hybrid.as_ref().map_or([1; 3], |hy| [hy.in_width(), hy.conv_dim(), hy.value_dim()]);
+        let acts = Activations {
+            tokens: gpu.storage("tokens", f(b)),
+            targets: gpu.storage("targets", f(b)),
+            x: gpu.storage("x", f(b * h)),
+            hn: gpu.storage("hn", f(b * h)),
+            q: gpu.storage("q", f(b * spec.q_dim())),
+            k: gpu.storage("k", f(b * spec.kv_dim().max(spec.mla().map_or(0, |m| m.kv_lora_rank)))),
+            v: gpu.storage("v", f(b * spec.kv_dim().max(spec.mla().map_or(0, |m| m.qk_rope_head_dim)))),
+            q_lat: gpu.storage("q latent", f(b * spec.mla().and_then(|m| m.q_lora_rank).unwrap_or(1))),
+            attn: gpu.storage(
+                "attn",
+                f(b * spec.q_dim().max(spec.mla().map_or(0, |m| spec.heads * m.v_head_dim)).max(hybrid_widths[2])),
+            ),
+            lin: gpu.storage("linear attention in", f(b * hybrid_widths[0].max(spec.q_dim()))),
+            conv: gpu.storage("linear attention conv", f(b * hybrid_widths[1])),
+            core: gpu.storage("linear attention core", f(b * hybrid_widths[2])),
+            attn_partial: gpu.storage("attention partials", partial_bytes(heads, options.context, split_len)),
+            gu: gpu.storage("gu", f(b * 2 * inter_max)),
+            mh: gpu.storage("mh", f(b * inter_max)),
+            router_logits: gpu.storage("router logits", f(b * n_experts)),
+            ids: gpu.storage("ids", f(b * top_k)),
+            route_w: gpu.storage("route weights", f(b * top_k)),
+            eh: gpu.storage("expert h", f(b * top_k * expert_inter)),
+            ey: gpu.storage("expert y", f(b * top_k * h)),
+            shared_out: gpu.storage("shared out", f(b * h)),
+            shared_gate: gpu.storage("shared gate", f(b)),
+            logits: gpu.storage("logits", f(b * spec.vocab)),
+            logprobs: gpu.storage("logprobs", f(b)),
+            argmax: gpu.storage("argmax", 4),
+        };
+        let step = StepUniform::new(&gpu);
+        let lora = lora
+            .map(|adapter| LoraBinding { adapter, tmp: gpu.storage("lora A x", f(b * padded_rank(adapter.rank()))) });
+        let mut bld = Builder {
+            gpu: &gpu,
+            step: &step.buffer,
+            options,
+            lora,
+            buffers: Vec::new(),
+            matrices: Vec::new(),
+            layer: None,
+        };
+
+        let (embed_w, final_norm_w, head_w) = layer_weights::globals(ckpt, spec)?;
+        let embed_m = bld.matrix("embed", &embed_w)?;
+        let embed = Embed::new(&gpu, &step.buffer, &acts.tokens, &bld.matrices[embed_m], &acts.x);
+        drop(embed_w);
+
+        let (cos, sin) = spec.rope.tables(options.context);
+        let cos = gpu.upload("rope cos", bytemuck::cast_slice(&cos));
+        let sin = gpu.upload("rope sin", bytemuck::cast_slice(&sin));
+
+        let moe_layers: Vec<usize> = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).collect();
+        let predicted = PredictedRouting::default();
+        let residency = match &moe {
+            Some(m) if !moe_layers.is_empty() => {
+                let source = expert_source
+                    .ok_or_else(|| Error::InvalidArgument("an MoE model needs an expert source".into()))?;
+                let layout = source.layout();
+                // The source decides down's format (GGUF experts may keep their own type there).
+                if layout != SlotLayout::mixed(options.experts, layout.down_format, h, m.expert_intermediate)? {
+                    return Err(Error::InvalidArgument(format!(
+                        "expert source holds {}, the decoder was asked for {}",
+                        layout.format_name(),
+                        options.experts.name()
+                    )));
+                }
+                let e = m.num_experts;
+                let total = moe_layers.len() * e;
+                let table = SlotTable::new(&gpu, spec.layers, e);
+                Some(match options.streaming.filter(|s| s.slots < total) {
+                    None => {
+                        let arena = SlotArena::new(&gpu, total, layout)?;
+                        ExpertResidency::resident(&gpu, arena, table, source, &moe_layers, e)?
+                    }
+                    Some(st) => {
+                        if st.slots < m.top_k {
+                            return Err(Error::InvalidArgument(format!(
+                                "an expert budget of {} slots is below one layer's top-k ({}); the minimum is {}",
+                                st.slots, m.top_k, m.top_k
+                            )));
+                        }
+                        let arena = SlotArena::new(&gpu, st.slots, layout)?;
+                        let tracker = EamTracker::new(spec.layers, e, st.eamc_capacity, DEFAULT_MATCHES);
+                        let predictor = st.prefetch.build_with(&predicted);
+                        let cache = CacheModel::new(st.slots, spec.layers, e, st.policy.build()?, predictor, tracker);
+                        ExpertResidency::streaming(arena, table, source, cache, st.io_threads)
+                    }
+                })
+            }
+            _ => None,
+        };
+
+        let mut layers = Vec::with_capacity(spec.layers);
+        // The top-k of the previous MoE layer whose combine this layer's input norm does.
+        let mut combine_pending = None;
+        for i in 0..spec.layers {
+            bld.layer = Some(i);
+            let w = layer_weights::layer(ckpt, spec, i)?;
+            let eps = spec.rms_eps;
+            let attn_norm = match combine_pending.take() {
+                Some(top_k) => bld.norm_after_combine(&w.input_norm, &acts, top_k, eps),
+                None => bld.norm(
+                    &w.input_norm,
+                    &acts.x,
+                    Some(&acts.hn),
+                    NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
+                    eps,
+                ),
+            };
+            let attn = match (&w.attn, spec.mla()) {
+                (AttentionBlock::Mla(mw), Some(m)) => {
+                    Attn::Mla(Box::new(bld.mla(spec, m, mw, &acts, (&cos, &sin), split_len)?))
+                }
+                (AttentionBlock::Linear(lw), _) => {
+                    let hy = spec.hybrid.as_ref().expect("linear weights are only read for a hybrid spec");
+                    Attn::Linear(Box::new(bld.linear_attn(spec, hy, lw, &acts)?))
+                }
+                (AttentionBlock::Grouped(attn), _) => {
+                    let bias = attn.qkv_bias.as_ref();
+                    let q_out = MatMulOut::plain(spec.q_dim());
+                    let q = bld.projection(
+                        "q",
+                        &attn.q,
+                        bias.map(|b| &b[0]),
+                        &acts.hn,
+                        &acts.q,
+                        q_out,
+                        (i, LoraTarget::Q),
+                    )?;
+                    let kv_out = MatMulOut::plain(spec.kv_dim());
+                    let k = bld.projection(
+                        "k",
+                        &attn.k,
+                        bias.map(|b| &b[1]),
+                        &acts.hn,
+                        &acts.k,
+                        kv_out,
+                        (i, LoraTarget::K),
+                    )?;
+                    let v = bld.projection(
+                        "v",
+                        &attn.v,
+                        bias.map(|b| &b[2]),
+                        &acts.hn,
+                        &acts.v,
+                        kv_out,
+                        (i, LoraTarget::V),
+                    )?;
+                    let qk_norm = attn.qk_norm.as_ref().map(|[qn, kn]| {
+                        let (q_rows, k_rows, n) = match spec.qk_norm {
+                            QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
+                            _ => (1, 1, 0),
+                        };
+                        let (qn_n, kn_n) = if n == 0 { (spec.q_dim(), spec.kv_dim()) } else { (n, n) };
+                        (
+                            bld.norm(
+                                qn,
+                                &acts.q,
+                                None,
+                                NormRows { n: qn_n, rows_per_token: q_rows, at_cache_pos: false },
+                                eps,
+                            ),
+                            bld.norm(
+                                kn,
+                                &acts.k,
+                                None,
+                                NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: false },
+                                eps,
+                            ),
+                        )
+                    });
+                    let tables = (&cos, &sin);
+                    let rope = Rope::pair(
+                        &gpu,
+                        &step.buffer,
+                        tables,
+                        (&acts.q, RopeLayout::heads(spec.heads, spec.head_dim, false)),
+                        (&acts.k, RopeLayout::heads(spec.kv_heads, spec.head_dim, false)),
+                        &spec.rope,
+                    );
+                    let out_gate = attn.gate.as_ref().map(|g| bld.output_gate(spec, g, &acts)).transpose()?;
+                    let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
+                    let o_bias = attn.o_bias.as_ref();
+                    let o = bld.projection("o", &attn.o, o_bias, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
+                    let sinks = attn.sinks.as_ref().map(|s| {
+                        let buf = f32_buf(&gpu, "attention sinks", s);
+                        let partial = (&acts.attn_partial, &acts.attn);
+                        let merge = AttentionMerge::new(&gpu, &step.buffer, partial, Some(&buf), heads, split_len);
+                        (buf, merge)
+                    });
+                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope, out_gate, o, sinks }))
+                }
+                (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
+            };
+            let ffn_norm = bld.norm(
+                &w.post_norm,
+                &acts.x,
+                Some(&acts.hn),
+                NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
+                eps,
+            );
+            let ffn = match &w.ffn {
+                FfnWeights::Dense(mlp) => {
+                    Ffn::Dense(bld.mlp("mlp", mlp, &acts.hn, &acts, (&acts.x, true), (i, LoraTarget::Mlp))?)
+                }
+                FfnWeights::Moe(mw) => {
+                    let m = moe.as_ref().expect("MoE layer implies MoE spec");
+                    let r = residency.as_ref().expect("residency exists for MoE layers");
+                    let router = bld.matmul(
+                        "router",
+                        &mw.router,
+                        mw.router_logit_bias.as_ref(),
+                        &acts.hn,
+                        &acts.router_logits,
+                        MatMulOut::plain(m.num_experts),
+                    )?;
+                    let router_bias = mw.router_bias.as_ref().map(|b| b.data.clone());
+                    let shape = router_shape(m, router_bias.as_deref());
+                    let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), shape);
+                    let expert_bias = mw.expert_bias.as_ref().map(|b| f32_buf(&gpu, "expert biases", b));
+                    let io = ExpertIo {
+                        x: &acts.hn,
+                        ids: &acts.ids,
+                        route_w: &acts.route_w,
+                        h: &acts.eh,
+                        y: &acts.ey,
+                        act: (m.expert_act, expert_bias.as_ref()),
+                    };
+                    let prefill = ExpertPrefill::for_layer(&gpu, &r.layer_layout(i));
+                    let expert_ffn = ExpertFfn::new(
+                        &gpu,
+                        &step.buffer,
+                        io,
+                        &r.arena,
+                        &r.layer_layout(i),
+                        &r.table,
+                        i,
+                        m.top_k,
+                        prefill,
+                    );
+                    bld.buffers.extend(expert_bias);
+                    // A gated shared expert (Qwen2-MoE) writes its own buffer for the combine
+                    // to gate; an ungated one (DeepSeek, GLM) accumulates into the residual.
+                    let shared = match &mw.shared {
+                        Some((sw, gate)) => {
+                            let out = match gate {
+                                Some(_) => (&acts.shared_out, false),
+                                None => (&acts.x, true),
+                            };
+                            let mlp =
+                                bld.mlp("shared expert", sw, &acts.hn, &acts, out, (i, LoraTarget::SharedExpert))?;
+                            let gate = gate
+                                .as_ref()
+                                .map(|g| {
+                                    let out = MatMulOut::plain(1);
+                                    bld.matmul("shared gate", g, None, &acts.hn, &acts.shared_gate, out)
+                                })
+                                .transpose()?;
+                            Some(Shared { mlp, gate })
+                        }
+                        None => None,
+                    };
+                    let gated =
+                        shared.as_ref().and_then(|s| s.gate.as_ref()).map(|_| (&acts.shared_out, &acts.shared_gate));
+                    let combine = match gated.is_none() && i + 1 < spec.layers {
+                        true => {
+                            combine_pending = Some(m.top_k);
+                            None
+                        }
+                        false => Some(MoeCombine::new(&gpu, &step.buffer, &acts.ey, &acts.x, gated, h, m.top_k)),
+                    };
+                    Ffn::Moe(Box::new(MoeFfn { router, router_bias, topk, experts: expert_ffn, shared, combine }))
+                }
+            };
+            layers.push(Layer { attn_norm, attn, ffn_norm, ffn });
+        }
+        bld.layer = None;
+        let final_norm = bld.norm(
+            &final_norm_w,
+            &acts.x,
+            Some(&acts.hn),
+            NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
+            spec.rms_eps,
+        );
+        let lm_head = bld.matmul("lm_head", &head_w, None, &acts.hn, &acts.logits, MatMulOut::plain(spec.vocab))?;
+        let lm_head_last = MatMul::new(
+            &gpu,
+            &step.buffer,
+            &acts.hn,
+            bld.matrices.last().expect("the lm_head matrix was just uploaded"),
+            None,
+            &acts.logits,
+            MatMulOut { last_token: true, ..MatMulOut::plain(spec.vocab) },
+        );
+        let argmax = Argmax::new(&gpu, &step.buffer, &acts.logits, &acts.argmax, spec.vocab);
+        let token_logprob =
+            TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
+        let readback = Readback::new(&gpu, f(spec.vocab.max(b)));
+        let routing_readback = Readback::new(&gpu, f(b * top_k));
+        let attention_merge =
+            AttentionMerge::new(&gpu, &step.buffer, (&acts.attn_partial, &acts.attn), None, heads, split_len);
+        let Builder { mut buffers, matrices, lora, .. } = bld;
+        buffers.extend(lora.map(|l| l.tmp));
+        buffers.push(cos);
+        buffers.push(sin);
+        gpu.wait()?;
+        Ok(GpuModel {
+            gpu,
+            spec: spec.clone(),
+            options,
+            step,
+            acts,
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+            lm_head_last,
+            argmax,
+            token_logprob,
+            readback,
+            routing_readback,
+            split_len,
+            attention_merge,
+            allocated: 0,
+            kv_ledger: cache::KvLedger::new(options.kv_budget),
+            last_step_end: Mutex::new(None),
+            _buffers: buffers,
+            matrices,
+            experts: residency.map(Mutex::new),
+            observer: Mutex::new(None),
+            predicted,
+            prerouter: None,
+        })
+    }
+}
