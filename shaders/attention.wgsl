@@ -17,6 +17,7 @@
 // no value (transformers' eager_attention_forward concatenates it to the scores, softmaxes and
 // drops it). The single pass applies it here, the split pass leaves it to attention_merge.
 //#include common
+//#include reduce4
 
 struct Params {
     n_heads: u32,
@@ -65,35 +66,6 @@ const QT: u32 = 4u;
 
 var<workgroup> qs: array<vec2<f32>, 512>;
 var<workgroup> probs: array<vec4<f32>, 64>;
-var<workgroup> red4: array<vec4<f32>, 64>;
-
-fn reduce_max4(lid: u32, v: vec4<f32>) -> vec4<f32> {
-    red4[lid] = v;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red4[lid] = max(red4[lid], red4[lid + s]);
-        }
-        workgroupBarrier();
-    }
-    let r = red4[0];
-    workgroupBarrier();
-    return r;
-}
-
-fn reduce_sum4(lid: u32, v: vec4<f32>) -> vec4<f32> {
-    red4[lid] = v;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red4[lid] += red4[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let r = red4[0];
-    workgroupBarrier();
-    return r;
-}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

@@ -16,6 +16,7 @@
 // attention_merge (decompressed). Key width (rank + rope, or nope + rope) <= 640, value width
 // <= 512. F16: the caches hold two halves per u32, unpacked in f32 arithmetic.
 //#include common
+//#include reduce4
 
 struct Params {
     n_heads: u32,
@@ -67,35 +68,6 @@ const QT: u32 = 4u;
 // the keys, the latent output o_lat of every slot.
 var<workgroup> qk4: array<vec4<f32>, 640>;
 var<workgroup> probs: array<vec4<f32>, 64>;
-var<workgroup> red4: array<vec4<f32>, 64>;
-
-fn reduce_max4(lid: u32, v: vec4<f32>) -> vec4<f32> {
-    red4[lid] = v;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red4[lid] = max(red4[lid], red4[lid + s]);
-        }
-        workgroupBarrier();
-    }
-    let r = red4[0];
-    workgroupBarrier();
-    return r;
-}
-
-fn reduce_sum4(lid: u32, v: vec4<f32>) -> vec4<f32> {
-    red4[lid] = v;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red4[lid] += red4[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let r = red4[0];
-    workgroupBarrier();
-    return r;
-}
 
 // Element d of slot head h's query in key space, for token t.
 fn query(t: u32, h: u32, d: u32) -> f32 {

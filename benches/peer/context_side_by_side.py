@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import ROOT, run  # noqa: E402
+from side_by_side import ROOT, bench_models, run  # noqa: E402
 
 
 def llama_depths(bench, model, depths, decode, backend):
@@ -59,14 +59,7 @@ def main():
     peer = Path(args.peer)
     bin_dir = peer / "build/bin"
     models = Path(args.models or peer / "models")
-    models.mkdir(parents=True, exist_ok=True)
-    hf, f16, q4 = models / "bench-mixtral", models / "bench-f16.gguf", models / "bench-q4_0.gguf"
-    if not (hf / "config.json").exists():
-        run([sys.executable, ROOT / "benches/make_bench_model.py", hf])
-    if not f16.exists():
-        run([sys.executable, ROOT / "benches/peer/make_gguf.py", hf, f16])
-    if not q4.exists():
-        run([bin_dir / "llama-quantize", f16, q4, "Q4_0"])
+    hf, _, q4 = bench_models(bin_dir, models)
 
     ours_report, ours = moestream_depths(ROOT / "target/release/moestream", hf, depths, args.decode)
     peers = {b: llama_depths(bin_dir / "llama-bench", q4, depths, args.decode, b) for b in args.backends.split(",")}

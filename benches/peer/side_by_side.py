@@ -54,6 +54,21 @@ def moestream_bench(binary, model, args, dtype=None):
             "backend": r["adapter"]}
 
 
+def bench_models(bin_dir, models):
+    """The reference bench model in `models` (made where missing): its Hugging Face directory,
+    its F16 GGUF and a Q4_0 GGUF quantized by llama.cpp."""
+    models.mkdir(parents=True, exist_ok=True)
+    hf = models / "bench-mixtral"
+    f16, q4 = models / "bench-f16.gguf", models / "bench-q4_0.gguf"
+    if not (hf / "config.json").exists():
+        run([sys.executable, ROOT / "benches/make_bench_model.py", hf])
+    if not f16.exists():
+        run([sys.executable, ROOT / "benches/peer/make_gguf.py", hf, f16])
+    if not q4.exists():
+        run([bin_dir / "llama-quantize", f16, q4, "Q4_0"])
+    return hf, f16, q4
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--peer", default=str(ROOT / "target/peer"))
@@ -66,15 +81,7 @@ def main():
     peer = Path(args.peer)
     bin_dir = peer / "build/bin"
     models = Path(args.models or peer / "models")
-    models.mkdir(parents=True, exist_ok=True)
-    hf = models / "bench-mixtral"
-    f16, q4 = models / "bench-f16.gguf", models / "bench-q4_0.gguf"
-    if not (hf / "config.json").exists():
-        run([sys.executable, ROOT / "benches/make_bench_model.py", hf])
-    if not f16.exists():
-        run([sys.executable, ROOT / "benches/peer/make_gguf.py", hf, f16])
-    if not q4.exists():
-        run([bin_dir / "llama-quantize", f16, q4, "Q4_0"])
+    hf, f16, q4 = bench_models(bin_dir, models)
     moestream = ROOT / "target/release/moestream"
 
     rows = []

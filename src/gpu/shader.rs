@@ -21,6 +21,7 @@ macro_rules! shader {
 pub const SOURCES: &[(&str, &str)] = &[
     shader!("common"),
     shader!("reduce"),
+    shader!("reduce4"),
     shader!("weights_common"),
     shader!("weights_f32"),
     shader!("weights_f16"),
@@ -67,7 +68,7 @@ pub const SOURCES: &[(&str, &str)] = &[
 /// The kernel files (everything in [`SOURCES`] that has an entry point).
 pub fn kernel_names() -> impl Iterator<Item = &'static str> {
     SOURCES.iter().map(|(n, _)| *n).filter(|n| {
-        !matches!(*n, "common" | "reduce" | "expert_params" | "team" | "rows_dot" | "matmul_io")
+        !matches!(*n, "common" | "reduce" | "reduce4" | "expert_params" | "team" | "rows_dot" | "matmul_io")
             && !n.starts_with("weights_")
     })
 }
