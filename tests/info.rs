@@ -1,6 +1,6 @@
 //! `moestream info` prints the KV-cache bytes per token: for MLA the latent
 //! (`kv_lora_rank + qk_rope_head_dim` f32 values per layer), for grouped attention every key and
-//! value head (in the `--kv-dtype`, f16 by default, or f32); and each layer's sliding window.
+//! value head (in the `--kv-dtype`, f16 by default, or f32); each layer's sliding window; MXFP4 experts as stored.
 
 use std::path::Path;
 
@@ -83,4 +83,13 @@ fn deepseek_v2_lite_hub_config_and_its_kv_figure() {
     fp8["quantization_config"] = serde_json::json!({"quant_method": "fp8", "weight_block_size": [128, 128]});
     let e = moestream::model::ArchSpec::from_config(&fp8).unwrap_err();
     assert!(e.to_string().contains("quantization_config (fp8)"), "{e}");
+}
+
+#[test]
+fn mxfp4_experts_are_counted_as_stored() {
+    // 3 projections of 32 x 64 per expert: 6144 weights, 17 bytes per block of 32.
+    let v = info("gpt_oss_mxfp4");
+    assert_eq!(v["params_per_expert"], 6144);
+    assert_eq!(v["bytes_per_expert_mxfp4"], 6144 / 32 * 17);
+    assert!(info("gpt_oss")["bytes_per_expert_mxfp4"].is_null(), "a bf16 checkpoint has no MXFP4 figure");
 }

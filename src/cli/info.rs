@@ -47,6 +47,10 @@ pub fn run(a: InfoArgs) -> Result<()> {
     let moe_layers = spec.moe_layers.iter().filter(|m| **m).count();
     let experts = spec.moe.as_ref().map_or(0, |m| m.num_experts);
     let expert_params = spec.expert_params();
+    // MXFP4 experts (gpt-oss) are stored and streamed as they are: 17 bytes per 32 weights.
+    let first_moe = spec.moe_layers.iter().position(|m| *m);
+    let mxfp4_per_expert =
+        first_moe.filter(|&l| moestream::model::gpt_oss_weights::is_mxfp4(&ckpt, l)).map(|_| expert_params / 32 * 17);
     // Shipped prerouter heads: which layers have one and their held-out recall.
     let heads_path = dir.join(HEADS_FILE);
     let heads = heads_path.exists().then(|| Heads::load(&heads_path)).transpose()?;
@@ -69,6 +73,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         "params_per_expert": expert_params,
         "bytes_per_expert_f16": expert_params * 2,
         "expert_bytes_total_f16": expert_params * 2 * experts * moe_layers,
+        "bytes_per_expert_mxfp4": mxfp4_per_expert,
         "prerouter": heads.as_ref().map(|h| serde_json::json!({
             "file": heads_path,
             "head_layers": h.config.heads,
@@ -114,6 +119,12 @@ pub fn run(a: InfoArgs) -> Result<()> {
             }
             println!("bytes per expert  {} (f16)", expert_params * 2);
             println!("expert bytes      {} (f16, all layers)", expert_params * 2 * experts * moe_layers);
+            if let Some(b) = mxfp4_per_expert {
+                println!(
+                    "                  {b} per expert, {} in all, as stored and streamed (MXFP4)",
+                    b * experts * moe_layers
+                );
+            }
         }
         println!("checkpoint bytes  {}", ckpt.stored_bytes());
         if let Some(h) = &heads {
