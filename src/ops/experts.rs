@@ -54,10 +54,14 @@ pub enum ExpertPrefill {
 }
 
 impl ExpertPrefill {
-    /// `Gather` on GPUs and for experts in ggml blocks (whose per-value dequantization made
-    /// `Pairs` 3.3x slower on lavapipe with Q4_0), else `Pairs` on CPU adapters; or what
+    /// `Pairs` for clamped experts with biases (gpt-oss: `expert_matmul` has no such variant);
+    /// else `Gather` on GPUs and for experts in ggml blocks (whose per-value dequantization made
+    /// `Pairs` 3.3x slower on lavapipe with Q4_0), `Pairs` on CPU adapters; or what
     /// `MOESTREAM_EXPERT_PREFILL` names (`pairs`, `gather`; for comparing the two on one adapter).
-    pub fn for_layer(gpu: &Gpu, layout: &SlotLayout) -> ExpertPrefill {
+    pub fn for_layer(gpu: &Gpu, layout: &SlotLayout, act: ExpertAct) -> ExpertPrefill {
+        if act.has_bias() {
+            return ExpertPrefill::Pairs;
+        }
         let ggml = [layout.format, layout.down_format].iter().any(|f| matches!(f, WeightFormat::Ggml(_)));
         match std::env::var("MOESTREAM_EXPERT_PREFILL").as_deref() {
             Ok("pairs") => ExpertPrefill::Pairs,
@@ -114,8 +118,7 @@ impl ExpertFfn {
             (ExpertAct::ClampedSwiGlu { .. }, None) => panic!("clamped SwiGLU experts need their biases"),
             (ExpertAct::SwiGlu, _) => (0.0, 0.0, None),
         };
-        // expert_matmul has no clamped variant: clamped experts prefill pair by pair.
-        let prefill = if bias.is_some() { ExpertPrefill::Pairs } else { prefill };
+        assert!(bias.is_none() || prefill == ExpertPrefill::Pairs, "clamped experts prefill pair by pair (for_layer)");
         let mut gate_up_mm_defines = layout.format.defines();
         gate_up_mm_defines.push("GATE_UP");
         let down_mm_defines = layout.down_format.defines();
