@@ -4,6 +4,7 @@
 // splits are ceil(step.kv_len / split_len). SINKS: the head's sink logit joins M and the
 // denominator (l += e^(sink−M)) and adds no value.
 //#include common
+//#include split_merge
 
 struct Params {
     n_heads: u32,
@@ -24,28 +25,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (h >= p.n_heads) {
         return;
     }
-    let n_splits = (step.kv_len + p.split_len - 1u) / p.split_len;
-    let stride = p.head_dim + 2u;
-    var big_m = -1.0e30;
-    for (var s = 0u; s < n_splits; s++) {
-        big_m = max(big_m, partial[(s * p.n_heads + h) * stride]);
-    }
+    let sp = Splits(h, p.n_heads, p.head_dim + 2u, (step.kv_len + p.split_len - 1u) / p.split_len);
 //#if SINKS
-    big_m = max(big_m, sinks[h]);
-    var l = exp(sinks[h] - big_m);
+    let big_m = max(merged_max(sp, -1.0e30), sinks[h]);
+    let l = merged_sum(sp, big_m, exp(sinks[h] - big_m));
 //#else
-    var l = 0.0;
+    let big_m = merged_max(sp, -1.0e30);
+    let l = merged_sum(sp, big_m, 0.0);
 //#endif
-    for (var s = 0u; s < n_splits; s++) {
-        let base = (s * p.n_heads + h) * stride;
-        l += partial[base + 1u] * exp(partial[base] - big_m);
-    }
     for (var d = lid; d < p.head_dim; d += 64u) {
-        var a = 0.0;
-        for (var s = 0u; s < n_splits; s++) {
-            let base = (s * p.n_heads + h) * stride;
-            a += partial[base + 2u + d] * exp(partial[base] - big_m);
-        }
-        out[h * p.head_dim + d] = a / l;
+        out[h * p.head_dim + d] = merged_acc(sp, big_m, d) / l;
     }
 }

@@ -4,6 +4,7 @@
 // out[h] = W_UV[h] o_lat (W_UV[h]: rows h*(nope+v) + nope .. +v of kv_b [.., rank]). One
 // workgroup per head; the splits are ceil(step.kv_len / split_len). rank <= 512.
 //#include common
+//#include split_merge
 
 struct Params {
     n_heads: u32,
@@ -26,24 +27,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (h >= p.n_heads) {
         return;
     }
-    let n_splits = (step.kv_len + p.split_len - 1u) / p.split_len;
-    let stride = p.rank + 2u;
-    var big_m = -1.0e30;
-    for (var s = 0u; s < n_splits; s++) {
-        big_m = max(big_m, partial[(s * p.n_heads + h) * stride]);
-    }
-    var l = 0.0;
-    for (var s = 0u; s < n_splits; s++) {
-        let base = (s * p.n_heads + h) * stride;
-        l += partial[base + 1u] * exp(partial[base] - big_m);
-    }
+    let sp = Splits(h, p.n_heads, p.rank + 2u, (step.kv_len + p.split_len - 1u) / p.split_len);
+    let big_m = merged_max(sp, -1.0e30);
+    let l = merged_sum(sp, big_m, 0.0);
     for (var r = lid; r < p.rank; r += 64u) {
-        var a = 0.0;
-        for (var s = 0u; s < n_splits; s++) {
-            let base = (s * p.n_heads + h) * stride;
-            a += partial[base + 2u + r] * exp(partial[base] - big_m);
-        }
-        lat[r] = a / l;
+        lat[r] = merged_acc(sp, big_m, r) / l;
     }
     workgroupBarrier();
     let v_base = (h * (p.nope + p.v_dim) + p.nope) * p.rank;

@@ -22,6 +22,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("common"),
     shader!("reduce"),
     shader!("reduce4"),
+    shader!("split_merge"),
     shader!("weights_common"),
     shader!("weights_f32"),
     shader!("weights_f16"),
@@ -68,7 +69,7 @@ pub const SOURCES: &[(&str, &str)] = &[
 /// The kernel files (everything in [`SOURCES`] that has an entry point).
 pub fn kernel_names() -> impl Iterator<Item = &'static str> {
     SOURCES.iter().map(|(n, _)| *n).filter(|n| {
-        !matches!(*n, "common" | "reduce" | "reduce4" | "expert_params" | "team" | "rows_dot" | "matmul_io")
+        !matches!(*n, "common" | "reduce" | "reduce4" | "split_merge" | "expert_params" | "team" | "rows_dot" | "matmul_io")
             && !n.starts_with("weights_")
     })
 }
