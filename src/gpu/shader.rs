@@ -69,8 +69,10 @@ pub const SOURCES: &[(&str, &str)] = &[
 /// The kernel files (everything in [`SOURCES`] that has an entry point).
 pub fn kernel_names() -> impl Iterator<Item = &'static str> {
     SOURCES.iter().map(|(n, _)| *n).filter(|n| {
-        !matches!(*n, "common" | "reduce" | "reduce4" | "split_merge" | "expert_params" | "team" | "rows_dot" | "matmul_io")
-            && !n.starts_with("weights_")
+        !matches!(
+            *n,
+            "common" | "reduce" | "reduce4" | "split_merge" | "expert_params" | "team" | "rows_dot" | "matmul_io"
+        ) && !n.starts_with("weights_")
     })
 }
 

@@ -1,0 +1,147 @@
+//! GGUF tensors as a [`Checkpoint`]: llama.cpp's names and layouts mapped back to the Hugging
+//! Face ones (per-expert slices, reordered rows, changed values undone, MLA's split `kv_b`).
+
+use std::collections::HashMap;
+
+use super::{Checkpoint, Entry, GgmlBlob, HostTensor, SplitKvB, StoredDtype};
+use crate::error::{Error, Result};
+use crate::model::gguf::names::{Fix, Values};
+use crate::model::gguf::GgmlType;
+
+impl Checkpoint {
+    /// The tensors of a GGUF model under their Hugging Face names (per-expert slices of the
+    /// stacked expert tensors included), for `spec` ([`crate::model::gguf::arch`]). A GGUF
+    /// tensor moestream has no use for is refused by name rather than ignored.
+    pub fn from_gguf(model: crate::model::gguf::GgufModel, spec: &crate::model::ArchSpec) -> Result<Checkpoint> {
+        let mut entries = HashMap::new();
+        for name in model.tensor_names() {
+            let info = model.info(name).expect("listed tensors exist");
+            if name.ends_with(".attn_v_b.weight") {
+                continue; // read with its attn_k_b
+            }
+            if let Some(block) = name.strip_suffix(".attn_k_b.weight") {
+                let (hf, entry) = split_kv_b(&model, block, spec)?;
+                entries.insert(hf, entry);
+                continue;
+            }
+            let mapped = crate::model::gguf::names::hf_tensors(spec, name, &info.shape).ok_or_else(|| {
+                Error::UnsupportedConfig(format!(
+                    "GGUF tensor `{name}` {:?} is not used by {:?}",
+                    info.shape, spec.family
+                ))
+            })?;
+            let rows = info.shape[..info.shape.len() - 1].iter().product::<usize>();
+            let row_bytes = info.bytes / rows;
+            for m in mapped {
+                let start = info.offset + m.first_row * row_bytes;
+                // Reordered rows may come from anywhere after the first.
+                let len = match m.fix.rows {
+                    Some(_) => info.bytes - m.first_row * row_bytes,
+                    None => m.shape[..m.shape.len() - 1].iter().product::<usize>() * row_bytes,
+                };
+                let entry = Entry {
+                    file: model.part_of(name).expect("listed tensors have a part"),
+                    dtype: StoredDtype::Ggml(info.ggml_type),
+                    shape: m.shape,
+                    start,
+                    end: start + len,
+                    fix: m.fix,
+                    split_kv_b: None,
+                };
+                entries.insert(m.name, entry);
+            }
+        }
+        Ok(Checkpoint { files: model.into_files(), entries, int4: None, mlx: None })
+    }
+}
+
+/// A GGUF tensor of type `t` (`bytes` from its first row), with llama.cpp's changes undone
+/// (`fix`): dequantized, and for matrices whose columns stay in place also kept as stored.
+pub(super) fn ggml_tensor(t: GgmlType, bytes: &[u8], shape: &[usize], fix: &Fix) -> HostTensor {
+    let bytes = match &fix.rows {
+        Some(rows) => {
+            let row_bytes = t.row_bytes(shape[1..].iter().product());
+            let mut out = Vec::with_capacity(rows.len() * row_bytes);
+            for &src in rows {
+                out.extend_from_slice(&bytes[src * row_bytes..(src + 1) * row_bytes]);
+            }
+            std::borrow::Cow::Owned(out)
+        }
+        None => std::borrow::Cow::Borrowed(bytes),
+    };
+    let mut data = crate::model::gguf::dequant::dequantize(t, &bytes);
+    let mut ggml = (shape.len() == 2).then(|| GgmlBlob { ggml_type: t, bytes: bytes.into_owned() });
+    match &fix.values {
+        Values::Same => {}
+        Values::PlusOne => data.iter_mut().for_each(|v| *v -= 1.0),
+        Values::NegExp => data.iter_mut().for_each(|v| *v = (-*v).ln()),
+        Values::Columns(cols) => {
+            let width = cols.len();
+            data = data.chunks_exact(width).flat_map(|row| cols.iter().map(move |&c| row[c])).collect();
+        }
+    }
+    if fix.values != Values::Same {
+        ggml = None;
+    }
+    HostTensor { shape: shape.to_vec(), data, int4: None, ggml }
+}
+
+/// The entry of `{block}.attn_k_b.weight` + `{block}.attn_v_b.weight` as Hugging Face's
+/// `kv_b_proj` `[heads · (qk_nope + v_head), kv_lora_rank]`, with its name.
+fn split_kv_b(
+    model: &crate::model::gguf::GgufModel,
+    block: &str,
+    spec: &crate::model::ArchSpec,
+) -> Result<(String, Entry)> {
+    let (k_name, v_name) = (format!("{block}.attn_k_b.weight"), format!("{block}.attn_v_b.weight"));
+    let k = model.info(&k_name).expect("listed tensors exist");
+    let v = model.info(&v_name).ok_or_else(|| Error::MissingTensor(v_name.clone()))?;
+    let layer: Option<usize> = block.strip_prefix("blk.").and_then(|i| i.parse().ok()).filter(|&i| i < spec.layers);
+    let (Some(layer), &[heads, rank, nope], &[v_heads, v_head, v_rank]) = (layer, &k.shape[..], &v.shape[..]) else {
+        return Err(Error::UnsupportedConfig(format!("GGUF tensors {k_name} {:?} / {v_name} {:?}", k.shape, v.shape)));
+    };
+    if (v_heads, v_rank) != (heads, rank) {
+        return Err(Error::UnsupportedConfig(format!(
+            "GGUF {k_name} {:?} and {v_name} {:?} disagree on heads or rank",
+            k.shape, v.shape
+        )));
+    }
+    let part = |n: &str| model.part_of(n).expect("listed tensors have a part");
+    let v_part = SplitKvB {
+        file: part(&v_name),
+        start: v.offset,
+        end: v.offset + v.bytes,
+        ggml_type: v.ggml_type,
+        heads,
+        nope,
+        v_head,
+        rank,
+    };
+    let entry = Entry {
+        file: part(&k_name),
+        dtype: StoredDtype::Ggml(k.ggml_type),
+        shape: vec![heads * (nope + v_head), rank],
+        start: k.offset,
+        end: k.offset + k.bytes,
+        fix: Fix::default(),
+        split_kv_b: Some(v_part),
+    };
+    Ok((format!("{}.self_attn.kv_b_proj.weight", crate::model::names::layer(layer)), entry))
+}
+
+/// `kv_b_proj` from llama.cpp's `attn_k_b` (`k`, type `t`, `[heads, rank, nope]`: each head's
+/// key rows transposed) and `attn_v_b` (`[heads, v_head, rank]`): per head its `nope` key rows
+/// then its `v_head` value rows, each `rank` wide (f32; MLA reads `kv_b_proj` in f32).
+pub(super) fn joined_kv_b(t: GgmlType, k: &[u8], v: SplitKvB, v_bytes: &[u8]) -> HostTensor {
+    let (k, vv) =
+        (crate::model::gguf::dequant::dequantize(t, k), crate::model::gguf::dequant::dequantize(v.ggml_type, v_bytes));
+    let (heads, rank, nope, v_head) = (v.heads, v.rank, v.nope, v.v_head);
+    let mut data = Vec::with_capacity(heads * (nope + v_head) * rank);
+    for h in 0..heads {
+        for r in 0..nope {
+            data.extend((0..rank).map(|c| k[(h * rank + c) * nope + r]));
+        }
+        data.extend_from_slice(&vv[h * v_head * rank..(h + 1) * v_head * rank]);
+    }
+    HostTensor::new(vec![heads * (nope + v_head), rank], data)
+}
