@@ -8,7 +8,6 @@ mod common;
 
 use common::{fixtures, gpu, max_abs_diff};
 use moestream::ops::{KvDtype, WeightFormat};
-use moestream::reference::ops::log_softmax;
 use moestream::reference::ReferenceModel;
 use moestream::runtime::{Engine, EngineOptions, GenerateOptions};
 
@@ -71,8 +70,9 @@ fn f16_kv_cache_stays_close() {
                 continue;
             }
             // Past the bound: the engine must then be what an f16 cache makes of the model.
-            let model = ReferenceModel::load(&dir).unwrap();
-            let (logprobs, greedy) = reference_with_f16_kv(&model, &p.tokens, p.greedy.len());
+            let model = ReferenceModel::load(&dir).unwrap().with_f16_kv();
+            let logprobs = model.log_probs(&p.tokens).unwrap();
+            let greedy = model.greedy(&p.tokens, p.greedy.len()).unwrap();
             let ref_err = max_abs_diff(&logprobs, &p.logprobs);
             let vs_ref = max_abs_diff(&s.logprobs, &logprobs);
             println!(
@@ -83,25 +83,4 @@ fn f16_kv_cache_stays_close() {
             assert_eq!(g.tokens, greedy, "{} {} f16 KV: greedy tokens", golden.architecture, p.name);
         }
     }
-}
-
-/// The CPU reference with keys and values rounded to f16 as they are cached: per-position
-/// log-probs of `tokens` and the greedy continuation of `n` tokens.
-fn reference_with_f16_kv(model: &ReferenceModel, tokens: &[u32], n: usize) -> (Vec<f32>, Vec<u32>) {
-    let mut session = model.session().with_f16_kv();
-    let mut logprobs = Vec::new();
-    let mut last = Vec::new();
-    for (i, &t) in tokens.iter().enumerate() {
-        last = log_softmax(&session.step(t).unwrap());
-        if let Some(&next) = tokens.get(i + 1) {
-            logprobs.push(last[next as usize]);
-        }
-    }
-    let mut greedy = Vec::new();
-    for _ in 0..n {
-        let next = last.iter().enumerate().fold(0, |b, (i, &x)| if x > last[b] { i } else { b }) as u32;
-        greedy.push(next);
-        last = log_softmax(&session.step(next).unwrap());
-    }
-    (logprobs, greedy)
 }

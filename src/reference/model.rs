@@ -20,6 +20,8 @@ pub struct ReferenceModel {
     pub(super) layers: Vec<LayerWeights>,
     /// `experts[layer][expert]`; empty for dense layers.
     pub(super) experts: Vec<Vec<MlpWeights>>,
+    /// Whether sessions round keys and values to f16 as they cache them.
+    pub(super) f16_kv: bool,
 }
 
 impl ReferenceModel {
@@ -43,7 +45,7 @@ impl ReferenceModel {
             };
             experts.push((0..n).map(|e| layer_weights::expert(ck, &spec, i, e)).collect::<Result<Vec<_>>>()?);
         }
-        Ok(ReferenceModel { spec, embed, final_norm, lm_head, layers, experts })
+        Ok(ReferenceModel { spec, embed, final_norm, lm_head, layers, experts, f16_kv: false })
     }
 
     /// The model with `adapter` merged into its weights ([`LoraAdapter::merge_into`]), to
@@ -52,6 +54,14 @@ impl ReferenceModel {
     pub fn with_lora(mut self, adapter: &LoraAdapter) -> Result<ReferenceModel> {
         adapter.merge_into(&mut self.layers)?;
         Ok(self)
+    }
+
+    /// The same model with every session's keys and values rounded to f16 as they are cached
+    /// (see [`crate::reference::KvCache::with_f16_rounding`]): what an f16 KV cache alone does
+    /// to the output.
+    pub fn with_f16_kv(mut self) -> ReferenceModel {
+        self.f16_kv = true;
+        self
     }
 
     /// The architecture.

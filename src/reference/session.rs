@@ -28,19 +28,16 @@ impl<'m> ReferenceSession<'m> {
     /// A fresh session at position 0.
     pub fn new(model: &'m ReferenceModel) -> ReferenceSession<'m> {
         let spec = model.spec();
+        let cache = KvCache::new(spec.layers, kv_widths(spec).0, kv_widths(spec).1).with_linear_states(spec);
         ReferenceSession {
             model,
-            cache: KvCache::new(spec.layers, kv_widths(spec).0, kv_widths(spec).1).with_linear_states(spec),
+            cache: match model.f16_kv {
+                true => cache.with_f16_rounding(),
+                false => cache,
+            },
             pos: 0,
             routing: vec![Vec::new(); spec.layers],
         }
-    }
-
-    /// The same session with keys and values rounded to f16 as they are cached (see
-    /// [`KvCache::with_f16_rounding`]): what an f16 KV cache alone does to the output.
-    pub fn with_f16_kv(mut self) -> ReferenceSession<'m> {
-        self.cache = self.cache.with_f16_rounding();
-        self
     }
 
     /// Tokens processed so far (the position the next token will take).
