@@ -49,16 +49,14 @@ pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<Atten
     let mut rng = SplitMix64::new(3);
     let x: Vec<f32> = (0..heads.n_heads * heads.head_dim).map(|_| rng.next_signed()).collect();
     let q = gpu.upload("bench attention q", bytemuck::cast_slice(&x));
-    let mut random_buffer = |label: &str, words: usize| {
-        let data: Vec<u32> = (0..words).map(|_| half_pair(&mut rng)).collect();
+    // Random f16 values in (-1, 1), laid out as the cache packs them (element 2i low).
+    let mut random_buffer = |label: &str| {
+        let halves = side_bytes as usize / 2;
+        let data: Vec<half::f16> = (0..halves).map(|_| half::f16::from_f32(rng.next_signed())).collect();
         gpu.upload(label, bytemuck::cast_slice(&data))
     };
-    let caches: Vec<(wgpu::Buffer, wgpu::Buffer)> = (0..replicas(o, bytes))
-        .map(|_| {
-            let words = side_bytes as usize / 4;
-            (random_buffer("bench k", words), random_buffer("bench v", words))
-        })
-        .collect();
+    let caches: Vec<(wgpu::Buffer, wgpu::Buffer)> =
+        (0..replicas(o, bytes)).map(|_| (random_buffer("bench k"), random_buffer("bench v"))).collect();
     let split = split_len(heads, kv_len, gpu.caps.max_binding);
     let partial = gpu.storage("bench attention partials", partial_bytes(heads, kv_len, split));
     let out = gpu.storage("bench attention out", (heads.n_heads * heads.head_dim * 4) as u64);
@@ -89,11 +87,4 @@ pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<Atten
         us: seconds * 1e6,
         bytes,
     })
-}
-
-/// Two f16 values in (-1, 1), packed as the cache stores them.
-fn half_pair(rng: &mut SplitMix64) -> u32 {
-    let lo = half::f16::from_f32(rng.next_signed()).to_bits() as u32;
-    let hi = half::f16::from_f32(rng.next_signed()).to_bits() as u32;
-    lo | (hi << 16)
 }
