@@ -48,9 +48,8 @@ pub fn run(a: InfoArgs) -> Result<()> {
     let experts = spec.moe.as_ref().map_or(0, |m| m.num_experts);
     let expert_params = spec.expert_params();
     // MXFP4 experts (gpt-oss) are stored and streamed as they are: 17 bytes per 32 weights.
-    let first_moe = spec.moe_layers.iter().position(|m| *m);
     let mxfp4_per_expert =
-        first_moe.filter(|&l| moestream::model::gpt_oss_weights::is_mxfp4(&ckpt, l)).map(|_| expert_params / 32 * 17);
+        moestream::model::gpt_oss_weights::experts_are_mxfp4(&ckpt, &spec).then_some(expert_params / 32 * 17);
     // Shipped prerouter heads: which layers have one and their held-out recall.
     let heads_path = dir.join(HEADS_FILE);
     let heads = heads_path.exists().then(|| Heads::load(&heads_path)).transpose()?;

@@ -229,7 +229,7 @@ pub fn convert(
     extra_files::prepare_output(&src_canonical, out)?;
 
     let mut reporter = Reporter { done: 0, total: ckpt.stored_bytes(), callback: progress };
-    let mxfp4 = (0..spec.layers).find(|&i| spec.is_moe_layer(i)).is_some_and(|i| gpt_oss_weights::is_mxfp4(&ckpt, i));
+    let mxfp4 = gpt_oss_weights::experts_are_mxfp4(&ckpt, &spec);
     let (experts, options) = match mxfp4 {
         // gpt-oss's MXFP4 experts are stored as they are (ggml MXFP4 blocks, lossless): the
         // expert encoding option does not apply.

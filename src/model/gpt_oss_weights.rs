@@ -28,6 +28,12 @@ pub fn is_mxfp4(ck: &Checkpoint, layer: usize) -> bool {
     ck.contains(&name(layer, "gate_up_proj_blocks"))
 }
 
+/// Whether the checkpoint's routed experts are MXFP4 (its first MoE layer's are; gpt-oss
+/// quantizes all or none), so they are kept as stored whatever format was asked for.
+pub fn experts_are_mxfp4(ck: &Checkpoint, spec: &ArchSpec) -> bool {
+    (0..spec.layers).find(|&i| spec.is_moe_layer(i)).is_some_and(|i| is_mxfp4(ck, i))
+}
+
 /// `(experts, hidden, inter)` of `spec`.
 fn dims(spec: &ArchSpec) -> Result<(usize, usize, usize)> {
     let m = spec.moe.as_ref().ok_or_else(|| Error::InvalidArgument("dense model has no experts".into()))?;

@@ -179,12 +179,10 @@ impl Engine {
         spec.check_against(&ckpt)?;
         memory_plan::check_context(&spec, options.context)?;
         // gpt-oss's MXFP4 experts are read as stored, whatever the options say.
-        let first_moe = (0..spec.layers).find(|&i| spec.is_moe_layer(i));
-        let expert_format = match first_moe {
-            Some(i) if converted.is_none() && crate::model::gpt_oss_weights::is_mxfp4(&ckpt, i) => {
-                WeightFormat::of_ggml(crate::model::gguf::GgmlType::Mxfp4)
-            }
-            _ => expert_format,
+        let expert_format = match converted.is_none() && crate::model::gpt_oss_weights::experts_are_mxfp4(&ckpt, &spec)
+        {
+            true => WeightFormat::of_ggml(crate::model::gguf::GgmlType::Mxfp4),
+            false => expert_format,
         };
         let source: Option<Arc<dyn ExpertSource>> = match (&spec.moe, &converted) {
             (None, _) => None,
