@@ -305,12 +305,6 @@ fn openai_compatible_server() {
             400,
             "unsupported_parameter",
         ),
-        (
-            "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "x".repeat(100_000)}]}).to_string(),
-            413,
-            "request_too_large",
-        ),
         ("/v1/nothing", "{}".into(), 404, "not_found"),
     ];
     for (path, body, status, code) in cases {
@@ -322,8 +316,9 @@ fn openai_compatible_server() {
         assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{text}");
         assert!(v["error"]["type"].is_string(), "{text}");
     }
-    // An oversized body is refused from its Content-Length, before it is read (so the test sends
-    // only the head: the server answers without waiting for the body).
+    // An oversized body is refused from its Content-Length, before it is read. The test sends only
+    // the head: a client still writing the rest of an oversized body may find the connection closed
+    // under it (a broken pipe instead of the 413, depending on timing), so that is not a case here.
     let addr = server.url.strip_prefix("http://").unwrap();
     let head = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
