@@ -49,6 +49,8 @@ pub fn run(a: DevicesArgs) -> Result<()> {
             match d.memory.source {
                 MemorySource::VulkanBudget => "Vulkan device-local heaps, VK_EXT_memory_budget",
                 MemorySource::VulkanHeaps => "Vulkan device-local heaps",
+                MemorySource::MetalWorkingSet => "Metal recommended working set",
+                MemorySource::DxgiBudget => "DXGI video memory budget",
                 MemorySource::Host => "host memory",
                 MemorySource::Override => "MOESTREAM_GPU_MEMORY",
             }

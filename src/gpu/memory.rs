@@ -1,10 +1,14 @@
 //! How much memory an adapter has, and how much the process may still allocate on it.
 //!
 //! Vulkan: the device-local heaps, and with `VK_EXT_memory_budget` the driver's current budget
-//! minus what is already used. Software adapters (lavapipe) allocate host memory, so the host's
-//! figures are theirs. Other backends (Metal, DX12) are not queried yet: they report the host's
-//! memory, which matches Apple's unified memory but not a discrete DX12 card (a warning says so,
-//! and `--gpu-memory` overrides). `MOESTREAM_GPU_MEMORY` (a size such as `8GiB`) or [`super::GpuOptions::memory_override`] simulates an adapter of that size.
+//! minus what is already used. Metal: the device's `recommendedMaxWorkingSetSize` minus its
+//! `currentAllocatedSize`. DX12: the local segment's `QueryVideoMemoryInfo` budget minus its
+//! current usage, the adapter's dedicated video memory as the total. Software adapters
+//! (lavapipe) allocate host memory, so the host's figures are theirs; integrated and
+//! unified-memory adapters are also bounded by the host's free memory. A backend that cannot be
+//! queried reports the host's memory with a warning (`--gpu-memory` overrides).
+//! `MOESTREAM_GPU_MEMORY` (a size such as `8GiB`) or [`super::GpuOptions::memory_override`]
+//! simulates an adapter of that size.
 
 use serde::Serialize;
 
@@ -15,6 +19,10 @@ pub enum MemorySource {
     VulkanBudget,
     /// Vulkan device-local heap sizes (no budget extension: nothing known to be in use).
     VulkanHeaps,
+    /// Metal's `recommendedMaxWorkingSetSize` less the device's `currentAllocatedSize`.
+    MetalWorkingSet,
+    /// DX12 (DXGI) local-segment budget less current usage.
+    DxgiBudget,
     /// The host's memory (software and unified-memory adapters, backends not queried).
     Host,
     /// Set by `MOESTREAM_GPU_MEMORY` or [`super::GpuOptions::memory_override`].
@@ -46,21 +54,31 @@ impl GpuMemory {
         if info.device_type == wgpu::DeviceType::Cpu {
             return host;
         }
-        if let Some(mut vk) = GpuMemory::vulkan(adapter) {
-            if info.device_type == wgpu::DeviceType::IntegratedGpu {
-                // Shared with the host: its free memory bounds the adapter's.
-                vk.available = vk.available.min(host.available);
+        let queried = match info.backend {
+            wgpu::Backend::Vulkan => GpuMemory::vulkan(adapter),
+            wgpu::Backend::Metal => GpuMemory::metal(adapter),
+            wgpu::Backend::Dx12 => GpuMemory::dx12(adapter),
+            _ => None,
+        };
+        match queried {
+            Some(mut memory) => {
+                let shares_host = info.device_type == wgpu::DeviceType::IntegratedGpu
+                    || memory.source == MemorySource::MetalWorkingSet;
+                if shares_host {
+                    // Shared with the host: its free memory bounds the adapter's.
+                    memory.available = memory.available.min(host.available);
+                }
+                memory
             }
-            return vk;
+            None => {
+                log::warn!(
+                    "GPU memory of this {:?} adapter could not be queried: assuming the host's {} MiB; pass --gpu-memory to set the expert budget",
+                    info.backend,
+                    host.available >> 20
+                );
+                host
+            }
         }
-        if info.backend != wgpu::Backend::Metal {
-            log::warn!(
-                "GPU memory of {:?} adapters is not queried: assuming the host's {} MiB; pass --gpu-memory to set the expert budget",
-                info.backend,
-                host.available >> 20
-            );
-        }
-        host
     }
 
     /// The device-local heaps of a Vulkan adapter (with the budget when the driver offers
@@ -69,6 +87,27 @@ impl GpuMemory {
         #[cfg(not(any(target_vendor = "apple", target_arch = "wasm32")))]
         if adapter.get_info().backend == wgpu::Backend::Vulkan {
             return vulkan::memory(adapter);
+        }
+        let _ = adapter;
+        None
+    }
+
+    /// A Metal device's recommended working set and what it has allocated; `None` for other
+    /// backends.
+    pub fn metal(adapter: &wgpu::Adapter) -> Option<GpuMemory> {
+        #[cfg(target_vendor = "apple")]
+        if adapter.get_info().backend == wgpu::Backend::Metal {
+            return metal::memory(adapter);
+        }
+        let _ = adapter;
+        None
+    }
+
+    /// A DX12 adapter's local video memory budget and usage (DXGI); `None` for other backends.
+    pub fn dx12(adapter: &wgpu::Adapter) -> Option<GpuMemory> {
+        #[cfg(windows)]
+        if adapter.get_info().backend == wgpu::Backend::Dx12 {
+            return dx12::memory(adapter);
         }
         let _ = adapter;
         None
@@ -164,6 +203,53 @@ mod vulkan {
             total,
             available,
             source: if with_budget { MemorySource::VulkanBudget } else { MemorySource::VulkanHeaps },
+        })
+    }
+}
+
+#[cfg(target_vendor = "apple")]
+mod metal {
+    use super::{GpuMemory, MemorySource};
+    use objc2_metal::MTLDevice;
+
+    /// The device's recommended working set (the most it can use without hurting performance:
+    /// on Apple silicon a share of the unified memory) less what the device has allocated.
+    pub fn memory(adapter: &wgpu::Adapter) -> Option<GpuMemory> {
+        // SAFETY: the HAL adapter is only read (no handle is destroyed or kept).
+        let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Metal>() }?;
+        let device = hal.raw_device();
+        let total = device.recommendedMaxWorkingSetSize();
+        let used = device.currentAllocatedSize() as u64;
+        (total > 0).then_some(GpuMemory {
+            total,
+            available: total.saturating_sub(used),
+            source: MemorySource::MetalWorkingSet,
+        })
+    }
+}
+
+#[cfg(windows)]
+mod dx12 {
+    use super::{GpuMemory, MemorySource};
+    use windows::Win32::Graphics::Dxgi::{DXGI_MEMORY_SEGMENT_GROUP_LOCAL, DXGI_QUERY_VIDEO_MEMORY_INFO};
+
+    /// The local segment's budget less its current usage (what the OS lets this process use
+    /// now), and the adapter's dedicated video memory (the budget where it has none: an
+    /// integrated adapter).
+    pub fn memory(adapter: &wgpu::Adapter) -> Option<GpuMemory> {
+        // SAFETY: the HAL adapter is only read (no handle is destroyed or kept).
+        let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Dx12>() }?;
+        let raw = hal.as_raw();
+        let mut info = DXGI_QUERY_VIDEO_MEMORY_INFO::default();
+        // SAFETY: `raw` is a live IDXGIAdapter3; `info` outlives the call.
+        unsafe { raw.QueryVideoMemoryInfo(0, DXGI_MEMORY_SEGMENT_GROUP_LOCAL, &mut info) }.ok()?;
+        // SAFETY: as above.
+        let dedicated = unsafe { raw.GetDesc1() }.map_or(0, |d| d.DedicatedVideoMemory as u64);
+        let total = if dedicated > 0 { dedicated } else { info.Budget };
+        (total > 0).then_some(GpuMemory {
+            total,
+            available: info.Budget.saturating_sub(info.CurrentUsage).min(total),
+            source: MemorySource::DxgiBudget,
         })
     }
 }

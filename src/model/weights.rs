@@ -439,8 +439,10 @@ impl Checkpoint {
     }
 
     /// Drops the pages of `name` from this process's memory (they are re-read from disk if
-    /// touched again), so streaming over a large checkpoint keeps the resident set small.
+    /// touched again), so streaming over a large checkpoint keeps the resident set small. Unix
+    /// only (`madvise`); elsewhere the OS reclaims the mapped pages under pressure on its own.
     pub fn release(&self, name: &str) {
+        #[cfg(unix)]
         if let Some(e) = self.entries.get(name) {
             let mmap = &self.files[e.file].1;
             let page = 4096;
@@ -450,6 +452,8 @@ impl Checkpoint {
             // reads fetch them from the file again.
             let _ = unsafe { mmap.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
         }
+        #[cfg(not(unix))]
+        let _ = name;
     }
 
     /// Bytes `name` takes in its file (0 when absent).
