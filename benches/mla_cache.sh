@@ -9,16 +9,20 @@
 #
 # Prints a markdown table; the two JSON reports go to OUT.jsonl (default mla-cache.jsonl).
 # DEPTH=N changes the depth (the 4096-token prefill takes hours on lavapipe; a GPU needs seconds).
+# SKIP_PREFILL=1 decodes over a cache of zeros instead (`bench context --skip-prefill`: the decode
+# step's cost does not depend on the cached values; prefill is then not measured).
 # One layer's attention alone, at any depth: `cargo run --release --example mla_cache`.
 set -euo pipefail
 model=${1:?usage: benches/mla_cache.sh MODEL_DIR [OUT.jsonl]}
 out=${2:-mla-cache.jsonl}
 bin=${MOESTREAM:-target/release/moestream}
 depth=${DEPTH:-4096}
+skip=()
+[[ -n "${SKIP_PREFILL:-}" ]] && skip=(--skip-prefill)
 : >"$out"
 for cache in latent decompressed; do
     "$bin" bench context --model "$model" --mla-cache "$cache" --context $((depth + 64)) --depths "$depth" \
-        --decode-tokens 8 --json >>"$out"
+        --decode-tokens 8 "${skip[@]}" --json >>"$out"
 done
 python3 - "$out" <<'PY'
 import json, sys
@@ -28,6 +32,7 @@ print(f"| MLA cache | KV bytes/token (all layers) | KV MiB at {depth} | prefill 
 print("|---|---:|---:|---:|---:|---:|---:|")
 for name, r in zip(["latent", "decompressed"], rows):
     d = r["depths"][0]
-    print(f"| {name} | {r['kv_bytes_per_token']} | {d['kv_bytes'] / 2**20:.1f} | {d['prefill_tokens_per_s']:.1f} "
+    prefill = "skipped" if d["prefill_tokens_per_s"] is None else f"{d['prefill_tokens_per_s']:.1f}"
+    print(f"| {name} | {r['kv_bytes_per_token']} | {d['kv_bytes'] / 2**20:.1f} | {prefill} "
           f"| {d['decode_tokens_per_s']:.2f} | {d['step_ms']:.1f} | {d['vs_roofline']:.2f}x |")
 PY

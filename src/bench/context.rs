@@ -5,6 +5,12 @@
 //! `d` is the bytes it must read — the weights one token touches
 //! ([`crate::Engine::weight_bytes_per_token`]) plus `d` positions of KV cache — divided by the
 //! compute-read bandwidth `bench kernels` measures on the same adapter in the same run.
+//!
+//! With `skip_prefill` the prompt is not computed: a new session takes it as already cached (its
+//! cache holds zeros) and one token is prefilled before decoding. A decode step reads and
+//! computes the same at a depth whatever the cache holds, so the decode figures stand; prefill
+//! is not measured. This makes deep decode measurable on adapters where prefilling the depth
+//! would take hours (lavapipe).
 
 use serde::Serialize;
 
@@ -25,6 +31,8 @@ pub struct ContextBenchOptions {
     pub seed: u64,
     /// Seconds of the bandwidth measurement.
     pub kernel_seconds: f64,
+    /// Decode over a cache of zeros instead of prefilling each prompt (see the module docs).
+    pub skip_prefill: bool,
 }
 
 /// One depth's figures.
@@ -32,8 +40,8 @@ pub struct ContextBenchOptions {
 pub struct DepthReport {
     /// Prompt length.
     pub depth: usize,
-    /// Prompt tokens per second.
-    pub prefill_tokens_per_s: f64,
+    /// Prompt tokens per second; `None` when the prefill was skipped.
+    pub prefill_tokens_per_s: Option<f64>,
     /// Generated tokens per second after the prompt.
     pub decode_tokens_per_s: f64,
     /// KV-cache bytes the prompt fills.
@@ -90,7 +98,13 @@ pub fn run(engine: &Engine, o: &ContextBenchOptions) -> Result<ContextReport> {
     let mut depths = Vec::new();
     for &depth in &o.depths {
         let prompt = random_tokens(depth, engine.spec().vocab, o.seed);
-        let g = engine.generate(&prompt, &options, |_, _| true)?;
+        let g = if o.skip_prefill {
+            let mut session = engine.new_session()?;
+            session.assume_cached(&prompt[..depth - 1]);
+            engine.generate_in(&mut session, &prompt[depth - 1..], &options, |_, _| true)?
+        } else {
+            engine.generate(&prompt, &options, |_, _| true)?
+        };
         let kv_bytes = depth as u64 * kv_bytes_per_token;
         // The decode steps read from depth to depth + decode_tokens positions: their middle.
         let bytes_per_token = weights + (depth as u64 + o.decode_tokens as u64 / 2) * kv_bytes_per_token;
@@ -98,7 +112,7 @@ pub fn run(engine: &Engine, o: &ContextBenchOptions) -> Result<ContextReport> {
         let step_ms = 1e3 / g.stats.decode_tokens_per_s.max(1e-9);
         depths.push(DepthReport {
             depth,
-            prefill_tokens_per_s: g.stats.prefill_tokens_per_s,
+            prefill_tokens_per_s: (!o.skip_prefill).then_some(g.stats.prefill_tokens_per_s),
             decode_tokens_per_s: g.stats.decode_tokens_per_s,
             kv_bytes,
             bytes_per_token,
@@ -125,10 +139,10 @@ impl ContextReport {
             "| depth | prefill tok/s | decode tok/s | KV MiB | MB read per token | step ms | roofline ms | vs roofline |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for d in &self.depths {
+            let prefill = d.prefill_tokens_per_s.map_or("skipped".to_string(), |t| format!("{t:.1}"));
             out += &format!(
-                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2}× |\n",
+                "| {} | {prefill} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2}× |\n",
                 d.depth,
-                d.prefill_tokens_per_s,
                 d.decode_tokens_per_s,
                 d.kv_bytes as f64 / 1048576.0,
                 d.bytes_per_token as f64 / 1e6,

@@ -58,6 +58,11 @@ struct ContextArgs {
     /// Seconds of the read-bandwidth measurement.
     #[arg(long, default_value_t = 1.0)]
     kernel_seconds: f64,
+    /// Decode each depth over a cache of zeros instead of prefilling the prompt: the decode
+    /// figures stand (a step's cost does not depend on the cached values), prefill is not
+    /// measured. For adapters where prefilling the depth takes hours.
+    #[arg(long)]
+    skip_prefill: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -347,6 +352,7 @@ fn run_context(a: ContextArgs) -> Result<()> {
         decode_tokens: a.decode_tokens,
         seed: a.seed,
         kernel_seconds: a.kernel_seconds,
+        skip_prefill: a.skip_prefill,
     };
     let r = context::run(&engine, &o)?;
     if a.json {

@@ -41,6 +41,14 @@ impl Session {
         self.cached = self.cached.min(len);
     }
 
+    /// Takes `tokens` as the sequence so far, held by the cache, without computing them: the
+    /// cache keeps what it holds (zeros in a new session). Only for benchmarks of a decode
+    /// step's cost at a depth, which does not depend on the cached values.
+    pub(crate) fn assume_cached(&mut self, tokens: &[u32]) {
+        self.tokens = tokens.to_vec();
+        self.cached = tokens.len();
+    }
+
     /// GPU bytes of the session's caches.
     pub fn cache_bytes(&self) -> u64 {
         self.cache.bytes()
