@@ -9,8 +9,9 @@
 #
 # Prints a markdown table; the two JSON reports go to OUT.jsonl (default mla-cache.jsonl).
 # DEPTH=N changes the depth (the 4096-token prefill takes hours on lavapipe; a GPU needs seconds).
-# SKIP_PREFILL=1 decodes over a cache of zeros instead (`bench context --skip-prefill`: the decode
-# step's cost does not depend on the cached values; prefill is then not measured).
+# PREFILL_LAST=N prefills only the prompt's last N tokens over a cache that takes the rest as
+# computed (zeros; `bench context --prefill-last N`): a step's cost does not depend on the
+# cached values, so decode at the depth is measured without hours of prefill.
 # One layer's attention alone, at any depth: `cargo run --release --example mla_cache`.
 set -euo pipefail
 model=${1:?usage: benches/mla_cache.sh MODEL_DIR [OUT.jsonl]}
@@ -18,7 +19,7 @@ out=${2:-mla-cache.jsonl}
 bin=${MOESTREAM:-target/release/moestream}
 depth=${DEPTH:-4096}
 skip=()
-[[ -n "${SKIP_PREFILL:-}" ]] && skip=(--skip-prefill)
+[[ -n "${PREFILL_LAST:-}" ]] && skip=(--prefill-last "$PREFILL_LAST")
 : >"$out"
 for cache in latent decompressed; do
     "$bin" bench context --model "$model" --mla-cache "$cache" --context $((depth + 64)) --depths "$depth" \
@@ -32,7 +33,7 @@ print(f"| MLA cache | KV bytes/token (all layers) | KV MiB at {depth} | prefill 
 print("|---|---:|---:|---:|---:|---:|---:|")
 for name, r in zip(["latent", "decompressed"], rows):
     d = r["depths"][0]
-    prefill = "skipped" if d["prefill_tokens_per_s"] is None else f"{d['prefill_tokens_per_s']:.1f}"
+    prefill = f"{d['prefill_tokens_per_s']:.1f} ({d['prefilled_tokens']} tokens)"
     print(f"| {name} | {r['kv_bytes_per_token']} | {d['kv_bytes'] / 2**20:.1f} | {prefill} "
           f"| {d['decode_tokens_per_s']:.2f} | {d['step_ms']:.1f} | {d['vs_roofline']:.2f}x |")
 PY

@@ -16,8 +16,8 @@ fn engine(family: &str) -> (Engine, u64) {
 }
 
 /// A sweep over `depths` with 4 decoded tokens each.
-fn options(depths: Vec<usize>, skip_prefill: bool) -> ContextBenchOptions {
-    ContextBenchOptions { depths, decode_tokens: 4, seed: 1, kernel_seconds: 0.05, skip_prefill }
+fn options(depths: Vec<usize>, prefill_last: Option<usize>) -> ContextBenchOptions {
+    ContextBenchOptions { depths, decode_tokens: 4, seed: 1, kernel_seconds: 0.05, prefill_last }
 }
 
 /// Checks what every sweep of two depths must hold: the deeper one reads `kv` bytes more per
@@ -35,27 +35,33 @@ fn check_rows(r: &ContextReport, kv: u64, label: &str) {
 #[test]
 fn depths_add_their_kv_bytes_to_the_bytes_read() {
     let (engine, kv) = engine("mixtral");
-    let o = options(vec![8, 72], false);
+    let o = options(vec![8, 72], None);
     let r = context::run(&engine, &o).unwrap();
     assert_eq!(r.depths.len(), 2);
     assert!(r.read_gbps > 0.0 && r.weight_bytes_per_token > 0);
     check_rows(&r, kv, "mixtral");
-    assert!(r.depths.iter().all(|d| d.prefill_tokens_per_s.is_some_and(|t| t > 0.0)));
+    assert!(r.depths.iter().all(|d| d.prefilled_tokens == d.depth && d.prefill_tokens_per_s > 0.0));
     assert!(r.markdown().contains("| 72 |"));
     let too_deep = ContextBenchOptions { depths: vec![126], ..o };
     assert!(matches!(context::run(&engine, &too_deep), Err(Error::InvalidArgument(_))));
 }
 
-/// `skip_prefill` decodes at each depth over a session that takes the prompt as cached (zeros):
-/// the same bytes per step, no prefill figure; on an MLA model (latent cache) and a hybrid one
-/// (recurrent state).
+/// `prefill_last` prefills only each prompt's last tokens over a session that takes the rest as
+/// cached (zeros): the same bytes per decode step, the prefill figure over those tokens only;
+/// on an MLA model (latent cache) and a hybrid one (recurrent state). Out-of-range counts are
+/// refused.
 #[test]
-fn skipped_prefill_decodes_at_depth_without_prefill_figures() {
+fn prefill_of_the_last_tokens_measures_depth_without_the_whole_prompt() {
     for family in ["deepseek_v2", "qwen3_next"] {
         let (engine, kv) = engine(family);
-        let r = context::run(&engine, &options(vec![8, 100], true)).unwrap();
+        let r = context::run(&engine, &options(vec![8, 100], Some(5))).unwrap();
         check_rows(&r, kv, family);
-        assert!(r.depths.iter().all(|d| d.prefill_tokens_per_s.is_none()), "{family}");
-        assert!(r.markdown().contains("| 100 | skipped |"), "{family}");
+        assert!(r.depths.iter().all(|d| d.prefilled_tokens == 5 && d.prefill_tokens_per_s > 0.0), "{family}");
+        assert!(r.markdown().contains("| 100 | 5 |"), "{family}");
+    }
+    let (engine, _) = engine("mixtral");
+    for bad in [0, 9] {
+        let o = options(vec![8], Some(bad));
+        assert!(matches!(context::run(&engine, &o), Err(Error::InvalidArgument(_))), "prefill_last {bad}");
     }
 }

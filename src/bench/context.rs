@@ -6,11 +6,12 @@
 //! ([`crate::Engine::weight_bytes_per_token`]) plus `d` positions of KV cache — divided by the
 //! compute-read bandwidth `bench kernels` measures on the same adapter in the same run.
 //!
-//! With `skip_prefill` the prompt is not computed: a new session takes it as already cached (its
-//! cache holds zeros) and one token is prefilled before decoding. A decode step reads and
-//! computes the same at a depth whatever the cache holds, so the decode figures stand; prefill
-//! is not measured. This makes deep decode measurable on adapters where prefilling the depth
-//! would take hours (lavapipe).
+//! With `prefill_last: Some(n)` only the last `n` tokens of each prompt are computed: a new
+//! session takes the first `d - n` as already cached (its cache holds zeros), then prefills
+//! the `n` (prefill tokens/s at depth `d - n`, what `llama-bench -p n -d …` reports) and decodes.
+//! A step reads and computes the same at a depth whatever the cache holds, so these figures
+//! stand; they make deep contexts measurable where prefilling the whole depth would take hours
+//! (lavapipe).
 
 use serde::Serialize;
 
@@ -31,8 +32,9 @@ pub struct ContextBenchOptions {
     pub seed: u64,
     /// Seconds of the bandwidth measurement.
     pub kernel_seconds: f64,
-    /// Decode over a cache of zeros instead of prefilling each prompt (see the module docs).
-    pub skip_prefill: bool,
+    /// Prefill only this many last tokens of each prompt, over a cache that takes the rest as
+    /// computed (see the module docs); `None`: the whole prompt.
+    pub prefill_last: Option<usize>,
 }
 
 /// One depth's figures.
@@ -40,8 +42,10 @@ pub struct ContextBenchOptions {
 pub struct DepthReport {
     /// Prompt length.
     pub depth: usize,
-    /// Prompt tokens per second; `None` when the prefill was skipped.
-    pub prefill_tokens_per_s: Option<f64>,
+    /// Tokens the prefill computed: the whole prompt, or its last `prefill_last`.
+    pub prefilled_tokens: usize,
+    /// Prefilled tokens per second.
+    pub prefill_tokens_per_s: f64,
     /// Generated tokens per second after the prompt.
     pub decode_tokens_per_s: f64,
     /// KV-cache bytes the prompt fills.
@@ -81,6 +85,12 @@ pub fn run(engine: &Engine, o: &ContextBenchOptions) -> Result<ContextReport> {
     if o.depths.is_empty() || o.decode_tokens == 0 {
         return Err(Error::InvalidArgument("bench context needs depths and decode tokens".into()));
     }
+    if let Some(&d) = o.depths.iter().find(|&&d| o.prefill_last.is_some_and(|n| n == 0 || n > d)) {
+        return Err(Error::InvalidArgument(format!(
+            "--prefill-last must be in 1..=depth (depth {d}, prefill-last {})",
+            o.prefill_last.unwrap_or(0)
+        )));
+    }
     if let Some(&d) = o.depths.iter().find(|&&d| d == 0 || d + o.decode_tokens > engine.context()) {
         return Err(Error::InvalidArgument(format!(
             "depth {d} + {} decoded tokens does not fit the context of {} (pass --context)",
@@ -98,12 +108,13 @@ pub fn run(engine: &Engine, o: &ContextBenchOptions) -> Result<ContextReport> {
     let mut depths = Vec::new();
     for &depth in &o.depths {
         let prompt = random_tokens(depth, engine.spec().vocab, o.seed);
-        let g = if o.skip_prefill {
-            let mut session = engine.new_session()?;
-            session.assume_cached(&prompt[..depth - 1]);
-            engine.generate_in(&mut session, &prompt[depth - 1..], &options, |_, _| true)?
-        } else {
-            engine.generate(&prompt, &options, |_, _| true)?
+        let g = match o.prefill_last {
+            Some(n) => {
+                let mut session = engine.new_session()?;
+                session.assume_cached(&prompt[..depth - n]);
+                engine.generate_in(&mut session, &prompt[depth - n..], &options, |_, _| true)?
+            }
+            None => engine.generate(&prompt, &options, |_, _| true)?,
         };
         let kv_bytes = depth as u64 * kv_bytes_per_token;
         // The decode steps read from depth to depth + decode_tokens positions: their middle.
@@ -112,7 +123,8 @@ pub fn run(engine: &Engine, o: &ContextBenchOptions) -> Result<ContextReport> {
         let step_ms = 1e3 / g.stats.decode_tokens_per_s.max(1e-9);
         depths.push(DepthReport {
             depth,
-            prefill_tokens_per_s: (!o.skip_prefill).then_some(g.stats.prefill_tokens_per_s),
+            prefilled_tokens: g.stats.prefilled_tokens,
+            prefill_tokens_per_s: g.stats.prefill_tokens_per_s,
             decode_tokens_per_s: g.stats.decode_tokens_per_s,
             kv_bytes,
             bytes_per_token,
@@ -136,13 +148,14 @@ impl ContextReport {
     /// The sweep as a markdown table.
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| depth | prefill tok/s | decode tok/s | KV MiB | MB read per token | step ms | roofline ms | vs roofline |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| depth | prefilled | prefill tok/s | decode tok/s | KV MiB | MB read per token | step ms | roofline ms | vs roofline |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for d in &self.depths {
-            let prefill = d.prefill_tokens_per_s.map_or("skipped".to_string(), |t| format!("{t:.1}"));
             out += &format!(
-                "| {} | {prefill} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2}× |\n",
+                "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2}× |\n",
                 d.depth,
+                d.prefilled_tokens,
+                d.prefill_tokens_per_s,
                 d.decode_tokens_per_s,
                 d.kv_bytes as f64 / 1048576.0,
                 d.bytes_per_token as f64 / 1e6,

@@ -58,11 +58,12 @@ struct ContextArgs {
     /// Seconds of the read-bandwidth measurement.
     #[arg(long, default_value_t = 1.0)]
     kernel_seconds: f64,
-    /// Decode each depth over a cache of zeros instead of prefilling the prompt: the decode
-    /// figures stand (a step's cost does not depend on the cached values), prefill is not
-    /// measured. For adapters where prefilling the depth takes hours.
-    #[arg(long)]
-    skip_prefill: bool,
+    /// Prefill only the last N tokens of each depth's prompt, over a cache that takes the rest
+    /// as computed (zeros): prefill tok/s at depth, as `llama-bench -p N -d …` reports it, and
+    /// decode at depth without prefilling it all (a step costs the same whatever the cache
+    /// holds). For adapters where prefilling the depth takes hours.
+    #[arg(long, value_name = "N")]
+    prefill_last: Option<usize>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -352,7 +353,7 @@ fn run_context(a: ContextArgs) -> Result<()> {
         decode_tokens: a.decode_tokens,
         seed: a.seed,
         kernel_seconds: a.kernel_seconds,
-        skip_prefill: a.skip_prefill,
+        prefill_last: a.prefill_last,
     };
     let r = context::run(&engine, &o)?;
     if a.json {
