@@ -100,3 +100,25 @@ pub fn shared_expert(family: Family, layer_index: usize) -> String {
 pub fn mlp(prefix: &str) -> [String; 3] {
     [format!("{prefix}.gate_proj.weight"), format!("{prefix}.up_proj.weight"), format!("{prefix}.down_proj.weight")]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::from_ling;
+
+    #[test]
+    fn ling_names_become_transformers_names_once() {
+        let cases = [
+            ("model.word_embeddings.weight", "model.embed_tokens.weight"),
+            ("model.layers.1.attention.dense.weight", "model.layers.1.self_attn.o_proj.weight"),
+            ("model.layers.0.attention.f_proj.weight", "model.layers.0.self_attn.forget_gate.f_proj.weight"),
+            ("model.layers.0.attention.A_log", "model.layers.0.self_attn.forget_gate.A_log"),
+            ("model.layers.0.attention.q_conv1d.weight", "model.layers.0.self_attn.q_conv1d.weight"),
+            ("model.layers.2.mlp.gate.expert_bias", "model.layers.2.mlp.gate.e_score_correction_bias"),
+        ];
+        for (ling, hf) in cases {
+            assert_eq!(from_ling(ling).as_deref(), Some(hf));
+            assert_eq!(from_ling(hf), None, "{hf} is already a transformers name");
+        }
+        assert_eq!(from_ling("model.layers.1.mlp.experts.3.up_proj.weight"), None);
+    }
+}

@@ -140,8 +140,14 @@ pub(super) fn parse(cfg: &Value, family: Family, layers: usize) -> Result<Option
         }
         Some(_) => return Err(Error::ConfigField("layer_types".into())),
         None => {
-            let interval = match opt_usize(cfg, "full_attention_interval")?.unwrap_or(4) {
-                0 => return Err(Error::UnsupportedConfig("full_attention_interval must be positive".into())),
+            // Every `interval`-th layer is full attention: Qwen's `full_attention_interval`,
+            // Ling's `layer_group_size`.
+            let (key, default) = match family {
+                Family::BailingHybrid => ("layer_group_size", 6),
+                _ => ("full_attention_interval", 4),
+            };
+            let interval = match opt_usize(cfg, key)?.unwrap_or(default) {
+                0 => return Err(Error::UnsupportedConfig(format!("{key} must be positive"))),
                 n => n,
             };
             (0..layers).map(|i| (i + 1) % interval != 0).collect()

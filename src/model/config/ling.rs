@@ -3,9 +3,9 @@
 //! transformers writes: `num_experts_per_token`, `num_expert_group`, `num_shared_experts`,
 //! `moe_renormalize`, `model_max_length`) become the DeepSeek ones, its KDA sizes
 //! (`linear_num_heads` or `num_attention_heads`, `linear_head_dim` or `head_dim`,
-//! `linear_conv_kernel_dim` or `short_conv_kernel_size`) become the hybrid block's, its layer
-//! pattern (`layer_group_size`: the last layer of every group is MLA) the
-//! `full_attention_interval`, and its defaults are filled in.
+//! `linear_conv_kernel_dim` or `short_conv_kernel_size`) become the hybrid block's, and its
+//! defaults are filled in. (Its layer pattern, `layer_group_size`: the last layer of every
+//! group is MLA, is read by the hybrid block's parser.)
 
 use serde_json::{json, Map, Value};
 
@@ -38,7 +38,6 @@ fn defaults() -> Value {
         "qk_rope_head_dim": 64,
         "qk_nope_head_dim": 128,
         "v_head_dim": 128,
-        "layer_group_size": 6,
         "kda_safe_gate": true,
         "kda_lower_bound": -5.0,
         "rms_norm_eps": 1e-6,
@@ -67,14 +66,12 @@ pub(super) fn with_defaults(cfg: &Value) -> Value {
     let heads = first(&["linear_num_heads", "num_attention_heads"], Value::Null);
     let dim = first(&["linear_head_dim", "head_dim"], json!(128));
     let kernel = first(&["linear_conv_kernel_dim", "short_conv_kernel_size"], json!(4));
-    let interval = first(&["layer_group_size"], json!(6));
     for (k, v) in [
         ("linear_num_key_heads", &heads),
         ("linear_num_value_heads", &heads),
         ("linear_key_head_dim", &dim),
         ("linear_value_head_dim", &dim),
         ("linear_conv_kernel_dim", &kernel),
-        ("full_attention_interval", &interval),
     ] {
         out.insert(k.to_string(), v.clone());
     }
@@ -96,7 +93,6 @@ mod tests {
         assert_eq!(cfg["linear_key_head_dim"], 16);
         assert_eq!(cfg["linear_num_value_heads"], 4);
         assert_eq!(cfg["linear_conv_kernel_dim"], 3);
-        assert_eq!(cfg["full_attention_interval"], 6);
         assert_eq!(cfg["rope_theta"], 6_000_000.0);
         // A hub config's head_dim is the KDA head width.
         assert_eq!(with_defaults(&json!({"head_dim": 128}))["linear_value_head_dim"], 128);
