@@ -1,12 +1,13 @@
-// y[t, i] *= act(g[t * gate_stride + gate_offset + i]) for i < width, act = sigmoid, or silu
-// with SILU (gated attention's output gate; the gate of Gated DeltaNet's output norm).
+// y[t, i] *= act(g[t * gate_stride + gate_offset + i / span]) for i < width, act = sigmoid, or
+// silu with SILU (gated attention's output gate; the gate of the linear attention's output
+// norm; span = a head's width: Ling's MLA gate, one value per head).
 //#include common
 
 struct Params {
     width: u32,
     gate_stride: u32,
     gate_offset: u32,
-    pad: u32,
+    span: u32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
@@ -20,7 +21,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let t = i / p.width;
-    let gv = g[t * p.gate_stride + p.gate_offset + i % p.width];
+    let gv = g[t * p.gate_stride + p.gate_offset + (i % p.width) / p.span];
 //#if SILU
     y[i] = y[i] * silu(gv);
 //#else

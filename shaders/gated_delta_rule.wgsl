@@ -5,9 +5,12 @@
 //   q, k L2-normalised (eps 1e-6), q scaled by 1/sqrt(dk);
 //   g = -exp(A_log[h]) * softplus(a + dt_bias[h]), beta = sigmoid(b);
 //   S *= exp(g); S[:, j] += k * beta * (v[j] - k . S[:, j]); out[t, h, j] = q . S[:, j].
+// KDA (Kimi Delta Attention): one g per key channel i from a[h * dk + i] (f_proj, at the same
+// offset) and dt_bias[h * dk + i]: g_i = lower_bound * sigmoid(exp(A_log[h]) * x) with
+// SAFE_GATE, else -exp(A_log[h]) * softplus(x), x = a + dt_bias; S[i, :] *= exp(g_i).
 // Each invocation owns columns j = lid, lid + 64, ... of S. A column is read once for both
-// dot products with the old state (k . S and q . S, the decay factored out), then updated in
-// place: out = exp(g) q . S_old + (q . k) delta, so the state is written once per token.
+// dot products with the old state (k . S and q . S against the decayed k and q), then updated
+// in place: out = (q * d) . S_old + (q . k) delta, so the state is written once per token.
 //#include common
 
 struct Params {
@@ -18,13 +21,14 @@ struct Params {
     in_stride: u32,
     conv_stride: u32,
     gate_offset: u32,
-    pad: u32,
+    // The safe KDA gate's lower bound of g.
+    lower_bound: f32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> conv: array<f32>;
 @group(0) @binding(3) var<storage, read> proj: array<f32>;
-// A_log [v_heads] then dt_bias [v_heads].
+// A_log [v_heads] then dt_bias [v_heads] (KDA: [v_heads * dk]).
 @group(0) @binding(4) var<storage, read> decay_params: array<f32>;
 @group(0) @binding(5) var<storage, read_write> state: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
@@ -32,6 +36,10 @@ struct Params {
 // MAX_LINEAR_KEY_DIM.
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> ks: array<f32, 256>;
+// The decay exp(g) of each key channel, and q and k times it.
+var<workgroup> ds: array<f32, 256>;
+var<workgroup> qds: array<f32, 256>;
+var<workgroup> kds: array<f32, 256>;
 var<workgroup> red: array<f32, 64>;
 
 fn softplus(x: f32) -> f32 {
@@ -66,8 +74,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let key_dim = p.k_heads * p.dk;
     let value_dim = p.v_heads * p.dv;
     let s0 = h * p.dk * p.dv;
-    let a_log = decay_params[h];
-    let dt_bias = decay_params[p.v_heads + h];
+    let a_exp = exp(decay_params[h]);
     for (var t = 0u; t < step.n_tokens; t++) {
         let row = t * p.conv_stride;
         var sq = 0.0;
@@ -86,25 +93,45 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let k_scale = 1.0 / sqrt(workgroup_sum(lid, sk) + 1e-6);
         let qk = workgroup_sum(lid, sqk) * k_scale;
         let gates = t * p.in_stride + p.gate_offset;
-        let g = -exp(a_log) * softplus(proj[gates + p.v_heads + h] + dt_bias);
-        let decay = exp(g);
+        let decay_in = gates + p.v_heads;
+//#if KDA
+        for (var i = lid; i < p.dk; i += 64u) {
+            let x = proj[decay_in + h * p.dk + i] + decay_params[p.v_heads + h * p.dk + i];
+//#if SAFE_GATE
+            let d = exp(p.lower_bound / (1.0 + exp(-a_exp * x)));
+//#else
+            let d = exp(-a_exp * softplus(x));
+//#endif
+            ds[i] = d;
+            qds[i] = qs[i] * d;
+            kds[i] = ks[i] * d;
+        }
+//#else
+        let head_decay = exp(-a_exp * softplus(proj[decay_in + h] + decay_params[p.v_heads + h]));
+        for (var i = lid; i < p.dk; i += 64u) {
+            ds[i] = head_decay;
+            qds[i] = qs[i] * head_decay;
+            kds[i] = ks[i] * head_decay;
+        }
+//#endif
+        workgroupBarrier();
         let beta = 1.0 / (1.0 + exp(-proj[gates + h]));
         for (var j = lid; j < p.dv; j += 64u) {
             var k_dot = 0.0;
             var q_dot = 0.0;
             for (var i = 0u; i < p.dk; i++) {
                 let s = state[s0 + i * p.dv + j];
-                k_dot += s * ks[i];
-                q_dot += s * qs[i];
+                k_dot += s * kds[i];
+                q_dot += s * qds[i];
             }
-            let kv_mem = k_dot * decay * k_scale;
+            let kv_mem = k_dot * k_scale;
             let delta = (conv[row + 2u * key_dim + h * p.dv + j] - kv_mem) * beta;
             let kd = k_scale * delta;
             for (var i = 0u; i < p.dk; i++) {
                 let at = s0 + i * p.dv + j;
-                state[at] = state[at] * decay + ks[i] * kd;
+                state[at] = state[at] * ds[i] + ks[i] * kd;
             }
-            out[t * value_dim + h * p.dv + j] = (q_dot * decay + qk * delta) * q_scale;
+            out[t * value_dim + h * p.dv + j] = (q_dot + qk * delta) * q_scale;
         }
         workgroupBarrier();
     }

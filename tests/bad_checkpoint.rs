@@ -145,12 +145,90 @@ fn unsupported_rope_scaling() {
     assert!(matches!(load_err(&dir), Error::UnsupportedConfig(m) if m.contains("short_factor")));
 }
 
-/// The DeepSeek-V2 fixture's config with `edit` applied, parsed.
-fn deepseek_config(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> moestream::Result<ArchSpec> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deepseek_v2/config.json");
+/// Fixture `fixture`'s config with `edit` applied, parsed.
+fn fixture_config(
+    fixture: &str,
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> moestream::Result<ArchSpec> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{fixture}/config.json"));
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     edit(cfg.as_object_mut().unwrap());
     ArchSpec::from_config(&cfg)
+}
+
+/// The DeepSeek-V2 fixture's config with `edit` applied, parsed.
+fn deepseek_config(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> moestream::Result<ArchSpec> {
+    fixture_config("deepseek_v2", edit)
+}
+
+/// Parsing failed with an [`Error::UnsupportedConfig`] naming `needle`.
+fn unsupported(r: moestream::Result<ArchSpec>, needle: &str) {
+    match r {
+        Err(Error::UnsupportedConfig(m)) => assert!(m.contains(needle), "{m:?} should name {needle:?}"),
+        other => panic!("expected UnsupportedConfig naming {needle:?}, got {other:?}"),
+    }
+}
+
+type Edit = Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>;
+
+fn set(key: &'static str, v: Value) -> Edit {
+    Box::new(move |c| drop(c.insert(key.into(), v)))
+}
+
+#[test]
+fn ling_config_fields() {
+    use moestream::model::LinearKind;
+    let spec = fixture_config("ling", |_| {}).unwrap();
+    let hy = spec.hybrid.as_ref().unwrap();
+    assert_eq!(hy.linear_layers, [true, false, true, false]);
+    assert_eq!(spec.moe_layers, [false, true, true, true]);
+    assert_eq!(hy.kind, LinearKind::Kda { lower_bound: Some(-5.0) });
+    assert_eq!((hy.num_v_heads, hy.head_k_dim, hy.conv_kernel), (4, 16, 4));
+    assert!(spec.mla().is_some() && spec.rope.interleaved);
+    // The softplus gate; the layer pattern from layer_group_size when layer_types is absent;
+    // a hub config's names (head_dim is the KDA width, the attribute map's aliases).
+    let softplus = fixture_config("ling", |c| drop(c.insert("kda_safe_gate".into(), json!(false)))).unwrap();
+    assert_eq!(softplus.hybrid.unwrap().kind, LinearKind::Kda { lower_bound: None });
+    let hub = fixture_config("ling", |c| {
+        for k in ["layer_types", "mlp_layer_types", "linear_head_dim", "num_experts_per_token", "moe_renormalize"] {
+            c.remove(k);
+        }
+        c.insert("head_dim".into(), json!(32));
+        c.insert("num_experts_per_tok".into(), json!(3));
+        c.insert("layer_group_size".into(), json!(4));
+    })
+    .unwrap();
+    assert_eq!(hub.hybrid.as_ref().unwrap().linear_layers, [true, true, true, false]);
+    assert_eq!(hub.hybrid.as_ref().unwrap().head_k_dim, 32);
+    assert_eq!(hub.moe_layers, [false, true, true, true]);
+    let moe = hub.moe.unwrap();
+    assert_eq!((moe.top_k, moe.norm_topk_prob), (3, true));
+    // Fields that change the math and are malformed or not implemented are refused by name.
+    let cases: Vec<(Edit, &str)> = vec![
+        (set("mlp_layer_types", json!(["dense", "sparse"])), "mlp_layer_types"),
+        (set("mlp_layer_types", json!(["dense", "moe", "sparse", "sparse"])), "MLP layer type"),
+        (set("layer_types", json!(["linear_attention", "sliding_attention", "x", "y"])), "layer type"),
+        (set("kda_lower_bound", json!(1e39)), "kda_lower_bound"),
+        (set("attention_bias", json!(true)), "attention_bias"),
+        (set("hidden_act", json!("gelu")), "hidden_act"),
+        (set("num_expert_group", json!(3)), "n_group"),
+        (
+            set("rope_parameters", json!({"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5})),
+            "partial_rotary_factor",
+        ),
+    ];
+    for (edit, needle) in cases {
+        unsupported(fixture_config("ling", edit), needle);
+    }
+    let no_group = fixture_config("ling", |c| {
+        c.remove("layer_types");
+        c.insert("layer_group_size".into(), json!(0));
+    });
+    unsupported(no_group, "layer_group_size");
+    assert!(matches!(
+        fixture_config("ling", |c| drop(c.insert("kda_safe_gate".into(), json!("yes")))),
+        Err(Error::ConfigField(f)) if f == "kda_safe_gate"
+    ));
 }
 
 #[test]
@@ -161,11 +239,6 @@ fn malformed_mla_and_routing_configs() {
     assert!(
         matches!(deepseek_config(field("qk_rope_head_dim")), Err(Error::ConfigField(f)) if f == "qk_rope_head_dim")
     );
-    let set = |key: &'static str, v: Value| move |c: &mut serde_json::Map<String, Value>| drop(c.insert(key.into(), v));
-    let unsupported = |r: moestream::Result<ArchSpec>, needle: &str| match r {
-        Err(Error::UnsupportedConfig(m)) => assert!(m.contains(needle), "{m:?} should name {needle:?}"),
-        other => panic!("expected UnsupportedConfig naming {needle:?}, got {other:?}"),
-    };
     unsupported(deepseek_config(set("qk_rope_head_dim", json!(7))), "qk_rope_head_dim");
     unsupported(deepseek_config(set("v_head_dim", json!(0))), "v_head_dim");
     unsupported(deepseek_config(set("q_lora_rank", json!(0))), "q_lora_rank");

@@ -60,9 +60,10 @@ fn streamed_store_equals_resident() {
 #[test]
 fn converted_hybrid_streams_its_store_exactly() {
     // Qwen3-Next (fused, key-head-grouped DeltaNet projections; dense layers between MoE
-    // layers) and Qwen3.5-MoE converted to int4: the store streamed through one layer's top-k
-    // of slots, and through half the experts, equals resident.
-    for fixture in ["qwen3_next", "qwen3_5_moe"] {
+    // layers), Qwen3.5-MoE and Ling (KDA and MLA, Ling's tensor names) converted to int4: the
+    // store streamed through one layer's top-k of slots, and through half the experts, equals
+    // resident.
+    for fixture in ["qwen3_next", "qwen3_5_moe", "ling"] {
         let (dir, prompt) = converted(fixture, &format!("conv-{fixture}"));
         let spec = moestream::model::ArchSpec::from_dir(&dir).unwrap();
         let moe = spec.moe.clone().unwrap();

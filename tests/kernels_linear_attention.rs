@@ -1,7 +1,8 @@
-//! Gated DeltaNet's kernels (causal conv1d, gated delta rule, gate multiply) against the CPU
-//! reference, over several steps so that the conv window and the recurrent state carry over
-//! between submissions, with grouped value heads (`v_heads = 2 * k_heads`) and a key width
-//! above the 64 lanes of a workgroup.
+//! The linear-attention kernels (causal conv1d, the gated delta rule of Gated DeltaNet and of
+//! KDA with its safe and softplus gates, gate multiply) against the CPU reference, over
+//! several steps so that the conv window and the recurrent state carry over between
+//! submissions, with grouped value heads (Gated DeltaNet: `v_heads = 2 * k_heads`) and a key
+//! width above the 64 lanes of a workgroup.
 //!
 //! Tolerances: conv |Δ| ≤ 1e-5·(1+|ref|); delta rule and its state |Δ| ≤ 1e-4·(1+|ref|) (sums
 //! of `dk` products, state carried over steps); gate multiply |Δ| ≤ 1e-5·(1+|ref|).
@@ -10,6 +11,7 @@ mod common;
 
 use common::{assert_close, gpu, read_f32, submit, upload_f32, Rng};
 use moestream::gpu::StepUniform;
+use moestream::model::LinearKind;
 use moestream::ops::causal_conv1d::{CausalConv1d, ConvShape};
 use moestream::ops::gate_mul::{GateMul, GateRows};
 use moestream::ops::gated_delta_rule::{DeltaIo, GatedDeltaRule};
@@ -45,16 +47,18 @@ fn causal_conv1d_matches_reference_across_steps() {
     }
 }
 
-#[test]
-fn gated_delta_rule_matches_reference_across_steps() {
+/// The delta rule of `kind` on heads of `shape` against the reference over steps of 6, 1 and 3
+/// tokens.
+fn delta_rule_matches_reference(shape: DeltaShape, kind: LinearKind, seed: u64) {
     let gpu = gpu();
-    let shape = DeltaShape { k_heads: 2, v_heads: 4, dk: 72, dv: 80 };
     let (kd, vd, nv) = (shape.k_heads * shape.dk, shape.v_heads * shape.dv, shape.v_heads);
     let conv_dim = 2 * kd + vd;
+    // The decay inputs: one per value head, KDA's one per key channel.
+    let na = if kind.is_gated_delta_net() { nv } else { kd };
     // The projection row: [conv channels | z | b | a] as the decoder lays it out.
-    let (gate_offset, width) = (conv_dim + vd, conv_dim + vd + 2 * nv);
-    let mut rng = Rng::new(12);
-    let decay = [rng.vec(nv, 0.0, 2.5), rng.vec(nv, -1.0, 1.0)].concat();
+    let (gate_offset, width) = (conv_dim + vd, conv_dim + vd + nv + na);
+    let mut rng = Rng::new(seed);
+    let decay = [rng.vec(nv, 0.0, 2.5), rng.vec(na, -1.0, 1.0)].concat();
     let mut state = vec![0.0f32; nv * shape.dk * shape.dv];
     let step = StepUniform::new(&gpu);
     let max_n = 6;
@@ -64,7 +68,7 @@ fn gated_delta_rule_matches_reference_across_steps() {
     let stateb = upload_f32(&gpu, &state);
     let outb = upload_f32(&gpu, &vec![0.0; max_n * vd]);
     let io = DeltaIo { conv: &convb, proj: &projb, decay_params: &decayb, state: &stateb, out: &outb };
-    let op = GatedDeltaRule::new(&gpu, &step.buffer, io, shape, (width, gate_offset));
+    let op = GatedDeltaRule::new(&gpu, &step.buffer, io, (shape, kind), (width, gate_offset));
     let mut pos = 0;
     for n in [6, 1, 3] {
         let conv = rng.vec(n * conv_dim, -1.0, 1.0);
@@ -79,14 +83,29 @@ fn gated_delta_rule_matches_reference_across_steps() {
         for t in 0..n {
             let c = &conv[t * conv_dim..(t + 1) * conv_dim];
             let g = &proj[t * width + gate_offset..(t + 1) * width];
-            let gates = DeltaGates { b: &g[..nv], a: &g[nv..], a_log: &decay[..nv], dt_bias: &decay[nv..] };
+            let gates = DeltaGates { b: &g[..nv], a: &g[nv..], a_log: &decay[..nv], dt_bias: &decay[nv..], kind };
             let qkv = (&c[..kd], &c[kd..2 * kd], &c[2 * kd..]);
             refops::gated_delta_step(shape, qkv, gates, &mut state, &mut want[t * vd..(t + 1) * vd]);
         }
-        assert_close("delta rule out", &read_f32(&gpu, &outb, n * vd), &want, 1e-4);
-        assert_close("delta rule state", &read_f32(&gpu, &stateb, state.len()), &state, 1e-4);
+        assert_close(&format!("{kind:?} out"), &read_f32(&gpu, &outb, n * vd), &want, 1e-4);
+        assert_close(&format!("{kind:?} state"), &read_f32(&gpu, &stateb, state.len()), &state, 1e-4);
         pos += n;
     }
+}
+
+#[test]
+fn gated_delta_rule_matches_reference_across_steps() {
+    let shape = DeltaShape { k_heads: 2, v_heads: 4, dk: 72, dv: 80 };
+    delta_rule_matches_reference(shape, LinearKind::GatedDeltaNet, 12);
+}
+
+#[test]
+fn kda_matches_reference_across_steps() {
+    // KDA: one decay per key channel, as many key as value heads; the safe gate (Ling's
+    // default, bounded below by -5) and the softplus one.
+    let shape = DeltaShape { k_heads: 3, v_heads: 3, dk: 72, dv: 80 };
+    delta_rule_matches_reference(shape, LinearKind::Kda { lower_bound: Some(-5.0) }, 14);
+    delta_rule_matches_reference(shape, LinearKind::Kda { lower_bound: None }, 15);
 }
 
 #[test]
@@ -98,15 +117,16 @@ fn gate_mul_matches_reference() {
     let y = rng.vec(n * width, -2.0, 2.0);
     let step = StepUniform::new(&gpu);
     step.set(&gpu, n, 0);
-    for act in [GateAct::Sigmoid, GateAct::Silu] {
+    // One gate value per value, and one per 8 (a head's: Ling's MLA gate).
+    for (act, span) in [(GateAct::Sigmoid, 1), (GateAct::Silu, 1), (GateAct::Sigmoid, 8)] {
         let (gb, yb) = (upload_f32(&gpu, &g), upload_f32(&gpu, &y));
-        let op = GateMul::new(&gpu, &step.buffer, (&gb, &yb), GateRows { width, stride, offset }, act);
+        let op = GateMul::new(&gpu, &step.buffer, (&gb, &yb), GateRows { width, span, stride, offset }, act);
         submit(&gpu, |pass| op.record(&gpu, pass, n));
         let mut want = y.clone();
         for t in 0..n {
-            let gates = &g[t * stride + offset..t * stride + offset + width];
-            refops::gate_mul(&mut want[t * width..(t + 1) * width], gates, act);
+            let gates = &g[t * stride + offset..t * stride + offset + width / span];
+            refops::gate_mul(&mut want[t * width..(t + 1) * width], gates, span, act);
         }
-        assert_close(&format!("{act:?}"), &read_f32(&gpu, &yb, n * width), &want, 1e-5);
+        assert_close(&format!("{act:?} span {span}"), &read_f32(&gpu, &yb, n * width), &want, 1e-5);
     }
 }

@@ -1,7 +1,7 @@
 //! The prerouter on the DeepSeek and GLM families (dense first layer, group-limited softmax and
 //! sigmoid + correction-bias routing, shared experts) and on the hybrid linear-attention families
-//! (Qwen3-Next with dense layers between MoE layers, Qwen3.5-MoE; the heads read the FFN inputs
-//! of DeltaNet and full-attention layers alike): collection, training, the heads as a prefetch
+//! (Qwen3-Next with dense layers between MoE layers, Qwen3.5-MoE, Ling with KDA and MLA layers;
+//! the heads read the FFN inputs of linear and full-attention layers alike): collection, training, the heads as a prefetch
 //! hint (output exact while streaming) and as the routing (prediction-as-routing, where the
 //! router's own weights of the predicted experts are used).
 
@@ -121,6 +121,11 @@ fn prerouter_collects_trains_and_runs_on_the_hybrid_families() {
         max_differ: 39,
     };
     collects_trains_and_runs(&every_layer);
+    // Ling: KDA layers 0 and 2, MLA layers 1 and 3, layer 0 dense: two chained heads. Its
+    // fixture routes by token id (make_hybrid.py's routing subspace), so the heads learn the
+    // periodic text's routing exactly (recall 1.0 here, no log-prob moved).
+    let ling = Case { fixture: "ling", moe_layers: &[1, 2, 3], min_recall: 0.9, epochs: 100, warm: 48, max_differ: 3 };
+    collects_trains_and_runs(&ling);
 }
 
 /// Collects, trains and runs heads on the case's fixture.

@@ -55,9 +55,9 @@ fn every_budget_policy_and_prefetcher_matches_resident() {
 #[test]
 fn hybrid_long_prompt_streams_exactly_at_the_minimum_budget() {
     // The 1100-token golden prompt of each hybrid fixture (prefill chunks over the DeltaNet's
-    // recurrent state, many expert waves per chunk at one layer's top-k of slots), then
+    // or KDA's recurrent state, many expert waves per chunk at one layer's top-k of slots), then
     // decoding: log-probs and tokens bit-identical to resident.
-    for fixture in ["qwen3_next", "qwen3_5_moe"] {
+    for fixture in ["qwen3_next", "qwen3_5_moe", "ling"] {
         let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with(fixture)).unwrap();
         let top_k = moestream::model::ArchSpec::from_dir(&dir).unwrap().moe.unwrap().top_k;
         let prompt = &golden.prompts.iter().find(|p| p.name == "long").unwrap().tokens;

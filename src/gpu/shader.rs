@@ -161,6 +161,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("prerouter_heads", &["SCORES"]),
     ("mla_attention", &["F16", "SPLIT", "DECOMPRESSED"]),
     ("mla_decompress", &["F16"]),
+    ("gated_delta_rule", &["KDA", "SAFE_GATE"]),
 ];
 
 /// Every define combination of kernel `name`, with and without `SUBGROUPS`.

@@ -150,11 +150,15 @@ impl ArchSpec {
             true => ckpt.check_shape(name, shape),
             false => Ok(()),
         };
-        let attn = format!("{}.self_attn", names::layer(0));
-        // Gated attention's q_proj also holds the output gate's rows.
-        let q_rows = self.q_dim() * if self.hybrid.as_ref().is_some_and(|hy| hy.attn_output_gate) { 2 } else { 1 };
-        if_present(&format!("{attn}.q_proj.weight"), &[q_rows, h])?;
-        if_present(&format!("{attn}.k_proj.weight"), &[self.kv_dim(), h])?;
+        if let Some(full) = (0..self.layers).find(|&i| !self.is_linear_layer(i)) {
+            let attn = format!("{}.self_attn", names::layer(full));
+            // Gated grouped attention's q_proj also holds the output gate's rows.
+            let gated = self.mla().is_none() && self.hybrid.as_ref().is_some_and(|hy| hy.attn_output_gate);
+            if_present(&format!("{attn}.q_proj.weight"), &[self.q_dim() * if gated { 2 } else { 1 }, h])?;
+            if self.mla().is_none() {
+                if_present(&format!("{attn}.k_proj.weight"), &[self.kv_dim(), h])?;
+            }
+        }
         if let Some(dense) = (0..self.layers).find(|&i| !self.is_moe_layer(i)) {
             let [gate, _, _] = names::mlp(&format!("{}.mlp", names::layer(dense)));
             if_present(&gate, &[self.dense_intermediate, h])?;
@@ -183,13 +187,15 @@ impl ArchSpec {
                 _ => if_present(&gate_up, &[n, 2 * inter, h])?,
             }
         }
-        // Gated DeltaNet: the in-projection (Qwen3.5's split or Qwen3-Next's fused) and
-        // out-projection of the first linear layer give the key and value widths.
+        // Linear attention: the in-projection (Qwen3.5's split, Qwen3-Next's fused, KDA's q and
+        // k) and out-projection of the first linear layer give the key and value widths.
         if let Some((hy, first)) = self.hybrid.as_ref().zip((0..self.layers).find(|&i| self.is_linear_layer(i))) {
-            let lin = format!("{}.linear_attn", names::layer(first));
+            let lin = crate::model::hybrid_weights::module(hy, first);
             if_present(&format!("{lin}.in_proj_qkv.weight"), &[hy.conv_dim(), h])?;
             if_present(&format!("{lin}.in_proj_qkvz.weight"), &[hy.conv_dim() + hy.value_dim(), h])?;
             if_present(&format!("{lin}.out_proj.weight"), &[h, hy.value_dim()])?;
+            if_present(&format!("{lin}.q_proj.weight"), &[hy.key_dim(), h])?;
+            if_present(&format!("{lin}.o_proj.weight"), &[h, hy.value_dim()])?;
         }
         Ok(())
     }

@@ -1,21 +1,23 @@
-//! Host weights of a Gated DeltaNet layer (Qwen3-Next, Qwen3.5-MoE), with the in-projection
-//! put into one layout, `[q | k | v | z | b | a]` by rows, whichever way the checkpoint stores it.
+//! Host weights of a linear-attention layer (Gated DeltaNet: Qwen3-Next, Qwen3.5-MoE; KDA:
+//! Ling), with the in-projection put into one layout, `[q | k | v | z | b | a]` by rows,
+//! whichever way the checkpoint stores it.
 
-use super::config::{ArchSpec, HybridSpec};
+use super::config::{ArchSpec, HybridSpec, LinearKind};
 use super::weights::{Checkpoint, HostTensor};
 use crate::error::Result;
 
-/// One Gated DeltaNet layer's weights.
+/// One linear-attention layer's weights.
 #[derive(Clone, Debug)]
 pub struct LinearAttnWeights {
     /// `[in_width, hidden]`: rows of q (all key heads), k, v (all value heads), z (the output
-    /// gate), b (beta logits, one per value head), a (decay inputs, one per value head).
+    /// gate; KDA's `g_proj`), b (beta logits, one per value head), a (decay inputs, one per
+    /// value head; KDA's `f_proj`, one per key channel).
     pub in_proj: HostTensor,
     /// Depthwise causal conv taps `[conv_dim, conv_kernel]` over the q|k|v channels.
     pub conv: HostTensor,
     /// `A_log` `[num_v_heads]`.
     pub a_log: HostTensor,
-    /// `dt_bias` `[num_v_heads]`.
+    /// `dt_bias` `[decay_inputs]` (per value head, or per key channel for KDA).
     pub dt_bias: HostTensor,
     /// The gated RMSNorm's weight `[head_v_dim]` (plain, not zero-centred).
     pub norm: HostTensor,
@@ -52,8 +54,48 @@ fn ungroup(hy: &HybridSpec, qkvz: &HostTensor, ba: &HostTensor) -> HostTensor {
     gather_rows(&parts)
 }
 
-/// Reads the Gated DeltaNet weights under module `a` (`model.layers.N.linear_attn`).
-pub fn linear_attention(ck: &Checkpoint, spec: &ArchSpec, hy: &HybridSpec, a: &str) -> Result<LinearAttnWeights> {
+/// The module of layer `i`'s linear attention: `linear_attn` (Gated DeltaNet), or
+/// `self_attn` (KDA, under the names transformers gives Ling's `attention`).
+pub fn module(hy: &HybridSpec, i: usize) -> String {
+    let m = if hy.kind.is_gated_delta_net() { "linear_attn" } else { "self_attn" };
+    format!("{}.{m}", super::names::layer(i))
+}
+
+/// Reads KDA's weights under module `a`: q/k/v/g/b projections, `forget_gate.f_proj`, the
+/// split `q/k/v_conv1d` taps, `o_norm` and `o_proj`.
+fn kda(ck: &Checkpoint, spec: &ArchSpec, hy: &HybridSpec, a: &str) -> Result<LinearAttnWeights> {
+    let h = spec.hidden;
+    let t = |name: &str, shape: &[usize]| ck.tensor(&format!("{a}.{name}"), shape);
+    let (kd, vd, nv, k) = (hy.key_dim(), hy.value_dim(), hy.num_v_heads, hy.conv_kernel);
+    let [q, kp, v] =
+        [("q_proj", kd), ("k_proj", kd), ("v_proj", vd)].map(|(n, rows)| t(&format!("{n}.weight"), &[rows, h]));
+    let (q, kp, v) = (q?, kp?, v?);
+    let g = t("g_proj.weight", &[vd, h])?;
+    let b = t("b_proj.weight", &[nv, h])?;
+    let f = t("forget_gate.f_proj.weight", &[kd, h])?;
+    let in_proj = gather_rows(&[(&q, 0, kd), (&kp, 0, kd), (&v, 0, vd), (&g, 0, vd), (&b, 0, nv), (&f, 0, kd)]);
+    let taps = [("q_conv1d", kd), ("k_conv1d", kd), ("v_conv1d", vd)]
+        .map(|(n, c)| t(&format!("{n}.weight"), &[c, 1, k]).map(|w| w.data));
+    let mut conv = Vec::with_capacity(hy.conv_dim() * k);
+    for w in taps {
+        conv.extend(w?);
+    }
+    Ok(LinearAttnWeights {
+        in_proj,
+        conv: HostTensor::new(vec![hy.conv_dim(), k], conv),
+        a_log: t("forget_gate.A_log", &[nv])?,
+        dt_bias: t("forget_gate.dt_bias", &[kd])?,
+        norm: t("o_norm.weight", &[hy.head_v_dim])?,
+        out: t("o_proj.weight", &[h, vd])?,
+    })
+}
+
+/// Reads layer `i`'s linear-attention weights (under [`module`]).
+pub fn linear_attention(ck: &Checkpoint, spec: &ArchSpec, hy: &HybridSpec, i: usize) -> Result<LinearAttnWeights> {
+    let a = &module(hy, i);
+    if let LinearKind::Kda { .. } = hy.kind {
+        return kda(ck, spec, hy, a);
+    }
     let h = spec.hidden;
     let t = |name: &str, shape: &[usize]| ck.tensor(&format!("{a}.{name}"), shape);
     let (kd, vd, nv) = (hy.key_dim(), hy.value_dim(), hy.num_v_heads);

@@ -76,6 +76,9 @@ pub struct MlaWeights {
     pub kv_b: HostTensor,
     /// `o_proj` `[hidden, heads * v_head_dim]`.
     pub o: HostTensor,
+    /// Ling's output gate `g_proj` `[heads, hidden]`: each head's attention output is
+    /// multiplied by `sigmoid(g_proj x)`.
+    pub gate: Option<HostTensor>,
 }
 
 /// A layer's attention weights, by attention kind.
@@ -87,7 +90,7 @@ pub enum AttentionBlock {
     Grouped(AttentionWeights),
     /// Multi-head latent attention.
     Mla(MlaWeights),
-    /// Gated DeltaNet (linear attention).
+    /// Linear attention (Gated DeltaNet or KDA).
     Linear(LinearAttnWeights),
 }
 
@@ -161,6 +164,10 @@ fn mla(ck: &Checkpoint, spec: &ArchSpec, m: &MlaSpec, a: &str) -> Result<MlaWeig
         kv_norm: t("kv_a_layernorm.weight", &[m.kv_lora_rank])?,
         kv_b: t("kv_b_proj.weight", &[spec.heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank])?,
         o: t("o_proj.weight", &[h, spec.heads * m.v_head_dim])?,
+        gate: match spec.hybrid.as_ref().is_some_and(|hy| hy.attn_output_gate) {
+            true => Some(t("g_proj.weight", &[spec.heads, h])?),
+            false => None,
+        },
     })
 }
 
@@ -223,10 +230,8 @@ pub fn layer(ck: &Checkpoint, spec: &ArchSpec, i: usize) -> Result<LayerWeights>
     let h = spec.hidden;
     let a = format!("{p}.self_attn");
     let attn = match (spec.mla(), &spec.hybrid) {
+        (_, Some(hy)) if hy.is_linear(i) => AttentionBlock::Linear(hybrid_weights::linear_attention(ck, spec, hy, i)?),
         (Some(m), _) => AttentionBlock::Mla(mla(ck, spec, m, &a)?),
-        (None, Some(hy)) if hy.is_linear(i) => {
-            AttentionBlock::Linear(hybrid_weights::linear_attention(ck, spec, hy, &format!("{p}.linear_attn"))?)
-        }
         (None, _) => AttentionBlock::Grouped(grouped(ck, spec, &a)?),
     };
     let ffn = match (&spec.moe, spec.is_moe_layer(i)) {

@@ -14,7 +14,7 @@ pub mod names;
 pub mod weights;
 
 pub use config::{
-    ArchSpec, AttentionKind, ExpertAct, Family, HybridSpec, MlaCacheKind, MlaSpec, MoeSpec, QkNorm, RopeScaling,
-    RopeSpec, RoutingKind,
+    ArchSpec, AttentionKind, ExpertAct, Family, HybridSpec, LinearKind, MlaCacheKind, MlaSpec, MoeSpec, QkNorm,
+    RopeScaling, RopeSpec, RoutingKind,
 };
 pub use weights::{Checkpoint, HostTensor};

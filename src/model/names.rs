@@ -7,6 +7,25 @@ pub fn layer(i: usize) -> String {
     format!("model.layers.{i}")
 }
 
+/// The name transformers gives tensor `name` of a Ling (`BailingHybrid`) checkpoint, as its
+/// conversion mapping renames them on load: `model.word_embeddings` → `model.embed_tokens`,
+/// `attention` → `self_attn`, `attention.dense` → `self_attn.o_proj`, KDA's `f_proj`,
+/// `dt_bias` and `A_log` under `self_attn.forget_gate`, `mlp.gate.expert_bias` →
+/// `mlp.gate.e_score_correction_bias`. `None` when `name` needs no renaming. (The split
+/// `q/k/v_conv1d` taps keep their names; transformers concatenates them.)
+pub fn from_ling(name: &str) -> Option<String> {
+    let mut n = match name.strip_prefix("model.word_embeddings.") {
+        Some(rest) => format!("model.embed_tokens.{rest}"),
+        None => name.to_string(),
+    };
+    n = n.replace(".attention.", ".self_attn.").replace(".self_attn.dense.", ".self_attn.o_proj.");
+    for t in ["f_proj.", "dt_bias", "A_log"] {
+        n = n.replace(&format!(".self_attn.{t}"), &format!(".self_attn.forget_gate.{t}"));
+    }
+    n = n.replace(".mlp.gate.expert_bias", ".mlp.gate.e_score_correction_bias");
+    (n != name).then_some(n)
+}
+
 /// Token embedding matrix `[vocab, hidden]`.
 pub const EMBED: &str = "model.embed_tokens.weight";
 /// Final RMSNorm weight.
@@ -68,10 +87,10 @@ pub fn router_bias(family: Family, layer_index: usize) -> String {
 }
 
 /// The module of a layer's shared expert(s): `shared_expert` (Qwen2-MoE) or `shared_experts`
-/// (DeepSeek, GLM-4.5).
+/// (DeepSeek, GLM-4.5, Ling).
 pub fn shared_expert(family: Family, layer_index: usize) -> String {
     let module = match family {
-        Family::DeepseekV2 | Family::DeepseekV3 | Family::Glm4Moe => "shared_experts",
+        Family::DeepseekV2 | Family::DeepseekV3 | Family::Glm4Moe | Family::BailingHybrid => "shared_experts",
         _ => "shared_expert",
     };
     format!("{}.{module}", ffn_prefix(family, layer_index))
@@ -80,4 +99,26 @@ pub fn shared_expert(family: Family, layer_index: usize) -> String {
 /// Names of a plain SwiGLU MLP's (gate, up, down) under module `prefix`.
 pub fn mlp(prefix: &str) -> [String; 3] {
     [format!("{prefix}.gate_proj.weight"), format!("{prefix}.up_proj.weight"), format!("{prefix}.down_proj.weight")]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::from_ling;
+
+    #[test]
+    fn ling_names_become_transformers_names_once() {
+        let cases = [
+            ("model.word_embeddings.weight", "model.embed_tokens.weight"),
+            ("model.layers.1.attention.dense.weight", "model.layers.1.self_attn.o_proj.weight"),
+            ("model.layers.0.attention.f_proj.weight", "model.layers.0.self_attn.forget_gate.f_proj.weight"),
+            ("model.layers.0.attention.A_log", "model.layers.0.self_attn.forget_gate.A_log"),
+            ("model.layers.0.attention.q_conv1d.weight", "model.layers.0.self_attn.q_conv1d.weight"),
+            ("model.layers.2.mlp.gate.expert_bias", "model.layers.2.mlp.gate.e_score_correction_bias"),
+        ];
+        for (ling, hf) in cases {
+            assert_eq!(from_ling(ling).as_deref(), Some(hf));
+            assert_eq!(from_ling(hf), None, "{hf} is already a transformers name");
+        }
+        assert_eq!(from_ling("model.layers.1.mlp.experts.3.up_proj.weight"), None);
+    }
 }

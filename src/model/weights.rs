@@ -176,6 +176,9 @@ impl Checkpoint {
     /// Maps every safetensors file of `dir` and indexes its tensors.
     pub fn open(dir: &Path) -> Result<Checkpoint> {
         let mut ck = Checkpoint::open_files(weight_files(dir)?)?;
+        if crate::model::config::Family::of_dir(dir) == Some(crate::model::config::Family::BailingHybrid) {
+            ck.rename(crate::model::names::from_ling);
+        }
         ck.mlx = crate::model::mlx::params(dir)?;
         if ck.mlx.is_some() {
             ck.alias_stacked_experts();
@@ -400,6 +403,18 @@ impl Checkpoint {
         let words = &self.files[e.file].1[e.start..e.end];
         let m = crate::model::mlx::int4_matrix(name, params, rows, cols, words, &scales, &biases)?;
         Ok(HostTensor { shape: expected.to_vec(), data: m.dequantize(), int4: Some(m), ggml: None })
+    }
+
+    /// Moves every tensor that `rename` gives a new name to that name (a family's own names
+    /// to the Hugging Face ones the readers use).
+    fn rename(&mut self, rename: fn(&str) -> Option<String>) {
+        let moved: Vec<(String, String)> =
+            self.entries.keys().filter_map(|n| rename(n).map(|to| (n.clone(), to))).collect();
+        for (from, to) in moved {
+            if let Some(e) = self.entries.remove(&from) {
+                self.entries.insert(to, e);
+            }
+        }
     }
 
     /// Registers each expert of mlx_lm's stacked `mlp.switch_mlp.{gate,up,down}_proj.*`

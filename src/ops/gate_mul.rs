@@ -1,15 +1,19 @@
-//! Multiplying activations by a gate: `y *= sigmoid(g)` or `y *= silu(g)`.
+//! Multiplying activations by a gate: `y *= sigmoid(g)` or `y *= silu(g)`, one gate value per
+//! activation or per `span` of them.
 
 use super::{groups64, params};
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
 use crate::reference::ops::GateAct;
 
-/// Where the gate values of each token are: `width` values at `offset` of rows `stride` wide.
+/// Where the gate values of each token are: `width / span` values at `offset` of rows `stride`
+/// wide.
 #[derive(Clone, Copy, Debug)]
 pub struct GateRows {
     /// Values gated per token (`y` is `[tokens, width]`).
     pub width: usize,
+    /// Consecutive values one gate value scales (1, or a head's width for a per-head gate).
+    pub span: usize,
     /// Values per token of the gate buffer.
     pub stride: usize,
     /// First gate value of a token's row.
@@ -31,7 +35,7 @@ impl GateMul {
         rows: GateRows,
         act: GateAct,
     ) -> GateMul {
-        let p = params(&[rows.width as u32, rows.stride as u32, rows.offset as u32, 0]);
+        let p = params(&[rows.width as u32, rows.stride as u32, rows.offset as u32, rows.span.max(1) as u32]);
         let defines: &[&str] = match act {
             GateAct::Sigmoid => &[],
             GateAct::Silu => &["SILU"],

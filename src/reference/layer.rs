@@ -90,7 +90,7 @@ fn grouped(
     if let Some(gate) = &w.gate {
         let mut g = vec![0.0f32; qd];
         matvec(&gate.data, qd, h, normed, &mut g);
-        gate_mul(&mut attn, &g, GateAct::Sigmoid);
+        gate_mul(&mut attn, &g, 1, GateAct::Sigmoid);
     }
     let mut o = vec![0.0f32; h];
     matvec(&w.o.data, h, qd, &attn, &mut o);
@@ -147,6 +147,11 @@ fn mla(
         HeadShape { n_heads: heads, n_kv_heads: heads, k_dim: qk, v_dim: vd, scale: m.softmax_scale, window: None };
     let mut attn = vec![0.0f32; heads * vd];
     attention_with(&q, cache.keys(layer), cache.values(layer), shape, cache.len(layer), None, &mut attn);
+    if let Some(gate) = &w.gate {
+        let mut g = vec![0.0f32; heads];
+        matvec(&gate.data, heads, h, normed, &mut g);
+        gate_mul(&mut attn, &g, vd, GateAct::Sigmoid);
+    }
     let mut o = vec![0.0f32; h];
     matvec(&w.o.data, h, heads * vd, &attn, &mut o);
     o

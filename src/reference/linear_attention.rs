@@ -1,13 +1,22 @@
-//! A Gated DeltaNet layer of the reference forward pass (Qwen3-Next, Qwen3.5-MoE), one token
-//! at a time over the layer's state (conv window + recurrent state).
+//! A linear-attention layer of the reference forward pass (Gated DeltaNet: Qwen3-Next,
+//! Qwen3.5-MoE; KDA: Ling), one token at a time over the layer's state (conv window +
+//! recurrent state).
 
 use super::ops::{causal_conv1d_step, gate_mul, gated_delta_step, matvec, rms_norm, DeltaGates, DeltaShape, GateAct};
 use crate::model::hybrid_weights::LinearAttnWeights;
-use crate::model::{ArchSpec, HybridSpec};
+use crate::model::{ArchSpec, HybridSpec, LinearKind};
 
 /// The delta-rule shape of `hy`.
 pub fn delta_shape(hy: &HybridSpec) -> DeltaShape {
     DeltaShape { k_heads: hy.num_k_heads, v_heads: hy.num_v_heads, dk: hy.head_k_dim, dv: hy.head_v_dim }
+}
+
+/// The activation of the output norm's gate: Gated DeltaNet's `silu(z)`, KDA's `sigmoid(g)`.
+pub fn output_gate_act(kind: LinearKind) -> GateAct {
+    match kind {
+        LinearKind::GatedDeltaNet => GateAct::Silu,
+        LinearKind::Kda { .. } => GateAct::Sigmoid,
+    }
 }
 
 /// `out_proj(gated_norm(delta_rule(conv(in_proj x))))` of `normed` `[hidden]`, advancing
@@ -26,7 +35,7 @@ pub(crate) fn linear_attention(
     let mut conv = vec![0.0f32; c];
     causal_conv1d_step(&proj[..c], window, &w.conv.data, hy.conv_kernel, &mut conv);
     let (z, b, a) = (&proj[c..c + vd], &proj[c + vd..c + vd + nv], &proj[c + vd + nv..]);
-    let gates = DeltaGates { a, b, a_log: &w.a_log.data, dt_bias: &w.dt_bias.data };
+    let gates = DeltaGates { a, b, a_log: &w.a_log.data, dt_bias: &w.dt_bias.data, kind: hy.kind };
     let mut core = vec![0.0f32; vd];
     let qkv = (&conv[..kd], &conv[kd..2 * kd], &conv[2 * kd..]);
     gated_delta_step(delta_shape(hy), qkv, gates, recurrent, &mut core);
@@ -34,7 +43,7 @@ pub(crate) fn linear_attention(
     for (x, y) in core.chunks_exact(dv).zip(gated.chunks_exact_mut(dv)) {
         rms_norm(x, &w.norm.data, spec.rms_eps, y);
     }
-    gate_mul(&mut gated, z, GateAct::Silu);
+    gate_mul(&mut gated, z, 1, output_gate_act(hy.kind));
     let mut out = vec![0.0f32; spec.hidden];
     matvec(&w.out.data, spec.hidden, vd, &gated, &mut out);
     out

@@ -56,7 +56,7 @@ impl ReferenceModel {
                         }
                     }
                     // kv_b stays f32: the MLA kernel reads it unconverted.
-                    for t in [&mut a.kv_a, &mut a.o] {
+                    for t in [&mut a.kv_a, &mut a.o].into_iter().chain(a.gate.as_mut()) {
                         round(t, attention)?;
                     }
                 }

@@ -130,9 +130,11 @@ fn config_json_of_qwen2_moe_through_engine() {
 #[test]
 fn config_json_of_hybrid_models_through_engine() {
     // Qwen3-Next's `layer_types` / `full_attention_interval`, the `linear_*` DeltaNet sizes,
-    // gated attention; Qwen3.5-MoE's `text_config` nesting and `mrope_section`.
+    // gated attention; Qwen3.5-MoE's `text_config` nesting and `mrope_section`; Ling's KDA
+    // gate fields, `mlp_layer_types`, attribute-map aliases and MLA sizes.
     fuzz_config_of("qwen3_next", 32);
     fuzz_config_of("qwen3_5_moe", 32);
+    fuzz_config_of("ling", 32);
 }
 
 #[test]

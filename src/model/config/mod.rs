@@ -7,6 +7,7 @@ mod attention;
 mod fields;
 mod gpt_oss;
 mod hybrid;
+mod ling;
 mod moe;
 mod rope;
 mod routing;
@@ -18,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use attention::{AttentionKind, MlaCacheKind, MlaSpec};
-pub use hybrid::{HybridSpec, MAX_CONV_KERNEL, MAX_LINEAR_KEY_DIM};
+pub use hybrid::{HybridSpec, LinearKind, MAX_CONV_KERNEL, MAX_LINEAR_KEY_DIM};
 pub use moe::{ExpertAct, MoeSpec};
 pub use rope::{yarn_mscale, RopeScaling, RopeSpec};
 pub use routing::RoutingKind;
@@ -57,6 +58,10 @@ pub enum Family {
     /// `GptOssForCausalLM` (attention sinks, alternating sliding/full layers, router bias,
     /// biased experts with a clamped SwiGLU, MXFP4 or bf16 experts).
     GptOss,
+    /// `BailingHybridForCausalLM` (Ling 2.x linear: Kimi Delta Attention layers between MLA
+    /// layers with a per-head output gate, sigmoid + bias group-limited routing, shared
+    /// experts; Ling's own tensor names).
+    BailingHybrid,
 }
 
 impl Family {
@@ -76,7 +81,16 @@ impl Family {
             Family::Qwen3Next => "Qwen3NextForCausalLM",
             Family::Qwen35Moe => "Qwen3_5MoeForCausalLM",
             Family::GptOss => "GptOssForCausalLM",
+            Family::BailingHybrid => "BailingHybridForCausalLM",
         }
+    }
+
+    /// The family `dir/config.json` names, `None` when it cannot be read or names none known
+    /// (what to do then is the config parser's to say).
+    pub fn of_dir(dir: &Path) -> Option<Family> {
+        let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
+        let cfg: Value = serde_json::from_str(&text).ok()?;
+        Family::from_hf_name(get(&cfg, "architectures")?.get(0)?.as_str()?).ok()
     }
 
     fn from_hf_name(name: &str) -> Result<Family> {
@@ -95,6 +109,7 @@ impl Family {
             // The multimodal checkpoint's text model (its vision tower is not read).
             "Qwen3_5MoeForCausalLM" | "Qwen3_5MoeForConditionalGeneration" => Family::Qwen35Moe,
             "GptOssForCausalLM" => Family::GptOss,
+            "BailingHybridForCausalLM" => Family::BailingHybrid,
             other => return Err(Error::UnsupportedArchitecture(other.to_string())),
         })
     }
@@ -197,12 +212,16 @@ impl ArchSpec {
                 with_defaults = gpt_oss::with_defaults(hybrid::text_config(top));
                 &with_defaults
             }
+            Family::BailingHybrid => {
+                with_defaults = ling::with_defaults(top);
+                &with_defaults
+            }
             _ => hybrid::text_config(top),
         };
         let hidden = usize_field(cfg, "hidden_size")?;
         let layers = usize_field(cfg, "num_hidden_layers")?;
         let heads = usize_field(cfg, "num_attention_heads")?;
-        let mla = matches!(family, Family::DeepseekV2 | Family::DeepseekV3);
+        let mla = matches!(family, Family::DeepseekV2 | Family::DeepseekV3 | Family::BailingHybrid);
         let attention = if mla { AttentionKind::Mla(attention::parse_mla(cfg)?) } else { AttentionKind::Grouped };
         let (kv_heads, head_dim) = match &attention {
             // Every query head has its own decompressed key and value.
@@ -256,10 +275,10 @@ impl ArchSpec {
             (_, Family::Qwen3Next | Family::Qwen35Moe) => (head_dim, 0.25),
             _ => (head_dim, 1.0),
         };
-        // DeepSeek-V2 rotates adjacent pairs (complex multiplication); V3 does unless
+        // DeepSeek-V2 and Ling rotate adjacent pairs (complex multiplication); V3 does unless
         // `rope_interleave` is false; every other family rotates halves.
         let interleaved = match family {
-            Family::DeepseekV2 => true,
+            Family::DeepseekV2 | Family::BailingHybrid => true,
             Family::DeepseekV3 => bool_field(cfg, "rope_interleave", true)?,
             _ => false,
         };
@@ -358,14 +377,14 @@ impl ArchSpec {
     }
 
     /// Bytes of one sequence's fixed-size state: the conv windows and recurrent states of the
-    /// Gated DeltaNet layers (f32), 0 for other models.
+    /// linear-attention layers (f32), 0 for other models.
     pub fn linear_state_bytes(&self) -> u64 {
         self.hybrid
             .as_ref()
             .map_or(0, |h| (h.state_floats() * 4 * h.linear_layers.iter().filter(|l| **l).count()) as u64)
     }
 
-    /// Whether layer `i` is a Gated DeltaNet (linear-attention) layer.
+    /// Whether layer `i` is a linear-attention (Gated DeltaNet or KDA) layer.
     pub fn is_linear_layer(&self, i: usize) -> bool {
         self.hybrid.as_ref().is_some_and(|h| h.is_linear(i))
     }

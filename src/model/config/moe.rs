@@ -66,6 +66,25 @@ impl ExpertAct {
     }
 }
 
+/// Ling's `mlp_layer_types`: per layer `dense` or `sparse` (MoE).
+fn mlp_layer_types(types: &Value, layers: usize) -> Result<Vec<bool>> {
+    let types = types.as_array().ok_or_else(|| Error::ConfigField("mlp_layer_types".into()))?;
+    if types.len() != layers {
+        return Err(Error::UnsupportedConfig(format!(
+            "mlp_layer_types has {} entries for {layers} layers",
+            types.len()
+        )));
+    }
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            Some("sparse") => Ok(true),
+            Some("dense") => Ok(false),
+            other => Err(Error::UnsupportedConfig(format!("MLP layer type {other:?} is not implemented"))),
+        })
+        .collect()
+}
+
 /// The routed-expert block and which layers run it, `(None, all false)` for dense families.
 pub(super) fn parse(
     cfg: &Value,
@@ -77,7 +96,7 @@ pub(super) fn parse(
     if matches!(family, Llama | Qwen2 | Qwen3) {
         return Ok((None, vec![false; layers]));
     }
-    let deepseek_like = matches!(family, DeepseekV2 | DeepseekV3 | Glm4Moe);
+    let deepseek_like = matches!(family, DeepseekV2 | DeepseekV3 | Glm4Moe | BailingHybrid);
     let num_experts = opt_usize(cfg, "num_local_experts")?
         .or(opt_usize(cfg, "num_experts")?)
         .or(opt_usize(cfg, "n_routed_experts")?)
@@ -106,7 +125,7 @@ pub(super) fn parse(
     };
     let routing = match family {
         DeepseekV2 => routing::parse_softmax_topk_method(cfg, num_experts, top_k)?,
-        DeepseekV3 => routing::parse_noaux_tc(cfg, num_experts, top_k, (8, 4))?,
+        DeepseekV3 | BailingHybrid => routing::parse_noaux_tc(cfg, num_experts, top_k, (8, 4))?,
         Glm4Moe => routing::parse_noaux_tc(cfg, num_experts, top_k, (1, 1))?,
         _ => RoutingKind::Softmax,
     };
@@ -120,7 +139,7 @@ pub(super) fn parse(
                 "norm_topk_prob with DeepSeek-V2 routing is not implemented (transformers ignores it)".into(),
             ))
         }
-        DeepseekV3 | Glm4Moe | Qwen3Next => bool_field(cfg, "norm_topk_prob", true)?,
+        DeepseekV3 | Glm4Moe | Qwen3Next | BailingHybrid => bool_field(cfg, "norm_topk_prob", true)?,
         // transformers' Qwen3.5-MoE router always renormalises (it has no such field).
         Qwen35Moe => true,
         _ => bool_field(cfg, "norm_topk_prob", false)?,
@@ -130,7 +149,9 @@ pub(super) fn parse(
     } else {
         1.0
     };
-    let moe_layers: Vec<bool> = if deepseek_like {
+    let moe_layers: Vec<bool> = if let (BailingHybrid, Some(types)) = (family, get(cfg, "mlp_layer_types")) {
+        mlp_layer_types(types, layers)?
+    } else if deepseek_like {
         let first_dense = opt_usize(cfg, "first_k_dense_replace")?.unwrap_or(match family {
             DeepseekV3 => 3,
             Glm4Moe => 1,

@@ -64,10 +64,13 @@ fn check_supported(spec: &ArchSpec) -> Result<()> {
         }
     }
     if let Some(hy) = &spec.hybrid {
-        // The conv, delta-rule and out-projection widths are matrix inputs or kernel limits.
-        let widths = [("linear value width", hy.value_dim()), ("linear in-projection width", hy.in_width())];
-        if let Some((what, n)) = widths.into_iter().find(|(_, n)| n % 8 != 0) {
-            return Err(Error::UnsupportedConfig(format!("{what} {n} is not a multiple of 8")));
+        // The delta rule's output is `out_proj`'s input (the in-projection's width is a count
+        // of rows, which any number may be).
+        if !hy.value_dim().is_multiple_of(8) {
+            return Err(Error::UnsupportedConfig(format!(
+                "linear value width {} is not a multiple of 8",
+                hy.value_dim()
+            )));
         }
     }
     if let Some(m) = &spec.moe {
@@ -425,7 +428,7 @@ impl GpuModel {
                         (&acts.k, RopeLayout::heads(spec.kv_heads, spec.head_dim, false)),
                         &spec.rope,
                     );
-                    let out_gate = attn.gate.as_ref().map(|g| bld.output_gate(spec, g, &acts)).transpose()?;
+                    let out_gate = attn.gate.as_ref().map(|g| bld.output_gate(g, spec.q_dim(), &acts)).transpose()?;
                     let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
                     let o_bias = attn.o_bias.as_ref();
                     let o = bld.projection("o", &attn.o, o_bias, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;

@@ -321,7 +321,7 @@ impl GpuModel {
             gpu,
             &self.step.buffer,
             io,
-            crate::reference::linear_attention::delta_shape(hy),
+            (crate::reference::linear_attention::delta_shape(hy), hy.kind),
             offsets,
         );
         LinearCache { conv, delta, window, state }

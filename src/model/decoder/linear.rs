@@ -1,7 +1,8 @@
-//! The Gated DeltaNet attention kind on the GPU (Qwen3-Next, Qwen3.5-MoE), its shared part:
-//! the in-projection `[q | k | v | z | b | a]` into `acts.lin`, and after the session's conv
-//! and delta rule ([`super::cache::LinearCache`]) the gated RMSNorm (`norm(core) * silu(z)`)
-//! and `out_proj` into the residual. Also the output gate of the gated full-attention layers.
+//! The linear attention kind on the GPU (Gated DeltaNet: Qwen3-Next, Qwen3.5-MoE; KDA: Ling),
+//! its shared part: the in-projection `[q | k | v | z | b | a]` into `acts.lin`, and after the
+//! session's conv and delta rule ([`super::cache::LinearCache`]) the gated RMSNorm
+//! (`norm(core) * silu(z)`, KDA `* sigmoid(z)`) and `out_proj` into the residual. Also the
+//! output gate of the full-attention layers (gated attention's, Ling MLA's per head).
 
 use super::{f32_buf, Activations, Builder};
 use crate::error::Result;
@@ -11,9 +12,10 @@ use crate::model::{ArchSpec, HostTensor, HybridSpec};
 use crate::ops::gate_mul::{GateMul, GateRows};
 use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::rms_norm::{NormRows, RmsNorm};
+use crate::reference::linear_attention::output_gate_act;
 use crate::reference::ops::GateAct;
 
-/// One layer's bound Gated DeltaNet block.
+/// One layer's bound linear-attention block.
 pub(super) struct LinearAttn {
     in_proj: MatMul,
     norm: RmsNorm,
@@ -21,19 +23,20 @@ pub(super) struct LinearAttn {
     out: MatMul,
     /// Conv taps `[conv_dim, kernel]` (f32), bound by each session's conv.
     pub(super) conv_w: wgpu::Buffer,
-    /// `A_log` then `dt_bias` (f32), bound by each session's delta rule.
+    /// `A_log` then `dt_bias` (f32, per head or per key channel), bound by each session's
+    /// delta rule.
     pub(super) decay_params: wgpu::Buffer,
 }
 
-/// A gated attention layer's output gate: `gate_proj x` into `acts.lin`, then the attention
-/// output times its sigmoid.
+/// A full-attention layer's output gate: `gate_proj x` into `acts.lin`, then the attention
+/// output times its sigmoid (one gate value per output value, or per head).
 pub(super) struct OutputGate {
     proj: MatMul,
     mul: GateMul,
 }
 
 impl Builder<'_> {
-    /// Binds Gated DeltaNet block `w`, reading `acts.hn` and adding into `acts.x`.
+    /// Binds linear-attention block `w`, reading `acts.hn` and adding into `acts.x`.
     pub(super) fn linear_attn(
         &mut self,
         spec: &ArchSpec,
@@ -49,11 +52,12 @@ impl Builder<'_> {
         let rows = NormRows { n: hy.head_v_dim, rows_per_token: hy.num_v_heads, at_cache_pos: false };
         let norm = RmsNorm::new(gpu, step, &norm_w, &acts.core, Some(&acts.attn), rows, spec.rms_eps);
         self.buffers.push(norm_w);
-        let z = GateRows { width: vd, stride: width, offset: hy.conv_dim() };
-        let gate = GateMul::new(gpu, step, (&acts.lin, &acts.attn), z, GateAct::Silu);
+        let z = GateRows { width: vd, span: 1, stride: width, offset: hy.conv_dim() };
+        let gate = GateMul::new(gpu, step, (&acts.lin, &acts.attn), z, output_gate_act(hy.kind));
         let out_mode = MatMulOut { accumulate: true, ..MatMulOut::plain(spec.hidden) };
         let out = self.matmul("linear attention", &w.out, None, &acts.attn, &acts.x, out_mode)?;
-        let decay = HostTensor::new(vec![2 * hy.num_v_heads], [&w.a_log.data[..], &w.dt_bias.data[..]].concat());
+        let decay = [&w.a_log.data[..], &w.dt_bias.data[..]].concat();
+        let decay = HostTensor::new(vec![decay.len()], decay);
         Ok(LinearAttn {
             in_proj,
             norm,
@@ -64,11 +68,12 @@ impl Builder<'_> {
         })
     }
 
-    /// Binds an attention output gate `w` (`[q_dim, hidden]`) over `acts.attn`.
-    pub(super) fn output_gate(&mut self, spec: &ArchSpec, w: &HostTensor, acts: &Activations) -> Result<OutputGate> {
-        let qd = spec.q_dim();
-        let proj = self.matmul("attention", w, None, &acts.hn, &acts.lin, MatMulOut::plain(qd))?;
-        let rows = GateRows { width: qd, stride: qd, offset: 0 };
+    /// Binds an attention output gate `w` (`[gates, hidden]`) over the `width` values per token
+    /// of `acts.attn` (each gate value scales `width / gates` of them).
+    pub(super) fn output_gate(&mut self, w: &HostTensor, width: usize, acts: &Activations) -> Result<OutputGate> {
+        let gates = w.shape[0];
+        let proj = self.matmul("attention", w, None, &acts.hn, &acts.lin, MatMulOut::plain(gates))?;
+        let rows = GateRows { width, span: width / gates, stride: gates, offset: 0 };
         let mul = GateMul::new(self.gpu, self.step, (&acts.lin, &acts.attn), rows, GateAct::Sigmoid);
         Ok(OutputGate { proj, mul })
     }

@@ -1,7 +1,7 @@
 //! The MLA attention kind on the GPU, its shared part: queries (direct or through the compressed
 //! `q_a`/`q_b` pair), the step's latent in `acts.k` (normalised) and rotary key in `acts.v`
 //! (rotated), the merge of split decode attention over the latent cache (it applies the layer's
-//! `W_UV`), and `o_proj`. The cache, the store into it and the attention kernel are per session
+//! `W_UV`), Ling's per-head output gate and `o_proj`. The cache, the store into it and the attention kernel are per session
 //! ([`super::cache::MlaCache`]).
 
 use super::{Activations, Builder};
@@ -35,7 +35,9 @@ pub(super) struct MlaAttn {
     /// Split decode's merge over the latent cache (the decompressed cache's needs no weights:
     /// the model's shared attention merge).
     pub(super) merge: Option<MlaMerge>,
-    pub(super) o: MatMul,
+    /// Ling's `g_proj`: each head's output times the sigmoid of its gate, before `o_proj`.
+    out_gate: Option<super::linear::OutputGate>,
+    o: MatMul,
 }
 
 /// Rows `start..start + rows` of a `[_, cols]` matrix.
@@ -97,9 +99,10 @@ impl Builder<'_> {
             let io = MlaMergeIo { partial: &acts.attn_partial, kv_b: &kv_b, out: &acts.attn };
             MlaMerge::new(gpu, step, io, spec.heads, m, split_len)
         });
+        let out_gate = w.gate.as_ref().map(|g| self.output_gate(g, spec.heads * m.v_head_dim, acts)).transpose()?;
         let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(spec.hidden) };
         let o = self.matmul("attention", &w.o, None, &acts.attn, &acts.x, o_out)?;
-        Ok(MlaAttn { q, kv_c, kv_norm, kv_rope, rope_q, rope_k, kv_b, merge, o })
+        Ok(MlaAttn { q, kv_c, kv_norm, kv_rope, rope_q, rope_k, kv_b, merge, out_gate, o })
     }
 }
 
@@ -120,5 +123,16 @@ impl MlaAttn {
         self.kv_norm.record(gpu, pass, n);
         self.rope_q.record(gpu, pass, n);
         self.rope_k.record(gpu, pass, n);
+        if let Some(g) = &self.out_gate {
+            g.record_projection(gpu, pass, n);
+        }
+    }
+
+    /// Records the output gate (Ling) and `o_proj`, adding the attention output into `x`.
+    pub(super) fn record_output(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+        if let Some(g) = &self.out_gate {
+            g.record_gating(gpu, pass, n);
+        }
+        self.o.record(gpu, pass, n);
     }
 }

@@ -173,7 +173,8 @@ struct GroupedAttn {
 enum Attn {
     Grouped(Box<GroupedAttn>),
     Mla(Box<mla::MlaAttn>),
-    /// Gated DeltaNet: its state is the session's ([`cache::LinearCache`]).
+    /// Linear attention (Gated DeltaNet, KDA): its state is the session's
+    /// ([`cache::LinearCache`]).
     Linear(Box<linear::LinearAttn>),
 }
 
@@ -197,7 +198,7 @@ struct Activations {
     v: wgpu::Buffer,
     /// MLA's compressed query (`q_lora_rank` wide).
     q_lat: wgpu::Buffer,
-    /// Gated DeltaNet's in-projection `[q | k | v | z | b | a]`, or gated attention's gate.
+    /// Linear attention's in-projection `[q | k | v | z | b | a]`, or an attention output gate.
     lin: wgpu::Buffer,
     /// Gated DeltaNet's conv output (q | k | v).
     conv: wgpu::Buffer,
@@ -365,7 +366,7 @@ impl Attn {
                 }
                 a.o.record(gpu, pass, n)
             }
-            Attn::Mla(a) => a.o.record(gpu, pass, n),
+            Attn::Mla(a) => a.record_output(gpu, pass, n),
             Attn::Linear(a) => a.record_output(gpu, pass, n),
         }
     }

@@ -1,7 +1,9 @@
-//! Gated DeltaNet's per-token ops (transformers' `causal_conv1d_update` and
-//! `torch_recurrent_gated_delta_rule` with `use_qk_l2norm_in_kernel`), one token at a time.
+//! The linear-attention layers' per-token ops (transformers' `causal_conv1d_update`, Gated
+//! DeltaNet's `torch_recurrent_gated_delta_rule` and KDA's `recurrent_kimi_delta_attention`,
+//! both with `use_qk_l2norm_in_kernel`), one token at a time.
 
 use super::activation::{sigmoid, silu};
+use crate::model::LinearKind;
 
 /// One token through a depthwise causal conv with SiLU: `x` `[channels]` is the new input,
 /// `window` `[channels, kernel - 1]` the previous inputs (oldest first, updated to end with
@@ -41,17 +43,38 @@ pub struct DeltaShape {
     pub dv: usize,
 }
 
-/// The per-value-head gate inputs of one token.
+/// The gate inputs of one token.
 #[derive(Clone, Copy, Debug)]
 pub struct DeltaGates<'a> {
-    /// `a` `[v_heads]` (decay input).
+    /// `a`, the decay input: `[v_heads]` (Gated DeltaNet) or `[v_heads * dk]` (KDA's `f`).
     pub a: &'a [f32],
     /// `b` `[v_heads]` (beta logits).
     pub b: &'a [f32],
     /// `A_log` `[v_heads]`.
     pub a_log: &'a [f32],
-    /// `dt_bias` `[v_heads]`.
+    /// `dt_bias`, as wide as `a`.
     pub dt_bias: &'a [f32],
+    /// Which decay the gates make.
+    pub kind: LinearKind,
+}
+
+impl DeltaGates<'_> {
+    /// The log-decay `g` of key channel `i` of value head `h`: Gated DeltaNet's
+    /// `-exp(A_log) * softplus(a + dt_bias)` per head, or KDA's per channel (see
+    /// [`LinearKind::Kda`]).
+    pub fn log_decay(&self, h: usize, i: usize, dk: usize) -> f32 {
+        let a_exp = self.a_log[h].exp();
+        match self.kind {
+            LinearKind::GatedDeltaNet => -a_exp * softplus(self.a[h] + self.dt_bias[h]),
+            LinearKind::Kda { lower_bound } => {
+                let x = self.a[h * dk + i] + self.dt_bias[h * dk + i];
+                match lower_bound {
+                    Some(bound) => bound * sigmoid(a_exp * x),
+                    None => -a_exp * softplus(x),
+                }
+            }
+        }
+    }
 }
 
 /// `x / sqrt(sum(x^2) + 1e-6)` (the FLA `l2norm` transformers uses), in place.
@@ -61,8 +84,9 @@ fn l2norm(x: &mut [f32]) {
 }
 
 /// One token of the gated delta rule: q, k `[k_heads * dk]` (L2-normalised here, q also by
-/// `1/sqrt(dk)`), v `[v_heads * dv]`; per value head `g = -exp(A_log) * softplus(a + dt_bias)`,
-/// `beta = sigmoid(b)`, `S = S * exp(g)`, `S += k (beta (v - S^T k))^T`, `out = S^T q`.
+/// `1/sqrt(dk)`), v `[v_heads * dv]`; per value head the log-decays `g` of its key channels
+/// ([`DeltaGates::log_decay`]: one for all of them in Gated DeltaNet, one each in KDA),
+/// `beta = sigmoid(b)`, `S[i, :] *= exp(g[i])`, `S += k (beta (v - S^T k))^T`, `out = S^T q`.
 /// `state` `[v_heads, dk, dv]`; writes `out` `[v_heads * dv]`.
 pub fn gated_delta_step(
     shape: DeltaShape,
@@ -83,10 +107,12 @@ pub fn gated_delta_step(
         l2norm(&mut kvec);
         let scale = 1.0 / (dk as f32).sqrt();
         qh.iter_mut().for_each(|x| *x *= scale);
-        let g = -gates.a_log[h].exp() * softplus(gates.a[h] + gates.dt_bias[h]);
-        let (decay, beta) = (g.exp(), sigmoid(gates.b[h]));
+        let beta = sigmoid(gates.b[h]);
         let s = &mut state[h * dk * dv..(h + 1) * dk * dv];
-        s.iter_mut().for_each(|x| *x *= decay);
+        for (i, row) in s.chunks_exact_mut(dv).enumerate() {
+            let decay = gates.log_decay(h, i, dk).exp();
+            row.iter_mut().for_each(|x| *x *= decay);
+        }
         for j in 0..dv {
             let kv_mem: f32 = (0..dk).map(|i| s[i * dv + j] * kvec[i]).sum();
             let delta = (v[h * dv + j] - kv_mem) * beta;
@@ -107,13 +133,15 @@ pub enum GateAct {
     Silu,
 }
 
-/// `y[i] *= act(g[i])`.
-pub fn gate_mul(y: &mut [f32], g: &[f32], act: GateAct) {
-    assert_eq!(y.len(), g.len());
-    for (y, &g) in y.iter_mut().zip(g) {
-        *y *= match act {
+/// `y[i] *= act(g[i / span])`: each gate value scales `span` consecutive values (1: one gate
+/// per value; a head's width: one per head).
+pub fn gate_mul(y: &mut [f32], g: &[f32], span: usize, act: GateAct) {
+    assert_eq!(y.len(), g.len() * span);
+    for (y, &g) in y.chunks_exact_mut(span).zip(g) {
+        let f = match act {
             GateAct::Sigmoid => sigmoid(g),
             GateAct::Silu => silu(g),
         };
+        y.iter_mut().for_each(|y| *y *= f);
     }
 }
