@@ -2,22 +2,34 @@
 // kv_store writes them: head-major, F16 = two halves per u32), for the query heads that read it.
 // Query t sits at position step.pos + t and sees keys 0 ..= step.pos + t, or with a sliding
 // window (window > 0) only its last `window` keys step.pos + t + 1 - window ..= step.pos + t
-// (transformers' sliding_window_overlay: kv > q - window). Keys are visited in
-// tiles of 64 with an online softmax, so any length works with fixed workgroup memory and no
-// score matrix is ever stored (prefill is tiled the same way). head_dim <= 256, even.
+// (transformers' sliding_window_overlay: kv > q - window). Keys are visited in blocks of 8 with
+// an online softmax, so any length works and no score matrix is ever stored.
 //
-// A workgroup runs QT queries ("slots") against one KV head; they share each key and value
-// load and each reduction. Without SPLIT: one workgroup per (QT consecutive tokens, query head),
-// writing the normalised output. With SPLIT (decode, one token): one workgroup per (QT query
-// heads of one KV head's group, split of split_len keys) -- GQA: the group's heads read each
-// key and value once -- writing each head's partial (max, sum, unnormalised accumulator) for
-// attention_merge.
+// A team of 8 lanes runs QT = 4 queries ("slots": query heads of one KV head, times tokens)
+// against that KV head, so every key and value load serves 4 queries. Lanes split a head's
+// dims: lane l owns the 8-dim chunks l, l + 8, ... (CH of them: head_dim <= 64, 128 (HD128)
+// or 256 (HD256); head_dim a multiple of 8), so each load is 16 contiguous bytes and the team
+// reads a key row side by side (lavapipe pays per load instruction, GPUs per transaction). Per
+// block of 8 keys each lane sums its dims' share of the (key, slot) dot products; a butterfly
+// over the team (reduce-scatter: swap half, add) leaves lane l the scores of key l; the softmax
+// weights then go to every lane for the value loop, where each lane accumulates its own dims.
+// Cross-lane steps are subgroup shuffles (SUBGROUPS without SHARED_REDUCE) or go through
+// workgroup memory. QT = 4 rather than 8: twice the state per lane ran twice as slow on lavapipe.
+//
+// Layouts: ONE_TEAM (CPU adapters such as lavapipe, where a workgroup is one thread and its
+// lanes SIMD lanes): a workgroup is one team. Otherwise (GPUs) 8 teams per workgroup, taking
+// 8 slot sets of the same tokens (and split), so every team walks the same keys and the
+// workgroup stays in uniform control flow.
+//
+// A slot set is hs = min(group, QT) query heads of one KV head. Without SPLIT: QT / hs
+// consecutive tokens of them; normalised output. With SPLIT (decode, one token): one set per
+// split of split_len keys, writing each head's partial (max, sum, unnormalised accumulator)
+// for attention_merge.
 //
 // SINKS (gpt-oss): each query head has a learned logit that joins the softmax denominator and
 // no value (transformers' eager_attention_forward concatenates it to the scores, softmaxes and
 // drops it). The single pass applies it here, the split pass leaves it to attention_merge.
 //#include common
-//#include reduce4
 
 struct Params {
     n_heads: u32,
@@ -32,182 +44,367 @@ struct Params {
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
-@group(0) @binding(2) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;
 //#if F16
-@group(0) @binding(3) var<storage, read> k_cache: array<u32>;
-@group(0) @binding(4) var<storage, read> v_cache: array<u32>;
+@group(0) @binding(3) var<storage, read> k_cache: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read> v_cache: array<vec4<u32>>;
 //#else
-@group(0) @binding(3) var<storage, read> k_cache: array<f32>;
-@group(0) @binding(4) var<storage, read> v_cache: array<f32>;
+@group(0) @binding(3) var<storage, read> k_cache: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> v_cache: array<vec4<f32>>;
 //#endif
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 //#if SINKS
 @group(0) @binding(6) var<storage, read> sinks: array<f32>;
 //#endif
 
-// Dims 2i and 2i+1 of the chunk's element pair i.
-fn k_pair(i: u32) -> vec2<f32> {
-//#if F16
-    return unpack2x16float(k_cache[i]);
-//#else
-    return vec2<f32>(k_cache[2u * i], k_cache[2u * i + 1u]);
-//#endif
-}
-
-fn v_pair(i: u32) -> vec2<f32> {
-//#if F16
-    return unpack2x16float(v_cache[i]);
-//#else
-    return vec2<f32>(v_cache[2u * i], v_cache[2u * i + 1u]);
-//#endif
-}
-
+// Lanes of a team, keys of a block (one per lane after the reduction) and query slots.
+const TEAM: u32 = 8u;
 const QT: u32 = 4u;
-
-var<workgroup> qs: array<vec2<f32>, 512>;
-var<workgroup> probs: array<vec4<f32>, 64>;
-
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let g = group_index(wid, nwg);
-//#if SPLIT
-    // Slot qi: query head h + qi of token 0, all of KV head kv_local.
-    let sets = (p.group + QT - 1u) / QT;
-    let chunk_sets = p.chunk_heads * sets;
-    let split = g / chunk_sets;
-    let head_set = g % chunk_sets;
-    let kv_local = head_set / sets;
-    let hl = kv_local * p.group + (head_set % sets) * QT;
-    let t0 = 0u;
-    let nq = min(QT, p.group - (head_set % sets) * QT);
-    let slot_token = vec4<u32>(0u);
-    let slot_head = vec4<u32>(0u, 1u, 2u, 3u);
+//#if ONE_TEAM
+const TEAMS: u32 = 1u;
 //#else
-    // Slot qi: token t0 + qi of query head h.
-    let chunk_q = p.chunk_heads * p.group;
-    let hl = g % chunk_q;
-    let kv_local = hl / p.group;
-    let t0 = (g / chunk_q) * QT;
+const TEAMS: u32 = 8u;
+//#endif
+const WG: u32 = TEAM * TEAMS;
+//#if HD256
+const CH: u32 = 4u;
+//#else
+//#if HD128
+const CH: u32 = 2u;
+//#else
+const CH: u32 = 1u;
+//#endif
+//#endif
+
+// Eight consecutive dims.
+struct Chunk {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+
+// One value per query slot.
+alias Slots = array<f32, QT>;
+
+// Chunk i of the cache (chunk c of row r is i = r * head_dim / 8 + c).
+fn k_chunk(i: u32) -> Chunk {
+//#if F16
+    let w = k_cache[i];
+    return Chunk(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
+//#else
+    return Chunk(k_cache[2u * i], k_cache[2u * i + 1u]);
+//#endif
+}
+
+fn v_chunk(i: u32) -> Chunk {
+//#if F16
+    let w = v_cache[i];
+    return Chunk(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
+//#else
+    return Chunk(v_cache[2u * i], v_cache[2u * i + 1u]);
+//#endif
+}
+
+var<workgroup> xch: array<f32, WG * QT>;
+// Subgroup index of this team's lane 0.
+var<private> team_base: u32;
+
+// `v` of lane (this lane ^ o) of the team. Every invocation must call it.
+fn lane_xor(lid: u32, v_in: Slots, o: u32) -> Slots {
+    var v = v_in;
+    var r: Slots;
+//#if SUBGROUPS
+//#if SHARED_REDUCE
+    r = lane_xor_shared(lid, v, o);
+//#else
+    for (var s = 0u; s < QT; s++) {
+        r[s] = subgroupShuffleXor(v[s], o);
+    }
+//#endif
+//#else
+    r = lane_xor_shared(lid, v, o);
+//#endif
+    return r;
+}
+
+fn lane_xor_shared(lid: u32, v_in: Slots, o: u32) -> Slots {
+    var v = v_in;
+    var r: Slots;
+    workgroupBarrier();
+    for (var s = 0u; s < QT; s++) {
+        xch[lid * QT + s] = v[s];
+    }
+    workgroupBarrier();
+    for (var s = 0u; s < QT; s++) {
+        r[s] = xch[(lid ^ o) * QT + s];
+    }
+    return r;
+}
+
+// `v` of every lane of the team. Every invocation must call it.
+fn team_all(lid: u32, v_in: Slots) -> array<Slots, TEAM> {
+    var v = v_in;
+    var r: array<Slots, TEAM>;
+//#if SUBGROUPS
+//#if SHARED_REDUCE
+    r = team_all_shared(lid, v);
+//#else
+    for (var k = 0u; k < TEAM; k++) {
+        for (var s = 0u; s < QT; s++) {
+            r[k][s] = subgroupShuffle(v[s], team_base + k);
+        }
+    }
+//#endif
+//#else
+    r = team_all_shared(lid, v);
+//#endif
+    return r;
+}
+
+fn team_all_shared(lid: u32, v_in: Slots) -> array<Slots, TEAM> {
+    var v = v_in;
+    var r: array<Slots, TEAM>;
+    workgroupBarrier();
+    for (var s = 0u; s < QT; s++) {
+        xch[lid * QT + s] = v[s];
+    }
+    workgroupBarrier();
+    let first = lid - lid % TEAM;
+    for (var k = 0u; k < TEAM; k++) {
+        for (var s = 0u; s < QT; s++) {
+            r[k][s] = xch[(first + k) * QT + s];
+        }
+    }
+    return r;
+}
+
+// One step of the reduce-scatter: of the pair (a, b), the lanes with bit `o` clear keep a and
+// the others b, each adding the partner's copy of what it keeps.
+fn halve(lid: u32, a_in: Slots, b_in: Slots, o: u32) -> Slots {
+    var a = a_in;
+    var b = b_in;
+    let hi = (lid & o) != 0u;
+    var keep: Slots;
+    var send: Slots;
+    for (var s = 0u; s < QT; s++) {
+        keep[s] = select(a[s], b[s], hi);
+        send[s] = select(b[s], a[s], hi);
+    }
+    var got = lane_xor(lid, send, o);
+    for (var s = 0u; s < QT; s++) {
+        keep[s] += got[s];
+    }
+    return keep;
+}
+
+// part[k]: this lane's share of key k's scores. Returns lane l's full scores of key l.
+fn scatter_keys(lid: u32, part_in: array<Slots, TEAM>) -> Slots {
+    var part = part_in;
+    var w4: array<Slots, 4>;
+    for (var k = 0u; k < 4u; k++) {
+        w4[k] = halve(lid, part[k], part[k + 4u], 4u);
+    }
+    var w2: array<Slots, 2>;
+    for (var k = 0u; k < 2u; k++) {
+        w2[k] = halve(lid, w4[k], w4[k + 2u], 2u);
+    }
+    return halve(lid, w2[0], w2[1], 1u);
+}
+
+fn team_max(lid: u32, v: Slots) -> Slots {
+    var r = v;
+    for (var o = 1u; o < TEAM; o <<= 1u) {
+        var other = lane_xor(lid, r, o);
+        for (var s = 0u; s < QT; s++) {
+            r[s] = max(r[s], other[s]);
+        }
+    }
+    return r;
+}
+
+fn team_sum(lid: u32, v: Slots) -> Slots {
+    var r = v;
+    for (var o = 1u; o < TEAM; o <<= 1u) {
+        var other = lane_xor(lid, r, o);
+        for (var s = 0u; s < QT; s++) {
+            r[s] += other[s];
+        }
+    }
+    return r;
+}
+
+@compute @workgroup_size(WG)
+//#if SUBGROUPS
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {
+    team_base = sid - sid % TEAM;
+//#else
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+//#endif
+    let g = group_index(wid, nwg);
+    let lane = lid % TEAM;
+    // Slot sets: hs query heads of one KV head (`sets` of them per KV head).
+    let hs = min(p.group, QT);
+    let sets = (p.group + hs - 1u) / hs;
+    let n_sets = p.chunk_heads * sets;
+    let wg_per_block = (n_sets + TEAMS - 1u) / TEAMS;
+    let block = g / wg_per_block;
+    let slot_set = (g % wg_per_block) * TEAMS + lid / TEAM;
+    let kv_local = min(slot_set / sets, p.chunk_heads - 1u);
+    let head0 = kv_local * p.group + (slot_set % sets) * hs;
+    // Query heads of this set (none for a team past the last set).
+    let nh = select(0u, min(hs, p.group - (slot_set % sets) * hs), slot_set < n_sets);
+//#if SPLIT
+    let tt = 1u;
+    let t0 = 0u;
+    let split_first = block * p.split_len;
+//#else
+    let tt = QT / hs;
+    let t0 = block * tt;
     if (t0 >= step.n_tokens) {
         return;
     }
-    let nq = min(QT, step.n_tokens - t0);
-    let slot_token = vec4<u32>(0u, 1u, 2u, 3u);
-    let slot_head = vec4<u32>(0u);
 //#endif
-    let h = p.kv_head0 * p.group + hl;
-    let pairs = p.head_dim / 2u;
-    for (var i = lid; i < nq * pairs; i += 64u) {
-        let qi = i / pairs;
-        let d = i % pairs;
-        let qb = ((t0 + slot_token[qi]) * p.n_heads + h + slot_head[qi]) * p.head_dim + 2u * d;
-        qs[qi * 128u + d] = vec2<f32>(q[qb], q[qb + 1u]);
+    let nt = min(tt, step.n_tokens - t0);
+    // Slot s: token t0 + s / hs, query head head0 + s % hs; it sees keys starts[s] .. ends[s].
+    var ends: array<u32, QT>;
+    var starts: array<u32, QT>;
+    var valid: array<bool, QT>;
+    var heads: array<u32, QT>;
+    var rows: array<u32, QT>;
+    for (var s = 0u; s < QT; s++) {
+        valid[s] = s % hs < nh && s / hs < nt;
+        heads[s] = p.kv_head0 * p.group + head0 + s % hs;
+        rows[s] = select(0u, (t0 + s / hs) * p.n_heads + heads[s], valid[s]);
+        let causal_end = step.pos + t0 + s / hs + 1u;
+        starts[s] = 0u;
+        if (p.window > 0u) {
+            starts[s] = max(causal_end, p.window) - p.window;
+        }
+        ends[s] = select(0u, causal_end, valid[s]);
+//#if SPLIT
+        ends[s] = min(ends[s], split_first + p.split_len);
+//#endif
     }
-    workgroupBarrier();
-    let head_base = kv_local * p.context * pairs;
-    // Keys query qi sees are starts[qi] .. ends[qi]; queries past nq see none.
-    let first_key_end = step.pos + t0 + 1u;
-    var ends = vec4<u32>(first_key_end) + slot_token;
-    ends = select(vec4<u32>(0u), ends, vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(nq));
-    var starts = vec4<u32>(0u);
+    // The keys any slot of the workgroup's tokens sees (the same for every team).
+    var first = 0u;
     if (p.window > 0u) {
-        starts = max(ends, vec4<u32>(p.window)) - vec4<u32>(p.window);
+        first = max(step.pos + t0 + 1u, p.window) - p.window;
     }
+    var end = step.pos + t0 + nt;
 //#if SPLIT
-    let split_first = split * p.split_len;
-    ends = min(ends, vec4<u32>(split_first + p.split_len));
-    // A split wholly before the window runs no tile: it leaves max -1e30, sum 0.
-    let first = max(split_first, starts.x);
-//#else
-    // Slot 0 has the earliest start.
-    let first = starts.x;
+    first = max(first, split_first);
+    end = min(end, split_first + p.split_len);
 //#endif
-    let end = max(max(ends.x, ends.y), max(ends.z, ends.w));
-    var m = vec4<f32>(-1.0e30);
-    var l = vec4<f32>(0.0);
-    var acc: array<array<vec2<f32>, 2>, 4>;
-    for (var tile = first; tile < end; tile += 64u) {
-        let j = tile + lid;
-        var s = vec4<f32>(0.0);
-        if (j < end) {
-            let kb = head_base + j * pairs;
-            for (var d = 0u; d < pairs; d++) {
-                let kp = k_pair(kb + d);
-                s += vec4<f32>(dot(qs[d], kp), dot(qs[128u + d], kp), dot(qs[256u + d], kp), dot(qs[384u + d], kp));
-            }
+    let cpr = p.head_dim / 8u;
+    // This lane's chunks of each slot's query, pre-scaled; zero past head_dim.
+    var qr: array<array<Chunk, CH>, QT>;
+    for (var s = 0u; s < QT; s++) {
+        for (var i = 0u; i < CH; i++) {
+            let c = lane + TEAM * i;
+            let qi = (rows[s] * cpr + min(c, cpr - 1u)) * 2u;
+            let w = select(0.0, p.scale, valid[s] && c < cpr);
+            qr[s][i] = Chunk(q[qi] * w, q[qi + 1u] * w);
         }
-        let valid = (vec4<u32>(j) < ends) & (vec4<u32>(j) >= starts);
-        s = select(vec4<f32>(-1.0e30), s * p.scale, valid);
-        let m_new = max(m, reduce_max4(lid, s));
-        let pj = select(vec4<f32>(0.0), exp(s - m_new), valid);
-        probs[lid] = pj;
-        let corr = exp(m - m_new);
-        // Each lane keeps the sum of its own keys' weights (corr is the same in every lane);
-        // one reduction at the end gives the totals.
-        l = l * corr + pj;
-        workgroupBarrier();
-        let n_here = min(64u, end - tile);
-        for (var c = 0u; c < 2u; c++) {
-            let d = lid + c * 64u;
-            if (d < pairs) {
-                var a0 = acc[0][c] * corr.x;
-                var a1 = acc[1][c] * corr.y;
-                var a2 = acc[2][c] * corr.z;
-                var a3 = acc[3][c] * corr.w;
-                for (var jj = 0u; jj < n_here; jj++) {
-                    let vp = v_pair(head_base + (tile + jj) * pairs + d);
-                    let pr = probs[jj];
-                    a0 += pr.x * vp;
-                    a1 += pr.y * vp;
-                    a2 += pr.z * vp;
-                    a3 += pr.w * vp;
+    }
+    var m: Slots;
+    var l: Slots;
+    var acc: array<array<Chunk, CH>, QT>;
+    for (var s = 0u; s < QT; s++) {
+        m[s] = -1.0e30;
+        l[s] = 0.0;
+        for (var i = 0u; i < CH; i++) {
+            acc[s][i] = Chunk(vec4<f32>(0.0), vec4<f32>(0.0));
+        }
+    }
+    let row0 = kv_local * p.context;
+    for (var j0 = first; j0 < end; j0 += TEAM) {
+        // Keys past `end` re-read the last one (their weight is 0).
+        var chunk_of: array<u32, TEAM>;
+        for (var k = 0u; k < TEAM; k++) {
+            chunk_of[k] = (row0 + min(j0 + k, end - 1u)) * cpr;
+        }
+        var part: array<Slots, TEAM>;
+        for (var k = 0u; k < TEAM; k++) {
+            for (var s = 0u; s < QT; s++) {
+                part[k][s] = 0.0;
+            }
+            for (var i = 0u; i < CH; i++) {
+                let kc = k_chunk(chunk_of[k] + min(lane + TEAM * i, cpr - 1u));
+                for (var s = 0u; s < QT; s++) {
+                    part[k][s] += dot(qr[s][i].lo, kc.lo) + dot(qr[s][i].hi, kc.hi);
                 }
-                acc[0][c] = a0;
-                acc[1][c] = a1;
-                acc[2][c] = a2;
-                acc[3][c] = a3;
             }
         }
-        m = m_new;
-        workgroupBarrier();
+        // Lane l: the scores of key j0 + l.
+        var score = scatter_keys(lid, part);
+        let j = j0 + lane;
+        var sc: Slots;
+        for (var s = 0u; s < QT; s++) {
+            sc[s] = select(-1.0e30, score[s], j >= starts[s] && j < ends[s]);
+        }
+        var bmax = team_max(lid, sc);
+        var pj: Slots;
+        var corr: Slots;
+        for (var s = 0u; s < QT; s++) {
+            let m_new = max(m[s], bmax[s]);
+            pj[s] = select(0.0, exp(sc[s] - m_new), sc[s] > -1.0e30);
+            corr[s] = exp(m[s] - m_new);
+            m[s] = m_new;
+            // Each lane keeps the sum of its own keys' weights; one reduction at the end.
+            l[s] = l[s] * corr[s] + pj[s];
+            for (var i = 0u; i < CH; i++) {
+                acc[s][i] = Chunk(acc[s][i].lo * corr[s], acc[s][i].hi * corr[s]);
+            }
+        }
+        var weights = team_all(lid, pj);
+        for (var k = 0u; k < TEAM; k++) {
+            for (var i = 0u; i < CH; i++) {
+                let vc = v_chunk(chunk_of[k] + min(lane + TEAM * i, cpr - 1u));
+                for (var s = 0u; s < QT; s++) {
+                    let w = weights[k][s];
+                    acc[s][i] = Chunk(acc[s][i].lo + w * vc.lo, acc[s][i].hi + w * vc.hi);
+                }
+            }
+        }
     }
-    l = reduce_sum4(lid, l);
+    l = team_sum(lid, l);
+    for (var s = 0u; s < QT; s++) {
+        if (!valid[s]) {
+            continue;
+        }
 //#if SPLIT
-    // Partial of (split, head): [max, sum, accumulator[head_dim]].
-    for (var qi = 0u; qi < nq; qi++) {
-        let base = (split * p.n_heads + h + qi) * (p.head_dim + 2u);
-        if (lid == 0u) {
-            out[base] = m[qi];
-            out[base + 1u] = l[qi];
+        // Partial of (split, head): [max, sum, accumulator[head_dim]].
+        let base = (block * p.n_heads + heads[s]) * (p.head_dim + 2u);
+        if (lane == 0u) {
+            out[base] = m[s];
+            out[base + 1u] = l[s];
         }
-        for (var c = 0u; c < 2u; c++) {
-            let d = lid + c * 64u;
-            if (d < pairs) {
-                out[base + 2u + 2u * d] = acc[qi][c].x;
-                out[base + 3u + 2u * d] = acc[qi][c].y;
-            }
-        }
-    }
+        let w = 1.0;
+        let ob = base + 2u;
 //#else
 //#if SINKS
-    // Rescaled to the larger of the keys' max and the sink, as a softmax over both.
-    let sink = vec4<f32>(sinks[h]);
-    let m_all = max(m, sink);
-    let keep = exp(m - m_all);
-    l = l * keep + exp(sink - m_all);
+        // Rescaled to the larger of the keys' max and the sink, as a softmax over both.
+        let sink = sinks[heads[s]];
+        let m_all = max(m[s], sink);
+        let w = exp(m[s] - m_all) / (l[s] * exp(m[s] - m_all) + exp(sink - m_all));
 //#else
-    let keep = vec4<f32>(1.0);
+        let w = 1.0 / l[s];
 //#endif
-    for (var qi = 0u; qi < nq; qi++) {
-        let ob = ((t0 + qi) * p.n_heads + h) * p.head_dim;
-        let w = keep[qi] / l[qi];
-        for (var c = 0u; c < 2u; c++) {
-            let d = lid + c * 64u;
-            if (d < pairs) {
-                out[ob + 2u * d] = acc[qi][c].x * w;
-                out[ob + 2u * d + 1u] = acc[qi][c].y * w;
+        let ob = rows[s] * p.head_dim;
+//#endif
+        for (var i = 0u; i < CH; i++) {
+            let c = lane + TEAM * i;
+            if (c < cpr) {
+                let a = acc[s][i];
+                let d = ob + 8u * c;
+                out[d] = a.lo.x * w;
+                out[d + 1u] = a.lo.y * w;
+                out[d + 2u] = a.lo.z * w;
+                out[d + 3u] = a.lo.w * w;
+                out[d + 4u] = a.hi.x * w;
+                out[d + 5u] = a.hi.y * w;
+                out[d + 6u] = a.hi.z * w;
+                out[d + 7u] = a.hi.w * w;
             }
         }
     }
-//#endif
 }

@@ -419,3 +419,16 @@ fn degenerate_head_config_does_not_panic() {
     let dir = checkpoint("topk", |c, _| c["num_experts_per_tok"] = json!(EXPERTS + 1));
     assert!(matches!(load_err(&dir), Error::UnsupportedConfig(_)));
 }
+
+#[test]
+fn gpu_refuses_head_dim_not_a_multiple_of_8() {
+    // The tiny model's head_dim 4 runs on the CPU reference, but grouped attention on the GPU
+    // reads heads in 8-dim chunks: refused at load, by name.
+    let dir = checkpoint("head-dim-4", |_, _| {});
+    let options = moestream::runtime::EngineOptions::new(dir.path());
+    match moestream::runtime::Engine::load_on(common::gpu(), &options) {
+        Err(Error::UnsupportedConfig(msg)) => assert!(msg.contains("head_dim 4"), "{msg}"),
+        Err(e) => panic!("expected the head_dim refusal, got {e}"),
+        Ok(_) => panic!("head_dim 4 loaded on the GPU"),
+    }
+}

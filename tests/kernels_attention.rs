@@ -1,8 +1,9 @@
 //! Causal grouped-query attention against `reference::ops::attention`, with the cache written
 //! by `kv_store` (head-major chunks, f32 or f16): decode (T = 1) single-pass and split-K
 //! (flash-decoding: partials merged by `attention_merge`) at kv lengths on both sides of every
-//! split boundary, prefill (T > 1) at offsets crossing the 64-key tiles, head_dim 24..256, GQA,
-//! MQA, MHA, and caches split into chunks of KV heads; sliding windows (a query sees its last
+//! split boundary, prefill (T > 1) at offsets crossing 8-key blocks and 64 keys, head_dim 24..256,
+//! GQA (groups 1..12), MQA, MHA, and caches split into chunks of KV heads; the CPU layout (one
+//! team per workgroup), the GPU layout (eight) and the workgroup-memory paths without subgroups; sliding windows (a query sees its last
 //! `window` keys) in every variant. Cache rows past the last visible key, and rows before the
 //! first key any query of the step sees through its window, hold NaN, so reading them (a
 //! causality or window bug) poisons the output. Attention sinks (gpt-oss: a per-head logit in
@@ -16,9 +17,11 @@ mod common;
 
 use common::{assert_close, gpu, read_f32, read_u32, submit, upload_f32, Rng};
 use moestream::gpu::StepUniform;
+use moestream::gpu::{Gpu, GpuOptions};
 use moestream::ops::attention::{is_split, partial_bytes, Attention, AttentionIo, Heads, KeyRange};
 use moestream::ops::attention_merge::AttentionMerge;
 use moestream::ops::kv_store::{KvChunk, KvStore};
+use moestream::ops::matmul::DecodeLayout;
 use moestream::ops::KvDtype;
 use moestream::reference::ops as refops;
 
@@ -36,6 +39,17 @@ struct Layout {
     sinks: bool,
 }
 
+/// The kernel's workgroup layout and the GPU context it runs on.
+#[derive(Clone, Copy, Debug)]
+enum KernelLayout {
+    /// The adapter's own ([`DecodeLayout::for_gpu`]).
+    Default,
+    /// Eight teams per workgroup (the GPU layout), subgroup shuffles or workgroup memory.
+    Teams { shared_reduce: bool },
+    /// One team per workgroup on a context without subgroups (workgroup memory).
+    NoSubgroups,
+}
+
 const F32: Layout = Layout { dtype: KvDtype::F32, chunk_heads: usize::MAX, split_len: 256, window: None, sinks: false };
 
 fn round_f16(x: &mut [f32]) {
@@ -45,6 +59,10 @@ fn round_f16(x: &mut [f32]) {
 }
 
 fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
+    check_in(heads, t, pos, layout, seed, KernelLayout::Default);
+}
+
+fn check_in(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64, kernel_layout: KernelLayout) {
     let Heads { n_heads, n_kv_heads, head_dim: hd } = heads;
     let mut rng = Rng::new(seed);
     let q_width = n_heads * hd;
@@ -71,7 +89,15 @@ fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
     // Sinks from well below to well above the scores, so either may hold the softmax's max.
     let sinks = layout.sinks.then(|| rng.vec(n_heads, -4.0, 8.0));
 
-    let gpu = gpu();
+    let gpu = match kernel_layout {
+        KernelLayout::NoSubgroups => gpu_without_subgroups(),
+        _ => gpu(),
+    };
+    let decode_layout = match kernel_layout {
+        KernelLayout::Teams { shared_reduce } => DecodeLayout::Teams { shared_reduce },
+        KernelLayout::NoSubgroups => DecodeLayout::LaneRows,
+        KernelLayout::Default => DecodeLayout::for_gpu(&gpu),
+    };
     let step = StepUniform::new(&gpu);
     let qb = upload_f32(&gpu, &q);
     let sinks_b = sinks.as_deref().map(|x| upload_f32(&gpu, x));
@@ -106,7 +132,7 @@ fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
         .map(|c| {
             let keys = KeyRange { split_len: layout.split_len, window: layout.window };
             let io = AttentionIo { q: &qb, out: &ob, partial: &partial, sinks: sinks_b.as_ref() };
-            Attention::new(&gpu, &step.buffer, io, chunk(c, ctx, dtype), heads, keys)
+            Attention::with_layout(&gpu, &step.buffer, io, chunk(c, ctx, dtype), heads, keys, decode_layout)
         })
         .collect();
     let merge = AttentionMerge::new(&gpu, &step.buffer, (&partial, &ob), sinks_b.as_ref(), heads, layout.split_len);
@@ -134,6 +160,13 @@ fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
     let what = format!("attention {heads:?} T={t} pos={pos} {layout:?}");
     assert_close(&what, &got[..t * q_width], &want, TOL);
     assert!(got[t * q_width..].iter().all(|&x| x == -555.0), "{what}: wrote past the step's tokens");
+}
+
+/// A context with subgroup operations off (the kernels' workgroup-memory paths).
+fn gpu_without_subgroups() -> std::sync::Arc<Gpu> {
+    static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
+    GPU.get_or_init(|| Gpu::new(&GpuOptions { disable_subgroups: true, ..Default::default() }).expect("an adapter"))
+        .clone()
 }
 
 fn heads(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> Heads {
@@ -166,7 +199,7 @@ fn attention_prefill_causal() {
 
 #[test]
 fn attention_head_dim_256() {
-    // The largest head_dim the kernel takes: each thread accumulates 2 pairs of output dims.
+    // The largest head_dim the kernel takes: each lane owns 4 chunks of 8 dims (HD256).
     check(heads(2, 1, 256), 1, 64, F32, 200);
     check(heads(2, 2, 256), 9, 60, F32, 201);
 }
@@ -256,6 +289,54 @@ fn attention_sinks_with_and_without_window() {
                 let layout = Layout { dtype, chunk_heads: 1, split_len: 64, window, sinks: true };
                 check(heads(8, 2, 64), t, pos, layout, seed);
             }
+        }
+    }
+}
+
+#[test]
+fn gqa_group_sizes_and_key_blocks() {
+    // Query heads per KV head 1, 2, 3, 4, 5, 8 and 12 (slot sets of 4: full, partial, several
+    // per KV head; in the single pass several tokens per set), head_dim 64 (one chunk per
+    // lane), 80 (a partial second chunk) and 128; key counts around the 8-key blocks;
+    // decode, split decode and prefill from an offset.
+    let mut seed = 800;
+    for h in [
+        heads(4, 4, 64),
+        heads(4, 2, 80),
+        heads(6, 2, 128),
+        heads(8, 2, 64),
+        heads(10, 2, 64),
+        heads(8, 1, 64),
+        heads(24, 2, 64),
+    ] {
+        for (t, pos) in [(1usize, 6usize), (1, 8), (1, 140), (7, 0), (6, 9), (13, 50)] {
+            seed += 1;
+            check(h, t, pos, Layout { split_len: 64, ..F32 }, seed);
+        }
+    }
+}
+
+#[test]
+fn gpu_and_no_subgroup_layouts() {
+    // The eight-teams layout (subgroup shuffles, and workgroup memory) and the one-team layout
+    // without subgroups, on lavapipe: decode, split, prefill, windows, sinks, f16, chunks.
+    let f16 = Layout { dtype: KvDtype::F16, chunk_heads: 1, split_len: 64, window: None, sinks: false };
+    let cases = [
+        (heads(8, 2, 64), 1usize, 200usize, F32),
+        (heads(6, 3, 128), 9, 55, f16),
+        (heads(12, 1, 256), 1, 100, Layout { window: Some(20), ..f16 }),
+        (heads(8, 2, 64), 17, 40, Layout { sinks: true, window: Some(7), ..F32 }),
+        (heads(3, 3, 40), 5, 63, f16),
+    ];
+    let mut seed = 900;
+    for kl in [
+        KernelLayout::Teams { shared_reduce: false },
+        KernelLayout::Teams { shared_reduce: true },
+        KernelLayout::NoSubgroups,
+    ] {
+        for (h, t, pos, layout) in cases {
+            seed += 1;
+            check_in(h, t, pos, layout, seed, kl);
         }
     }
 }

@@ -150,7 +150,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("rms_norm", &["OUT", "ADD_PAIRS"]),
     ("kv_store", &["F16"]),
     ("rope", &["PAIR"]),
-    ("attention", &["F16", "SPLIT"]),
+    ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256"]),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE"]),
     ("matvec", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "LAST_TOKEN", "LANE_ROWS", "SHARED_REDUCE"]),
     ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED"]),

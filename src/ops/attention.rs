@@ -5,6 +5,7 @@
 //! [`super::attention_merge::AttentionMerge`] combines.
 
 use super::kv_store::KvChunk;
+use super::matmul::DecodeLayout;
 use super::params;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
@@ -16,7 +17,7 @@ pub struct Heads {
     pub n_heads: usize,
     /// Key/value heads.
     pub n_kv_heads: usize,
-    /// Dimension of a head (even, at most 256).
+    /// Dimension of a head (a multiple of 8, at most 256).
     pub head_dim: usize,
 }
 
@@ -56,9 +57,36 @@ pub fn is_split(n_tokens: usize, kv_len: usize, split_len: usize) -> bool {
     n_tokens == 1 && kv_len > split_len
 }
 
-/// Queries one workgroup takes (`QT` in the shader): they share key/value loads. Tokens of one
-/// head in the single pass; query heads of one KV head's group in the split pass (GQA).
-const QUERIES_PER_GROUP: usize = 4;
+/// Queries a team of the shader takes (`QT`): they share every key and value load. Query
+/// heads of one KV head, `min(group, QUERIES_PER_TEAM)` at a time, times as many tokens as fit
+/// (the split pass: one token).
+const QUERIES_PER_TEAM: usize = 4;
+
+/// Lanes of a team (`TEAM` in the shader), each owning 8-dim chunks of a head.
+const TEAM: u32 = 8;
+
+/// The shader defines of `layout` and its teams per workgroup: one team per workgroup in the
+/// CPU layout (lavapipe: a workgroup is one thread, its lanes SIMD lanes), eight on GPUs;
+/// cross-lane steps through subgroup shuffles where subgroups hold whole teams, else through
+/// workgroup memory.
+fn layout_defines(gpu: &Gpu, layout: DecodeLayout) -> (Vec<&'static str>, usize) {
+    let small_subgroups = !gpu.caps.subgroups || gpu.device.adapter_info().subgroup_min_size < TEAM;
+    match layout {
+        DecodeLayout::LaneRows if small_subgroups => (vec!["ONE_TEAM", "SHARED_REDUCE"], 1),
+        DecodeLayout::LaneRows => (vec!["ONE_TEAM"], 1),
+        DecodeLayout::Teams { shared_reduce: true } => (vec!["SHARED_REDUCE"], 8),
+        DecodeLayout::Teams { shared_reduce: false } => (vec![], 8),
+    }
+}
+
+/// The define giving the shader's chunks per lane (`CH`) for `head_dim`.
+fn head_dim_define(head_dim: usize) -> Option<&'static str> {
+    match head_dim {
+        0..=64 => None,
+        65..=128 => Some("HD128"),
+        _ => Some("HD256"),
+    }
+}
 
 /// The buffers attention reads and writes besides the cache.
 #[derive(Clone, Copy)]
@@ -78,16 +106,17 @@ pub struct AttentionIo<'a> {
 pub struct Attention {
     single: Kernel,
     split: Kernel,
-    /// Single-pass workgroups per `QUERIES_PER_GROUP` tokens: the chunk's query heads.
-    q_heads: usize,
-    /// Split-pass workgroups per split: per KV head, its query heads `QUERIES_PER_GROUP` at a time.
-    head_sets: usize,
+    /// Tokens a team takes in the single pass.
+    tokens_per_team: usize,
+    /// Workgroups per block of tokens (single pass) or per split: the chunk's slot sets (per KV
+    /// head its query heads `QUERIES_PER_TEAM` at a time), one per team.
+    groups_per_block: usize,
     split_len: usize,
 }
 
 impl Attention {
     /// Binds `io` and `chunk`; `keys` gives the keys each query sees and the decode split
-    /// length.
+    /// length. Laid out as [`DecodeLayout::for_gpu`] says (`MOESTREAM_DECODE_LAYOUT` forces one).
     pub fn new(
         gpu: &Gpu,
         step: &wgpu::Buffer,
@@ -96,7 +125,22 @@ impl Attention {
         heads: Heads,
         keys: KeyRange,
     ) -> Attention {
-        assert!(heads.head_dim <= 256 && heads.head_dim.is_multiple_of(2), "head_dim is checked at load");
+        Attention::with_layout(gpu, step, io, chunk, heads, keys, DecodeLayout::for_gpu(gpu))
+    }
+
+    /// [`Attention::new`] in a given layout (`LaneRows`: one team per workgroup; `Teams`: eight,
+    /// cross-lane steps through workgroup memory when `shared_reduce`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_layout(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        io: AttentionIo<'_>,
+        chunk: KvChunk<'_>,
+        heads: Heads,
+        keys: KeyRange,
+        layout: DecodeLayout,
+    ) -> Attention {
+        assert!(heads.head_dim <= 256 && heads.head_dim.is_multiple_of(8), "head_dim is checked at load");
         let group = heads.n_heads / heads.n_kv_heads;
         let scale = 1.0 / (heads.head_dim as f32).sqrt();
         let p = params(&[
@@ -117,8 +161,11 @@ impl Attention {
             per_token: 8 * (chunk.heads * group * heads.head_dim) as u64,
             per_position: 2 * (chunk.heads * heads.head_dim * chunk.dtype.bytes()) as u64,
         };
+        let (layout, teams) = layout_defines(gpu, layout);
         let kernel = |dest: &wgpu::Buffer, split: bool| {
             let mut defines = chunk.dtype.defines().to_vec();
+            defines.extend(&layout);
+            defines.extend(head_dim_define(heads.head_dim));
             let mut bindings = vec![io.q.into(), chunk.k.into(), chunk.v.into(), dest.into()];
             match (split, io.sinks) {
                 (true, _) => defines.push("SPLIT"),
@@ -130,11 +177,12 @@ impl Attention {
             }
             Kernel::new(gpu, "attention", &defines, step, &p, &bindings).with_traffic(traffic)
         };
+        let heads_per_set = group.min(QUERIES_PER_TEAM);
         Attention {
             single: kernel(io.out, false),
             split: kernel(io.partial, true),
-            q_heads: chunk.heads * group,
-            head_sets: chunk.heads * group.div_ceil(QUERIES_PER_GROUP),
+            tokens_per_team: QUERIES_PER_TEAM / heads_per_set,
+            groups_per_block: (chunk.heads * group.div_ceil(heads_per_set)).div_ceil(teams),
             split_len: keys.split_len,
         }
     }
@@ -144,9 +192,10 @@ impl Attention {
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize, kv_len: usize) {
         let max = gpu.caps.max_workgroups_per_dim;
         if is_split(n_tokens, kv_len, self.split_len) {
-            self.split.dispatch(pass, (kv_len.div_ceil(self.split_len) * self.head_sets) as u32, max);
+            self.split.dispatch(pass, (kv_len.div_ceil(self.split_len) * self.groups_per_block) as u32, max);
         } else {
-            self.single.dispatch(pass, (n_tokens.div_ceil(QUERIES_PER_GROUP) * self.q_heads) as u32, max);
+            let blocks = n_tokens.div_ceil(self.tokens_per_team);
+            self.single.dispatch(pass, (blocks * self.groups_per_block) as u32, max);
         }
     }
 }

@@ -45,6 +45,13 @@ fn check_supported(spec: &ArchSpec) -> Result<()> {
             spec.head_dim
         )));
     }
+    // Grouped attention reads a head in chunks of 8 dims (16-byte loads of an f16 row).
+    if spec.mla().is_none() && !spec.head_dim.is_multiple_of(8) {
+        return Err(Error::UnsupportedConfig(format!(
+            "head_dim {} (grouped attention takes multiples of 8 up to 256)",
+            spec.head_dim
+        )));
+    }
     if let Some(m) = spec.mla() {
         use crate::ops::mla_attention::{MAX_DECOMPRESSED_DIM, MAX_RANK, MAX_ROPE};
         // The cache store writes the latent and the rotary key in pairs.
