@@ -40,7 +40,7 @@ fn vulkan_adapters_report_device_local_heaps() {
     let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
     assert!(!adapters.is_empty(), "the tests need a Vulkan adapter (lavapipe)");
     for adapter in &adapters {
-        let m = GpuMemory::vulkan(adapter).expect("a Vulkan adapter has device-local heaps");
+        let m = GpuMemory::query(adapter).expect("a Vulkan adapter has device-local heaps");
         assert!(m.total > 0 && m.available <= m.total, "{m:?}");
         assert!(matches!(m.source, MemorySource::VulkanBudget | MemorySource::VulkanHeaps));
         let discovered = GpuMemory::discover(adapter);

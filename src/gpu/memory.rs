@@ -54,12 +54,7 @@ impl GpuMemory {
         if info.device_type == wgpu::DeviceType::Cpu {
             return host;
         }
-        let queried = match info.backend {
-            wgpu::Backend::Vulkan => GpuMemory::vulkan(adapter),
-            wgpu::Backend::Metal => GpuMemory::metal(adapter),
-            wgpu::Backend::Dx12 => GpuMemory::dx12(adapter),
-            _ => None,
-        };
+        let queried = GpuMemory::query(adapter);
         match queried {
             Some(mut memory) => {
                 let shares_host = info.device_type == wgpu::DeviceType::IntegratedGpu
@@ -81,36 +76,19 @@ impl GpuMemory {
         }
     }
 
-    /// The device-local heaps of a Vulkan adapter (with the budget when the driver offers
-    /// `VK_EXT_memory_budget`); `None` for other backends.
-    pub fn vulkan(adapter: &wgpu::Adapter) -> Option<GpuMemory> {
-        #[cfg(not(any(target_vendor = "apple", target_arch = "wasm32")))]
-        if adapter.get_info().backend == wgpu::Backend::Vulkan {
-            return vulkan::memory(adapter);
+    /// The backend's own figures: Vulkan's device-local heaps (with the budget when the driver
+    /// offers `VK_EXT_memory_budget`), Metal's working set, DXGI's budget; `None` for a backend
+    /// this build cannot query, or a query that fails.
+    pub fn query(adapter: &wgpu::Adapter) -> Option<GpuMemory> {
+        match adapter.get_info().backend {
+            #[cfg(not(any(target_vendor = "apple", target_arch = "wasm32")))]
+            wgpu::Backend::Vulkan => vulkan::memory(adapter),
+            #[cfg(target_vendor = "apple")]
+            wgpu::Backend::Metal => metal::memory(adapter),
+            #[cfg(windows)]
+            wgpu::Backend::Dx12 => dx12::memory(adapter),
+            _ => None,
         }
-        let _ = adapter;
-        None
-    }
-
-    /// A Metal device's recommended working set and what it has allocated; `None` for other
-    /// backends.
-    pub fn metal(adapter: &wgpu::Adapter) -> Option<GpuMemory> {
-        #[cfg(target_vendor = "apple")]
-        if adapter.get_info().backend == wgpu::Backend::Metal {
-            return metal::memory(adapter);
-        }
-        let _ = adapter;
-        None
-    }
-
-    /// A DX12 adapter's local video memory budget and usage (DXGI); `None` for other backends.
-    pub fn dx12(adapter: &wgpu::Adapter) -> Option<GpuMemory> {
-        #[cfg(windows)]
-        if adapter.get_info().backend == wgpu::Backend::Dx12 {
-            return dx12::memory(adapter);
-        }
-        let _ = adapter;
-        None
     }
 
     /// The size `MOESTREAM_GPU_MEMORY` asks to simulate, if set.

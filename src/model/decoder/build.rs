@@ -374,57 +374,26 @@ impl GpuModel {
                 }
                 (AttentionBlock::Grouped(attn), _) => {
                     let bias = attn.qkv_bias.as_ref();
-                    let q_out = MatMulOut::plain(spec.q_dim());
-                    let q = bld.projection(
-                        "q",
-                        &attn.q,
-                        bias.map(|b| &b[0]),
-                        &acts.hn,
-                        &acts.q,
-                        q_out,
-                        (i, LoraTarget::Q),
-                    )?;
-                    let kv_out = MatMulOut::plain(spec.kv_dim());
-                    let k = bld.projection(
-                        "k",
-                        &attn.k,
-                        bias.map(|b| &b[1]),
-                        &acts.hn,
-                        &acts.k,
-                        kv_out,
-                        (i, LoraTarget::K),
-                    )?;
-                    let v = bld.projection(
-                        "v",
-                        &attn.v,
-                        bias.map(|b| &b[2]),
-                        &acts.hn,
-                        &acts.v,
-                        kv_out,
-                        (i, LoraTarget::V),
-                    )?;
+                    let mut qkv = |j: usize, w, y, n, target| {
+                        let out = MatMulOut::plain(n);
+                        bld.projection(["q", "k", "v"][j], w, bias.map(|b| &b[j]), &acts.hn, y, out, (i, target))
+                    };
+                    let q = qkv(0, &attn.q, &acts.q, spec.q_dim(), LoraTarget::Q)?;
+                    let k = qkv(1, &attn.k, &acts.k, spec.kv_dim(), LoraTarget::K)?;
+                    let v = qkv(2, &attn.v, &acts.v, spec.kv_dim(), LoraTarget::V)?;
                     let qk_norm = attn.qk_norm.as_ref().map(|[qn, kn]| {
-                        let (q_rows, k_rows, n) = match spec.qk_norm {
-                            QkNorm::PerHead => (spec.heads, spec.kv_heads, spec.head_dim),
-                            _ => (1, 1, 0),
+                        // Per head, or over the whole projection.
+                        let (q_rows, k_rows) = match spec.qk_norm {
+                            QkNorm::PerHead => (
+                                NormRows { n: spec.head_dim, rows_per_token: spec.heads, at_cache_pos: false },
+                                NormRows { n: spec.head_dim, rows_per_token: spec.kv_heads, at_cache_pos: false },
+                            ),
+                            _ => (
+                                NormRows { n: spec.q_dim(), rows_per_token: 1, at_cache_pos: false },
+                                NormRows { n: spec.kv_dim(), rows_per_token: 1, at_cache_pos: false },
+                            ),
                         };
-                        let (qn_n, kn_n) = if n == 0 { (spec.q_dim(), spec.kv_dim()) } else { (n, n) };
-                        (
-                            bld.norm(
-                                qn,
-                                &acts.q,
-                                None,
-                                NormRows { n: qn_n, rows_per_token: q_rows, at_cache_pos: false },
-                                eps,
-                            ),
-                            bld.norm(
-                                kn,
-                                &acts.k,
-                                None,
-                                NormRows { n: kn_n, rows_per_token: k_rows, at_cache_pos: false },
-                                eps,
-                            ),
-                        )
+                        (bld.norm(qn, &acts.q, None, q_rows, eps), bld.norm(kn, &acts.k, None, k_rows, eps))
                     });
                     let tables = (&cos, &sin);
                     let rope = Rope::pair(
