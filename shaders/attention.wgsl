@@ -15,51 +15,20 @@
 // weights then go to every lane for the value loop, where each lane accumulates its own dims.
 // Cross-lane steps are subgroup shuffles (SUBGROUPS without SHARED_REDUCE) or go through
 // workgroup memory. QT = 4 rather than 8: twice the state per lane ran twice as slow on lavapipe.
+// The split pass of a model with fewer than 4 query heads per KV head has fewer slots to fill
+// (one token): QT2 / QT1 size the team to the group instead of computing empty slots.
 //
 // Layouts: ONE_TEAM (CPU adapters such as lavapipe, where a workgroup is one thread and its
 // lanes SIMD lanes): a workgroup is one team. Otherwise (GPUs) 8 teams per workgroup, taking
 // 8 slot sets of the same tokens (and split), so every team walks the same keys and the
 // workgroup stays in uniform control flow.
 //
-// A slot set is hs = min(group, QT) query heads of one KV head. Without SPLIT: QT / hs
-// consecutive tokens of them; normalised output. With SPLIT (decode, one token): one set per
-// split of split_len keys, writing each head's partial (max, sum, unnormalised accumulator)
-// for attention_merge.
-//
-// SINKS (gpt-oss): each query head has a learned logit that joins the softmax denominator and
-// no value (transformers' eager_attention_forward concatenates it to the scores, softmaxes and
-// drops it). The single pass applies it here, the split pass leaves it to attention_merge.
+// Slot sets, bindings and the output: attention_io.wgsl.
 //#include common
+//#include attention_io
 
-struct Params {
-    n_heads: u32,
-    group: u32,
-    head_dim: u32,
-    scale: f32,
-    kv_head0: u32,
-    chunk_heads: u32,
-    context: u32,
-    split_len: u32,
-    window: u32,
-}
-
-@group(0) @binding(1) var<uniform> p: Params;
-@group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;
-//#if F16
-@group(0) @binding(3) var<storage, read> k_cache: array<vec4<u32>>;
-@group(0) @binding(4) var<storage, read> v_cache: array<vec4<u32>>;
-//#else
-@group(0) @binding(3) var<storage, read> k_cache: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> v_cache: array<vec4<f32>>;
-//#endif
-@group(0) @binding(5) var<storage, read_write> out: array<f32>;
-//#if SINKS
-@group(0) @binding(6) var<storage, read> sinks: array<f32>;
-//#endif
-
-// Lanes of a team, keys of a block (one per lane after the reduction) and query slots.
+// Lanes of a team and keys of a block (one per lane after the reduction).
 const TEAM: u32 = 8u;
-const QT: u32 = 4u;
 //#if ONE_TEAM
 const TEAMS: u32 = 1u;
 //#else
@@ -75,34 +44,6 @@ const CH: u32 = 2u;
 const CH: u32 = 1u;
 //#endif
 //#endif
-
-// Eight consecutive dims.
-struct Chunk {
-    lo: vec4<f32>,
-    hi: vec4<f32>,
-}
-
-// One value per query slot.
-alias Slots = array<f32, QT>;
-
-// Chunk i of the cache (chunk c of row r is i = r * head_dim / 8 + c).
-fn k_chunk(i: u32) -> Chunk {
-//#if F16
-    let w = k_cache[i];
-    return Chunk(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
-//#else
-    return Chunk(k_cache[2u * i], k_cache[2u * i + 1u]);
-//#endif
-}
-
-fn v_chunk(i: u32) -> Chunk {
-//#if F16
-    let w = v_cache[i];
-    return Chunk(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
-//#else
-    return Chunk(v_cache[2u * i], v_cache[2u * i + 1u]);
-//#endif
-}
 
 var<workgroup> xch: array<f32, WG * QT>;
 // Subgroup index of this team's lane 0.
@@ -247,62 +188,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let n_sets = p.chunk_heads * sets;
     let wg_per_block = (n_sets + TEAMS - 1u) / TEAMS;
     let block = g / wg_per_block;
-    let slot_set = (g % wg_per_block) * TEAMS + lid / TEAM;
-    let kv_local = min(slot_set / sets, p.chunk_heads - 1u);
-    let head0 = kv_local * p.group + (slot_set % sets) * hs;
-    // Query heads of this set (none for a team past the last set).
-    let nh = select(0u, min(hs, p.group - (slot_set % sets) * hs), slot_set < n_sets);
 //#if SPLIT
-    let tt = 1u;
-    let t0 = 0u;
-    let split_first = block * p.split_len;
 //#else
-    let tt = QT / hs;
-    let t0 = block * tt;
-    if (t0 >= step.n_tokens) {
+    if (block * (QT / hs) >= step.n_tokens) {
         return;
     }
 //#endif
-    let nt = min(tt, step.n_tokens - t0);
-    // Slot s: token t0 + s / hs, query head head0 + s % hs; it sees keys starts[s] .. ends[s].
-    var ends: array<u32, QT>;
-    var starts: array<u32, QT>;
-    var valid: array<bool, QT>;
-    var heads: array<u32, QT>;
-    var rows: array<u32, QT>;
-    for (var s = 0u; s < QT; s++) {
-        valid[s] = s % hs < nh && s / hs < nt;
-        heads[s] = p.kv_head0 * p.group + head0 + s % hs;
-        rows[s] = select(0u, (t0 + s / hs) * p.n_heads + heads[s], valid[s]);
-        let causal_end = step.pos + t0 + s / hs + 1u;
-        starts[s] = 0u;
-        if (p.window > 0u) {
-            starts[s] = max(causal_end, p.window) - p.window;
-        }
-        ends[s] = select(0u, causal_end, valid[s]);
-//#if SPLIT
-        ends[s] = min(ends[s], split_first + p.split_len);
-//#endif
-    }
-    // The keys any slot of the workgroup's tokens sees (the same for every team).
-    var first = 0u;
-    if (p.window > 0u) {
-        first = max(step.pos + t0 + 1u, p.window) - p.window;
-    }
-    var end = step.pos + t0 + nt;
-//#if SPLIT
-    first = max(first, split_first);
-    end = min(end, split_first + p.split_len);
-//#endif
+    let slots = slots_of(block, (g % wg_per_block) * TEAMS + lid / TEAM, n_sets, sets, hs);
+    let first = slots.first;
+    let end = slots.end;
     let cpr = p.head_dim / 8u;
     // This lane's chunks of each slot's query, pre-scaled; zero past head_dim.
     var qr: array<array<Chunk, CH>, QT>;
     for (var s = 0u; s < QT; s++) {
         for (var i = 0u; i < CH; i++) {
             let c = lane + TEAM * i;
-            let qi = (rows[s] * cpr + min(c, cpr - 1u)) * 2u;
-            let w = select(0.0, p.scale, valid[s] && c < cpr);
-            qr[s][i] = Chunk(q[qi] * w, q[qi + 1u] * w);
+            qr[s][i] = q_chunk(slots.rows[s], min(c, cpr - 1u), select(0.0, p.scale, slots.valid[s] && c < cpr));
         }
     }
     var m: Slots;
@@ -315,7 +216,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             acc[s][i] = Chunk(vec4<f32>(0.0), vec4<f32>(0.0));
         }
     }
-    let row0 = kv_local * p.context;
+    let row0 = slots.kv_local * p.context;
     for (var j0 = first; j0 < end; j0 += TEAM) {
         // Keys past `end` re-read the last one (their weight is 0).
         var chunk_of: array<u32, TEAM>;
@@ -339,7 +240,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let j = j0 + lane;
         var sc: Slots;
         for (var s = 0u; s < QT; s++) {
-            sc[s] = select(-1.0e30, score[s], j >= starts[s] && j < ends[s]);
+            sc[s] = select(-1.0e30, score[s], j >= slots.starts[s] && j < slots.ends[s]);
         }
         var bmax = team_max(lid, sc);
         var pj: Slots;
@@ -368,42 +269,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     l = team_sum(lid, l);
     for (var s = 0u; s < QT; s++) {
-        if (!valid[s]) {
+        if (!slots.valid[s]) {
             continue;
         }
-//#if SPLIT
-        // Partial of (split, head): [max, sum, accumulator[head_dim]].
-        let base = (block * p.n_heads + heads[s]) * (p.head_dim + 2u);
-        if (lane == 0u) {
-            out[base] = m[s];
-            out[base + 1u] = l[s];
-        }
-        let w = 1.0;
-        let ob = base + 2u;
-//#else
-//#if SINKS
-        // Rescaled to the larger of the keys' max and the sink, as a softmax over both.
-        let sink = sinks[heads[s]];
-        let m_all = max(m[s], sink);
-        let w = exp(m[s] - m_all) / (l[s] * exp(m[s] - m_all) + exp(sink - m_all));
-//#else
-        let w = 1.0 / l[s];
-//#endif
-        let ob = rows[s] * p.head_dim;
-//#endif
+        let o = slot_out(slots, s, block, lane, m[s], l[s]);
         for (var i = 0u; i < CH; i++) {
             let c = lane + TEAM * i;
             if (c < cpr) {
-                let a = acc[s][i];
-                let d = ob + 8u * c;
-                out[d] = a.lo.x * w;
-                out[d + 1u] = a.lo.y * w;
-                out[d + 2u] = a.lo.z * w;
-                out[d + 3u] = a.lo.w * w;
-                out[d + 4u] = a.hi.x * w;
-                out[d + 5u] = a.hi.y * w;
-                out[d + 6u] = a.hi.z * w;
-                out[d + 7u] = a.hi.w * w;
+                store_chunk(o, c, acc[s][i]);
             }
         }
     }

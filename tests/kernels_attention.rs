@@ -3,8 +3,9 @@
 //! (flash-decoding: partials merged by `attention_merge`) at kv lengths on both sides of every
 //! split boundary, prefill (T > 1) at offsets crossing 8-key blocks and 64 keys, head_dim 24..256,
 //! GQA (groups 1..12), MQA, MHA, and caches split into chunks of KV heads; the CPU layout (one
-//! team per workgroup), the GPU layout (eight) and the workgroup-memory paths without subgroups; sliding windows (a query sees its last
-//! `window` keys) in every variant. Cache rows past the last visible key, and rows before the
+//! team per workgroup: `attention_keys` for the split pass of groups of 1 and 2 with small
+//! heads, else `attention`), the GPU layout (eight teams) and the workgroup-memory paths without
+//! subgroups; sliding windows (a query sees its last `window` keys) in every variant. Cache rows past the last visible key, and rows before the
 //! first key any query of the step sees through its window, hold NaN, so reading them (a
 //! causality or window bug) poisons the output. Attention sinks (gpt-oss: a per-head logit in
 //! every softmax's denominator) in the single pass and in the split merge.
@@ -209,7 +210,7 @@ fn split_decode_around_every_split_boundary() {
     // Split lengths of 64 and 128 keys: kv lengths one below, at and one above 1, 2, 3 and 5
     // splits (one split runs the single pass; more run split + merge). The split pass runs a
     // KV head's query heads four at a time: groups of 3, 4, 1, 6 (a set of 4 and one of 2)
-    // and 8.
+    // and 8; groups of 2 and 1 with small heads run the CPU layout's keys-per-lane kernel.
     let mut seed = 300;
     let cases = [
         (64usize, heads(6, 2, 64)),
@@ -217,6 +218,9 @@ fn split_decode_around_every_split_boundary() {
         (64, heads(3, 3, 256)),
         (64, heads(12, 2, 32)),
         (128, heads(8, 1, 64)),
+        (64, heads(8, 4, 64)),
+        (128, heads(3, 3, 128)),
+        (64, heads(2, 2, 40)),
     ];
     for (split_len, h) in cases {
         for splits in [1usize, 2, 3, 5] {
@@ -272,6 +276,7 @@ fn sliding_window_decode_prefill_and_split() {
                 seed += 1;
                 let layout = Layout { dtype, chunk_heads, split_len: 64, window: Some(window), sinks: false };
                 check(heads(6, 2, 40), t, pos, layout, seed);
+                check(heads(4, 2, 40), t, pos, layout, seed + 1000);
             }
         }
     }
@@ -318,8 +323,9 @@ fn gqa_group_sizes_and_key_blocks() {
 
 #[test]
 fn gpu_and_no_subgroup_layouts() {
-    // The eight-teams layout (subgroup shuffles, and workgroup memory) and the one-team layout
-    // without subgroups, on lavapipe: decode, split, prefill, windows, sinks, f16, chunks.
+    // The eight-teams layout (subgroup shuffles, and workgroup memory) and the CPU layout
+    // without subgroups (both of its kernels), on lavapipe: decode, split, prefill, windows,
+    // sinks, f16, chunks.
     let f16 = Layout { dtype: KvDtype::F16, chunk_heads: 1, split_len: 64, window: None, sinks: false };
     let cases = [
         (heads(8, 2, 64), 1usize, 200usize, F32),
@@ -327,6 +333,7 @@ fn gpu_and_no_subgroup_layouts() {
         (heads(12, 1, 256), 1, 100, Layout { window: Some(20), ..f16 }),
         (heads(8, 2, 64), 17, 40, Layout { sinks: true, window: Some(7), ..F32 }),
         (heads(3, 3, 40), 5, 63, f16),
+        (heads(8, 4, 64), 1, 200, Layout { window: Some(150), ..f16 }),
     ];
     let mut seed = 900;
     for kl in [

@@ -13,7 +13,8 @@ use crate::ops::attention::{is_split, partial_bytes, split_len, Attention, Atten
 use crate::ops::attention_merge::AttentionMerge;
 use crate::ops::kv_store::{KvChunk, KvDtype};
 
-/// The attention shape measured: Qwen3-30B-A3B's (32 query heads sharing 4 KV heads of 128).
+/// The attention shape measured by default: Qwen3-30B-A3B's (32 query heads sharing 4 KV heads
+/// of 128).
 pub const BENCH_HEADS: Heads = Heads { n_heads: 32, n_kv_heads: 4, head_dim: 128 };
 
 /// Decode attention over `kv_len` cached positions.
@@ -31,11 +32,22 @@ pub struct AttentionBandwidth {
     pub bytes: u64,
 }
 
-/// Times decode attention of [`BENCH_HEADS`] over `kv_len` positions of an f16 cache.
+/// Times decode attention of `o.attention_heads` over `kv_len` positions of an f16 cache.
 pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<AttentionBandwidth> {
-    let heads = BENCH_HEADS;
+    let heads = o.attention_heads;
     if kv_len == 0 {
         return Err(crate::Error::InvalidArgument("bench kernels needs --kv-len > 0".into()));
+    }
+    if heads.n_kv_heads == 0
+        || heads.n_heads % heads.n_kv_heads != 0
+        || heads.head_dim == 0
+        || heads.head_dim > 256
+        || heads.head_dim % 8 != 0
+    {
+        return Err(crate::Error::InvalidArgument(format!(
+            "--attention-heads {},{},{}: query heads must be a multiple of the KV heads and head_dim a multiple of 8 up to 256",
+            heads.n_heads, heads.n_kv_heads, heads.head_dim
+        )));
     }
     let dtype = KvDtype::F16;
     let side_bytes = (kv_len * heads.n_kv_heads * heads.head_dim * dtype.bytes()) as u64;
@@ -57,7 +69,7 @@ pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<Atten
     };
     let caches: Vec<(wgpu::Buffer, wgpu::Buffer)> =
         (0..replicas(o, bytes)).map(|_| (random_buffer("bench k"), random_buffer("bench v"))).collect();
-    let split = split_len(heads, kv_len, gpu.caps.max_binding);
+    let split = split_len(gpu, heads, kv_len);
     let partial = gpu.storage("bench attention partials", partial_bytes(heads, kv_len, split));
     let out = gpu.storage("bench attention out", (heads.n_heads * heads.head_dim * 4) as u64);
     let step = StepUniform::new(gpu);

@@ -19,12 +19,13 @@ use std::time::Instant;
 use half::f16;
 use serde::Serialize;
 
-use super::attention_bandwidth::{self, AttentionBandwidth};
+use super::attention_bandwidth::{self, AttentionBandwidth, BENCH_HEADS};
 use super::timing::median;
 use super::workload::SplitMix64;
 use crate::error::Result;
 use crate::gpu::{Gpu, StepUniform};
 use crate::model::HostTensor;
+use crate::ops::attention::Heads;
 use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::matrix::MatrixChunk;
 use crate::ops::{GpuMatrix, WeightFormat};
@@ -43,12 +44,22 @@ pub struct KernelBenchOptions {
     pub working_set: u64,
     /// Cached positions of the decode-attention measurement.
     pub kv_len: usize,
+    /// Head layout of the decode-attention measurement.
+    pub attention_heads: Heads,
 }
 
 impl Default for KernelBenchOptions {
-    /// 4096 × 4096, 1.5 s per kernel, 256 MiB working set, attention over 16384 positions.
+    /// 4096 × 4096, 1.5 s per kernel, 256 MiB working set, attention of [`BENCH_HEADS`] over
+    /// 16384 positions.
     fn default() -> Self {
-        KernelBenchOptions { rows: 4096, cols: 4096, seconds: 1.5, working_set: 256 << 20, kv_len: 16384 }
+        KernelBenchOptions {
+            rows: 4096,
+            cols: 4096,
+            seconds: 1.5,
+            working_set: 256 << 20,
+            kv_len: 16384,
+            attention_heads: BENCH_HEADS,
+        }
     }
 }
 

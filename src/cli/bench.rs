@@ -14,6 +14,7 @@ use moestream::bench::streaming::{self, StreamingBenchOptions};
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::{Gpu, GpuOptions};
+use moestream::ops::attention::Heads;
 use moestream::runtime::ExpertBudget;
 use moestream::{Error, Result};
 
@@ -100,10 +101,13 @@ struct KernelsArgs {
     /// Seconds of timed dispatches per kernel.
     #[arg(long, default_value_t = 1.5)]
     seconds: f64,
-    /// Cached positions of the decode-attention measurement (f16 cache, 32 query heads sharing 4
-    /// KV heads of 128).
+    /// Cached positions of the decode-attention measurement (f16 cache).
     #[arg(long, default_value_t = 16384)]
     kv_len: usize,
+    /// Head layout of the decode-attention measurement: query heads, KV heads, head dim
+    /// (the reference bench model's is 8,4,64).
+    #[arg(long, value_delimiter = ',', default_values_t = [32, 4, 128])]
+    attention_heads: Vec<usize>,
     /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
     #[arg(long)]
     adapter: Option<String>,
@@ -271,9 +275,21 @@ fn print_json(value: &impl serde::Serialize) {
 }
 
 fn run_kernels(a: KernelsArgs) -> Result<()> {
+    let &[n_heads, n_kv_heads, head_dim] = a.attention_heads.as_slice() else {
+        return Err(Error::InvalidArgument(format!(
+            "--attention-heads takes three numbers (query heads, KV heads, head dim), got {:?}",
+            a.attention_heads
+        )));
+    };
     let gpu = Gpu::new(&GpuOptions { adapter: a.adapter.clone(), ..Default::default() })?;
-    let o =
-        KernelBenchOptions { rows: a.rows, cols: a.cols, seconds: a.seconds, kv_len: a.kv_len, ..Default::default() };
+    let o = KernelBenchOptions {
+        rows: a.rows,
+        cols: a.cols,
+        seconds: a.seconds,
+        kv_len: a.kv_len,
+        attention_heads: Heads { n_heads, n_kv_heads, head_dim },
+        ..Default::default()
+    };
     let r = kernels::run(&gpu, &o)?;
     if a.json {
         print_json(&r);

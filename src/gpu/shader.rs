@@ -45,7 +45,9 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("rms_norm"),
     shader!("rope"),
     shader!("kv_store"),
+    shader!("attention_io"),
     shader!("attention"),
+    shader!("attention_keys"),
     shader!("mla_attention"),
     shader!("attention_merge"),
     shader!("matmul"),
@@ -72,6 +74,7 @@ pub fn kernel_names() -> impl Iterator<Item = &'static str> {
         !matches!(
             *n,
             "common" | "reduce" | "reduce4" | "split_merge" | "expert_params" | "team" | "rows_dot" | "matmul_io"
+                | "attention_io"
         ) && !n.starts_with("weights_")
     })
 }
@@ -150,7 +153,8 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("rms_norm", &["OUT", "ADD_PAIRS"]),
     ("kv_store", &["F16"]),
     ("rope", &["PAIR"]),
-    ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256"]),
+    ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
+    ("attention_keys", &["F16", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE"]),
     ("matvec", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "LAST_TOKEN", "LANE_ROWS", "SHARED_REDUCE"]),
     ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED"]),

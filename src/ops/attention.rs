@@ -31,16 +31,25 @@ pub struct KeyRange {
     pub window: Option<usize>,
 }
 
-/// Fewest keys one decode workgroup handles: below this, splitting costs more in the merge
-/// than it gains in parallelism.
+/// Fewest keys one decode workgroup handles on a GPU: below this, splitting costs more in the
+/// merge than it gains in parallelism.
 pub const MIN_SPLIT_LEN: usize = 256;
 
-/// Keys per split of decode attention for a cache of `context` positions: [`MIN_SPLIT_LEN`],
-/// or more (a multiple of 64) when the partials of that many splits would not fit one binding
-/// of `max_binding` bytes.
-pub fn split_len(heads: Heads, context: usize, max_binding: u64) -> usize {
-    let mut len = MIN_SPLIT_LEN;
-    while partial_bytes(heads, context, len) > max_binding {
+/// Fewest keys one decode workgroup handles in the CPU layout: a few cores need few workgroups,
+/// and each one's query loads and final merge of its lanes are spread over more keys (lavapipe,
+/// `bench kernels --attention-heads 8,4,64`: 10-15% faster decode attention at 4K-16K keys
+/// than with [`MIN_SPLIT_LEN`]).
+pub const MIN_SPLIT_LEN_CPU: usize = 1024;
+
+/// Keys per split of decode attention on `gpu` for a cache of `context` positions:
+/// [`MIN_SPLIT_LEN`] ([`MIN_SPLIT_LEN_CPU`] in the CPU layout), or more (a multiple of 64) when
+/// the partials of that many splits would not fit one binding.
+pub fn split_len(gpu: &Gpu, heads: Heads, context: usize) -> usize {
+    let mut len = match DecodeLayout::for_gpu(gpu) {
+        DecodeLayout::LaneRows => MIN_SPLIT_LEN_CPU,
+        DecodeLayout::Teams { .. } => MIN_SPLIT_LEN,
+    };
+    while partial_bytes(heads, context, len) > gpu.caps.max_binding {
         len += 64;
     }
     len
@@ -59,23 +68,53 @@ pub fn is_split(n_tokens: usize, kv_len: usize, split_len: usize) -> bool {
 
 /// Queries a team of the shader takes (`QT`): they share every key and value load. Query
 /// heads of one KV head, `min(group, QUERIES_PER_TEAM)` at a time, times as many tokens as fit
-/// (the split pass: one token).
+/// (the split pass: one token, see [`split_queries_define`]).
 const QUERIES_PER_TEAM: usize = 4;
+
+/// Query slots of the split pass: [`QUERIES_PER_TEAM`], or the group when it has fewer query
+/// heads (its one token cannot fill the other slots).
+fn split_queries(group: usize) -> usize {
+    match group {
+        1 | 2 => group,
+        _ => QUERIES_PER_TEAM,
+    }
+}
+
+/// The define giving the shader's query slots (`QT`), none for [`QUERIES_PER_TEAM`].
+fn queries_define(slots: usize) -> Option<&'static str> {
+    match slots {
+        1 => Some("QT1"),
+        2 => Some("QT2"),
+        _ => None,
+    }
+}
+
+/// Most query-slot dims (slots × the head dims the shader holds: 64, 128 or 256) for which the
+/// CPU layout runs `attention_keys`, whose every lane holds each slot's whole query and
+/// accumulator. Beyond it the spilled state costs more than the shuffles the kernel saves
+/// (lavapipe, `bench kernels --kv-len 4096`: 8 heads on 4 KV heads of 64, two slots, 2.2x
+/// faster than `attention`; 32 on 4 of 128, four slots, 2.5x slower; 4 slots of 64 in prefill
+/// 1.4x slower).
+const KEYS_MAX_SLOT_DIMS: usize = 128;
 
 /// Lanes of a team (`TEAM` in the shader), each owning 8-dim chunks of a head.
 const TEAM: u32 = 8;
 
-/// The shader defines of `layout` and its teams per workgroup: one team per workgroup in the
-/// CPU layout (lavapipe: a workgroup is one thread, its lanes SIMD lanes), eight on GPUs;
-/// cross-lane steps through subgroup shuffles where subgroups hold whole teams, else through
-/// workgroup memory.
-fn layout_defines(gpu: &Gpu, layout: DecodeLayout) -> (Vec<&'static str>, usize) {
+/// The shader and layout defines of a variant with `slots` query slots. The CPU layout (lavapipe:
+/// a workgroup is one thread, its lanes SIMD lanes) runs one team per workgroup: `attention_keys`,
+/// whose lanes split the keys, while its state is small (see [`KEYS_MAX_SLOT_DIMS`]), else
+/// `attention` with `ONE_TEAM`, whose lanes split a head's dims. GPUs run `attention` with eight
+/// teams per workgroup. Cross-lane steps go through subgroup shuffles where subgroups hold whole
+/// teams, else through workgroup memory.
+fn layout_shader(gpu: &Gpu, layout: DecodeLayout, slots: usize, head_dim: usize) -> (&'static str, Vec<&'static str>) {
     let small_subgroups = !gpu.caps.subgroups || gpu.device.adapter_info().subgroup_min_size < TEAM;
+    let shared = |shared_reduce: bool| if shared_reduce { vec!["SHARED_REDUCE"] } else { vec![] };
     match layout {
-        DecodeLayout::LaneRows if small_subgroups => (vec!["ONE_TEAM", "SHARED_REDUCE"], 1),
-        DecodeLayout::LaneRows => (vec!["ONE_TEAM"], 1),
-        DecodeLayout::Teams { shared_reduce: true } => (vec!["SHARED_REDUCE"], 8),
-        DecodeLayout::Teams { shared_reduce: false } => (vec![], 8),
+        DecodeLayout::LaneRows if slots * head_dim.next_power_of_two().max(64) <= KEYS_MAX_SLOT_DIMS => {
+            ("attention_keys", shared(small_subgroups))
+        }
+        DecodeLayout::LaneRows => ("attention", [&["ONE_TEAM"][..], &shared(small_subgroups)].concat()),
+        DecodeLayout::Teams { shared_reduce } => ("attention", shared(shared_reduce)),
     }
 }
 
@@ -161,11 +200,16 @@ impl Attention {
             per_token: 8 * (chunk.heads * group * heads.head_dim) as u64,
             per_position: 2 * (chunk.heads * heads.head_dim * chunk.dtype.bytes()) as u64,
         };
-        let (layout, teams) = layout_defines(gpu, layout);
+        let teams = match layout {
+            DecodeLayout::LaneRows => 1,
+            DecodeLayout::Teams { .. } => 8,
+        };
         let kernel = |dest: &wgpu::Buffer, split: bool| {
-            let mut defines = chunk.dtype.defines().to_vec();
-            defines.extend(&layout);
+            let slots = if split { split_queries(group) } else { QUERIES_PER_TEAM };
+            let (shader, mut defines) = layout_shader(gpu, layout, slots, heads.head_dim);
+            defines.extend(chunk.dtype.defines());
             defines.extend(head_dim_define(heads.head_dim));
+            defines.extend(queries_define(slots));
             let mut bindings = vec![io.q.into(), chunk.k.into(), chunk.v.into(), dest.into()];
             match (split, io.sinks) {
                 (true, _) => defines.push("SPLIT"),
@@ -175,7 +219,7 @@ impl Attention {
                 }
                 (false, None) => {}
             }
-            Kernel::new(gpu, "attention", &defines, step, &p, &bindings).with_traffic(traffic)
+            Kernel::new(gpu, shader, &defines, step, &p, &bindings).with_traffic(traffic)
         };
         let heads_per_set = group.min(QUERIES_PER_TEAM);
         Attention {

@@ -251,7 +251,7 @@ impl GpuModel {
         let f = |n: usize| (n * 4) as u64;
         let heads = partial_heads(spec);
         cache::check_layout(spec, options.context, options.kv_dtype, gpu.caps.max_binding)?;
-        let split_len = split_len(heads, options.context, gpu.caps.max_binding);
+        let split_len = split_len(&gpu, heads, options.context);
         // The in-projection, conv and value widths of a hybrid model's DeltaNet layers.
         let hybrid_widths = spec.hybrid.as_ref().map_or([1; 3], |hy| [hy.in_width(), hy.conv_dim(), hy.value_dim()]);
         let acts = Activations {

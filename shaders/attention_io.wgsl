@@ -1,0 +1,178 @@
+// Shared by the grouped-attention kernels (attention, attention_keys): parameters, bindings,
+// the cache's 8-dim chunks, the query slots a workgroup takes, and the output of one slot.
+//
+// A slot set is hs = min(group, QT) query heads of one KV head; a workgroup (or, on GPUs, a team)
+// takes one. Without SPLIT: QT / hs consecutive tokens of them, normalised output. With SPLIT
+// (decode, one token): one set per split of split_len keys, writing each head's partial (max,
+// sum, unnormalised accumulator) for attention_merge.
+//
+// SINKS (gpt-oss): each query head has a learned logit that joins the softmax denominator and
+// no value (transformers' eager_attention_forward concatenates it to the scores, softmaxes and
+// drops it). The single pass applies it here, the split pass leaves it to attention_merge.
+
+struct Params {
+    n_heads: u32,
+    group: u32,
+    head_dim: u32,
+    scale: f32,
+    kv_head0: u32,
+    chunk_heads: u32,
+    context: u32,
+    split_len: u32,
+    window: u32,
+}
+
+@group(0) @binding(1) var<uniform> p: Params;
+@group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;
+//#if F16
+@group(0) @binding(3) var<storage, read> k_cache: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read> v_cache: array<vec4<u32>>;
+//#else
+@group(0) @binding(3) var<storage, read> k_cache: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> v_cache: array<vec4<f32>>;
+//#endif
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+//#if SINKS
+@group(0) @binding(6) var<storage, read> sinks: array<f32>;
+//#endif
+
+// Query slots of a team: 4, or (the split pass of a model with fewer than 4 query heads per KV
+// head, whose one token cannot fill the others) QT2 / QT1.
+//#if QT2
+const QT: u32 = 2u;
+//#else
+//#if QT1
+const QT: u32 = 1u;
+//#else
+const QT: u32 = 4u;
+//#endif
+//#endif
+
+// Eight consecutive dims.
+struct Chunk {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+
+// One value per query slot.
+alias Slots = array<f32, QT>;
+
+// Chunk i of the cache (chunk c of row r is i = r * head_dim / 8 + c).
+fn k_chunk(i: u32) -> Chunk {
+//#if F16
+    let w = k_cache[i];
+    return Chunk(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
+//#else
+    return Chunk(k_cache[2u * i], k_cache[2u * i + 1u]);
+//#endif
+}
+
+fn v_chunk(i: u32) -> Chunk {
+//#if F16
+    let w = v_cache[i];
+    return Chunk(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
+//#else
+    return Chunk(v_cache[2u * i], v_cache[2u * i + 1u]);
+//#endif
+}
+
+// Chunk c of query row `row`, times `w`.
+fn q_chunk(row: u32, c: u32, w: f32) -> Chunk {
+    let qi = (row * (p.head_dim / 8u) + c) * 2u;
+    return Chunk(q[qi] * w, q[qi + 1u] * w);
+}
+
+// The query slots of slot set `set_index` (of `n_sets`) in token block or split
+// `block`. Slot s: token t0 + s / hs, query head heads[s]; it sees keys starts[s] .. ends[s]; the
+// workgroup walks keys first .. end (the same for every team of a workgroup).
+struct SlotSet {
+    valid: array<bool, QT>,
+    heads: array<u32, QT>,
+    rows: array<u32, QT>,
+    starts: array<u32, QT>,
+    ends: array<u32, QT>,
+    kv_local: u32,
+    first: u32,
+    end: u32,
+}
+
+fn slots_of(block: u32, set_index: u32, n_sets: u32, sets: u32, hs: u32) -> SlotSet {
+    var o: SlotSet;
+    o.kv_local = min(set_index / sets, p.chunk_heads - 1u);
+    let head0 = o.kv_local * p.group + (set_index % sets) * hs;
+    // Query heads of this set (none for a team past the last set).
+    let nh = select(0u, min(hs, p.group - (set_index % sets) * hs), set_index < n_sets);
+//#if SPLIT
+    let t0 = 0u;
+    let nt = 1u;
+    let split_first = block * p.split_len;
+//#else
+    let t0 = block * (QT / hs);
+    let nt = min(QT / hs, step.n_tokens - t0);
+//#endif
+    for (var s = 0u; s < QT; s++) {
+        o.valid[s] = s % hs < nh && s / hs < nt;
+        o.heads[s] = p.kv_head0 * p.group + head0 + s % hs;
+        o.rows[s] = select(0u, (t0 + s / hs) * p.n_heads + o.heads[s], o.valid[s]);
+        let causal_end = step.pos + t0 + s / hs + 1u;
+        o.starts[s] = 0u;
+        if (p.window > 0u) {
+            o.starts[s] = max(causal_end, p.window) - p.window;
+        }
+        o.ends[s] = select(0u, causal_end, o.valid[s]);
+//#if SPLIT
+        o.ends[s] = min(o.ends[s], split_first + p.split_len);
+//#endif
+    }
+    o.first = 0u;
+    if (p.window > 0u) {
+        o.first = max(step.pos + t0 + 1u, p.window) - p.window;
+    }
+    o.end = step.pos + t0 + nt;
+//#if SPLIT
+    o.first = max(o.first, split_first);
+    o.end = min(o.end, split_first + p.split_len);
+//#endif
+    return o;
+}
+
+// Where a slot's result goes and the factor it is written with.
+struct SlotOut {
+    base: u32,
+    w: f32,
+}
+
+// The output of slot `s` of `slots` in split `block` with softmax max `m` and sum `l`: SPLIT writes
+// the partial's (max, sum) header from lane 0 and leaves the accumulator unnormalised.
+fn slot_out(slots: SlotSet, s: u32, block: u32, lane: u32, m: f32, l: f32) -> SlotOut {
+//#if SPLIT
+    let base = (block * p.n_heads + slots.heads[s]) * (p.head_dim + 2u);
+    if (lane == 0u) {
+        out[base] = m;
+        out[base + 1u] = l;
+    }
+    return SlotOut(base + 2u, 1.0);
+//#else
+//#if SINKS
+    // Rescaled to the larger of the keys' max and the sink, as a softmax over both.
+    let sink = sinks[slots.heads[s]];
+    let m_all = max(m, sink);
+    return SlotOut(slots.rows[s] * p.head_dim, exp(m - m_all) / (l * exp(m - m_all) + exp(sink - m_all)));
+//#else
+    return SlotOut(slots.rows[s] * p.head_dim, 1.0 / l);
+//#endif
+//#endif
+}
+
+// Writes dims 8c .. 8c + 8 of a slot's result.
+fn store_chunk(o: SlotOut, c: u32, a: Chunk) {
+    let d = o.base + 8u * c;
+    out[d] = a.lo.x * o.w;
+    out[d + 1u] = a.lo.y * o.w;
+    out[d + 2u] = a.lo.z * o.w;
+    out[d + 3u] = a.lo.w * o.w;
+    out[d + 4u] = a.hi.x * o.w;
+    out[d + 5u] = a.hi.y * o.w;
+    out[d + 6u] = a.hi.z * o.w;
+    out[d + 7u] = a.hi.w * o.w;
+}
