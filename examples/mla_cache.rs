@@ -65,7 +65,7 @@ fn main() -> moestream::Result<()> {
             MlaCacheKind::Decompressed => m.v_head_dim,
         };
         let heads = partial_heads(HEADS, value_width);
-        let split = split_len(heads, kv_len, gpu.caps.max_binding);
+        let split = split_len(&gpu, heads, kv_len);
         let q = f32_buffer(&gpu, HEADS * m.qk_head_dim(), 1);
         let kv_b = f32_buffer(&gpu, HEADS * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank, 2);
         let (c, kr) = (f32_buffer(&gpu, m.kv_lora_rank, 3), f32_buffer(&gpu, m.qk_rope_head_dim, 4));
