@@ -1,6 +1,7 @@
 //! `moestream info` prints the KV-cache bytes per token: for MLA the latent
 //! (`kv_lora_rank + qk_rope_head_dim` f32 values per layer), for grouped attention every key and
-//! value head (in the `--kv-dtype`, f16 by default, or f32); each layer's sliding window; MXFP4 experts as stored.
+//! value head (in the `--kv-dtype`, f16 by default, or f32); each layer's sliding window; MXFP4 experts as stored;
+//! a hybrid model's linear-attention layers and their fixed per-sequence state.
 
 use std::path::Path;
 
@@ -92,4 +93,20 @@ fn mxfp4_experts_are_counted_as_stored() {
     assert_eq!(v["params_per_expert"], 6144);
     assert_eq!(v["bytes_per_expert_mxfp4"], 6144 / 32 * 17);
     assert!(info("gpt_oss")["bytes_per_expert_mxfp4"].is_null(), "a bf16 checkpoint has no MXFP4 figure");
+}
+
+#[test]
+fn linear_attention_layers_and_their_state() {
+    // Qwen3-Next fixture (layer_types: three linear layers, then full attention): per linear layer
+    // the conv window (conv_dim = 2 x 2 key heads x 16 + 4 value heads x 16 = 128 channels, 3
+    // past inputs) and the recurrent state (4 value heads x 16 x 16), f32.
+    let v = info("qwen3_next");
+    let per_layer = (128 * 3 + 4 * 16 * 16) * 4;
+    assert_eq!(v["linear_attention"]["layers"], 3);
+    assert_eq!(v["linear_attention"]["kind"], "Gated DeltaNet");
+    assert_eq!(v["linear_attention"]["state_bytes_per_sequence"], 3 * per_layer);
+    // Only the full-attention layer has a KV cache: 2 KV heads x 16, keys and values, f16.
+    assert_eq!(v["kv_bytes_per_token_f16"], 2 * 2 * 16 * 2);
+    assert_eq!(info("ling")["linear_attention"]["kind"], "KDA (Kimi Delta Attention)");
+    assert!(info("mixtral")["linear_attention"].is_null(), "no hybrid layers, no field");
 }

@@ -3,7 +3,7 @@
 use clap::Args;
 
 use super::model_args::default_model;
-use moestream::model::{ArchSpec, AttentionKind, Checkpoint, MlaCacheKind};
+use moestream::model::{ArchSpec, AttentionKind, Checkpoint, LinearKind, MlaCacheKind};
 use moestream::ops::KvDtype;
 use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
 use moestream::Result;
@@ -39,6 +39,14 @@ fn decompressed_kv_f16(spec: &ArchSpec) -> Option<u64> {
     Some(d.kv_bytes_per_token(KvDtype::F16))
 }
 
+/// How a hybrid model's linear-attention layers are named for users.
+fn linear_kind_name(kind: LinearKind) -> &'static str {
+    match kind {
+        LinearKind::GatedDeltaNet => "Gated DeltaNet",
+        LinearKind::Kda { .. } => "KDA (Kimi Delta Attention)",
+    }
+}
+
 /// Runs `info`.
 pub fn run(a: InfoArgs) -> Result<()> {
     let dir = a.model.unwrap_or_else(default_model);
@@ -58,6 +66,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         .and_then(|h| h.metrics.as_deref())
         .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok().and_then(|v| v["mean_recall"].as_f64()));
     let (kv_f16, kv_f32) = (spec.kv_bytes_per_token(KvDtype::F16), spec.kv_bytes_per_token(KvDtype::F32));
+    let linear_layers = (0..spec.layers).filter(|&i| spec.is_linear_layer(i)).count();
     let info = serde_json::json!({
         "architecture": spec.family.hf_name(),
         "spec": spec,
@@ -67,6 +76,11 @@ pub fn run(a: InfoArgs) -> Result<()> {
         "kv_bytes_per_token_f16": kv_f16,
         "kv_bytes_per_token_f32": kv_f32,
         "kv_bytes_per_token_decompressed_f16": decompressed_kv_f16(&spec),
+        "linear_attention": spec.hybrid.as_ref().map(|h| serde_json::json!({
+            "kind": linear_kind_name(h.kind),
+            "layers": linear_layers,
+            "state_bytes_per_sequence": spec.linear_state_bytes(),
+        })),
         "moe_layers": moe_layers,
         "experts_per_layer": experts,
         "params_per_expert": expert_params,
@@ -103,6 +117,14 @@ pub fn run(a: InfoArgs) -> Result<()> {
             spec.max_positions,
             (kv_f16 * spec.max_positions as u64) >> 20
         );
+        if let Some(h) = &spec.hybrid {
+            println!(
+                "linear attention  {linear_layers} of {} layers, {}: {} KiB of f32 conv and recurrent state per sequence at any length (no KV cache; the KV figures above are the full-attention layers')",
+                spec.layers,
+                linear_kind_name(h.kind),
+                spec.linear_state_bytes().div_ceil(1024)
+            );
+        }
         let windowed: Vec<String> =
             (0..spec.layers).filter_map(|i| spec.window(i).map(|w| format!("{i}: {w}"))).collect();
         if !windowed.is_empty() {
