@@ -188,12 +188,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let n_sets = p.chunk_heads * sets;
     let wg_per_block = (n_sets + TEAMS - 1u) / TEAMS;
     let block = g / wg_per_block;
-//#if SPLIT
-//#else
-    if (block * (QT / hs) >= step.n_tokens) {
+    if (past_last_token(block, hs)) {
         return;
     }
-//#endif
     let slots = slots_of(block, (g % wg_per_block) * TEAMS + lid / TEAM, n_sets, sets, hs);
     let first = slots.first;
     let end = slots.end;

@@ -82,6 +82,17 @@ fn q_chunk(row: u32, c: u32, w: f32) -> Chunk {
     return Chunk(q[qi] * w, q[qi + 1u] * w);
 }
 
+// Whether token block `block` (of QT / hs tokens) starts past the step's last token (a workgroup
+// of a grid folded over the per-dimension limit); never in the split pass, whose one token every
+// split serves.
+fn past_last_token(block: u32, hs: u32) -> bool {
+//#if SPLIT
+    return false;
+//#else
+    return block * (QT / hs) >= step.n_tokens;
+//#endif
+}
+
 // The query slots of slot set `set_index` (of `n_sets`) in token block or split
 // `block`. Slot s: token t0 + s / hs, query head heads[s]; it sees keys starts[s] .. ends[s]; the
 // workgroup walks keys first .. end (the same for every team of a workgroup).

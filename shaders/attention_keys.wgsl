@@ -70,12 +70,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let sets = (p.group + hs - 1u) / hs;
     let n_sets = p.chunk_heads * sets;
     let block = g / n_sets;
-//#if SPLIT
-//#else
-    if (block * (QT / hs) >= step.n_tokens) {
+    if (past_last_token(block, hs)) {
         return;
     }
-//#endif
     let slots = slots_of(block, g % n_sets, n_sets, sets, hs);
     let cpr = p.head_dim / 8u;
     // Each slot's whole query, pre-scaled; zero past head_dim (chunks past it re-read the last).

@@ -73,7 +73,14 @@ pub fn kernel_names() -> impl Iterator<Item = &'static str> {
     SOURCES.iter().map(|(n, _)| *n).filter(|n| {
         !matches!(
             *n,
-            "common" | "reduce" | "reduce4" | "split_merge" | "expert_params" | "team" | "rows_dot" | "matmul_io"
+            "common"
+                | "reduce"
+                | "reduce4"
+                | "split_merge"
+                | "expert_params"
+                | "team"
+                | "rows_dot"
+                | "matmul_io"
                 | "attention_io"
         ) && !n.starts_with("weights_")
     })

@@ -68,7 +68,7 @@ pub fn is_split(n_tokens: usize, kv_len: usize, split_len: usize) -> bool {
 
 /// Queries a team of the shader takes (`QT`): they share every key and value load. Query
 /// heads of one KV head, `min(group, QUERIES_PER_TEAM)` at a time, times as many tokens as fit
-/// (the split pass: one token, see [`split_queries_define`]).
+/// (the split pass: one token, see [`split_queries`]).
 const QUERIES_PER_TEAM: usize = 4;
 
 /// Query slots of the split pass: [`QUERIES_PER_TEAM`], or the group when it has fewer query
@@ -110,7 +110,7 @@ fn layout_shader(gpu: &Gpu, layout: DecodeLayout, slots: usize, head_dim: usize)
     let small_subgroups = !gpu.caps.subgroups || gpu.device.adapter_info().subgroup_min_size < TEAM;
     let shared = |shared_reduce: bool| if shared_reduce { vec!["SHARED_REDUCE"] } else { vec![] };
     match layout {
-        DecodeLayout::LaneRows if slots * head_dim.next_power_of_two().max(64) <= KEYS_MAX_SLOT_DIMS => {
+        DecodeLayout::LaneRows if slots * held_head_dims(head_dim) <= KEYS_MAX_SLOT_DIMS => {
             ("attention_keys", shared(small_subgroups))
         }
         DecodeLayout::LaneRows => ("attention", [&["ONE_TEAM"][..], &shared(small_subgroups)].concat()),
@@ -120,10 +120,20 @@ fn layout_shader(gpu: &Gpu, layout: DecodeLayout, slots: usize, head_dim: usize)
 
 /// The define giving the shader's chunks per lane (`CH`) for `head_dim`.
 fn head_dim_define(head_dim: usize) -> Option<&'static str> {
-    match head_dim {
-        0..=64 => None,
-        65..=128 => Some("HD128"),
+    match held_head_dims(head_dim) {
+        64 => None,
+        128 => Some("HD128"),
         _ => Some("HD256"),
+    }
+}
+
+/// Dims of a head the shaders hold per query (64, 128 or 256; the chunks past `head_dim` are
+/// zero or unused).
+fn held_head_dims(head_dim: usize) -> usize {
+    match head_dim {
+        0..=64 => 64,
+        65..=128 => 128,
+        _ => 256,
     }
 }
 
