@@ -5,6 +5,9 @@
 // ADD_PAIRS (one row per token; the launcher sets OUT too): first the previous MoE layer's
 // combine, in place, x[t] += sum_j y[t * top_k + j], as moe_combine adds it (so results are
 // bit-identical to moe_combine then this norm, one dispatch fewer).
+// ONE_SUBGROUP (only with SUBGROUPS; for CPU adapters, whose subgroups have at least 8 lanes):
+// a row per 8-lane workgroup, summed with subgroupAdd, no workgroup memory. On lavapipe a kernel
+// that uses workgroup memory pays ~0.3-0.5 ms per dispatch whatever its size (this one 0.09 ms).
 //#include common
 
 struct Params {
@@ -34,9 +37,45 @@ struct Params {
 @group(0) @binding(5) var<storage, read> y: array<f32>;
 //#endif
 
-var<workgroup> partial: array<f32, 64>;
+//#if SUBGROUPS
+//#if ONE_SUBGROUP
+const LANES: u32 = 8u;
+//#else
+const LANES: u32 = 64u;
+//#endif
+//#else
+const LANES: u32 = 64u;
+//#endif
 
-@compute @workgroup_size(64)
+var<workgroup> partial: array<f32, LANES>;
+
+// The sum of `s` over the workgroup, as a tree in workgroup memory.
+fn shared_sum(lid: u32, s: f32) -> f32 {
+    partial[lid] = s;
+    workgroupBarrier();
+    for (var stride = LANES / 2u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) {
+            partial[lid] += partial[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    return partial[0];
+}
+
+// The sum of `s` over the workgroup.
+fn row_sum(lid: u32, s: f32) -> f32 {
+//#if SUBGROUPS
+//#if ONE_SUBGROUP
+    return subgroupAdd(s);
+//#else
+    return shared_sum(lid, s);
+//#endif
+//#else
+    return shared_sum(lid, s);
+//#endif
+}
+
+@compute @workgroup_size(LANES)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let r = group_index(wid, nwg);
     if (r >= step.n_tokens * p.rows_per_token) {
@@ -44,7 +83,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let base = (r + p.at_cache_pos * step.pos * p.rows_per_token) * p.n;
     var s = 0.0;
-    for (var i = lid; i < p.n; i += 64u) {
+    for (var i = lid; i < p.n; i += LANES) {
 //#if ADD_PAIRS
         var add = 0.0;
         for (var j = 0u; j < p.top_k; j++) {
@@ -55,16 +94,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let v = x[base + i];
         s += v * v;
     }
-    partial[lid] = s;
-    workgroupBarrier();
-    for (var stride = 32u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let inv = inverseSqrt(partial[0] / f32(p.n) + p.eps);
-    for (var i = lid; i < p.n; i += 64u) {
+    let inv = inverseSqrt(row_sum(lid, s) / f32(p.n) + p.eps);
+    for (var i = lid; i < p.n; i += LANES) {
 //#if OUT
         out[r * p.n + i] = x[base + i] * inv * weight[i];
 //#else

@@ -8,7 +8,8 @@
 
 mod common;
 
-use common::{assert_bits_eq, assert_close, gpu, read_f32, submit, upload_f32, Rng};
+use common::{assert_bits_eq, assert_close, gpu, gpu_no_subgroups, read_f32, submit, upload_f32, Rng};
+use moestream::gpu::Gpu;
 use moestream::gpu::StepUniform;
 use moestream::model::RopeSpec;
 use moestream::ops::moe_combine::MoeCombine;
@@ -28,9 +29,16 @@ fn ref_norm_rows(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
     out
 }
 
+/// The adapters the norm tests run on: with subgroups (on lavapipe the `ONE_SUBGROUP` kernel,
+/// 8 lanes summed by subgroupAdd) and without (64 lanes summed in workgroup memory, as on GPUs).
+fn norm_gpus() -> [(&'static str, std::sync::Arc<Gpu>); 2] {
+    [("subgroups", gpu()), ("no subgroups", gpu_no_subgroups())]
+}
+
 /// Runs one RMSNorm over a buffer of `total_rows` rows of `n`; returns (x after, out after).
 #[allow(clippy::too_many_arguments)]
 fn run_norm(
+    gpu: &Gpu,
     x: &[f32],
     w: &[f32],
     rows: NormRows,
@@ -40,130 +48,140 @@ fn run_norm(
     pos: usize,
     eps: f32,
 ) -> (Vec<f32>, Vec<f32>) {
-    let gpu = gpu();
-    let step = StepUniform::new(&gpu);
-    step.set(&gpu, n_tokens, pos);
-    let xb = upload_f32(&gpu, x);
-    let wb = upload_f32(&gpu, w);
+    let step = StepUniform::new(gpu);
+    step.set(gpu, n_tokens, pos);
+    let xb = upload_f32(gpu, x);
+    let wb = upload_f32(gpu, w);
     let sentinel = vec![-777.0f32; out_len.max(1)];
-    let ob = upload_f32(&gpu, &sentinel);
-    let op = RmsNorm::new(&gpu, &step.buffer, &wb, &xb, with_out.then_some(&ob), rows, eps);
-    submit(&gpu, |pass| op.record(&gpu, pass, n_tokens));
-    (read_f32(&gpu, &xb, x.len()), read_f32(&gpu, &ob, out_len.max(1)))
+    let ob = upload_f32(gpu, &sentinel);
+    let op = RmsNorm::new(gpu, &step.buffer, &wb, &xb, with_out.then_some(&ob), rows, eps);
+    submit(gpu, |pass| op.record(gpu, pass, n_tokens));
+    (read_f32(gpu, &xb, x.len()), read_f32(gpu, &ob, out_len.max(1)))
 }
 
 #[test]
 fn rms_norm_in_place_whole_rows() {
-    let mut rng = Rng::new(1);
-    // n crosses the 64-thread stride (40 < 64 < 72 < 128 < 1000); tokens cross 8 and 64.
-    for &n in &[40usize, 72, 129, 1000] {
-        for &t in &[1usize, 3, 9, 17, 70] {
-            let w = rng.vec(n, 0.5, 1.5);
-            // A row scale varying over tokens exercises the normalisation, not just the weight.
-            let x: Vec<f32> = (0..t * n).map(|i| rng.range(-1.0, 1.0) * (1.0 + (i / n) as f32)).collect();
-            let eps = 1e-6;
-            let rows = NormRows { n, rows_per_token: 1, at_cache_pos: false };
-            let (got, _) = run_norm(&x, &w, rows, false, 0, t, 0, eps);
-            let want = ref_norm_rows(&x, &w, n, eps);
-            assert_close(&format!("rms_norm n={n} T={t}"), &got, &want, NORM_TOL);
+    for (label, gpu) in norm_gpus() {
+        let mut rng = Rng::new(1);
+        // n crosses the 64-thread stride (40 < 64 < 72 < 128 < 1000); tokens cross 8 and 64.
+        for &n in &[40usize, 72, 129, 1000] {
+            for &t in &[1usize, 3, 9, 17, 70] {
+                let w = rng.vec(n, 0.5, 1.5);
+                // A row scale varying over tokens exercises the normalisation, not just the weight.
+                let x: Vec<f32> = (0..t * n).map(|i| rng.range(-1.0, 1.0) * (1.0 + (i / n) as f32)).collect();
+                let eps = 1e-6;
+                let rows = NormRows { n, rows_per_token: 1, at_cache_pos: false };
+                let (got, _) = run_norm(&gpu, &x, &w, rows, false, 0, t, 0, eps);
+                let want = ref_norm_rows(&x, &w, n, eps);
+                assert_close(&format!("{label}: rms_norm n={n} T={t}"), &got, &want, NORM_TOL);
+            }
         }
     }
 }
 
 #[test]
 fn rms_norm_out_variant_leaves_input_and_tail() {
-    let mut rng = Rng::new(2);
-    for &(n, t) in &[(72usize, 1usize), (40, 17), (1000, 3)] {
-        let w = rng.vec(n, -1.5, 1.5);
-        let x = rng.vec(t * n, -3.0, 3.0);
-        let eps = 1e-5;
-        let rows = NormRows { n, rows_per_token: 1, at_cache_pos: false };
-        // The output buffer has one spare row that must stay untouched.
-        let (x_after, out) = run_norm(&x, &w, rows, true, (t + 1) * n, t, 0, eps);
-        assert_bits_eq("rms_norm OUT: input unchanged", &x_after, &x);
-        let want = ref_norm_rows(&x, &w, n, eps);
-        assert_close(&format!("rms_norm OUT n={n} T={t}"), &out[..t * n], &want, NORM_TOL);
-        assert!(out[t * n..].iter().all(|&v| v == -777.0), "rms_norm OUT wrote past T rows");
+    for (label, gpu) in norm_gpus() {
+        let mut rng = Rng::new(2);
+        for &(n, t) in &[(72usize, 1usize), (40, 17), (1000, 3)] {
+            let w = rng.vec(n, -1.5, 1.5);
+            let x = rng.vec(t * n, -3.0, 3.0);
+            let eps = 1e-5;
+            let rows = NormRows { n, rows_per_token: 1, at_cache_pos: false };
+            // The output buffer has one spare row that must stay untouched.
+            let (x_after, out) = run_norm(&gpu, &x, &w, rows, true, (t + 1) * n, t, 0, eps);
+            assert_bits_eq(&format!("{label}: rms_norm OUT: input unchanged"), &x_after, &x);
+            let want = ref_norm_rows(&x, &w, n, eps);
+            assert_close(&format!("{label}: rms_norm OUT n={n} T={t}"), &out[..t * n], &want, NORM_TOL);
+            assert!(out[t * n..].iter().all(|&v| v == -777.0), "{label}: rms_norm OUT wrote past T rows");
+        }
     }
 }
 
 #[test]
 fn rms_norm_after_combine_is_combine_then_norm() {
-    // The fused x += sum of top-k expert rows, then the norm into `out`, is bit-identical to
-    // moe_combine followed by the OUT norm (both x and out), and writes no row past the step.
-    let mut rng = Rng::new(3);
-    for &(n, t, k) in &[(72usize, 1usize, 2usize), (40, 17, 1), (1000, 3, 4), (129, 70, 2)] {
-        let w = rng.vec(n, -1.5, 1.5);
-        // One spare row past the step in x and out, which must stay untouched.
-        let x = rng.vec((t + 1) * n, -3.0, 3.0);
-        let y = rng.vec(t * k * n, -1.0, 1.0);
-        let eps = 1e-5;
-        let gpu = gpu();
-        let step = StepUniform::new(&gpu);
-        step.set(&gpu, t, 0);
-        let (wb, yb) = (upload_f32(&gpu, &w), upload_f32(&gpu, &y));
-        let run = |fused: bool| {
-            let xb = upload_f32(&gpu, &x);
-            let ob = upload_f32(&gpu, &vec![-777.0f32; (t + 1) * n]);
-            if fused {
-                let op = RmsNorm::after_combine(&gpu, &step.buffer, &wb, &xb, &ob, &yb, n, k, eps);
-                submit(&gpu, |pass| op.record(&gpu, pass, t));
-            } else {
-                let combine = MoeCombine::new(&gpu, &step.buffer, &yb, &xb, None, n, k);
-                let rows = NormRows { n, rows_per_token: 1, at_cache_pos: false };
-                let norm = RmsNorm::new(&gpu, &step.buffer, &wb, &xb, Some(&ob), rows, eps);
-                submit(&gpu, |pass| {
-                    combine.record(&gpu, pass, t);
-                    norm.record(&gpu, pass, t);
-                });
-            }
-            (read_f32(&gpu, &xb, x.len()), read_f32(&gpu, &ob, (t + 1) * n))
-        };
-        let ((x1, o1), (x2, o2)) = (run(true), run(false));
-        let what = format!("n={n} T={t} k={k}");
-        assert_bits_eq(&format!("after_combine {what}: residual"), &x1, &x2);
-        assert_bits_eq(&format!("after_combine {what}: normed"), &o1, &o2);
-        assert_bits_eq(&format!("after_combine {what}: row past the step"), &x1[t * n..], &x[t * n..]);
-        assert!(o1[t * n..].iter().all(|&v| v == -777.0), "after_combine {what} wrote past T rows");
+    for (label, gpu) in norm_gpus() {
+        // The fused x += sum of top-k expert rows, then the norm into `out`, is bit-identical to
+        // moe_combine followed by the OUT norm (both x and out), and writes no row past the step.
+        let mut rng = Rng::new(3);
+        for &(n, t, k) in &[(72usize, 1usize, 2usize), (40, 17, 1), (1000, 3, 4), (129, 70, 2)] {
+            let w = rng.vec(n, -1.5, 1.5);
+            // One spare row past the step in x and out, which must stay untouched.
+            let x = rng.vec((t + 1) * n, -3.0, 3.0);
+            let y = rng.vec(t * k * n, -1.0, 1.0);
+            let eps = 1e-5;
+            let step = StepUniform::new(&gpu);
+            step.set(&gpu, t, 0);
+            let (wb, yb) = (upload_f32(&gpu, &w), upload_f32(&gpu, &y));
+            let run = |fused: bool| {
+                let xb = upload_f32(&gpu, &x);
+                let ob = upload_f32(&gpu, &vec![-777.0f32; (t + 1) * n]);
+                if fused {
+                    let op = RmsNorm::after_combine(&gpu, &step.buffer, &wb, &xb, &ob, &yb, n, k, eps);
+                    submit(&gpu, |pass| op.record(&gpu, pass, t));
+                } else {
+                    let combine = MoeCombine::new(&gpu, &step.buffer, &yb, &xb, None, n, k);
+                    let rows = NormRows { n, rows_per_token: 1, at_cache_pos: false };
+                    let norm = RmsNorm::new(&gpu, &step.buffer, &wb, &xb, Some(&ob), rows, eps);
+                    submit(&gpu, |pass| {
+                        combine.record(&gpu, pass, t);
+                        norm.record(&gpu, pass, t);
+                    });
+                }
+                (read_f32(&gpu, &xb, x.len()), read_f32(&gpu, &ob, (t + 1) * n))
+            };
+            let ((x1, o1), (x2, o2)) = (run(true), run(false));
+            let what = format!("{label}: n={n} T={t} k={k}");
+            assert_bits_eq(&format!("after_combine {what}: residual"), &x1, &x2);
+            assert_bits_eq(&format!("after_combine {what}: normed"), &o1, &o2);
+            assert_bits_eq(&format!("after_combine {what}: row past the step"), &x1[t * n..], &x[t * n..]);
+            assert!(o1[t * n..].iter().all(|&v| v == -777.0), "after_combine {what} wrote past T rows");
+        }
     }
 }
 
 #[test]
 fn rms_norm_per_head_rows() {
-    let mut rng = Rng::new(3);
-    // q-norm: rows_per_token = n_heads, n = head_dim.
-    for &(hd, heads, t) in &[(24usize, 6usize, 1usize), (40, 3, 9), (128, 6, 17), (64, 2, 3)] {
-        let w = rng.vec(hd, 0.5, 1.5);
-        let x = rng.vec(t * heads * hd, -2.0, 2.0);
-        let rows = NormRows { n: hd, rows_per_token: heads, at_cache_pos: false };
-        let (got, _) = run_norm(&x, &w, rows, false, 0, t, 0, 1e-6);
-        let want = ref_norm_rows(&x, &w, hd, 1e-6);
-        assert_close(&format!("rms_norm per-head hd={hd} heads={heads} T={t}"), &got, &want, NORM_TOL);
+    for (label, gpu) in norm_gpus() {
+        let mut rng = Rng::new(3);
+        // q-norm: rows_per_token = n_heads, n = head_dim.
+        for &(hd, heads, t) in &[(24usize, 6usize, 1usize), (40, 3, 9), (128, 6, 17), (64, 2, 3)] {
+            let w = rng.vec(hd, 0.5, 1.5);
+            let x = rng.vec(t * heads * hd, -2.0, 2.0);
+            let rows = NormRows { n: hd, rows_per_token: heads, at_cache_pos: false };
+            let (got, _) = run_norm(&gpu, &x, &w, rows, false, 0, t, 0, 1e-6);
+            let want = ref_norm_rows(&x, &w, hd, 1e-6);
+            assert_close(&format!("{label}: rms_norm per-head hd={hd} heads={heads} T={t}"), &got, &want, NORM_TOL);
+        }
     }
 }
 
 #[test]
 fn rms_norm_at_cache_pos_only_touches_step_rows() {
-    let mut rng = Rng::new(4);
-    // k-norm in the KV cache: rows of kv_heads*head_dim, step at `pos`, ctx rows in total.
-    for &(hd, kvh, t, pos) in &[(64usize, 2usize, 1usize, 63usize), (40, 3, 9, 5), (24, 2, 17, 100), (128, 1, 3, 64)] {
-        let ctx = pos + t + 4;
-        let w = rng.vec(hd, 0.5, 1.5);
-        let x = rng.vec(ctx * kvh * hd, -2.0, 2.0);
-        let rows = NormRows { n: hd, rows_per_token: kvh, at_cache_pos: true };
-        let (got, _) = run_norm(&x, &w, rows, false, 0, t, pos, 1e-6);
-        let width = kvh * hd;
-        let (lo, hi) = (pos * width, (pos + t) * width);
-        let want = ref_norm_rows(&x[lo..hi], &w, hd, 1e-6);
-        let what = format!("rms_norm at_cache_pos hd={hd} kvh={kvh} T={t} pos={pos}");
-        assert_close(&what, &got[lo..hi], &want, NORM_TOL);
-        assert_bits_eq(&format!("{what}: rows before"), &got[..lo], &x[..lo]);
-        assert_bits_eq(&format!("{what}: rows after"), &got[hi..], &x[hi..]);
+    for (label, gpu) in norm_gpus() {
+        let mut rng = Rng::new(4);
+        // k-norm in the KV cache: rows of kv_heads*head_dim, step at `pos`, ctx rows in total.
+        for &(hd, kvh, t, pos) in
+            &[(64usize, 2usize, 1usize, 63usize), (40, 3, 9, 5), (24, 2, 17, 100), (128, 1, 3, 64)]
+        {
+            let ctx = pos + t + 4;
+            let w = rng.vec(hd, 0.5, 1.5);
+            let x = rng.vec(ctx * kvh * hd, -2.0, 2.0);
+            let rows = NormRows { n: hd, rows_per_token: kvh, at_cache_pos: true };
+            let (got, _) = run_norm(&gpu, &x, &w, rows, false, 0, t, pos, 1e-6);
+            let width = kvh * hd;
+            let (lo, hi) = (pos * width, (pos + t) * width);
+            let want = ref_norm_rows(&x[lo..hi], &w, hd, 1e-6);
+            let what = format!("{label}: rms_norm at_cache_pos hd={hd} kvh={kvh} T={t} pos={pos}");
+            assert_close(&what, &got[lo..hi], &want, NORM_TOL);
+            assert_bits_eq(&format!("{what}: rows before"), &got[..lo], &x[..lo]);
+            assert_bits_eq(&format!("{what}: rows after"), &got[hi..], &x[hi..]);
 
-        // OUT variant: reads cache rows at pos, writes out rows from 0.
-        let (x_after, out) = run_norm(&x, &w, rows, true, t * width, t, pos, 1e-6);
-        assert_bits_eq(&format!("{what} OUT: input"), &x_after, &x);
-        assert_close(&format!("{what} OUT"), &out, &want, NORM_TOL);
+            // OUT variant: reads cache rows at pos, writes out rows from 0.
+            let (x_after, out) = run_norm(&gpu, &x, &w, rows, true, t * width, t, pos, 1e-6);
+            assert_bits_eq(&format!("{what} OUT: input"), &x_after, &x);
+            assert_close(&format!("{what} OUT"), &out, &want, NORM_TOL);
+        }
     }
 }
 

@@ -157,7 +157,7 @@ impl Gpu {
 /// that compiles every combination.
 pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("embed", &["F16", "INT4", "INT4_SYM", "G64"]),
-    ("rms_norm", &["OUT", "ADD_PAIRS"]),
+    ("rms_norm", &["OUT", "ADD_PAIRS", "ONE_SUBGROUP"]),
     ("kv_store", &["F16"]),
     ("rope", &["PAIR"]),
     ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),

@@ -1,5 +1,6 @@
 //! RMSNorm over rows (whole hidden states, single heads, or whole projections).
 
+use super::matmul::DecodeLayout;
 use super::params;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel};
@@ -34,9 +35,13 @@ impl RmsNorm {
     ) -> RmsNorm {
         let p =
             params(&[rows.n as u32, rows.rows_per_token as u32, eps.to_bits(), rows.at_cache_pos as u32, 0, 0, 0, 0]);
+        let one_subgroup = one_subgroup(gpu);
         let kernel = match out {
-            Some(o) => Kernel::new(gpu, "rms_norm", &["OUT"], step, &p, &[weight.into(), x.into(), o.into()]),
-            None => Kernel::new(gpu, "rms_norm", &[], step, &p, &[weight.into(), x.into()]),
+            Some(o) => {
+                let defines = [&["OUT"][..], one_subgroup].concat();
+                Kernel::new(gpu, "rms_norm", &defines, step, &p, &[weight.into(), x.into(), o.into()])
+            }
+            None => Kernel::new(gpu, "rms_norm", one_subgroup, step, &p, &[weight.into(), x.into()]),
         };
         // Per token its rows in and out; the weight once.
         let per_token = 8 * (rows.n * rows.rows_per_token) as u64;
@@ -61,7 +66,8 @@ impl RmsNorm {
     ) -> RmsNorm {
         let p = params(&[n as u32, 1, eps.to_bits(), 0, top_k as u32, 0, 0, 0]);
         let storage = [weight.into(), x.into(), out.into(), y.into()];
-        let kernel = Kernel::new(gpu, "rms_norm", &["OUT", "ADD_PAIRS"], step, &p, &storage);
+        let defines = [&["OUT", "ADD_PAIRS"][..], one_subgroup(gpu)].concat();
+        let kernel = Kernel::new(gpu, "rms_norm", &defines, step, &p, &storage);
         // Per token its top-k expert rows, its row in, back and out; the weight once.
         let per_token = 4 * ((top_k + 3) * n) as u64;
         let kernel = kernel.with_traffic(Traffic { fixed: 4 * n as u64, per_token, per_position: 0 });
@@ -71,5 +77,17 @@ impl RmsNorm {
     /// Records the norm for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
         self.kernel.dispatch(pass, (n_tokens * self.rows_per_token) as u32, gpu.caps.max_workgroups_per_dim);
+    }
+}
+
+/// `ONE_SUBGROUP` (a row per 8-lane workgroup summed with `subgroupAdd`, no workgroup memory)
+/// where the decode kernels take the CPU layout and every subgroup holds an 8-lane workgroup:
+/// lavapipe charges a kernel that uses workgroup memory several times its work per dispatch.
+fn one_subgroup(gpu: &Gpu) -> &'static [&'static str] {
+    let fits = gpu.caps.subgroups && gpu.device.adapter_info().subgroup_min_size >= 8;
+    if fits && DecodeLayout::for_gpu(gpu) == DecodeLayout::LaneRows {
+        &["ONE_SUBGROUP"]
+    } else {
+        &[]
     }
 }
