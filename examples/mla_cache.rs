@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use moestream::gpu::{Gpu, GpuOptions, StepUniform};
+use moestream::gpu::{Gpu, GpuOptions, Pass, StepUniform};
 use moestream::model::{MlaCacheKind, MlaSpec};
 use moestream::ops::attention::{is_split, partial_bytes, split_len};
 use moestream::ops::attention_merge::AttentionMerge;
@@ -98,21 +98,18 @@ fn main() -> moestream::Result<()> {
         let plain_merge = AttentionMerge::new(&gpu, &step.buffer, (&partial, &out), None, heads, split);
         step.set(&gpu, 1, depth);
         let run = || -> moestream::Result<()> {
-            let mut encoder = gpu.device.create_command_encoder(&Default::default());
-            {
-                let mut pass = encoder.begin_compute_pass(&Default::default());
-                if let Some(s) = &store {
-                    s.record(&gpu, &mut pass, 1);
-                }
-                attention.record(&gpu, &mut pass, 1, kv_len);
-                if is_split(1, kv_len, split) {
-                    match cache {
-                        MlaCacheKind::Latent => latent_merge.record(&gpu, &mut pass),
-                        MlaCacheKind::Decompressed => plain_merge.record(&gpu, &mut pass),
-                    }
+            let mut pass = Pass::new(&gpu.device);
+            if let Some(s) = &store {
+                s.record(&gpu, &mut pass, 1);
+            }
+            attention.record(&gpu, &mut pass, 1, kv_len);
+            if is_split(1, kv_len, split) {
+                match cache {
+                    MlaCacheKind::Latent => latent_merge.record(&gpu, &mut pass),
+                    MlaCacheKind::Decompressed => plain_merge.record(&gpu, &mut pass),
                 }
             }
-            gpu.queue.submit([encoder.finish()]);
+            pass.submit(&gpu.queue);
             gpu.wait()
         };
         for _ in 0..2 {

@@ -1,15 +1,21 @@
-//! `bench profile`: per-kernel timestamps around every dispatch.
+//! `bench profile`: every dispatch timed, by timestamps inside the pass, by a pass of its own
+//! with timestamps at its ends, or by a submission of its own (lavapipe offers all three).
 
 mod common;
 
 use moestream::bench::profile::{self, ProfileOptions};
+use moestream::gpu::profiler::ProfileTiming;
 use moestream::gpu::GpuOptions;
 use moestream::{Engine, EngineOptions};
 
 fn engine(profile: bool) -> Engine {
+    engine_timed(profile, None)
+}
+
+fn engine_timed(profile: bool, profile_timing: Option<ProfileTiming>) -> Engine {
     let mut options = EngineOptions::new(common::fixtures_dir().join("mixtral"));
     options.context = Some(256);
-    options.gpu = GpuOptions { profile, ..Default::default() };
+    options.gpu = GpuOptions { profile, profile_timing, ..Default::default() };
     Engine::load(&options).unwrap()
 }
 
@@ -49,8 +55,59 @@ fn every_kernel_of_a_step_is_timed_with_its_bytes() {
 fn profiling_does_not_change_results() {
     let tokens = [3u32, 1, 4, 1, 5, 9, 2, 6];
     let plain = engine(false).score(&tokens).unwrap().logprobs;
-    let profiled = engine(true).score(&tokens).unwrap().logprobs;
-    assert_eq!(plain, profiled);
+    for timing in ProfileTiming::ALL {
+        let profiled = engine_timed(true, Some(timing)).score(&tokens).unwrap().logprobs;
+        assert_eq!(plain, profiled, "{timing:?}");
+    }
+}
+
+#[test]
+fn every_timing_times_the_same_dispatches() {
+    // The fallbacks (a pass per dispatch for adapters without timestamps inside passes, e.g.
+    // Apple GPUs; a submission per dispatch for adapters without timestamps) see every
+    // dispatch the in-pass timestamps see, and generate the same tokens.
+    let o = ProfileOptions { prompt_tokens: 12, decode_tokens: 4, seed: 5 };
+    let reports: Vec<_> = ProfileTiming::ALL
+        .into_iter()
+        .map(|timing| {
+            let engine = engine_timed(true, Some(timing));
+            let r = profile::run(&engine, &o).unwrap();
+            assert_eq!(r.timing, timing);
+            assert!(r.markdown().contains("| matvec |"));
+            r
+        })
+        .collect();
+    let counts = |p: &moestream::gpu::profiler::StepKindProfile| {
+        let mut c: Vec<(String, u64)> = p.kernels.iter().map(|k| (k.kernel.clone(), k.dispatches)).collect();
+        c.sort();
+        c
+    };
+    for r in &reports {
+        for p in [&r.decode, &r.prefill] {
+            assert!(p.gpu_ms > 0.0, "{:?}: no time", r.timing);
+            assert!(p.kernels.iter().all(|k| k.ms > 0.0), "{:?}: a kernel timed at 0 ms", r.timing);
+            let share: f64 = p.kernels.iter().map(|k| k.share).sum();
+            assert!((share - 1.0).abs() < 1e-9, "{:?}: shares sum to {share}", r.timing);
+        }
+        assert_eq!(counts(&r.decode), counts(&reports[0].decode), "{:?} decode", r.timing);
+        assert_eq!(counts(&r.prefill), counts(&reports[0].prefill), "{:?} prefill", r.timing);
+    }
+    let json = serde_json::to_value(&reports[1]).unwrap();
+    assert_eq!(json["timing"], "pass-boundaries");
+}
+
+#[test]
+fn the_best_timing_follows_the_adapters_features() {
+    use wgpu::Features as F;
+    let inside = F::TIMESTAMP_QUERY | F::TIMESTAMP_QUERY_INSIDE_PASSES;
+    assert_eq!(ProfileTiming::best(inside | F::SUBGROUP), ProfileTiming::InsidePasses);
+    assert_eq!(ProfileTiming::best(F::TIMESTAMP_QUERY), ProfileTiming::PassBoundaries);
+    assert_eq!(ProfileTiming::best(F::SHADER_F16), ProfileTiming::Submits);
+    for t in ProfileTiming::ALL {
+        assert_eq!(ProfileTiming::parse(t.name()), Ok(t));
+    }
+    let err = ProfileTiming::parse("fast").unwrap_err();
+    assert!(err.contains("inside-passes, pass-boundaries, submits"), "{err}");
 }
 
 #[test]

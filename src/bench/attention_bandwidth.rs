@@ -83,12 +83,11 @@ pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<Atten
         })
         .collect();
     let merge = AttentionMerge::new(gpu, &step.buffer, (&partial, &out), None, heads, split);
-    let seconds = time_ops(gpu, o.seconds, kernels.len(), |encoder, n| {
-        let mut pass = encoder.begin_compute_pass(&Default::default());
+    let seconds = time_ops(gpu, o.seconds, kernels.len(), |pass, n| {
         for i in 0..n {
-            kernels[i % kernels.len()].record(gpu, &mut pass, 1, kv_len);
+            kernels[i % kernels.len()].record(gpu, pass, 1, kv_len);
             if is_split(1, kv_len, split) {
-                merge.record(gpu, &mut pass);
+                merge.record(gpu, pass);
             }
         }
     })?;

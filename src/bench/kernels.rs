@@ -23,7 +23,7 @@ use super::attention_bandwidth::{self, AttentionBandwidth, BENCH_HEADS};
 use super::timing::median;
 use super::workload::SplitMix64;
 use crate::error::Result;
-use crate::gpu::{Gpu, StepUniform};
+use crate::gpu::{Gpu, Pass, StepUniform};
 use crate::model::HostTensor;
 use crate::ops::attention::Heads;
 use crate::ops::matmul::{MatMul, MatMulOut};
@@ -209,17 +209,12 @@ fn replicate(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, m: &GpuMatrix) -> Gp
 /// Times submissions of `record(encoder, n)` (which records `n` operations): a warm-up of
 /// `warmup` operations, which also calibrates `n`, then three timed submissions taking about
 /// `seconds` in all; returns the median seconds per operation.
-pub(super) fn time_ops(
-    gpu: &Gpu,
-    seconds: f64,
-    warmup: usize,
-    record: impl Fn(&mut wgpu::CommandEncoder, usize),
-) -> Result<f64> {
+pub(super) fn time_ops(gpu: &Gpu, seconds: f64, warmup: usize, record: impl Fn(&mut Pass, usize)) -> Result<f64> {
     let submit = |n: usize| -> Result<f64> {
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        record(&mut encoder, n);
+        let mut pass = Pass::new(&gpu.device);
+        record(&mut pass, n);
         let start = Instant::now();
-        gpu.queue.submit([encoder.finish()]);
+        pass.submit(&gpu.queue);
         gpu.wait()?;
         Ok(start.elapsed().as_secs_f64())
     };
@@ -249,10 +244,9 @@ fn matvec(gpu: &Gpu, o: &KernelBenchOptions, host: HostTensor, format: WeightFor
     let y = gpu.storage("bench y", (rows * 4) as u64);
     let kernels: Vec<MatMul> =
         mats.iter().map(|m| MatMul::new(gpu, &step.buffer, &x, m, None, &y, MatMulOut::plain(rows))).collect();
-    let seconds = time_ops(gpu, o.seconds, kernels.len(), |encoder, n| {
-        let mut pass = encoder.begin_compute_pass(&Default::default());
+    let seconds = time_ops(gpu, o.seconds, kernels.len(), |pass, n| {
         for i in 0..n {
-            kernels[i % kernels.len()].record(gpu, &mut pass, 1);
+            kernels[i % kernels.len()].record(gpu, pass, 1);
         }
     })?;
     Ok(Measured { seconds, bytes })
@@ -264,7 +258,8 @@ fn copy(gpu: &Gpu, o: &KernelBenchOptions, bytes: u64) -> Result<Measured> {
     let pairs: Vec<(wgpu::Buffer, wgpu::Buffer)> = (0..replicas(o, bytes))
         .map(|_| (gpu.storage("bench copy src", bytes), gpu.storage("bench copy dst", bytes)))
         .collect();
-    let seconds = time_ops(gpu, o.seconds, pairs.len(), |encoder, n| {
+    let seconds = time_ops(gpu, o.seconds, pairs.len(), |pass, n| {
+        let encoder = pass.encoder();
         for i in 0..n {
             let (src, dst) = &pairs[i % pairs.len()];
             encoder.copy_buffer_to_buffer(src, 0, dst, 0, bytes);
@@ -320,8 +315,8 @@ fn read(gpu: &Gpu, o: &KernelBenchOptions, bytes: u64) -> Result<Measured> {
             })
         })
         .collect();
-    let seconds = time_ops(gpu, o.seconds, groups.len(), |encoder, n| {
-        let mut pass = encoder.begin_compute_pass(&Default::default());
+    let seconds = time_ops(gpu, o.seconds, groups.len(), |pass, n| {
+        let pass = pass.compute();
         pass.set_pipeline(&pipeline);
         for i in 0..n {
             pass.set_bind_group(0, &groups[i % groups.len()], &[]);

@@ -1,5 +1,5 @@
-//! `bench profile`: where a step's GPU time goes, per kernel, from timestamp queries around
-//! every dispatch (see [`crate::gpu::profiler`]), for one-token (decode) steps and for
+//! `bench profile`: where a step's GPU time goes, per kernel, from the time of every dispatch
+//! (timestamp queries where the adapter has them, see [`crate::gpu::profiler`]), for one-token (decode) steps and for
 //! multi-token (prefill chunk) steps, with each kernel's modelled bytes and achieved GB/s, and
 //! per section of the step (each attention kind's layers, FFNs, the head).
 
@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::workload::random_tokens;
 use crate::error::{Error, Result};
-use crate::gpu::profiler::StepKindProfile;
+use crate::gpu::profiler::{ProfileTiming, StepKindProfile};
 use crate::runtime::{GenerateOptions, SamplingParams};
 use crate::Engine;
 
@@ -34,7 +34,10 @@ pub struct ProfileReport {
     pub prompt_tokens: usize,
     /// Tokens generated.
     pub decode_tokens: usize,
-    /// Wall-clock decode speed of the profiled request (timestamps add a little overhead).
+    /// How the dispatches were timed.
+    pub timing: ProfileTiming,
+    /// Wall-clock decode speed of the profiled request (timing adds overhead: a little with
+    /// timestamps inside passes, more with a pass or a submission per dispatch).
     pub decode_tokens_per_s: f64,
     /// One-token steps: decode (every generated token but the last, which nothing reads).
     pub decode: StepKindProfile,
@@ -60,6 +63,7 @@ pub fn run(engine: &Engine, o: &ProfileOptions) -> Result<ProfileReport> {
         model: engine.model_dir().display().to_string(),
         prompt_tokens: o.prompt_tokens,
         decode_tokens: o.decode_tokens,
+        timing: profiler.timing(),
         decode_tokens_per_s: generation.stats.decode_tokens_per_s,
         decode,
         prefill,

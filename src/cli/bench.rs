@@ -13,6 +13,7 @@ use moestream::bench::ssd::{self, SsdBenchOptions};
 use moestream::bench::streaming::{self, StreamingBenchOptions};
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
+use moestream::gpu::profiler::ProfileTiming;
 use moestream::gpu::{Gpu, GpuOptions};
 use moestream::ops::attention::Heads;
 use moestream::runtime::ExpertBudget;
@@ -84,6 +85,11 @@ struct ProfileArgs {
     /// Seed of the prompt's ids.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// How each dispatch is timed: inside-passes (timestamps around it in the pass),
+    /// pass-boundaries (a pass of its own, timestamps at its ends), submits (a submission of its
+    /// own, host clock); default: the best the adapter offers.
+    #[arg(long, value_parser = ProfileTiming::parse)]
+    timing: Option<ProfileTiming>,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
@@ -347,6 +353,7 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
 fn run_profile(a: ProfileArgs) -> Result<()> {
     let mut options = a.model.options()?;
     options.gpu.profile = true;
+    options.gpu.profile_timing = a.timing;
     let engine = moestream::Engine::load(&options)?;
     let o = ProfileOptions { prompt_tokens: a.prompt_tokens, decode_tokens: a.decode_tokens, seed: a.seed };
     let r = profile::run(&engine, &o)?;
@@ -355,8 +362,13 @@ fn run_profile(a: ProfileArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{} on {}: {} prompt tokens, {} generated ({:.1} tok/s while profiled)",
-        r.model, r.adapter, r.prompt_tokens, r.decode_tokens, r.decode_tokens_per_s
+        "{} on {}: {} prompt tokens, {} generated ({:.1} tok/s while profiled), dispatches timed by {}",
+        r.model,
+        r.adapter,
+        r.prompt_tokens,
+        r.decode_tokens,
+        r.decode_tokens_per_s,
+        r.timing.name()
     );
     print!("{}", r.markdown());
     Ok(())

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::memory::GpuMemory;
-use super::profiler::Profiler;
+use super::profiler::{ProfileTiming, Profiler};
 use crate::error::{Error, Result};
 
 thread_local! {
@@ -40,9 +40,11 @@ pub struct GpuOptions {
     /// Pretend the adapter has this many bytes of memory, all free (tests simulate a small GPU;
     /// also `MOESTREAM_GPU_MEMORY`).
     pub memory_override: Option<u64>,
-    /// Time every kernel dispatch with timestamp queries (`bench profile`); needs the adapter's
-    /// `TIMESTAMP_QUERY_INSIDE_PASSES`, an error otherwise.
+    /// Time every kernel dispatch (`bench profile`), as `profile_timing` says.
     pub profile: bool,
+    /// How to time dispatches when profiling; `None`: the best the adapter offers
+    /// ([`ProfileTiming::best`]). One the adapter cannot do is an error.
+    pub profile_timing: Option<ProfileTiming>,
 }
 
 /// Capabilities the kernels adapt to.
@@ -205,14 +207,18 @@ impl Gpu {
         let offered = adapter.features();
         let mut wanted_features =
             wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
-        if options.profile {
-            if !offered.contains(wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES) {
+        let profile_timing = options.profile.then(|| options.profile_timing.unwrap_or(ProfileTiming::best(offered)));
+        if let Some(timing) = profile_timing {
+            if !offered.contains(timing.features()) {
                 return Err(Error::Adapter(format!(
-                    "{} has no timestamp queries inside compute passes (TIMESTAMP_QUERY_INSIDE_PASSES): per-kernel profiling is not possible on it",
-                    report.name
+                    "{} lacks {:?}, which profiling with --timing {} needs; {} is the best it offers",
+                    report.name,
+                    timing.features() - offered,
+                    timing.name(),
+                    ProfileTiming::best(offered).name()
                 )));
             }
-            wanted_features |= wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+            wanted_features |= timing.features();
         }
         let required_features = offered & wanted_features;
         let limits = adapter.limits();
@@ -249,7 +255,7 @@ impl Gpu {
             pipelines: Mutex::new(HashMap::new()),
             allocated: AtomicU64::new(0),
             uncaptured,
-            profiler: options.profile.then(|| Arc::new(Profiler::new(&device, &queue))),
+            profiler: profile_timing.map(|timing| Arc::new(Profiler::new(&device, &queue, timing))),
             device,
             queue,
         }))

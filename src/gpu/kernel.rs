@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::profiler::{Profiler, Traffic};
-use super::Gpu;
+use super::{Gpu, Pass};
 
 /// A part of a buffer to bind.
 #[derive(Clone, Copy)]
@@ -78,17 +78,20 @@ impl Kernel {
 
     /// Records a dispatch of `groups` workgroups, folded into x/y when over the per-dimension
     /// limit (kernels compute their linear id with [`super::shader`]'s `group_index`).
-    pub fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>, groups: u32, max_per_dim: u32) {
+    pub fn dispatch(&self, pass: &mut Pass, groups: u32, max_per_dim: u32) {
         if groups == 0 {
             return;
         }
         let x = groups.min(max_per_dim);
         let y = groups.div_ceil(x);
-        pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
+        let dispatch = |pass: &mut wgpu::ComputePass<'_>| {
+            pass.set_pipeline(&self.pipeline);
+            pass.set_bind_group(0, &self.bind_group, &[]);
+            pass.dispatch_workgroups(x, y, 1);
+        };
         match &self.profiler {
-            None => pass.dispatch_workgroups(x, y, 1),
-            Some(p) => p.bracket(pass, self.name, self.traffic, |pass| pass.dispatch_workgroups(x, y, 1)),
+            None => dispatch(pass.compute()),
+            Some(p) => p.bracket(pass, self.name, self.traffic, dispatch),
         }
     }
 

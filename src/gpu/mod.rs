@@ -1,11 +1,12 @@
 //! GPU access: adapter choice, features and limits ([`context`]), typed buffers ([`buffers`]),
-//! shader preprocessing and the pipeline cache ([`shader`]), kernel launching ([`kernel`]), the
+//! shader preprocessing and the pipeline cache ([`shader`]), kernel launching ([`kernel`]) into passes ([`pass`]), the
 //! adapter's memory ([`memory`]) and per-kernel timing ([`profiler`]).
 
 pub mod buffers;
 pub mod context;
 pub mod kernel;
 pub mod memory;
+pub mod pass;
 pub mod profiler;
 pub mod shader;
 
@@ -13,3 +14,4 @@ pub use buffers::{Readback, StepUniform};
 pub use context::{AdapterReport, Caps, Gpu, GpuOptions};
 pub use kernel::Kernel;
 pub use memory::GpuMemory;
+pub use pass::Pass;

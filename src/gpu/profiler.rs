@@ -1,19 +1,76 @@
-//! Per-kernel GPU time from timestamp queries written around every dispatch.
+//! Per-kernel GPU time of every dispatch.
 //!
-//! When [`super::GpuOptions::profile`] is set and the adapter offers
-//! `TIMESTAMP_QUERY_INSIDE_PASSES`, every [`super::Kernel`] dispatch is bracketed by two
-//! timestamps. [`Profiler::end_step`] (called by the decoder after each step) resolves them and
+//! When [`super::GpuOptions::profile`] is set, every [`super::Kernel`] dispatch is timed in the
+//! best way the adapter offers ([`ProfileTiming`]): two timestamps around it inside the pass,
+//! else a compute pass of its own with timestamps at its boundaries (Apple GPUs on Metal have
+//! no timestamps inside passes), else a submission of its own timed by the host clock.
+//! [`Profiler::end_step`] (called by the decoder after each step) resolves them and
 //! adds each dispatch's time and bytes to the totals of its kernel, and its time to the totals
 //! of the step's section it was recorded in ([`Profiler::set_section`]: attention of each kind,
 //! FFN, head), kept apart for one-token (decode) steps and longer (prefill) steps.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use serde::Serialize;
 
-use super::{Gpu, Readback};
+use super::{Gpu, Pass, Readback};
 use crate::error::Result;
+
+/// How each dispatch is timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProfileTiming {
+    /// Timestamps written inside the compute pass before and after the dispatch
+    /// (`TIMESTAMP_QUERY_INSIDE_PASSES`); the step's dispatches stay in one pass.
+    InsidePasses,
+    /// The dispatch in a compute pass of its own, timestamps at the pass's beginning and end
+    /// (`TIMESTAMP_QUERY` only, e.g. Apple GPUs on Metal).
+    PassBoundaries,
+    /// The dispatch in a submission of its own, the queue drained before it, timed by the host
+    /// clock from submit to completion (no timestamp queries): includes each submission's cost.
+    Submits,
+}
+
+impl ProfileTiming {
+    /// Every timing, best first.
+    pub const ALL: [ProfileTiming; 3] =
+        [ProfileTiming::InsidePasses, ProfileTiming::PassBoundaries, ProfileTiming::Submits];
+
+    /// The device features this timing needs.
+    pub fn features(self) -> wgpu::Features {
+        match self {
+            ProfileTiming::InsidePasses => {
+                wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES
+            }
+            ProfileTiming::PassBoundaries => wgpu::Features::TIMESTAMP_QUERY,
+            ProfileTiming::Submits => wgpu::Features::empty(),
+        }
+    }
+
+    /// The best timing an adapter offering `features` supports.
+    pub fn best(features: wgpu::Features) -> ProfileTiming {
+        Self::ALL.into_iter().find(|t| features.contains(t.features())).unwrap_or(ProfileTiming::Submits)
+    }
+
+    /// The name `bench profile --timing` takes and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProfileTiming::InsidePasses => "inside-passes",
+            ProfileTiming::PassBoundaries => "pass-boundaries",
+            ProfileTiming::Submits => "submits",
+        }
+    }
+
+    /// The timing named `name` (see [`ProfileTiming::name`]).
+    pub fn parse(name: &str) -> std::result::Result<ProfileTiming, String> {
+        Self::ALL.into_iter().find(|t| t.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|t| t.name()).collect();
+            format!("unknown profile timing {name:?} (one of: {})", names.join(", "))
+        })
+    }
+}
 
 /// Timestamps one step may hold (two per dispatch); later dispatches of the step go untimed and
 /// are counted in [`StepKindProfile::untimed_dispatches`].
@@ -86,8 +143,13 @@ pub struct StepKindProfile {
     pub untimed_dispatches: u64,
 }
 
+/// One timed dispatch of the step: kernel, section, traffic, and its host-clock time in
+/// milliseconds under [`ProfileTiming::Submits`] (else its two timestamps are queries
+/// `2i, 2i + 1`).
+type Timed = (&'static str, &'static str, Traffic, Option<f64>);
+
 struct Pending {
-    labels: Vec<(&'static str, &'static str, Traffic)>,
+    labels: Vec<Timed>,
     section: &'static str,
     dropped: u64,
 }
@@ -104,23 +166,31 @@ struct Totals {
     sections: BTreeMap<&'static str, (u64, f64)>,
 }
 
-/// The query set and the running totals.
-pub struct Profiler {
-    queries: wgpu::QuerySet,
+/// The timestamp queries of one step and where they are resolved to.
+struct Queries {
+    set: wgpu::QuerySet,
     resolve: wgpu::Buffer,
     readback: Readback,
     period_ns: f64,
+}
+
+/// The timing, its queries (for the timestamp timings) and the running totals.
+pub struct Profiler {
+    timing: ProfileTiming,
+    queries: Option<Queries>,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
     pending: Mutex<Pending>,
     decode: Mutex<Totals>,
     prefill: Mutex<Totals>,
 }
 
 impl Profiler {
-    /// A profiler on `device` (which must have `TIMESTAMP_QUERY_INSIDE_PASSES`).
-    pub(crate) fn new(device: &wgpu::Device, queue: &wgpu::Queue) -> Profiler {
+    /// A profiler on `device`, which must have `timing`'s features.
+    pub(crate) fn new(device: &wgpu::Device, queue: &wgpu::Queue, timing: ProfileTiming) -> Profiler {
         let bytes = MAX_QUERIES as u64 * 8;
-        Profiler {
-            queries: device.create_query_set(&wgpu::QuerySetDescriptor {
+        let queries = (timing != ProfileTiming::Submits).then(|| Queries {
+            set: device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some("profiler"),
                 ty: wgpu::QueryType::Timestamp,
                 count: MAX_QUERIES,
@@ -133,32 +203,68 @@ impl Profiler {
             }),
             readback: Readback::on_device(device, bytes),
             period_ns: queue.get_timestamp_period() as f64,
+        });
+        Profiler {
+            timing,
+            queries,
+            device: device.clone(),
+            queue: queue.clone(),
             pending: Mutex::new(Pending { labels: Vec::new(), section: NO_SECTION, dropped: 0 }),
             decode: Mutex::new(Totals::default()),
             prefill: Mutex::new(Totals::default()),
         }
     }
 
-    /// Records `dispatch` between two timestamps labelled `kernel`.
+    /// How this profiler times dispatches.
+    pub fn timing(&self) -> ProfileTiming {
+        self.timing
+    }
+
+    /// Records `dispatch` (into the open compute pass) timed under the label `kernel`.
     pub(crate) fn bracket(
         &self,
-        pass: &mut wgpu::ComputePass<'_>,
+        pass: &mut Pass,
         kernel: &'static str,
         traffic: Traffic,
         dispatch: impl FnOnce(&mut wgpu::ComputePass<'_>),
     ) {
         let mut pending = self.pending.lock().expect("profiler lock");
+        let section = pending.section;
         let index = pending.labels.len() as u32 * 2;
+        let Some(q) = self.queries.as_ref() else {
+            // Submits: drain the queue, then time this dispatch alone. A device lost while
+            // waiting fails the step's own read-back, so the wait's result is not needed here.
+            drop(pending);
+            pass.flush(&self.queue);
+            let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+            let start = Instant::now();
+            dispatch(pass.compute());
+            pass.flush(&self.queue);
+            let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            self.pending.lock().expect("profiler lock").labels.push((kernel, section, traffic, Some(ms)));
+            return;
+        };
         if index + 2 > MAX_QUERIES {
             pending.dropped += 1;
-            dispatch(pass);
+            dispatch(pass.compute());
             return;
         }
-        let section = pending.section;
-        pending.labels.push((kernel, section, traffic));
-        pass.write_timestamp(&self.queries, index);
-        dispatch(pass);
-        pass.write_timestamp(&self.queries, index + 1);
+        pending.labels.push((kernel, section, traffic, None));
+        if self.timing == ProfileTiming::InsidePasses {
+            let compute = pass.compute();
+            compute.write_timestamp(&q.set, index);
+            dispatch(compute);
+            compute.write_timestamp(&q.set, index + 1);
+        } else {
+            pass.open_timed(wgpu::ComputePassTimestampWrites {
+                query_set: &q.set,
+                beginning_of_pass_write_index: Some(index),
+                end_of_pass_write_index: Some(index + 1),
+            });
+            dispatch(pass.compute());
+            pass.end();
+        }
     }
 
     /// Files the dispatches recorded from now on (until the next call or the step's end) under
@@ -176,18 +282,20 @@ impl Profiler {
         );
         let count = labels.len() as u32 * 2;
         let mut ticks = vec![0u64; count as usize];
-        if count > 0 {
+        let mut period_ns = 0.0;
+        if let Some(q) = self.queries.as_ref().filter(|_| count > 0) {
             let mut encoder = gpu.device.create_command_encoder(&Default::default());
-            encoder.resolve_query_set(&self.queries, 0..count, &self.resolve, 0);
+            encoder.resolve_query_set(&q.set, 0..count, &q.resolve, 0);
             gpu.queue.submit([encoder.finish()]);
-            self.readback.read(gpu, &self.resolve, 0, bytemuck::cast_slice_mut(&mut ticks))?;
+            q.readback.read(gpu, &q.resolve, 0, bytemuck::cast_slice_mut(&mut ticks))?;
+            period_ns = q.period_ns;
         }
         let mut totals = if n_tokens == 1 { &self.decode } else { &self.prefill }.lock().expect("profiler lock");
         totals.steps += 1;
         totals.tokens += n_tokens as u64;
         totals.untimed += dropped;
-        for (i, (kernel, section, traffic)) in labels.iter().enumerate() {
-            let ms = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * self.period_ns / 1e6;
+        for (i, &(kernel, section, traffic, host_ms)) in labels.iter().enumerate() {
+            let ms = host_ms.unwrap_or_else(|| ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period_ns / 1e6);
             let entry = totals.kernels.entry(kernel).or_default();
             entry.0 += 1;
             entry.1 += ms;

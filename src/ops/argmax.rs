@@ -2,7 +2,7 @@
 
 use super::params;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// A bound argmax over the last token's logits.
 pub struct Argmax {
@@ -18,7 +18,7 @@ impl Argmax {
     }
 
     /// Records the argmax of the step's last token.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass) {
         self.kernel.dispatch(pass, 1, gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -8,7 +8,7 @@ use super::kv_store::KvChunk;
 use super::matmul::DecodeLayout;
 use super::params;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// Head layout of an attention layer.
 #[derive(Clone, Copy, Debug)]
@@ -243,7 +243,7 @@ impl Attention {
 
     /// Records attention for `n_tokens` queries, the last one seeing `kv_len` keys; split
     /// when [`is_split`] (then an [`super::attention_merge::AttentionMerge`] must follow).
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize, kv_len: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize, kv_len: usize) {
         let max = gpu.caps.max_workgroups_per_dim;
         if is_split(n_tokens, kv_len, self.split_len) {
             self.split.dispatch(pass, (kv_len.div_ceil(self.split_len) * self.groups_per_block) as u32, max);

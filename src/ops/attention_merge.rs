@@ -4,7 +4,7 @@
 use super::attention::Heads;
 use super::params;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// The second pass of split decode attention: partials of every head merged into the output.
 pub struct AttentionMerge {
@@ -43,7 +43,7 @@ impl AttentionMerge {
     }
 
     /// Records the merge (after every chunk's split pass).
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass) {
         self.kernel.dispatch(pass, self.n_heads as u32, gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -2,7 +2,7 @@
 
 use super::{groups64, params};
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// The conv's sizes: `channels` convolved independently with `kernel` taps each, inputs read
 /// `in_stride` values apart per token.
@@ -41,7 +41,7 @@ impl CausalConv1d {
     }
 
     /// Records the conv over the step's `n_tokens` tokens (in order, one invocation per channel).
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass) {
         self.kernel.dispatch(pass, groups64(self.channels), gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -2,7 +2,7 @@
 
 use super::{groups64, params, GpuMatrix};
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// A bound embedding lookup: token ids → hidden states.
 pub struct Embed {
@@ -39,7 +39,7 @@ impl Embed {
     }
 
     /// Records the lookups for `n_tokens` tokens.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         for k in &self.kernels {
             k.dispatch(pass, groups64(n_tokens * self.hidden), gpu.caps.max_workgroups_per_dim);
         }

@@ -11,7 +11,7 @@ use super::params;
 use super::WeightFormat;
 use crate::experts::{SlotArena, SlotLayout, SlotTable};
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::ExpertAct;
 
 /// Buffers an expert FFN reads and writes.
@@ -177,7 +177,7 @@ impl ExpertFfn {
     }
 
     /// Records the expert FFN for `n_tokens` tokens.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         let pairs = n_tokens * self.top_k;
         let max = gpu.caps.max_workgroups_per_dim;
         if n_tokens > MATVEC_MAX_TOKENS && !self.gather.is_empty() {

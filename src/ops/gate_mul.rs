@@ -3,7 +3,7 @@
 
 use super::{groups64, params};
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 use crate::reference::ops::GateAct;
 
 /// Where the gate values of each token are: `width / span` values at `offset` of rows `stride`
@@ -46,7 +46,7 @@ impl GateMul {
     }
 
     /// Records the gating of `n_tokens` tokens.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         self.kernel.dispatch(pass, groups64(n_tokens * self.width), gpu.caps.max_workgroups_per_dim);
     }
 }

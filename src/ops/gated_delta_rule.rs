@@ -3,7 +3,7 @@
 
 use super::params;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::LinearKind;
 use crate::reference::ops::DeltaShape;
 
@@ -58,7 +58,7 @@ impl GatedDeltaRule {
     }
 
     /// Records the rule over the step's tokens.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass) {
         self.kernel.dispatch(pass, self.v_heads as u32, gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -3,7 +3,7 @@
 
 use super::{groups64, params};
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// Element type of the KV cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl KvStore {
     }
 
     /// Records the store of `n_tokens` rows.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         self.kernel.dispatch(pass, groups64(n_tokens * self.pairs_per_token), gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -4,7 +4,7 @@
 use super::{params, GpuMatrix};
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// Where and how a matmul writes its output.
 #[derive(Clone, Copy, Debug)]
@@ -158,7 +158,7 @@ impl MatMul {
 
     /// Records the dispatches for `n_tokens` tokens (the decode kernel for up to
     /// [`MATVEC_MAX_TOKENS`], or for the last token only with a `last_token` output).
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         let max = gpu.caps.max_workgroups_per_dim;
         for (matmul, matvec, rows) in &self.kernels {
             match matmul {

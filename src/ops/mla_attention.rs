@@ -10,7 +10,7 @@ use super::kv_store::KvDtype;
 use super::params;
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::MlaSpec;
 
 /// Largest `kv_lora_rank` the kernels hold in workgroup memory.
@@ -163,7 +163,7 @@ impl MlaAttention {
 
     /// Records attention for `n_tokens` queries, the last one seeing `kv_len` keys; split when
     /// [`is_split`] (then the merge must follow).
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize, kv_len: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize, kv_len: usize) {
         let max = gpu.caps.max_workgroups_per_dim;
         if is_split(n_tokens, kv_len, self.split_len) {
             self.split.dispatch(pass, (kv_len.div_ceil(self.split_len) * self.head_sets) as u32, max);

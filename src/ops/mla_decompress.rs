@@ -5,7 +5,7 @@
 use super::mla_attention::DecompressedCache;
 use super::params;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::MlaSpec;
 
 /// A bound store into one layer's decompressed cache.
@@ -60,7 +60,7 @@ impl MlaDecompress {
     }
 
     /// Records the store of `n_tokens` tokens.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         self.kernel.dispatch(pass, (n_tokens * self.n_heads) as u32, gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -3,7 +3,7 @@
 
 use super::params;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::MlaSpec;
 
 /// A bound merge of one layer (it reads the layer's `kv_b`).
@@ -49,7 +49,7 @@ impl MlaMerge {
     }
 
     /// Records the merge (after the split pass).
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass) {
         self.kernel.dispatch(pass, self.n_heads as u32, gpu.caps.max_workgroups_per_dim);
     }
 }

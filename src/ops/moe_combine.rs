@@ -3,7 +3,7 @@
 use super::{groups64, params};
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// A bound MoE combine.
 pub struct MoeCombine {
@@ -41,7 +41,7 @@ impl MoeCombine {
     }
 
     /// Records the combine for `n_tokens` tokens.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         self.kernel.dispatch(pass, groups64(n_tokens * self.hidden), gpu.caps.max_workgroups_per_dim);
     }
 }

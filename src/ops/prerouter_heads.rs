@@ -7,7 +7,7 @@ use super::router::{RouterIo, RouterShape, RouterTopK};
 use super::{groups64, params};
 use crate::error::{Error, Result};
 use crate::gpu::kernel::Slice;
-use crate::gpu::{Gpu, Kernel, StepUniform};
+use crate::gpu::{Gpu, Kernel, Pass, StepUniform};
 use crate::prerouter::features::Features;
 use crate::prerouter::head::{HeadDims, HeadParams};
 
@@ -159,7 +159,7 @@ impl PrerouterHeads {
     }
 
     /// Records every head on the history's last token.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass) {
         let max = gpu.caps.max_workgroups_per_dim;
         for (hidden_layer, _, heads) in &self.groups {
             hidden_layer.dispatch(pass, groups64(heads * self.inner), max);

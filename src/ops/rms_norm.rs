@@ -3,7 +3,7 @@
 use super::matmul::DecodeLayout;
 use super::params;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// Which rows a norm touches.
 #[derive(Clone, Copy, Debug)]
@@ -75,7 +75,7 @@ impl RmsNorm {
     }
 
     /// Records the norm for `n_tokens` tokens.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         self.kernel.dispatch(pass, (n_tokens * self.rows_per_token) as u32, gpu.caps.max_workgroups_per_dim);
     }
 }

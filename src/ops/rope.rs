@@ -2,7 +2,7 @@
 
 use super::{groups64, params};
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::RopeSpec;
 
 /// Where the rotated values sit in each token's row.
@@ -89,7 +89,7 @@ impl Rope {
     }
 
     /// Records the rotation for `n_tokens` tokens.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         self.kernel.dispatch(pass, groups64(n_tokens * self.pairs_per_token), gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -4,7 +4,7 @@ use super::params;
 use super::prerouter_heads::PrerouterHistory;
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// A bound router top-k.
 pub struct RouterTopK {
@@ -131,7 +131,7 @@ impl RouterTopK {
     }
 
     /// Records routing for `n_tokens` tokens.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         self.kernel.dispatch(pass, n_tokens as u32, gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -2,7 +2,7 @@
 
 use super::{groups64, params};
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// A bound SwiGLU: `h = silu(gate) * up` from `gu = [gate | up]`.
 pub struct SwiGlu {
@@ -22,7 +22,7 @@ impl SwiGlu {
     }
 
     /// Records the activation for `n_tokens` tokens.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         self.kernel.dispatch(pass, groups64(n_tokens * self.inter), gpu.caps.max_workgroups_per_dim);
     }
 }

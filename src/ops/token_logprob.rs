@@ -2,7 +2,7 @@
 
 use super::params;
 use crate::gpu::profiler::Traffic;
-use crate::gpu::{Gpu, Kernel};
+use crate::gpu::{Gpu, Kernel, Pass};
 
 /// A bound per-token log-softmax gather.
 pub struct TokenLogprob {
@@ -27,7 +27,7 @@ impl TokenLogprob {
     }
 
     /// Records the gather for `n_tokens` tokens.
-    pub fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n_tokens: usize) {
+    pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         self.kernel.dispatch(pass, n_tokens as u32, gpu.caps.max_workgroups_per_dim);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use moestream::gpu::{Gpu, GpuOptions};
+use moestream::gpu::{Gpu, GpuOptions, Pass};
 
 /// One recorded prompt of a golden file.
 #[derive(serde::Deserialize, Clone, Debug)]
@@ -154,13 +154,10 @@ pub fn gpu_no_subgroups() -> std::sync::Arc<Gpu> {
 }
 
 /// Records whatever `f` puts in one compute pass, submits it (read-backs wait for it).
-pub fn submit(gpu: &Gpu, f: impl FnOnce(&mut wgpu::ComputePass<'_>)) {
-    let mut encoder = gpu.device.create_command_encoder(&Default::default());
-    {
-        let mut pass = encoder.begin_compute_pass(&Default::default());
-        f(&mut pass);
-    }
-    gpu.queue.submit([encoder.finish()]);
+pub fn submit(gpu: &Gpu, f: impl FnOnce(&mut Pass)) {
+    let mut pass = Pass::new(&gpu.device);
+    f(&mut pass);
+    pass.submit(&gpu.queue);
 }
 
 /// A storage buffer holding `data`.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::{Attn, GpuModel};
 use crate::error::{Error, Result};
 use crate::gpu::context::counting_allocations;
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, Pass};
 use crate::model::{ArchSpec, MlaCacheKind, MlaSpec};
 use crate::ops::attention::{is_split, Attention, AttentionIo, Heads, KeyRange};
 use crate::ops::causal_conv1d::{CausalConv1d, ConvShape};
@@ -192,7 +192,7 @@ impl Drop for SequenceCache {
 impl LayerCache {
     /// Records the store of the step's keys/values and the attention of its queries (`kv_len`
     /// keys after the step).
-    pub(super) fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize, kv_len: usize) {
+    pub(super) fn record(&self, gpu: &Gpu, pass: &mut Pass, n: usize, kv_len: usize) {
         match self {
             LayerCache::Grouped(g) => {
                 for c in &g.chunks {
@@ -408,7 +408,7 @@ impl GpuModel {
         &self,
         cache: &SequenceCache,
         layer: usize,
-        pass: &mut wgpu::ComputePass<'_>,
+        pass: &mut Pass,
         n: usize,
         kv_len: usize,
     ) {

@@ -6,7 +6,7 @@
 
 use super::{f32_buf, Activations, Builder};
 use crate::error::Result;
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, Pass};
 use crate::model::hybrid_weights::LinearAttnWeights;
 use crate::model::{ArchSpec, HostTensor, HybridSpec};
 use crate::ops::gate_mul::{GateMul, GateRows};
@@ -81,12 +81,12 @@ impl Builder<'_> {
 
 impl LinearAttn {
     /// Records the in-projection (before the session's conv and delta rule).
-    pub(super) fn record_inputs(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    pub(super) fn record_inputs(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         self.in_proj.record(gpu, pass, n);
     }
 
     /// Records the gated norm and `out_proj` (after them).
-    pub(super) fn record_output(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    pub(super) fn record_output(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         self.norm.record(gpu, pass, n);
         self.gate.record(gpu, pass, n);
         self.out.record(gpu, pass, n);
@@ -95,12 +95,12 @@ impl LinearAttn {
 
 impl OutputGate {
     /// Records the gate's projection (beside the query's).
-    pub(super) fn record_projection(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    pub(super) fn record_projection(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         self.proj.record(gpu, pass, n);
     }
 
     /// Records the gating of the attention output (before `o_proj`).
-    pub(super) fn record_gating(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    pub(super) fn record_gating(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         self.mul.record(gpu, pass, n);
     }
 }

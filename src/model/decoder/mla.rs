@@ -6,7 +6,7 @@
 
 use super::{Activations, Builder};
 use crate::error::Result;
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, Pass};
 use crate::model::layer_weights::{MlaQuery, MlaWeights, MLA_NORM_EPS};
 use crate::model::{ArchSpec, HostTensor, MlaCacheKind, MlaSpec};
 use crate::ops::matmul::{MatMul, MatMulOut};
@@ -109,7 +109,7 @@ impl Builder<'_> {
 impl MlaAttn {
     /// Records the queries, latent and rotary key of `n` tokens (before the session's store and
     /// attention).
-    pub(super) fn record_inputs(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    pub(super) fn record_inputs(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         match &self.q {
             Query::Direct(q) => q.record(gpu, pass, n),
             Query::Compressed { a, norm, b } => {
@@ -129,7 +129,7 @@ impl MlaAttn {
     }
 
     /// Records the output gate (Ling) and `o_proj`, adding the attention output into `x`.
-    pub(super) fn record_output(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    pub(super) fn record_output(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         if let Some(g) = &self.out_gate {
             g.record_gating(gpu, pass, n);
         }

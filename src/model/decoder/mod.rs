@@ -27,7 +27,7 @@ use crate::experts::residency::ExpertResidency;
 use crate::experts::source::ExpertSource;
 use crate::experts::{SlotArena, SlotTable};
 use crate::gpu::context::counting_allocations;
-use crate::gpu::{Gpu, Readback, StepUniform};
+use crate::gpu::{Gpu, Pass, Readback, StepUniform};
 use crate::model::layer_weights::{self, AttentionBlock, FfnWeights, MlpWeights};
 use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
 use crate::model::{ArchSpec, Checkpoint, HostTensor, MlaCacheKind, MoeSpec, QkNorm, RoutingKind};
@@ -320,7 +320,7 @@ impl GpuModel {
 impl GroupedAttn {
     /// Records the projections, norms and RoPE that leave the step's queries in `acts.q` and
     /// its keys/values in `acts.k`/`acts.v` for the session's cache store.
-    fn record_inputs(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    fn record_inputs(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         self.q.record(gpu, pass, n);
         self.k.record(gpu, pass, n);
         self.v.record(gpu, pass, n);
@@ -348,7 +348,7 @@ impl Attn {
 
     /// Records what comes before the session's cache store and attention (see
     /// [`GpuModel::record_attention`]).
-    fn record_inputs(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    fn record_inputs(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         match self {
             Attn::Grouped(a) => a.record_inputs(gpu, pass, n),
             Attn::Mla(a) => a.record_inputs(gpu, pass, n),
@@ -358,7 +358,7 @@ impl Attn {
 
     /// Records what follows the attention (output gate, gated norm) and `o_proj`, adding the
     /// attention output into the residual.
-    fn record_output(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    fn record_output(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         match self {
             Attn::Grouped(a) => {
                 if let Some(g) = &a.out_gate {
@@ -373,7 +373,7 @@ impl Attn {
 }
 
 impl Mlp {
-    fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    fn record(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         self.gate_up.record(gpu, pass, n);
         self.swiglu.record(gpu, pass, n);
         self.down.record(gpu, pass, n);

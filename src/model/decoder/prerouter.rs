@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::{router_shape, Ffn, GpuModel};
 use crate::error::{Error, Result};
 use crate::experts::predictor::PredictedRouting;
-use crate::gpu::{Gpu, Readback};
+use crate::gpu::{Gpu, Pass, Readback};
 use crate::ops::prerouter_heads::{HeadToRun, PrerouterHeads, PrerouterHistory};
 use crate::ops::router::{Capture, Forced, RouterTopK};
 use crate::prerouter::heads_file::Heads;
@@ -99,7 +99,7 @@ impl DecoderPrerouter {
     }
 
     /// Records every head (at the end of a step).
-    pub(super) fn record_heads(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>) {
+    pub(super) fn record_heads(&self, gpu: &Gpu, pass: &mut Pass) {
         self.heads.record(gpu, pass);
     }
 

@@ -4,7 +4,7 @@
 
 use super::Builder;
 use crate::error::Result;
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, Pass};
 use crate::model::lora::{LoraAdapter, LoraPair, LoraTarget};
 use crate::model::HostTensor;
 use crate::ops::matmul::{MatMul, MatMulOut};
@@ -38,7 +38,7 @@ pub(super) struct Projection {
 
 impl Projection {
     /// Records the matmul, then each delta, for `n` tokens.
-    pub(super) fn record(&self, gpu: &Gpu, pass: &mut wgpu::ComputePass<'_>, n: usize) {
+    pub(super) fn record(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         self.base.record(gpu, pass, n);
         for d in &self.deltas {
             d.a.record(gpu, pass, n);

@@ -8,29 +8,7 @@ use super::{Ffn, GpuModel, MoeFfn, SequenceCache, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertResidency;
-
-/// An encoder with an open compute pass.
-struct Recording {
-    encoder: wgpu::CommandEncoder,
-    pass: Option<wgpu::ComputePass<'static>>,
-}
-
-impl Recording {
-    fn new(device: &wgpu::Device) -> Recording {
-        let mut encoder = device.create_command_encoder(&Default::default());
-        let pass = encoder.begin_compute_pass(&Default::default()).forget_lifetime();
-        Recording { encoder, pass: Some(pass) }
-    }
-
-    fn pass(&mut self) -> &mut wgpu::ComputePass<'static> {
-        self.pass.as_mut().expect("pass is open until submit")
-    }
-
-    fn submit(mut self, queue: &wgpu::Queue) {
-        drop(self.pass.take());
-        queue.submit([self.encoder.finish()]);
-    }
-}
+use crate::gpu::Pass;
 
 impl GpuModel {
     /// Runs `tokens` (at most `max_batch`) at positions `pos..` of the sequence held by
@@ -91,28 +69,28 @@ impl GpuModel {
                 p.set_section(name)
             }
         };
-        let mut rec = Recording::new(&gpu.device);
+        let mut rec = Pass::new(&gpu.device);
         section("embed");
-        self.embed.record(gpu, rec.pass(), n);
+        self.embed.record(gpu, &mut rec, n);
         for (i, l) in self.layers.iter().enumerate() {
             section(l.attn.section());
-            l.attn_norm.record(gpu, rec.pass(), n);
-            l.attn.record_inputs(gpu, rec.pass(), n);
-            self.record_attention(cache, i, rec.pass(), n, pos + n);
-            l.attn.record_output(gpu, rec.pass(), n);
+            l.attn_norm.record(gpu, &mut rec, n);
+            l.attn.record_inputs(gpu, &mut rec, n);
+            self.record_attention(cache, i, &mut rec, n, pos + n);
+            l.attn.record_output(gpu, &mut rec, n);
             section(if matches!(l.ffn, Ffn::Dense(_)) { "dense FFN" } else { "MoE FFN" });
-            l.ffn_norm.record(gpu, rec.pass(), n);
+            l.ffn_norm.record(gpu, &mut rec, n);
             match &l.ffn {
-                Ffn::Dense(mlp) => mlp.record(gpu, rec.pass(), n),
+                Ffn::Dense(mlp) => mlp.record(gpu, &mut rec, n),
                 Ffn::Moe(moe) => {
                     let MoeFfn { router, topk, experts, shared, combine, .. } = &**moe;
-                    router.record(gpu, rec.pass(), n);
+                    router.record(gpu, &mut rec, n);
                     match prerouter.and_then(|p| p.router(i, n)) {
-                        Some(own) => own.record(gpu, rec.pass(), n),
-                        None => topk.record(gpu, rec.pass(), n),
+                        Some(own) => own.record(gpu, &mut rec, n),
+                        None => topk.record(gpu, &mut rec, n),
                     }
                     match residency.as_deref_mut().filter(|r| observing || r.needs_routing()) {
-                        None => experts.record(gpu, rec.pass(), n),
+                        None => experts.record(gpu, &mut rec, n),
                         Some(r) => {
                             // Slot writes must not overtake recorded work: submit first (slot
                             // and table writes land before the next submission's commands).
@@ -131,29 +109,29 @@ impl GpuModel {
                             let waves = r.route(i, &routed);
                             for wave in &waves {
                                 r.apply_wave(gpu, i, wave)?;
-                                let mut wave_rec = Recording::new(&gpu.device);
-                                experts.record(gpu, wave_rec.pass(), n);
+                                let mut wave_rec = Pass::new(&gpu.device);
+                                experts.record(gpu, &mut wave_rec, n);
                                 wave_rec.submit(&gpu.queue);
                             }
                             if waves.is_empty() {
                                 // Tracing a resident model: nothing moves.
-                                let mut wave_rec = Recording::new(&gpu.device);
-                                experts.record(gpu, wave_rec.pass(), n);
+                                let mut wave_rec = Pass::new(&gpu.device);
+                                experts.record(gpu, &mut wave_rec, n);
                                 wave_rec.submit(&gpu.queue);
                             }
                             r.prefetch(gpu, i);
                             r.land_prefetches(gpu)?;
-                            rec = Recording::new(&gpu.device);
+                            rec = Pass::new(&gpu.device);
                         }
                     }
                     if let Some(s) = shared {
-                        s.mlp.record(gpu, rec.pass(), n);
+                        s.mlp.record(gpu, &mut rec, n);
                         if let Some(g) = &s.gate {
-                            g.record(gpu, rec.pass(), n);
+                            g.record(gpu, &mut rec, n);
                         }
                     }
                     if let Some(c) = combine {
-                        c.record(gpu, rec.pass(), n);
+                        c.record(gpu, &mut rec, n);
                     }
                 }
             }
@@ -164,21 +142,21 @@ impl GpuModel {
         drop(observer);
         if let Some(p) = prerouter {
             section("prerouter heads");
-            p.record_heads(gpu, rec.pass());
+            p.record_heads(gpu, &mut rec);
         }
         if !matches!(output, StepOutput::None) {
             section("final norm + lm_head");
-            self.final_norm.record(gpu, rec.pass(), n);
+            self.final_norm.record(gpu, &mut rec, n);
             match output {
                 StepOutput::LogProbs(_) => {
-                    self.lm_head.record(gpu, rec.pass(), n);
-                    self.token_logprob.record(gpu, rec.pass(), n);
+                    self.lm_head.record(gpu, &mut rec, n);
+                    self.token_logprob.record(gpu, &mut rec, n);
                 }
                 _ => {
                     // The greedy token and the logits are the last token's: its row only.
-                    self.lm_head_last.record(gpu, rec.pass(), n);
+                    self.lm_head_last.record(gpu, &mut rec, n);
                     if matches!(output, StepOutput::Argmax) {
-                        self.argmax.record(gpu, rec.pass());
+                        self.argmax.record(gpu, &mut rec);
                     }
                 }
             }
