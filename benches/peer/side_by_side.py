@@ -16,11 +16,19 @@ The script makes what is missing: the bench model (benches/make_bench_model.py),
 and prints one markdown table (and JSON with --json) with each row's speed and its ratio to
 llama.cpp's Vulkan run of the same file type. `GGML_VK_VISIBLE_DEVICES=0` makes llama.cpp
 accept a software adapter (lavapipe), which it skips by default.
+
+Then the decode matvec alone (skip with --no-matvec), the shape llama.cpp's own perf suite uses
+(4096 rows x 14336 columns, one token): `test-backend-ops perf -o MUL_MAT` on Vulkan0 for Q4_0
+and F16 beside `moestream bench kernels --rows 4096 --cols 14336` (moestream's int4 and f16),
+each as GB/s of its own weight bytes, weights per second, and the ratio of weights per second
+(moestream int4 against Q4_0, f16 against F16), with the compute-read bandwidth `bench kernels`
+measures as the roofline.
 """
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +62,43 @@ def moestream_bench(binary, model, args, dtype=None):
             "backend": r["adapter"]}
 
 
+# The decode matvec of llama.cpp's perf suite: m rows (outputs), k columns, one token.
+MATVEC_ROWS, MATVEC_COLS = 4096, 14336
+# Bytes per weight of llama.cpp's types: Q4_0 is 18 bytes per block of 32, F16 2.
+GGML_BYTES_PER_WEIGHT = {"q4_0": 18 / 32, "f16": 2.0}
+
+
+def llama_matvec_us(test_backend_ops, ggml_type):
+    """Microseconds per run of llama.cpp's Vulkan MUL_MAT of `ggml_type` weights at the perf
+    suite's 4096 x 14336 x 1 shape."""
+    env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
+    params = f"type_a={ggml_type},type_b=f32,m={MATVEC_ROWS},n=1,k={MATVEC_COLS},"
+    out = run([test_backend_ops, "perf", "-o", "MUL_MAT", "-b", "Vulkan0", "-p", re.escape(params)], env)
+    for line in out.splitlines():
+        m = re.search(r"MUL_MAT\((.*?)\):\s+(\d+) runs -\s+([\d.]+) us/run", line)
+        if m and m.group(1).startswith(params) and "bs=[1,1]" in m.group(1):
+            return float(m.group(3))
+    raise SystemExit(f"test-backend-ops printed no MUL_MAT {params} line:\n{out}")
+
+
+def matvec_rows(bin_dir, moestream):
+    """The decode matvec side by side: llama.cpp Q4_0 and F16 against moestream int4 and f16."""
+    ours = json.loads(run([moestream, "bench", "kernels", "--rows", str(MATVEC_ROWS), "--cols", str(MATVEC_COLS),
+                           "--json"]).strip().splitlines()[-1])
+    weights = MATVEC_ROWS * MATVEC_COLS
+    rows = []
+    for ggml_type, own in (("q4_0", "int4"), ("f16", "f16")):
+        us = llama_matvec_us(bin_dir / "test-backend-ops", ggml_type)
+        llama_gbps = weights * GGML_BYTES_PER_WEIGHT[ggml_type] / (us * 1e3)
+        own_us = ours[f"{own}_us"]
+        rows.append({
+            "llama_type": ggml_type.upper(), "llama_us": us, "llama_gbps": llama_gbps,
+            "moestream_type": own, "moestream_us": own_us, "moestream_gbps": ours[f"{own}_gbps"],
+            "read_gbps": ours["read_gbps"], "weights_per_s_vs_llama": us / own_us,
+        })
+    return {"adapter": ours["adapter"], "rows_x_cols": [MATVEC_ROWS, MATVEC_COLS], "rows": rows}
+
+
 def bench_models(bin_dir, models):
     """The reference bench model in `models` (made where missing): its Hugging Face directory,
     its F16 GGUF and a Q4_0 GGUF quantized by llama.cpp."""
@@ -77,12 +122,14 @@ def main():
     p.add_argument("--decode", type=int, default=64)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--json", default=None)
+    p.add_argument("--no-matvec", action="store_true", help="skip the matvec side by side")
+    p.add_argument("--moestream", default=str(ROOT / "target/release/moestream"), help="the moestream binary")
     args = p.parse_args()
     peer = Path(args.peer)
     bin_dir = peer / "build/bin"
     models = Path(args.models or peer / "models")
     hf, f16, q4 = bench_models(bin_dir, models)
-    moestream = ROOT / "target/release/moestream"
+    moestream = Path(args.moestream)
 
     rows = []
     for label, path in (("Q4_0", q4), ("F16", f16)):
@@ -108,6 +155,17 @@ def main():
     for r in rows:
         print(f"| {r['engine']} | {r['weights']} | {r['backend']} | {r['prefill_tokens_per_s']:.1f} | "
               f"{r['decode_tokens_per_s']:.1f} | {r['prefill_vs_llama_vulkan']:.2f} | {r['decode_vs_llama_vulkan']:.2f} |")
+    if not args.no_matvec:
+        mv = matvec_rows(bin_dir, moestream)
+        report["matvec"] = mv
+        print(f"\ndecode matvec {MATVEC_ROWS} x {MATVEC_COLS}, one token, on {mv['adapter']}"
+              f" (compute-read roofline {mv['rows'][0]['read_gbps']:.1f} GB/s)\n")
+        print("| llama.cpp | us | GB/s | moestream | us | GB/s | x read roofline | weights/s vs llama.cpp |")
+        print("|---|---:|---:|---|---:|---:|---:|---:|")
+        for r in mv["rows"]:
+            print(f"| {r['llama_type']} | {r['llama_us']:.0f} | {r['llama_gbps']:.2f} | {r['moestream_type']} | "
+                  f"{r['moestream_us']:.0f} | {r['moestream_gbps']:.2f} | {r['moestream_gbps'] / r['read_gbps']:.2f} | "
+                  f"{r['weights_per_s_vs_llama']:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
 

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# One short session on a lent GPU machine (which has python3 with numpy, torch and safetensors,
+# but no Rust, no Vulkan SDK and no network): every GPU figure the README quotes, measured in one
+# run on the same adapter, into $OUT.
+#
+#   benches/peer/gpu_session.sh pack      here: cargo build --release, build_llama_cpp.sh, then
+#                                         packs moestream, llama.cpp's binaries and libraries and
+#                                         llama.cpp's gguf-py into target/gpu-carry (xz, < 64 MiB)
+#   benches/peer/gpu_session.sh run       there, with target/gpu-carry carried: makes the
+#                                         reference bench model and its GGUFs, then runs
+#                                         devices, bench kernels, bench profile, bench model and
+#                                         side_by_side.py (llama-bench + test-backend-ops)
+#
+# `run` writes everything under $OUT (default target/gpu-session): devices.txt, kernels.json,
+# profile.json, side_by_side.json and .txt, log.txt. About 6-8 minutes on an H200. PROMPT,
+# DECODE and RUNS (default 512, 128, 3) set the token counts; small ones make a quick dry run
+# on lavapipe (PROMPT=32 DECODE=8 RUNS=1: about 4 minutes on the 2-core VM).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CARRY=target/gpu-carry
+PEER=target/peer
+
+pack() {
+  cargo build --release --locked --bin moestream
+  [ -x "$PEER/build/bin/llama-bench" ] || benches/peer/build_llama_cpp.sh "$PEER"
+  local stage
+  stage="$(mktemp -d)"
+  mkdir -p "$stage/peer/build/bin" "$stage/bin"
+  cp target/release/moestream "$stage/bin/"
+  cp -P "$PEER"/build/bin/{llama-bench,llama-quantize,test-backend-ops} "$stage/peer/build/bin/"
+  cp -P "$PEER"/build/bin/*.so* "$stage/peer/build/bin/"
+  cp -r "$PEER"/llama_cpp_python-*/vendor/llama.cpp/gguf-py "$stage/gguf-py"
+  rm -rf "$CARRY"
+  mkdir -p "$CARRY"
+  tar -C "$stage" -cf - . | xz -T0 -9 > "$CARRY/bundle.tar.xz"
+  rm -rf "$stage"
+  local bytes
+  bytes=$(stat -c %s "$CARRY/bundle.tar.xz")
+  echo "packed $CARRY/bundle.tar.xz: $((bytes / 1048576)) MiB (the device tool carries 64 MiB in all)"
+  [ "$bytes" -lt $((60 * 1048576)) ] || { echo "too large to carry" >&2; exit 1; }
+}
+
+run() {
+  OUT="${OUT:-target/gpu-session}"
+  PROMPT="${PROMPT:-512}" DECODE="${DECODE:-128}" RUNS="${RUNS:-3}"
+  mkdir -p "$OUT"
+  exec > >(tee "$OUT/log.txt") 2>&1
+  local root=/tmp/moestream-gpu
+  mkdir -p "$root/models"
+  tar -C "$root" -xJf "$CARRY/bundle.tar.xz"
+  export LD_LIBRARY_PATH="$root/peer/build/bin:${LD_LIBRARY_PATH:-}"
+  export PYTHONPATH="$root/gguf-py:${PYTHONPATH:-}"
+  export PYTHONUNBUFFERED=1
+  local moe="$root/bin/moestream" models="$root/models"
+  "$moe" devices | tee "$OUT/devices.txt"
+  python3 benches/make_bench_model.py "$models/bench-mixtral"
+  "$moe" convert "$models/bench-mixtral" "$models/bench-mixtral-int4"
+  "$moe" bench kernels --json > "$OUT/kernels.json"
+  "$moe" bench kernels --rows 14336 --cols 4096 --json > "$OUT/kernels-14336x4096.json"
+  "$moe" bench profile --model "$models/bench-mixtral-int4" --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" \
+    --json > "$OUT/profile.json"
+  python3 benches/peer/side_by_side.py --peer "$root/peer" --models "$models" --prompt "$PROMPT" \
+    --decode "$DECODE" --runs "$RUNS" --moestream "$moe" --json "$OUT/side_by_side.json" | tee "$OUT/side_by_side.txt"
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  run) run ;;
+  *) echo "usage: $0 pack|run" >&2; exit 2 ;;
+esac
