@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{fixtures, gpu, max_abs_diff};
+use common::{fixtures, gpu, gpu_layouts, max_abs_diff};
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::reference::ReferenceModel;
 use moestream::runtime::{Engine, EngineOptions, GenerateOptions};
@@ -40,6 +40,26 @@ fn f32_matches_transformers() {
             let g = e.generate(&p.tokens, &opts, |_, _| true).unwrap();
             assert_eq!(g.tokens, p.greedy, "{} {}: greedy tokens", golden.architecture, p.name);
         }
+    }
+}
+
+#[test]
+fn gpu_layouts_match_transformers() {
+    // The kernel layouts hardware GPUs get (lane teams, gathered expert prefill, 64-lane norms),
+    // end to end on lavapipe: every family's short prompt, f32 weights and cache.
+    for (dir, golden) in fixtures() {
+        let mut o = EngineOptions::new(&dir).with_format(WeightFormat::F32);
+        o.context = Some(256);
+        o.kv_dtype = KvDtype::F32;
+        let e = Engine::load_on(gpu_layouts(), &o).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let p = golden.prompts.iter().find(|p| p.name == "short").expect("short prompt");
+        let s = e.score(&p.tokens).unwrap();
+        let err = max_abs_diff(&s.logprobs, &p.logprobs);
+        println!("{} GPU layouts: max |Δ logprob| = {err:.2e}", golden.architecture);
+        assert!(err < 1e-3, "{} GPU layouts: log-prob error {err}", golden.architecture);
+        let opts = GenerateOptions { max_tokens: p.greedy.len(), ignore_eos: true, ..Default::default() };
+        let g = e.generate(&p.tokens, &opts, |_, _| true).unwrap();
+        assert_eq!(g.tokens, p.greedy, "{} GPU layouts: greedy tokens", golden.architecture);
     }
 }
 

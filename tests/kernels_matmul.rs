@@ -13,8 +13,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_no_subgroups, read_f32, submit, upload_f32,
-    upload_matrix, weight_formats, Rng,
+    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups, gpu_no_subgroups,
+    read_f32, submit, upload_f32, upload_matrix, weight_formats, Rng,
 };
 use moestream::gpu::{Gpu, StepUniform};
 use moestream::ops::matmul::{MatMul, MatMulOut};
@@ -249,6 +249,32 @@ fn matmul_without_subgroups_matches_with() {
                 let b = run(&without, &c, &d);
                 assert_close(&format!("no-subgroups vs subgroups {}", describe(&c)), &b, &a, 1e-5);
                 assert_close(&format!("no-subgroups {}", describe(&c)), &b, &reference(&c, &d), TOL);
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_in_the_gpu_layouts_matches_the_reference() {
+    // What hardware GPUs run: the matvec in 8-lane teams summed by subgroup shuffles, or through
+    // workgroup memory without subgroups (both add in the same order: bit-identical).
+    let (teams, shared) = (gpu_layouts(), gpu_layouts_no_subgroups());
+    assert!(!teams.caps.cpu_layouts && !shared.caps.cpu_layouts && !shared.caps.subgroups);
+    let mut seed = 900;
+    for &(rows, cols) in &[(37usize, 72usize), (129, 1032), (8, 8), (1000, 40)] {
+        for &t in &[1usize, 2, 3, 9] {
+            for format in weight_formats() {
+                seed += 1;
+                let mut c = plain(rows, cols, t, format, seed % 2 == 0);
+                c.out.accumulate = seed % 3 == 0;
+                c.out.last_token = seed % 5 == 0;
+                let d = data(&c, seed);
+                let a = run(&teams, &c, &d);
+                assert_close(&format!("GPU layout {}", describe(&c)), &a, &reference(&c, &d), TOL);
+                if teams.caps.subgroups {
+                    let b = run(&shared, &c, &d);
+                    assert_bits_eq(&format!("GPU layout, shared vs shuffles {}", describe(&c)), &b, &a);
+                }
             }
         }
     }

@@ -13,8 +13,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, read_f32, read_u32, submit, upload_f32, upload_u32,
-    weight_formats, Rng,
+    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups, read_f32,
+    read_u32, submit, upload_f32, upload_u32, weight_formats, Rng,
 };
 use moestream::experts::arena::SlotLayout;
 use moestream::experts::{SlotArena, SlotTable};
@@ -392,6 +392,30 @@ fn expert_ffn_matches_reference() {
                     let d = ffn_data(&c, seed);
                     let (h, y, _) = run_ffn(&gpu(), &c, &d);
                     check_ffn_against_reference(&c, &d, &h, &y);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn expert_ffn_in_the_gpu_layouts_matches_reference() {
+    // What hardware GPUs run for decode steps: expert_gate_up / expert_down in 8-lane teams
+    // summed by subgroup shuffles, or through workgroup memory without subgroups (same order).
+    let (teams, shared) = (gpu_layouts(), gpu_layouts_no_subgroups());
+    let mut seed = 60;
+    for format in weight_formats() {
+        for &(hidden, inter) in &[(40usize, 24usize), (72, 48), (16, 520), (520, 16)] {
+            for &(t, k) in &[(1usize, 1usize), (1, 4), (3, 2)] {
+                seed += 1;
+                let c = case(format, hidden, inter, t, k);
+                let d = ffn_data(&c, seed);
+                let (h, y, _) = run_ffn(&teams, &c, &d);
+                check_ffn_against_reference(&c, &d, &h, &y);
+                if teams.caps.subgroups {
+                    let (h2, y2, _) = run_ffn(&shared, &c, &d);
+                    assert_bits_eq(&format!("{}: h, shared vs shuffles", describe(&c)), &h2, &h);
+                    assert_bits_eq(&format!("{}: y, shared vs shuffles", describe(&c)), &y2, &y);
                 }
             }
         }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{fixtures, gpu};
+use common::{fixtures, gpu, gpu_layouts};
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::ops::WeightFormat;
@@ -74,6 +74,26 @@ fn hybrid_long_prompt_streams_exactly_at_the_minimum_budget() {
         assert!(score.experts.expert_misses > 0);
         assert_eq!(score.logprobs, want_score.logprobs, "{fixture}: streamed long prompt");
         assert_eq!(g.tokens, want_gen.tokens, "{fixture}: streamed decode after the long prompt");
+    }
+}
+
+#[test]
+fn streaming_in_the_gpu_layouts_matches_resident() {
+    // The kernel layouts hardware GPUs get (lane teams, gathered expert prefill): the smallest
+    // budget streams bit-identically to the resident run there too.
+    for (dir, golden) in fixtures() {
+        let spec = moestream::model::ArchSpec::from_dir(&dir).unwrap();
+        let Some(moe) = spec.moe.clone() else { continue };
+        let prompt = &golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens;
+        let gen = GenerateOptions { max_tokens: 6, ignore_eos: true, ..Default::default() };
+        let run = |budget| {
+            let e =
+                Engine::load_on(gpu_layouts(), &options(&dir, budget, PolicyKind::Lru, PrefetchKind::Eamc)).unwrap();
+            (e.generate(prompt, &gen, |_, _| true).unwrap().tokens, e.score(prompt).unwrap().logprobs)
+        };
+        let resident = run(ExpertBudget::Auto);
+        let streamed = run(ExpertBudget::Slots(moe.top_k));
+        assert_eq!(streamed, resident, "{} GPU layouts, {} slots", golden.architecture, moe.top_k);
     }
 }
 

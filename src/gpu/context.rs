@@ -45,6 +45,9 @@ pub struct GpuOptions {
     /// How to time dispatches when profiling; `None`: the best the adapter offers
     /// ([`ProfileTiming::best`]). One the adapter cannot do is an error.
     pub profile_timing: Option<ProfileTiming>,
+    /// Lay kernels out as on a hardware GPU even on a software adapter ([`Caps::cpu_layouts`]
+    /// off): tests run the kernels GPUs run on lavapipe.
+    pub gpu_layouts: bool,
 }
 
 /// Capabilities the kernels adapt to.
@@ -64,6 +67,9 @@ pub struct Caps {
     pub max_storage_buffers: u32,
     /// Largest workgroup count along one dimension.
     pub max_workgroups_per_dim: u32,
+    /// Kernels take their CPU-adapter layouts (a software adapter such as lavapipe, whose
+    /// workgroups are threads and lanes SIMD lanes), unless [`GpuOptions::gpu_layouts`].
+    pub cpu_layouts: bool,
 }
 
 /// A printable description of one adapter.
@@ -241,6 +247,7 @@ impl Gpu {
             max_buffer: limits.max_buffer_size,
             max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
+            cpu_layouts: report.software && !options.gpu_layouts,
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         let uncaptured = Arc::new(Mutex::new(None));

@@ -66,7 +66,7 @@ impl ExpertPrefill {
         match std::env::var("MOESTREAM_EXPERT_PREFILL").as_deref() {
             Ok("pairs") => ExpertPrefill::Pairs,
             Ok("gather") => ExpertPrefill::Gather,
-            _ if gpu.adapter.software && !ggml => ExpertPrefill::Pairs,
+            _ if gpu.caps.cpu_layouts && !ggml => ExpertPrefill::Pairs,
             _ => ExpertPrefill::Gather,
         }
     }

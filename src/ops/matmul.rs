@@ -57,7 +57,7 @@ impl DecodeLayout {
             Ok("lanes") => DecodeLayout::LaneRows,
             Ok("teams") => DecodeLayout::Teams { shared_reduce },
             Ok("teams-shared") => DecodeLayout::Teams { shared_reduce: true },
-            _ if gpu.adapter.software => DecodeLayout::LaneRows,
+            _ if gpu.caps.cpu_layouts => DecodeLayout::LaneRows,
             _ => DecodeLayout::Teams { shared_reduce },
         }
     }

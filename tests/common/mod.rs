@@ -153,6 +153,27 @@ pub fn gpu_no_subgroups() -> std::sync::Arc<Gpu> {
     .clone()
 }
 
+/// The adapter with the kernel layouts of a hardware GPU (teams of lanes summed by subgroup
+/// shuffles, gathered expert prefill), so the kernels GPUs run are tested on lavapipe too.
+pub fn gpu_layouts() -> std::sync::Arc<Gpu> {
+    static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
+    GPU.get_or_init(|| {
+        Gpu::new(&GpuOptions { gpu_layouts: true, ..Default::default() })
+            .expect("a Vulkan adapter (lavapipe) is required")
+    })
+    .clone()
+}
+
+/// GPU layouts without subgroups: teams summed through workgroup memory.
+pub fn gpu_layouts_no_subgroups() -> std::sync::Arc<Gpu> {
+    static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
+    GPU.get_or_init(|| {
+        Gpu::new(&GpuOptions { gpu_layouts: true, disable_subgroups: true, ..Default::default() })
+            .expect("a Vulkan adapter (lavapipe) is required")
+    })
+    .clone()
+}
+
 /// Records whatever `f` puts in one compute pass, submits it (read-backs wait for it).
 pub fn submit(gpu: &Gpu, f: impl FnOnce(&mut Pass)) {
     let mut pass = Pass::new(&gpu.device);
