@@ -16,6 +16,13 @@
 @group(0) @binding(7) var<storage, read_write> y: array<f32>;
 //#if CLAMPED
 @group(0) @binding(8) var<storage, read> expert_bias: array<f32>;
+//#if WIDE
+@group(0) @binding(9) var<storage, read> w4: array<vec4<u32>>;
+//#endif
+//#else
+//#if WIDE
+@group(0) @binding(8) var<storage, read> w4: array<vec4<u32>>;
+//#endif
 //#endif
 
 alias TeamValue = f32;

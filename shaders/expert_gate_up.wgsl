@@ -19,6 +19,13 @@
 @group(0) @binding(6) var<storage, read_write> h: array<f32>;
 //#if CLAMPED
 @group(0) @binding(7) var<storage, read> expert_bias: array<f32>;
+//#if WIDE
+@group(0) @binding(8) var<storage, read> w4: array<vec4<u32>>;
+//#endif
+//#else
+//#if WIDE
+@group(0) @binding(7) var<storage, read> w4: array<vec4<u32>>;
+//#endif
 //#endif
 
 alias TeamValue = vec2<f32>;
@@ -54,15 +61,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var dg: array<f32, R>;
         var du: array<f32, R>;
         var sx = vec4<f32>(0.0);
-        for (var k8 = k0; k8 < k1; k8++) {
-            let xa = x[xb + k8 * 2u];
-            let xc = x[xb + k8 * 2u + 1u];
+        if (W_WIDE && k1 - k0 == 4u) {
+            // As rows_dot's wide branch: x once, each row's gate and up words in one load each.
+            var xs: array<vec4<f32>, 8>;
+            for (var i = 0u; i < 8u; i++) {
+                xs[i] = x[xb + k0 * 2u + i];
+            }
             for (var r = 0u; r < R; r++) {
-                dg[r] += w_dot8(gate, rows[r], k8, xa, xc);
-                du[r] += w_dot8(up, rows[r], k8, xa, xc);
+                let qg = w_group_words(gate, rows[r], grp);
+                let qu = w_group_words(up, rows[r], grp);
+                for (var c = 0u; c < 4u; c++) {
+                    dg[r] += w_word_dot(qg[c], xs[2u * c], xs[2u * c + 1u]);
+                    du[r] += w_word_dot(qu[c], xs[2u * c], xs[2u * c + 1u]);
+                }
             }
             if (W_OFFSET) {
-                sx += xa + xc;
+                for (var c = 0u; c < 4u; c++) {
+                    sx += xs[2u * c] + xs[2u * c + 1u];
+                }
+            }
+        } else {
+            for (var k8 = k0; k8 < k1; k8++) {
+                let xa = x[xb + k8 * 2u];
+                let xc = x[xb + k8 * 2u + 1u];
+                for (var r = 0u; r < R; r++) {
+                    dg[r] += w_dot8(gate, rows[r], k8, xa, xc);
+                    du[r] += w_dot8(up, rows[r], k8, xa, xc);
+                }
+                if (W_OFFSET) {
+                    sx += xa + xc;
+                }
             }
         }
         let xsum = sx.x + sx.y + sx.z + sx.w;

@@ -17,4 +17,11 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 //#if BIAS
 @group(0) @binding(5) var<storage, read> bias: array<f32>;
+//#if WIDE
+@group(0) @binding(6) var<storage, read> w4: array<vec4<u32>>;
+//#endif
+//#else
+//#if WIDE
+@group(0) @binding(5) var<storage, read> w4: array<vec4<u32>>;
+//#endif
 //#endif

@@ -11,14 +11,34 @@ fn rows_dot(m: WMat, rows: array<u32, R>, lane: u32, k8s: u32) -> array<f32, R> 
         let k1 = min(k0 + W_GROUP8, k8s);
         var d: array<f32, R>;
         var sx = vec4<f32>(0.0);
-        for (var k8 = k0; k8 < k1; k8++) {
-            let xa = x_at(k8 * 2u);
-            let xb = x_at(k8 * 2u + 1u);
+        if (W_WIDE && k1 - k0 == 4u) {
+            // The group's 8 input vec4s, then each row's four code words in one load (the same
+            // additions in the same order as below).
+            var xs: array<vec4<f32>, 8>;
+            for (var i = 0u; i < 8u; i++) {
+                xs[i] = x_at(k0 * 2u + i);
+            }
             for (var r = 0u; r < R; r++) {
-                d[r] += w_dot8(m, rows[r], k8, xa, xb);
+                let q = w_group_words(m, rows[r], grp);
+                for (var c = 0u; c < 4u; c++) {
+                    d[r] += w_word_dot(q[c], xs[2u * c], xs[2u * c + 1u]);
+                }
             }
             if (W_OFFSET) {
-                sx += xa + xb;
+                for (var c = 0u; c < 4u; c++) {
+                    sx += xs[2u * c] + xs[2u * c + 1u];
+                }
+            }
+        } else {
+            for (var k8 = k0; k8 < k1; k8++) {
+                let xa = x_at(k8 * 2u);
+                let xb = x_at(k8 * 2u + 1u);
+                for (var r = 0u; r < R; r++) {
+                    d[r] += w_dot8(m, rows[r], k8, xa, xb);
+                }
+                if (W_OFFSET) {
+                    sx += xa + xb;
+                }
             }
         }
         let xsum = sx.x + sx.y + sx.z + sx.w;

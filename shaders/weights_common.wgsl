@@ -24,3 +24,18 @@ struct W8 {
     a: vec4<f32>,
     b: vec4<f32>,
 }
+
+// Without WIDE (see weights_int4, the only reader with 16-byte group loads) the kernels' wide
+// branch is never taken.
+//#if WIDE
+//#else
+const W_WIDE: bool = false;
+
+fn w_group_words(m: WMat, row: u32, grp: u32) -> vec4<u32> {
+    return vec4<u32>(0u);
+}
+
+fn w_word_dot(code_word: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
+    return 0.0;
+}
+//#endif

@@ -63,8 +63,28 @@ fn w_group(m: WMat, row: u32, grp: u32) -> vec2<f32> {
 
 // The raw codes of (row, 8*k8 .. 8*k8+7) · (xa, xb): one word, unpacked with vector shifts.
 fn w_dot8(m: WMat, row: u32, k8: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
-    let word = vec4<u32>(w[m.base + row * (m.cols >> 3u) + k8]);
+    return codes_dot(w[m.base + row * (m.cols >> 3u) + k8], xa, xb);
+}
+
+// The eight codes of `code_word` · (xa, xb).
+fn codes_dot(code_word: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
+    let word = vec4<u32>(code_word);
     let lo = vec4<f32>((word >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(15u));
     let hi = vec4<f32>((word >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(15u));
     return dot(lo, xa) + dot(hi, xb);
 }
+
+//#if WIDE
+// WIDE (the launcher: INT4 groups of 32, every row and matrix 16-byte aligned): a whole group's
+// four code words in one 16-byte load from `w4`, the same buffer bound as vec4s; each word is
+// then taken as w_dot8 takes it, so results are bit-identical to the one-word loads.
+const W_WIDE: bool = true;
+
+fn w_group_words(m: WMat, row: u32, grp: u32) -> vec4<u32> {
+    return w4[(m.base + row * (m.cols >> 3u)) / 4u + grp];
+}
+
+fn w_word_dot(code_word: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
+    return codes_dot(code_word, xa, xb);
+}
+//#endif

@@ -257,11 +257,13 @@ fn matmul_without_subgroups_matches_with() {
 #[test]
 fn matmul_in_the_gpu_layouts_matches_the_reference() {
     // What hardware GPUs run: the matvec in 8-lane teams summed by subgroup shuffles, or through
-    // workgroup memory without subgroups (both add in the same order: bit-identical).
+    // workgroup memory without subgroups (both add in the same order: bit-identical), reading
+    // int4 groups of 32 whole (WIDE) where rows are 16-byte aligned.
     let (teams, shared) = (gpu_layouts(), gpu_layouts_no_subgroups());
     assert!(!teams.caps.cpu_layouts && !shared.caps.cpu_layouts && !shared.caps.subgroups);
     let mut seed = 900;
-    for &(rows, cols) in &[(37usize, 72usize), (129, 1032), (8, 8), (1000, 40)] {
+    // cols 96 and 1024 (multiples of 32): int4 in groups of 32 takes the WIDE 16-byte loads.
+    for &(rows, cols) in &[(37usize, 72usize), (129, 1032), (8, 8), (1000, 40), (37, 96), (129, 1024)] {
         for &t in &[1usize, 2, 3, 9] {
             for format in weight_formats() {
                 seed += 1;

@@ -405,7 +405,8 @@ fn expert_ffn_in_the_gpu_layouts_matches_reference() {
     let (teams, shared) = (gpu_layouts(), gpu_layouts_no_subgroups());
     let mut seed = 60;
     for format in weight_formats() {
-        for &(hidden, inter) in &[(40usize, 24usize), (72, 48), (16, 520), (520, 16)] {
+        // (64, 96), (96, 64): int4 in groups of 32 takes the WIDE 16-byte loads.
+        for &(hidden, inter) in &[(40usize, 24usize), (72, 48), (16, 520), (520, 16), (64, 96), (96, 64)] {
             for &(t, k) in &[(1usize, 1usize), (1, 4), (3, 2)] {
                 seed += 1;
                 let c = case(format, hidden, inter, t, k);

@@ -163,9 +163,12 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
     ("attention_keys", &["F16", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE"]),
-    ("matvec", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "LAST_TOKEN", "LANE_ROWS", "SHARED_REDUCE"]),
-    ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED"]),
-    ("expert_down", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED"]),
+    (
+        "matvec",
+        &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "LAST_TOKEN", "LANE_ROWS", "SHARED_REDUCE", "WIDE"],
+    ),
+    ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED", "WIDE"]),
+    ("expert_down", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED", "WIDE"]),
     ("expert_matmul", &["F16", "INT4", "INT4_SYM", "G64", "GATE_UP"]),
     ("moe_combine", &["SHARED"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID"]),
@@ -184,6 +187,10 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
             flags.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, f)| *f).collect();
         if mask & (1 << flags.len()) != 0 {
             set.push("SUBGROUPS");
+        }
+        // WIDE exists only with the int4 reader in groups of 32 (DecodeLayout::wide).
+        if set.contains(&"WIDE") && (!set.contains(&"INT4") || set.contains(&"G64") || set.contains(&"F16")) {
+            continue;
         }
         // The ggml readers are exclusive alternatives to the int4 / f16 flags: each one with
         // the kernel's other flags.

@@ -10,6 +10,7 @@ use super::matmul::{DecodeLayout, MATVEC_MAX_TOKENS};
 use super::params;
 use super::WeightFormat;
 use crate::experts::{SlotArena, SlotLayout, SlotTable};
+use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::ExpertAct;
@@ -129,6 +130,13 @@ impl ExpertFfn {
                 [o.data, o.scales, o.mins, 0]
             })
             .collect();
+        let slot_words = (arena.layout.slot_bytes / 4) as u32;
+        if decode.wide(layout.format, hidden, &[proj[0], proj[4], slot_words]) {
+            gate_up_defines.push("WIDE");
+        }
+        if decode.wide(layout.down_format, inter, &[proj[8], slot_words]) {
+            down_defines.push("WIDE");
+        }
         let (mut gate_up, mut down, mut gather) = (Vec::new(), Vec::new(), Vec::new());
         for (c, chunk) in arena.chunks.iter().enumerate() {
             let first = c * arena.slots_per_chunk;
@@ -164,8 +172,12 @@ impl ExpertFfn {
             let bind = |name, defines: &[&str], storage: &[_], traffic| {
                 Kernel::new(gpu, name, defines, step, &p, storage).with_traffic(traffic)
             };
-            gate_up.push(bind("expert_gate_up", &gate_up_defines, &gate_up_io, gate_up_traffic));
-            down.push(bind("expert_down", &down_defines, &down_io, down_traffic));
+            // WIDE kernels bind the chunk a second time, as vec4s, after their other buffers.
+            let wide = |defines: &[&str]| defines.contains(&"WIDE").then(|| Slice::from(chunk));
+            let gate_up_decode_io: Vec<Slice> = gate_up_io.iter().copied().chain(wide(&gate_up_defines)).collect();
+            let down_decode_io: Vec<Slice> = down_io.iter().copied().chain(wide(&down_defines)).collect();
+            gate_up.push(bind("expert_gate_up", &gate_up_defines, &gate_up_decode_io, gate_up_traffic));
+            down.push(bind("expert_down", &down_defines, &down_decode_io, down_traffic));
             if prefill == ExpertPrefill::Gather {
                 gather.push((
                     bind("expert_matmul", &gate_up_mm_defines, &gate_up_io, gate_up_traffic),

@@ -1,7 +1,7 @@
 //! `y = W x (+ bias)` for every token of a step: the decode matvec (`matvec`, several rows per
 //! workgroup, for steps of up to [`MATVEC_MAX_TOKENS`] tokens) and the prefill matmul (`matmul`, a tiled GEMM: 32 rows × 32 tokens per workgroup).
 
-use super::{params, GpuMatrix};
+use super::{params, GpuMatrix, WeightFormat};
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
@@ -71,6 +71,19 @@ impl DecodeLayout {
         }
     }
 
+    /// Whether the decode kernels read `format` with `WIDE` loads (a whole int4 group of 32 in one
+    /// 16-byte load, shaders/weights_int4.wgsl): in the teams layout, for int4 in groups of 32
+    /// whose rows (`cols` values) and matrices (starting at `word_offsets`, u32 words into their
+    /// binding) are 16-byte aligned. The CPU layout keeps one-word loads: on lavapipe 16-byte
+    /// ones made the int4 matvec slower (1.38-1.58 against 1.57-1.99 GB/s).
+    pub fn wide(self, format: WeightFormat, cols: usize, word_offsets: &[u32]) -> bool {
+        let int4_g32 = matches!(format, WeightFormat::Int4(p) if p.group_size == 32);
+        matches!(self, DecodeLayout::Teams { .. })
+            && int4_g32
+            && cols.is_multiple_of(32)
+            && word_offsets.iter().all(|o| o.is_multiple_of(4))
+    }
+
     /// Rows a workgroup of a decode kernel computes, given the kernel's rows per team `R` as
     /// (`LaneRows` layout, `Teams` layout): both layouts have 8 teams per workgroup.
     pub fn rows_per_workgroup(self, r: (u32, u32)) -> u32 {
@@ -138,6 +151,13 @@ impl MatMul {
                 ]);
                 let mut storage: Vec<Slice> = vec![x.into(), (&c.buffer).into(), y.into()];
                 storage.extend(bias.map(Slice::from));
+                let wide = layout.wide(w.format, w.cols, &[c.offsets.data]);
+                let mut decode_storage = storage.clone();
+                let mut decode_defines = decode_defines.clone();
+                if wide {
+                    decode_storage.push((&c.buffer).into());
+                    decode_defines.push("WIDE");
+                }
                 // The chunk's weights once, then per token its input row and output rows.
                 let row_bytes = 4 * (w.cols + c.rows) as u64;
                 let traffic = match out.last_token {
@@ -148,7 +168,7 @@ impl MatMul {
                     .then(|| Kernel::new(gpu, "matmul", &defines, step, &p, &storage).with_traffic(traffic));
                 (
                     prefill,
-                    Kernel::new(gpu, "matvec", &decode_defines, step, &p, &storage).with_traffic(traffic),
+                    Kernel::new(gpu, "matvec", &decode_defines, step, &p, &decode_storage).with_traffic(traffic),
                     c.rows as u32,
                 )
             })
