@@ -71,10 +71,15 @@ pub fn fixtures() -> Vec<(PathBuf, Golden)> {
     out
 }
 
+/// A GPU context held in `cell`, opened with `options` on first use (once per test binary).
+fn opened_once(cell: &'static std::sync::OnceLock<std::sync::Arc<Gpu>>, options: GpuOptions) -> std::sync::Arc<Gpu> {
+    cell.get_or_init(|| Gpu::new(&options).expect("a Vulkan adapter (lavapipe) is required")).clone()
+}
+
 /// The GPU used by tests (lavapipe in CI), opened once per test binary.
 pub fn gpu() -> std::sync::Arc<Gpu> {
     static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
-    GPU.get_or_init(|| Gpu::new(&GpuOptions::default()).expect("a Vulkan adapter (lavapipe) is required")).clone()
+    opened_once(&GPU, GpuOptions::default())
 }
 
 /// Largest absolute difference.
@@ -136,42 +141,26 @@ impl Rng {
 /// arena are split into many chunks (opened once per test binary).
 pub fn gpu_chunked() -> std::sync::Arc<Gpu> {
     static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions { max_binding_override: Some(4096), ..Default::default() })
-            .expect("a Vulkan adapter (lavapipe) is required")
-    })
-    .clone()
+    opened_once(&GPU, GpuOptions { max_binding_override: Some(4096), ..Default::default() })
 }
 
 /// A GPU with subgroup operations disabled, so the shared-memory fallback kernels run.
 pub fn gpu_no_subgroups() -> std::sync::Arc<Gpu> {
     static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions { disable_subgroups: true, ..Default::default() })
-            .expect("a Vulkan adapter (lavapipe) is required")
-    })
-    .clone()
+    opened_once(&GPU, GpuOptions { disable_subgroups: true, ..Default::default() })
 }
 
 /// The adapter with the kernel layouts of a hardware GPU (teams of lanes summed by subgroup
 /// shuffles, gathered expert prefill), so the kernels GPUs run are tested on lavapipe too.
 pub fn gpu_layouts() -> std::sync::Arc<Gpu> {
     static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions { gpu_layouts: true, ..Default::default() })
-            .expect("a Vulkan adapter (lavapipe) is required")
-    })
-    .clone()
+    opened_once(&GPU, GpuOptions { gpu_layouts: true, ..Default::default() })
 }
 
 /// GPU layouts without subgroups: teams summed through workgroup memory.
 pub fn gpu_layouts_no_subgroups() -> std::sync::Arc<Gpu> {
     static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
-    GPU.get_or_init(|| {
-        Gpu::new(&GpuOptions { gpu_layouts: true, disable_subgroups: true, ..Default::default() })
-            .expect("a Vulkan adapter (lavapipe) is required")
-    })
-    .clone()
+    opened_once(&GPU, GpuOptions { gpu_layouts: true, disable_subgroups: true, ..Default::default() })
 }
 
 /// Records whatever `f` puts in one compute pass, submits it (read-backs wait for it).
