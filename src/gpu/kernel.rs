@@ -1,7 +1,7 @@
-//! One bound kernel launch: pipeline + bind group, recorded into compute passes.
+//! One bound kernel launch: pipeline + bind group, recorded into a [`super::Pass`].
 //!
 //! Binding convention for every kernel: `@binding(0)` the per-step uniform
-//! ([`super::StepValues`]), `@binding(1)` the kernel's static parameters (a uniform),
+//! ([`super::buffers::StepValues`]), `@binding(1)` the kernel's static parameters (a uniform),
 //! `@binding(2..)` storage buffers in the order the launcher passes them.
 
 use std::sync::Arc;
