@@ -141,3 +141,16 @@ fn sections_split_a_hybrid_step_by_layer_kind() {
     assert!(section("linear attention") > kernel("causal_conv1d") + kernel("gated_delta_rule"));
     assert!(r.markdown().contains("| linear attention |"));
 }
+
+#[test]
+fn devices_name_the_timing_bench_profile_uses() {
+    for d in moestream::gpu::Gpu::list_adapters() {
+        let has = |f: &str| d.features.iter().any(|n| n == f);
+        let want = match (has("TIMESTAMP_QUERY"), has("TIMESTAMP_QUERY_INSIDE_PASSES")) {
+            (true, true) => ProfileTiming::InsidePasses,
+            (true, false) => ProfileTiming::PassBoundaries,
+            _ => ProfileTiming::Submits,
+        };
+        assert_eq!(d.profile_timing, want, "{}: {:?}", d.name, d.features);
+    }
+}

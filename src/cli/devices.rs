@@ -35,6 +35,7 @@ pub fn run(a: DevicesArgs) -> Result<()> {
         );
         println!("    driver: {}", d.driver);
         println!("    features: {}", if d.features.is_empty() { "none".into() } else { d.features.join(", ") });
+        println!("    bench profile times dispatches by: {}", d.profile_timing.name());
         println!(
             "    max storage binding {} MiB, max buffer {} MiB, {} storage buffers/stage, {} KiB workgroup memory",
             d.max_storage_binding >> 20,

@@ -89,6 +89,8 @@ pub struct AdapterReport {
     pub software: bool,
     /// Optional features moestream uses that the adapter offers.
     pub features: Vec<String>,
+    /// How `bench profile` times dispatches on it by default (the best its features allow).
+    pub profile_timing: ProfileTiming,
     /// Largest storage-buffer binding in bytes.
     pub max_storage_binding: u64,
     /// Largest buffer in bytes.
@@ -136,6 +138,7 @@ fn report(index: usize, adapter: &wgpu::Adapter) -> AdapterReport {
         (wgpu::Features::SUBGROUP, "SUBGROUP"),
         (wgpu::Features::SHADER_F16, "SHADER_F16"),
         (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
+        (wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES, "TIMESTAMP_QUERY_INSIDE_PASSES"),
     ] {
         if features.contains(flag) {
             names.push(name.to_string());
@@ -149,6 +152,7 @@ fn report(index: usize, adapter: &wgpu::Adapter) -> AdapterReport {
         driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
         software: info.device_type == wgpu::DeviceType::Cpu,
         features: names,
+        profile_timing: ProfileTiming::best(features),
         max_storage_binding: limits.max_storage_buffer_binding_size,
         max_buffer: limits.max_buffer_size,
         max_storage_buffers_per_stage: limits.max_storage_buffers_per_shader_stage,
