@@ -78,10 +78,14 @@ impl ProfileReport {
             [("one-token steps (decode)", &self.decode), ("multi-token steps (prefill chunks)", &self.prefill)]
         {
             out += &format!(
-                "\n{title}: {} steps, {} tokens, {:.3} ms GPU per step\n\n",
+                "\n{title}: {} steps, {} tokens, {:.3} ms per step in its dispatches ({})\n\n",
                 p.steps,
                 p.tokens,
-                p.gpu_ms / p.steps.max(1) as f64
+                p.gpu_ms / p.steps.max(1) as f64,
+                match self.timing {
+                    ProfileTiming::Submits => "host clock",
+                    _ => "GPU timestamps",
+                }
             );
             out += "| kernel | dispatches | ms | share | MB moved | GB/s |\n|---|---:|---:|---:|---:|---:|\n";
             for k in &p.kernels {
