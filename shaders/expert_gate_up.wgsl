@@ -68,17 +68,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 xs[i] = x[xb + k0 * 2u + i];
             }
             for (var r = 0u; r < R; r++) {
-                let qg = w_group_words(gate, rows[r], grp);
-                let qu = w_group_words(up, rows[r], grp);
-                for (var c = 0u; c < 4u; c++) {
-                    dg[r] += w_word_dot(qg[c], xs[2u * c], xs[2u * c + 1u]);
-                    du[r] += w_word_dot(qu[c], xs[2u * c], xs[2u * c + 1u]);
-                }
+                dg[r] = w_group_dot(gate, rows[r], grp, xs);
+                du[r] = w_group_dot(up, rows[r], grp, xs);
             }
             if (W_OFFSET) {
-                for (var c = 0u; c < 4u; c++) {
-                    sx += xs[2u * c] + xs[2u * c + 1u];
-                }
+                sx = x_group_sum(xs);
             }
         } else {
             for (var k8 = k0; k8 < k1; k8++) {

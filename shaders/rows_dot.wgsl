@@ -19,15 +19,10 @@ fn rows_dot(m: WMat, rows: array<u32, R>, lane: u32, k8s: u32) -> array<f32, R> 
                 xs[i] = x_at(k0 * 2u + i);
             }
             for (var r = 0u; r < R; r++) {
-                let q = w_group_words(m, rows[r], grp);
-                for (var c = 0u; c < 4u; c++) {
-                    d[r] += w_word_dot(q[c], xs[2u * c], xs[2u * c + 1u]);
-                }
+                d[r] = w_group_dot(m, rows[r], grp, xs);
             }
             if (W_OFFSET) {
-                for (var c = 0u; c < 4u; c++) {
-                    sx += xs[2u * c] + xs[2u * c + 1u];
-                }
+                sx = x_group_sum(xs);
             }
         } else {
             for (var k8 = k0; k8 < k1; k8++) {

@@ -25,17 +25,23 @@ struct W8 {
     b: vec4<f32>,
 }
 
+// The sum of a scale group's 8 input vec4s, pair after pair as the decode kernels add them
+// k8 by k8.
+fn x_group_sum(xs: array<vec4<f32>, 8>) -> vec4<f32> {
+    var s = vec4<f32>(0.0);
+    for (var c = 0u; c < 4u; c++) {
+        s += xs[2u * c] + xs[2u * c + 1u];
+    }
+    return s;
+}
+
 // Without WIDE (see weights_int4, the only reader with 16-byte group loads) the kernels' wide
 // branch is never taken.
 //#if WIDE
 //#else
 const W_WIDE: bool = false;
 
-fn w_group_words(m: WMat, row: u32, grp: u32) -> vec4<u32> {
-    return vec4<u32>(0u);
-}
-
-fn w_word_dot(code_word: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
+fn w_group_dot(m: WMat, row: u32, grp: u32, xs: array<vec4<f32>, 8>) -> f32 {
     return 0.0;
 }
 //#endif

@@ -76,15 +76,17 @@ fn codes_dot(code_word: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
 
 //#if WIDE
 // WIDE (the launcher: INT4 groups of 32, every row and matrix 16-byte aligned): a whole group's
-// four code words in one 16-byte load from `w4`, the same buffer bound as vec4s; each word is
-// then taken as w_dot8 takes it, so results are bit-identical to the one-word loads.
+// four code words in one 16-byte load from `w4`, the same buffer bound as vec4s.
 const W_WIDE: bool = true;
 
-fn w_group_words(m: WMat, row: u32, grp: u32) -> vec4<u32> {
-    return w4[(m.base + row * (m.cols >> 3u)) / 4u + grp];
-}
-
-fn w_word_dot(code_word: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
-    return codes_dot(code_word, xa, xb);
+// The raw codes of group `grp` of `row` · the group's inputs `xs`, word after word as w_dot8
+// adds them, so results are bit-identical to the one-word loads.
+fn w_group_dot(m: WMat, row: u32, grp: u32, xs: array<vec4<f32>, 8>) -> f32 {
+    let q = w4[(m.base + row * (m.cols >> 3u)) / 4u + grp];
+    var d = 0.0;
+    for (var c = 0u; c < 4u; c++) {
+        d += codes_dot(q[c], xs[2u * c], xs[2u * c + 1u]);
+    }
+    return d;
 }
 //#endif

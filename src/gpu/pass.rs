@@ -36,7 +36,7 @@ impl Pass {
 
     /// Ends the open compute pass and opens one that writes `timestamps` at its boundaries.
     pub(crate) fn open_timed(&mut self, timestamps: wgpu::ComputePassTimestampWrites<'_>) {
-        drop(self.pass.take());
+        self.end();
         self.open(Some(timestamps));
     }
 

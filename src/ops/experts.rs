@@ -124,17 +124,14 @@ impl ExpertFfn {
         gate_up_mm_defines.push("GATE_UP");
         let down_mm_defines = layout.down_format.defines();
         let (hidden, inter) = (layout.hidden, layout.inter);
-        let proj: Vec<u32> = (0..3)
-            .flat_map(|i| {
-                let o = layout.proj_offsets(i).expect("slot layout was validated when the arena was made");
-                [o.data, o.scales, o.mins, 0]
-            })
-            .collect();
+        let [gate_at, up_at, down_at] =
+            [0, 1, 2].map(|i| layout.proj_offsets(i).expect("slot layout was validated when the arena was made"));
+        let proj: Vec<u32> = [gate_at, up_at, down_at].iter().flat_map(|o| [o.data, o.scales, o.mins, 0]).collect();
         let slot_words = (arena.layout.slot_bytes / 4) as u32;
-        if decode.wide(layout.format, hidden, &[proj[0], proj[4], slot_words]) {
+        if decode.wide(layout.format, hidden, &[gate_at.data, up_at.data, slot_words]) {
             gate_up_defines.push("WIDE");
         }
-        if decode.wide(layout.down_format, inter, &[proj[8], slot_words]) {
+        if decode.wide(layout.down_format, inter, &[down_at.data, slot_words]) {
             down_defines.push("WIDE");
         }
         let (mut gate_up, mut down, mut gather) = (Vec::new(), Vec::new(), Vec::new());
