@@ -28,8 +28,10 @@
 alias TeamValue = f32;
 //#include team
 
+// 4 rows per lane in the CPU layout: with LANE_WIDE, 8 made this kernel 6x slower on lavapipe
+// (its time went into allocating and clearing memory on every dispatch), unlike matvec's 8.
 //#if LANE_ROWS
-const R: u32 = 8u;
+const R: u32 = 4u;
 //#else
 const R: u32 = 2u;
 //#endif
@@ -46,7 +48,12 @@ fn x_at(i: u32) -> vec4<f32> {
 //#include rows_dot
 
 @compute @workgroup_size(WG_SIZE)
+//#if LANE_WIDE
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {
+    x_lane = sid;
+//#else
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+//#endif
     let g = group_index(wid, nwg);
     let blocks = (p.hidden + ROWS - 1u) / ROWS;
     let j = g / blocks;

@@ -36,7 +36,12 @@ const R: u32 = 4u;
 const ROWS: u32 = WG_SIZE / TEAM * R;
 
 @compute @workgroup_size(WG_SIZE)
+//#if LANE_WIDE
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {
+    x_lane = sid;
+//#else
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+//#endif
     let g = group_index(wid, nwg);
     let blocks = (p.inter + ROWS - 1u) / ROWS;
     let j = g / blocks;
@@ -55,6 +60,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let k8s = p.hidden / 8u;
     let rows = team_rows(row0, p.inter);
     var acc: array<vec2<f32>, R>;
+//#if LANE_WIDE
+    // As rows_dot's LANE_WIDE loop: two groups a step, the input shared by lanes.
+    for (var pair = 0u; pair < k8s / 8u; pair++) {
+        let own0 = x[xb + pair * 16u + x_lane];
+        let own1 = x[xb + pair * 16u + 8u + x_lane];
+        let sum0 = group_sum_lanes(own0);
+        let sum1 = group_sum_lanes(own1);
+        for (var r = 0u; r < R; r++) {
+            let gate_acc = w_pair_acc(gate, rows[r], pair, own0, own1, sum0, sum1, acc[r].x);
+            acc[r] = vec2<f32>(gate_acc, w_pair_acc(up, rows[r], pair, own0, own1, sum0, sum1, acc[r].y));
+        }
+    }
+//#else
     for (var grp = lane; grp * W_GROUP8 < k8s; grp += TEAM) {
         let k0 = grp * W_GROUP8;
         let k1 = min(k0 + W_GROUP8, k8s);
@@ -97,6 +115,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
     }
+//#endif
     for (var r = 0u; r < R; r++) {
         let s = team_sum(lid, acc[r]);
         let n = row0 + r;

@@ -36,7 +36,12 @@ fn x_at(i: u32) -> vec4<f32> {
 //#include rows_dot
 
 @compute @workgroup_size(WG_SIZE)
+//#if LANE_WIDE
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {
+    x_lane = sid;
+//#else
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+//#endif
     let first = group_index(wid, nwg) * ROWS;
     if (first >= p.n) {
         return;

@@ -89,4 +89,53 @@ fn w_group_dot(m: WMat, row: u32, grp: u32, xs: array<vec4<f32>, 8>) -> f32 {
     }
     return d;
 }
+
+//#if LANE_WIDE
+// LANE_WIDE (WIDE in the CPU layout, LANE_ROWS; the launcher: rows of a multiple of 64, even scale
+// and min offsets, subgroups of at least the workgroup's 8 lanes): on lavapipe every storage load
+// is a loop over the SIMD lanes, so a lane takes a row two groups at a time (two 16-byte code
+// loads, one word of scales, one of mins), and the workgroup loads a group's 32 inputs once, one
+// vec4 per lane (`own`), that each lane takes by subgroupBroadcast. The additions are w_dot8's
+// and rows_dot's, in their order: results are bit-identical to the one-word loads.
+
+// This invocation's lane in its subgroup (set by the including kernel's main).
+var<private> x_lane: u32;
+
+// The raw codes of a group (its four words `q`) · the group's inputs, held a vec4 per lane.
+fn group_dot_lanes(q: vec4<u32>, own: vec4<f32>) -> f32 {
+    var d = codes_dot(q.x, subgroupBroadcast(own, 0u), subgroupBroadcast(own, 1u));
+    d += codes_dot(q.y, subgroupBroadcast(own, 2u), subgroupBroadcast(own, 3u));
+    d += codes_dot(q.z, subgroupBroadcast(own, 4u), subgroupBroadcast(own, 5u));
+    d += codes_dot(q.w, subgroupBroadcast(own, 6u), subgroupBroadcast(own, 7u));
+    return d;
+}
+
+// The sum of a group's inputs, held a vec4 per lane, pair after pair as rows_dot adds them.
+fn group_sum_lanes(own: vec4<f32>) -> f32 {
+    var s = subgroupBroadcast(own, 0u) + subgroupBroadcast(own, 1u);
+    s += subgroupBroadcast(own, 2u) + subgroupBroadcast(own, 3u);
+    s += subgroupBroadcast(own, 4u) + subgroupBroadcast(own, 5u);
+    s += subgroupBroadcast(own, 6u) + subgroupBroadcast(own, 7u);
+    return s.x + s.y + s.z + s.w;
+}
+
+// `acc` plus groups 2 * pair_i and 2 * pair_i + 1 of `row` · the input (`own0`, `own1` the groups'
+// inputs held a vec4 per lane, `sum0`, `sum1` their sums): per group scale * codes · x, then
+// offset * Σ x, as rows_dot adds a group.
+fn w_pair_acc(m: WMat, row: u32, pair_i: u32, own0: vec4<f32>, own1: vec4<f32>, sum0: f32, sum1: f32, acc: f32) -> f32 {
+    let groups = m.cols / GROUP;
+    let q = (m.base + row * (m.cols >> 3u)) / 4u + 2u * pair_i;
+    let scale = unpack2x16float(w[(m.scales + row * groups) / 2u + pair_i]);
+//#if INT4_SYM
+    let offset = -8.0 * scale;
+//#else
+    let offset = unpack2x16float(w[(m.mins + row * groups) / 2u + pair_i]);
+//#endif
+    var a = acc + scale.x * group_dot_lanes(w4[q], own0);
+    a += offset.x * sum0;
+    a += scale.y * group_dot_lanes(w4[q + 1u], own1);
+    a += offset.y * sum1;
+    return a;
+}
+//#endif
 //#endif

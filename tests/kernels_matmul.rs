@@ -255,6 +255,30 @@ fn matmul_without_subgroups_matches_with() {
 }
 
 #[test]
+fn matmul_lane_wide_loads_are_bit_identical() {
+    // On CPU adapters with 8-lane subgroups (lavapipe) the decode matvec reads int4 rows of a
+    // multiple of 64 two groups a step (LANE_WIDE: 16-byte code loads, the input shared through
+    // subgroupBroadcast); without subgroups it takes the one-word loads. Same additions in the
+    // same order: bit-identical. (On a hardware GPU both runs are the teams layout, shuffles
+    // against workgroup memory: bit-identical as well.)
+    let (with, without) = (gpu(), gpu_no_subgroups());
+    let int4 = weight_formats()[2];
+    let mut seed = 800;
+    for &(rows, cols) in &[(37usize, 128usize), (129, 1024), (64, 512), (8, 64), (300, 192)] {
+        for &t in &[1usize, 2, 3] {
+            seed += 1;
+            let mut c = plain(rows, cols, t, int4, seed % 2 == 0);
+            c.out.accumulate = seed % 3 == 0;
+            c.out.last_token = seed % 4 == 0;
+            let d = data(&c, seed);
+            let a = run(&with, &c, &d);
+            assert_close(&format!("lane-wide {}", describe(&c)), &a, &reference(&c, &d), TOL);
+            assert_bits_eq(&format!("lane-wide vs one-word loads {}", describe(&c)), &a, &run(&without, &c, &d));
+        }
+    }
+}
+
+#[test]
 fn matmul_in_the_gpu_layouts_matches_the_reference() {
     // What hardware GPUs run: the matvec in 8-lane teams summed by subgroup shuffles, or through
     // workgroup memory without subgroups (both add in the same order: bit-identical), reading

@@ -13,8 +13,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups, read_f32,
-    read_u32, submit, upload_f32, upload_u32, weight_formats, Rng,
+    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups, gpu_no_subgroups,
+    read_f32, read_u32, submit, upload_f32, upload_u32, weight_formats, Rng,
 };
 use moestream::experts::arena::SlotLayout;
 use moestream::experts::{SlotArena, SlotTable};
@@ -419,6 +419,28 @@ fn expert_ffn_in_the_gpu_layouts_matches_reference() {
                     assert_bits_eq(&format!("{}: y, shared vs shuffles", describe(&c)), &y2, &y);
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn expert_ffn_lane_wide_loads_are_bit_identical() {
+    // expert_gate_up / expert_down on CPU adapters with 8-lane subgroups read int4 projections
+    // with rows of a multiple of 64 two groups a step (LANE_WIDE), and take the one-word loads
+    // without subgroups: the same additions in the same order.
+    let (with, without) = (gpu(), gpu_no_subgroups());
+    let int4 = weight_formats()[2];
+    let mut seed = 90;
+    for &(hidden, inter) in &[(64usize, 128usize), (128, 64), (192, 320), (64, 40)] {
+        for &(t, k) in &[(1usize, 1usize), (1, 4), (3, 2)] {
+            seed += 1;
+            let c = case(int4, hidden, inter, t, k);
+            let d = ffn_data(&c, seed);
+            let (h, y, _) = run_ffn(&with, &c, &d);
+            check_ffn_against_reference(&c, &d, &h, &y);
+            let (h2, y2, _) = run_ffn(&without, &c, &d);
+            assert_bits_eq(&format!("{}: h, lane-wide vs one-word loads", describe(&c)), &h, &h2);
+            assert_bits_eq(&format!("{}: y, lane-wide vs one-word loads", describe(&c)), &y, &y2);
         }
     }
 }

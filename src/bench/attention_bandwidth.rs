@@ -39,10 +39,10 @@ pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<Atten
         return Err(crate::Error::InvalidArgument("bench kernels needs --kv-len > 0".into()));
     }
     if heads.n_kv_heads == 0
-        || heads.n_heads % heads.n_kv_heads != 0
+        || !heads.n_heads.is_multiple_of(heads.n_kv_heads)
         || heads.head_dim == 0
         || heads.head_dim > 256
-        || heads.head_dim % 8 != 0
+        || !heads.head_dim.is_multiple_of(8)
     {
         return Err(crate::Error::InvalidArgument(format!(
             "--attention-heads {},{},{}: query heads must be a multiple of the KV heads and head_dim a multiple of 8 up to 256",

@@ -165,10 +165,25 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE"]),
     (
         "matvec",
-        &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "LAST_TOKEN", "LANE_ROWS", "SHARED_REDUCE", "WIDE"],
+        &[
+            "F16",
+            "INT4",
+            "INT4_SYM",
+            "G64",
+            "BIAS",
+            "ACCUMULATE",
+            "LAST_TOKEN",
+            "LANE_ROWS",
+            "SHARED_REDUCE",
+            "WIDE",
+            "LANE_WIDE",
+        ],
     ),
-    ("expert_gate_up", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED", "WIDE"]),
-    ("expert_down", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED", "WIDE"]),
+    (
+        "expert_gate_up",
+        &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED", "WIDE", "LANE_WIDE"],
+    ),
+    ("expert_down", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED", "WIDE", "LANE_WIDE"]),
     ("expert_matmul", &["F16", "INT4", "INT4_SYM", "G64", "GATE_UP"]),
     ("moe_combine", &["SHARED"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID"]),
@@ -188,8 +203,13 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         if mask & (1 << flags.len()) != 0 {
             set.push("SUBGROUPS");
         }
-        // WIDE exists only with the int4 reader in groups of 32 (DecodeLayout::wide).
+        // WIDE exists only with the int4 reader in groups of 32 (DecodeLayout::wide_defines).
         if set.contains(&"WIDE") && (!set.contains(&"INT4") || set.contains(&"G64") || set.contains(&"F16")) {
+            continue;
+        }
+        // LANE_WIDE is WIDE in the CPU layout, with subgroups (DecodeLayout::wide_defines).
+        let lane_wide = ["WIDE", "LANE_ROWS", "SUBGROUPS"].iter().all(|f| set.contains(f));
+        if set.contains(&"LANE_WIDE") && !lane_wide {
             continue;
         }
         // The ggml readers are exclusive alternatives to the int4 / f16 flags: each one with

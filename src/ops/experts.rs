@@ -8,7 +8,7 @@
 
 use super::matmul::{DecodeLayout, MATVEC_MAX_TOKENS};
 use super::params;
-use super::WeightFormat;
+use super::{BlobOffsets, WeightFormat};
 use crate::experts::{SlotArena, SlotLayout, SlotTable};
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
@@ -35,8 +35,9 @@ pub struct ExpertIo<'a> {
 /// Rows per team (`R`) of `expert_gate_up` in the (`LaneRows`, `Teams`) layouts, as in its shader.
 const GATE_UP_R: (u32, u32) = (4, 4);
 
-/// Rows per team (`R`) of `expert_down` in the (`LaneRows`, `Teams`) layouts, as in its shader.
-const DOWN_R: (u32, u32) = (8, 2);
+/// Rows per team (`R`) of `expert_down` in the (`LaneRows`, `Teams`) layouts, as in its shader
+/// (4 in the CPU layout: 8 with `LANE_WIDE` loads was 6× slower on lavapipe; f16 alike either way).
+const DOWN_R: (u32, u32) = (4, 2);
 
 /// Rows and pairs per workgroup of `expert_matmul` (TN, TT in its shader).
 const EXPERT_TILE: (usize, usize) = (32, 32);
@@ -127,13 +128,11 @@ impl ExpertFfn {
         let [gate_at, up_at, down_at] =
             [0, 1, 2].map(|i| layout.proj_offsets(i).expect("slot layout was validated when the arena was made"));
         let proj: Vec<u32> = [gate_at, up_at, down_at].iter().flat_map(|o| [o.data, o.scales, o.mins, 0]).collect();
+        // Every slot starts where the first one does, shifted by whole slots.
         let slot_words = (arena.layout.slot_bytes / 4) as u32;
-        if decode.wide(layout.format, hidden, &[gate_at.data, up_at.data, slot_words]) {
-            gate_up_defines.push("WIDE");
-        }
-        if decode.wide(layout.down_format, inter, &[down_at.data, slot_words]) {
-            down_defines.push("WIDE");
-        }
+        let slot_start = BlobOffsets { data: slot_words, scales: 2 * slot_words, mins: 2 * slot_words };
+        gate_up_defines.extend(decode.wide_defines(gpu, layout.format, hidden, &[gate_at, up_at, slot_start]));
+        down_defines.extend(decode.wide_defines(gpu, layout.down_format, inter, &[down_at, slot_start]));
         let (mut gate_up, mut down, mut gather) = (Vec::new(), Vec::new(), Vec::new());
         for (c, chunk) in arena.chunks.iter().enumerate() {
             let first = c * arena.slots_per_chunk;

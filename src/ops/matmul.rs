@@ -1,7 +1,7 @@
 //! `y = W x (+ bias)` for every token of a step: the decode matvec (`matvec`, several rows per
 //! workgroup, for steps of up to [`MATVEC_MAX_TOKENS`] tokens) and the prefill matmul (`matmul`, a tiled GEMM: 32 rows × 32 tokens per workgroup).
 
-use super::{params, GpuMatrix, WeightFormat};
+use super::{params, BlobOffsets, GpuMatrix, WeightFormat};
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
@@ -71,17 +71,38 @@ impl DecodeLayout {
         }
     }
 
-    /// Whether the decode kernels read `format` with `WIDE` loads (a whole int4 group of 32 in one
-    /// 16-byte load, shaders/weights_int4.wgsl): in the teams layout, for int4 in groups of 32
-    /// whose rows (`cols` values) and matrices (starting at `word_offsets`, u32 words into their
-    /// binding) are 16-byte aligned. The CPU layout keeps one-word loads: on lavapipe 16-byte
-    /// ones made the int4 matvec slower (1.38-1.58 against 1.57-1.99 GB/s).
-    pub fn wide(self, format: WeightFormat, cols: usize, word_offsets: &[u32]) -> bool {
+    /// The defines with which the decode kernels read `format` in wide loads, if they can
+    /// (shaders/weights_int4.wgsl): int4 in groups of 32 whose rows (`cols` values) and matrices
+    /// (`at` each matrix's segments, [`BlobOffsets`] in the binding) are 16-byte aligned.
+    /// * Teams layout: `WIDE`, a lane reads a whole group of 32 in one 16-byte load.
+    /// * CPU layout: `WIDE` + `LANE_WIDE`, a lane takes two groups per step (two 16-byte code
+    ///   loads, one word of scales, one of mins; rows of a multiple of 64) and the workgroup's 8
+    ///   lanes, one subgroup, share the input's loads through `subgroupBroadcast`. On lavapipe each
+    ///   storage load is a loop over the SIMD lanes, so the int4 matvec runs on fewer loads:
+    ///   2.0-2.2 → 2.5-3.6 GB/s at 4096 × 4096 and 32000 × 512 (`bench kernels`, three runs each).
+    pub fn wide_defines(
+        self,
+        gpu: &Gpu,
+        format: WeightFormat,
+        cols: usize,
+        at: &[BlobOffsets],
+    ) -> &'static [&'static str] {
         let int4_g32 = matches!(format, WeightFormat::Int4(p) if p.group_size == 32);
-        matches!(self, DecodeLayout::Teams { .. })
-            && int4_g32
-            && cols.is_multiple_of(32)
-            && word_offsets.iter().all(|o| o.is_multiple_of(4))
+        let aligned = cols.is_multiple_of(32) && at.iter().all(|o| o.data.is_multiple_of(4));
+        if !int4_g32 || !aligned {
+            return &[];
+        }
+        match self {
+            DecodeLayout::Teams { .. } => &["WIDE"],
+            DecodeLayout::LaneRows => {
+                let one_subgroup = gpu.caps.subgroups && gpu.device.adapter_info().subgroup_min_size >= 8;
+                let pairs = cols.is_multiple_of(64) && at.iter().all(|o| o.scales % 2 == 0 && o.mins % 2 == 0);
+                match one_subgroup && pairs {
+                    true => &["WIDE", "LANE_WIDE"],
+                    false => &[],
+                }
+            }
+        }
     }
 
     /// Rows a workgroup of a decode kernel computes, given the kernel's rows per team `R` as
@@ -151,12 +172,12 @@ impl MatMul {
                 ]);
                 let mut storage: Vec<Slice> = vec![x.into(), (&c.buffer).into(), y.into()];
                 storage.extend(bias.map(Slice::from));
-                let wide = layout.wide(w.format, w.cols, &[c.offsets.data]);
+                let wide = layout.wide_defines(gpu, w.format, w.cols, &[c.offsets]);
                 let mut decode_storage = storage.clone();
                 let mut decode_defines = decode_defines.clone();
-                if wide {
+                if !wide.is_empty() {
                     decode_storage.push((&c.buffer).into());
-                    decode_defines.push("WIDE");
+                    decode_defines.extend(wide);
                 }
                 // The chunk's weights once, then per token its input row and output rows.
                 let row_bytes = 4 * (w.cols + c.rows) as u64;
