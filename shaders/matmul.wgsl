@@ -75,15 +75,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var j = 0u; j < 4u; j++) {
             let t = t0 + lt + 8u * j;
             if (n < p.n && t < step.n_tokens) {
-                let yi = t * p.out_stride + p.row_offset + n;
-                var v = acc[i][j];
-//#if BIAS
-                v += bias[p.first_row + n];
-//#endif
-//#if ACCUMULATE
-                v += y[yi];
-//#endif
-                y[yi] = v;
+                store_row(t, n, acc[i][j]);
             }
         }
     }

@@ -63,15 +63,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let total = team_sum(lid, acc[r]);
             let n = row0 + r;
             if (lane == 0u && n < p.n) {
-                let yi = t * p.out_stride + p.row_offset + n;
-                var v = total;
-//#if BIAS
-                v += bias[p.first_row + n];
-//#endif
-//#if ACCUMULATE
-                v += y[yi];
-//#endif
-                y[yi] = v;
+                store_row(t, n, total);
             }
         }
     }

@@ -254,6 +254,67 @@ fn matmul_without_subgroups_matches_with() {
     }
 }
 
+/// The three outputs of a [`MatMul::split`] of the rows `parts` stacked, and those of three
+/// plain matmuls of each part, on `gpu`.
+fn split_and_separate(
+    gpu: &Arc<Gpu>,
+    parts: [usize; 3],
+    cols: usize,
+    t: usize,
+    format: WeightFormat,
+    bias: bool,
+    seed: u64,
+) -> [(Vec<f32>, Vec<f32>); 3] {
+    let mut rng = Rng::new(seed);
+    let rows: usize = parts.iter().sum();
+    let (w, x, b) = (rng.vec(rows * cols, -1.0, 1.0), rng.vec(t * cols, -1.0, 1.0), rng.vec(rows, -0.5, 0.5));
+    let step = StepUniform::new(gpu);
+    step.set(gpu, t, 0);
+    let xb = upload_f32(gpu, &x);
+    let stale = |n: usize| upload_f32(gpu, &vec![7.0; t * n]);
+    let fused_w = upload_matrix(gpu, &w, rows, cols, format);
+    let fused_b = upload_f32(gpu, &b);
+    let ys = parts.map(stale);
+    let outputs = [0, 1, 2].map(|j| (&ys[j], parts[j]));
+    let fused = MatMul::split(gpu, &step.buffer, &xb, &fused_w, bias.then_some(&fused_b), outputs);
+    submit(gpu, |pass| fused.record(gpu, pass, t));
+    let mut first = 0;
+    [0, 1, 2].map(|j| {
+        let (n, rows) = (parts[j], first..first + parts[j]);
+        first += n;
+        let part_w = upload_matrix(gpu, &w[rows.start * cols..rows.end * cols], n, cols, format);
+        let part_b = upload_f32(gpu, &b[rows]);
+        let y = stale(n);
+        let op = MatMul::new(gpu, &step.buffer, &xb, &part_w, bias.then_some(&part_b), &y, MatMulOut::plain(n));
+        submit(gpu, |pass| op.record(gpu, pass, t));
+        (read_f32(gpu, &ys[j], t * n), read_f32(gpu, &y, t * n))
+    })
+}
+
+#[test]
+fn matmul_split_outputs_equal_three_matmuls() {
+    // q | k | v stacked into one matrix and written to three outputs in one dispatch: each row
+    // is computed as it is alone (decode matvec and prefill GEMM, every format, chunked
+    // weights whose chunks straddle the outputs, the GPU layouts), so bit-identical.
+    let mut seed = 1000;
+    for gpu in [gpu(), gpu_chunked(), gpu_layouts()] {
+        for format in weight_formats() {
+            for &(parts, cols) in &[([64usize, 32, 32], 128usize), ([40, 24, 24], 72), ([8, 16, 8], 64)] {
+                for &t in &[1usize, 3, 9, 33] {
+                    seed += 1;
+                    let bias = seed % 2 == 0;
+                    for (j, (fused, alone)) in
+                        split_and_separate(&gpu, parts, cols, t, format, bias, seed).iter().enumerate()
+                    {
+                        let what = format!("split output {j} of {parts:?} x {cols} {format:?} T={t} bias={bias}");
+                        assert_bits_eq(&what, fused, alone);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_lane_wide_loads_are_bit_identical() {
     // On CPU adapters with 8-lane subgroups (lavapipe) the decode matvec reads int4 rows of a

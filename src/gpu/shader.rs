@@ -162,7 +162,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("rope", &["PAIR"]),
     ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
     ("attention_keys", &["F16", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
-    ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE"]),
+    ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "SPLIT_OUT"]),
     (
         "matvec",
         &[
@@ -177,6 +177,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
             "SHARED_REDUCE",
             "WIDE",
             "LANE_WIDE",
+            "SPLIT_OUT",
         ],
     ),
     (

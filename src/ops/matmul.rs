@@ -125,6 +125,13 @@ pub const MATVEC_MAX_TOKENS: usize = 3;
 /// Rows and tokens a workgroup of the prefill `matmul` computes (TN, TT in shaders/matmul.wgsl).
 const MATMUL_TILE: (u32, u32) = (32, 32);
 
+/// The second and third outputs of a [`MatMul::split`] and the rows of all three.
+struct SplitOut<'a> {
+    y1: &'a wgpu::Buffer,
+    y2: &'a wgpu::Buffer,
+    rows: [u32; 3],
+}
+
 /// A bound matmul: per weight chunk, the prefill kernel (none for a `last_token` output), the
 /// decode kernel and the chunk's rows.
 pub struct MatMul {
@@ -143,10 +150,44 @@ impl MatMul {
         y: &wgpu::Buffer,
         out: MatMulOut,
     ) -> MatMul {
+        MatMul::build(gpu, step, x, w, bias, y, out, None)
+    }
+
+    /// One matmul for a matrix whose rows are three projections of the same input (q | k | v),
+    /// each into its own output: `outputs` are the buffers and their widths (rows of `w`, in
+    /// order, summing to `w.rows`). One dispatch per step instead of three.
+    pub fn split(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        w: &GpuMatrix,
+        bias: Option<&wgpu::Buffer>,
+        outputs: [(&wgpu::Buffer, usize); 3],
+    ) -> MatMul {
+        let [(y0, n0), (y1, n1), (y2, n2)] = outputs;
+        assert_eq!(n0 + n1 + n2, w.rows, "split outputs cover the matrix's rows");
+        let split = SplitOut { y1, y2, rows: [n0 as u32, n1 as u32, n2 as u32] };
+        MatMul::build(gpu, step, x, w, bias, y0, MatMulOut::plain(n0), Some(split))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        w: &GpuMatrix,
+        bias: Option<&wgpu::Buffer>,
+        y: &wgpu::Buffer,
+        out: MatMulOut,
+        split: Option<SplitOut>,
+    ) -> MatMul {
         let mut defines = Vec::new();
         defines.extend(w.format.defines());
         if bias.is_some() {
             defines.push("BIAS");
+        }
+        if split.is_some() {
+            defines.push("SPLIT_OUT");
         }
         if out.accumulate {
             defines.push("ACCUMULATE");
@@ -161,7 +202,7 @@ impl MatMul {
             .chunks
             .iter()
             .map(|c| {
-                let p = params(&[
+                let mut words = vec![
                     w.cols as u32,
                     c.rows as u32,
                     (out.col_offset + c.first_row) as u32,
@@ -169,8 +210,15 @@ impl MatMul {
                     c.first_row as u32,
                     c.offsets.scales,
                     c.offsets.mins,
-                ]);
+                    0,
+                ];
                 let mut storage: Vec<Slice> = vec![x.into(), (&c.buffer).into(), y.into()];
+                if let Some(s) = &split {
+                    let [n0, n1, n2] = s.rows;
+                    words.extend([n0, n0 + n1, n1, n2]);
+                    storage.extend([Slice::from(s.y1), Slice::from(s.y2)]);
+                }
+                let p = params(&words);
                 storage.extend(bias.map(Slice::from));
                 let wide = layout.wide_defines(gpu, w.format, w.cols, &[c.offsets]);
                 let mut decode_storage = storage.clone();

@@ -156,9 +156,11 @@ impl Builder<'_> {
         // The fused matrix holds the gate rows, then the up rows: each delta owns its columns.
         let gu_out = MatMulOut::plain(2 * inter);
         let base = MatMul::new(self.gpu, self.step, x, &self.matrices[gu], None, &acts.gu, gu_out);
-        let gu_targets =
-            [(site(MlpProj::Gate), gu_out), (site(MlpProj::Up), MatMulOut { col_offset: inter, ..gu_out })];
-        let gate_up = self.with_lora(base, layer, &gu_targets, x, &acts.gu)?;
+        let gu_targets = [
+            (site(MlpProj::Gate), gu_out, &acts.gu),
+            (site(MlpProj::Up), MatMulOut { col_offset: inter, ..gu_out }, &acts.gu),
+        ];
+        let gate_up = self.with_lora(base, layer, &gu_targets, x)?;
         let swiglu = SwiGlu::new(self.gpu, self.step, &acts.gu, &acts.mh, inter);
         let down_out = MatMulOut { accumulate, ..MatMulOut::plain(w.down.shape[0]) };
         let down = self.projection(label, &w.down, None, &acts.mh, out, down_out, (layer, site(MlpProj::Down)))?;
@@ -373,14 +375,9 @@ impl GpuModel {
                     Attn::Linear(Box::new(bld.linear_attn(spec, hy, lw, &acts)?))
                 }
                 (AttentionBlock::Grouped(attn), _) => {
-                    let bias = attn.qkv_bias.as_ref();
-                    let mut qkv = |j: usize, w, y, n, target| {
-                        let out = MatMulOut::plain(n);
-                        bld.projection(["q", "k", "v"][j], w, bias.map(|b| &b[j]), &acts.hn, y, out, (i, target))
-                    };
-                    let q = qkv(0, &attn.q, &acts.q, spec.q_dim(), LoraTarget::Q)?;
-                    let k = qkv(1, &attn.k, &acts.k, spec.kv_dim(), LoraTarget::K)?;
-                    let v = qkv(2, &attn.v, &acts.v, spec.kv_dim(), LoraTarget::V)?;
+                    let outputs = [(&acts.q, spec.q_dim()), (&acts.k, spec.kv_dim()), (&acts.v, spec.kv_dim())];
+                    let weights = [&attn.q, &attn.k, &attn.v];
+                    let qkv = bld.qkv(i, weights, attn.qkv_bias.as_ref(), &acts.hn, outputs)?;
                     let qk_norm = attn.qk_norm.as_ref().map(|[qn, kn]| {
                         // Per head, or over the whole projection.
                         let (q_rows, k_rows) = match spec.qk_norm {
@@ -414,7 +411,7 @@ impl GpuModel {
                         let merge = AttentionMerge::new(&gpu, &step.buffer, partial, Some(&buf), heads, split_len);
                         (buf, merge)
                     });
-                    Attn::Grouped(Box::new(GroupedAttn { q, k, v, qk_norm, rope, out_gate, o, sinks }))
+                    Attn::Grouped(Box::new(GroupedAttn { qkv, qk_norm, rope, out_gate, o, sinks }))
                 }
                 (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
             };

@@ -155,9 +155,8 @@ enum Ffn {
 /// Grouped-query attention's shared part: projections into `acts.k`/`acts.v`, norms, RoPE and
 /// `o_proj`; the cache store and the attention are bound per session ([`cache::GroupedCache`]).
 struct GroupedAttn {
-    q: Projection,
-    k: Projection,
-    v: Projection,
+    /// The query, key and value projections: one fused matmul, or three.
+    qkv: Vec<Projection>,
     qk_norm: Option<(RmsNorm, RmsNorm)>,
     /// Queries and keys in one dispatch.
     rope: Rope,
@@ -321,9 +320,9 @@ impl GroupedAttn {
     /// Records the projections, norms and RoPE that leave the step's queries in `acts.q` and
     /// its keys/values in `acts.k`/`acts.v` for the session's cache store.
     fn record_inputs(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
-        self.q.record(gpu, pass, n);
-        self.k.record(gpu, pass, n);
-        self.v.record(gpu, pass, n);
+        for p in &self.qkv {
+            p.record(gpu, pass, n);
+        }
         if let Some((qn, kn)) = &self.qk_norm {
             qn.record(gpu, pass, n);
             kn.record(gpu, pass, n);

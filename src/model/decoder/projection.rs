@@ -47,6 +47,14 @@ impl Projection {
     }
 }
 
+/// Whether matrices would keep their stored form when stacked by [`HostTensor::concat_rows`]:
+/// all int4 with the same parameters, all one GGUF type, or all plain values.
+fn stored_alike(ts: &[&HostTensor]) -> bool {
+    let int4 = ts.iter().map(|t| t.int4.as_ref().map(|m| m.params)).collect::<Vec<_>>();
+    let ggml = ts.iter().map(|t| t.ggml.as_ref().map(|g| g.ggml_type)).collect::<Vec<_>>();
+    int4.windows(2).all(|w| w[0] == w[1]) && ggml.windows(2).all(|w| w[0] == w[1])
+}
+
 /// `A` with zero rows and `s·B` with zero columns up to rank `width`: the same product, in the
 /// shapes the kernels take.
 fn gpu_factors(pair: &LoraPair, scale: f32, width: usize) -> (HostTensor, HostTensor) {
@@ -76,19 +84,58 @@ impl Builder<'_> {
         (layer, target): (usize, LoraTarget),
     ) -> Result<Projection> {
         let base = self.matmul(label, w, bias, x, y, out)?;
-        self.with_lora(base, layer, &[(target, out)], x, y)
+        self.with_lora(base, layer, &[(target, out, y)], x)
     }
 
-    /// `base` (reading `x`, writing `y`) followed by the deltas of layer `layer`'s `targets`
-    /// the adapter has, each accumulated onto `y` where its [`MatMulOut`] places it (a fused
-    /// matrix's targets own different columns).
+    /// The query, key and value projections of layer `layer` from `x` into `outputs`: one
+    /// matmul of the three matrices stacked (one dispatch a step instead of three, the same
+    /// values row for row) where they are stored alike (all int4 with the same parameters, all
+    /// one GGUF type, or all plain), else three.
+    pub(super) fn qkv(
+        &mut self,
+        layer: usize,
+        weights: [&HostTensor; 3],
+        bias: Option<&[HostTensor; 3]>,
+        x: &wgpu::Buffer,
+        outputs: [(&wgpu::Buffer, usize); 3],
+    ) -> Result<Vec<Projection>> {
+        const TARGETS: [(&str, LoraTarget); 3] = [("q", LoraTarget::Q), ("k", LoraTarget::K), ("v", LoraTarget::V)];
+        let separate = |bld: &mut Self| {
+            (0..3)
+                .map(|j| {
+                    let ((label, target), (y, n)) = (TARGETS[j], outputs[j]);
+                    bld.projection(label, weights[j], bias.map(|b| &b[j]), x, y, MatMulOut::plain(n), (layer, target))
+                })
+                .collect()
+        };
+        if !stored_alike(&weights) {
+            return separate(self);
+        }
+        let stack = |t: [&HostTensor; 3]| HostTensor::concat_rows(&HostTensor::concat_rows(t[0], t[1]), t[2]);
+        // A matrix the upload refuses (a non-finite weight...) is uploaded part by part, so the
+        // error names the checkpoint's tensor and its row.
+        let Ok(m) = self.matrix("qkv", &stack(weights)) else {
+            return separate(self);
+        };
+        let bias = bias.map(|[bq, bk, bv]| {
+            let data = [&bq.data[..], &bk.data, &bv.data].concat();
+            self.gpu.upload("qkv bias", bytemuck::cast_slice(&data))
+        });
+        let base = MatMul::split(self.gpu, self.step, x, &self.matrices[m], bias.as_ref(), outputs);
+        self.buffers.extend(bias);
+        let targets = [0, 1, 2].map(|j| (TARGETS[j].1, MatMulOut::plain(outputs[j].1), outputs[j].0));
+        Ok(vec![self.with_lora(base, layer, &targets, x)?])
+    }
+
+    /// `base` (reading `x`) followed by the deltas of layer `layer`'s `targets` the adapter
+    /// has, each accumulated onto its output where its [`MatMulOut`] places it (a fused
+    /// matrix's targets own different columns or outputs).
     pub(super) fn with_lora(
         &mut self,
         base: MatMul,
         layer: usize,
-        targets: &[(LoraTarget, MatMulOut)],
+        targets: &[(LoraTarget, MatMulOut, &wgpu::Buffer)],
         x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
     ) -> Result<Projection> {
         let mut deltas = Vec::new();
         let Some(LoraBinding { adapter, tmp }) = &self.lora else {
@@ -96,7 +143,7 @@ impl Builder<'_> {
         };
         let (adapter, tmp) = (*adapter, tmp.clone());
         let width = padded_rank(adapter.rank());
-        for &(target, out) in targets {
+        for &(target, out, y) in targets {
             let Some(pair) = adapter.pair(layer, target) else { continue };
             let (a, b) = gpu_factors(pair, adapter.scale(), width);
             let a = GpuMatrix::upload(self.gpu, "lora A", &a, WeightFormat::F32)?;
