@@ -1,10 +1,14 @@
 // Writes the step's keys and values (f32 rows [n_tokens, n_kv_heads * k_dim] and
-// [n_tokens, n_kv_heads * v_dim], after RoPE and norms) into one chunk of a sequence's cache at
+// [n_tokens, n_kv_heads * v_dim], after norms) into one chunk of a sequence's cache at
 // positions step.pos.. . A chunk holds a run of KV heads, head-major: element (head h of the
 // chunk, position j, dim d) at (h * context + j) * dim + d. Keys and values have the same width
 // for grouped attention; MLA stores its latent as the "keys" and its rotary key as the "values"
 // (one head each, of different widths). F16: two halves per u32 (pack2x16float, so no
 // SHADER_F16 feature is needed). One invocation per (token, head, pair of dims of the wider).
+// ROPE (grouped attention): the layer's RoPE in the same dispatch, value for value as the rope
+// kernel computes it: keys are rotated as they are stored (each dim from its pair's two values)
+// and the query heads of the chunk's KV heads rotated in place in `q`, by further invocations
+// per (token, query head, pair).
 //#include common
 
 struct Params {
@@ -14,6 +18,17 @@ struct Params {
     kv_head0: u32,
     chunk_heads: u32,
     context: u32,
+//#if ROPE
+    // ROPE: the rotary width (from each head's first value) and pair layout, and the layout of
+    // the chunk's query heads in `q` (the first one's offset folded into `offset`).
+    rotary_dim: u32,
+    interleaved: u32,
+    pad0: u32,
+    pad3: u32,
+    pad1: u32,
+    pad2: u32,
+    q_layout: Layout,
+//#endif
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
@@ -26,17 +41,50 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> k_cache: array<f32>;
 @group(0) @binding(5) var<storage, read_write> v_cache: array<f32>;
 //#endif
+//#if ROPE
+@group(0) @binding(6) var<storage, read> cos_table: array<f32>;
+@group(0) @binding(7) var<storage, read> sin_table: array<f32>;
+@group(0) @binding(8) var<storage, read_write> q: array<f32>;
+
+//#include rope_pairs
+//#endif
+
+// Dim `d` of the key head starting at `base` of token t, as cached: under ROPE rotated with
+// its pair's other value.
+fn key_at(base: u32, d: u32, t: u32) -> f32 {
+//#if ROPE
+    if (d < p.rotary_dim) {
+        let half_dim = p.rotary_dim / 2u;
+        var j = d % half_dim;
+        var first = d < half_dim;
+        var other = select(d - half_dim, d + half_dim, first);
+        if (p.interleaved == 1u) {
+            j = d / 2u;
+            first = d % 2u == 0u;
+            other = select(d - 1u, d + 1u, first);
+        }
+        let cs = angle(step.pos + t, j);
+        if (first) {
+            return rotated(cs.x, cs.y, k[base + d], k[base + other]).x;
+        }
+        return rotated(cs.x, cs.y, k[base + other], k[base + d]).y;
+    }
+//#endif
+    return k[base + d];
+}
 
 // Stores pair `pair` of key head `h` (of the chunk) of token `t`; `store_v` the same for values.
 fn store_k(t: u32, h: u32, pair: u32) {
     let pairs = p.k_dim / 2u;
-    let src = (t * p.n_kv_heads + p.kv_head0 + h) * p.k_dim + 2u * pair;
+    let base = (t * p.n_kv_heads + p.kv_head0 + h) * p.k_dim;
     let dst = (h * p.context + step.pos + t) * pairs + pair;
+    let k0 = key_at(base, 2u * pair, t);
+    let k1 = key_at(base, 2u * pair + 1u, t);
 //#if F16
-    k_cache[dst] = pack2x16float(vec2<f32>(k[src], k[src + 1u]));
+    k_cache[dst] = pack2x16float(vec2<f32>(k0, k1));
 //#else
-    k_cache[2u * dst] = k[src];
-    k_cache[2u * dst + 1u] = k[src + 1u];
+    k_cache[2u * dst] = k0;
+    k_cache[2u * dst + 1u] = k1;
 //#endif
 }
 
@@ -56,7 +104,16 @@ fn store_v(t: u32, h: u32, pair: u32) {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let pairs = max(p.k_dim, p.v_dim) / 2u;
     let i = group_index(wid, nwg) * 64u + lid;
-    if (i >= step.n_tokens * p.chunk_heads * pairs) {
+    let stores = step.n_tokens * p.chunk_heads * pairs;
+    if (i >= stores) {
+//#if ROPE
+        if (i - stores < step.n_tokens * p.q_layout.n_heads * (p.rotary_dim / 2u)) {
+            let qp = pair_at(p.q_layout, i - stores);
+            let r = rotated(qp.c, qp.s, q[qp.a], q[qp.b]);
+            q[qp.a] = r.x;
+            q[qp.b] = r.y;
+        }
+//#endif
         return;
     }
     let pair = i % pairs;

@@ -123,7 +123,7 @@ fn check_in(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64, kerne
     step.set(&gpu, ctx, 0);
     let stores: Vec<_> = caches
         .iter()
-        .map(|c| KvStore::new(&gpu, &step.buffer, (&kb, &vb), chunk(c, ctx, dtype), n_kv_heads, (hd, hd)))
+        .map(|c| KvStore::new(&gpu, &step.buffer, (&kb, &vb), chunk(c, ctx, dtype), n_kv_heads, (hd, hd), None))
         .collect();
     submit(&gpu, |pass| stores.iter().for_each(|s| s.record(&gpu, pass, ctx)));
 

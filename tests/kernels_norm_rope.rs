@@ -8,10 +8,11 @@
 
 mod common;
 
-use common::{assert_bits_eq, assert_close, gpu, gpu_no_subgroups, read_f32, submit, upload_f32, Rng};
+use common::{assert_bits_eq, assert_close, gpu, gpu_no_subgroups, read_f32, read_u32, submit, upload_f32, Rng};
 use moestream::gpu::Gpu;
 use moestream::gpu::StepUniform;
 use moestream::model::RopeSpec;
+use moestream::ops::kv_store::{KvChunk, KvDtype, KvStore, StoreRope};
 use moestream::ops::moe_combine::MoeCombine;
 use moestream::ops::rms_norm::{NormRows, RmsNorm};
 use moestream::ops::rope::{Rope, RopeLayout};
@@ -245,39 +246,84 @@ fn rope_at_cache_pos_only_touches_step_rows() {
     }
 }
 
+/// The caches (raw words) and queries after `KvStore` with its ROPE, or after the rope kernel
+/// on queries and keys then a plain store, for KV heads in chunks of `per_chunk`.
+#[allow(clippy::too_many_arguments)]
+fn store_with_rope(
+    fused: bool,
+    spec: &RopeSpec,
+    hd: usize,
+    (qh, kh, per_chunk): (usize, usize, usize),
+    (t, pos): (usize, usize),
+    dtype: KvDtype,
+    (q, k, v): (&[f32], &[f32], &[f32]),
+) -> (Vec<f32>, Vec<Vec<u32>>) {
+    let gpu = gpu();
+    let step = StepUniform::new(&gpu);
+    step.set(&gpu, t, pos);
+    let context = pos + t + 2;
+    let (cos, sin) = spec.tables(context);
+    let (cb, sb) = (upload_f32(&gpu, &cos), upload_f32(&gpu, &sin));
+    let (qb, kb, vb) = (upload_f32(&gpu, q), upload_f32(&gpu, k), upload_f32(&gpu, v));
+    let words = per_chunk * context * hd * dtype.bytes() / 4;
+    let caches: Vec<_> = (0..kh)
+        .step_by(per_chunk)
+        .map(|h0| {
+            (h0, per_chunk.min(kh - h0), upload_f32(&gpu, &vec![0.0; words]), upload_f32(&gpu, &vec![0.0; words]))
+        })
+        .collect();
+    let rope = StoreRope { tables: (&cb, &sb), q: &qb, n_heads: qh, spec };
+    let stores: Vec<_> = caches
+        .iter()
+        .map(|(h0, n, ck, cv)| {
+            let chunk = KvChunk { k: ck, v: cv, kv_head0: *h0, heads: *n, context, dtype };
+            KvStore::new(&gpu, &step.buffer, (&kb, &vb), chunk, kh, (hd, hd), fused.then_some(rope))
+        })
+        .collect();
+    let ropes = [(&qb, qh), (&kb, kh)]
+        .map(|(x, h)| Rope::new(&gpu, &step.buffer, (&cb, &sb), x, spec, RopeLayout::heads(h, hd, false)));
+    submit(&gpu, |pass| {
+        if !fused {
+            ropes.iter().for_each(|r| r.record(&gpu, pass, t));
+        }
+        stores.iter().for_each(|s| s.record(&gpu, pass, t));
+    });
+    let cached =
+        caches.iter().flat_map(|(_, _, ck, cv)| [read_u32(&gpu, ck, words), read_u32(&gpu, cv, words)]).collect();
+    (read_f32(&gpu, &qb, q.len()), cached)
+}
+
 #[test]
-fn rope_pair_is_two_ropes() {
-    // Queries and keys in one dispatch: bit-identical to one dispatch each, for plain, partial
-    // and interleaved rotations, keys at the cache position or not.
+fn kv_store_rope_is_rope_then_store() {
+    // A grouped layer's RoPE done by its cache store (keys rotated as they are cached, each
+    // chunk's query heads in place): bit-identical to the rope kernel on queries and keys and
+    // then the plain store, for rotate-half, partial and interleaved rotations, f16 and f32
+    // caches, KV heads in one chunk or several.
     let mut rng = Rng::new(8);
+    let mut partial_interleaved = RopeSpec::plain(10_000.0, 64);
+    partial_interleaved.rotary_dim = 32;
+    partial_interleaved.interleaved = true;
     let mut partial = RopeSpec::plain(10_000.0, 64);
     partial.rotary_dim = 32;
-    partial.interleaved = true;
-    for (spec, hd) in [(RopeSpec::plain(10_000.0, 40), 40usize), (partial, 64)] {
-        for &(qh, kh, t, pos, at_cache_pos) in
-            &[(6usize, 2usize, 1usize, 5usize, false), (4, 4, 9, 0, true), (8, 1, 70, 3, false)]
-        {
-            let (la, lb) = (RopeLayout::heads(qh, hd, false), RopeLayout::heads(kh, hd, at_cache_pos));
-            let (xa, xb) = (rng.vec(t * qh * hd, -2.0, 2.0), rng.vec((pos + t) * kh * hd, -2.0, 2.0));
-            let gpu = gpu();
-            let step = StepUniform::new(&gpu);
-            step.set(&gpu, t, pos);
-            let (cos, sin) = spec.tables(pos + t + 1);
-            let (cb, sb) = (upload_f32(&gpu, &cos), upload_f32(&gpu, &sin));
-            let (pa, pb) = (upload_f32(&gpu, &xa), upload_f32(&gpu, &xb));
-            let op = Rope::pair(&gpu, &step.buffer, (&cb, &sb), (&pa, la), (&pb, lb), &spec);
-            submit(&gpu, |pass| op.record(&gpu, pass, t));
-            let what = format!("rope pair hd={hd} heads {qh}+{kh} T={t} pos={pos}");
-            assert_bits_eq(
-                &format!("{what}: queries"),
-                &read_f32(&gpu, &pa, xa.len()),
-                &run_rope_spec(&xa, &spec, la, t, pos),
-            );
-            assert_bits_eq(
-                &format!("{what}: keys"),
-                &read_f32(&gpu, &pb, xb.len()),
-                &run_rope_spec(&xb, &spec, lb, t, pos),
-            );
+    for (spec, hd) in [(RopeSpec::plain(10_000.0, 40), 40usize), (partial_interleaved, 64), (partial, 64)] {
+        for &(heads, t, pos) in &[((6usize, 2usize, 2usize), 1usize, 5usize), ((4, 4, 1), 9, 0), ((8, 4, 3), 3, 70)] {
+            for dtype in [KvDtype::F16, KvDtype::F32] {
+                let (qh, kh, _) = heads;
+                let (q, k, v) =
+                    (rng.vec(t * qh * hd, -2.0, 2.0), rng.vec(t * kh * hd, -2.0, 2.0), rng.vec(t * kh * hd, -2.0, 2.0));
+                let inputs = (&q[..], &k[..], &v[..]);
+                let (q1, c1) = store_with_rope(true, &spec, hd, heads, (t, pos), dtype, inputs);
+                let (q2, c2) = store_with_rope(false, &spec, hd, heads, (t, pos), dtype, inputs);
+                let what = format!(
+                    "kv_store rope hd={hd} rotary={} heads {heads:?} T={t} pos={pos} {dtype:?}",
+                    spec.rotary_dim
+                );
+                assert_bits_eq(&format!("{what}: queries"), &q1, &q2);
+                assert!(q1 != q, "{what}: queries were not rotated");
+                for (i, (a, b)) in c1.iter().zip(&c2).enumerate() {
+                    assert_eq!(a, b, "{what}: cache buffer {i}");
+                }
+            }
         }
     }
 }

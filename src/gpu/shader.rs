@@ -43,6 +43,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("matmul_io"),
     shader!("embed"),
     shader!("rms_norm"),
+    shader!("rope_pairs"),
     shader!("rope"),
     shader!("kv_store"),
     shader!("attention_io"),
@@ -82,6 +83,7 @@ pub fn kernel_names() -> impl Iterator<Item = &'static str> {
                 | "rows_dot"
                 | "matmul_io"
                 | "attention_io"
+                | "rope_pairs"
         ) && !n.starts_with("weights_")
     })
 }
@@ -158,8 +160,7 @@ impl Gpu {
 pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("embed", &["F16", "INT4", "INT4_SYM", "G64"]),
     ("rms_norm", &["OUT", "ADD_PAIRS", "ONE_SUBGROUP"]),
-    ("kv_store", &["F16"]),
-    ("rope", &["PAIR"]),
+    ("kv_store", &["F16", "ROPE"]),
     ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
     ("attention_keys", &["F16", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "SPLIT_OUT"]),

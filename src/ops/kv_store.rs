@@ -1,9 +1,12 @@
 //! Writing a step's keys and values into one chunk of a sequence's KV cache, in the cache's
 //! element type ([`KvDtype`]), head-major (see `shaders/kv_store.wgsl`).
 
+use super::rope::RopeLayout;
 use super::{groups64, params};
+use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
+use crate::model::RopeSpec;
 
 /// Element type of the KV cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,6 +63,20 @@ pub struct KvChunk<'a> {
     pub dtype: KvDtype,
 }
 
+/// A grouped-attention layer's RoPE, which its cache store applies ([`KvStore::new`]): keys
+/// rotated as they are cached, the chunk's query heads in place.
+#[derive(Clone, Copy)]
+pub struct StoreRope<'a> {
+    /// cos and sin tables from [`RopeSpec::tables`].
+    pub tables: (&'a wgpu::Buffer, &'a wgpu::Buffer),
+    /// The step's queries, `[tokens, n_heads * head_dim]`.
+    pub q: &'a wgpu::Buffer,
+    /// Query heads (a multiple of the KV heads).
+    pub n_heads: usize,
+    /// The rotary width and pair layout (rotating each head from its first value).
+    pub spec: &'a RopeSpec,
+}
+
 /// A bound store of the step's `k`/`v` rows into one chunk.
 pub struct KvStore {
     kernel: Kernel,
@@ -77,22 +94,44 @@ impl KvStore {
         chunk: KvChunk<'_>,
         n_kv_heads: usize,
         (k_dim, v_dim): (usize, usize),
+        rope: Option<StoreRope<'_>>,
     ) -> KvStore {
         assert!(k_dim.is_multiple_of(2) && v_dim.is_multiple_of(2), "cache rows are stored in pairs");
-        let p = params(&[
+        let mut words = vec![
             n_kv_heads as u32,
             k_dim as u32,
             v_dim as u32,
             chunk.kv_head0 as u32,
             chunk.heads as u32,
             chunk.context as u32,
-        ]);
-        let storage = [k.into(), v.into(), chunk.k.into(), chunk.v.into()];
+        ];
+        let mut storage: Vec<Slice> = vec![k.into(), v.into(), chunk.k.into(), chunk.v.into()];
+        let mut defines = chunk.dtype.defines().to_vec();
         // Per token: the chunk's f32 rows read and their cached copies written.
         let elements = (chunk.heads * (k_dim + v_dim)) as u64;
-        let traffic = Traffic { fixed: 0, per_token: elements * (4 + chunk.dtype.bytes() as u64), per_position: 0 };
-        let kernel = Kernel::new(gpu, "kv_store", chunk.dtype.defines(), step, &p, &storage).with_traffic(traffic);
-        KvStore { kernel, pairs_per_token: chunk.heads * k_dim.max(v_dim) / 2 }
+        let mut per_token = elements * (4 + chunk.dtype.bytes() as u64);
+        let mut pairs_per_token = chunk.heads * k_dim.max(v_dim) / 2;
+        if let Some(r) = rope {
+            // The query heads of the chunk's KV heads (grouped: k_dim is the head dim).
+            let group = r.n_heads / n_kv_heads;
+            let q_heads = RopeLayout {
+                n_heads: chunk.heads * group,
+                head_stride: k_dim,
+                row_stride: r.n_heads * k_dim,
+                offset: chunk.kv_head0 * group * k_dim,
+                at_cache_pos: false,
+            };
+            words.extend([r.spec.rotary_dim as u32, r.spec.interleaved as u32, 0, 0, 0, 0]);
+            words.extend(q_heads.words());
+            storage.extend([Slice::from(r.tables.0), r.tables.1.into(), r.q.into()]);
+            defines.push("ROPE");
+            pairs_per_token += q_heads.n_heads * r.spec.rotary_dim / 2;
+            // Their rotated values in and out, and a cos/sin row.
+            per_token += 4 * (2 * q_heads.n_heads * r.spec.rotary_dim + r.spec.rotary_dim) as u64;
+        }
+        let traffic = Traffic { fixed: 0, per_token, per_position: 0 };
+        let kernel = Kernel::new(gpu, "kv_store", &defines, step, &params(&words), &storage).with_traffic(traffic);
+        KvStore { kernel, pairs_per_token }
     }
 
     /// Records the store of `n_tokens` rows.

@@ -21,8 +21,8 @@ pub struct RopeLayout {
 }
 
 impl RopeLayout {
-    /// The kernel's `Layout` words.
-    fn words(&self) -> [u32; 8] {
+    /// The kernels' `Layout` words (shaders/rope_pairs.wgsl).
+    pub(crate) fn words(&self) -> [u32; 8] {
         let l = [self.n_heads, self.head_stride, self.row_stride, self.offset, self.at_cache_pos as usize];
         [l[0] as u32, l[1] as u32, l[2] as u32, l[3] as u32, l[4] as u32, 0, 0, 0]
     }
@@ -52,7 +52,6 @@ impl Rope {
     ) -> Rope {
         let mut words = vec![rope.rotary_dim as u32, rope.interleaved as u32, 0, 0];
         words.extend(layout.words());
-        words.extend([0; 8]);
         // Per token its rotated values in and out and one cos/sin row.
         let per_token = 4 * (2 * layout.n_heads * rope.rotary_dim + rope.rotary_dim) as u64;
         let storage = [tables.0.into(), tables.1.into(), x.into()];
@@ -62,30 +61,6 @@ impl Rope {
             per_position: 0,
         });
         Rope { kernel, pairs_per_token: layout.n_heads * rope.rotary_dim / 2 }
-    }
-
-    /// Rotates `a` and `b` (a layer's queries and keys), each laid out as its own layout says,
-    /// in one dispatch: the same values as two [`Rope::new`] dispatches.
-    pub fn pair(
-        gpu: &Gpu,
-        step: &wgpu::Buffer,
-        tables: (&wgpu::Buffer, &wgpu::Buffer),
-        (a, layout_a): (&wgpu::Buffer, RopeLayout),
-        (b, layout_b): (&wgpu::Buffer, RopeLayout),
-        rope: &RopeSpec,
-    ) -> Rope {
-        let mut words = vec![rope.rotary_dim as u32, rope.interleaved as u32, 0, 0];
-        words.extend(layout_a.words());
-        words.extend(layout_b.words());
-        let heads = layout_a.n_heads + layout_b.n_heads;
-        let per_token = 4 * (2 * heads * rope.rotary_dim + rope.rotary_dim) as u64;
-        let storage = [tables.0.into(), tables.1.into(), a.into(), b.into()];
-        let kernel = Kernel::new(gpu, "rope", &["PAIR"], step, &params(&words), &storage).with_traffic(Traffic {
-            fixed: 0,
-            per_token,
-            per_position: 0,
-        });
-        Rope { kernel, pairs_per_token: heads * rope.rotary_dim / 2 }
     }
 
     /// Records the rotation for `n_tokens` tokens.

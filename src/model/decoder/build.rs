@@ -392,15 +392,6 @@ impl GpuModel {
                         };
                         (bld.norm(qn, &acts.q, None, q_rows, eps), bld.norm(kn, &acts.k, None, k_rows, eps))
                     });
-                    let tables = (&cos, &sin);
-                    let rope = Rope::pair(
-                        &gpu,
-                        &step.buffer,
-                        tables,
-                        (&acts.q, RopeLayout::heads(spec.heads, spec.head_dim, false)),
-                        (&acts.k, RopeLayout::heads(spec.kv_heads, spec.head_dim, false)),
-                        &spec.rope,
-                    );
                     let out_gate = attn.gate.as_ref().map(|g| bld.output_gate(g, spec.q_dim(), &acts)).transpose()?;
                     let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
                     let o_bias = attn.o_bias.as_ref();
@@ -411,7 +402,7 @@ impl GpuModel {
                         let merge = AttentionMerge::new(&gpu, &step.buffer, partial, Some(&buf), heads, split_len);
                         (buf, merge)
                     });
-                    Attn::Grouped(Box::new(GroupedAttn { qkv, qk_norm, rope, out_gate, o, sinks }))
+                    Attn::Grouped(Box::new(GroupedAttn { qkv, qk_norm, out_gate, o, sinks }))
                 }
                 (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
             };
@@ -524,8 +515,6 @@ impl GpuModel {
             AttentionMerge::new(&gpu, &step.buffer, (&acts.attn_partial, &acts.attn), None, heads, split_len);
         let Builder { mut buffers, matrices, lora, .. } = bld;
         buffers.extend(lora.map(|l| l.tmp));
-        buffers.push(cos);
-        buffers.push(sin);
         gpu.wait()?;
         Ok(GpuModel {
             gpu,
@@ -538,6 +527,7 @@ impl GpuModel {
             final_norm,
             lm_head,
             lm_head_last,
+            rope_tables: (cos, sin),
             argmax,
             token_logprob,
             readback,

@@ -20,7 +20,7 @@ use crate::model::{ArchSpec, MlaCacheKind, MlaSpec};
 use crate::ops::attention::{is_split, Attention, AttentionIo, Heads, KeyRange};
 use crate::ops::causal_conv1d::{CausalConv1d, ConvShape};
 use crate::ops::gated_delta_rule::{DeltaIo, GatedDeltaRule};
-use crate::ops::kv_store::{KvChunk, KvDtype, KvStore};
+use crate::ops::kv_store::{KvChunk, KvDtype, KvStore, StoreRope};
 use crate::ops::mla_attention::{DecompressedCache, LatentCache, MlaAttention, MlaCacheView, MlaIo};
 use crate::ops::mla_decompress::{DecompressIn, MlaDecompress};
 
@@ -344,6 +344,8 @@ impl GpuModel {
                 let k = gpu.storage("k cache", chunk_bytes);
                 let v = gpu.storage("v cache", chunk_bytes);
                 let chunk = KvChunk { k: &k, v: &v, kv_head0, heads: n, context, dtype };
+                let (cos, sin) = &self.rope_tables;
+                let rope = StoreRope { tables: (cos, sin), q: &acts.q, n_heads: heads.n_heads, spec: &self.spec.rope };
                 let store = KvStore::new(
                     gpu,
                     &self.step.buffer,
@@ -351,6 +353,7 @@ impl GpuModel {
                     chunk,
                     heads.n_kv_heads,
                     (heads.head_dim, heads.head_dim),
+                    Some(rope),
                 );
                 let io = AttentionIo { q: &acts.q, out: &acts.attn, partial: &acts.attn_partial, sinks };
                 let keys = KeyRange { split_len: self.split_len, window };
@@ -383,7 +386,7 @@ impl GpuModel {
             MlaCacheKind::Latent => {
                 // The latent is one "head" of `rank` keys, the rotary key one of `rope` values.
                 let chunk = KvChunk { k: &a, v: &b, kv_head0: 0, heads: 1, context, dtype };
-                let store = KvStore::new(gpu, step, (&acts.k, &acts.v), chunk, 1, (rank, rope));
+                let store = KvStore::new(gpu, step, (&acts.k, &acts.v), chunk, 1, (rank, rope), None);
                 (MlaStore::Latent(store), MlaCacheView::Latent(LatentCache { c: &a, k_rope: &b, dtype }))
             }
             MlaCacheKind::Decompressed => {

@@ -41,7 +41,6 @@ use crate::ops::matrix::naming;
 use crate::ops::mla_attention;
 use crate::ops::moe_combine::MoeCombine;
 use crate::ops::rms_norm::{NormRows, RmsNorm};
-use crate::ops::rope::{Rope, RopeLayout};
 use crate::ops::router::{RouterIo, RouterShape, RouterTopK};
 use crate::ops::swiglu::SwiGlu;
 use crate::ops::token_logprob::TokenLogprob;
@@ -157,9 +156,9 @@ enum Ffn {
 struct GroupedAttn {
     /// The query, key and value projections: one fused matmul, or three.
     qkv: Vec<Projection>,
+    /// The per-head or whole-projection q and k norms, before RoPE (which the session's cache
+    /// store applies, `KvStore`'s ROPE).
     qk_norm: Option<(RmsNorm, RmsNorm)>,
-    /// Queries and keys in one dispatch.
-    rope: Rope,
     /// The output gate of gated attention (Qwen3-Next/3.5), applied before `o_proj`.
     out_gate: Option<linear::OutputGate>,
     o: Projection,
@@ -258,6 +257,8 @@ pub struct GpuModel {
     /// Keys per split of decode attention.
     split_len: usize,
     attention_merge: AttentionMerge,
+    /// RoPE's cos and sin tables (`RopeSpec::tables`), which grouped layers' cache stores bind.
+    rope_tables: (wgpu::Buffer, wgpu::Buffer),
     /// GPU bytes the model allocated, given back to the context when it is dropped.
     allocated: u64,
     kv_ledger: Arc<cache::KvLedger>,
@@ -317,8 +318,8 @@ impl GpuModel {
 }
 
 impl GroupedAttn {
-    /// Records the projections, norms and RoPE that leave the step's queries in `acts.q` and
-    /// its keys/values in `acts.k`/`acts.v` for the session's cache store.
+    /// Records the projections and norms that leave the step's queries in `acts.q` and its
+    /// keys/values in `acts.k`/`acts.v` for the session's cache store (which applies RoPE).
     fn record_inputs(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
         for p in &self.qkv {
             p.record(gpu, pass, n);
@@ -327,7 +328,6 @@ impl GroupedAttn {
             qn.record(gpu, pass, n);
             kn.record(gpu, pass, n);
         }
-        self.rope.record(gpu, pass, n);
         if let Some(g) = &self.out_gate {
             g.record_projection(gpu, pass, n);
         }
