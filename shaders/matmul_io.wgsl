@@ -20,7 +20,11 @@ struct Params {
 
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+//#if VEC4_WEIGHTS
+@group(0) @binding(3) var<storage, read> w4: array<vec4<u32>>;
+//#else
 @group(0) @binding(3) var<storage, read> w: array<u32>;
+//#endif
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 // The optional bindings follow in this order: y1 and y2, bias, w4.
 //#if SPLIT_OUT

@@ -1,22 +1,42 @@
 // Weight reader for f16 matrices packed two per u32 word in `w` (low half first), row-major
 // [rows, cols]. WMat.base is the element offset (even); cols must be a multiple of 8.
+// VEC4_WEIGHTS (decode kernels; the launcher: matrices starting on 16 bytes): the weights are
+// bound as vec4s (`w4`), eight weights per load.
 // Weights per u32 word of `w` (slot offsets are given in words).
 const UNITS_PER_WORD: u32 = 2u;
 
 //#include weights_common
 
+// The four words (eight weights) from word `i`, a multiple of 4 with VEC4_WEIGHTS.
+fn w_words4(i: u32) -> vec4<u32> {
+//#if VEC4_WEIGHTS
+    return w4[i >> 2u];
+//#else
+    return vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]);
+//#endif
+}
+
+// Word `i`.
+fn w_word(i: u32) -> u32 {
+//#if VEC4_WEIGHTS
+    return w4[i >> 2u][i & 3u];
+//#else
+    return w[i];
+//#endif
+}
+
 // Weights (row, 8*k8 .. 8*k8+7).
 fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
-    let i = (m.base + row * m.cols + k8 * 8u) >> 1u;
-    let a = vec4<f32>(unpack2x16float(w[i]), unpack2x16float(w[i + 1u]));
-    let b = vec4<f32>(unpack2x16float(w[i + 2u]), unpack2x16float(w[i + 3u]));
+    let q = w_words4((m.base + row * m.cols + k8 * 8u) >> 1u);
+    let a = vec4<f32>(unpack2x16float(q.x), unpack2x16float(q.y));
+    let b = vec4<f32>(unpack2x16float(q.z), unpack2x16float(q.w));
     return W8(a, b);
 }
 
 // Weight at (row, col), for gathers such as the embedding lookup.
 fn w_at(m: WMat, row: u32, col: u32) -> f32 {
     let e = m.base + row * m.cols + col;
-    let pair = unpack2x16float(w[e >> 1u]);
+    let pair = unpack2x16float(w_word(e >> 1u));
     return select(pair.x, pair.y, (e & 1u) == 1u);
 }
 

@@ -179,13 +179,39 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
             "WIDE",
             "LANE_WIDE",
             "SPLIT_OUT",
+            "VEC4_WEIGHTS",
         ],
     ),
     (
         "expert_gate_up",
-        &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED", "WIDE", "LANE_WIDE"],
+        &[
+            "F16",
+            "INT4",
+            "INT4_SYM",
+            "G64",
+            "LANE_ROWS",
+            "SHARED_REDUCE",
+            "CLAMPED",
+            "WIDE",
+            "LANE_WIDE",
+            "VEC4_WEIGHTS",
+        ],
     ),
-    ("expert_down", &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED", "WIDE", "LANE_WIDE"]),
+    (
+        "expert_down",
+        &[
+            "F16",
+            "INT4",
+            "INT4_SYM",
+            "G64",
+            "LANE_ROWS",
+            "SHARED_REDUCE",
+            "CLAMPED",
+            "WIDE",
+            "LANE_WIDE",
+            "VEC4_WEIGHTS",
+        ],
+    ),
     ("expert_matmul", &["F16", "INT4", "INT4_SYM", "G64", "GATE_UP"]),
     ("moe_combine", &["SHARED"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID"]),
@@ -207,6 +233,10 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         }
         // WIDE exists only with the int4 reader in groups of 32 (DecodeLayout::wide_defines).
         if set.contains(&"WIDE") && (!set.contains(&"INT4") || set.contains(&"G64") || set.contains(&"F16")) {
+            continue;
+        }
+        // VEC4_WEIGHTS exists only with the f16 reader (DecodeLayout::wide_defines).
+        if set.contains(&"VEC4_WEIGHTS") && (!set.contains(&"F16") || set.contains(&"INT4")) {
             continue;
         }
         // LANE_WIDE is WIDE in the CPU layout, with subgroups (DecodeLayout::wide_defines).

@@ -129,10 +129,11 @@ impl ExpertFfn {
             [0, 1, 2].map(|i| layout.proj_offsets(i).expect("slot layout was validated when the arena was made"));
         let proj: Vec<u32> = [gate_at, up_at, down_at].iter().flat_map(|o| [o.data, o.scales, o.mins, 0]).collect();
         // Every slot starts where the first one does, shifted by whole slots.
-        let slot_words = (arena.layout.slot_bytes / 4) as u32;
-        let slot_start = BlobOffsets { data: slot_words, scales: 2 * slot_words, mins: 2 * slot_words };
-        gate_up_defines.extend(decode.wide_defines(gpu, layout.format, hidden, &[gate_at, up_at, slot_start]));
-        down_defines.extend(decode.wide_defines(gpu, layout.down_format, inter, &[down_at, slot_start]));
+        let slot_start = |f| BlobOffsets::default().shifted(f, arena.layout.slot_bytes);
+        let gate_up_at = [gate_at, up_at, slot_start(layout.format)];
+        gate_up_defines.extend(decode.wide_defines(gpu, layout.format, hidden, &gate_up_at));
+        let down_at = [down_at, slot_start(layout.down_format)];
+        down_defines.extend(decode.wide_defines(gpu, layout.down_format, inter, &down_at));
         let (mut gate_up, mut down, mut gather) = (Vec::new(), Vec::new(), Vec::new());
         for (c, chunk) in arena.chunks.iter().enumerate() {
             let first = c * arena.slots_per_chunk;

@@ -71,9 +71,11 @@ impl DecodeLayout {
         }
     }
 
-    /// The defines with which the decode kernels read `format` in wide loads, if they can
-    /// (shaders/weights_int4.wgsl): int4 in groups of 32 whose rows (`cols` values) and matrices
-    /// (`at` each matrix's segments, [`BlobOffsets`] in the binding) are 16-byte aligned.
+    /// The defines with which the decode kernels read `format` in 16-byte loads, if they can
+    /// (`at`: each matrix's segments, [`BlobOffsets`] in the binding): f16 matrices starting on
+    /// 16 bytes (`VEC4_WEIGHTS`: the weights bound as vec4s, shaders/weights_f16.wgsl), or int4
+    /// in groups of 32 whose rows (`cols` values) and matrices are 16-byte aligned
+    /// (shaders/weights_int4.wgsl; a second, vec4 binding of the weights):
     /// * Teams layout: `WIDE`, a lane reads a whole group of 32 in one 16-byte load.
     /// * CPU layout: `WIDE` + `LANE_WIDE`, a lane takes two groups per step (two 16-byte code
     ///   loads, one word of scales, one of mins; rows of a multiple of 64) and the workgroup's 8
@@ -87,6 +89,13 @@ impl DecodeLayout {
         cols: usize,
         at: &[BlobOffsets],
     ) -> &'static [&'static str] {
+        // f16 (both layouts): the weights bound as vec4s, eight per load (shaders/weights_f16.wgsl).
+        if format == WeightFormat::F16 {
+            return match at.iter().all(|o| o.data.is_multiple_of(8)) {
+                true => &["VEC4_WEIGHTS"],
+                false => &[],
+            };
+        }
         let int4_g32 = matches!(format, WeightFormat::Int4(p) if p.group_size == 32);
         let aligned = cols.is_multiple_of(32) && at.iter().all(|o| o.data.is_multiple_of(4));
         if !int4_g32 || !aligned {
@@ -223,10 +232,11 @@ impl MatMul {
                 let wide = layout.wide_defines(gpu, w.format, w.cols, &[c.offsets]);
                 let mut decode_storage = storage.clone();
                 let mut decode_defines = decode_defines.clone();
-                if !wide.is_empty() {
+                // WIDE kernels bind the weights a second time, as vec4s.
+                if wide.contains(&"WIDE") {
                     decode_storage.push((&c.buffer).into());
-                    decode_defines.extend(wide);
                 }
+                decode_defines.extend(wide);
                 // The chunk's weights once, then per token its input row and output rows.
                 let row_bytes = 4 * (w.cols + c.rows) as u64;
                 let traffic = match out.last_token {
