@@ -45,3 +45,22 @@ fn w_group_dot(m: WMat, row: u32, grp: u32, xs: array<vec4<f32>, 8>) -> f32 {
     return 0.0;
 }
 //#endif
+
+//#if LANE_WIDE
+// LANE_WIDE (the CPU layout with subgroups of at least its 8-lane workgroups; int4 in groups of
+// 32 and f16, rows of a multiple of 64): rows_dot and expert_gate_up take a row two scale groups
+// a step with the reader's w_pair_acc, and the workgroup loads a group's 32 inputs once, one
+// vec4 per lane, that every lane takes by subgroupBroadcast (lavapipe pays per load and lane).
+
+// This invocation's lane in its subgroup (set by the including kernel's main).
+var<private> x_lane: u32;
+
+// The sum of a group's inputs, held a vec4 per lane, pair after pair as rows_dot adds them.
+fn group_sum_lanes(own: vec4<f32>) -> f32 {
+    var s = subgroupBroadcast(own, 0u) + subgroupBroadcast(own, 1u);
+    s += subgroupBroadcast(own, 2u) + subgroupBroadcast(own, 3u);
+    s += subgroupBroadcast(own, 4u) + subgroupBroadcast(own, 5u);
+    s += subgroupBroadcast(own, 6u) + subgroupBroadcast(own, 7u);
+    return s.x + s.y + s.z + s.w;
+}
+//#endif

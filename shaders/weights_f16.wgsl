@@ -53,3 +53,23 @@ fn w_dot8(m: WMat, row: u32, k8: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
     let v = w_load8(m, row, k8);
     return dot(v.a, xa) + dot(v.b, xb);
 }
+
+//#if LANE_WIDE
+// LANE_WIDE (weights_common): group `grp` of `row` · the group's inputs held a vec4 per lane,
+// k8 after k8 as rows_dot adds them.
+fn group_dot_lanes(m: WMat, row: u32, grp: u32, own: vec4<f32>) -> f32 {
+    let k0 = grp * W_GROUP8;
+    var d = w_dot8(m, row, k0, subgroupBroadcast(own, 0u), subgroupBroadcast(own, 1u));
+    d += w_dot8(m, row, k0 + 1u, subgroupBroadcast(own, 2u), subgroupBroadcast(own, 3u));
+    d += w_dot8(m, row, k0 + 2u, subgroupBroadcast(own, 4u), subgroupBroadcast(own, 5u));
+    d += w_dot8(m, row, k0 + 3u, subgroupBroadcast(own, 6u), subgroupBroadcast(own, 7u));
+    return d;
+}
+
+// `acc` plus groups 2 * pair_i and 2 * pair_i + 1 of `row` · the input (`own0`, `own1` the
+// groups' inputs held a vec4 per lane; dense groups have no offset, so their sums go unused).
+fn w_pair_acc(m: WMat, row: u32, pair_i: u32, own0: vec4<f32>, own1: vec4<f32>, sum0: f32, sum1: f32, acc: f32) -> f32 {
+    let a = acc + group_dot_lanes(m, row, 2u * pair_i, own0);
+    return a + group_dot_lanes(m, row, 2u * pair_i + 1u, own1);
+}
+//#endif

@@ -98,9 +98,6 @@ fn w_group_dot(m: WMat, row: u32, grp: u32, xs: array<vec4<f32>, 8>) -> f32 {
 // vec4 per lane (`own`), that each lane takes by subgroupBroadcast. The additions are w_dot8's
 // and rows_dot's, in their order: results are bit-identical to the one-word loads.
 
-// This invocation's lane in its subgroup (set by the including kernel's main).
-var<private> x_lane: u32;
-
 // The raw codes of a group (its four words `q`) · the group's inputs, held a vec4 per lane.
 fn group_dot_lanes(q: vec4<u32>, own: vec4<f32>) -> f32 {
     var d = codes_dot(q.x, subgroupBroadcast(own, 0u), subgroupBroadcast(own, 1u));
@@ -108,15 +105,6 @@ fn group_dot_lanes(q: vec4<u32>, own: vec4<f32>) -> f32 {
     d += codes_dot(q.z, subgroupBroadcast(own, 4u), subgroupBroadcast(own, 5u));
     d += codes_dot(q.w, subgroupBroadcast(own, 6u), subgroupBroadcast(own, 7u));
     return d;
-}
-
-// The sum of a group's inputs, held a vec4 per lane, pair after pair as rows_dot adds them.
-fn group_sum_lanes(own: vec4<f32>) -> f32 {
-    var s = subgroupBroadcast(own, 0u) + subgroupBroadcast(own, 1u);
-    s += subgroupBroadcast(own, 2u) + subgroupBroadcast(own, 3u);
-    s += subgroupBroadcast(own, 4u) + subgroupBroadcast(own, 5u);
-    s += subgroupBroadcast(own, 6u) + subgroupBroadcast(own, 7u);
-    return s.x + s.y + s.z + s.w;
 }
 
 // `acc` plus groups 2 * pair_i and 2 * pair_i + 1 of `row` · the input (`own0`, `own1` the groups'

@@ -317,18 +317,20 @@ fn matmul_split_outputs_equal_three_matmuls() {
 
 #[test]
 fn matmul_lane_wide_loads_are_bit_identical() {
-    // On CPU adapters with 8-lane subgroups (lavapipe) the decode matvec reads int4 rows of a
-    // multiple of 64 two groups a step (LANE_WIDE: 16-byte code loads, the input shared through
-    // subgroupBroadcast); without subgroups it takes the one-word loads. Same additions in the
+    // On CPU adapters with 8-lane subgroups (lavapipe) the decode matvec reads int4 and f16
+    // rows of a multiple of 64 two groups a step (LANE_WIDE: 16-byte loads, the input shared
+    // through subgroupBroadcast); without subgroups it takes the input lane by lane. Same additions in the
     // same order: bit-identical. (On a hardware GPU both runs are the teams layout, shuffles
     // against workgroup memory: bit-identical as well.)
     let (with, without) = (gpu(), gpu_no_subgroups());
-    let int4 = weight_formats()[2];
     let mut seed = 800;
-    for &(rows, cols) in &[(37usize, 128usize), (129, 1024), (64, 512), (8, 64), (300, 192)] {
+    let shapes = [(37usize, 128usize), (129, 1024), (64, 512), (8, 64), (300, 192)];
+    for (format, &(rows, cols)) in
+        [weight_formats()[1], weight_formats()[2]].iter().flat_map(|f| shapes.iter().map(move |s| (*f, s)))
+    {
         for &t in &[1usize, 2, 3] {
             seed += 1;
-            let mut c = plain(rows, cols, t, int4, seed % 2 == 0);
+            let mut c = plain(rows, cols, t, format, seed % 2 == 0);
             c.out.accumulate = seed % 3 == 0;
             c.out.last_token = seed % 4 == 0;
             let d = data(&c, seed);

@@ -425,16 +425,18 @@ fn expert_ffn_in_the_gpu_layouts_matches_reference() {
 
 #[test]
 fn expert_ffn_lane_wide_loads_are_bit_identical() {
-    // expert_gate_up / expert_down on CPU adapters with 8-lane subgroups read int4 projections
-    // with rows of a multiple of 64 two groups a step (LANE_WIDE), and take the one-word loads
-    // without subgroups: the same additions in the same order.
+    // expert_gate_up / expert_down on CPU adapters with 8-lane subgroups read int4 and f16
+    // projections with rows of a multiple of 64 two groups a step (LANE_WIDE), and take the
+    // input lane by lane without subgroups: the same additions in the same order.
     let (with, without) = (gpu(), gpu_no_subgroups());
-    let int4 = weight_formats()[2];
     let mut seed = 90;
-    for &(hidden, inter) in &[(64usize, 128usize), (128, 64), (192, 320), (64, 40)] {
+    let shapes = [(64usize, 128usize), (128, 64), (192, 320), (64, 40)];
+    for (format, &(hidden, inter)) in
+        [weight_formats()[1], weight_formats()[2]].iter().flat_map(|f| shapes.iter().map(move |s| (*f, s)))
+    {
         for &(t, k) in &[(1usize, 1usize), (1, 4), (3, 2)] {
             seed += 1;
-            let c = case(int4, hidden, inter, t, k);
+            let c = case(format, hidden, inter, t, k);
             let d = ffn_data(&c, seed);
             let (h, y, _) = run_ffn(&with, &c, &d);
             check_ffn_against_reference(&c, &d, &h, &y);

@@ -239,8 +239,11 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         if set.contains(&"VEC4_WEIGHTS") && (!set.contains(&"F16") || set.contains(&"INT4")) {
             continue;
         }
-        // LANE_WIDE is WIDE in the CPU layout, with subgroups (DecodeLayout::wide_defines).
-        let lane_wide = ["WIDE", "LANE_ROWS", "SUBGROUPS"].iter().all(|f| set.contains(f));
+        // LANE_WIDE is the CPU layout with subgroups, for int4 WIDE or the f16 reader
+        // (DecodeLayout::wide_defines).
+        let f16_reader = set.contains(&"F16") && !set.contains(&"INT4");
+        let lane_wide =
+            ["LANE_ROWS", "SUBGROUPS"].iter().all(|f| set.contains(f)) && (set.contains(&"WIDE") || f16_reader);
         if set.contains(&"LANE_WIDE") && !lane_wide {
             continue;
         }

@@ -73,7 +73,8 @@ impl DecodeLayout {
 
     /// The defines with which the decode kernels read `format` in 16-byte loads, if they can
     /// (`at`: each matrix's segments, [`BlobOffsets`] in the binding): f16 matrices starting on
-    /// 16 bytes (`VEC4_WEIGHTS`: the weights bound as vec4s, shaders/weights_f16.wgsl), or int4
+    /// 16 bytes (`VEC4_WEIGHTS`: the weights bound as vec4s, shaders/weights_f16.wgsl; in the
+    /// CPU layout also `LANE_WIDE`'s shared input, as below), or int4
     /// in groups of 32 whose rows (`cols` values) and matrices are 16-byte aligned
     /// (shaders/weights_int4.wgsl; a second, vec4 binding of the weights):
     /// * Teams layout: `WIDE`, a lane reads a whole group of 32 in one 16-byte load.
@@ -89,11 +90,14 @@ impl DecodeLayout {
         cols: usize,
         at: &[BlobOffsets],
     ) -> &'static [&'static str] {
-        // f16 (both layouts): the weights bound as vec4s, eight per load (shaders/weights_f16.wgsl).
+        let one_subgroup = gpu.caps.subgroups && gpu.device.adapter_info().subgroup_min_size >= 8;
+        let lane_wide = self == DecodeLayout::LaneRows && one_subgroup && cols.is_multiple_of(64);
+        // f16: the weights bound as vec4s, eight per load (shaders/weights_f16.wgsl).
         if format == WeightFormat::F16 {
-            return match at.iter().all(|o| o.data.is_multiple_of(8)) {
-                true => &["VEC4_WEIGHTS"],
-                false => &[],
+            return match (at.iter().all(|o| o.data.is_multiple_of(8)), lane_wide) {
+                (true, true) => &["VEC4_WEIGHTS", "LANE_WIDE"],
+                (true, false) => &["VEC4_WEIGHTS"],
+                (false, _) => &[],
             };
         }
         let int4_g32 = matches!(format, WeightFormat::Int4(p) if p.group_size == 32);
@@ -104,9 +108,8 @@ impl DecodeLayout {
         match self {
             DecodeLayout::Teams { .. } => &["WIDE"],
             DecodeLayout::LaneRows => {
-                let one_subgroup = gpu.caps.subgroups && gpu.device.adapter_info().subgroup_min_size >= 8;
-                let pairs = cols.is_multiple_of(64) && at.iter().all(|o| o.scales % 2 == 0 && o.mins % 2 == 0);
-                match one_subgroup && pairs {
+                let pairs = at.iter().all(|o| o.scales % 2 == 0 && o.mins % 2 == 0);
+                match lane_wide && pairs {
                     true => &["WIDE", "LANE_WIDE"],
                     false => &[],
                 }
