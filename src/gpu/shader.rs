@@ -182,36 +182,8 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
             "VEC4_WEIGHTS",
         ],
     ),
-    (
-        "expert_gate_up",
-        &[
-            "F16",
-            "INT4",
-            "INT4_SYM",
-            "G64",
-            "LANE_ROWS",
-            "SHARED_REDUCE",
-            "CLAMPED",
-            "WIDE",
-            "LANE_WIDE",
-            "VEC4_WEIGHTS",
-        ],
-    ),
-    (
-        "expert_down",
-        &[
-            "F16",
-            "INT4",
-            "INT4_SYM",
-            "G64",
-            "LANE_ROWS",
-            "SHARED_REDUCE",
-            "CLAMPED",
-            "WIDE",
-            "LANE_WIDE",
-            "VEC4_WEIGHTS",
-        ],
-    ),
+    ("expert_gate_up", EXPERT_DECODE_FLAGS),
+    ("expert_down", EXPERT_DECODE_FLAGS),
     ("expert_matmul", &["F16", "INT4", "INT4_SYM", "G64", "GATE_UP"]),
     ("moe_combine", &["SHARED"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID"]),
@@ -220,6 +192,10 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("mla_decompress", &["F16"]),
     ("gated_delta_rule", &["KDA", "SAFE_GATE"]),
 ];
+
+/// The flags of the decode expert kernels (`expert_gate_up`, `expert_down`).
+const EXPERT_DECODE_FLAGS: &[&str] =
+    &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED", "WIDE", "LANE_WIDE", "VEC4_WEIGHTS"];
 
 /// Every define combination of kernel `name`, with and without `SUBGROUPS`.
 pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
