@@ -24,9 +24,9 @@ struct Params {
     rotary_dim: u32,
     interleaved: u32,
     pad0: u32,
-    pad3: u32,
     pad1: u32,
     pad2: u32,
+    pad3: u32,
     q_layout: Layout,
 //#endif
 }
