@@ -27,15 +27,19 @@ const UNITS_PER_WORD: u32 = 4u;
 //#endif
 //#if GGML_MXFP4
 //#include weights_mxfp4
+//#include weights_ggml_by_value
 //#endif
 //#if GGML_BF16
 //#include weights_bf16
+//#include weights_ggml_by_value
 //#endif
 //#if GGML_Q5_0
 //#include weights_q5_0
+//#include weights_ggml_by_value
 //#endif
 //#if GGML_Q5_1
 //#include weights_q5_1
+//#include weights_ggml_by_value
 //#endif
 
 fn byte_at(b: u32) -> u32 {
@@ -55,13 +59,27 @@ fn f16_at(b: u32) -> f32 {
     return unpack2x16float(u16_at(b)).x;
 }
 
+// The eight bytes from byte offset `b` (any alignment) as two words, low byte first.
+fn bytes8_at(b: u32) -> vec2<u32> {
+    let a = b >> 2u;
+    let s = 8u * (b & 3u);
+    let w0 = w[a];
+    let w1 = w[a + 1u];
+    if (s == 0u) {
+        return vec2<u32>(w0, w1);
+    }
+    let w2 = w[a + 2u];
+    return vec2<u32>((w0 >> s) | (w1 << (32u - s)), (w1 >> s) | (w2 << (32u - s)));
+}
+
 // Byte offset of the block holding (row, col).
 fn block_at(m: WMat, row: u32, col: u32) -> u32 {
     return m.base + (row * (m.cols / BLOCK) + col / BLOCK) * TYPE_SIZE;
 }
 
-// Weights (row, 8*k8 .. 8*k8+7).
-fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
+// Weights (row, 8*k8 .. 8*k8+7), value by value through the type's `w_at` (each type's
+// `w_load8`: this, weights_ggml_by_value, or its own reading the k8's bytes as words).
+fn w_load8_by_value(m: WMat, row: u32, k8: u32) -> W8 {
     let c = k8 * 8u;
     let a = vec4<f32>(w_at(m, row, c), w_at(m, row, c + 1u), w_at(m, row, c + 2u), w_at(m, row, c + 3u));
     let b = vec4<f32>(w_at(m, row, c + 4u), w_at(m, row, c + 5u), w_at(m, row, c + 6u), w_at(m, row, c + 7u));

@@ -9,3 +9,19 @@ fn w_at(m: WMat, row: u32, col: u32) -> f32 {
     let q = (byte_at(b + 2u + i % 16u) >> (4u * (i / 16u))) & 15u;
     return f16_at(b) * (f32(q) - 8.0);
 }
+
+// Weights (row, 8*k8 .. 8*k8+7): the k8's eight code bytes as two words (bytes8_at) and d once,
+// each value as w_at computes it.
+fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
+    let c = k8 * 8u;
+    let b = block_at(m, row, c);
+    let i = c % BLOCK;
+    let codes = bytes8_at(b + 2u + i % 16u);
+    let d = f16_at(b);
+    var v: array<f32, 8>;
+    for (var j = 0u; j < 8u; j++) {
+        let q = ((codes[j / 4u] >> (8u * (j % 4u))) >> (4u * (i / 16u))) & 15u;
+        v[j] = d * (f32(q) - 8.0);
+    }
+    return W8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+}

@@ -15,3 +15,24 @@ fn w_at(m: WMat, row: u32, col: u32) -> f32 {
     let q = f32(lo | (hi << 4u)) - 32.0;
     return (f16_at(b + 208u) * i8_at(b + 192u + i / 16u)) * q;
 }
+
+// Weights (row, 8*k8 .. 8*k8+7): the k8's eight low-nibble bytes and eight high-pair bytes,
+// each read as two words (bytes8_at), its scale and d once, each value as w_at computes it.
+fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
+    let c = k8 * 8u;
+    let b = block_at(m, row, c);
+    let i = c % BLOCK;
+    let h = i / 128u;
+    let r = i % 128u;
+    let lo = bytes8_at(b + h * 64u + r % 64u);
+    let hi = bytes8_at(b + 128u + h * 32u + r % 32u);
+    let scale = f16_at(b + 208u) * i8_at(b + 192u + i / 16u);
+    var v: array<f32, 8>;
+    for (var j = 0u; j < 8u; j++) {
+        let shift = 8u * (j % 4u);
+        let l = ((lo[j / 4u] >> shift) >> (4u * (r / 64u))) & 15u;
+        let hh = ((hi[j / 4u] >> shift) >> (2u * (r / 32u))) & 3u;
+        v[j] = scale * (f32(l | (hh << 4u)) - 32.0);
+    }
+    return W8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+}

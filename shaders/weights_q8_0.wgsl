@@ -6,3 +6,18 @@ fn w_at(m: WMat, row: u32, col: u32) -> f32 {
     let b = block_at(m, row, col);
     return i8_at(b + 2u + col % BLOCK) * f16_at(b);
 }
+
+// Weights (row, 8*k8 .. 8*k8+7): the k8's eight bytes as two words (bytes8_at) and d once,
+// each value as w_at computes it.
+fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
+    let c = k8 * 8u;
+    let b = block_at(m, row, c);
+    let codes = bytes8_at(b + 2u + c % BLOCK);
+    let d = f16_at(b);
+    var v: array<f32, 8>;
+    for (var j = 0u; j < 8u; j++) {
+        let byte = (codes[j / 4u] >> (8u * (j % 4u))) & 255u;
+        v[j] = f32(bitcast<i32>(byte << 24u) >> 24u) * d;
+    }
+    return W8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+}

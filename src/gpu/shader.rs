@@ -29,6 +29,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("weights_int4"),
     shader!("weights_select"),
     shader!("weights_ggml"),
+    shader!("weights_ggml_by_value"),
     shader!("weights_q4_0"),
     shader!("weights_q8_0"),
     shader!("weights_q5_0"),
