@@ -25,6 +25,11 @@ struct W8 {
     b: vec4<f32>,
 }
 
+// Eight values as a W8.
+fn w8_of(v: array<f32, 8>) -> W8 {
+    return W8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+}
+
 // The sum of a scale group's 8 input vec4s, pair after pair as the decode kernels add them
 // k8 by k8.
 fn x_group_sum(xs: array<vec4<f32>, 8>) -> vec4<f32> {

@@ -46,8 +46,13 @@ fn byte_at(b: u32) -> u32 {
     return (w[b >> 2u] >> ((b & 3u) << 3u)) & 255u;
 }
 
+// A byte as a signed 8-bit value.
+fn i8_of(byte: u32) -> f32 {
+    return f32(bitcast<i32>(byte << 24u) >> 24u);
+}
+
 fn i8_at(b: u32) -> f32 {
-    return f32(bitcast<i32>(byte_at(b) << 24u) >> 24u);
+    return i8_of(byte_at(b));
 }
 
 // The 16-bit word at even byte offset `b`.
@@ -70,6 +75,11 @@ fn bytes8_at(b: u32) -> vec2<u32> {
     }
     let w2 = w[a + 2u];
     return vec2<u32>((w0 >> s) | (w1 << (32u - s)), (w1 >> s) | (w2 << (32u - s)));
+}
+
+// Byte j (0..7) of eight held in two words (bytes8_at).
+fn byte_of(bytes: vec2<u32>, j: u32) -> u32 {
+    return (bytes[j / 4u] >> (8u * (j % 4u))) & 255u;
 }
 
 // Byte offset of the block holding (row, col).

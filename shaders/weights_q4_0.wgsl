@@ -20,8 +20,8 @@ fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
     let d = f16_at(b);
     var v: array<f32, 8>;
     for (var j = 0u; j < 8u; j++) {
-        let q = ((codes[j / 4u] >> (8u * (j % 4u))) >> (4u * (i / 16u))) & 15u;
+        let q = (byte_of(codes, j) >> (4u * (i / 16u))) & 15u;
         v[j] = d * (f32(q) - 8.0);
     }
-    return W8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+    return w8_of(v);
 }

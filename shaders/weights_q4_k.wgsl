@@ -51,34 +51,31 @@ fn k_scale_min_words(sw: vec3<u32>, j: u32) -> vec2<f32> {
     return vec2<f32>(f32(sc), f32(mn));
 }
 
-// Weights (row, 8*k8 .. 8*k8+7), one sub-block's: the block's d and dmin in one word, its
-// scales in three, the k8's eight code bytes in two (and Q5_K's fifth bits in two more), each
-// value as w_at computes it. Matrices not starting on a word are read value by value.
+// Weights (row, 8*k8 .. 8*k8+7), one sub-block's: the block's first 16 bytes (d, dmin and the
+// packed scales) and the k8's eight code bytes (and Q5_K's fifth bits) read as words
+// (bytes8_at), each value as w_at computes it.
 fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
-    if ((m.base & 3u) != 0u) {
-        return w_load8_by_value(m, row, k8);
-    }
     let c = k8 * 8u;
-    let b = block_at(m, row, c) >> 2u;
+    let b = block_at(m, row, c);
     let i = c % BLOCK;
     let sub = i / 32u;
-    let d = unpack2x16float(w[b]);
-    let sm = k_scale_min_words(vec3<u32>(w[b + 1u], w[b + 2u], w[b + 3u]), sub);
+    let head = bytes8_at(b);
+    let tail = bytes8_at(b + 8u);
+    let d = unpack2x16float(head.x);
+    let sm = k_scale_min_words(vec3<u32>(head.y, tail.x, tail.y), sub);
     let scale = d.x * sm.x;
     let offset = d.y * sm.y;
-    let qw = b + QS / 4u + (sub / 2u) * 8u + (i % 32u) / 4u;
-    let codes = vec2<u32>(w[qw], w[qw + 1u]);
+    let codes = bytes8_at(b + QS + (sub / 2u) * 32u + i % 32u);
 //#if GGML_Q5_K
-    let fifth = vec2<u32>(w[b + 4u + (i % 32u) / 4u], w[b + 5u + (i % 32u) / 4u]);
+    let fifth = bytes8_at(b + 16u + i % 32u);
 //#endif
     var v: array<f32, 8>;
     for (var j = 0u; j < 8u; j++) {
-        let shift = 8u * (j % 4u);
-        var q = ((codes[j / 4u] >> shift) >> (4u * (sub % 2u))) & 15u;
+        var q = (byte_of(codes, j) >> (4u * (sub % 2u))) & 15u;
 //#if GGML_Q5_K
-        q = q | ((((fifth[j / 4u] >> shift) >> sub) & 1u) << 4u);
+        q = q | (((byte_of(fifth, j) >> sub) & 1u) << 4u);
 //#endif
         v[j] = scale * f32(q) - offset;
     }
-    return W8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+    return w8_of(v);
 }

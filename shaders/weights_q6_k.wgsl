@@ -29,10 +29,9 @@ fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
     let scale = f16_at(b + 208u) * i8_at(b + 192u + i / 16u);
     var v: array<f32, 8>;
     for (var j = 0u; j < 8u; j++) {
-        let shift = 8u * (j % 4u);
-        let l = ((lo[j / 4u] >> shift) >> (4u * (r / 64u))) & 15u;
-        let hh = ((hi[j / 4u] >> shift) >> (2u * (r / 32u))) & 3u;
+        let l = (byte_of(lo, j) >> (4u * (r / 64u))) & 15u;
+        let hh = (byte_of(hi, j) >> (2u * (r / 32u))) & 3u;
         v[j] = scale * (f32(l | (hh << 4u)) - 32.0);
     }
-    return W8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+    return w8_of(v);
 }

@@ -16,8 +16,7 @@ fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
     let d = f16_at(b);
     var v: array<f32, 8>;
     for (var j = 0u; j < 8u; j++) {
-        let byte = (codes[j / 4u] >> (8u * (j % 4u))) & 255u;
-        v[j] = f32(bitcast<i32>(byte << 24u) >> 24u) * d;
+        v[j] = i8_of(byte_of(codes, j)) * d;
     }
-    return W8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+    return w8_of(v);
 }
