@@ -39,6 +39,13 @@ const R: u32 = 4u;
 // Rows per workgroup (the launcher: GATE_UP_R in src/ops/experts.rs).
 const ROWS: u32 = WG_SIZE / TEAM * R;
 
+// The first vec4 of this workgroup's token's input row.
+var<private> x_row: u32;
+
+fn x_at(i: u32) -> vec4<f32> {
+    return x[x_row + i];
+}
+
 @compute @workgroup_size(WG_SIZE)
 //#if LANE_WIDE
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {
@@ -60,20 +67,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let up = proj(slot - p.first_slot, p.up, p.hidden);
     let row0 = (g % blocks) * ROWS + lid / TEAM * R;
     let lane = lid % TEAM;
-    let xb = (j / p.top_k) * (p.hidden / 4u);
+    x_row = (j / p.top_k) * (p.hidden / 4u);
     let k8s = p.hidden / 8u;
     let rows = team_rows(row0, p.inter);
     var acc: array<vec2<f32>, R>;
 //#if LANE_WIDE
     // As rows_dot's LANE_WIDE loop: two groups a step, the input shared by lanes.
-    for (var pair = 0u; pair < k8s / 8u; pair++) {
-        let own0 = x[xb + pair * 16u + x_lane];
-        let own1 = x[xb + pair * 16u + 8u + x_lane];
-        let sum0 = group_sum_lanes(own0);
-        let sum1 = group_sum_lanes(own1);
+    for (var pair_i = 0u; pair_i < k8s / 8u; pair_i++) {
+        let xin = pair_inputs(pair_i);
         for (var r = 0u; r < R; r++) {
-            let gate_acc = w_pair_acc(gate, rows[r], pair, own0, own1, sum0, sum1, acc[r].x);
-            acc[r] = vec2<f32>(gate_acc, w_pair_acc(up, rows[r], pair, own0, own1, sum0, sum1, acc[r].y));
+            let gate_acc = w_pair_acc(gate, rows[r], pair_i, xin, acc[r].x);
+            acc[r] = vec2<f32>(gate_acc, w_pair_acc(up, rows[r], pair_i, xin, acc[r].y));
         }
     }
 //#else
@@ -87,7 +91,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             // As rows_dot's wide branch: x once, each row's gate and up words in one load each.
             var xs: array<vec4<f32>, 8>;
             for (var i = 0u; i < 8u; i++) {
-                xs[i] = x[xb + k0 * 2u + i];
+                xs[i] = x_at(k0 * 2u + i);
             }
             for (var r = 0u; r < R; r++) {
                 dg[r] = w_group_dot(gate, rows[r], grp, xs);
@@ -98,8 +102,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         } else {
             for (var k8 = k0; k8 < k1; k8++) {
-                let xa = x[xb + k8 * 2u];
-                let xc = x[xb + k8 * 2u + 1u];
+                let xa = x_at(k8 * 2u);
+                let xc = x_at(k8 * 2u + 1u);
                 for (var r = 0u; r < R; r++) {
                     dg[r] += w_dot8(gate, rows[r], k8, xa, xc);
                     du[r] += w_dot8(up, rows[r], k8, xa, xc);

@@ -7,14 +7,11 @@
 fn rows_dot(m: WMat, rows: array<u32, R>, lane: u32, k8s: u32) -> array<f32, R> {
     var acc: array<f32, R>;
 //#if LANE_WIDE
-    // The CPU layout's wide loads (weights_int4): two groups a step, the input shared by lanes.
+    // The CPU layout's wide loads (weights_common): two groups a step, the input shared by lanes.
     for (var pair_i = 0u; pair_i < k8s / 8u; pair_i++) {
-        let own0 = x_at(pair_i * 16u + x_lane);
-        let own1 = x_at(pair_i * 16u + 8u + x_lane);
-        let sum0 = group_sum_lanes(own0);
-        let sum1 = group_sum_lanes(own1);
+        let xin = pair_inputs(pair_i);
         for (var r = 0u; r < R; r++) {
-            acc[r] = w_pair_acc(m, rows[r], pair_i, own0, own1, sum0, sum1, acc[r]);
+            acc[r] = w_pair_acc(m, rows[r], pair_i, xin, acc[r]);
         }
     }
 //#else

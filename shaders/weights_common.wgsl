@@ -56,6 +56,7 @@ fn w_group_dot(m: WMat, row: u32, grp: u32, xs: array<vec4<f32>, 8>) -> f32 {
 // 32 and f16, rows of a multiple of 64): rows_dot and expert_gate_up take a row two scale groups
 // a step with the reader's w_pair_acc, and the workgroup loads a group's 32 inputs once, one
 // vec4 per lane, that every lane takes by subgroupBroadcast (lavapipe pays per load and lane).
+// The including kernel defines `fn x_at(i: u32) -> vec4<f32>`, its input as vec4s.
 
 // This invocation's lane in its subgroup (set by the including kernel's main).
 var<private> x_lane: u32;
@@ -67,5 +68,21 @@ fn group_sum_lanes(own: vec4<f32>) -> f32 {
     s += subgroupBroadcast(own, 4u) + subgroupBroadcast(own, 5u);
     s += subgroupBroadcast(own, 6u) + subgroupBroadcast(own, 7u);
     return s.x + s.y + s.z + s.w;
+}
+
+// Two scale groups' inputs as the lanes hold them: this lane's vec4 of each, and their sums.
+struct PairInputs {
+    own0: vec4<f32>,
+    own1: vec4<f32>,
+    sum0: f32,
+    sum1: f32,
+}
+
+// Groups 2 * pair_i and 2 * pair_i + 1 of the input (the including kernel's `x_at`), one load
+// per lane.
+fn pair_inputs(pair_i: u32) -> PairInputs {
+    let own0 = x_at(pair_i * 16u + x_lane);
+    let own1 = x_at(pair_i * 16u + 8u + x_lane);
+    return PairInputs(own0, own1, group_sum_lanes(own0), group_sum_lanes(own1));
 }
 //#endif

@@ -66,10 +66,10 @@ fn group_dot_lanes(m: WMat, row: u32, grp: u32, own: vec4<f32>) -> f32 {
     return d;
 }
 
-// `acc` plus groups 2 * pair_i and 2 * pair_i + 1 of `row` · the input (`own0`, `own1` the
-// groups' inputs held a vec4 per lane; dense groups have no offset, so their sums go unused).
-fn w_pair_acc(m: WMat, row: u32, pair_i: u32, own0: vec4<f32>, own1: vec4<f32>, sum0: f32, sum1: f32, acc: f32) -> f32 {
-    let a = acc + group_dot_lanes(m, row, 2u * pair_i, own0);
-    return a + group_dot_lanes(m, row, 2u * pair_i + 1u, own1);
+// `acc` plus groups 2 * pair_i and 2 * pair_i + 1 of `row` · their inputs `xin` (dense groups
+// have no offset, so their sums go unused).
+fn w_pair_acc(m: WMat, row: u32, pair_i: u32, xin: PairInputs, acc: f32) -> f32 {
+    let a = acc + group_dot_lanes(m, row, 2u * pair_i, xin.own0);
+    return a + group_dot_lanes(m, row, 2u * pair_i + 1u, xin.own1);
 }
 //#endif

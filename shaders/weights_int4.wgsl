@@ -91,12 +91,9 @@ fn w_group_dot(m: WMat, row: u32, grp: u32, xs: array<vec4<f32>, 8>) -> f32 {
 }
 
 //#if LANE_WIDE
-// LANE_WIDE (WIDE in the CPU layout, LANE_ROWS; the launcher: rows of a multiple of 64, even scale
-// and min offsets, subgroups of at least the workgroup's 8 lanes): on lavapipe every storage load
-// is a loop over the SIMD lanes, so a lane takes a row two groups at a time (two 16-byte code
-// loads, one word of scales, one of mins), and the workgroup loads a group's 32 inputs once, one
-// vec4 per lane (`own`), that each lane takes by subgroupBroadcast. The additions are w_dot8's
-// and rows_dot's, in their order: results are bit-identical to the one-word loads.
+// LANE_WIDE (weights_common; the launcher also needs even scale and min offsets): a row's two
+// groups a step in two 16-byte code loads, one word of scales and one of mins. The additions
+// are w_dot8's and rows_dot's, in their order: bit-identical to the one-word loads.
 
 // The raw codes of a group (its four words `q`) · the group's inputs, held a vec4 per lane.
 fn group_dot_lanes(q: vec4<u32>, own: vec4<f32>) -> f32 {
@@ -107,10 +104,9 @@ fn group_dot_lanes(q: vec4<u32>, own: vec4<f32>) -> f32 {
     return d;
 }
 
-// `acc` plus groups 2 * pair_i and 2 * pair_i + 1 of `row` · the input (`own0`, `own1` the groups'
-// inputs held a vec4 per lane, `sum0`, `sum1` their sums): per group scale * codes · x, then
-// offset * Σ x, as rows_dot adds a group.
-fn w_pair_acc(m: WMat, row: u32, pair_i: u32, own0: vec4<f32>, own1: vec4<f32>, sum0: f32, sum1: f32, acc: f32) -> f32 {
+// `acc` plus groups 2 * pair_i and 2 * pair_i + 1 of `row` · their inputs `xin`: per group
+// scale * codes · x, then offset * Σ x, as rows_dot adds a group.
+fn w_pair_acc(m: WMat, row: u32, pair_i: u32, xin: PairInputs, acc: f32) -> f32 {
     let groups = m.cols / GROUP;
     let q = (m.base + row * (m.cols >> 3u)) / 4u + 2u * pair_i;
     let scale = unpack2x16float(w[(m.scales + row * groups) / 2u + pair_i]);
@@ -119,10 +115,10 @@ fn w_pair_acc(m: WMat, row: u32, pair_i: u32, own0: vec4<f32>, own1: vec4<f32>, 
 //#else
     let offset = unpack2x16float(w[(m.mins + row * groups) / 2u + pair_i]);
 //#endif
-    var a = acc + scale.x * group_dot_lanes(w4[q], own0);
-    a += offset.x * sum0;
-    a += scale.y * group_dot_lanes(w4[q + 1u], own1);
-    a += offset.y * sum1;
+    var a = acc + scale.x * group_dot_lanes(w4[q], xin.own0);
+    a += offset.x * xin.sum0;
+    a += scale.y * group_dot_lanes(w4[q + 1u], xin.own1);
+    a += offset.y * xin.sum1;
     return a;
 }
 //#endif
