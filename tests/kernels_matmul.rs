@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use common::{
     as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups, gpu_no_subgroups,
-    read_f32, submit, upload_f32, upload_matrix, weight_formats, Rng,
+    lane_wide_formats, read_f32, submit, upload_f32, upload_matrix, weight_formats, Rng,
 };
 use moestream::gpu::{Gpu, StepUniform};
 use moestream::ops::matmul::{MatMul, MatMulOut};
@@ -325,9 +325,7 @@ fn matmul_lane_wide_loads_are_bit_identical() {
     let (with, without) = (gpu(), gpu_no_subgroups());
     let mut seed = 800;
     let shapes = [(37usize, 128usize), (129, 1024), (64, 512), (8, 64), (300, 192)];
-    for (format, &(rows, cols)) in
-        [weight_formats()[1], weight_formats()[2]].iter().flat_map(|f| shapes.iter().map(move |s| (*f, s)))
-    {
+    for (format, &(rows, cols)) in lane_wide_formats().into_iter().flat_map(|f| shapes.iter().map(move |s| (f, s))) {
         for &t in &[1usize, 2, 3] {
             seed += 1;
             let mut c = plain(rows, cols, t, format, seed % 2 == 0);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use common::{
     as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups, gpu_no_subgroups,
-    read_f32, read_u32, submit, upload_f32, upload_u32, weight_formats, Rng,
+    lane_wide_formats, read_f32, read_u32, submit, upload_f32, upload_u32, weight_formats, Rng,
 };
 use moestream::experts::arena::SlotLayout;
 use moestream::experts::{SlotArena, SlotTable};
@@ -431,9 +431,7 @@ fn expert_ffn_lane_wide_loads_are_bit_identical() {
     let (with, without) = (gpu(), gpu_no_subgroups());
     let mut seed = 90;
     let shapes = [(64usize, 128usize), (128, 64), (192, 320), (64, 40)];
-    for (format, &(hidden, inter)) in
-        [weight_formats()[1], weight_formats()[2]].iter().flat_map(|f| shapes.iter().map(move |s| (*f, s)))
-    {
+    for (format, &(hidden, inter)) in lane_wide_formats().into_iter().flat_map(|f| shapes.iter().map(move |s| (f, s))) {
         for &(t, k) in &[(1usize, 1usize), (1, 4), (3, 2)] {
             seed += 1;
             let c = case(format, hidden, inter, t, k);

@@ -126,8 +126,7 @@ impl KvStore {
             storage.extend([Slice::from(r.tables.0), r.tables.1.into(), r.q.into()]);
             defines.push("ROPE");
             pairs_per_token += q_heads.n_heads * r.spec.rotary_dim / 2;
-            // Their rotated values in and out, and a cos/sin row.
-            per_token += 4 * (2 * q_heads.n_heads * r.spec.rotary_dim + r.spec.rotary_dim) as u64;
+            per_token += q_heads.bytes_per_token(r.spec.rotary_dim);
         }
         let traffic = Traffic { fixed: 0, per_token, per_position: 0 };
         let kernel = Kernel::new(gpu, "kv_store", &defines, step, &params(&words), &storage).with_traffic(traffic);

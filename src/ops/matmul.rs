@@ -90,8 +90,7 @@ impl DecodeLayout {
         cols: usize,
         at: &[BlobOffsets],
     ) -> &'static [&'static str] {
-        let one_subgroup = gpu.caps.subgroups && gpu.device.adapter_info().subgroup_min_size >= 8;
-        let lane_wide = self == DecodeLayout::LaneRows && one_subgroup && cols.is_multiple_of(64);
+        let lane_wide = self.one_subgroup_workgroups(gpu) && cols.is_multiple_of(64);
         // f16: the weights bound as vec4s, eight per load (shaders/weights_f16.wgsl).
         if format == WeightFormat::F16 {
             return match (at.iter().all(|o| o.data.is_multiple_of(8)), lane_wide) {
@@ -115,6 +114,12 @@ impl DecodeLayout {
                 }
             }
         }
+    }
+
+    /// Whether this is the CPU layout and each of its 8-lane workgroups is one subgroup (subgroups
+    /// of at least 8 lanes), so kernels may share values across a workgroup by subgroup operations.
+    pub fn one_subgroup_workgroups(self, gpu: &Gpu) -> bool {
+        self == DecodeLayout::LaneRows && gpu.caps.subgroups && gpu.device.adapter_info().subgroup_min_size >= 8
     }
 
     /// Rows a workgroup of a decode kernel computes, given the kernel's rows per team `R` as

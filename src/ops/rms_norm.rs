@@ -84,10 +84,8 @@ impl RmsNorm {
 /// where the decode kernels take the CPU layout and every subgroup holds an 8-lane workgroup:
 /// lavapipe charges a kernel that uses workgroup memory several times its work per dispatch.
 fn one_subgroup(gpu: &Gpu) -> &'static [&'static str] {
-    let fits = gpu.caps.subgroups && gpu.device.adapter_info().subgroup_min_size >= 8;
-    if fits && DecodeLayout::for_gpu(gpu) == DecodeLayout::LaneRows {
-        &["ONE_SUBGROUP"]
-    } else {
-        &[]
+    match DecodeLayout::for_gpu(gpu).one_subgroup_workgroups(gpu) {
+        true => &["ONE_SUBGROUP"],
+        false => &[],
     }
 }

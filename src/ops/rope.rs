@@ -27,6 +27,11 @@ impl RopeLayout {
         [l[0] as u32, l[1] as u32, l[2] as u32, l[3] as u32, l[4] as u32, 0, 0, 0]
     }
 
+    /// Bytes a token's rotation moves: its rotated values in and out and one cos/sin row.
+    pub(crate) fn bytes_per_token(&self, rotary_dim: usize) -> u64 {
+        4 * (2 * self.n_heads * rotary_dim + rotary_dim) as u64
+    }
+
     /// `n_heads` contiguous heads of `head_dim`, rotated from their first value.
     pub fn heads(n_heads: usize, head_dim: usize, at_cache_pos: bool) -> RopeLayout {
         RopeLayout { n_heads, head_stride: head_dim, row_stride: n_heads * head_dim, offset: 0, at_cache_pos }
@@ -52,8 +57,7 @@ impl Rope {
     ) -> Rope {
         let mut words = vec![rope.rotary_dim as u32, rope.interleaved as u32, 0, 0];
         words.extend(layout.words());
-        // Per token its rotated values in and out and one cos/sin row.
-        let per_token = 4 * (2 * layout.n_heads * rope.rotary_dim + rope.rotary_dim) as u64;
+        let per_token = layout.bytes_per_token(rope.rotary_dim);
         let storage = [tables.0.into(), tables.1.into(), x.into()];
         let kernel = Kernel::new(gpu, "rope", &[], step, &params(&words), &storage).with_traffic(Traffic {
             fixed: 0,

@@ -246,6 +246,13 @@ pub fn weight_formats() -> [moestream::ops::WeightFormat; 4] {
     ]
 }
 
+/// The formats the CPU layout's decode kernels read two scale groups a step (`LANE_WIDE`): f16
+/// and int4 in groups of 32 (of [`weight_formats`]).
+pub fn lane_wide_formats() -> [moestream::ops::WeightFormat; 2] {
+    let [_, f16, int4_g32, _] = weight_formats();
+    [f16, int4_g32]
+}
+
 /// The values a `[rows, cols]` matrix holds once stored in `format` (f16-rounded, or
 /// quantized and dequantized by the CPU codec), for running the reference on what the GPU sees.
 pub fn as_stored(format: moestream::ops::WeightFormat, w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
