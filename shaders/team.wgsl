@@ -3,14 +3,19 @@
 // vector) before this include, and its own R (rows per team) and ROWS after it.
 // * LANE_ROWS (CPU adapters such as lavapipe, where a workgroup is one thread and its lanes are
 //   SIMD lanes): one lane per team, no reduction at all, small workgroups.
-// * otherwise (GPUs): teams of 8 lanes, summed with subgroup shuffles (SUBGROUPS without
-//   SHARED_REDUCE, which the launcher sets where subgroups may be smaller than a team) or
-//   through shared memory; both add in the same order, so results are bit-identical.
+// * otherwise (GPUs): teams of 8 lanes, or of 32 (TEAM32: a whole subgroup, where subgroups
+//   have at least 32 lanes), summed with subgroup shuffles (SUBGROUPS without SHARED_REDUCE,
+//   which the launcher sets where subgroups may be smaller than a team) or through shared
+//   memory; both add in the same order, so results are bit-identical.
 //#if LANE_ROWS
 const TEAM: u32 = 1u;
 const WG_SIZE: u32 = 8u;
 //#else
+//#if TEAM32
+const TEAM: u32 = 32u;
+//#else
 const TEAM: u32 = 8u;
+//#endif
 const WG_SIZE: u32 = 64u;
 //#endif
 

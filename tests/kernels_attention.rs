@@ -95,7 +95,7 @@ fn check_in(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64, kerne
         _ => gpu(),
     };
     let decode_layout = match kernel_layout {
-        KernelLayout::Teams { shared_reduce } => DecodeLayout::Teams { shared_reduce },
+        KernelLayout::Teams { shared_reduce } => DecodeLayout::Teams { team: 8, shared_reduce },
         KernelLayout::NoSubgroups => DecodeLayout::LaneRows,
         KernelLayout::Default => DecodeLayout::for_gpu(&gpu),
     };

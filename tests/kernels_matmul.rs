@@ -13,8 +13,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups, gpu_no_subgroups,
-    lane_wide_formats, read_f32, submit, upload_f32, upload_matrix, weight_formats, Rng,
+    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups,
+    gpu_layouts_team32, gpu_no_subgroups, lane_wide_formats, read_f32, submit, upload_f32, upload_matrix,
+    weight_formats, Rng,
 };
 use moestream::gpu::{Gpu, StepUniform};
 use moestream::ops::matmul::{MatMul, MatMulOut};
@@ -341,11 +342,12 @@ fn matmul_lane_wide_loads_are_bit_identical() {
 
 #[test]
 fn matmul_in_the_gpu_layouts_matches_the_reference() {
-    // What hardware GPUs run: the matvec in 8-lane teams summed by subgroup shuffles, or through
+    // What hardware GPUs run: the matvec in 8-lane (or 32-lane) teams summed by subgroup shuffles, or through
     // workgroup memory without subgroups (both add in the same order: bit-identical), reading
     // int4 groups of 32 whole (WIDE) where rows are 16-byte aligned.
-    let (teams, shared) = (gpu_layouts(), gpu_layouts_no_subgroups());
+    let (teams, shared, team32) = (gpu_layouts(), gpu_layouts_no_subgroups(), gpu_layouts_team32());
     assert!(!teams.caps.cpu_layouts && !shared.caps.cpu_layouts && !shared.caps.subgroups);
+    assert_eq!((teams.caps.decode_team, team32.caps.decode_team), (8, 32));
     let mut seed = 900;
     // cols 96 and 1024 (multiples of 32): int4 in groups of 32 takes the WIDE 16-byte loads.
     for &(rows, cols) in &[(37usize, 72usize), (129, 1032), (8, 8), (1000, 40), (37, 96), (129, 1024)] {
@@ -357,7 +359,9 @@ fn matmul_in_the_gpu_layouts_matches_the_reference() {
                 c.out.last_token = seed % 5 == 0;
                 let d = data(&c, seed);
                 let a = run(&teams, &c, &d);
-                assert_close(&format!("GPU layout {}", describe(&c)), &a, &reference(&c, &d), TOL);
+                let want = reference(&c, &d);
+                assert_close(&format!("GPU layout {}", describe(&c)), &a, &want, TOL);
+                assert_close(&format!("GPU layout, 32-lane teams {}", describe(&c)), &run(&team32, &c, &d), &want, TOL);
                 if teams.caps.subgroups {
                     let b = run(&shared, &c, &d);
                     assert_bits_eq(&format!("GPU layout, shared vs shuffles {}", describe(&c)), &b, &a);

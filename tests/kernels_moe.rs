@@ -13,8 +13,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups, gpu_no_subgroups,
-    lane_wide_formats, read_f32, read_u32, submit, upload_f32, upload_u32, weight_formats, Rng,
+    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups,
+    gpu_layouts_team32, gpu_no_subgroups, lane_wide_formats, read_f32, read_u32, submit, upload_f32, upload_u32,
+    weight_formats, Rng,
 };
 use moestream::experts::arena::SlotLayout;
 use moestream::experts::{SlotArena, SlotTable};
@@ -400,9 +401,10 @@ fn expert_ffn_matches_reference() {
 
 #[test]
 fn expert_ffn_in_the_gpu_layouts_matches_reference() {
-    // What hardware GPUs run for decode steps: expert_gate_up / expert_down in 8-lane teams
-    // summed by subgroup shuffles, or through workgroup memory without subgroups (same order).
-    let (teams, shared) = (gpu_layouts(), gpu_layouts_no_subgroups());
+    // What hardware GPUs run for decode steps: expert_gate_up / expert_down in 8-lane (or
+    // 32-lane) teams summed by subgroup shuffles, or through workgroup memory without subgroups
+    // (same order).
+    let (teams, shared, team32) = (gpu_layouts(), gpu_layouts_no_subgroups(), gpu_layouts_team32());
     let mut seed = 60;
     for format in weight_formats() {
         // (64, 96), (96, 64): int4 in groups of 32 takes the WIDE 16-byte loads.
@@ -413,6 +415,8 @@ fn expert_ffn_in_the_gpu_layouts_matches_reference() {
                 let d = ffn_data(&c, seed);
                 let (h, y, _) = run_ffn(&teams, &c, &d);
                 check_ffn_against_reference(&c, &d, &h, &y);
+                let (h32, y32, _) = run_ffn(&team32, &c, &d);
+                check_ffn_against_reference(&c, &d, &h32, &y32);
                 if teams.caps.subgroups {
                     let (h2, y2, _) = run_ffn(&shared, &c, &d);
                     assert_bits_eq(&format!("{}: h, shared vs shuffles", describe(&c)), &h2, &h);

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{fixtures, gpu, gpu_layouts};
+use common::{fixtures, gpu, gpu_layouts, gpu_layouts_team32};
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::ops::WeightFormat;
@@ -79,23 +79,29 @@ fn hybrid_long_prompt_streams_exactly_at_the_minimum_budget() {
 
 #[test]
 fn streaming_in_the_gpu_layouts_matches_resident() {
-    // The kernel layouts hardware GPUs get (lane teams, WIDE int4 loads, gathered expert
-    // prefill): the smallest budget streams bit-identically to the resident run there too.
+    // The kernel layouts hardware GPUs get (lane teams of 8 and of 32, WIDE int4 loads, gathered
+    // expert prefill): the smallest budget streams bit-identically to the resident run there too.
     for (dir, golden) in fixtures() {
         let spec = moestream::model::ArchSpec::from_dir(&dir).unwrap();
         let Some(moe) = spec.moe.clone() else { continue };
         let prompt = &golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens;
         let gen = GenerateOptions { max_tokens: 6, ignore_eos: true, ..Default::default() };
         // int4 (groups of 32: WIDE loads where rows are 16-byte aligned) and f32 weights.
-        for format in [WeightFormat::Int4(Default::default()), WeightFormat::F32] {
+        let formats = [WeightFormat::Int4(Default::default()), WeightFormat::F32];
+        for (format, gpu) in formats.into_iter().flat_map(|f| [(f, gpu_layouts()), (f, gpu_layouts_team32())]) {
             let run = |budget| {
                 let o = options(&dir, budget, PolicyKind::Lru, PrefetchKind::Eamc).with_format(format);
-                let e = Engine::load_on(gpu_layouts(), &o).unwrap();
+                let e = Engine::load_on(gpu.clone(), &o).unwrap();
                 (e.generate(prompt, &gen, |_, _| true).unwrap().tokens, e.score(prompt).unwrap().logprobs)
             };
             let resident = run(ExpertBudget::Auto);
             let streamed = run(ExpertBudget::Slots(moe.top_k));
-            assert_eq!(streamed, resident, "{} GPU layouts {format:?}, {} slots", golden.architecture, moe.top_k);
+            let team = gpu.caps.decode_team;
+            assert_eq!(
+                streamed, resident,
+                "{} GPU layouts ({team}-lane teams) {format:?}, {} slots",
+                golden.architecture, moe.top_k
+            );
         }
     }
 }

@@ -12,7 +12,7 @@
 #                                         side_by_side.py (llama-bench + test-backend-ops)
 #
 # `run` writes everything under $OUT (default target/gpu-session): devices.txt, kernels.json,
-# profile.json, side_by_side.json and .txt, log.txt. About 6-8 minutes on an H200. PROMPT,
+# profile.json, side_by_side.json and .txt, log.txt (and the *-teams8.json of 8-lane decode teams). About 6-8 minutes on an H200. PROMPT,
 # DECODE and RUNS (default 512, 128, 3) set the token counts; small ones make a quick dry run
 # on lavapipe (PROMPT=32 DECODE=8 RUNS=1: about 4 minutes on the 2-core VM).
 set -euo pipefail
@@ -57,6 +57,13 @@ run() {
   "$moe" convert "$models/bench-mixtral" "$models/bench-mixtral-int4"
   "$moe" bench kernels --json > "$OUT/kernels.json"
   "$moe" bench kernels --rows 14336 --cols 4096 --json > "$OUT/kernels-14336x4096.json"
+  # The decode kernels' team size: the adapter's pick above (32 lanes where subgroups have at
+  # least 32, Caps::decode_team), 8-lane teams here, for the int4 / f16 matvec and a decode step.
+  MOESTREAM_DECODE_LAYOUT=teams8 "$moe" bench kernels --json > "$OUT/kernels-teams8.json"
+  MOESTREAM_DECODE_LAYOUT=teams8 "$moe" bench kernels --rows 14336 --cols 4096 --json \
+    > "$OUT/kernels-14336x4096-teams8.json"
+  MOESTREAM_DECODE_LAYOUT=teams8 "$moe" bench profile --model "$models/bench-mixtral-int4" --prompt-tokens "$PROMPT" \
+    --decode-tokens "$DECODE" --json > "$OUT/profile-teams8.json"
   "$moe" bench profile --model "$models/bench-mixtral-int4" --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" \
     --json > "$OUT/profile.json"
   python3 benches/peer/side_by_side.py --peer "$root/peer" --models "$models" --prompt "$PROMPT" \

@@ -36,6 +36,12 @@ pub fn run(a: DevicesArgs) -> Result<()> {
         println!("    driver: {}", d.driver);
         println!("    features: {}", if d.features.is_empty() { "none".into() } else { d.features.join(", ") });
         println!("    bench profile times dispatches by: {}", d.profile_timing.name());
+        let [min, max] = d.subgroup_sizes;
+        let decode = match d.software {
+            true => "one lane per row (CPU layout)".to_string(),
+            false => format!("teams of {} lanes", d.decode_team(d.features.iter().any(|f| f == "SUBGROUP"))),
+        };
+        println!("    subgroups of {min}-{max} lanes; decode kernels: {decode}");
         println!(
             "    max storage binding {} MiB, max buffer {} MiB, {} storage buffers/stage, {} KiB workgroup memory",
             d.max_storage_binding >> 20,

@@ -48,6 +48,9 @@ pub struct GpuOptions {
     /// Lay kernels out as on a hardware GPU even on a software adapter ([`Caps::cpu_layouts`]
     /// off): tests run the kernels GPUs run on lavapipe.
     pub gpu_layouts: bool,
+    /// Lanes per team of the GPU-layout decode kernels (8 or 32, [`Caps::decode_team`]); `None`:
+    /// the adapter's pick. Tests run the 32-lane teams on lavapipe with it.
+    pub decode_team: Option<u32>,
 }
 
 /// Capabilities the kernels adapt to.
@@ -70,6 +73,12 @@ pub struct Caps {
     /// Kernels take their CPU-adapter layouts (a software adapter such as lavapipe, whose
     /// workgroups are threads and lanes SIMD lanes), unless [`GpuOptions::gpu_layouts`].
     pub cpu_layouts: bool,
+    /// Lanes per team of the GPU-layout decode kernels (matvec, expert_gate_up, expert_down; the
+    /// `TEAM` of shaders/team.wgsl): 32, a whole subgroup, where subgroups are on and never
+    /// smaller than 32 lanes (NVIDIA, AMD, Apple), so a 4096-row matvec runs as 64K lanes rather
+    /// than 16K; else 8 (Intel's 8-lane subgroups, no subgroups), summed through shared memory
+    /// where subgroups are smaller than the team.
+    pub decode_team: u32,
 }
 
 /// A printable description of one adapter.
@@ -101,6 +110,20 @@ pub struct AdapterReport {
     pub max_workgroup_storage: u32,
     /// Memory for buffers and what is free now.
     pub memory: GpuMemory,
+    /// Smallest and largest subgroup the adapter may run (0 where it reports none).
+    pub subgroup_sizes: [u32; 2],
+}
+
+impl AdapterReport {
+    /// Lanes per team of the GPU-layout decode kernels with subgroups on or off:
+    /// [`Caps::decode_team`].
+    pub fn decode_team(&self, subgroups: bool) -> u32 {
+        if subgroups && self.subgroup_sizes[0] >= 32 {
+            32
+        } else {
+            8
+        }
+    }
 }
 
 /// An open GPU device with its queue, capabilities and pipeline cache.
@@ -161,6 +184,7 @@ fn report(index: usize, adapter: &wgpu::Adapter) -> AdapterReport {
             Ok(Some(bytes)) => GpuMemory::simulated(bytes),
             _ => GpuMemory::discover(adapter),
         },
+        subgroup_sizes: [info.subgroup_min_size, info.subgroup_max_size],
     }
 }
 
@@ -243,8 +267,14 @@ impl Gpu {
         .map_err(|e| Error::Adapter(format!("could not open {}: {e}", report.name)))?;
         let device_binding = (limits.max_storage_buffer_binding_size as u64).min(limits.max_buffer_size);
         let max_binding = options.max_binding_override.map_or(device_binding, |o| o.min(device_binding)) & !255;
+        let subgroups = required_features.contains(wgpu::Features::SUBGROUP) && !options.disable_subgroups;
+        let decode_team = match options.decode_team {
+            Some(t @ (8 | 32)) => t,
+            Some(t) => return Err(Error::InvalidArgument(format!("a decode team has 8 or 32 lanes, not {t}"))),
+            None => report.decode_team(subgroups),
+        };
         let caps = Caps {
-            subgroups: required_features.contains(wgpu::Features::SUBGROUP) && !options.disable_subgroups,
+            subgroups,
             shader_f16: required_features.contains(wgpu::Features::SHADER_F16),
             timestamps: required_features.contains(wgpu::Features::TIMESTAMP_QUERY),
             max_binding,
@@ -252,6 +282,7 @@ impl Gpu {
             max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
             cpu_layouts: report.software && !options.gpu_layouts,
+            decode_team,
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         let uncaptured = Arc::new(Mutex::new(None));

@@ -177,6 +177,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
             "LAST_TOKEN",
             "LANE_ROWS",
             "SHARED_REDUCE",
+            "TEAM32",
             "WIDE",
             "LANE_WIDE",
             "SPLIT_OUT",
@@ -195,8 +196,19 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
 ];
 
 /// The flags of the decode expert kernels (`expert_gate_up`, `expert_down`).
-const EXPERT_DECODE_FLAGS: &[&str] =
-    &["F16", "INT4", "INT4_SYM", "G64", "LANE_ROWS", "SHARED_REDUCE", "CLAMPED", "WIDE", "LANE_WIDE", "VEC4_WEIGHTS"];
+const EXPERT_DECODE_FLAGS: &[&str] = &[
+    "F16",
+    "INT4",
+    "INT4_SYM",
+    "G64",
+    "LANE_ROWS",
+    "SHARED_REDUCE",
+    "TEAM32",
+    "CLAMPED",
+    "WIDE",
+    "LANE_WIDE",
+    "VEC4_WEIGHTS",
+];
 
 /// Every define combination of kernel `name`, with and without `SUBGROUPS`.
 pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
@@ -207,6 +219,10 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
             flags.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, f)| *f).collect();
         if mask & (1 << flags.len()) != 0 {
             set.push("SUBGROUPS");
+        }
+        // TEAM32 sizes the GPU layout's teams (DecodeLayout::defines).
+        if set.contains(&"TEAM32") && set.contains(&"LANE_ROWS") {
+            continue;
         }
         // WIDE exists only with the int4 reader in groups of 32 (DecodeLayout::wide_defines).
         if set.contains(&"WIDE") && (!set.contains(&"INT4") || set.contains(&"G64") || set.contains(&"F16")) {

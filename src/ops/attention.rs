@@ -104,8 +104,9 @@ const TEAM: u32 = 8;
 /// a workgroup is one thread, its lanes SIMD lanes) runs one team per workgroup: `attention_keys`,
 /// whose lanes split the keys, while its state is small (see [`KEYS_MAX_SLOT_DIMS`]), else
 /// `attention` with `ONE_TEAM`, whose lanes split a head's dims. GPUs run `attention` with eight
-/// teams per workgroup. Cross-lane steps go through subgroup shuffles where subgroups hold whole
-/// teams, else through workgroup memory.
+/// teams per workgroup, whatever the decode kernels' team size. Cross-lane steps go through
+/// subgroup shuffles where subgroups hold whole teams and the layout does not sum through
+/// workgroup memory, else through workgroup memory.
 fn layout_shader(gpu: &Gpu, layout: DecodeLayout, slots: usize, head_dim: usize) -> (&'static str, Vec<&'static str>) {
     let small_subgroups = !gpu.caps.subgroups || gpu.device.adapter_info().subgroup_min_size < TEAM;
     let shared = |shared_reduce: bool| if shared_reduce { vec!["SHARED_REDUCE"] } else { vec![] };
@@ -114,7 +115,7 @@ fn layout_shader(gpu: &Gpu, layout: DecodeLayout, slots: usize, head_dim: usize)
             ("attention_keys", shared(small_subgroups))
         }
         DecodeLayout::LaneRows => ("attention", [&["ONE_TEAM"][..], &shared(small_subgroups)].concat()),
-        DecodeLayout::Teams { shared_reduce } => ("attention", shared(shared_reduce)),
+        DecodeLayout::Teams { shared_reduce, .. } => ("attention", shared(shared_reduce || small_subgroups)),
     }
 }
 

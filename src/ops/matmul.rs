@@ -28,10 +28,6 @@ impl MatMulOut {
     }
 }
 
-/// Lanes per team (one row) of the GPU layout of the decode kernels, which sum a team with
-/// subgroup shuffles.
-const TEAM: u32 = 8;
-
 /// How the decode kernels (`matvec`, `expert_gate_up`, `expert_down`) lay rows over lanes, picked
 /// from the adapter: one lane per row group on CPU adapters (lavapipe), where workgroups are
 /// threads and lanes are SIMD lanes, and teams of lanes per row on GPUs.
@@ -39,26 +35,38 @@ const TEAM: u32 = 8;
 pub enum DecodeLayout {
     /// Each lane takes whole rows (`LANE_ROWS`): no cross-lane reduction.
     LaneRows,
-    /// Teams of 8 lanes per row, summed with subgroup shuffles (or shared memory when
-    /// `shared_reduce`: no subgroups, or subgroups that may be smaller than a team).
+    /// Teams of `team` lanes (8 or 32, [`crate::gpu::Caps::decode_team`]) per row, summed with
+    /// subgroup shuffles (or shared memory when `shared_reduce`: no subgroups, or subgroups that
+    /// may be smaller than a team).
     Teams {
+        /// Lanes per team.
+        team: u32,
         /// Sum teams through shared memory.
         shared_reduce: bool,
     },
 }
 
+/// Lanes of a decode kernel's workgroup in the `Teams` layout (`WG_SIZE` in shaders/team.wgsl).
+const TEAMS_WORKGROUP: u32 = 64;
+
 impl DecodeLayout {
     /// The layout for `gpu`, or the one the environment variable `MOESTREAM_DECODE_LAYOUT`
-    /// names (`lanes`, `teams`, `teams-shared`; for testing and comparing the kernels on one
-    /// adapter; `teams` still sums through shared memory where subgroups are off or too small).
+    /// names (`lanes`, `teams`, `teams8`, `teams32`, `teams-shared`; for testing and comparing
+    /// the kernels on one adapter; `teams` is the adapter's team size, and teams still sum
+    /// through shared memory where subgroups are off or smaller than the team).
     pub fn for_gpu(gpu: &Gpu) -> DecodeLayout {
-        let shared_reduce = !gpu.caps.subgroups || gpu.device.adapter_info().subgroup_min_size < TEAM;
+        let teams = |team: u32| DecodeLayout::Teams {
+            team,
+            shared_reduce: !gpu.caps.subgroups || gpu.device.adapter_info().subgroup_min_size < team,
+        };
         match std::env::var("MOESTREAM_DECODE_LAYOUT").as_deref() {
             Ok("lanes") => DecodeLayout::LaneRows,
-            Ok("teams") => DecodeLayout::Teams { shared_reduce },
-            Ok("teams-shared") => DecodeLayout::Teams { shared_reduce: true },
+            Ok("teams") => teams(gpu.caps.decode_team),
+            Ok("teams8") => teams(8),
+            Ok("teams32") => teams(32),
+            Ok("teams-shared") => DecodeLayout::Teams { team: gpu.caps.decode_team, shared_reduce: true },
             _ if gpu.caps.cpu_layouts => DecodeLayout::LaneRows,
-            _ => DecodeLayout::Teams { shared_reduce },
+            _ => teams(gpu.caps.decode_team),
         }
     }
 
@@ -66,8 +74,10 @@ impl DecodeLayout {
     pub fn defines(self) -> &'static [&'static str] {
         match self {
             DecodeLayout::LaneRows => &["LANE_ROWS"],
-            DecodeLayout::Teams { shared_reduce: true } => &["SHARED_REDUCE"],
-            DecodeLayout::Teams { shared_reduce: false } => &[],
+            DecodeLayout::Teams { team: 32, shared_reduce: true } => &["TEAM32", "SHARED_REDUCE"],
+            DecodeLayout::Teams { team: 32, shared_reduce: false } => &["TEAM32"],
+            DecodeLayout::Teams { shared_reduce: true, .. } => &["SHARED_REDUCE"],
+            DecodeLayout::Teams { shared_reduce: false, .. } => &[],
         }
     }
 
@@ -123,11 +133,12 @@ impl DecodeLayout {
     }
 
     /// Rows a workgroup of a decode kernel computes, given the kernel's rows per team `R` as
-    /// (`LaneRows` layout, `Teams` layout): both layouts have 8 teams per workgroup.
+    /// (`LaneRows` layout, `Teams` layout): 8 one-lane teams in the first, 64 lanes of teams in
+    /// the second.
     pub fn rows_per_workgroup(self, r: (u32, u32)) -> u32 {
-        8 * match self {
-            DecodeLayout::LaneRows => r.0,
-            DecodeLayout::Teams { .. } => r.1,
+        match self {
+            DecodeLayout::LaneRows => 8 * r.0,
+            DecodeLayout::Teams { team, .. } => TEAMS_WORKGROUP / team * r.1,
         }
     }
 }

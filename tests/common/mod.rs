@@ -157,6 +157,13 @@ pub fn gpu_layouts() -> std::sync::Arc<Gpu> {
     opened_once(&GPU, GpuOptions { gpu_layouts: true, ..Default::default() })
 }
 
+/// GPU layouts with 32-lane teams (what NVIDIA, AMD and Apple GPUs get), summed through
+/// workgroup memory on lavapipe, whose subgroups have 8 lanes.
+pub fn gpu_layouts_team32() -> std::sync::Arc<Gpu> {
+    static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
+    opened_once(&GPU, GpuOptions { gpu_layouts: true, decode_team: Some(32), ..Default::default() })
+}
+
 /// GPU layouts without subgroups: teams summed through workgroup memory.
 pub fn gpu_layouts_no_subgroups() -> std::sync::Arc<Gpu> {
     static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
