@@ -14,7 +14,8 @@ use moestream::gpu::{Gpu, StepUniform};
 use moestream::model::gguf::{GgmlType, GgufModel};
 use moestream::ops::embed::Embed;
 use moestream::ops::matmul::{MatMul, MatMulOut};
-use moestream::ops::GpuMatrix;
+use moestream::ops::{GpuMatrix, WeightFormat};
+use moestream::quant::{Int4Matrix, Q4_0_AS_INT4};
 use moestream::reference::ops as refops;
 
 const TYPES: [&str; 9] = ["BF16", "Q4_0", "Q8_0", "MXFP4", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"];
@@ -84,16 +85,53 @@ fn embedding_gathers_exact_ggml_values() {
     let gpu = gpu();
     for (ty, rows, cols, bytes, want) in matrices(1) {
         let table = GpuMatrix::upload_ggml(&gpu, ty.name(), rows, cols, ty, &bytes).unwrap();
-        let tokens: Vec<u32> = (0..rows as u32).rev().collect();
-        let step = StepUniform::new(&gpu);
-        step.set(&gpu, rows, 0);
-        let tb = upload_u32(&gpu, &tokens);
-        let xb = upload_f32(&gpu, &vec![0.0; rows * cols]);
-        let op = Embed::new(&gpu, &step.buffer, &tb, &table, &xb);
-        submit(&gpu, |pass| op.record(&gpu, pass, rows));
-        let expected: Vec<f32> = tokens.iter().flat_map(|&r| want[r as usize * cols..][..cols].to_vec()).collect();
-        assert_bits_eq(ty.name(), &read_f32(&gpu, &xb, rows * cols), &expected);
+        let (got, expected) = embed_every_row(&gpu, &table, &want);
+        assert_bits_eq(ty.name(), &got, &expected);
     }
+}
+
+/// Every row of `table` gathered by the embedding kernel (last row first), and `want`'s rows in
+/// that order.
+fn embed_every_row(gpu: &Arc<Gpu>, table: &GpuMatrix, want: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let (rows, cols) = (table.rows, table.cols);
+    let tokens: Vec<u32> = (0..rows as u32).rev().collect();
+    let step = StepUniform::new(gpu);
+    step.set(gpu, rows, 0);
+    let tb = upload_u32(gpu, &tokens);
+    let xb = upload_f32(gpu, &vec![0.0; rows * cols]);
+    let op = Embed::new(gpu, &step.buffer, &tb, table, &xb);
+    submit(gpu, |pass| op.record(gpu, pass, rows));
+    let expected = tokens.iter().flat_map(|&r| want[r as usize * cols..][..cols].to_vec()).collect();
+    (read_f32(gpu, &xb, rows * cols), expected)
+}
+
+#[test]
+fn q4_0_as_int4_is_the_same_matrix() {
+    // Q4_0 repacked as int4 symmetric in groups of 32 (what a GGUF model's dense Q4_0 matrices
+    // run as): every weight bit-identical to the gguf package's dequantization, and the int4
+    // kernels (decode matvec, prefill tile, embedding gather, chunked) compute with them.
+    let (gpu, chunked) = (gpu(), gpu_chunked());
+    let mut rng = Rng::new(19);
+    let (ty, rows, cols, bytes, want) = matrices(13).into_iter().find(|m| m.0 == GgmlType::Q4_0).unwrap();
+    let m = Int4Matrix::from_q4_0(&bytes, rows, cols).unwrap();
+    assert_eq!(m.params, Q4_0_AS_INT4);
+    assert_bits_eq("Q4_0 as int4, dequantized", &m.dequantize(), &want);
+    let w = GpuMatrix::upload_q4_0_as_int4(&gpu, "q4_0", rows, cols, &bytes).unwrap();
+    assert_eq!(w.format, WeightFormat::Int4(Q4_0_AS_INT4));
+    let wc = GpuMatrix::upload_q4_0_as_int4(&chunked, "q4_0", rows, cols, &bytes).unwrap();
+    assert!(wc.chunks.len() > 1);
+    for t in [1, 3, 9] {
+        let x = rng.vec(t * cols, -1.0, 1.0);
+        let mut expected = vec![0.0; t * rows];
+        for (xt, yt) in x.chunks(cols).zip(expected.chunks_mut(rows)) {
+            refops::matvec(&want, rows, cols, xt, yt);
+        }
+        let y = matmul(&gpu, &w, &x, t);
+        assert_close(&format!("{} as int4 T={t}", ty.name()), &y, &expected, 1e-4);
+        assert_bits_eq(&format!("{} as int4 T={t}, chunked", ty.name()), &matmul(&chunked, &wc, &x, t), &y);
+    }
+    let (got, expected) = embed_every_row(&gpu, &w, &want);
+    assert_bits_eq("Q4_0 as int4, embedding", &got, &expected);
 }
 
 #[test]
@@ -102,4 +140,7 @@ fn malformed_ggml_uploads_are_refused() {
     let q4 = GgmlType::Q4_0;
     assert!(GpuMatrix::upload_ggml(&gpu, "short", 2, 64, q4, &[0u8; 71]).is_err());
     assert!(GpuMatrix::upload_ggml(&gpu, "partial block", 1, 48, q4, &[0u8; 27]).is_err());
+    assert!(GpuMatrix::upload_q4_0_as_int4(&gpu, "short", 2, 64, &[0u8; 71]).is_err());
+    assert!(GpuMatrix::upload_q4_0_as_int4(&gpu, "partial block", 1, 48, &[0u8; 27]).is_err());
+    assert!(Int4Matrix::from_q4_0(&[0u8; 71], 2, 64).is_err());
 }

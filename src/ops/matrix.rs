@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::gguf::GgmlType;
 use crate::model::HostTensor;
-use crate::quant::{Int4Layout, Int4Scheme, QuantParams, WeightEncoding};
+use crate::quant::{Int4Layout, Int4Matrix, Int4Scheme, QuantParams, WeightEncoding};
 
 /// How weights are stored on the GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,6 +166,19 @@ fn not_a_quantizer(t: GgmlType) -> Error {
     ))
 }
 
+/// The bytes of a row of `t` blocks, if `bytes` is a `[rows, cols]` matrix of them.
+fn ggml_row_bytes(label: &str, rows: usize, cols: usize, t: GgmlType, bytes: &[u8]) -> Result<usize> {
+    let row_bytes = t.row_bytes(cols);
+    if !cols.is_multiple_of(t.block_size()) || bytes.len() != rows * row_bytes {
+        return Err(Error::InvalidArgument(format!(
+            "{label}: {} bytes is not a [{rows}, {cols}] {} matrix",
+            bytes.len(),
+            t.name()
+        )));
+    }
+    Ok(row_bytes)
+}
+
 /// Index of type `t`'s reader define in [`crate::gpu::shader::GGML_DEFINES`].
 fn ggml_reader(t: GgmlType) -> usize {
     match t {
@@ -214,36 +227,44 @@ impl GpuMatrix {
             [r, c] => (r, c, &t.data),
             _ => return Err(Error::InvalidArgument(format!("{label}: shape {:?} is not a matrix", t.shape))),
         };
-        let stored = t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == format);
-        GpuMatrix::upload_with(gpu, label, rows, cols, format, |first_row, n| match stored {
-            Some(m) => {
-                let part = m.rows(first_row..first_row + n);
-                let mut blob = vec![0u8; format.blob_bytes(n, cols)?];
-                part.write_into(&mut blob).map_err(quant_err)?;
-                Ok(blob)
-            }
-            None => format
+        if let Some(m) = t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == format) {
+            return GpuMatrix::upload_int4(gpu, label, m);
+        }
+        GpuMatrix::upload_with(gpu, label, rows, cols, format, |first_row, n| {
+            format
                 .encode(&data[first_row * cols..(first_row + n) * cols], n, cols)
-                .map_err(|e| naming(&format!("{label} (rows from {first_row})"), e)),
+                .map_err(|e| naming(&format!("{label} (rows from {first_row})"), e))
+        })
+    }
+
+    /// Uploads an int4 matrix as it is.
+    fn upload_int4(gpu: &Gpu, label: &str, m: &Int4Matrix) -> Result<Self> {
+        let format = WeightFormat::Int4(m.params);
+        GpuMatrix::upload_with(gpu, label, m.rows, m.cols, format, |first_row, n| {
+            let mut blob = vec![0u8; format.blob_bytes(n, m.cols)?];
+            m.rows(first_row..first_row + n).write_into(&mut blob).map_err(quant_err)?;
+            Ok(blob)
         })
     }
 
     /// Uploads a `[rows, cols]` matrix of ggml type `t` from its GGUF bytes, unchanged.
     pub fn upload_ggml(gpu: &Gpu, label: &str, rows: usize, cols: usize, t: GgmlType, bytes: &[u8]) -> Result<Self> {
         let format = WeightFormat::of_ggml(t);
-        let row_bytes = t.row_bytes(cols);
-        if !cols.is_multiple_of(t.block_size()) || bytes.len() != rows * row_bytes {
-            return Err(Error::InvalidArgument(format!(
-                "{label}: {} bytes is not a [{rows}, {cols}] {} matrix",
-                bytes.len(),
-                t.name()
-            )));
-        }
+        let row_bytes = ggml_row_bytes(label, rows, cols, t, bytes)?;
         GpuMatrix::upload_with(gpu, label, rows, cols, format, |first_row, n| {
             let mut blob = vec![0u8; format.blob_bytes(n, cols)?];
             blob[..n * row_bytes].copy_from_slice(&bytes[first_row * row_bytes..(first_row + n) * row_bytes]);
             Ok(blob)
         })
+    }
+
+    /// Uploads a `[rows, cols]` Q4_0 matrix from its GGUF bytes as the int4 matrix it exactly is
+    /// ([`Int4Matrix::from_q4_0`]: every weight the same value), for the int4 kernels' aligned
+    /// loads rather than the ggml reader's 18-byte blocks.
+    pub fn upload_q4_0_as_int4(gpu: &Gpu, label: &str, rows: usize, cols: usize, bytes: &[u8]) -> Result<Self> {
+        ggml_row_bytes(label, rows, cols, GgmlType::Q4_0, bytes)?;
+        let m = Int4Matrix::from_q4_0(bytes, rows, cols).map_err(|e| naming(label, quant_err(e)))?;
+        GpuMatrix::upload_int4(gpu, label, &m)
     }
 
     /// Splits the rows into chunks whose blobs fit one binding and uploads `blob(first_row, n)`

@@ -49,6 +49,7 @@ mod layout;
 mod matrix;
 mod pack;
 mod params;
+mod q4_0;
 mod scale_search;
 mod serialize;
 
@@ -58,3 +59,4 @@ pub use layout::{layout, Int4Layout, SEGMENT_ALIGN};
 pub use matrix::{quantize, Int4Matrix};
 pub use pack::{pack_row, unpack_nibble};
 pub use params::{Int4Scheme, QuantParams};
+pub use q4_0::Q4_0_AS_INT4;

@@ -111,7 +111,11 @@ pub(super) struct Builder<'a> {
 impl Builder<'_> {
     pub(super) fn matrix(&mut self, label: &str, t: &HostTensor) -> Result<usize> {
         let m = match (&t.ggml, &t.shape[..]) {
-            // A GGUF matrix is read in its own type, whatever the options say.
+            // A GGUF matrix is read in its own type, whatever the options say; Q4_0 as the int4
+            // it exactly is.
+            (Some(g), &[rows, cols]) if g.ggml_type == crate::model::gguf::GgmlType::Q4_0 => {
+                GpuMatrix::upload_q4_0_as_int4(self.gpu, label, rows, cols, &g.bytes)?
+            }
             (Some(g), &[rows, cols]) => GpuMatrix::upload_ggml(self.gpu, label, rows, cols, g.ggml_type, &g.bytes)?,
             _ => {
                 GpuMatrix::upload(self.gpu, label, t, self.options.format_of(label)).map_err(|e| match self.layer {
