@@ -7,7 +7,7 @@
 // team then sums its lanes (team_sum). Two layouts, picked by the launcher:
 // * LANE_ROWS (CPU adapters such as lavapipe, where a workgroup is one thread and its lanes are
 //   SIMD lanes): one lane per team, no reduction at all, small workgroups.
-// * otherwise (GPUs): teams of 8 lanes reading a row's groups side by side, summed with
+// * otherwise (GPUs): teams of 8 or 32 lanes (TEAM32) reading a row's groups side by side, summed with
 //   subgroup shuffles (SUBGROUPS without SHARED_REDUCE, which the launcher sets where subgroups
 //   may be smaller than a team) or through shared memory; both add in the same order.
 //#include common
