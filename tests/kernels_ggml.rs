@@ -9,7 +9,10 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{assert_bits_eq, assert_close, gpu, gpu_chunked, read_f32, submit, upload_f32, upload_u32, Rng};
+use common::{
+    assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_team32, gpu_no_subgroups, read_f32,
+    submit, upload_f32, upload_u32, Rng,
+};
 use moestream::gpu::{Gpu, StepUniform};
 use moestream::model::gguf::{GgmlType, GgufModel};
 use moestream::ops::embed::Embed;
@@ -76,6 +79,38 @@ fn chunked_ggml_matrices_are_bit_identical() {
         for t in [1, 5] {
             let x = rng.vec(t * cols, -1.0, 1.0);
             assert_bits_eq(&format!("{} T={t}", ty.name()), &matmul(&chunked, &b, &x, t), &matmul(&whole, &a, &x, t));
+        }
+    }
+}
+
+#[test]
+fn q4_k_wide_loads_are_bit_identical() {
+    // Q4_K's 16-byte loads (a block head and a sub-block pair's code bytes): on CPU adapters with
+    // 8-lane subgroups two sub-blocks a step with the input shared by lanes (LANE_WIDE),
+    // bit-identical to the k8-by-k8 reader without subgroups; in the GPU layouts (WIDE, teams of
+    // 8 and 32) within the tolerance of the reference.
+    let (wide, plain) = (gpu(), gpu_no_subgroups());
+    let mut rng = Rng::new(20);
+    let (ty, rows, cols, bytes, want) = matrices(5).into_iter().find(|m| m.0 == GgmlType::Q4K).unwrap();
+    let upload = |g: &Arc<Gpu>| GpuMatrix::upload_ggml(g, "q4_k", rows, cols, ty, &bytes).unwrap();
+    let (w, wp) = (upload(&wide), upload(&plain));
+    for t in [1, 2, 3] {
+        let x = rng.vec(t * cols, -1.0, 1.0);
+        let mut expected = vec![0.0; t * rows];
+        for (xt, yt) in x.chunks(cols).zip(expected.chunks_mut(rows)) {
+            refops::matvec(&want, rows, cols, xt, yt);
+        }
+        let y = matmul(&wide, &w, &x, t);
+        assert_close(&format!("Q4_K lane-wide T={t}"), &y, &expected, 1e-4);
+        assert_bits_eq(&format!("Q4_K lane-wide vs k8 loads T={t}"), &y, &matmul(&plain, &wp, &x, t));
+        for g in [gpu_layouts(), gpu_layouts_team32()] {
+            let team = g.caps.decode_team;
+            assert_close(
+                &format!("Q4_K WIDE, {team}-lane teams, T={t}"),
+                &matmul(&g, &upload(&g), &x, t),
+                &expected,
+                1e-4,
+            );
         }
     }
 }

@@ -224,8 +224,10 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         if set.contains(&"TEAM32") && set.contains(&"LANE_ROWS") {
             continue;
         }
-        // WIDE exists only with the int4 reader in groups of 32 (DecodeLayout::wide_defines).
-        if set.contains(&"WIDE") && (!set.contains(&"INT4") || set.contains(&"G64") || set.contains(&"F16")) {
+        // WIDE exists only with the int4 reader in groups of 32 and the Q4_K one (below;
+        // DecodeLayout::wide_defines).
+        let wide = set.contains(&"WIDE");
+        if wide && set.contains(&"INT4") && (set.contains(&"G64") || set.contains(&"F16")) {
             continue;
         }
         // VEC4_WEIGHTS exists only with the f16 reader (DecodeLayout::wide_defines).
@@ -243,9 +245,12 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         // The ggml readers are exclusive alternatives to the int4 / f16 flags: each one with
         // the kernel's other flags.
         if flags.contains(&"INT4") && !set.iter().any(|f| INT_F16_FLAGS.contains(f)) {
-            for ggml in GGML_DEFINES {
+            for ggml in GGML_DEFINES.iter().filter(|&&g| !wide || g == "GGML_Q4_K") {
                 out.push([&["GGML", ggml][..], &set].concat());
             }
+        }
+        if wide && !set.contains(&"INT4") {
+            continue;
         }
         out.push(set);
     }

@@ -5,6 +5,7 @@ use super::{params, BlobOffsets, GpuMatrix, WeightFormat};
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
+use crate::model::gguf::GgmlType;
 
 /// Where and how a matmul writes its output.
 #[derive(Clone, Copy, Debug)]
@@ -93,6 +94,9 @@ impl DecodeLayout {
     ///   lanes, one subgroup, share the input's loads through `subgroupBroadcast`. On lavapipe each
     ///   storage load is a loop over the SIMD lanes, so the int4 matvec runs on fewer loads:
     ///   2.0-2.2 → 2.5-3.6 GB/s at 4096 × 4096 and 32000 × 512 (`bench kernels`, three runs each).
+    ///
+    /// Q4_K matrices starting on 16 bytes take the same two (shaders/weights_q4_k.wgsl): a
+    /// sub-block pair's 32 code bytes in two 16-byte loads, its block's head in four words.
     pub fn wide_defines(
         self,
         gpu: &Gpu,
@@ -107,6 +111,15 @@ impl DecodeLayout {
                 (true, true) => &["VEC4_WEIGHTS", "LANE_WIDE"],
                 (true, false) => &["VEC4_WEIGHTS"],
                 (false, _) => &[],
+            };
+        }
+        // Q4_K: 144-byte blocks, 16-byte aligned wherever the matrix is (offsets in bytes).
+        if format == WeightFormat::Ggml(GgmlType::Q4K) {
+            return match (at.iter().all(|o| o.data.is_multiple_of(16)), self, lane_wide) {
+                (false, ..) => &[],
+                (true, DecodeLayout::Teams { .. }, _) => &["WIDE"],
+                (true, DecodeLayout::LaneRows, true) => &["WIDE", "LANE_WIDE"],
+                (true, DecodeLayout::LaneRows, false) => &[],
             };
         }
         let int4_g32 = matches!(format, WeightFormat::Int4(p) if p.group_size == 32);
