@@ -40,8 +40,8 @@ fn x_group_sum(xs: array<vec4<f32>, 8>) -> vec4<f32> {
     return s;
 }
 
-// Without WIDE (see weights_int4, the only reader with 16-byte group loads) the kernels' wide
-// branch is never taken.
+// Without WIDE (see weights_int4 and weights_ggml_wide, the readers with 16-byte group loads)
+// the kernels' wide branch is never taken.
 //#if WIDE
 //#else
 const W_WIDE: bool = false;

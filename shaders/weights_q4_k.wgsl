@@ -81,76 +81,43 @@ fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
 }
 
 //#if WIDE
-// WIDE (the launcher: Q4_K matrices starting on 16 bytes, so every block does): a sub-block
-// pair's 32 code bytes are two 16-byte loads from `w4`, the same buffer bound as vec4s, and
-// the block's head (d, dmin and the packed scales) four words from `w`. Each value is w_load8's and the additions are the
-// dense decode path's (w_dot8 k8 by k8 from zero, a group scaled by 1): bit-identical to it.
-const W_WIDE: bool = true;
+// WIDE (weights_ggml_wide; the launcher: Q4_K matrices starting on 16 bytes, so every block
+// does): a sub-block pair's 32 code bytes are two 16-byte loads from `w4`, and the block's head
+// (d, dmin and the packed scales) four words from `w`.
 
-// A block's head and the 32 code bytes of one sub-block pair (low nibbles: the even sub-block,
-// high: the odd one).
-struct K4Pair {
+// A block's head, the 32 code bytes of the sub-block pair holding sub-block `sub` (low nibbles:
+// the even sub-block, high: the odd one), and `sub`.
+struct WideGroup {
     head: vec4<u32>,
     q0: vec4<u32>,
     q1: vec4<u32>,
+    sub: u32,
 }
 
-// The pair holding sub-block `sub` of the block at byte `blk`.
-fn k4_pair(blk: u32, sub: u32) -> K4Pair {
+fn wide_group(m: WMat, row: u32, grp: u32) -> WideGroup {
+    let blk = block_at(m, row, grp * 32u);
+    let sub = grp % 8u;
     let q = (blk + QS + (sub / 2u) * 32u) / 16u;
     let h = blk / 4u;
-    return K4Pair(vec4<u32>(w[h], w[h + 1u], w[h + 2u], w[h + 3u]), w4[q], w4[q + 1u]);
+    return WideGroup(vec4<u32>(w[h], w[h + 1u], w[h + 2u], w[h + 3u]), w4[q], w4[q + 1u], sub);
 }
 
-// The eight values of k8 `c` (0..3) of sub-block `sub` of pair `k`.
-fn k4_values8(k: K4Pair, sub: u32, c: u32) -> W8 {
+// A pair's two sub-blocks share all their loads.
+fn wide_pair(m: WMat, row: u32, pair_i: u32) -> array<WideGroup, 2> {
+    let k = wide_group(m, row, 2u * pair_i);
+    return array<WideGroup, 2>(k, WideGroup(k.head, k.q0, k.q1, k.sub + 1u));
+}
+
+fn wide_values8(k: WideGroup, c: u32) -> W8 {
     let d = unpack2x16float(k.head.x);
-    let sm = k_scale_min_words(k.head.yzw, sub);
+    let sm = k_scale_min_words(k.head.yzw, k.sub);
     let scale = d.x * sm.x;
     let offset = vec4<f32>(d.y * sm.y);
     let qv = select(k.q1, k.q0, c < 2u);
     let i = (2u * c) % 4u;
-    let shifts = vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(4u * (sub % 2u));
+    let shifts = vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(4u * (k.sub % 2u));
     let a = vec4<f32>((vec4<u32>(qv[i]) >> shifts) & vec4<u32>(15u));
     let b = vec4<f32>((vec4<u32>(qv[i + 1u]) >> shifts) & vec4<u32>(15u));
     return W8(scale * a - offset, scale * b - offset);
 }
-
-// Eight values · (xa, xb), as w_dot8 computes it.
-fn k4_dot8(v: W8, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
-    return dot(v.a, xa) + dot(v.b, xb);
-}
-
-// Group (sub-block) `grp` of `row` · the group's inputs `xs`, k8 after k8 as w_dot8 adds them.
-fn w_group_dot(m: WMat, row: u32, grp: u32, xs: array<vec4<f32>, 8>) -> f32 {
-    let k = k4_pair(block_at(m, row, grp * 32u), grp % 8u);
-    var d = 0.0;
-    for (var c = 0u; c < 4u; c++) {
-        d += k4_dot8(k4_values8(k, grp % 8u, c), xs[2u * c], xs[2u * c + 1u]);
-    }
-    return d;
-}
-
-//#if LANE_WIDE
-// LANE_WIDE (weights_common): a row's sub-block pair a step, its 32 code bytes in two 16-byte
-// loads and the block head in four words; the additions as w_group_dot's, in rows_dot's order.
-
-// Sub-block `sub` of pair `k` · the group's inputs, held a vec4 per lane.
-fn k4_dot_lanes(k: K4Pair, sub: u32, own: vec4<f32>) -> f32 {
-    var d = 0.0;
-    d += k4_dot8(k4_values8(k, sub, 0u), subgroupBroadcast(own, 0u), subgroupBroadcast(own, 1u));
-    d += k4_dot8(k4_values8(k, sub, 1u), subgroupBroadcast(own, 2u), subgroupBroadcast(own, 3u));
-    d += k4_dot8(k4_values8(k, sub, 2u), subgroupBroadcast(own, 4u), subgroupBroadcast(own, 5u));
-    d += k4_dot8(k4_values8(k, sub, 3u), subgroupBroadcast(own, 6u), subgroupBroadcast(own, 7u));
-    return d;
-}
-
-// `acc` plus sub-blocks 2 * pair_i and 2 * pair_i + 1 of `row` · their inputs `xin`.
-fn w_pair_acc(m: WMat, row: u32, pair_i: u32, xin: PairInputs, acc: f32) -> f32 {
-    let sub = 2u * (pair_i % 4u);
-    let k = k4_pair(block_at(m, row, pair_i * 64u), sub);
-    let a = acc + k4_dot_lanes(k, sub, xin.own0);
-    return a + k4_dot_lanes(k, sub + 1u, xin.own1);
-}
-//#endif
 //#endif

@@ -1,9 +1,15 @@
 // Q6_K: 256 values per 210-byte block: 128 bytes of low nibbles (ql), 64 bytes of high 2-bit
 // pairs (qh), 16 signed 8-bit scales (one per 16 values), f16 d. Value i = 128h + r: low
 // nibble r / 64 of ql[64h + r % 64], bits 2(r / 32).. of qh[32h + r % 32];
-// value = (d * scale) * (q - 32).
+// value = (d * scale) * (q - 32). With GGML_Q6_K_PADDED (a GGUF model's dense Q6_K matrices,
+// `WeightFormat::Q6KPadded`) each block is followed by 14 zero bytes, so that every block, and
+// each of its code, scale and d fields, starts on 16 bytes.
 const BLOCK: u32 = 256u;
+//#if GGML_Q6_K_PADDED
+const TYPE_SIZE: u32 = 224u;
+//#else
 const TYPE_SIZE: u32 = 210u;
+//#endif
 
 fn w_at(m: WMat, row: u32, col: u32) -> f32 {
     let b = block_at(m, row, col);
@@ -35,3 +41,69 @@ fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
     }
     return w8_of(v);
 }
+
+//#if WIDE
+// WIDE (weights_ggml_wide; padded blocks only): a group of 32 values in four 16-byte loads from
+// `w4` (its 32 low-nibble bytes and 32 high-pair bytes) and two words (its two scales, d).
+
+// Group `g` (0..7) of a block: values 32g + j take low nibble 4 * ((g % 4) / 2) of lo byte j and
+// bits 2 * (g % 4) of hi byte j; `scale` is (d * scale) of its two halves of 16, as w_load8
+// computes it.
+struct WideGroup {
+    lo0: vec4<u32>,
+    lo1: vec4<u32>,
+    hi0: vec4<u32>,
+    hi1: vec4<u32>,
+    scale: vec2<f32>,
+    g: u32,
+}
+
+// d * the scales in bytes 2 * half and 2 * half + 1 of the scale word `sw`.
+fn k6_scales(d: f32, sw: u32, half: u32) -> vec2<f32> {
+    let s = 16u * half;
+    return vec2<f32>(d * i8_of((sw >> s) & 255u), d * i8_of((sw >> (s + 8u)) & 255u));
+}
+
+// The block at byte `blk`'s d.
+fn k6_d(blk: u32) -> f32 {
+    return unpack2x16float(w[(blk + 208u) / 4u]).x;
+}
+
+fn wide_group(m: WMat, row: u32, grp: u32) -> WideGroup {
+    let blk = block_at(m, row, grp * 32u);
+    let g = grp % 8u;
+    let lo = (blk + (g / 4u) * 64u + (g % 2u) * 32u) / 16u;
+    let hi = (blk + 128u + (g / 4u) * 32u) / 16u;
+    let scale = k6_scales(k6_d(blk), w[(blk + 192u) / 4u + g / 2u], g % 2u);
+    return WideGroup(w4[lo], w4[lo + 1u], w4[hi], w4[hi + 1u], scale, g);
+}
+
+// Groups g and g + 1 (g even) share their high-pair bytes, scale word and d.
+fn wide_pair(m: WMat, row: u32, pair_i: u32) -> array<WideGroup, 2> {
+    let blk = block_at(m, row, pair_i * 64u);
+    let g = (2u * pair_i) % 8u;
+    let lo = (blk + (g / 4u) * 64u) / 16u;
+    let hi = (blk + 128u + (g / 4u) * 32u) / 16u;
+    let hi0 = w4[hi];
+    let hi1 = w4[hi + 1u];
+    let d = k6_d(blk);
+    let sw = w[(blk + 192u) / 4u + g / 2u];
+    return array<WideGroup, 2>(
+        WideGroup(w4[lo], w4[lo + 1u], hi0, hi1, k6_scales(d, sw, 0u), g),
+        WideGroup(w4[lo + 2u], w4[lo + 3u], hi0, hi1, k6_scales(d, sw, 1u), g + 1u),
+    );
+}
+
+fn wide_values8(k: WideGroup, c: u32) -> W8 {
+    let lv = select(k.lo1, k.lo0, c < 2u);
+    let hv = select(k.hi1, k.hi0, c < 2u);
+    let i = (2u * c) % 4u;
+    let shifts = vec4<u32>(0u, 8u, 16u, 24u);
+    let ls = shifts + vec4<u32>(4u * ((k.g % 4u) / 2u));
+    let hs = shifts + vec4<u32>(2u * (k.g % 4u));
+    let qa = ((vec4<u32>(lv[i]) >> ls) & vec4<u32>(15u)) | (((vec4<u32>(hv[i]) >> hs) & vec4<u32>(3u)) << vec4<u32>(4u));
+    let qb = ((vec4<u32>(lv[i + 1u]) >> ls) & vec4<u32>(15u)) | (((vec4<u32>(hv[i + 1u]) >> hs) & vec4<u32>(3u)) << vec4<u32>(4u));
+    let s = k.scale[c / 2u];
+    return W8(s * (vec4<f32>(qa) - vec4<f32>(32.0)), s * (vec4<f32>(qb) - vec4<f32>(32.0)));
+}
+//#endif

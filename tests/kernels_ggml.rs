@@ -83,36 +83,70 @@ fn chunked_ggml_matrices_are_bit_identical() {
     }
 }
 
+/// Uploads a GGUF matrix as a model's dense weights are: Q6_K in padded blocks, the rest as
+/// stored (Q4_0's repack has its own test below).
+fn upload_dense(gpu: &Arc<Gpu>, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> GpuMatrix {
+    match ty {
+        GgmlType::Q6K => GpuMatrix::upload_q6_k_padded(gpu, "q6_k", rows, cols, bytes).unwrap(),
+        _ => GpuMatrix::upload_ggml(gpu, ty.name(), rows, cols, ty, bytes).unwrap(),
+    }
+}
+
 #[test]
-fn q4_k_wide_loads_are_bit_identical() {
-    // Q4_K's 16-byte loads (a block head and a sub-block pair's code bytes): on CPU adapters with
-    // 8-lane subgroups two sub-blocks a step with the input shared by lanes (LANE_WIDE),
-    // bit-identical to the k8-by-k8 reader without subgroups; in the GPU layouts (WIDE, teams of
-    // 8 and 32) within the tolerance of the reference.
+fn wide_block_loads_are_bit_identical() {
+    // Q4_K's and padded Q6_K's 16-byte loads (weights_ggml_wide): on CPU adapters with 8-lane
+    // subgroups two groups a step with the input shared by lanes (LANE_WIDE), bit-identical to
+    // the k8-by-k8 reader of the file's own blocks without subgroups; in the GPU layouts (WIDE,
+    // teams of 8 and 32) within the tolerance of the reference.
     let (wide, plain) = (gpu(), gpu_no_subgroups());
     let mut rng = Rng::new(20);
-    let (ty, rows, cols, bytes, want) = matrices(5).into_iter().find(|m| m.0 == GgmlType::Q4K).unwrap();
-    let upload = |g: &Arc<Gpu>| GpuMatrix::upload_ggml(g, "q4_k", rows, cols, ty, &bytes).unwrap();
-    let (w, wp) = (upload(&wide), upload(&plain));
-    for t in [1, 2, 3] {
-        let x = rng.vec(t * cols, -1.0, 1.0);
-        let mut expected = vec![0.0; t * rows];
-        for (xt, yt) in x.chunks(cols).zip(expected.chunks_mut(rows)) {
-            refops::matvec(&want, rows, cols, xt, yt);
-        }
-        let y = matmul(&wide, &w, &x, t);
-        assert_close(&format!("Q4_K lane-wide T={t}"), &y, &expected, 1e-4);
-        assert_bits_eq(&format!("Q4_K lane-wide vs k8 loads T={t}"), &y, &matmul(&plain, &wp, &x, t));
-        for g in [gpu_layouts(), gpu_layouts_team32()] {
-            let team = g.caps.decode_team;
-            assert_close(
-                &format!("Q4_K WIDE, {team}-lane teams, T={t}"),
-                &matmul(&g, &upload(&g), &x, t),
-                &expected,
-                1e-4,
-            );
+    for (ty, rows, cols, bytes, want) in
+        matrices(5).into_iter().filter(|m| [GgmlType::Q4K, GgmlType::Q6K].contains(&m.0))
+    {
+        let w = upload_dense(&wide, ty, rows, cols, &bytes);
+        let wp = GpuMatrix::upload_ggml(&plain, ty.name(), rows, cols, ty, &bytes).unwrap();
+        for t in [1, 2, 3] {
+            let x = rng.vec(t * cols, -1.0, 1.0);
+            let mut expected = vec![0.0; t * rows];
+            for (xt, yt) in x.chunks(cols).zip(expected.chunks_mut(rows)) {
+                refops::matvec(&want, rows, cols, xt, yt);
+            }
+            let y = matmul(&wide, &w, &x, t);
+            let name = ty.name();
+            assert_close(&format!("{name} lane-wide T={t}"), &y, &expected, 1e-4);
+            assert_bits_eq(&format!("{name} lane-wide vs k8 loads T={t}"), &y, &matmul(&plain, &wp, &x, t));
+            for g in [gpu_layouts(), gpu_layouts_team32()] {
+                let team = g.caps.decode_team;
+                let y = matmul(&g, &upload_dense(&g, ty, rows, cols, &bytes), &x, t);
+                assert_close(&format!("{name} WIDE, {team}-lane teams, T={t}"), &y, &expected, 1e-4);
+            }
         }
     }
+}
+
+#[test]
+fn q6_k_padded_is_the_same_matrix() {
+    // Q6_K in padded blocks (a GGUF model's dense Q6_K matrices): the embedding gathers exactly
+    // the gguf package's values, and the prefill tile and chunked uploads compute exactly what
+    // the file's own blocks give.
+    let (gpu, chunked) = (gpu(), gpu_chunked());
+    let mut rng = Rng::new(21);
+    let (ty, rows, cols, bytes, want) = matrices(13).into_iter().find(|m| m.0 == GgmlType::Q6K).unwrap();
+    let w = GpuMatrix::upload_q6_k_padded(&gpu, "q6_k", rows, cols, &bytes).unwrap();
+    assert_eq!(w.format, WeightFormat::Q6KPadded);
+    let raw = GpuMatrix::upload_ggml(&gpu, "q6_k", rows, cols, ty, &bytes).unwrap();
+    let wc = GpuMatrix::upload_q6_k_padded(&chunked, "q6_k", rows, cols, &bytes).unwrap();
+    assert!(wc.chunks.len() > 1);
+    for t in [1, 9] {
+        let x = rng.vec(t * cols, -1.0, 1.0);
+        let y = matmul(&gpu, &w, &x, t);
+        if t > 1 {
+            assert_bits_eq(&format!("padded Q6_K T={t} vs its blocks"), &y, &matmul(&gpu, &raw, &x, t));
+        }
+        assert_bits_eq(&format!("padded Q6_K T={t}, chunked"), &matmul(&chunked, &wc, &x, t), &y);
+    }
+    let (got, expected) = embed_every_row(&gpu, &w, &want);
+    assert_bits_eq("padded Q6_K, embedding", &got, &expected);
 }
 
 #[test]
@@ -178,4 +212,6 @@ fn malformed_ggml_uploads_are_refused() {
     assert!(GpuMatrix::upload_q4_0_as_int4(&gpu, "short", 2, 64, &[0u8; 71]).is_err());
     assert!(GpuMatrix::upload_q4_0_as_int4(&gpu, "partial block", 1, 48, &[0u8; 27]).is_err());
     assert!(Int4Matrix::from_q4_0(&[0u8; 71], 2, 64).is_err());
+    assert!(GpuMatrix::upload_q6_k_padded(&gpu, "short", 1, 256, &[0u8; 209]).is_err());
+    assert!(GpuMatrix::upload_q6_k_padded(&gpu, "partial block", 1, 128, &[0u8; 105]).is_err());
 }

@@ -30,6 +30,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("weights_select"),
     shader!("weights_ggml"),
     shader!("weights_ggml_by_value"),
+    shader!("weights_ggml_wide"),
     shader!("weights_q4_0"),
     shader!("weights_q8_0"),
     shader!("weights_q5_0"),
@@ -224,8 +225,8 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         if set.contains(&"TEAM32") && set.contains(&"LANE_ROWS") {
             continue;
         }
-        // WIDE exists only with the int4 reader in groups of 32 and the Q4_K one (below;
-        // DecodeLayout::wide_defines).
+        // WIDE exists only with the int4 reader in groups of 32 and the Q4_K and padded Q6_K
+        // ones (below; DecodeLayout::wide_defines).
         let wide = set.contains(&"WIDE");
         if wide && set.contains(&"INT4") && (set.contains(&"G64") || set.contains(&"F16")) {
             continue;
@@ -245,7 +246,7 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         // The ggml readers are exclusive alternatives to the int4 / f16 flags: each one with
         // the kernel's other flags.
         if flags.contains(&"INT4") && !set.iter().any(|f| INT_F16_FLAGS.contains(f)) {
-            for ggml in GGML_DEFINES.iter().filter(|&&g| !wide || g == "GGML_Q4_K") {
+            for ggml in GGML_DEFINES.iter().filter(|&&g| !wide || WIDE_GGML_DEFINES.contains(&g)) {
                 out.push([&["GGML", ggml][..], &set].concat());
             }
         }
@@ -259,8 +260,12 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
 
 const INT_F16_FLAGS: [&str; 4] = ["F16", "INT4", "INT4_SYM", "G64"];
 
-/// The define of each ggml block type's reader (with `GGML`), see `shaders/weights_ggml.wgsl`.
-pub const GGML_DEFINES: [&str; 9] = [
+/// The ggml readers with 16-byte loads (`WIDE`, shaders/weights_ggml_wide.wgsl).
+const WIDE_GGML_DEFINES: [&str; 2] = ["GGML_Q4_K", "GGML_Q6_K_PADDED"];
+
+/// The define of each ggml block type's reader (with `GGML`), see `shaders/weights_ggml.wgsl`;
+/// the last, `GGML_Q6_K_PADDED`, reads [`crate::ops::WeightFormat::Q6KPadded`].
+pub const GGML_DEFINES: [&str; 10] = [
     "GGML_Q4_0",
     "GGML_Q8_0",
     "GGML_Q4_K",
@@ -270,4 +275,5 @@ pub const GGML_DEFINES: [&str; 9] = [
     "GGML_BF16",
     "GGML_Q5_0",
     "GGML_Q5_1",
+    "GGML_Q6_K_PADDED",
 ];

@@ -95,8 +95,10 @@ impl DecodeLayout {
     ///   storage load is a loop over the SIMD lanes, so the int4 matvec runs on fewer loads:
     ///   2.0-2.2 → 2.5-3.6 GB/s at 4096 × 4096 and 32000 × 512 (`bench kernels`, three runs each).
     ///
-    /// Q4_K matrices starting on 16 bytes take the same two (shaders/weights_q4_k.wgsl): a
-    /// sub-block pair's 32 code bytes in two 16-byte loads, its block's head in four words.
+    /// Q4_K and padded Q6_K matrices starting on 16 bytes take the same two
+    /// (shaders/weights_ggml_wide.wgsl): Q4_K a sub-block pair's 32 code bytes in two 16-byte
+    /// loads and its block's head in four words, Q6_K a group's low and high bits in four
+    /// 16-byte loads and its scales and d in two words.
     pub fn wide_defines(
         self,
         gpu: &Gpu,
@@ -113,8 +115,9 @@ impl DecodeLayout {
                 (false, _) => &[],
             };
         }
-        // Q4_K: 144-byte blocks, 16-byte aligned wherever the matrix is (offsets in bytes).
-        if format == WeightFormat::Ggml(GgmlType::Q4K) {
+        // Q4_K (144-byte blocks) and padded Q6_K (224): 16-byte aligned blocks wherever the
+        // matrix is (offsets in bytes).
+        if matches!(format, WeightFormat::Ggml(GgmlType::Q4K) | WeightFormat::Q6KPadded) {
             return match (at.iter().all(|o| o.data.is_multiple_of(16)), self, lane_wide) {
                 (false, ..) => &[],
                 (true, DecodeLayout::Teams { .. }, _) => &["WIDE"],

@@ -19,7 +19,15 @@ pub enum WeightFormat {
     /// back (`shaders/weights_ggml.wgsl`); never F32 or F16, which are [`WeightFormat::F32`] and
     /// [`WeightFormat::F16`] byte for byte ([`WeightFormat::of_ggml`]).
     Ggml(GgmlType),
+    /// Q6_K blocks each padded with zeros to [`Q6K_PADDED_BLOCK_BYTES`], so that every block and
+    /// each of its fields start on 16 bytes and the decode kernels read them in 16-byte loads
+    /// (`GGML_Q6_K_PADDED`, shaders/weights_q6_k.wgsl): a GGUF model's dense Q6_K matrices
+    /// (Q4_K_M's and Q4_0's lm_head), [`GpuMatrix::upload_q6_k_padded`]; the same values.
+    Q6KPadded,
 }
+
+/// Bytes of a [`WeightFormat::Q6KPadded`] block: its 210 bytes, then 14 zeros (6.7% more).
+pub const Q6K_PADDED_BLOCK_BYTES: usize = 224;
 
 /// Where a blob's segments start, in the units the kernels index (`WMat` in the WGSL readers).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -37,7 +45,7 @@ impl BlobOffsets {
     pub fn shifted(self, format: WeightFormat, byte_offset: usize) -> BlobOffsets {
         let data_unit = match format {
             WeightFormat::F16 => 2,
-            WeightFormat::Ggml(_) => 1,
+            WeightFormat::Ggml(_) | WeightFormat::Q6KPadded => 1,
             _ => 4,
         };
         BlobOffsets {
@@ -65,6 +73,7 @@ impl WeightFormat {
                 d
             }
             WeightFormat::Ggml(t) => vec!["GGML", crate::gpu::shader::GGML_DEFINES[ggml_reader(t)]],
+            WeightFormat::Q6KPadded => vec!["GGML", "GGML_Q6_K_PADDED"],
         }
     }
 
@@ -84,6 +93,7 @@ impl WeightFormat {
             WeightFormat::F16 => WeightEncoding::F16.name(),
             WeightFormat::Int4(p) => WeightEncoding::Int4(p).name(),
             WeightFormat::Ggml(t) => t.name().to_lowercase(),
+            WeightFormat::Q6KPadded => "q6_k-padded".into(),
         }
     }
 
@@ -93,14 +103,9 @@ impl WeightFormat {
             WeightFormat::F32 => Ok((rows * cols * 4).next_multiple_of(256)),
             WeightFormat::F16 => Ok(WeightEncoding::F16.segment_bytes(rows, cols).map_err(quant_err)?),
             WeightFormat::Int4(p) => Ok(WeightEncoding::Int4(p).segment_bytes(rows, cols).map_err(quant_err)?),
-            WeightFormat::Ggml(t) => {
-                if !cols.is_multiple_of(t.block_size()) {
-                    return Err(Error::UnsupportedConfig(format!(
-                        "{cols} columns is not a whole number of {} blocks",
-                        t.name()
-                    )));
-                }
-                Ok((rows * t.row_bytes(cols)).next_multiple_of(256))
+            WeightFormat::Ggml(t) => Ok((rows * whole_blocks(t, cols)? * t.type_size()).next_multiple_of(256)),
+            WeightFormat::Q6KPadded => {
+                Ok((rows * whole_blocks(GgmlType::Q6K, cols)? * Q6K_PADDED_BLOCK_BYTES).next_multiple_of(256))
             }
         }
     }
@@ -124,6 +129,7 @@ impl WeightFormat {
             WeightFormat::F16 => WeightEncoding::F16.encode(values, rows, cols, &mut out).map_err(quant_err)?,
             WeightFormat::Int4(p) => WeightEncoding::Int4(p).encode(values, rows, cols, &mut out).map_err(quant_err)?,
             WeightFormat::Ggml(t) => return Err(not_a_quantizer(t)),
+            WeightFormat::Q6KPadded => return Err(not_a_quantizer(GgmlType::Q6K)),
         }
         Ok(out)
     }
@@ -139,7 +145,7 @@ impl WeightFormat {
     /// The store encoding of this format (`None` for f32, which stores do not hold).
     pub fn encoding(self) -> Option<WeightEncoding> {
         match self {
-            WeightFormat::F32 | WeightFormat::Ggml(_) => None,
+            WeightFormat::F32 | WeightFormat::Ggml(_) | WeightFormat::Q6KPadded => None,
             WeightFormat::F16 => Some(WeightEncoding::F16),
             WeightFormat::Int4(p) => Some(WeightEncoding::Int4(p)),
         }
@@ -164,6 +170,14 @@ fn not_a_quantizer(t: GgmlType) -> Error {
         "moestream reads {} weights from GGUF files but does not quantize to it",
         t.name()
     ))
+}
+
+/// The blocks of type `t` in a row of `cols` values, if that is a whole number.
+fn whole_blocks(t: GgmlType, cols: usize) -> Result<usize> {
+    if !cols.is_multiple_of(t.block_size()) {
+        return Err(Error::UnsupportedConfig(format!("{cols} columns is not a whole number of {} blocks", t.name())));
+    }
+    Ok(cols / t.block_size())
 }
 
 /// The bytes of a row of `t` blocks, if `bytes` is a `[rows, cols]` matrix of them.
@@ -267,6 +281,23 @@ impl GpuMatrix {
         GpuMatrix::upload_int4(gpu, label, &m)
     }
 
+    /// Uploads a `[rows, cols]` Q6_K matrix from its GGUF bytes with each 210-byte block padded
+    /// to [`Q6K_PADDED_BLOCK_BYTES`] ([`WeightFormat::Q6KPadded`]: the same bytes in 16-byte
+    /// aligned blocks), for the decode kernels' 16-byte loads.
+    pub fn upload_q6_k_padded(gpu: &Gpu, label: &str, rows: usize, cols: usize, bytes: &[u8]) -> Result<Self> {
+        let q6k = GgmlType::Q6K;
+        let row_bytes = ggml_row_bytes(label, rows, cols, q6k, bytes)?;
+        let format = WeightFormat::Q6KPadded;
+        GpuMatrix::upload_with(gpu, label, rows, cols, format, |first_row, n| {
+            let mut blob = vec![0u8; format.blob_bytes(n, cols)?];
+            let blocks = bytes[first_row * row_bytes..(first_row + n) * row_bytes].chunks_exact(q6k.type_size());
+            for (padded, block) in blob.chunks_exact_mut(Q6K_PADDED_BLOCK_BYTES).zip(blocks) {
+                padded[..block.len()].copy_from_slice(block);
+            }
+            Ok(blob)
+        })
+    }
+
     /// Splits the rows into chunks whose blobs fit one binding and uploads `blob(first_row, n)`
     /// for each.
     fn upload_with(
@@ -317,6 +348,7 @@ impl WeightFormat {
             WeightFormat::F16 => values.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
             WeightFormat::Int4(p) => crate::quant::quantize(values, rows, cols, p).map_err(quant_err)?.dequantize(),
             WeightFormat::Ggml(t) => return Err(not_a_quantizer(t)),
+            WeightFormat::Q6KPadded => return Err(not_a_quantizer(GgmlType::Q6K)),
         })
     }
 }
