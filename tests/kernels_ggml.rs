@@ -41,6 +41,16 @@ fn matrices(times: usize) -> Vec<Fixture> {
         .collect()
 }
 
+/// The CPU reference's products of the `[rows, cols]` weights `want` with each token's `cols`
+/// inputs in `x`.
+fn reference(want: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+    let mut y = vec![0.0; x.len() / cols * rows];
+    for (xt, yt) in x.chunks(cols).zip(y.chunks_mut(rows)) {
+        refops::matvec(want, rows, cols, xt, yt);
+    }
+    y
+}
+
 fn matmul(gpu: &Arc<Gpu>, w: &GpuMatrix, x: &[f32], t: usize) -> Vec<f32> {
     let step = StepUniform::new(gpu);
     step.set(gpu, t, 0);
@@ -59,10 +69,7 @@ fn matmul_reads_every_ggml_type() {
         let w = GpuMatrix::upload_ggml(&gpu, ty.name(), rows, cols, ty, &bytes).unwrap();
         for t in [1, 3, 9] {
             let x = rng.vec(t * cols, -1.0, 1.0);
-            let mut expected = vec![0.0; t * rows];
-            for (xt, yt) in x.chunks(cols).zip(expected.chunks_mut(rows)) {
-                refops::matvec(&want, rows, cols, xt, yt);
-            }
+            let expected = reference(&want, rows, cols, &x);
             assert_close(&format!("{} T={t}", ty.name()), &matmul(&gpu, &w, &x, t), &expected, 1e-4);
         }
     }
@@ -107,10 +114,7 @@ fn wide_block_loads_are_bit_identical() {
         let wp = GpuMatrix::upload_ggml(&plain, ty.name(), rows, cols, ty, &bytes).unwrap();
         for t in [1, 2, 3] {
             let x = rng.vec(t * cols, -1.0, 1.0);
-            let mut expected = vec![0.0; t * rows];
-            for (xt, yt) in x.chunks(cols).zip(expected.chunks_mut(rows)) {
-                refops::matvec(&want, rows, cols, xt, yt);
-            }
+            let expected = reference(&want, rows, cols, &x);
             let y = matmul(&wide, &w, &x, t);
             let name = ty.name();
             assert_close(&format!("{name} lane-wide T={t}"), &y, &expected, 1e-4);
@@ -191,10 +195,7 @@ fn q4_0_as_int4_is_the_same_matrix() {
     assert!(wc.chunks.len() > 1);
     for t in [1, 3, 9] {
         let x = rng.vec(t * cols, -1.0, 1.0);
-        let mut expected = vec![0.0; t * rows];
-        for (xt, yt) in x.chunks(cols).zip(expected.chunks_mut(rows)) {
-            refops::matvec(&want, rows, cols, xt, yt);
-        }
+        let expected = reference(&want, rows, cols, &x);
         let y = matmul(&gpu, &w, &x, t);
         assert_close(&format!("{} as int4 T={t}", ty.name()), &y, &expected, 1e-4);
         assert_bits_eq(&format!("{} as int4 T={t}, chunked", ty.name()), &matmul(&chunked, &wc, &x, t), &y);
