@@ -81,16 +81,21 @@ fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
 }
 
 //#if WIDE
-// WIDE (weights_ggml_wide; the launcher: Q4_K matrices starting on 16 bytes, so every block
-// does): a sub-block pair's 32 code bytes are two 16-byte loads from `w4`, and the block's head
-// (d, dmin and the packed scales) four words from `w`.
+// WIDE (weights_ggml_wide; the launcher: Q4_K and Q5_K matrices starting on 16 bytes, so every
+// block does): a sub-block pair's 32 code bytes are two 16-byte loads from `w4` (Q5_K: its 32
+// fifth-bit bytes two more), and the block's head (d, dmin and the packed scales) four words
+// from `w`.
 
 // A block's head, the 32 code bytes of the sub-block pair holding sub-block `sub` (low nibbles:
-// the even sub-block, high: the odd one), and `sub`.
+// the even sub-block, high: the odd one), Q5_K's fifth bits, and `sub`.
 struct WideGroup {
     head: vec4<u32>,
     q0: vec4<u32>,
     q1: vec4<u32>,
+//#if GGML_Q5_K
+    h0: vec4<u32>,
+    h1: vec4<u32>,
+//#endif
     sub: u32,
 }
 
@@ -99,13 +104,21 @@ fn wide_group(m: WMat, row: u32, grp: u32) -> WideGroup {
     let sub = grp % 8u;
     let q = (blk + QS + (sub / 2u) * 32u) / 16u;
     let h = blk / 4u;
-    return WideGroup(vec4<u32>(w[h], w[h + 1u], w[h + 2u], w[h + 3u]), w4[q], w4[q + 1u], sub);
+    let head = vec4<u32>(w[h], w[h + 1u], w[h + 2u], w[h + 3u]);
+//#if GGML_Q5_K
+    let f = (blk + 16u) / 16u;
+    return WideGroup(head, w4[q], w4[q + 1u], w4[f], w4[f + 1u], sub);
+//#else
+    return WideGroup(head, w4[q], w4[q + 1u], sub);
+//#endif
 }
 
 // A pair's two sub-blocks share all their loads.
 fn wide_pair(m: WMat, row: u32, pair_i: u32) -> array<WideGroup, 2> {
     let k = wide_group(m, row, 2u * pair_i);
-    return array<WideGroup, 2>(k, WideGroup(k.head, k.q0, k.q1, k.sub + 1u));
+    var odd = k;
+    odd.sub = k.sub + 1u;
+    return array<WideGroup, 2>(k, odd);
 }
 
 fn wide_values8(k: WideGroup, c: u32) -> W8 {
@@ -115,9 +128,16 @@ fn wide_values8(k: WideGroup, c: u32) -> W8 {
     let offset = vec4<f32>(d.y * sm.y);
     let qv = select(k.q1, k.q0, c < 2u);
     let i = (2u * c) % 4u;
-    let shifts = vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(4u * (k.sub % 2u));
-    let a = vec4<f32>((vec4<u32>(qv[i]) >> shifts) & vec4<u32>(15u));
-    let b = vec4<f32>((vec4<u32>(qv[i + 1u]) >> shifts) & vec4<u32>(15u));
-    return W8(scale * a - offset, scale * b - offset);
+    let bytes = vec4<u32>(0u, 8u, 16u, 24u);
+    let shifts = bytes + vec4<u32>(4u * (k.sub % 2u));
+    var qa = (vec4<u32>(qv[i]) >> shifts) & vec4<u32>(15u);
+    var qb = (vec4<u32>(qv[i + 1u]) >> shifts) & vec4<u32>(15u);
+//#if GGML_Q5_K
+    let hv = select(k.h1, k.h0, c < 2u);
+    let fifth = bytes + vec4<u32>(k.sub);
+    qa = qa | (((vec4<u32>(hv[i]) >> fifth) & vec4<u32>(1u)) << vec4<u32>(4u));
+    qb = qb | (((vec4<u32>(hv[i + 1u]) >> fifth) & vec4<u32>(1u)) << vec4<u32>(4u));
+//#endif
+    return W8(scale * vec4<f32>(qa) - offset, scale * vec4<f32>(qb) - offset);
 }
 //#endif

@@ -101,14 +101,14 @@ fn upload_dense(gpu: &Arc<Gpu>, ty: GgmlType, rows: usize, cols: usize, bytes: &
 
 #[test]
 fn wide_block_loads_are_bit_identical() {
-    // Q4_K's and padded Q6_K's 16-byte loads (weights_ggml_wide): on CPU adapters with 8-lane
-    // subgroups two groups a step with the input shared by lanes (LANE_WIDE), bit-identical to
-    // the k8-by-k8 reader of the file's own blocks without subgroups; in the GPU layouts (WIDE,
-    // teams of 8 and 32) within the tolerance of the reference.
+    // Q4_K's, Q5_K's and padded Q6_K's 16-byte loads (weights_ggml_wide): on CPU adapters with
+    // 8-lane subgroups two groups a step with the input shared by lanes (LANE_WIDE),
+    // bit-identical to the k8-by-k8 reader of the file's own blocks without subgroups; in the
+    // GPU layouts (WIDE, teams of 8 and 32) within the tolerance of the reference.
     let (wide, plain) = (gpu(), gpu_no_subgroups());
     let mut rng = Rng::new(20);
     for (ty, rows, cols, bytes, want) in
-        matrices(5).into_iter().filter(|m| [GgmlType::Q4K, GgmlType::Q6K].contains(&m.0))
+        matrices(5).into_iter().filter(|m| [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K].contains(&m.0))
     {
         let w = upload_dense(&wide, ty, rows, cols, &bytes);
         let wp = GpuMatrix::upload_ggml(&plain, ty.name(), rows, cols, ty, &bytes).unwrap();

@@ -225,8 +225,8 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         if set.contains(&"TEAM32") && set.contains(&"LANE_ROWS") {
             continue;
         }
-        // WIDE exists only with the int4 reader in groups of 32 and the Q4_K and padded Q6_K
-        // ones (below; DecodeLayout::wide_defines).
+        // WIDE exists only with the int4 reader in groups of 32 and the Q4_K, Q5_K and padded
+        // Q6_K ones (below; DecodeLayout::wide_defines).
         let wide = set.contains(&"WIDE");
         if wide && set.contains(&"INT4") && (set.contains(&"G64") || set.contains(&"F16")) {
             continue;
@@ -261,7 +261,7 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
 const INT_F16_FLAGS: [&str; 4] = ["F16", "INT4", "INT4_SYM", "G64"];
 
 /// The ggml readers with 16-byte loads (`WIDE`, shaders/weights_ggml_wide.wgsl).
-const WIDE_GGML_DEFINES: [&str; 2] = ["GGML_Q4_K", "GGML_Q6_K_PADDED"];
+const WIDE_GGML_DEFINES: [&str; 3] = ["GGML_Q4_K", "GGML_Q5_K", "GGML_Q6_K_PADDED"];
 
 /// The define of each ggml block type's reader (with `GGML`), see `shaders/weights_ggml.wgsl`;
 /// the last, `GGML_Q6_K_PADDED`, reads [`crate::ops::WeightFormat::Q6KPadded`].

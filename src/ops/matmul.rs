@@ -95,9 +95,9 @@ impl DecodeLayout {
     ///   storage load is a loop over the SIMD lanes, so the int4 matvec runs on fewer loads:
     ///   2.0-2.2 → 2.5-3.6 GB/s at 4096 × 4096 and 32000 × 512 (`bench kernels`, three runs each).
     ///
-    /// Q4_K and padded Q6_K matrices starting on 16 bytes take the same two
+    /// Q4_K, Q5_K and padded Q6_K matrices starting on 16 bytes take the same two
     /// (shaders/weights_ggml_wide.wgsl): Q4_K a sub-block pair's 32 code bytes in two 16-byte
-    /// loads and its block's head in four words, Q6_K a group's low and high bits in four
+    /// loads (Q5_K its fifth bits in two more) and its block's head in four words, Q6_K a group's low and high bits in four
     /// 16-byte loads and its scales and d in two words.
     pub fn wide_defines(
         self,
@@ -115,9 +115,10 @@ impl DecodeLayout {
                 (false, _) => &[],
             };
         }
-        // Q4_K (144-byte blocks) and padded Q6_K (224): 16-byte aligned blocks wherever the
-        // matrix is (offsets in bytes).
-        if matches!(format, WeightFormat::Ggml(GgmlType::Q4K) | WeightFormat::Q6KPadded) {
+        // Q4_K (144-byte blocks), Q5_K (176) and padded Q6_K (224): 16-byte aligned blocks
+        // wherever the matrix is (offsets in bytes).
+        let blocks16 = [WeightFormat::Ggml(GgmlType::Q4K), WeightFormat::Ggml(GgmlType::Q5K), WeightFormat::Q6KPadded];
+        if blocks16.contains(&format) {
             return match (at.iter().all(|o| o.data.is_multiple_of(16)), self, lane_wide) {
                 (false, ..) => &[],
                 (true, DecodeLayout::Teams { .. }, _) => &["WIDE"],
