@@ -1,6 +1,6 @@
 //! The bigger-than-memory benchmark: decode with experts streamed from the expert store on
 //! disk, for every I/O thread count × eviction policy × prefetcher, against the device's own
-//! sequential and 4 KiB random read bandwidth ([`device_read`](super::device_read)).
+//! sequential and 4 KiB random read bandwidth ([`super::device_read`]).
 //!
 //! No resident baseline runs (the point is a model whose experts do not fit); instead every
 //! configuration must generate the same tokens as the first one, and `tests/` checks streamed

@@ -1,5 +1,5 @@
 //! The embeddable engine: load a model directory (this file) and generate or score on it
-//! ([`generation`]); its options are in [`super::options`].
+//! (`generation`); its options are in [`super::options`].
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! Endpoints: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions` (with
 //! `stream: true` as server-sent events ending in `data: [DONE]`), `GET /health`,
 //! `GET /metrics`. Requests queue first-come first-served on the engine's thread
-//! ([`worker`]); a client that disconnects stops its reply.
+//! (`worker`); a client that disconnects stops its reply.
 
 mod api;
 mod error;

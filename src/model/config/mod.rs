@@ -1,7 +1,7 @@
 //! Parsing Hugging Face `config.json` into one architecture description, with its parameter
-//! blocks in their own files: [`rope`] (RoPE base, scaling, rotary width, pair layout),
-//! [`attention`] (grouped vs multi-head latent attention), [`routing`] (the router's rule),
-//! [`window`] (which layers attend through a sliding window).
+//! blocks in their own files: `rope` (RoPE base, scaling, rotary width, pair layout),
+//! `attention` (grouped vs multi-head latent attention), `routing` (the router's rule),
+//! `window` (which layers attend through a sliding window).
 
 mod attention;
 mod fields;
