@@ -69,41 +69,62 @@ fn k6_d(blk: u32) -> f32 {
     return unpack2x16float(w[(blk + 208u) / 4u]).x;
 }
 
+// Where group `g` of the block at byte `blk` has its fields: the `w4` index of its 32 low-nibble
+// bytes and of its 32 high-pair bytes, the `w` index of the scale word holding its two scales.
+fn k6_lo(blk: u32, g: u32) -> u32 {
+    return (blk + (g / 4u) * 64u + (g % 2u) * 32u) / 16u;
+}
+
+fn k6_hi(blk: u32, g: u32) -> u32 {
+    return (blk + 128u + (g / 4u) * 32u) / 16u;
+}
+
+fn k6_scale_word(blk: u32, g: u32) -> u32 {
+    return w[(blk + 192u) / 4u + g / 2u];
+}
+
 fn wide_group(m: WMat, row: u32, grp: u32) -> WideGroup {
     let blk = block_at(m, row, grp * 32u);
     let g = grp % 8u;
-    let lo = (blk + (g / 4u) * 64u + (g % 2u) * 32u) / 16u;
-    let hi = (blk + 128u + (g / 4u) * 32u) / 16u;
-    let scale = k6_scales(k6_d(blk), w[(blk + 192u) / 4u + g / 2u], g % 2u);
+    let lo = k6_lo(blk, g);
+    let hi = k6_hi(blk, g);
+    let scale = k6_scales(k6_d(blk), k6_scale_word(blk, g), g % 2u);
     return WideGroup(w4[lo], w4[lo + 1u], w4[hi], w4[hi + 1u], scale, g);
 }
 
-// Groups g and g + 1 (g even) share their high-pair bytes, scale word and d.
+// Groups g and g + 1 (g even) share their high-pair bytes, scale word and d; g + 1's low-nibble
+// bytes follow g's.
 fn wide_pair(m: WMat, row: u32, pair_i: u32) -> array<WideGroup, 2> {
     let blk = block_at(m, row, pair_i * 64u);
     let g = (2u * pair_i) % 8u;
-    let lo = (blk + (g / 4u) * 64u) / 16u;
-    let hi = (blk + 128u + (g / 4u) * 32u) / 16u;
+    let lo = k6_lo(blk, g);
+    let hi = k6_hi(blk, g);
     let hi0 = w4[hi];
     let hi1 = w4[hi + 1u];
     let d = k6_d(blk);
-    let sw = w[(blk + 192u) / 4u + g / 2u];
+    let sw = k6_scale_word(blk, g);
     return array<WideGroup, 2>(
         WideGroup(w4[lo], w4[lo + 1u], hi0, hi1, k6_scales(d, sw, 0u), g),
         WideGroup(w4[lo + 2u], w4[lo + 3u], hi0, hi1, k6_scales(d, sw, 1u), g + 1u),
     );
 }
 
+// The 6-bit codes of the four values whose low nibbles are in word `lo` and high pairs in word
+// `hi`, of group `g`.
+fn k6_codes(lo: u32, hi: u32, g: u32) -> vec4<u32> {
+    let bytes = vec4<u32>(0u, 8u, 16u, 24u);
+    let low = (vec4<u32>(lo) >> (bytes + vec4<u32>(4u * ((g % 4u) / 2u)))) & vec4<u32>(15u);
+    let high = (vec4<u32>(hi) >> (bytes + vec4<u32>(2u * (g % 4u)))) & vec4<u32>(3u);
+    return low | (high << vec4<u32>(4u));
+}
+
 fn wide_values8(k: WideGroup, c: u32) -> W8 {
     let lv = select(k.lo1, k.lo0, c < 2u);
     let hv = select(k.hi1, k.hi0, c < 2u);
     let i = (2u * c) % 4u;
-    let shifts = vec4<u32>(0u, 8u, 16u, 24u);
-    let ls = shifts + vec4<u32>(4u * ((k.g % 4u) / 2u));
-    let hs = shifts + vec4<u32>(2u * (k.g % 4u));
-    let qa = ((vec4<u32>(lv[i]) >> ls) & vec4<u32>(15u)) | (((vec4<u32>(hv[i]) >> hs) & vec4<u32>(3u)) << vec4<u32>(4u));
-    let qb = ((vec4<u32>(lv[i + 1u]) >> ls) & vec4<u32>(15u)) | (((vec4<u32>(hv[i + 1u]) >> hs) & vec4<u32>(3u)) << vec4<u32>(4u));
     let s = k.scale[c / 2u];
-    return W8(s * (vec4<f32>(qa) - vec4<f32>(32.0)), s * (vec4<f32>(qb) - vec4<f32>(32.0)));
+    let qa = vec4<f32>(k6_codes(lv[i], hv[i], k.g));
+    let qb = vec4<f32>(k6_codes(lv[i + 1u], hv[i + 1u], k.g));
+    return W8(s * (qa - vec4<f32>(32.0)), s * (qb - vec4<f32>(32.0)));
 }
 //#endif

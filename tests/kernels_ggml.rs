@@ -90,15 +90,6 @@ fn chunked_ggml_matrices_are_bit_identical() {
     }
 }
 
-/// Uploads a GGUF matrix as a model's dense weights are: Q6_K in padded blocks, the rest as
-/// stored (Q4_0's repack has its own test below).
-fn upload_dense(gpu: &Arc<Gpu>, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> GpuMatrix {
-    match ty {
-        GgmlType::Q6K => GpuMatrix::upload_q6_k_padded(gpu, "q6_k", rows, cols, bytes).unwrap(),
-        _ => GpuMatrix::upload_ggml(gpu, ty.name(), rows, cols, ty, bytes).unwrap(),
-    }
-}
-
 #[test]
 fn wide_block_loads_are_bit_identical() {
     // Q4_K's, Q5_K's and padded Q6_K's 16-byte loads (weights_ggml_wide): on CPU adapters with
@@ -110,7 +101,7 @@ fn wide_block_loads_are_bit_identical() {
     for (ty, rows, cols, bytes, want) in
         matrices(5).into_iter().filter(|m| [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K].contains(&m.0))
     {
-        let w = upload_dense(&wide, ty, rows, cols, &bytes);
+        let w = GpuMatrix::upload_gguf(&wide, ty.name(), rows, cols, ty, &bytes).unwrap();
         let wp = GpuMatrix::upload_ggml(&plain, ty.name(), rows, cols, ty, &bytes).unwrap();
         for t in [1, 2, 3] {
             let x = rng.vec(t * cols, -1.0, 1.0);
@@ -121,7 +112,7 @@ fn wide_block_loads_are_bit_identical() {
             assert_bits_eq(&format!("{name} lane-wide vs k8 loads T={t}"), &y, &matmul(&plain, &wp, &x, t));
             for g in [gpu_layouts(), gpu_layouts_team32()] {
                 let team = g.caps.decode_team;
-                let y = matmul(&g, &upload_dense(&g, ty, rows, cols, &bytes), &x, t);
+                let y = matmul(&g, &GpuMatrix::upload_gguf(&g, ty.name(), rows, cols, ty, &bytes).unwrap(), &x, t);
                 assert_close(&format!("{name} WIDE, {team}-lane teams, T={t}"), &y, &expected, 1e-4);
             }
         }

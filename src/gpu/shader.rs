@@ -260,7 +260,8 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
 
 const INT_F16_FLAGS: [&str; 4] = ["F16", "INT4", "INT4_SYM", "G64"];
 
-/// The ggml readers with 16-byte loads (`WIDE`, shaders/weights_ggml_wide.wgsl).
+/// The ggml readers with 16-byte loads (`WIDE`, shaders/weights_ggml_wide.wgsl): those of the
+/// formats `DecodeLayout::wide_defines` reads so.
 const WIDE_GGML_DEFINES: [&str; 3] = ["GGML_Q4_K", "GGML_Q5_K", "GGML_Q6_K_PADDED"];
 
 /// The define of each ggml block type's reader (with `GGML`), see `shaders/weights_ggml.wgsl`;

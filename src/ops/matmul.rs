@@ -97,8 +97,8 @@ impl DecodeLayout {
     ///
     /// Q4_K, Q5_K and padded Q6_K matrices starting on 16 bytes take the same two
     /// (shaders/weights_ggml_wide.wgsl): Q4_K a sub-block pair's 32 code bytes in two 16-byte
-    /// loads (Q5_K its fifth bits in two more) and its block's head in four words, Q6_K a group's low and high bits in four
-    /// 16-byte loads and its scales and d in two words.
+    /// loads (Q5_K its fifth bits in two more) and its block's head in four words, Q6_K a
+    /// group's low and high bits in four 16-byte loads and its scales and d in two words.
     pub fn wide_defines(
         self,
         gpu: &Gpu,
@@ -116,7 +116,8 @@ impl DecodeLayout {
             };
         }
         // Q4_K (144-byte blocks), Q5_K (176) and padded Q6_K (224): 16-byte aligned blocks
-        // wherever the matrix is (offsets in bytes).
+        // wherever the matrix is (offsets in bytes); their readers are shader.rs's
+        // WIDE_GGML_DEFINES.
         let blocks16 = [WeightFormat::Ggml(GgmlType::Q4K), WeightFormat::Ggml(GgmlType::Q5K), WeightFormat::Q6KPadded];
         if blocks16.contains(&format) {
             return match (at.iter().all(|o| o.data.is_multiple_of(16)), self, lane_wide) {

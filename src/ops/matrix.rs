@@ -281,6 +281,17 @@ impl GpuMatrix {
         GpuMatrix::upload_int4(gpu, label, &m)
     }
 
+    /// Uploads a `[rows, cols]` matrix of ggml type `t` from its GGUF bytes in the form the
+    /// kernels read best, every weight the same value: Q4_0 as the int4 it exactly is, Q6_K in
+    /// padded blocks, the other types as stored.
+    pub fn upload_gguf(gpu: &Gpu, label: &str, rows: usize, cols: usize, t: GgmlType, bytes: &[u8]) -> Result<Self> {
+        match t {
+            GgmlType::Q4_0 => GpuMatrix::upload_q4_0_as_int4(gpu, label, rows, cols, bytes),
+            GgmlType::Q6K => GpuMatrix::upload_q6_k_padded(gpu, label, rows, cols, bytes),
+            t => GpuMatrix::upload_ggml(gpu, label, rows, cols, t, bytes),
+        }
+    }
+
     /// Uploads a `[rows, cols]` Q6_K matrix from its GGUF bytes with each 210-byte block padded
     /// to [`Q6K_PADDED_BLOCK_BYTES`] ([`WeightFormat::Q6KPadded`]: the same bytes in 16-byte
     /// aligned blocks), for the decode kernels' 16-byte loads.

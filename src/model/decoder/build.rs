@@ -2,7 +2,6 @@
 //! (attention of each kind, dense or routed FFN, norms, the head), within the binding limits.
 
 use super::*;
-use crate::model::gguf::GgmlType;
 
 /// The router top-k's shape for `m`, with the layer's correction bias for sigmoid routing.
 pub(super) fn router_shape<'a>(m: &MoeSpec, bias: Option<&'a [f32]>) -> RouterShape<'a> {
@@ -112,13 +111,8 @@ pub(super) struct Builder<'a> {
 impl Builder<'_> {
     pub(super) fn matrix(&mut self, label: &str, t: &HostTensor) -> Result<usize> {
         let m = match (&t.ggml, &t.shape[..]) {
-            // A GGUF matrix is read in its own type, whatever the options say; Q4_0 as the int4
-            // it exactly is, Q6_K in 16-byte aligned blocks.
-            (Some(g), &[rows, cols]) => match g.ggml_type {
-                GgmlType::Q4_0 => GpuMatrix::upload_q4_0_as_int4(self.gpu, label, rows, cols, &g.bytes)?,
-                GgmlType::Q6K => GpuMatrix::upload_q6_k_padded(self.gpu, label, rows, cols, &g.bytes)?,
-                t => GpuMatrix::upload_ggml(self.gpu, label, rows, cols, t, &g.bytes)?,
-            },
+            // A GGUF matrix is read in its own type, whatever the options say.
+            (Some(g), &[rows, cols]) => GpuMatrix::upload_gguf(self.gpu, label, rows, cols, g.ggml_type, &g.bytes)?,
             _ => {
                 GpuMatrix::upload(self.gpu, label, t, self.options.format_of(label)).map_err(|e| match self.layer {
                     Some(i) => naming(&format!("layer {i}"), e),
