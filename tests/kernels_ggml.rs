@@ -17,6 +17,7 @@ use moestream::gpu::{Gpu, StepUniform};
 use moestream::model::gguf::{GgmlType, GgufModel};
 use moestream::ops::embed::Embed;
 use moestream::ops::matmul::{MatMul, MatMulOut};
+use moestream::ops::matrix::write_gguf_blob;
 use moestream::ops::{GpuMatrix, WeightFormat};
 use moestream::quant::{Int4Matrix, Q4_0_AS_INT4};
 use moestream::reference::ops as refops;
@@ -127,10 +128,10 @@ fn q6_k_padded_is_the_same_matrix() {
     let (gpu, chunked) = (gpu(), gpu_chunked());
     let mut rng = Rng::new(21);
     let (ty, rows, cols, bytes, want) = matrices(13).into_iter().find(|m| m.0 == GgmlType::Q6K).unwrap();
-    let w = GpuMatrix::upload_q6_k_padded(&gpu, "q6_k", rows, cols, &bytes).unwrap();
+    let w = GpuMatrix::upload_gguf(&gpu, "q6_k", rows, cols, ty, &bytes).unwrap();
     assert_eq!(w.format, WeightFormat::Q6KPadded);
     let raw = GpuMatrix::upload_ggml(&gpu, "q6_k", rows, cols, ty, &bytes).unwrap();
-    let wc = GpuMatrix::upload_q6_k_padded(&chunked, "q6_k", rows, cols, &bytes).unwrap();
+    let wc = GpuMatrix::upload_gguf(&chunked, "q6_k", rows, cols, ty, &bytes).unwrap();
     assert!(wc.chunks.len() > 1);
     for t in [1, 9] {
         let x = rng.vec(t * cols, -1.0, 1.0);
@@ -180,9 +181,9 @@ fn q4_0_as_int4_is_the_same_matrix() {
     let m = Int4Matrix::from_q4_0(&bytes, rows, cols).unwrap();
     assert_eq!(m.params, Q4_0_AS_INT4);
     assert_bits_eq("Q4_0 as int4, dequantized", &m.dequantize(), &want);
-    let w = GpuMatrix::upload_q4_0_as_int4(&gpu, "q4_0", rows, cols, &bytes).unwrap();
+    let w = GpuMatrix::upload_gguf(&gpu, "q4_0", rows, cols, ty, &bytes).unwrap();
     assert_eq!(w.format, WeightFormat::Int4(Q4_0_AS_INT4));
-    let wc = GpuMatrix::upload_q4_0_as_int4(&chunked, "q4_0", rows, cols, &bytes).unwrap();
+    let wc = GpuMatrix::upload_gguf(&chunked, "q4_0", rows, cols, ty, &bytes).unwrap();
     assert!(wc.chunks.len() > 1);
     for t in [1, 3, 9] {
         let x = rng.vec(t * cols, -1.0, 1.0);
@@ -201,9 +202,13 @@ fn malformed_ggml_uploads_are_refused() {
     let q4 = GgmlType::Q4_0;
     assert!(GpuMatrix::upload_ggml(&gpu, "short", 2, 64, q4, &[0u8; 71]).is_err());
     assert!(GpuMatrix::upload_ggml(&gpu, "partial block", 1, 48, q4, &[0u8; 27]).is_err());
-    assert!(GpuMatrix::upload_q4_0_as_int4(&gpu, "short", 2, 64, &[0u8; 71]).is_err());
-    assert!(GpuMatrix::upload_q4_0_as_int4(&gpu, "partial block", 1, 48, &[0u8; 27]).is_err());
+    assert!(GpuMatrix::upload_gguf(&gpu, "short", 2, 64, q4, &[0u8; 71]).is_err());
+    assert!(GpuMatrix::upload_gguf(&gpu, "partial block", 1, 48, q4, &[0u8; 27]).is_err());
     assert!(Int4Matrix::from_q4_0(&[0u8; 71], 2, 64).is_err());
-    assert!(GpuMatrix::upload_q6_k_padded(&gpu, "short", 1, 256, &[0u8; 209]).is_err());
-    assert!(GpuMatrix::upload_q6_k_padded(&gpu, "partial block", 1, 128, &[0u8; 105]).is_err());
+    let q6 = GgmlType::Q6K;
+    assert!(GpuMatrix::upload_gguf(&gpu, "short", 1, 256, q6, &[0u8; 209]).is_err());
+    assert!(GpuMatrix::upload_gguf(&gpu, "partial block", 1, 128, q6, &[0u8; 105]).is_err());
+    // A blob written into a buffer of the wrong size is refused, not truncated.
+    let mut out = vec![0u8; WeightFormat::Q6KPadded.blob_bytes(1, 256).unwrap() - 256];
+    assert!(write_gguf_blob(q6, 1, 256, &[0u8; 210], &mut out).is_err());
 }

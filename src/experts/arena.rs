@@ -1,11 +1,12 @@
 //! The expert slot arena: N fixed slots of one expert's size, allocated once, split into
-//! buffers that each fit one storage binding. A slot holds one expert exactly as the expert
-//! store lays out an extent (gate `[I, H]`, up `[I, H]`, down `[H, I]` blobs back to back), so
-//! a read from `experts.bin` is copied into a slot byte for byte.
+//! buffers that each fit one storage binding. A slot holds one expert as the expert store lays
+//! out an extent (gate `[I, H]`, up `[I, H]`, down `[H, I]` blobs back to back), so a read from
+//! `experts.bin` is copied into a slot byte for byte — except a GGUF store's Q4_0 and Q6_K
+//! blobs, which [`SlotLayout::restage`] rewrites into int4 and padded Q6_K blocks.
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::ops::matrix::BlobOffsets;
+use crate::ops::matrix::{write_gguf_blob, BlobOffsets};
 use crate::ops::WeightFormat;
 use crate::store::ExpertLayout;
 
@@ -61,11 +62,56 @@ impl SlotLayout {
         }
     }
 
+    /// The `[rows, cols]` shape of projection `i` (0 gate, 1 up, 2 down).
+    fn proj_shape(&self, i: usize) -> (usize, usize) {
+        if i == 2 {
+            (self.hidden, self.inter)
+        } else {
+            (self.inter, self.hidden)
+        }
+    }
+
     /// Kernel offsets of projection `i` (0 gate, 1 up, 2 down) relative to the slot start.
     pub fn proj_offsets(&self, i: usize) -> Result<BlobOffsets> {
-        let (rows, cols) = if i == 2 { (self.hidden, self.inter) } else { (self.inter, self.hidden) };
+        let (rows, cols) = self.proj_shape(i);
         let format = self.proj_format(i);
         Ok(format.offsets(rows, cols)?.shifted(format, self.proj_bytes[i]))
+    }
+
+    /// This layout with each projection in the format the GPU reads it in best
+    /// ([`WeightFormat::for_gpu`]: GGUF Q4_0 as int4, Q6_K in padded blocks): the slots of
+    /// experts stored in GGUF blocks.
+    pub fn for_gpu(&self) -> Result<SlotLayout> {
+        SlotLayout::mixed(self.format.for_gpu(), self.down_format.for_gpu(), self.hidden, self.inter)
+    }
+
+    /// Writes into `slot` (this layout's `slot_bytes`) the expert `stored` holds in the layout
+    /// `from`, whose [`SlotLayout::for_gpu`] this is: each projection stored in another format
+    /// rewritten by [`write_gguf_blob`] (the same weights), the others copied.
+    pub fn restage(&self, from: &SlotLayout, stored: &[u8], slot: &mut [u8]) -> Result<()> {
+        if from.for_gpu()? != *self || stored.len() < from.slot_bytes || slot.len() != self.slot_bytes {
+            return Err(Error::InvalidArgument(format!(
+                "cannot restage {} bytes of {} experts into {} bytes of {} slots",
+                stored.len(),
+                from.format_name(),
+                slot.len(),
+                self.format_name()
+            )));
+        }
+        slot.fill(0);
+        for i in 0..3 {
+            let (rows, cols) = self.proj_shape(i);
+            let (src_format, dst_format) = (from.proj_format(i), self.proj_format(i));
+            let src = &stored[from.proj_bytes[i]..from.proj_bytes[i] + src_format.blob_bytes(rows, cols)?];
+            let dst = &mut slot[self.proj_bytes[i]..self.proj_bytes[i] + dst_format.blob_bytes(rows, cols)?];
+            match src_format {
+                WeightFormat::Ggml(t) if dst_format != src_format => {
+                    write_gguf_blob(t, rows, cols, &src[..rows * t.row_bytes(cols)], dst)?
+                }
+                _ => dst.copy_from_slice(src),
+            }
+        }
+        Ok(())
     }
 
     /// The formats' name: `q4_k` when all three agree, `q4_k+q6_k` (gate/up + down) else.

@@ -1,6 +1,7 @@
 //! Where routed experts come from: a Hugging Face checkpoint (encoded on the fly into the slot
-//! format) or the expert store `experts.bin` (copied as stored). Both yield the exact bytes of
-//! one slot, so resident and streamed runs see identical weights.
+//! format) or the expert store `experts.bin` (copied as stored, or a GGUF store's Q4_0 and Q6_K
+//! blocks restaged into the kernels' aligned formats). Both yield the exact bytes of one slot,
+//! so resident and streamed runs see identical weights.
 
 use std::sync::Arc;
 
@@ -114,12 +115,28 @@ impl ExpertSource for CheckpointExperts {
     }
 }
 
-/// Experts read from `experts.bin` with pread (optionally O_DIRECT), checksum-verified.
+/// A GGUF store layer's two layouts: its extents' (the file's blocks) and its slots'
+/// ([`SlotLayout::for_gpu`]).
+#[derive(Clone, Copy)]
+struct StoredLayer {
+    stored: SlotLayout,
+    slot: SlotLayout,
+}
+
+thread_local! {
+    /// A copy of the extent being restaged into slot bytes in the read buffer itself (which
+    /// keeps the buffer's alignment for uncached reads).
+    static RESTAGING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Experts read from `experts.bin` with pread (optionally O_DIRECT), checksum-verified. A GGUF
+/// store's Q4_0 and Q6_K experts are restaged as read into the formats the kernels read best
+/// ([`WeightFormat::for_gpu`]); the others are copied as stored.
 pub struct StoreExperts {
     store: ExpertStore,
     layout: SlotLayout,
-    /// Per model layer, its own layout (GGUF stores; empty for uniform ones).
-    layers: Vec<Option<SlotLayout>>,
+    /// Per model layer, its own layouts (GGUF stores; empty for uniform ones).
+    layers: Vec<Option<StoredLayer>>,
 }
 
 impl StoreExperts {
@@ -135,27 +152,34 @@ impl StoreExperts {
             )));
         }
         let mut layers = Vec::new();
-        let layout = match &info.encoding {
-            StoreEncoding::Uniform(e) => SlotLayout::new(WeightFormat::from_encoding(*e), hidden, inter)?,
+        let (stored, layout) = match &info.encoding {
+            StoreEncoding::Uniform(e) => {
+                let layout = SlotLayout::new(WeightFormat::from_encoding(*e), hidden, inter)?;
+                (layout, layout)
+            }
             StoreEncoding::Ggml(types) => {
                 for (&layer, [gate_up, down]) in info.layers.iter().zip(types) {
                     let (f, d) = (WeightFormat::of_ggml(*gate_up), WeightFormat::of_ggml(*down));
+                    let stored = SlotLayout::mixed(f, d, hidden, inter)?;
                     let layer = layer as usize;
                     layers.resize(layers.len().max(layer + 1), None);
-                    layers[layer] = Some(SlotLayout::mixed(f, d, hidden, inter)?);
+                    layers[layer] = Some(StoredLayer { stored, slot: stored.for_gpu()? });
                 }
-                widest(layers.iter().flatten().copied()).expect("a store has at least one layer")
+                let widest_of = |f: fn(&StoredLayer) -> SlotLayout| {
+                    widest(layers.iter().flatten().map(f)).expect("a store has at least one layer")
+                };
+                (widest_of(|l| l.stored), widest_of(|l| l.slot))
             }
         };
-        // The store's extents hold exactly these slots (a layout disagreeing with the store's
+        // The store's extents hold exactly these experts (a layout disagreeing with the store's
         // would read the wrong bytes).
-        if layout.slot_bytes != store.data_len() {
+        if stored.slot_bytes != store.data_len() {
             return Err(Error::InvalidArgument(format!(
-                "{}: extents hold {} bytes of data, the slots of {} need {}",
+                "{}: extents hold {} bytes of data, the experts of {} need {}",
                 store.path().display(),
                 store.data_len(),
-                layout.format_name(),
-                layout.slot_bytes
+                stored.format_name(),
+                stored.slot_bytes
             )));
         }
         Ok(StoreExperts { store, layout, layers })
@@ -169,11 +193,28 @@ impl StoreExperts {
 
 impl ExpertSource for StoreExperts {
     fn read(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<()> {
-        Ok(self.store.read_expert(layer, expert, buf)?)
+        if buf.len() < self.read_len() {
+            return Err(Error::InvalidArgument(format!(
+                "an expert read needs {} bytes of buffer, got {}",
+                self.read_len(),
+                buf.len()
+            )));
+        }
+        self.store.read_expert(layer, expert, buf)?;
+        match self.layers.get(layer).copied().flatten().filter(|l| l.stored != l.slot) {
+            None => Ok(()),
+            Some(l) => RESTAGING.with_borrow_mut(|extent| {
+                extent.clear();
+                extent.extend_from_slice(&buf[..l.stored.slot_bytes]);
+                l.slot.restage(&l.stored, extent, &mut buf[..l.slot.slot_bytes])?;
+                buf[l.slot.slot_bytes..self.layout.slot_bytes].fill(0);
+                Ok(())
+            }),
+        }
     }
 
     fn read_len(&self) -> usize {
-        self.store.extent_len()
+        self.store.extent_len().max(self.layout.slot_bytes)
     }
 
     fn disk_bytes(&self) -> u64 {
@@ -185,6 +226,6 @@ impl ExpertSource for StoreExperts {
     }
 
     fn layer_layout(&self, layer: usize) -> SlotLayout {
-        self.layers.get(layer).copied().flatten().unwrap_or(self.layout)
+        self.layers.get(layer).copied().flatten().map_or(self.layout, |l| l.slot)
     }
 }

@@ -8,7 +8,7 @@
 
 use super::matmul::{DecodeLayout, MATVEC_MAX_TOKENS};
 use super::params;
-use super::{BlobOffsets, WeightFormat};
+use super::BlobOffsets;
 use crate::experts::{SlotArena, SlotLayout, SlotTable};
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
@@ -64,7 +64,7 @@ impl ExpertPrefill {
         if act.has_bias() {
             return ExpertPrefill::Pairs;
         }
-        let ggml = [layout.format, layout.down_format].iter().any(|f| matches!(f, WeightFormat::Ggml(_)));
+        let ggml = [layout.format, layout.down_format].iter().any(|f| f.is_ggml_blocks());
         match std::env::var("MOESTREAM_EXPERT_PREFILL").as_deref() {
             Ok("pairs") => ExpertPrefill::Pairs,
             Ok("gather") => ExpertPrefill::Gather,

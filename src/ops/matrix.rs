@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::gguf::GgmlType;
 use crate::model::HostTensor;
-use crate::quant::{Int4Layout, Int4Matrix, Int4Scheme, QuantParams, WeightEncoding};
+use crate::quant::{write_q4_0_as_int4, Int4Layout, Int4Matrix, Int4Scheme, QuantParams, WeightEncoding, Q4_0_AS_INT4};
 
 /// How weights are stored on the GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,8 +21,8 @@ pub enum WeightFormat {
     Ggml(GgmlType),
     /// Q6_K blocks each padded with zeros to [`Q6K_PADDED_BLOCK_BYTES`], so that every block and
     /// each of its fields start on 16 bytes and the decode kernels read them in 16-byte loads
-    /// (`GGML_Q6_K_PADDED`, shaders/weights_q6_k.wgsl): a GGUF model's dense Q6_K matrices
-    /// (Q4_K_M's and Q4_0's lm_head), [`GpuMatrix::upload_q6_k_padded`]; the same values.
+    /// (`GGML_Q6_K_PADDED`, shaders/weights_q6_k.wgsl): a GGUF model's Q6_K matrices (Q4_K_M's
+    /// and Q4_0's lm_head, Q4_K_M's down experts), [`WeightFormat::for_gpu`]; the same values.
     Q6KPadded,
 }
 
@@ -77,13 +77,31 @@ impl WeightFormat {
         }
     }
 
-    /// The format the GPU reads a GGUF tensor of type `t` in (F32 and F16 are the plain formats).
+    /// The format of a GGUF tensor of type `t` as the file stores it (F32 and F16 are the plain
+    /// formats).
     pub fn of_ggml(t: GgmlType) -> WeightFormat {
         match t {
             GgmlType::F32 => WeightFormat::F32,
             GgmlType::F16 => WeightFormat::F16,
             t => WeightFormat::Ggml(t),
         }
+    }
+
+    /// The format the GPU holds GGUF weights stored as `self` in, every weight the same value
+    /// ([`write_gguf_blob`]): Q4_0 as the int4 it exactly is ([`Q4_0_AS_INT4`], for the int4
+    /// kernels' aligned loads rather than 18-byte blocks), Q6_K in padded blocks
+    /// ([`WeightFormat::Q6KPadded`], for 16-byte loads), every other format as stored.
+    pub fn for_gpu(self) -> WeightFormat {
+        match self {
+            WeightFormat::Ggml(GgmlType::Q4_0) => WeightFormat::Int4(Q4_0_AS_INT4),
+            WeightFormat::Ggml(GgmlType::Q6K) => WeightFormat::Q6KPadded,
+            f => f,
+        }
+    }
+
+    /// Whether the kernels read this format as ggml blocks (`weights_ggml`).
+    pub fn is_ggml_blocks(self) -> bool {
+        matches!(self, WeightFormat::Ggml(_) | WeightFormat::Q6KPadded)
     }
 
     /// Human-readable name (`f32`, `f16`, `int4-affine-g32`, ...).
@@ -193,6 +211,37 @@ fn ggml_row_bytes(label: &str, rows: usize, cols: usize, t: GgmlType, bytes: &[u
     Ok(row_bytes)
 }
 
+/// Writes the `[rows, cols]` matrix of ggml type `t` whose GGUF bytes are `bytes` into `out`
+/// as a whole blob (padding zeroed) of `WeightFormat::of_ggml(t).for_gpu()`: Q4_0 repacked as
+/// int4, Q6_K blocks padded to [`Q6K_PADDED_BLOCK_BYTES`], other types copied. Fails when
+/// `bytes` is not such a matrix or `out` is not the blob's size.
+pub fn write_gguf_blob(t: GgmlType, rows: usize, cols: usize, bytes: &[u8], out: &mut [u8]) -> Result<()> {
+    let format = WeightFormat::of_ggml(t).for_gpu();
+    let blob_bytes = format.blob_bytes(rows, cols)?;
+    ggml_row_bytes(t.name(), rows, cols, t, bytes)?;
+    if out.len() != blob_bytes {
+        return Err(Error::InvalidArgument(format!(
+            "a [{rows}, {cols}] {} blob is {blob_bytes} bytes, not {}",
+            format.name(),
+            out.len()
+        )));
+    }
+    match format {
+        WeightFormat::Int4(_) => write_q4_0_as_int4(bytes, rows, cols, out).map_err(quant_err)?,
+        WeightFormat::Q6KPadded => {
+            out.fill(0);
+            for (padded, block) in out.chunks_exact_mut(Q6K_PADDED_BLOCK_BYTES).zip(bytes.chunks_exact(t.type_size())) {
+                padded[..block.len()].copy_from_slice(block);
+            }
+        }
+        _ => {
+            out[..bytes.len()].copy_from_slice(bytes);
+            out[bytes.len()..].fill(0);
+        }
+    }
+    Ok(())
+}
+
 /// Index of type `t`'s reader define in [`crate::gpu::shader::GGML_DEFINES`].
 fn ggml_reader(t: GgmlType) -> usize {
     match t {
@@ -272,39 +321,16 @@ impl GpuMatrix {
         })
     }
 
-    /// Uploads a `[rows, cols]` Q4_0 matrix from its GGUF bytes as the int4 matrix it exactly is
-    /// ([`Int4Matrix::from_q4_0`]: every weight the same value), for the int4 kernels' aligned
-    /// loads rather than the ggml reader's 18-byte blocks.
-    pub fn upload_q4_0_as_int4(gpu: &Gpu, label: &str, rows: usize, cols: usize, bytes: &[u8]) -> Result<Self> {
-        ggml_row_bytes(label, rows, cols, GgmlType::Q4_0, bytes)?;
-        let m = Int4Matrix::from_q4_0(bytes, rows, cols).map_err(|e| naming(label, quant_err(e)))?;
-        GpuMatrix::upload_int4(gpu, label, &m)
-    }
-
-    /// Uploads a `[rows, cols]` matrix of ggml type `t` from its GGUF bytes in the form the
-    /// kernels read best, every weight the same value: Q4_0 as the int4 it exactly is, Q6_K in
-    /// padded blocks, the other types as stored.
+    /// Uploads a `[rows, cols]` matrix of ggml type `t` from its GGUF bytes in the format the
+    /// kernels read best, [`WeightFormat::for_gpu`] (Q4_0 as int4, Q6_K padded, the other types
+    /// as stored), every weight the same value.
     pub fn upload_gguf(gpu: &Gpu, label: &str, rows: usize, cols: usize, t: GgmlType, bytes: &[u8]) -> Result<Self> {
-        match t {
-            GgmlType::Q4_0 => GpuMatrix::upload_q4_0_as_int4(gpu, label, rows, cols, bytes),
-            GgmlType::Q6K => GpuMatrix::upload_q6_k_padded(gpu, label, rows, cols, bytes),
-            t => GpuMatrix::upload_ggml(gpu, label, rows, cols, t, bytes),
-        }
-    }
-
-    /// Uploads a `[rows, cols]` Q6_K matrix from its GGUF bytes with each 210-byte block padded
-    /// to [`Q6K_PADDED_BLOCK_BYTES`] ([`WeightFormat::Q6KPadded`]: the same bytes in 16-byte
-    /// aligned blocks), for the decode kernels' 16-byte loads.
-    pub fn upload_q6_k_padded(gpu: &Gpu, label: &str, rows: usize, cols: usize, bytes: &[u8]) -> Result<Self> {
-        let q6k = GgmlType::Q6K;
-        let row_bytes = ggml_row_bytes(label, rows, cols, q6k, bytes)?;
-        let format = WeightFormat::Q6KPadded;
+        let row_bytes = ggml_row_bytes(label, rows, cols, t, bytes)?;
+        let format = WeightFormat::of_ggml(t).for_gpu();
         GpuMatrix::upload_with(gpu, label, rows, cols, format, |first_row, n| {
             let mut blob = vec![0u8; format.blob_bytes(n, cols)?];
-            let blocks = bytes[first_row * row_bytes..(first_row + n) * row_bytes].chunks_exact(q6k.type_size());
-            for (padded, block) in blob.chunks_exact_mut(Q6K_PADDED_BLOCK_BYTES).zip(blocks) {
-                padded[..block.len()].copy_from_slice(block);
-            }
+            let rows_bytes = &bytes[first_row * row_bytes..(first_row + n) * row_bytes];
+            write_gguf_blob(t, n, cols, rows_bytes, &mut blob).map_err(|e| naming(label, e))?;
             Ok(blob)
         })
     }

@@ -59,4 +59,4 @@ pub use layout::{layout, Int4Layout, SEGMENT_ALIGN};
 pub use matrix::{quantize, Int4Matrix};
 pub use pack::{pack_row, unpack_nibble};
 pub use params::{Int4Scheme, QuantParams};
-pub use q4_0::Q4_0_AS_INT4;
+pub use q4_0::{write_q4_0_as_int4, Q4_0_AS_INT4};

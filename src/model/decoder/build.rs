@@ -315,8 +315,10 @@ impl GpuModel {
                 let source = expert_source
                     .ok_or_else(|| Error::InvalidArgument("an MoE model needs an expert source".into()))?;
                 let layout = source.layout();
-                // The source decides down's format (GGUF experts may keep their own type there).
-                if layout != SlotLayout::mixed(options.experts, layout.down_format, h, m.expert_intermediate)? {
+                // The source decides down's format (GGUF experts may keep their own type there),
+                // and holds GGUF blocks as the GPU reads them best.
+                let asked = SlotLayout::mixed(options.experts.for_gpu(), layout.down_format, h, m.expert_intermediate)?;
+                if layout != asked {
                     return Err(Error::InvalidArgument(format!(
                         "expert source holds {}, the decoder was asked for {}",
                         layout.format_name(),
