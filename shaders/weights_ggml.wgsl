@@ -1,7 +1,7 @@
 // Readers for ggml block types, as stored in GGUF files: row-major [rows, cols], each row
 // cols / BLOCK blocks of TYPE_SIZE bytes back to back (no alignment beyond the byte), rows back
 // to back. Units are bytes: WMat.base is the byte offset of the matrix in `w`. Each type's file
-// (GGML_Q4_0 ... one define; GGML_Q6_K_PADDED: Q6_K in 16-byte aligned blocks) gives BLOCK,
+// (GGML_Q4_0 ... one define; GGML_Q6_K_PADDED, GGML_Q8_0_PADDED: padded blocks) gives BLOCK,
 // TYPE_SIZE and `w_at`, the dequantization of one value exactly as src/model/gguf/dequant.rs
 // (and ggml) computes it; the rest of the interface is built on `w_at` here, with dense decode
 // groups (scale 1, no offset).
@@ -15,6 +15,9 @@ const UNITS_PER_WORD: u32 = 4u;
 //#include weights_q4_0
 //#endif
 //#if GGML_Q8_0
+//#include weights_q8_0
+//#endif
+//#if GGML_Q8_0_PADDED
 //#include weights_q8_0
 //#endif
 //#if GGML_Q4_K

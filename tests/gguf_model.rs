@@ -318,21 +318,21 @@ fn down_types_that_change_between_layers_stay_quantized() {
 }
 
 #[test]
-fn q4_0_and_q6_k_experts_are_restaged_for_aligned_loads() {
-    // make_q4km.py's qwen3_moe-q4_0-q6_k.gguf: layer 0 gate/up Q4_0 and down Q6_K, layer 1
-    // gate/up Q6_K and down Q4_0. The store keeps the file's blocks; its reads restage Q4_0 as
-    // int4 and Q6_K in padded blocks (moving down's blob in layer 1), the same weights: the
-    // engine equals the reference on the GGUF's dequantized weights, streamed bit-identical.
-    let path = gguf("qwen3_moe-q4_0-q6_k.gguf");
+fn q4_0_q6_k_and_q8_0_experts_are_restaged_for_aligned_loads() {
+    // make_q4km.py's qwen3_moe-restaged.gguf: layer 0 gate/up Q4_0 and down Q6_K, layer 1
+    // gate/up Q8_0 and down Q4_0. The store keeps the file's blocks; its reads restage Q4_0 as
+    // int4 and Q6_K and Q8_0 in padded blocks (moving down's blob in layer 1), the same weights:
+    // the engine equals the reference on the GGUF's dequantized weights, streamed bit-identical.
+    let path = gguf("qwen3_moe-restaged.gguf");
     let m = GgufModel::open(&path).unwrap();
     let spec = arch::spec_from_gguf(&m).unwrap();
-    let (q4, q6) = (GgmlType::Q4_0, GgmlType::Q6K);
-    assert_eq!(arch::expert_types(&m, 2), vec![Some([q4, q6]), Some([q6, q4])]);
+    let (q4, q6, q8) = (GgmlType::Q4_0, GgmlType::Q6K, GgmlType::Q8_0);
+    assert_eq!(arch::expert_types(&m, 2), vec![Some([q4, q6]), Some([q8, q4])]);
     let (h, i) = (spec.hidden, spec.moe.as_ref().unwrap().expert_intermediate);
     let layout = engine(path.clone(), ExpertBudget::Auto).expert_slot_layout().unwrap();
-    assert_eq!(layout.format_name(), "q6_k-padded+int4-symmetric-g32", "the wider layer's slots");
+    assert_eq!(layout.format_name(), "q8_0-padded+int4-symmetric-g32", "the wider layer's slots");
     let int4 = WeightFormat::Int4(moestream::quant::Q4_0_AS_INT4).blob_bytes(h, i).unwrap();
-    assert_eq!(layout.slot_bytes, 2 * (i * h / 256 * 224) + int4);
+    assert_eq!(layout.slot_bytes, 2 * (i * h / 32 * 36) + int4);
     check_against_reference(path, 2);
 }
 

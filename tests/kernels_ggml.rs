@@ -93,14 +93,15 @@ fn chunked_ggml_matrices_are_bit_identical() {
 
 #[test]
 fn wide_block_loads_are_bit_identical() {
-    // Q4_K's, Q5_K's and padded Q6_K's 16-byte loads (weights_ggml_wide): on CPU adapters with
+    // Q4_K's, Q5_K's and padded Q6_K's 16-byte loads and padded Q8_0's word loads
+    // (weights_ggml_wide): on CPU adapters with
     // 8-lane subgroups two groups a step with the input shared by lanes (LANE_WIDE),
     // bit-identical to the k8-by-k8 reader of the file's own blocks without subgroups; in the
     // GPU layouts (WIDE, teams of 8 and 32) within the tolerance of the reference.
     let (wide, plain) = (gpu(), gpu_no_subgroups());
     let mut rng = Rng::new(20);
     for (ty, rows, cols, bytes, want) in
-        matrices(5).into_iter().filter(|m| [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K].contains(&m.0))
+        matrices(5).into_iter().filter(|m| [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::Q8_0].contains(&m.0))
     {
         let w = GpuMatrix::upload_gguf(&wide, ty.name(), rows, cols, ty, &bytes).unwrap();
         let wp = GpuMatrix::upload_ggml(&plain, ty.name(), rows, cols, ty, &bytes).unwrap();
@@ -121,28 +122,32 @@ fn wide_block_loads_are_bit_identical() {
 }
 
 #[test]
-fn q6_k_padded_is_the_same_matrix() {
-    // Q6_K in padded blocks (a GGUF model's dense Q6_K matrices): the embedding gathers exactly
-    // the gguf package's values, and the prefill tile and chunked uploads compute exactly what
-    // the file's own blocks give.
+fn padded_blocks_are_the_same_matrix() {
+    // Q6_K and Q8_0 in padded blocks (how a GGUF model's matrices of those types are uploaded):
+    // the embedding gathers exactly the gguf package's values, and the prefill tile and chunked
+    // uploads compute exactly what the file's own blocks give.
     let (gpu, chunked) = (gpu(), gpu_chunked());
     let mut rng = Rng::new(21);
-    let (ty, rows, cols, bytes, want) = matrices(13).into_iter().find(|m| m.0 == GgmlType::Q6K).unwrap();
-    let w = GpuMatrix::upload_gguf(&gpu, "q6_k", rows, cols, ty, &bytes).unwrap();
-    assert_eq!(w.format, WeightFormat::Q6KPadded);
-    let raw = GpuMatrix::upload_ggml(&gpu, "q6_k", rows, cols, ty, &bytes).unwrap();
-    let wc = GpuMatrix::upload_gguf(&chunked, "q6_k", rows, cols, ty, &bytes).unwrap();
-    assert!(wc.chunks.len() > 1);
-    for t in [1, 9] {
-        let x = rng.vec(t * cols, -1.0, 1.0);
-        let y = matmul(&gpu, &w, &x, t);
-        if t > 1 {
-            assert_bits_eq(&format!("padded Q6_K T={t} vs its blocks"), &y, &matmul(&gpu, &raw, &x, t));
+    for (ty, rows, cols, bytes, want) in
+        matrices(13).into_iter().filter(|m| [GgmlType::Q6K, GgmlType::Q8_0].contains(&m.0))
+    {
+        let name = ty.name();
+        let w = GpuMatrix::upload_gguf(&gpu, name, rows, cols, ty, &bytes).unwrap();
+        assert_eq!(w.format, WeightFormat::Padded(ty));
+        let raw = GpuMatrix::upload_ggml(&gpu, name, rows, cols, ty, &bytes).unwrap();
+        let wc = GpuMatrix::upload_gguf(&chunked, name, rows, cols, ty, &bytes).unwrap();
+        assert!(wc.chunks.len() > 1);
+        for t in [1, 9] {
+            let x = rng.vec(t * cols, -1.0, 1.0);
+            let y = matmul(&gpu, &w, &x, t);
+            if t > 1 {
+                assert_bits_eq(&format!("padded {name} T={t} vs its blocks"), &y, &matmul(&gpu, &raw, &x, t));
+            }
+            assert_bits_eq(&format!("padded {name} T={t}, chunked"), &matmul(&chunked, &wc, &x, t), &y);
         }
-        assert_bits_eq(&format!("padded Q6_K T={t}, chunked"), &matmul(&chunked, &wc, &x, t), &y);
+        let (got, expected) = embed_every_row(&gpu, &w, &want);
+        assert_bits_eq(&format!("padded {name}, embedding"), &got, &expected);
     }
-    let (got, expected) = embed_every_row(&gpu, &w, &want);
-    assert_bits_eq("padded Q6_K, embedding", &got, &expected);
 }
 
 #[test]
@@ -209,6 +214,6 @@ fn malformed_ggml_uploads_are_refused() {
     assert!(GpuMatrix::upload_gguf(&gpu, "short", 1, 256, q6, &[0u8; 209]).is_err());
     assert!(GpuMatrix::upload_gguf(&gpu, "partial block", 1, 128, q6, &[0u8; 105]).is_err());
     // A blob written into a buffer of the wrong size is refused, not truncated.
-    let mut out = vec![0u8; WeightFormat::Q6KPadded.blob_bytes(1, 256).unwrap() - 256];
+    let mut out = vec![0u8; WeightFormat::Padded(q6).blob_bytes(1, 256).unwrap() - 256];
     assert!(write_gguf_blob(q6, 1, 256, &[0u8; 210], &mut out).is_err());
 }

@@ -100,7 +100,7 @@ impl ConvertOptions {
     fn validate(&self) -> Result<()> {
         for (what, f) in [("experts", self.experts), ("dense", self.dense)] {
             match f {
-                WeightFormat::F32 | WeightFormat::Ggml(_) | WeightFormat::Q6KPadded => {
+                WeightFormat::F32 | WeightFormat::Ggml(_) | WeightFormat::Padded(_) => {
                     return Err(Error::InvalidArgument(format!(
                         "{what} cannot be stored as {} (use int4 or f16)",
                         f.name()

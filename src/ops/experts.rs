@@ -8,7 +8,7 @@
 
 use super::matmul::{DecodeLayout, MATVEC_MAX_TOKENS};
 use super::params;
-use super::BlobOffsets;
+use super::{BlobOffsets, WeightFormat};
 use crate::experts::{SlotArena, SlotLayout, SlotTable};
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
@@ -105,7 +105,7 @@ impl ExpertFfn {
     ) -> ExpertFfn {
         debug_assert!(layout.slot_bytes <= arena.layout.slot_bytes, "a layer's experts fit the arena's slots");
         let decode = DecodeLayout::for_gpu(gpu);
-        let with_decode = |format: crate::ops::WeightFormat| {
+        let with_decode = |format: WeightFormat| {
             let mut d = format.defines();
             d.extend(decode.defines());
             d
@@ -170,9 +170,13 @@ impl ExpertFfn {
                 Kernel::new(gpu, name, defines, step, &p, storage).with_traffic(traffic)
             };
             // WIDE kernels bind the chunk a second time, as vec4s, after their other buffers.
-            let wide = |defines: &[&str]| defines.contains(&"WIDE").then(|| Slice::from(chunk));
-            let gate_up_decode_io: Vec<Slice> = gate_up_io.iter().copied().chain(wide(&gate_up_defines)).collect();
-            let down_decode_io: Vec<Slice> = down_io.iter().copied().chain(wide(&down_defines)).collect();
+            let wide = |defines: &[&str], format: WeightFormat| {
+                (defines.contains(&"WIDE") && format.wide_binds_vec4()).then(|| Slice::from(chunk))
+            };
+            let gate_up_decode_io: Vec<Slice> =
+                gate_up_io.iter().copied().chain(wide(&gate_up_defines, layout.format)).collect();
+            let down_decode_io: Vec<Slice> =
+                down_io.iter().copied().chain(wide(&down_defines, layout.down_format)).collect();
             gate_up.push(bind("expert_gate_up", &gate_up_defines, &gate_up_decode_io, gate_up_traffic));
             down.push(bind("expert_down", &down_defines, &down_decode_io, down_traffic));
             if prefill == ExpertPrefill::Gather {

@@ -116,11 +116,15 @@ impl DecodeLayout {
             };
         }
         // Q4_K (144-byte blocks), Q5_K (176) and padded Q6_K (224): 16-byte aligned blocks
-        // wherever the matrix is (offsets in bytes); their readers are shader.rs's
-        // WIDE_GGML_DEFINES.
-        let blocks16 = [WeightFormat::Ggml(GgmlType::Q4K), WeightFormat::Ggml(GgmlType::Q5K), WeightFormat::Q6KPadded];
-        if blocks16.contains(&format) {
-            return match (at.iter().all(|o| o.data.is_multiple_of(16)), self, lane_wide) {
+        // wherever the matrix is (offsets in bytes); padded Q8_0 (36): word-aligned ones. Their
+        // readers are shader.rs's WIDE_GGML_DEFINES.
+        let block_align = match format {
+            WeightFormat::Ggml(GgmlType::Q4K | GgmlType::Q5K) | WeightFormat::Padded(GgmlType::Q6K) => Some(16),
+            WeightFormat::Padded(GgmlType::Q8_0) => Some(4),
+            _ => None,
+        };
+        if let Some(align) = block_align {
+            return match (at.iter().all(|o| o.data.is_multiple_of(align)), self, lane_wide) {
                 (false, ..) => &[],
                 (true, DecodeLayout::Teams { .. }, _) => &["WIDE"],
                 (true, DecodeLayout::LaneRows, true) => &["WIDE", "LANE_WIDE"],
@@ -270,7 +274,7 @@ impl MatMul {
                 let mut decode_storage = storage.clone();
                 let mut decode_defines = decode_defines.clone();
                 // WIDE kernels bind the weights a second time, as vec4s.
-                if wide.contains(&"WIDE") {
+                if wide.contains(&"WIDE") && w.format.wide_binds_vec4() {
                     decode_storage.push((&c.buffer).into());
                 }
                 decode_defines.extend(wide);

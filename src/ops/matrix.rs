@@ -19,15 +19,39 @@ pub enum WeightFormat {
     /// back (`shaders/weights_ggml.wgsl`); never F32 or F16, which are [`WeightFormat::F32`] and
     /// [`WeightFormat::F16`] byte for byte ([`WeightFormat::of_ggml`]).
     Ggml(GgmlType),
-    /// Q6_K blocks each padded with zeros to [`Q6K_PADDED_BLOCK_BYTES`], so that every block and
-    /// each of its fields start on 16 bytes and the decode kernels read them in 16-byte loads
-    /// (`GGML_Q6_K_PADDED`, shaders/weights_q6_k.wgsl): a GGUF model's Q6_K matrices (Q4_K_M's
-    /// and Q4_0's lm_head, Q4_K_M's down experts), [`WeightFormat::for_gpu`]; the same values.
-    Q6KPadded,
+    /// Blocks of a ggml type with zero bytes inserted ([`PaddedBlock::of`]) so that the decode
+    /// kernels' loads are aligned, the same values ([`WeightFormat::for_gpu`]): Q6_K in 224
+    /// bytes, every block and field on 16 bytes, for 16-byte loads (`GGML_Q6_K_PADDED`,
+    /// shaders/weights_q6_k.wgsl: Q4_K_M's lm_head and down experts); Q8_0 in 36, its codes on a
+    /// word boundary, for word loads (`GGML_Q8_0_PADDED`, shaders/weights_q8_0.wgsl).
+    Padded(GgmlType),
 }
 
-/// Bytes of a [`WeightFormat::Q6KPadded`] block: its 210 bytes, then 14 zeros (6.7% more).
-pub const Q6K_PADDED_BLOCK_BYTES: usize = 224;
+/// Where a [`WeightFormat::Padded`] block puts its zeros: the stored block's bytes from `split`
+/// on move to `split + (bytes - stored size)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PaddedBlock {
+    /// Bytes of the padded block.
+    pub bytes: usize,
+    /// Offset in the stored block where the zeros go.
+    pub split: usize,
+}
+
+impl PaddedBlock {
+    /// The padding of type `t`'s blocks, for the types that have one: Q6_K's 210 bytes then 14
+    /// zeros (+6.7%), Q8_0's f16 d, 2 zeros, then its 32 codes (+5.9%).
+    pub fn of(t: GgmlType) -> Option<PaddedBlock> {
+        match t {
+            GgmlType::Q6K => Some(PaddedBlock { bytes: 224, split: 210 }),
+            GgmlType::Q8_0 => Some(PaddedBlock { bytes: 36, split: 2 }),
+            _ => None,
+        }
+    }
+
+    fn of_padded(t: GgmlType) -> PaddedBlock {
+        PaddedBlock::of(t).expect("WeightFormat::Padded holds a type with a padding")
+    }
+}
 
 /// Where a blob's segments start, in the units the kernels index (`WMat` in the WGSL readers).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,7 +69,7 @@ impl BlobOffsets {
     pub fn shifted(self, format: WeightFormat, byte_offset: usize) -> BlobOffsets {
         let data_unit = match format {
             WeightFormat::F16 => 2,
-            WeightFormat::Ggml(_) | WeightFormat::Q6KPadded => 1,
+            WeightFormat::Ggml(_) | WeightFormat::Padded(_) => 1,
             _ => 4,
         };
         BlobOffsets {
@@ -73,7 +97,7 @@ impl WeightFormat {
                 d
             }
             WeightFormat::Ggml(t) => vec!["GGML", crate::gpu::shader::GGML_DEFINES[ggml_reader(t)]],
-            WeightFormat::Q6KPadded => vec!["GGML", "GGML_Q6_K_PADDED"],
+            WeightFormat::Padded(t) => vec!["GGML", crate::gpu::shader::GGML_DEFINES[padded_reader(t)]],
         }
     }
 
@@ -89,19 +113,26 @@ impl WeightFormat {
 
     /// The format the GPU holds GGUF weights stored as `self` in, every weight the same value
     /// ([`write_gguf_blob`]): Q4_0 as the int4 it exactly is ([`Q4_0_AS_INT4`], for the int4
-    /// kernels' aligned loads rather than 18-byte blocks), Q6_K in padded blocks
-    /// ([`WeightFormat::Q6KPadded`], for 16-byte loads), every other format as stored.
+    /// kernels' aligned loads rather than 18-byte blocks), Q6_K and Q8_0 in padded blocks
+    /// ([`WeightFormat::Padded`]), every other format as stored.
     pub fn for_gpu(self) -> WeightFormat {
         match self {
             WeightFormat::Ggml(GgmlType::Q4_0) => WeightFormat::Int4(Q4_0_AS_INT4),
-            WeightFormat::Ggml(GgmlType::Q6K) => WeightFormat::Q6KPadded,
+            WeightFormat::Ggml(t) if PaddedBlock::of(t).is_some() => WeightFormat::Padded(t),
             f => f,
         }
     }
 
+    /// Whether this format's `WIDE` reader loads through the weights' second binding as vec4s
+    /// (`w4`), which the `WIDE` kernels then bind: all but padded Q8_0, whose 36-byte blocks
+    /// start on words only and are read a word at a time.
+    pub fn wide_binds_vec4(self) -> bool {
+        self != WeightFormat::Padded(GgmlType::Q8_0)
+    }
+
     /// Whether the kernels read this format as ggml blocks (`weights_ggml`).
     pub fn is_ggml_blocks(self) -> bool {
-        matches!(self, WeightFormat::Ggml(_) | WeightFormat::Q6KPadded)
+        matches!(self, WeightFormat::Ggml(_) | WeightFormat::Padded(_))
     }
 
     /// Human-readable name (`f32`, `f16`, `int4-affine-g32`, ...).
@@ -111,7 +142,7 @@ impl WeightFormat {
             WeightFormat::F16 => WeightEncoding::F16.name(),
             WeightFormat::Int4(p) => WeightEncoding::Int4(p).name(),
             WeightFormat::Ggml(t) => t.name().to_lowercase(),
-            WeightFormat::Q6KPadded => "q6_k-padded".into(),
+            WeightFormat::Padded(t) => format!("{}-padded", t.name().to_lowercase()),
         }
     }
 
@@ -122,8 +153,8 @@ impl WeightFormat {
             WeightFormat::F16 => Ok(WeightEncoding::F16.segment_bytes(rows, cols).map_err(quant_err)?),
             WeightFormat::Int4(p) => Ok(WeightEncoding::Int4(p).segment_bytes(rows, cols).map_err(quant_err)?),
             WeightFormat::Ggml(t) => Ok((rows * whole_blocks(t, cols)? * t.type_size()).next_multiple_of(256)),
-            WeightFormat::Q6KPadded => {
-                Ok((rows * whole_blocks(GgmlType::Q6K, cols)? * Q6K_PADDED_BLOCK_BYTES).next_multiple_of(256))
+            WeightFormat::Padded(t) => {
+                Ok((rows * whole_blocks(t, cols)? * PaddedBlock::of_padded(t).bytes).next_multiple_of(256))
             }
         }
     }
@@ -147,7 +178,7 @@ impl WeightFormat {
             WeightFormat::F16 => WeightEncoding::F16.encode(values, rows, cols, &mut out).map_err(quant_err)?,
             WeightFormat::Int4(p) => WeightEncoding::Int4(p).encode(values, rows, cols, &mut out).map_err(quant_err)?,
             WeightFormat::Ggml(t) => return Err(not_a_quantizer(t)),
-            WeightFormat::Q6KPadded => return Err(not_a_quantizer(GgmlType::Q6K)),
+            WeightFormat::Padded(t) => return Err(not_a_quantizer(t)),
         }
         Ok(out)
     }
@@ -163,7 +194,7 @@ impl WeightFormat {
     /// The store encoding of this format (`None` for f32, which stores do not hold).
     pub fn encoding(self) -> Option<WeightEncoding> {
         match self {
-            WeightFormat::F32 | WeightFormat::Ggml(_) | WeightFormat::Q6KPadded => None,
+            WeightFormat::F32 | WeightFormat::Ggml(_) | WeightFormat::Padded(_) => None,
             WeightFormat::F16 => Some(WeightEncoding::F16),
             WeightFormat::Int4(p) => Some(WeightEncoding::Int4(p)),
         }
@@ -213,7 +244,7 @@ fn ggml_row_bytes(label: &str, rows: usize, cols: usize, t: GgmlType, bytes: &[u
 
 /// Writes the `[rows, cols]` matrix of ggml type `t` whose GGUF bytes are `bytes` into `out`
 /// as a whole blob (padding zeroed) of `WeightFormat::of_ggml(t).for_gpu()`: Q4_0 repacked as
-/// int4, Q6_K blocks padded to [`Q6K_PADDED_BLOCK_BYTES`], other types copied. Fails when
+/// int4, Q6_K and Q8_0 blocks padded ([`PaddedBlock`]), other types copied. Fails when
 /// `bytes` is not such a matrix or `out` is not the blob's size.
 pub fn write_gguf_blob(t: GgmlType, rows: usize, cols: usize, bytes: &[u8], out: &mut [u8]) -> Result<()> {
     let format = WeightFormat::of_ggml(t).for_gpu();
@@ -228,10 +259,12 @@ pub fn write_gguf_blob(t: GgmlType, rows: usize, cols: usize, bytes: &[u8], out:
     }
     match format {
         WeightFormat::Int4(_) => write_q4_0_as_int4(bytes, rows, cols, out).map_err(quant_err)?,
-        WeightFormat::Q6KPadded => {
+        WeightFormat::Padded(_) => {
             out.fill(0);
-            for (padded, block) in out.chunks_exact_mut(Q6K_PADDED_BLOCK_BYTES).zip(bytes.chunks_exact(t.type_size())) {
-                padded[..block.len()].copy_from_slice(block);
+            let PaddedBlock { bytes: size, split } = PaddedBlock::of_padded(t);
+            for (padded, block) in out.chunks_exact_mut(size).zip(bytes.chunks_exact(t.type_size())) {
+                padded[..split].copy_from_slice(&block[..split]);
+                padded[size - (block.len() - split)..].copy_from_slice(&block[split..]);
             }
         }
         _ => {
@@ -240,6 +273,15 @@ pub fn write_gguf_blob(t: GgmlType, rows: usize, cols: usize, bytes: &[u8], out:
         }
     }
     Ok(())
+}
+
+/// Index of the reader define of type `t`'s padded blocks in [`crate::gpu::shader::GGML_DEFINES`].
+fn padded_reader(t: GgmlType) -> usize {
+    match t {
+        GgmlType::Q6K => 9,
+        GgmlType::Q8_0 => 10,
+        t => unreachable!("{} has no padded blocks", t.name()),
+    }
 }
 
 /// Index of type `t`'s reader define in [`crate::gpu::shader::GGML_DEFINES`].
@@ -385,7 +427,7 @@ impl WeightFormat {
             WeightFormat::F16 => values.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
             WeightFormat::Int4(p) => crate::quant::quantize(values, rows, cols, p).map_err(quant_err)?.dequantize(),
             WeightFormat::Ggml(t) => return Err(not_a_quantizer(t)),
-            WeightFormat::Q6KPadded => return Err(not_a_quantizer(GgmlType::Q6K)),
+            WeightFormat::Padded(t) => return Err(not_a_quantizer(t)),
         })
     }
 }

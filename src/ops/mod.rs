@@ -25,7 +25,7 @@ pub mod swiglu;
 pub mod token_logprob;
 
 pub use kv_store::KvDtype;
-pub use matrix::{BlobOffsets, GpuMatrix, WeightFormat, Q6K_PADDED_BLOCK_BYTES};
+pub use matrix::{BlobOffsets, GpuMatrix, PaddedBlock, WeightFormat};
 
 /// Packs kernel parameters (u32 words; f32 values as their bits) for a uniform buffer.
 pub(crate) fn params(words: &[u32]) -> Vec<u8> {
