@@ -1,7 +1,7 @@
 // Readers for ggml block types, as stored in GGUF files: row-major [rows, cols], each row
 // cols / BLOCK blocks of TYPE_SIZE bytes back to back (no alignment beyond the byte), rows back
 // to back. Units are bytes: WMat.base is the byte offset of the matrix in `w`. Each type's file
-// (GGML_Q4_0 ... one define; GGML_Q6_K_PADDED, GGML_Q8_0_PADDED: padded blocks) gives BLOCK,
+// (GGML_Q4_0 ... one define; GGML_*_PADDED: padded blocks) gives BLOCK,
 // TYPE_SIZE and `w_at`, the dequantization of one value exactly as src/model/gguf/dequant.rs
 // (and ggml) computes it; the rest of the interface is built on `w_at` here, with dense decode
 // groups (scale 1, no offset).
@@ -34,7 +34,9 @@ const UNITS_PER_WORD: u32 = 4u;
 //#endif
 //#if GGML_MXFP4
 //#include weights_mxfp4
-//#include weights_ggml_by_value
+//#endif
+//#if GGML_MXFP4_PADDED
+//#include weights_mxfp4
 //#endif
 //#if GGML_BF16
 //#include weights_bf16

@@ -1,7 +1,7 @@
 // WIDE for the ggml block types whose blocks all start on 16 bytes (Q4_K, Q5_K; Q6_K padded to
 // 224 bytes at load): the decode kernels' 16-byte loads of a scale group (32 values) through `w4`,
-// the weights bound a second time as vec4s; and Q8_0 padded to 36 bytes, a group's d and codes
-// in nine word loads. The type's reader defines
+// the weights bound a second time as vec4s; and Q8_0 and MXFP4 padded to 36 and 20 bytes, a
+// group's scale and codes in word loads. The type's reader defines
 //   struct WideGroup                                   what one group's values need, loaded
 //   fn wide_group(m: WMat, row: u32, grp: u32) -> WideGroup
 //   fn wide_pair(m: WMat, row: u32, pair_i: u32) -> array<WideGroup, 2>

@@ -51,10 +51,17 @@ fn check_clamped_ffn(format: WeightFormat, hidden: usize, inter: usize, t: usize
     let mut weights = Vec::new();
     for e in 0..n_experts {
         let (bytes, w) = match format {
-            WeightFormat::Ggml(GgmlType::Mxfp4) => {
+            WeightFormat::Ggml(GgmlType::Mxfp4) | WeightFormat::Padded(GgmlType::Mxfp4) => {
                 let m = [(inter, hidden), (inter, hidden), (hidden, inter)].map(|(r, c)| mxfp4_bytes(&mut rng, r, c));
                 let w = [&m[0], &m[1], &m[2]].map(|b| dequant::dequantize(GgmlType::Mxfp4, b));
-                (layout.place([&m[0], &m[1], &m[2]]), w)
+                // The file's blocks, padded by the restaging a store's reads do.
+                let stored = SlotLayout::new(WeightFormat::Ggml(GgmlType::Mxfp4), hidden, inter).unwrap();
+                let mut bytes = stored.place([&m[0], &m[1], &m[2]]);
+                if layout != stored {
+                    let placed = std::mem::replace(&mut bytes, vec![0u8; layout.slot_bytes]);
+                    layout.restage(&stored, &placed, &mut bytes).unwrap();
+                }
+                (bytes, w)
             }
             _ => {
                 let w = [inter * hidden, inter * hidden, hidden * inter].map(|n| rng.vec(n, -0.5, 0.5));
@@ -108,7 +115,9 @@ fn clamped_expert_kernels_match_reference() {
     let mut seed = 1;
     for &(hidden, inter) in &[(64usize, 32usize), (96, 64), (32, 160)] {
         for &(t, k) in &[(1usize, 2usize), (7, 3)] {
-            for format in [WeightFormat::F32, WeightFormat::Ggml(GgmlType::Mxfp4)] {
+            for format in
+                [WeightFormat::F32, WeightFormat::Ggml(GgmlType::Mxfp4), WeightFormat::Padded(GgmlType::Mxfp4)]
+            {
                 seed += 1;
                 check_clamped_ffn(format, hidden, inter, t, k, seed);
             }
@@ -170,7 +179,7 @@ fn mxfp4_engine_matches_reference() {
     o.context = Some(256);
     o.kv_dtype = moestream::ops::KvDtype::F32;
     let e = Engine::load_on(gpu(), &o).unwrap();
-    assert_eq!(e.expert_slot_layout().unwrap().format, WeightFormat::Ggml(GgmlType::Mxfp4));
+    assert_eq!(e.expert_slot_layout().unwrap().format, WeightFormat::Padded(GgmlType::Mxfp4));
     let golden: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
     let tokens: Vec<u32> = golden["prompts"][1]["tokens"]
@@ -286,7 +295,7 @@ fn convert_keeps_mxfp4_experts_and_resident_biases() {
     convert(&src, out.path(), &options, &mut |_| {}).unwrap();
     let (direct, _) = score(&src, WeightFormat::F16, &tokens);
     let (converted, format) = score(out.path(), WeightFormat::F16, &tokens);
-    assert_eq!(format, WeightFormat::Ggml(GgmlType::Mxfp4));
+    assert_eq!(format, WeightFormat::Padded(GgmlType::Mxfp4));
     assert_eq!(converted, direct, "converted MXFP4 model == the directory");
     // A bf16 checkpoint converts to int4 with its expert biases resident in f32.
     let src = fixture("gpt_oss");
@@ -359,7 +368,7 @@ fn llama_cpp_gguf_equals_the_directory() {
         o.kv_dtype = moestream::ops::KvDtype::F32;
         o.cache_dir = Some(cache.path().to_path_buf());
         let e = Engine::load_on(gpu(), &o).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-        assert_eq!(e.expert_slot_layout().unwrap().format, WeightFormat::Ggml(GgmlType::Mxfp4));
+        assert_eq!(e.expert_slot_layout().unwrap().format, WeightFormat::Padded(GgmlType::Mxfp4));
         e.score(&tokens).unwrap().logprobs
     };
     let (from_gguf, from_dir) = (run(&gguf), run(dir.path()));

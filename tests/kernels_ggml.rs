@@ -93,15 +93,16 @@ fn chunked_ggml_matrices_are_bit_identical() {
 
 #[test]
 fn wide_block_loads_are_bit_identical() {
-    // Q4_K's, Q5_K's and padded Q6_K's 16-byte loads and padded Q8_0's word loads
-    // (weights_ggml_wide): on CPU adapters with
-    // 8-lane subgroups two groups a step with the input shared by lanes (LANE_WIDE),
+    // Q4_K's, Q5_K's and padded Q6_K's 16-byte loads and padded Q8_0's and MXFP4's word loads
+    // (weights_ggml_wide): on CPU adapters with 8-lane subgroups two groups a step with the
+    // input shared by lanes (LANE_WIDE),
     // bit-identical to the k8-by-k8 reader of the file's own blocks without subgroups; in the
     // GPU layouts (WIDE, teams of 8 and 32) within the tolerance of the reference.
     let (wide, plain) = (gpu(), gpu_no_subgroups());
     let mut rng = Rng::new(20);
-    for (ty, rows, cols, bytes, want) in
-        matrices(5).into_iter().filter(|m| [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::Q8_0].contains(&m.0))
+    for (ty, rows, cols, bytes, want) in matrices(5)
+        .into_iter()
+        .filter(|m| [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::Q8_0, GgmlType::Mxfp4].contains(&m.0))
     {
         let w = GpuMatrix::upload_gguf(&wide, ty.name(), rows, cols, ty, &bytes).unwrap();
         let wp = GpuMatrix::upload_ggml(&plain, ty.name(), rows, cols, ty, &bytes).unwrap();
@@ -123,13 +124,13 @@ fn wide_block_loads_are_bit_identical() {
 
 #[test]
 fn padded_blocks_are_the_same_matrix() {
-    // Q6_K and Q8_0 in padded blocks (how a GGUF model's matrices of those types are uploaded):
+    // Q6_K, Q8_0 and MXFP4 in padded blocks (how a GGUF model's matrices of those types are uploaded):
     // the embedding gathers exactly the gguf package's values, and the prefill tile and chunked
     // uploads compute exactly what the file's own blocks give.
     let (gpu, chunked) = (gpu(), gpu_chunked());
     let mut rng = Rng::new(21);
     for (ty, rows, cols, bytes, want) in
-        matrices(13).into_iter().filter(|m| [GgmlType::Q6K, GgmlType::Q8_0].contains(&m.0))
+        matrices(13).into_iter().filter(|m| [GgmlType::Q6K, GgmlType::Q8_0, GgmlType::Mxfp4].contains(&m.0))
     {
         let name = ty.name();
         let w = GpuMatrix::upload_gguf(&gpu, name, rows, cols, ty, &bytes).unwrap();

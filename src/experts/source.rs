@@ -35,6 +35,27 @@ fn widest(layouts: impl Iterator<Item = SlotLayout>) -> Option<SlotLayout> {
     layouts.max_by_key(|l| l.slot_bytes)
 }
 
+/// The slot bytes in `layout` of an expert whose three projections' GGUF bytes `blobs` are
+/// stored in `formats`: placed as they are where `layout` holds those formats, else restaged
+/// into the ones it holds ([`SlotLayout::restage`]).
+fn place_gguf(layout: &SlotLayout, formats: [WeightFormat; 3], blobs: [&[u8]; 3]) -> Result<Vec<u8>> {
+    if formats[0] != formats[1] {
+        return Err(Error::UnsupportedConfig(format!(
+            "expert gate in {} and up in {}: one slot format holds both",
+            formats[0].name(),
+            formats[1].name()
+        )));
+    }
+    let stored = SlotLayout::mixed(formats[0], formats[2], layout.hidden, layout.inter)?;
+    let placed = stored.place(blobs);
+    if stored == *layout {
+        return Ok(placed);
+    }
+    let mut bytes = vec![0u8; layout.slot_bytes];
+    layout.restage(&stored, &placed, &mut bytes)?;
+    Ok(bytes)
+}
+
 /// Experts read from a checkpoint and encoded per read.
 pub struct CheckpointExperts {
     ckpt: Arc<Checkpoint>,
@@ -64,22 +85,29 @@ impl ExpertSource for CheckpointExperts {
         let layout = self.layer_layout(layer);
         // gpt-oss's MXFP4 experts in MXFP4 slots: their bytes, never dequantized.
         let mxfp4 = WeightFormat::of_ggml(GgmlType::Mxfp4);
-        if self.spec.family == Family::GptOss && [layout.format, layout.down_format] == [mxfp4; 2] {
+        if self.spec.family == Family::GptOss
+            && [layout.format, layout.down_format].iter().all(|f| f.is_gpu_form_of(mxfp4))
+        {
             if let Some([g, u, d]) = gpt_oss_weights::mxfp4_expert_bytes(&self.ckpt, &self.spec, layer, expert)? {
-                let bytes = layout.place([&g, &u, &d]);
+                let bytes = place_gguf(&layout, [mxfp4; 3], [&g, &u, &d])?;
                 buf[..bytes.len()].copy_from_slice(&bytes);
                 return Ok(());
             }
         }
         let w = layer_weights::expert(&self.ckpt, &self.spec, layer, expert)?;
         let formats = [0, 1, 2].map(|i| layout.proj_format(i));
-        let stored = [(&w.gate, formats[0]), (&w.up, formats[1]), (&w.down, formats[2])]
-            .map(|(t, f)| t.ggml.as_ref().filter(|g| WeightFormat::of_ggml(g.ggml_type) == f).map(|g| &g.bytes[..]));
+        let stored = [(&w.gate, formats[0]), (&w.up, formats[1]), (&w.down, formats[2])].map(|(t, f)| {
+            t.ggml
+                .as_ref()
+                .map(|g| (WeightFormat::of_ggml(g.ggml_type), &g.bytes[..]))
+                .filter(|(s, _)| f.is_gpu_form_of(*s))
+        });
         let int4 = [(&w.gate, formats[0]), (&w.up, formats[1]), (&w.down, formats[2])]
             .map(|(t, f)| t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == f));
         let bytes = match (stored, int4) {
-            // GGUF experts in the slot's format are copied as stored.
-            ([Some(g), Some(u), Some(d)], _) => layout.place([g, u, d]),
+            // GGUF experts in the slot's format (or the one the GPU reads them in) are copied as
+            // stored (or restaged).
+            ([Some(g), Some(u), Some(d)], _) => place_gguf(&layout, [g.0, u.0, d.0], [g.1, u.1, d.1])?,
             // So are int4 experts (MLX checkpoints): blobs written as they are, not re-quantized.
             (_, [Some(g), Some(u), Some(d)]) => {
                 let blobs = [g, u, d].map(|m| {

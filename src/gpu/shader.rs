@@ -225,8 +225,8 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         if set.contains(&"TEAM32") && set.contains(&"LANE_ROWS") {
             continue;
         }
-        // WIDE exists only with the int4 reader in groups of 32 and the Q4_K, Q5_K, padded Q6_K
-        // and padded Q8_0 ones (below; DecodeLayout::wide_defines).
+        // WIDE exists only with the int4 reader in groups of 32 and the Q4_K, Q5_K and padded
+        // Q6_K, Q8_0 and MXFP4 ones (below; DecodeLayout::wide_defines).
         let wide = set.contains(&"WIDE");
         if wide && set.contains(&"INT4") && (set.contains(&"G64") || set.contains(&"F16")) {
             continue;
@@ -262,12 +262,13 @@ const INT_F16_FLAGS: [&str; 4] = ["F16", "INT4", "INT4_SYM", "G64"];
 
 /// The ggml readers with 16-byte loads (`WIDE`, shaders/weights_ggml_wide.wgsl): those of the
 /// formats `DecodeLayout::wide_defines` reads so.
-const WIDE_GGML_DEFINES: [&str; 4] = ["GGML_Q4_K", "GGML_Q5_K", "GGML_Q6_K_PADDED", "GGML_Q8_0_PADDED"];
+const WIDE_GGML_DEFINES: [&str; 5] =
+    ["GGML_Q4_K", "GGML_Q5_K", "GGML_Q6_K_PADDED", "GGML_Q8_0_PADDED", "GGML_MXFP4_PADDED"];
 
 /// The define of each ggml block type's reader (with `GGML`), see `shaders/weights_ggml.wgsl`;
-/// the last two, `GGML_Q6_K_PADDED` and `GGML_Q8_0_PADDED`, read
+/// the last three, `GGML_Q6_K_PADDED`, `GGML_Q8_0_PADDED` and `GGML_MXFP4_PADDED`, read
 /// [`crate::ops::WeightFormat::Padded`] blocks.
-pub const GGML_DEFINES: [&str; 11] = [
+pub const GGML_DEFINES: [&str; 12] = [
     "GGML_Q4_0",
     "GGML_Q8_0",
     "GGML_Q4_K",
@@ -279,4 +280,5 @@ pub const GGML_DEFINES: [&str; 11] = [
     "GGML_Q5_1",
     "GGML_Q6_K_PADDED",
     "GGML_Q8_0_PADDED",
+    "GGML_MXFP4_PADDED",
 ];

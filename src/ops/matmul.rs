@@ -116,11 +116,11 @@ impl DecodeLayout {
             };
         }
         // Q4_K (144-byte blocks), Q5_K (176) and padded Q6_K (224): 16-byte aligned blocks
-        // wherever the matrix is (offsets in bytes); padded Q8_0 (36): word-aligned ones. Their
-        // readers are shader.rs's WIDE_GGML_DEFINES.
+        // wherever the matrix is (offsets in bytes); padded Q8_0 (36) and MXFP4 (20): word-aligned
+        // ones. Their readers are shader.rs's WIDE_GGML_DEFINES.
         let block_align = match format {
             WeightFormat::Ggml(GgmlType::Q4K | GgmlType::Q5K) | WeightFormat::Padded(GgmlType::Q6K) => Some(16),
-            WeightFormat::Padded(GgmlType::Q8_0) => Some(4),
+            WeightFormat::Padded(GgmlType::Q8_0 | GgmlType::Mxfp4) => Some(4),
             _ => None,
         };
         if let Some(align) = block_align {

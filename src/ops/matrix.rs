@@ -23,7 +23,8 @@ pub enum WeightFormat {
     /// kernels' loads are aligned, the same values ([`WeightFormat::for_gpu`]): Q6_K in 224
     /// bytes, every block and field on 16 bytes, for 16-byte loads (`GGML_Q6_K_PADDED`,
     /// shaders/weights_q6_k.wgsl: Q4_K_M's lm_head and down experts); Q8_0 in 36, its codes on a
-    /// word boundary, for word loads (`GGML_Q8_0_PADDED`, shaders/weights_q8_0.wgsl).
+    /// word boundary, for word loads (`GGML_Q8_0_PADDED`, shaders/weights_q8_0.wgsl); MXFP4 in
+    /// 20, likewise (`GGML_MXFP4_PADDED`: gpt-oss's experts).
     Padded(GgmlType),
 }
 
@@ -39,11 +40,13 @@ pub struct PaddedBlock {
 
 impl PaddedBlock {
     /// The padding of type `t`'s blocks, for the types that have one: Q6_K's 210 bytes then 14
-    /// zeros (+6.7%), Q8_0's f16 d, 2 zeros, then its 32 codes (+5.9%).
+    /// zeros (+6.7%), Q8_0's f16 d, 2 zeros, then its 32 codes (+5.9%), MXFP4's exponent byte,
+    /// 3 zeros, then its 16 code bytes (+17.6%).
     pub fn of(t: GgmlType) -> Option<PaddedBlock> {
         match t {
             GgmlType::Q6K => Some(PaddedBlock { bytes: 224, split: 210 }),
             GgmlType::Q8_0 => Some(PaddedBlock { bytes: 36, split: 2 }),
+            GgmlType::Mxfp4 => Some(PaddedBlock { bytes: 20, split: 1 }),
             _ => None,
         }
     }
@@ -113,7 +116,7 @@ impl WeightFormat {
 
     /// The format the GPU holds GGUF weights stored as `self` in, every weight the same value
     /// ([`write_gguf_blob`]): Q4_0 as the int4 it exactly is ([`Q4_0_AS_INT4`], for the int4
-    /// kernels' aligned loads rather than 18-byte blocks), Q6_K and Q8_0 in padded blocks
+    /// kernels' aligned loads rather than 18-byte blocks), Q6_K, Q8_0 and MXFP4 in padded blocks
     /// ([`WeightFormat::Padded`]), every other format as stored.
     pub fn for_gpu(self) -> WeightFormat {
         match self {
@@ -124,10 +127,15 @@ impl WeightFormat {
     }
 
     /// Whether this format's `WIDE` reader loads through the weights' second binding as vec4s
-    /// (`w4`), which the `WIDE` kernels then bind: all but padded Q8_0, whose 36-byte blocks
-    /// start on words only and are read a word at a time.
+    /// (`w4`), which the `WIDE` kernels then bind: all but padded Q8_0 and MXFP4, whose 36- and
+    /// 20-byte blocks start on words only and are read a word at a time.
     pub fn wide_binds_vec4(self) -> bool {
-        self != WeightFormat::Padded(GgmlType::Q8_0)
+        !matches!(self, WeightFormat::Padded(GgmlType::Q8_0 | GgmlType::Mxfp4))
+    }
+
+    /// Whether this is `stored` or the format the GPU holds it in ([`WeightFormat::for_gpu`]).
+    pub fn is_gpu_form_of(self, stored: WeightFormat) -> bool {
+        self == stored || self == stored.for_gpu()
     }
 
     /// Whether the kernels read this format as ggml blocks (`weights_ggml`).
@@ -280,6 +288,7 @@ fn padded_reader(t: GgmlType) -> usize {
     match t {
         GgmlType::Q6K => 9,
         GgmlType::Q8_0 => 10,
+        GgmlType::Mxfp4 => 11,
         t => unreachable!("{} has no padded blocks", t.name()),
     }
 }

@@ -181,7 +181,7 @@ impl Engine {
         // gpt-oss's MXFP4 experts are read as stored, whatever the options say.
         let expert_format = match converted.is_none() && crate::model::gpt_oss_weights::experts_are_mxfp4(&ckpt, &spec)
         {
-            true => WeightFormat::of_ggml(crate::model::gguf::GgmlType::Mxfp4),
+            true => WeightFormat::of_ggml(crate::model::gguf::GgmlType::Mxfp4).for_gpu(),
             false => expert_format,
         };
         let source: Option<Arc<dyn ExpertSource>> = match (&spec.moe, &converted) {
