@@ -40,7 +40,6 @@ const UNITS_PER_WORD: u32 = 4u;
 //#endif
 //#if GGML_BF16
 //#include weights_bf16
-//#include weights_ggml_by_value
 //#endif
 //#if GGML_Q5_0
 //#include weights_q5_0
