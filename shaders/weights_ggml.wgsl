@@ -1,10 +1,10 @@
 // Readers for ggml block types, as stored in GGUF files: row-major [rows, cols], each row
 // cols / BLOCK blocks of TYPE_SIZE bytes back to back (no alignment beyond the byte), rows back
 // to back. Units are bytes: WMat.base is the byte offset of the matrix in `w`. Each type's file
-// (GGML_Q4_0 ... one define; GGML_*_PADDED: padded blocks) gives BLOCK,
-// TYPE_SIZE and `w_at`, the dequantization of one value exactly as src/model/gguf/dequant.rs
-// (and ggml) computes it; the rest of the interface is built on `w_at` here, with dense decode
-// groups (scale 1, no offset).
+// (GGML_Q4_0 ... one define; GGML_*_PADDED: padded blocks) gives BLOCK, TYPE_SIZE, `w_at`, the
+// dequantization of one value exactly as src/model/gguf/dequant.rs (and ggml) computes it, and
+// `w_load8`, eight of them as `w_at` computes each; the rest of the interface is built on them
+// here, with dense decode groups (scale 1, no offset).
 
 // Bytes per u32 word of `w` (slot offsets are given in words).
 const UNITS_PER_WORD: u32 = 4u;
@@ -43,11 +43,9 @@ const UNITS_PER_WORD: u32 = 4u;
 //#endif
 //#if GGML_Q5_0
 //#include weights_q5_0
-//#include weights_ggml_by_value
 //#endif
 //#if GGML_Q5_1
-//#include weights_q5_1
-//#include weights_ggml_by_value
+//#include weights_q5_0
 //#endif
 //#if WIDE
 //#include weights_ggml_wide
@@ -96,15 +94,6 @@ fn byte_of(bytes: vec2<u32>, j: u32) -> u32 {
 // Byte offset of the block holding (row, col).
 fn block_at(m: WMat, row: u32, col: u32) -> u32 {
     return m.base + (row * (m.cols / BLOCK) + col / BLOCK) * TYPE_SIZE;
-}
-
-// Weights (row, 8*k8 .. 8*k8+7), value by value through the type's `w_at` (each type's
-// `w_load8`: this, weights_ggml_by_value, or its own reading the k8's bytes as words).
-fn w_load8_by_value(m: WMat, row: u32, k8: u32) -> W8 {
-    let c = k8 * 8u;
-    let a = vec4<f32>(w_at(m, row, c), w_at(m, row, c + 1u), w_at(m, row, c + 2u), w_at(m, row, c + 3u));
-    let b = vec4<f32>(w_at(m, row, c + 4u), w_at(m, row, c + 5u), w_at(m, row, c + 6u), w_at(m, row, c + 7u));
-    return W8(a, b);
 }
 
 // Decode interface: block types are read as dense weights, 32 at a time.
