@@ -128,3 +128,24 @@ fn dropped_models_and_sessions_give_their_memory_back() {
     }
     assert_eq!(gpu.bytes_allocated(), 0, "every model and session dropped");
 }
+
+#[test]
+fn gguf_matrices_count_at_their_gpu_size() {
+    // qwen3_moe-q4km.gguf's dense matrices are Q8_0, held on the GPU in 36-byte padded blocks:
+    // the resident estimate the automatic budget subtracts counts those, not the file's 34.
+    let path = common::fixtures_dir().join("gguf/qwen3_moe-q4km.gguf");
+    let gguf = moestream::model::gguf::GgufModel::open(&path).unwrap();
+    let spec = moestream::model::gguf::arch::spec_from_gguf(&gguf).unwrap();
+    let ckpt = Checkpoint::from_gguf(gguf, &spec).unwrap();
+    let q8 = moestream::model::gguf::GgmlType::Q8_0;
+    let dense_q8: Vec<&str> = ckpt.names().filter(|n| ckpt.ggml_type(n) == Some(q8)).collect();
+    assert!(dense_q8.len() > 4, "the fixture's attention, embedding and lm_head are Q8_0");
+    let file: u64 = dense_q8.iter().map(|n| ckpt.tensor_bytes(n)).sum();
+    let estimate = memory_plan::resident_weight_bytes(&ckpt, WeightFormat::F16, true);
+    let others: u64 = ckpt
+        .names()
+        .filter(|n| ckpt.ggml_type(n) != Some(q8) && !n.contains(".experts."))
+        .map(|n| ckpt.tensor_bytes(n))
+        .sum();
+    assert!(estimate >= others + file / 34 * 36, "estimate {estimate}, Q8_0 file bytes {file}, others {others}");
+}

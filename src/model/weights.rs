@@ -481,6 +481,14 @@ impl Checkpoint {
         self.entries.keys().map(String::as_str)
     }
 
+    /// The ggml type of `name` if it is a GGUF tensor.
+    pub fn ggml_type(&self, name: &str) -> Option<GgmlType> {
+        match self.entries.get(name)?.dtype {
+            StoredDtype::Ggml(t) => Some(t),
+            _ => None,
+        }
+    }
+
     /// Whether the checkpoint stores a tensor as f32 (else 16-bit or int4).
     pub fn is_f32(&self, name: &str) -> bool {
         self.entries.get(name).is_some_and(|e| e.dtype == StoredDtype::F32)

@@ -21,9 +21,13 @@ pub fn resident_weight_bytes(ckpt: &Checkpoint, dense: WeightFormat, converted: 
         .map(|n| {
             let stored = ckpt.tensor_bytes(n);
             let shape = ckpt.shape(n).unwrap_or(&[]);
-            match shape {
+            match (shape, ckpt.ggml_type(n)) {
+                // GGUF matrices are held as the GPU reads them best (padded blocks are larger).
+                ([rows, cols], Some(t)) => {
+                    WeightFormat::of_ggml(t).for_gpu().blob_bytes(*rows, *cols).map_or(stored, |b| b as u64)
+                }
                 _ if converted => stored,
-                [rows, cols] => {
+                ([rows, cols], None) => {
                     // Embeddings and routers are never int4 (DecoderOptions::format_of).
                     let lookup = n.contains("embed") || n.ends_with(".gate.weight");
                     let format = match dense {
