@@ -3,15 +3,18 @@
 one run: prefill and decode tokens/s of the reference bench model, with the ratios.
 
     python benches/peer/side_by_side.py [--peer target/peer] [--models target/peer/models]
-                                        [--prompt 128] [--decode 64] [--runs 3] [--json OUT]
+                                        [--types Q4_0,Q4_K_M,F16] [--prompt 128] [--decode 64]
+                                        [--runs 3] [--json OUT]
 
 Before: `benches/peer/build_llama_cpp.sh` (llama.cpp in --peer) and `cargo build --release`.
 The script makes what is missing: the bench model (benches/make_bench_model.py), its F16 GGUF
-(make_gguf.py) and a Q4_0 GGUF (llama-quantize). It then runs, on the same adapter:
+(make_gguf.py) and a GGUF of each other type asked for (llama-quantize). It then runs, on the
+same adapter:
 
-  llama.cpp  llama-bench on Q4_0 and F16, Vulkan (every layer offloaded) and CPU
-  moestream  bench model on the same Q4_0 and F16 GGUF files, and on the Hugging Face
-             directory in its own int4
+  llama.cpp  llama-bench on each type (Q4_0, Q4_K_M and F16 by default), Vulkan (every layer
+             offloaded) and CPU
+  moestream  bench model on the same GGUF files, and on the Hugging Face directory in its own
+             int4 (compared with Q4_0)
 
 and prints one markdown table (and JSON with --json) with each row's speed and its ratio to
 llama.cpp's Vulkan run of the same file type. `GGML_VK_VISIBLE_DEVICES=0` makes llama.cpp
@@ -99,25 +102,31 @@ def matvec_rows(bin_dir, moestream):
     return {"adapter": ours["adapter"], "rows_x_cols": [MATVEC_ROWS, MATVEC_COLS], "rows": rows}
 
 
-def bench_models(bin_dir, models):
+def bench_models(bin_dir, models, types):
     """The reference bench model in `models` (made where missing): its Hugging Face directory,
-    its F16 GGUF and a Q4_0 GGUF quantized by llama.cpp."""
+    and a GGUF of each of `types`: F16 from make_gguf.py, the others quantized from it by
+    llama.cpp (`bench-q4_0.gguf`, `bench-q4_k_m.gguf`, ...)."""
     models.mkdir(parents=True, exist_ok=True)
     hf = models / "bench-mixtral"
-    f16, q4 = models / "bench-f16.gguf", models / "bench-q4_0.gguf"
+    f16 = models / "bench-f16.gguf"
     if not (hf / "config.json").exists():
         run([sys.executable, ROOT / "benches/make_bench_model.py", hf])
     if not f16.exists():
         run([sys.executable, ROOT / "benches/peer/make_gguf.py", hf, f16])
-    if not q4.exists():
-        run([bin_dir / "llama-quantize", f16, q4, "Q4_0"])
-    return hf, f16, q4
+    files = {}
+    for t in types:
+        path = models / f"bench-{t.lower()}.gguf"
+        if not path.exists():
+            run([bin_dir / "llama-quantize", f16, path, t])
+        files[t] = path
+    return hf, files
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--peer", default=str(ROOT / "target/peer"))
     p.add_argument("--models", default=None)
+    p.add_argument("--types", default="Q4_0,Q4_K_M,F16", help="GGUF types, comma-separated (llama-quantize names)")
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--decode", type=int, default=64)
     p.add_argument("--runs", type=int, default=3)
@@ -128,11 +137,12 @@ def main():
     peer = Path(args.peer)
     bin_dir = peer / "build/bin"
     models = Path(args.models or peer / "models")
-    hf, f16, q4 = bench_models(bin_dir, models)
+    types = args.types.split(",")
+    hf, files = bench_models(bin_dir, models, types)
     moestream = Path(args.moestream)
 
     rows = []
-    for label, path in (("Q4_0", q4), ("F16", f16)):
+    for label, path in files.items():
         vk = llama_bench(bin_dir / "llama-bench", path, args, cpu=False)
         rows.append({"engine": "llama.cpp", "weights": label, "where": "Vulkan", **vk})
         cpu = llama_bench(bin_dir / "llama-bench", path, args, cpu=True)
@@ -143,7 +153,7 @@ def main():
             own = moestream_bench(moestream, hf, args, dtype="int4")
             rows.append({"engine": "moestream", "weights": "int4 (own)", "where": "wgpu", **own})
     for r in rows:
-        kind = "Q4_0" if r["weights"].startswith(("Q4_0", "int4")) else "F16"
+        kind = "Q4_0" if r["weights"] == "int4 (own)" else r["weights"].removesuffix(" (GGUF)")
         base = next(x for x in rows if x["engine"] == "llama.cpp" and x["weights"] == kind and x["where"] == "Vulkan")
         r["prefill_vs_llama_vulkan"] = r["prefill_tokens_per_s"] / base["prefill_tokens_per_s"]
         r["decode_vs_llama_vulkan"] = r["decode_tokens_per_s"] / base["decode_tokens_per_s"]
