@@ -37,6 +37,11 @@ fn golden() -> Golden {
 /// The engine on `path` (a GGUF file converts into a cache of its own, removed after loading:
 /// the engine keeps the store open).
 fn engine(path: PathBuf, budget: ExpertBudget) -> Engine {
+    engine_on(gpu(), path, budget)
+}
+
+/// [`engine`] on `gpu`.
+fn engine_on(gpu: std::sync::Arc<moestream::gpu::Gpu>, path: PathBuf, budget: ExpertBudget) -> Engine {
     let cache = TempDir::new("gguf_cache");
     let mut o = EngineOptions::new(path);
     o.context = Some(256);
@@ -44,7 +49,7 @@ fn engine(path: PathBuf, budget: ExpertBudget) -> Engine {
     o.kv_dtype = KvDtype::F32;
     o.budget = budget;
     o.cache_dir = Some(cache.path().to_path_buf());
-    Engine::load_on(gpu(), &o).unwrap()
+    Engine::load_on(gpu, &o).unwrap()
 }
 
 #[test]
@@ -285,13 +290,19 @@ fn check_against_reference(path: PathBuf, slots: usize) {
     let ck = Checkpoint::from_gguf(GgufModel::open(&path).unwrap(), &spec).unwrap();
     let reference = ReferenceModel::from_checkpoint(spec, &ck).unwrap();
     let resident = engine(path.clone(), ExpertBudget::Auto);
-    let streamed = engine(path, ExpertBudget::Slots(slots));
+    let streamed = engine(path.clone(), ExpertBudget::Slots(slots));
+    // What GPUs run: decode kernels in their layouts, prefill experts gathered into the tiled
+    // GEMM (`ExpertPrefill::Gather`; lavapipe's own layout runs them pair by pair).
+    let gpu_layouts = engine_on(common::gpu_layouts(), path, ExpertBudget::Slots(slots));
     let mut checked = 0;
     for p in golden().prompts.iter().filter(|p| (2..=64).contains(&p.tokens.len())) {
         let gpu_lp = resident.score(&p.tokens).unwrap().logprobs;
-        let err = max_abs_diff(&gpu_lp, &reference.log_probs(&p.tokens).unwrap());
-        println!("{}: |GPU-CPU| {err:.2e}", p.name);
+        let want = reference.log_probs(&p.tokens).unwrap();
+        let err = max_abs_diff(&gpu_lp, &want);
+        let layouts_err = max_abs_diff(&gpu_layouts.score(&p.tokens).unwrap().logprobs, &want);
+        println!("{}: |GPU-CPU| {err:.2e}, in the GPU layouts {layouts_err:.2e}", p.name);
         assert!(err < 1e-3, "{}: GPU vs reference: {err}", p.name);
+        assert!(layouts_err < 1e-3, "{}: GPU layouts vs reference: {layouts_err}", p.name);
         assert_eq!(streamed.score(&p.tokens).unwrap().logprobs, gpu_lp, "{}: streamed vs resident", p.name);
         let opts = GenerateOptions { max_tokens: 6, ignore_eos: true, ..Default::default() };
         let g = resident.generate(&p.tokens, &opts, |_, _| true).unwrap();

@@ -46,9 +46,10 @@ const EXPERT_TILE: (usize, usize) = (32, 32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExpertPrefill {
     /// One workgroup per (pair, block of rows), as in decode: an expert's weights are read (and
-    /// dequantized) once per token routed to it. Faster on CPU adapters (lavapipe) for the
-    /// engine's own formats, where the tiled GEMM's workgroup-memory staging costs more than
-    /// the repeated reads it saves (1.56x on the bench model in int4).
+    /// dequantized) once per token routed to it. Faster on CPU adapters (lavapipe), where the
+    /// tiled GEMM's workgroup-memory staging costs more than the repeated reads it saves: the
+    /// bench model's prefill 1.56x in int4, 2.3-2.7x in GGUF Q4_K_M, Q8_0 and MXFP4 experts,
+    /// 1.3-1.4x in BF16 and Q5_0.
     Pairs,
     /// `expert_matmul`: each expert's pairs gathered into tiles of the prefill GEMM
     /// (llama.cpp's mul_mat_id pattern).
@@ -57,18 +58,17 @@ pub enum ExpertPrefill {
 
 impl ExpertPrefill {
     /// `Pairs` for clamped experts with biases (gpt-oss: `expert_matmul` has no such variant);
-    /// else `Gather` on GPUs and for experts in ggml blocks (whose per-value dequantization made
-    /// `Pairs` 3.3x slower on lavapipe with Q4_0), `Pairs` on CPU adapters; or what
+    /// else `Gather` on GPUs and `Pairs` on CPU adapters, in every format (the decode kernels
+    /// read ggml blocks in whole words or 16-byte loads, no longer value by value); or what
     /// `MOESTREAM_EXPERT_PREFILL` names (`pairs`, `gather`; for comparing the two on one adapter).
-    pub fn for_layer(gpu: &Gpu, layout: &SlotLayout, act: ExpertAct) -> ExpertPrefill {
+    pub fn for_layer(gpu: &Gpu, act: ExpertAct) -> ExpertPrefill {
         if act.has_bias() {
             return ExpertPrefill::Pairs;
         }
-        let ggml = [layout.format, layout.down_format].iter().any(|f| f.is_ggml_blocks());
         match std::env::var("MOESTREAM_EXPERT_PREFILL").as_deref() {
             Ok("pairs") => ExpertPrefill::Pairs,
             Ok("gather") => ExpertPrefill::Gather,
-            _ if gpu.caps.cpu_layouts && !ggml => ExpertPrefill::Pairs,
+            _ if gpu.caps.cpu_layouts => ExpertPrefill::Pairs,
             _ => ExpertPrefill::Gather,
         }
     }

@@ -138,11 +138,6 @@ impl WeightFormat {
         self == stored || self == stored.for_gpu()
     }
 
-    /// Whether the kernels read this format as ggml blocks (`weights_ggml`).
-    pub fn is_ggml_blocks(self) -> bool {
-        matches!(self, WeightFormat::Ggml(_) | WeightFormat::Padded(_))
-    }
-
     /// Human-readable name (`f32`, `f16`, `int4-affine-g32`, ...).
     pub fn name(self) -> String {
         match self {

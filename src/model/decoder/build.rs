@@ -442,7 +442,7 @@ impl GpuModel {
                         y: &acts.ey,
                         act: (m.expert_act, expert_bias.as_ref()),
                     };
-                    let prefill = ExpertPrefill::for_layer(&gpu, &r.layer_layout(i), m.expert_act);
+                    let prefill = ExpertPrefill::for_layer(&gpu, m.expert_act);
                     let expert_ffn = ExpertFfn::new(
                         &gpu,
                         &step.buffer,
