@@ -10,8 +10,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_team32, gpu_no_subgroups, read_f32,
-    submit, upload_f32, upload_u32, Rng,
+    assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_team32, gpu_no_subgroups,
+    gpu_tiled_prefill, read_f32, submit, upload_f32, upload_u32, Rng,
 };
 use moestream::gpu::{Gpu, StepUniform};
 use moestream::model::gguf::{GgmlType, GgufModel};
@@ -64,14 +64,18 @@ fn matmul(gpu: &Arc<Gpu>, w: &GpuMatrix, x: &[f32], t: usize) -> Vec<f32> {
 
 #[test]
 fn matmul_reads_every_ggml_type() {
-    let gpu = gpu();
+    // The CPU adapter's own kernels (the matvec at every step length) and the tiled GEMM that
+    // GPUs run for prefill steps.
+    let (gpu, tiled) = (gpu(), gpu_tiled_prefill());
     let mut rng = Rng::new(17);
     for (ty, rows, cols, bytes, want) in matrices(3) {
         let w = GpuMatrix::upload_ggml(&gpu, ty.name(), rows, cols, ty, &bytes).unwrap();
+        let wt = GpuMatrix::upload_ggml(&tiled, ty.name(), rows, cols, ty, &bytes).unwrap();
         for t in [1, 3, 9] {
             let x = rng.vec(t * cols, -1.0, 1.0);
             let expected = reference(&want, rows, cols, &x);
             assert_close(&format!("{} T={t}", ty.name()), &matmul(&gpu, &w, &x, t), &expected, 1e-4);
+            assert_close(&format!("{} T={t}, tiled", ty.name()), &matmul(&tiled, &wt, &x, t), &expected, 1e-4);
         }
     }
 }
@@ -127,7 +131,7 @@ fn padded_blocks_are_the_same_matrix() {
     // Q6_K, Q8_0 and MXFP4 in padded blocks (how a GGUF model's matrices of those types are uploaded):
     // the embedding gathers exactly the gguf package's values, and the prefill tile and chunked
     // uploads compute exactly what the file's own blocks give.
-    let (gpu, chunked) = (gpu(), gpu_chunked());
+    let (gpu, chunked, tiled) = (gpu(), gpu_chunked(), gpu_tiled_prefill());
     let mut rng = Rng::new(21);
     for (ty, rows, cols, bytes, want) in
         matrices(13).into_iter().filter(|m| [GgmlType::Q6K, GgmlType::Q8_0, GgmlType::Mxfp4].contains(&m.0))
@@ -138,11 +142,18 @@ fn padded_blocks_are_the_same_matrix() {
         let raw = GpuMatrix::upload_ggml(&gpu, name, rows, cols, ty, &bytes).unwrap();
         let wc = GpuMatrix::upload_gguf(&chunked, name, rows, cols, ty, &bytes).unwrap();
         assert!(wc.chunks.len() > 1);
+        let wt = GpuMatrix::upload_gguf(&tiled, name, rows, cols, ty, &bytes).unwrap();
+        let raw_t = GpuMatrix::upload_ggml(&tiled, name, rows, cols, ty, &bytes).unwrap();
         for t in [1, 9] {
             let x = rng.vec(t * cols, -1.0, 1.0);
             let y = matmul(&gpu, &w, &x, t);
             if t > 1 {
-                assert_bits_eq(&format!("padded {name} T={t} vs its blocks"), &y, &matmul(&gpu, &raw, &x, t));
+                let tiled_y = matmul(&tiled, &wt, &x, t);
+                assert_bits_eq(
+                    &format!("padded {name} T={t} vs its blocks, tiled"),
+                    &tiled_y,
+                    &matmul(&tiled, &raw_t, &x, t),
+                );
             }
             assert_bits_eq(&format!("padded {name} T={t}, chunked"), &matmul(&chunked, &wc, &x, t), &y);
         }
@@ -191,11 +202,14 @@ fn q4_0_as_int4_is_the_same_matrix() {
     assert_eq!(w.format, WeightFormat::Int4(Q4_0_AS_INT4));
     let wc = GpuMatrix::upload_gguf(&chunked, "q4_0", rows, cols, ty, &bytes).unwrap();
     assert!(wc.chunks.len() > 1);
+    let tiled = gpu_tiled_prefill();
+    let wt = GpuMatrix::upload_gguf(&tiled, "q4_0", rows, cols, ty, &bytes).unwrap();
     for t in [1, 3, 9] {
         let x = rng.vec(t * cols, -1.0, 1.0);
         let expected = reference(&want, rows, cols, &x);
         let y = matmul(&gpu, &w, &x, t);
         assert_close(&format!("{} as int4 T={t}", ty.name()), &y, &expected, 1e-4);
+        assert_close(&format!("{} as int4 T={t}, tiled", ty.name()), &matmul(&tiled, &wt, &x, t), &expected, 1e-4);
         assert_bits_eq(&format!("{} as int4 T={t}, chunked", ty.name()), &matmul(&chunked, &wc, &x, t), &y);
     }
     let (got, expected) = embed_every_row(&gpu, &w, &want);

@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use common::{
     as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups,
-    gpu_layouts_team32, gpu_no_subgroups, lane_wide_formats, read_f32, submit, upload_f32, upload_matrix,
-    weight_formats, Rng,
+    gpu_layouts_team32, gpu_no_subgroups, gpu_tiled_prefill, lane_wide_formats, read_f32, submit, upload_f32,
+    upload_matrix, weight_formats, Rng,
 };
-use moestream::gpu::{Gpu, StepUniform};
-use moestream::ops::matmul::{MatMul, MatMulOut};
+use moestream::gpu::{Gpu, GpuOptions, StepUniform};
+use moestream::ops::matmul::{MatMul, MatMulOut, MATVEC_MAX_TOKENS};
 use moestream::ops::WeightFormat;
 use moestream::reference::ops as refops;
 
@@ -92,10 +92,15 @@ fn describe(c: &Case) -> String {
     format!("matmul {:?} rows={} cols={} T={} bias={} {:?}", c.format, c.rows, c.cols, c.t, c.bias, c.out)
 }
 
+/// `c` against the reference on the CPU adapter's own kernels and, for prefill steps, in the
+/// tiled GEMM that GPUs run.
 fn check(c: &Case, seed: u64) {
     let d = data(c, seed);
-    let got = run(&gpu(), c, &d);
-    assert_close(&describe(c), &got, &reference(c, &d), TOL);
+    let want = reference(c, &d);
+    assert_close(&describe(c), &run(&gpu(), c, &d), &want, TOL);
+    if c.t > MATVEC_MAX_TOKENS {
+        assert_close(&format!("tiled {}", describe(c)), &run(&gpu_tiled_prefill(), c, &d), &want, TOL);
+    }
 }
 
 fn plain(rows: usize, cols: usize, t: usize, format: WeightFormat, bias: bool) -> Case {
@@ -203,6 +208,8 @@ fn matmul_last_token_writes_only_its_row() {
 fn matmul_chunked_weights_are_bit_identical() {
     let chunked = gpu_chunked();
     assert_eq!(chunked.caps.max_binding, 4096);
+    let options = GpuOptions { max_binding_override: Some(4096), tiled_prefill: true, ..Default::default() };
+    let chunked_tiled = Gpu::new(&options).unwrap();
     let mut seed = 600;
     for &(rows, cols, t) in &[(129usize, 72usize, 9usize), (37, 40, 33), (1000, 40, 3)] {
         for format in weight_formats() {
@@ -224,6 +231,9 @@ fn matmul_chunked_weights_are_bit_identical() {
                 let split = run(&chunked, &c, &d);
                 assert_bits_eq(&format!("chunked {}", describe(&c)), &split, &whole);
                 assert_close(&describe(&c), &split, &reference(&c, &d), TOL);
+                let tiled = run(&gpu_tiled_prefill(), &c, &d);
+                let tiled_split = run(&chunked_tiled, &c, &d);
+                assert_bits_eq(&format!("chunked tiled {}", describe(&c)), &tiled_split, &tiled);
             }
         }
     }

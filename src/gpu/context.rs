@@ -51,6 +51,9 @@ pub struct GpuOptions {
     /// Lanes per team of the GPU-layout decode kernels (8 or 32, [`Caps::decode_team`]); `None`:
     /// the adapter's pick. Tests run the 32-lane teams on lavapipe with it.
     pub decode_team: Option<u32>,
+    /// Prefill dense matrices with the tiled GEMM even on a CPU adapter ([`Caps::tiled_prefill`]):
+    /// tests keep it covered on lavapipe.
+    pub tiled_prefill: bool,
 }
 
 /// Capabilities the kernels adapt to.
@@ -79,6 +82,12 @@ pub struct Caps {
     /// than 16K; else 8 (Intel's 8-lane subgroups, no subgroups), summed through shared memory
     /// where subgroups are smaller than the team.
     pub decode_team: u32,
+    /// Steps of more than `MATVEC_MAX_TOKENS` tokens run dense matrices through the tiled
+    /// `matmul` GEMM (GPUs); else through the decode `matvec`, one token after the other, each
+    /// workgroup's rows staying in cache (CPU adapters, where the GEMM's workgroup-memory
+    /// staging made the bench model's dense prefill 1.7-2.1x slower in int4 and ggml blocks).
+    /// `GpuOptions::tiled_prefill` or `MOESTREAM_DENSE_PREFILL=tiled|matvec` choose instead.
+    pub tiled_prefill: bool,
 }
 
 /// A printable description of one adapter.
@@ -273,6 +282,7 @@ impl Gpu {
             Some(t) => return Err(Error::InvalidArgument(format!("a decode team has 8 or 32 lanes, not {t}"))),
             None => report.decode_team(subgroups),
         };
+        let cpu_layouts = report.software && !options.gpu_layouts;
         let caps = Caps {
             subgroups,
             shader_f16: required_features.contains(wgpu::Features::SHADER_F16),
@@ -281,8 +291,13 @@ impl Gpu {
             max_buffer: limits.max_buffer_size,
             max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
-            cpu_layouts: report.software && !options.gpu_layouts,
+            cpu_layouts,
             decode_team,
+            tiled_prefill: match std::env::var("MOESTREAM_DENSE_PREFILL").as_deref() {
+                Ok("tiled") => true,
+                Ok("matvec") => false,
+                _ => !cpu_layouts || options.tiled_prefill,
+            },
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         let uncaptured = Arc::new(Mutex::new(None));

@@ -1,5 +1,8 @@
 //! `y = W x (+ bias)` for every token of a step: the decode matvec (`matvec`, several rows per
-//! workgroup, for steps of up to [`MATVEC_MAX_TOKENS`] tokens) and the prefill matmul (`matmul`, a tiled GEMM: 32 rows × 32 tokens per workgroup).
+//! workgroup, for steps of up to [`MATVEC_MAX_TOKENS`] tokens) and the prefill matmul (`matmul`,
+//! a tiled GEMM: 32 rows × 32 tokens per workgroup) for longer steps where
+//! [`Caps::tiled_prefill`](crate::gpu::Caps::tiled_prefill) (GPUs; CPU adapters run every step
+//! through the matvec).
 
 use super::{params, BlobOffsets, GpuMatrix, WeightFormat};
 use crate::gpu::kernel::Slice;
@@ -168,8 +171,9 @@ impl DecodeLayout {
 /// Rows per team (`R`) of `matvec` in the (`LaneRows`, `Teams`) layouts, as in shaders/matvec.wgsl.
 const MATVEC_R: (u32, u32) = (8, 2);
 
-/// The most tokens a step runs through the decode `matvec` (one token after the other); longer
-/// steps run the tiled `matmul`, whose 32-token tiles would mostly idle on so few.
+/// The most tokens a step runs through the decode `matvec` (one token after the other) where
+/// the adapter has [`Caps::tiled_prefill`](crate::gpu::Caps::tiled_prefill); longer steps run the
+/// tiled `matmul`, whose 32-token tiles would mostly idle on so few.
 pub const MATVEC_MAX_TOKENS: usize = 3;
 
 /// Rows and tokens a workgroup of the prefill `matmul` computes (TN, TT in shaders/matmul.wgsl).
@@ -182,8 +186,9 @@ struct SplitOut<'a> {
     rows: [u32; 3],
 }
 
-/// A bound matmul: per weight chunk, the prefill kernel (none for a `last_token` output), the
-/// decode kernel and the chunk's rows.
+/// A bound matmul: per weight chunk, the prefill kernel (none for a `last_token` output or
+/// without [`Caps::tiled_prefill`](crate::gpu::Caps::tiled_prefill)), the decode kernel and the
+/// chunk's rows.
 pub struct MatMul {
     kernels: Vec<(Option<Kernel>, Kernel, u32)>,
     layout: DecodeLayout,
@@ -284,7 +289,7 @@ impl MatMul {
                     true => Traffic { fixed: c.buffer.size() + row_bytes, per_token: 0, per_position: 0 },
                     false => Traffic { fixed: c.buffer.size(), per_token: row_bytes, per_position: 0 },
                 };
-                let prefill = (!out.last_token)
+                let prefill = (!out.last_token && gpu.caps.tiled_prefill)
                     .then(|| Kernel::new(gpu, "matmul", &defines, step, &p, &storage).with_traffic(traffic));
                 (
                     prefill,
@@ -297,7 +302,8 @@ impl MatMul {
     }
 
     /// Records the dispatches for `n_tokens` tokens (the decode kernel for up to
-    /// [`MATVEC_MAX_TOKENS`], or for the last token only with a `last_token` output).
+    /// [`MATVEC_MAX_TOKENS`], without a prefill kernel, or for the last token only with a
+    /// `last_token` output).
     pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         let max = gpu.caps.max_workgroups_per_dim;
         for (matmul, matvec, rows) in &self.kernels {

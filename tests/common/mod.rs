@@ -144,6 +144,13 @@ pub fn gpu_chunked() -> std::sync::Arc<Gpu> {
     opened_once(&GPU, GpuOptions { max_binding_override: Some(4096), ..Default::default() })
 }
 
+/// The adapter with dense prefill steps in the tiled GEMM (`matmul`), which CPU adapters
+/// otherwise run through the decode matvec ([`moestream::gpu::Caps::tiled_prefill`]).
+pub fn gpu_tiled_prefill() -> std::sync::Arc<Gpu> {
+    static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
+    opened_once(&GPU, GpuOptions { tiled_prefill: true, ..Default::default() })
+}
+
 /// A GPU with subgroup operations disabled, so the shared-memory fallback kernels run.
 pub fn gpu_no_subgroups() -> std::sync::Arc<Gpu> {
     static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
