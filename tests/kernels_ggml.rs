@@ -148,6 +148,7 @@ fn padded_blocks_are_the_same_matrix() {
             let x = rng.vec(t * cols, -1.0, 1.0);
             let y = matmul(&gpu, &w, &x, t);
             if t > 1 {
+                assert_bits_eq(&format!("padded {name} T={t} vs its blocks"), &y, &matmul(&gpu, &raw, &x, t));
                 let tiled_y = matmul(&tiled, &wt, &x, t);
                 assert_bits_eq(
                     &format!("padded {name} T={t} vs its blocks, tiled"),
