@@ -1,5 +1,6 @@
 // Greedy pick: index of the largest logit of the step's last token (the lowest index among
-// equals), or 0xffffffff when any logit is NaN or infinite. One workgroup.
+// equals), or 0xffffffff when any logit is NaN or infinite. One workgroup. VEC4 (vocab a multiple
+// of 4): each lane loads four logits at a time, a quarter of the dependent loads.
 //#include common
 //#include reduce
 
@@ -11,7 +12,11 @@ struct Params {
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
+//#if VEC4
+@group(0) @binding(2) var<storage, read> logits: array<vec4<f32>>;
+//#else
 @group(0) @binding(2) var<storage, read> logits: array<f32>;
+//#endif
 @group(0) @binding(3) var<storage, read_write> out: array<u32>;
 
 @compute @workgroup_size(64)
@@ -20,6 +25,19 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     var bv = -3.0e38;
     var bi = 0xffffffffu;
     var bad = 0.0;
+//#if VEC4
+    for (var i = lid; i < p.vocab / 4u; i += 64u) {
+        let v4 = logits[base / 4u + i];
+        for (var c = 0u; c < 4u; c++) {
+            let v = v4[c];
+            bad = max(bad, non_finite(v));
+            if (v > bv) {
+                bv = v;
+                bi = 4u * i + c;
+            }
+        }
+    }
+//#else
     for (var i = lid; i < p.vocab; i += 64u) {
         let v = logits[base + i];
         bad = max(bad, non_finite(v));
@@ -28,6 +46,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
             bi = i;
         }
     }
+//#endif
     let best = reduce_argmax(lid, bv, bi);
     let any_bad = reduce_max(lid, bad);
     if (lid == 0u) {

@@ -8,6 +8,9 @@
 // ONE_SUBGROUP (only with SUBGROUPS; for CPU adapters, whose subgroups have at least 8 lanes):
 // a row per 8-lane workgroup, summed with subgroupAdd, no workgroup memory. On lavapipe a kernel
 // that uses workgroup memory pays ~0.3-0.5 ms per dispatch whatever its size (this one 0.09 ms).
+// WIDE_ROW (GPUs, rows of at least 1024 values: whole hidden states): 256 lanes per row instead
+// of 64, a quarter of the dependent loads per lane (a 4096-value row: 16 instead of 64), as
+// llama.cpp's Vulkan rms_norm spreads a row over 512 lanes.
 //#include common
 
 struct Params {
@@ -37,6 +40,9 @@ struct Params {
 @group(0) @binding(5) var<storage, read> y: array<f32>;
 //#endif
 
+//#if WIDE_ROW
+const LANES: u32 = 256u;
+//#else
 //#if SUBGROUPS
 //#if ONE_SUBGROUP
 const LANES: u32 = 8u;
@@ -45,6 +51,7 @@ const LANES: u32 = 64u;
 //#endif
 //#else
 const LANES: u32 = 64u;
+//#endif
 //#endif
 
 var<workgroup> partial: array<f32, LANES>;

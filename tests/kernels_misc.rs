@@ -147,7 +147,8 @@ fn run_argmax(logits: &[f32], t: usize, vocab: usize) -> u32 {
 #[test]
 fn argmax_of_last_token() {
     let mut rng = Rng::new(11);
-    for &vocab in &[1usize, 37, 256, 257, 1000, 5003] {
+    // Multiples of 4 (256, 1000, 5004) read four logits a load (VEC4), the others one.
+    for &vocab in &[1usize, 37, 256, 257, 1000, 5003, 5004] {
         for &t in &[1usize, 3, 17] {
             let mut logits = rng.vec(t * vocab, -10.0, 10.0);
             // Earlier tokens hold a bigger value: only the last row may be looked at.
@@ -164,8 +165,11 @@ fn argmax_of_last_token() {
 #[test]
 fn argmax_ties_pick_lowest_index() {
     let vocab = 1000;
-    // Ties within one thread's stride (i, i+256), across threads, and at the very end.
-    for positions in [vec![700usize, 444], vec![999, 3], vec![5, 261, 517], vec![300, 301], vec![999, 998]] {
+    // Ties within one lane's stride (i, i+256), across lanes, within one four-logit load (300,
+    // 301; 998, 999 after 997) and at the very end.
+    for positions in
+        [vec![700usize, 444], vec![999, 3], vec![5, 261, 517], vec![300, 301], vec![999, 998], vec![999, 997, 998]]
+    {
         let mut logits = vec![0.0f32; vocab];
         for &p in &positions {
             logits[p] = 7.5;
@@ -176,6 +180,18 @@ fn argmax_ties_pick_lowest_index() {
     }
     // All equal (and all negative): index 0.
     assert_eq!(run_argmax(&vec![-5.0; 777], 1, 777), 0, "all-equal row");
+}
+
+#[test]
+fn argmax_flags_non_finite_logits() {
+    // A NaN or infinity anywhere in the last row, in any place of a four-logit load: 0xffffffff.
+    for vocab in [1000usize, 1001] {
+        for (at, bad) in [(0usize, f32::NAN), (501, f32::INFINITY), (999, f32::NEG_INFINITY), (998, f32::NAN)] {
+            let mut logits = vec![0.5f32; 2 * vocab];
+            logits[vocab + at] = bad;
+            assert_eq!(run_argmax(&logits, 2, vocab), u32::MAX, "vocab={vocab}: {bad} at {at}");
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------- token_logprob

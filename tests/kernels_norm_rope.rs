@@ -8,7 +8,9 @@
 
 mod common;
 
-use common::{assert_bits_eq, assert_close, gpu, gpu_no_subgroups, read_f32, read_u32, submit, upload_f32, Rng};
+use common::{
+    assert_bits_eq, assert_close, gpu, gpu_layouts, gpu_no_subgroups, read_f32, read_u32, submit, upload_f32, Rng,
+};
 use moestream::gpu::Gpu;
 use moestream::gpu::StepUniform;
 use moestream::model::RopeSpec;
@@ -31,9 +33,10 @@ fn ref_norm_rows(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
 }
 
 /// The adapters the norm tests run on: with subgroups (on lavapipe the `ONE_SUBGROUP` kernel,
-/// 8 lanes summed by subgroupAdd) and without (64 lanes summed in workgroup memory, as on GPUs).
-fn norm_gpus() -> [(&'static str, std::sync::Arc<Gpu>); 2] {
-    [("subgroups", gpu()), ("no subgroups", gpu_no_subgroups())]
+/// 8 lanes summed by subgroupAdd), without (64 lanes summed in workgroup memory), and in the GPU
+/// layouts (rows of 1024 values or more over 256 lanes, `WIDE_ROW`).
+fn norm_gpus() -> [(&'static str, std::sync::Arc<Gpu>); 3] {
+    [("subgroups", gpu()), ("no subgroups", gpu_no_subgroups()), ("gpu layouts", gpu_layouts())]
 }
 
 /// Runs one RMSNorm over a buffer of `total_rows` rows of `n`; returns (x after, out after).
@@ -64,8 +67,10 @@ fn run_norm(
 fn rms_norm_in_place_whole_rows() {
     for (label, gpu) in norm_gpus() {
         let mut rng = Rng::new(1);
-        // n crosses the 64-thread stride (40 < 64 < 72 < 128 < 1000); tokens cross 8 and 64.
-        for &n in &[40usize, 72, 129, 1000] {
+        // n crosses the 64-lane stride (40 < 64 < 72 < 128 < 1000) and, in the GPU layouts, the
+        // 256-lane rows from 1024 on (1030: a short last stride, 2048: whole ones); tokens cross
+        // 8 and 64.
+        for &n in &[40usize, 72, 129, 1000, 1030, 2048] {
             for &t in &[1usize, 3, 9, 17, 70] {
                 let w = rng.vec(n, 0.5, 1.5);
                 // A row scale varying over tokens exercises the normalisation, not just the weight.
@@ -84,7 +89,7 @@ fn rms_norm_in_place_whole_rows() {
 fn rms_norm_out_variant_leaves_input_and_tail() {
     for (label, gpu) in norm_gpus() {
         let mut rng = Rng::new(2);
-        for &(n, t) in &[(72usize, 1usize), (40, 17), (1000, 3)] {
+        for &(n, t) in &[(72usize, 1usize), (40, 17), (1000, 3), (1030, 3)] {
             let w = rng.vec(n, -1.5, 1.5);
             let x = rng.vec(t * n, -3.0, 3.0);
             let eps = 1e-5;
@@ -105,7 +110,7 @@ fn rms_norm_after_combine_is_combine_then_norm() {
         // The fused x += sum of top-k expert rows, then the norm into `out`, is bit-identical to
         // moe_combine followed by the OUT norm (both x and out), and writes no row past the step.
         let mut rng = Rng::new(3);
-        for &(n, t, k) in &[(72usize, 1usize, 2usize), (40, 17, 1), (1000, 3, 4), (129, 70, 2)] {
+        for &(n, t, k) in &[(72usize, 1usize, 2usize), (40, 17, 1), (1000, 3, 4), (129, 70, 2), (1030, 9, 2)] {
             let w = rng.vec(n, -1.5, 1.5);
             // One spare row past the step in x and out, which must stay untouched.
             let x = rng.vec((t + 1) * n, -3.0, 3.0);

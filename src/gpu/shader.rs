@@ -159,7 +159,7 @@ impl Gpu {
 /// that compiles every combination.
 pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("embed", &["F16", "INT4", "INT4_SYM", "G64"]),
-    ("rms_norm", &["OUT", "ADD_PAIRS", "ONE_SUBGROUP"]),
+    ("rms_norm", &["OUT", "ADD_PAIRS", "ONE_SUBGROUP", "WIDE_ROW"]),
     ("kv_store", &["F16", "ROPE"]),
     ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
     ("attention_keys", &["F16", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
@@ -187,6 +187,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("expert_down", EXPERT_DECODE_FLAGS),
     ("expert_matmul", &["F16", "INT4", "INT4_SYM", "G64", "GATE_UP"]),
     ("moe_combine", &["SHARED"]),
+    ("argmax", &["VEC4"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID"]),
     ("prerouter_heads", &["SCORES"]),
     ("mla_attention", &["F16", "SPLIT", "DECOMPRESSED"]),

@@ -14,7 +14,10 @@ impl Argmax {
     pub fn new(gpu: &Gpu, step: &wgpu::Buffer, logits: &wgpu::Buffer, out: &wgpu::Buffer, vocab: usize) -> Argmax {
         let p = params(&[vocab as u32, 0, 0, 0]);
         let traffic = Traffic { fixed: 4 * vocab as u64, per_token: 0, per_position: 0 };
-        Argmax { kernel: Kernel::new(gpu, "argmax", &[], step, &p, &[logits.into(), out.into()]).with_traffic(traffic) }
+        // Rows of a multiple of 4 logits start on 16 bytes: read as vec4s.
+        let defines: &[&str] = if vocab.is_multiple_of(4) { &["VEC4"] } else { &[] };
+        let kernel = Kernel::new(gpu, "argmax", defines, step, &p, &[logits.into(), out.into()]);
+        Argmax { kernel: kernel.with_traffic(traffic) }
     }
 
     /// Records the argmax of the step's last token.

@@ -35,13 +35,13 @@ impl RmsNorm {
     ) -> RmsNorm {
         let p =
             params(&[rows.n as u32, rows.rows_per_token as u32, eps.to_bits(), rows.at_cache_pos as u32, 0, 0, 0, 0]);
-        let one_subgroup = one_subgroup(gpu);
+        let lanes = row_lanes(gpu, rows.n);
         let kernel = match out {
             Some(o) => {
-                let defines = [&["OUT"][..], one_subgroup].concat();
+                let defines = [&["OUT"][..], lanes].concat();
                 Kernel::new(gpu, "rms_norm", &defines, step, &p, &[weight.into(), x.into(), o.into()])
             }
-            None => Kernel::new(gpu, "rms_norm", one_subgroup, step, &p, &[weight.into(), x.into()]),
+            None => Kernel::new(gpu, "rms_norm", lanes, step, &p, &[weight.into(), x.into()]),
         };
         // Per token its rows in and out; the weight once.
         let per_token = 8 * (rows.n * rows.rows_per_token) as u64;
@@ -66,7 +66,7 @@ impl RmsNorm {
     ) -> RmsNorm {
         let p = params(&[n as u32, 1, eps.to_bits(), 0, top_k as u32, 0, 0, 0]);
         let storage = [weight.into(), x.into(), out.into(), y.into()];
-        let defines = [&["OUT", "ADD_PAIRS"][..], one_subgroup(gpu)].concat();
+        let defines = [&["OUT", "ADD_PAIRS"][..], row_lanes(gpu, n)].concat();
         let kernel = Kernel::new(gpu, "rms_norm", &defines, step, &p, &storage);
         // Per token its top-k expert rows, its row in, back and out; the weight once.
         let per_token = 4 * ((top_k + 3) * n) as u64;
@@ -80,12 +80,20 @@ impl RmsNorm {
     }
 }
 
-/// `ONE_SUBGROUP` (a row per 8-lane workgroup summed with `subgroupAdd`, no workgroup memory)
-/// where the decode kernels take the CPU layout and every subgroup holds an 8-lane workgroup:
-/// lavapipe charges a kernel that uses workgroup memory several times its work per dispatch.
-fn one_subgroup(gpu: &Gpu) -> &'static [&'static str] {
-    match DecodeLayout::for_gpu(gpu).one_subgroup_workgroups(gpu) {
-        true => &["ONE_SUBGROUP"],
-        false => &[],
+/// Rows of at least this many values take 256 lanes on GPUs (`WIDE_ROW`).
+const WIDE_ROW_MIN: usize = 1024;
+
+/// How many lanes normalise a row of `n`: `ONE_SUBGROUP` (a row per 8-lane workgroup summed with
+/// `subgroupAdd`, no workgroup memory) where the decode kernels take the CPU layout and every
+/// subgroup holds an 8-lane workgroup, as lavapipe charges a kernel that uses workgroup memory
+/// several times its work per dispatch; `WIDE_ROW` (256 lanes) for long rows on GPUs, where a
+/// row's 64 lanes would each wait on a chain of `n / 64` loads; else 64.
+fn row_lanes(gpu: &Gpu, n: usize) -> &'static [&'static str] {
+    if DecodeLayout::for_gpu(gpu).one_subgroup_workgroups(gpu) {
+        &["ONE_SUBGROUP"]
+    } else if !gpu.caps.cpu_layouts && n >= WIDE_ROW_MIN {
+        &["WIDE_ROW"]
+    } else {
+        &[]
     }
 }
