@@ -19,14 +19,14 @@ struct Params {
 //#endif
 @group(0) @binding(3) var<storage, read_write> out: array<u32>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) lid: u32) {
     let base = (step.n_tokens - 1u) * p.vocab;
     var bv = -3.0e38;
     var bi = 0xffffffffu;
     var bad = 0.0;
 //#if VEC4
-    for (var i = lid; i < p.vocab / 4u; i += 64u) {
+    for (var i = lid; i < p.vocab / 4u; i += WG) {
         let v4 = logits[base / 4u + i];
         for (var c = 0u; c < 4u; c++) {
             let v = v4[c];
@@ -38,7 +38,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
         }
     }
 //#else
-    for (var i = lid; i < p.vocab; i += 64u) {
+    for (var i = lid; i < p.vocab; i += WG) {
         let v = logits[base + i];
         bad = max(bad, non_finite(v));
         if (v > bv) {

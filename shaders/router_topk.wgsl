@@ -1,11 +1,11 @@
 // Router: softmax over the experts' logits, top-k (ties go to the lower index), optional
-// renormalisation of the k weights, times routed_scale. One workgroup of 64 lanes per token;
-// each lane holds up to 4 experts (at most 256), and every step is a workgroup reduction, with
-// no per-lane loops over all experts (lavapipe compiled the old one-lane-per-token version into
-// a pathologically slow shader).
+// renormalisation of the k weights, times routed_scale. One workgroup of WG lanes per token
+// (reduce: 64, or 8 with ONE_SUBGROUP); each lane holds up to 256 / WG experts (at most 256 in
+// all), and every step is a workgroup reduction, with no per-lane loops over all experts
+// (lavapipe compiled the old one-lane-per-token version into a pathologically slow shader).
 // Variant SIGMOID (DeepSeek-V3 / GLM-4.5 noaux_tc): weights are sigmoid(logit), experts are
 // chosen by sigmoid(logit) + bias[e] (the correction bias, a static parameter).
-// Groups (n_group > 1, any variant): experts form n_group equal groups; a group's score is its
+// GROUPS (n_group > 1, any variant): experts form n_group equal groups; a group's score is its
 // best choice value (softmax: its best logit, the same order as its best probability) or, with
 // SIGMOID, the sum of its two best; experts are chosen only within the best topk_group groups
 // (ties to the lower group index).
@@ -61,9 +61,14 @@ struct Params {
 
 const NONE: f32 = -3.0e38;
 
-// Choice values of this token's experts and which groups are kept (group routing only).
+// Experts per lane.
+const EPL: u32 = 256u / WG;
+
+//#if GROUPS
+// Choice values of this token's experts and which groups are kept.
 var<workgroup> choice_sh: array<f32, 256>;
 var<workgroup> group_sh: array<f32, 256>;
+//#endif
 
 // An expert's routing weight before renormalisation.
 fn score(logit: f32, mx: f32, total: f32) -> f32 {
@@ -74,7 +79,7 @@ fn score(logit: f32, mx: f32, total: f32) -> f32 {
 //#endif
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = group_index(wid, nwg);
     if (t >= step.n_tokens) {
@@ -82,11 +87,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let base = t * p.n_experts;
     // vals: what experts are chosen by (the logit, or with SIGMOID the biased sigmoid score).
-    var vals = array<f32, 4>(NONE, NONE, NONE, NONE);
+    var vals: array<f32, EPL>;
     var local_max = NONE;
     var local_bad = 0.0;
-    for (var j = 0u; j < 4u; j++) {
-        let e = lid + 64u * j;
+    for (var j = 0u; j < EPL; j++) {
+        vals[j] = NONE;
+        let e = lid + WG * j;
         if (e < p.n_experts) {
             let logit = logits[base + e];
             local_max = max(local_max, logit);
@@ -100,20 +106,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let mx = reduce_max(lid, local_max);
     let poisoned = reduce_max(lid, local_bad) > 0.0;
     var local_sum = 0.0;
-    for (var j = 0u; j < 4u; j++) {
-        if (lid + 64u * j < p.n_experts) {
-            local_sum += exp(logits[base + lid + 64u * j] - mx);
+    for (var j = 0u; j < EPL; j++) {
+        if (lid + WG * j < p.n_experts) {
+            local_sum += exp(logits[base + lid + WG * j] - mx);
         }
     }
     let total = reduce_sum(lid, local_sum);
-    if (p.n_group > 1u) {
+//#if GROUPS
+    {
         let per = p.n_experts / p.n_group;
-        for (var j = 0u; j < 4u; j++) {
-            choice_sh[lid + 64u * j] = vals[j];
+        for (var j = 0u; j < EPL; j++) {
+            choice_sh[lid + WG * j] = vals[j];
         }
         workgroupBarrier();
         // Lane g scores group g: its best choice value (SIGMOID: the sum of its best two).
-        for (var g = lid; g < p.n_group; g += 64u) {
+        for (var g = lid; g < p.n_group; g += WG) {
             var b1 = NONE;
             var b2 = NONE;
             for (var e = g * per; e < (g + 1u) * per; e++) {
@@ -132,8 +139,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
         // An expert stays when fewer than topk_group groups beat its group.
-        for (var j = 0u; j < 4u; j++) {
-            let e = lid + 64u * j;
+        for (var j = 0u; j < EPL; j++) {
+            let e = lid + WG * j;
             if (e < p.n_experts) {
                 let g = e / per;
                 var better = 0u;
@@ -148,6 +155,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
     }
+//#endif
     var chosen_max = mx;
 //#if FORCED
     if (p.renormalize == 1u) {
@@ -165,16 +173,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         // This lane's best untaken expert (lowest index among equals).
         var bv = NONE;
         var bi = 0xffffffffu;
-        for (var j = 0u; j < 4u; j++) {
+        for (var j = 0u; j < EPL; j++) {
             if (vals[j] > bv) {
                 bv = vals[j];
-                bi = lid + 64u * j;
+                bi = lid + WG * j;
             }
         }
         let best = reduce_argmax(lid, bv, bi);
         var winner = best.i;
-        if (winner % 64u == lid) {
-            vals[winner / 64u] = NONE;
+        if (winner < p.n_experts && winner % WG == lid) {
+            vals[winner / WG] = NONE;
         }
 //#endif
         var prob = 0.0;
@@ -204,7 +212,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 //#if CAPTURE
     if (t + 1u == step.n_tokens) {
-        for (var i = lid; i < p.hidden; i += 64u) {
+        for (var i = lid; i < p.hidden; i += WG) {
             hist_h[p.layer * p.hidden + i] = hn[t * p.hidden + i];
         }
     }

@@ -15,7 +15,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read> targets: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = group_index(wid, nwg);
     if (t >= step.n_tokens) {
@@ -24,7 +24,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let base = t * p.vocab;
     var mx = -3.0e38;
     var bad = 0.0;
-    for (var i = lid; i < p.vocab; i += 64u) {
+    for (var i = lid; i < p.vocab; i += WG) {
         let v = logits[base + i];
         mx = max(mx, v);
         bad = max(bad, non_finite(v));
@@ -32,7 +32,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     mx = reduce_max(lid, mx);
     bad = reduce_max(lid, bad);
     var s = 0.0;
-    for (var i = lid; i < p.vocab; i += 64u) {
+    for (var i = lid; i < p.vocab; i += WG) {
         s += exp(logits[base + i] - mx);
     }
     s = reduce_sum(lid, s);

@@ -11,8 +11,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, read_f32, read_u32, submit, upload_f32, upload_matrix,
-    upload_u32, weight_formats, Rng,
+    as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, read_f32, read_u32, reduce_layouts, submit, upload_f32,
+    upload_matrix, upload_u32, weight_formats, Rng,
 };
 use moestream::gpu::{Gpu, StepUniform};
 use moestream::ops::argmax::Argmax;
@@ -133,15 +133,22 @@ fn swiglu_matches_reference() {
 
 // ----------------------------------------------------------------------------------- argmax
 
+/// The argmax in each of `common::reduce_layouts()`, which must agree.
 fn run_argmax(logits: &[f32], t: usize, vocab: usize) -> u32 {
-    let gpu = gpu();
-    let step = StepUniform::new(&gpu);
-    step.set(&gpu, t, 0);
-    let lb = upload_f32(&gpu, logits);
-    let ob = upload_u32(&gpu, &[u32::MAX]);
-    let op = Argmax::new(&gpu, &step.buffer, &lb, &ob, vocab);
-    submit(&gpu, |pass| op.record(&gpu, pass));
-    read_u32(&gpu, &ob, 1)[0]
+    let picks: Vec<(&str, u32)> = reduce_layouts()
+        .into_iter()
+        .map(|(layout, gpu)| {
+            let step = StepUniform::new(&gpu);
+            step.set(&gpu, t, 0);
+            let lb = upload_f32(&gpu, logits);
+            let ob = upload_u32(&gpu, &[u32::MAX]);
+            let op = Argmax::new(&gpu, &step.buffer, &lb, &ob, vocab);
+            submit(&gpu, |pass| op.record(&gpu, pass));
+            (layout, read_u32(&gpu, &ob, 1)[0])
+        })
+        .collect();
+    assert!(picks.iter().all(|p| p.1 == picks[0].1), "argmax vocab={vocab} T={t}: layouts disagree: {picks:?}");
+    picks[0].1
 }
 
 #[test]
@@ -199,26 +206,32 @@ fn argmax_flags_non_finite_logits() {
 #[test]
 fn token_logprob_matches_log_softmax() {
     let mut rng = Rng::new(13);
-    let gpu = gpu();
-    for &vocab in &[37usize, 129, 1000, 5003] {
-        for &t in &[1usize, 3, 17] {
-            for &scale in &[1.0f32, 20.0] {
-                let logits = rng.vec(t * vocab, -scale, scale);
-                let mut targets: Vec<u32> = (0..t).map(|_| rng.below(vocab) as u32).collect();
-                targets[0] = vocab as u32 - 1;
-                let step = StepUniform::new(&gpu);
-                step.set(&gpu, t, 0);
-                let lb = upload_f32(&gpu, &logits);
-                let tb = upload_u32(&gpu, &targets);
-                let ob = upload_f32(&gpu, &vec![1.0; t + 1]);
-                let op = TokenLogprob::new(&gpu, &step.buffer, &lb, &tb, &ob, vocab);
-                submit(&gpu, |pass| op.record(&gpu, pass, t));
-                let got = read_f32(&gpu, &ob, t + 1);
-                let mut want: Vec<f32> = (0..t)
-                    .map(|i| refops::log_softmax(&logits[i * vocab..(i + 1) * vocab])[targets[i] as usize])
-                    .collect();
-                want.push(1.0);
-                assert_close(&format!("token_logprob vocab={vocab} T={t} scale={scale}"), &got, &want, 1e-5);
+    for (layout, gpu) in reduce_layouts() {
+        for &vocab in &[37usize, 129, 1000, 5003] {
+            for &t in &[1usize, 3, 17] {
+                for &scale in &[1.0f32, 20.0] {
+                    let logits = rng.vec(t * vocab, -scale, scale);
+                    let mut targets: Vec<u32> = (0..t).map(|_| rng.below(vocab) as u32).collect();
+                    targets[0] = vocab as u32 - 1;
+                    let step = StepUniform::new(&gpu);
+                    step.set(&gpu, t, 0);
+                    let lb = upload_f32(&gpu, &logits);
+                    let tb = upload_u32(&gpu, &targets);
+                    let ob = upload_f32(&gpu, &vec![1.0; t + 1]);
+                    let op = TokenLogprob::new(&gpu, &step.buffer, &lb, &tb, &ob, vocab);
+                    submit(&gpu, |pass| op.record(&gpu, pass, t));
+                    let got = read_f32(&gpu, &ob, t + 1);
+                    let mut want: Vec<f32> = (0..t)
+                        .map(|i| refops::log_softmax(&logits[i * vocab..(i + 1) * vocab])[targets[i] as usize])
+                        .collect();
+                    want.push(1.0);
+                    assert_close(
+                        &format!("{layout}: token_logprob vocab={vocab} T={t} scale={scale}"),
+                        &got,
+                        &want,
+                        1e-5,
+                    );
+                }
             }
         }
     }

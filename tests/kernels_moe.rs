@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use common::{
     as_stored, assert_bits_eq, assert_close, gpu, gpu_chunked, gpu_layouts, gpu_layouts_no_subgroups,
-    gpu_layouts_team32, gpu_no_subgroups, lane_wide_formats, read_f32, read_u32, submit, upload_f32, upload_u32,
-    weight_formats, Rng,
+    gpu_layouts_team32, gpu_no_subgroups, lane_wide_formats, read_f32, read_u32, reduce_layouts, submit, upload_f32,
+    upload_u32, weight_formats, Rng,
 };
 use moestream::experts::arena::SlotLayout;
 use moestream::experts::{SlotArena, SlotTable};
@@ -37,37 +37,43 @@ fn ladder_logits(rng: &mut Rng, n: usize, gap: f32) -> Vec<f32> {
     order.iter().map(|&r| offset + r as f32 * gap + rng.range(0.0, gap * 0.4)).collect()
 }
 
-fn run_router(logits: &[f32], t: usize, e: usize, k: usize, renorm: bool) -> (Vec<u32>, Vec<f32>) {
+fn run_router(logits: &[f32], t: usize, e: usize, k: usize, renorm: bool) -> Vec<(&'static str, Vec<u32>, Vec<f32>)> {
     run_router_shape(logits, t, RouterShape::softmax(e, k, renorm))
 }
 
-fn run_router_shape(logits: &[f32], t: usize, shape: RouterShape<'_>) -> (Vec<u32>, Vec<f32>) {
+/// The router's (ids, weights) for `shape` in each of `common::reduce_layouts()`, with the
+/// layout's name.
+fn run_router_shape(logits: &[f32], t: usize, shape: RouterShape<'_>) -> Vec<(&'static str, Vec<u32>, Vec<f32>)> {
     let k = shape.top_k;
-    let gpu = gpu();
-    let step = StepUniform::new(&gpu);
-    step.set(&gpu, t, 0);
-    let lb = upload_f32(&gpu, logits);
-    let ib = upload_u32(&gpu, &vec![u32::MAX; t * k + 1]);
-    let wb = upload_f32(&gpu, &vec![-1.0; t * k + 1]);
-    let io = RouterIo { logits: &lb, ids: &ib, weights: &wb };
-    let op = RouterTopK::new(&gpu, &step.buffer, io, shape);
-    submit(&gpu, |pass| op.record(&gpu, pass, t));
-    let ids = read_u32(&gpu, &ib, t * k + 1);
-    let w = read_f32(&gpu, &wb, t * k + 1);
-    assert_eq!(ids[t * k], u32::MAX, "router wrote past T*top_k ids");
-    assert_eq!(w[t * k], -1.0, "router wrote past T*top_k weights");
-    (ids[..t * k].to_vec(), w[..t * k].to_vec())
+    let mut out = Vec::new();
+    for (layout, gpu) in reduce_layouts() {
+        let step = StepUniform::new(&gpu);
+        step.set(&gpu, t, 0);
+        let lb = upload_f32(&gpu, logits);
+        let ib = upload_u32(&gpu, &vec![u32::MAX; t * k + 1]);
+        let wb = upload_f32(&gpu, &vec![-1.0; t * k + 1]);
+        let io = RouterIo { logits: &lb, ids: &ib, weights: &wb };
+        let op = RouterTopK::new(&gpu, &step.buffer, io, shape);
+        submit(&gpu, |pass| op.record(&gpu, pass, t));
+        let ids = read_u32(&gpu, &ib, t * k + 1);
+        let w = read_f32(&gpu, &wb, t * k + 1);
+        assert_eq!(ids[t * k], u32::MAX, "{layout}: router wrote past T*top_k ids");
+        assert_eq!(w[t * k], -1.0, "{layout}: router wrote past T*top_k weights");
+        out.push((layout, ids[..t * k].to_vec(), w[..t * k].to_vec()));
+    }
+    out
 }
 
 fn check_router(logits: &[f32], t: usize, e: usize, k: usize, renorm: bool) {
-    let (ids, w) = run_router(logits, t, e, k, renorm);
-    for tok in 0..t {
-        let want = refops::router_topk(&logits[tok * e..(tok + 1) * e], k, renorm);
-        for (i, &(id, weight)) in want.iter().enumerate() {
-            let what = format!("router E={e} k={k} renorm={renorm} T={t} token {tok} choice {i}");
-            assert_eq!(ids[tok * k + i] as usize, id, "{what}: expert id");
-            let got = w[tok * k + i];
-            assert!((got - weight).abs() <= 1e-6, "{what}: weight {got} vs {weight} (|Δ| ≤ 1e-6)");
+    for (layout, ids, w) in run_router(logits, t, e, k, renorm) {
+        for tok in 0..t {
+            let want = refops::router_topk(&logits[tok * e..(tok + 1) * e], k, renorm);
+            for (i, &(id, weight)) in want.iter().enumerate() {
+                let what = format!("{layout}: router E={e} k={k} renorm={renorm} T={t} token {tok} choice {i}");
+                assert_eq!(ids[tok * k + i] as usize, id, "{what}: expert id");
+                let got = w[tok * k + i];
+                assert!((got - weight).abs() <= 1e-6, "{what}: weight {got} vs {weight} (|Δ| ≤ 1e-6)");
+            }
         }
     }
 }
@@ -126,14 +132,15 @@ fn router_group_and_sigmoid_kinds_match_reference() {
                 routed_scale: 2.5,
                 sigmoid_bias,
             };
-            let (ids, w) = run_router_shape(&logits, t, shape);
-            for tok in 0..t {
-                let want = refops::route(&logits[tok * e..(tok + 1) * e], &moe, sigmoid_bias);
-                for (i, &(id, weight)) in want.iter().enumerate() {
-                    let what = format!("{routing:?} E={e} k={k} renorm={renorm} token {tok} choice {i}");
-                    assert_eq!(ids[tok * k + i] as usize, id, "{what}: expert id");
-                    let got = w[tok * k + i];
-                    assert!((got - weight).abs() <= 1e-5, "{what}: weight {got} vs {weight} (|Δ| ≤ 1e-5)");
+            for (layout, ids, w) in run_router_shape(&logits, t, shape) {
+                for tok in 0..t {
+                    let want = refops::route(&logits[tok * e..(tok + 1) * e], &moe, sigmoid_bias);
+                    for (i, &(id, weight)) in want.iter().enumerate() {
+                        let what = format!("{layout}: {routing:?} E={e} k={k} renorm={renorm} token {tok} choice {i}");
+                        assert_eq!(ids[tok * k + i] as usize, id, "{what}: expert id");
+                        let got = w[tok * k + i];
+                        assert!((got - weight).abs() <= 1e-5, "{what}: weight {got} vs {weight} (|Δ| ≤ 1e-5)");
+                    }
                 }
             }
         }
@@ -164,12 +171,14 @@ fn router_topk_exact_ties_pick_lower_index() {
     logits[1] = 1.0;
     check_router(&logits, 1, e, 4, true);
     check_router(&logits, 1, e, 4, false);
-    let (ids, _) = run_router(&logits, 1, e, 4, true);
-    assert_eq!(ids, vec![3, 9, 1, 7]);
-    let (ids, w) = run_router(&vec![0.25f32; 64], 1, 64, 3, false);
-    assert_eq!(ids, vec![0, 1, 2], "all-equal logits");
-    for x in w {
-        assert!((x - 1.0 / 64.0).abs() <= 1e-6, "all-equal weight {x}");
+    for (layout, ids, _) in run_router(&logits, 1, e, 4, true) {
+        assert_eq!(ids, vec![3, 9, 1, 7], "{layout}");
+    }
+    for (layout, ids, w) in run_router(&vec![0.25f32; 64], 1, 64, 3, false) {
+        assert_eq!(ids, vec![0, 1, 2], "{layout}: all-equal logits");
+        for x in w {
+            assert!((x - 1.0 / 64.0).abs() <= 1e-6, "{layout}: all-equal weight {x}");
+        }
     }
 }
 
@@ -181,34 +190,38 @@ fn forced_router_weighs_the_given_experts() {
     let mut rng = Rng::new(4);
     for &(e, k, spread) in &[(8usize, 2usize, 3.0), (60, 4, 3.0), (256, 8, 3.0), (8, 2, 300.0), (60, 4, 300.0)] {
         for renorm in [false, true] {
-            let gpu = gpu();
-            let step = StepUniform::new(&gpu);
-            step.set(&gpu, 1, 0);
-            let logits = rng.vec(e, -spread, spread);
-            let offset = 5;
-            let mut chosen: Vec<usize> = (0..e).collect();
-            rng.shuffle(&mut chosen);
-            chosen.truncate(k);
-            let mut forced = vec![u32::MAX; offset + k + 3];
-            for (i, &c) in chosen.iter().enumerate() {
-                forced[offset + i] = c as u32;
-            }
-            let (lb, fb) = (upload_f32(&gpu, &logits), upload_u32(&gpu, &forced));
-            let ib = upload_u32(&gpu, &vec![u32::MAX; k]);
-            let wb = upload_f32(&gpu, &vec![-1.0; k]);
-            let io = RouterIo { logits: &lb, ids: &ib, weights: &wb };
-            let shape = RouterShape::softmax(e, k, renorm);
-            let forced = Forced { experts: &fb, offset };
-            let op = RouterTopK::with(&gpu, &step.buffer, io, shape, Some(forced), None);
-            submit(&gpu, |pass| op.record(&gpu, pass, 1));
-            let (ids, w) = (read_u32(&gpu, &ib, k), read_f32(&gpu, &wb, k));
-            for (i, (id, weight)) in refops::router_forced(&logits, &chosen, renorm).into_iter().enumerate() {
-                assert_eq!(ids[i] as usize, id, "forced E={e} k={k} choice {i}");
-                assert!((w[i] - weight).abs() <= 1e-6, "forced E={e} k={k} weight {} vs {weight}", w[i]);
-            }
-            if renorm {
-                let sum: f32 = w.iter().sum();
-                assert!((sum - 1.0).abs() < 1e-5, "forced E={e} k={k} spread {spread}: weights sum to {sum}");
+            for (layout, gpu) in reduce_layouts() {
+                let step = StepUniform::new(&gpu);
+                step.set(&gpu, 1, 0);
+                let logits = rng.vec(e, -spread, spread);
+                let offset = 5;
+                let mut chosen: Vec<usize> = (0..e).collect();
+                rng.shuffle(&mut chosen);
+                chosen.truncate(k);
+                let mut forced = vec![u32::MAX; offset + k + 3];
+                for (i, &c) in chosen.iter().enumerate() {
+                    forced[offset + i] = c as u32;
+                }
+                let (lb, fb) = (upload_f32(&gpu, &logits), upload_u32(&gpu, &forced));
+                let ib = upload_u32(&gpu, &vec![u32::MAX; k]);
+                let wb = upload_f32(&gpu, &vec![-1.0; k]);
+                let io = RouterIo { logits: &lb, ids: &ib, weights: &wb };
+                let shape = RouterShape::softmax(e, k, renorm);
+                let forced = Forced { experts: &fb, offset };
+                let op = RouterTopK::with(&gpu, &step.buffer, io, shape, Some(forced), None);
+                submit(&gpu, |pass| op.record(&gpu, pass, 1));
+                let (ids, w) = (read_u32(&gpu, &ib, k), read_f32(&gpu, &wb, k));
+                for (i, (id, weight)) in refops::router_forced(&logits, &chosen, renorm).into_iter().enumerate() {
+                    assert_eq!(ids[i] as usize, id, "{layout}: forced E={e} k={k} choice {i}");
+                    assert!((w[i] - weight).abs() <= 1e-6, "{layout}: forced E={e} k={k} weight {} vs {weight}", w[i]);
+                }
+                if renorm {
+                    let sum: f32 = w.iter().sum();
+                    assert!(
+                        (sum - 1.0).abs() < 1e-5,
+                        "{layout}: forced E={e} k={k} spread {spread}: weights sum to {sum}"
+                    );
+                }
             }
         }
     }

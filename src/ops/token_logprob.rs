@@ -1,6 +1,6 @@
 //! Log-probability of each given next token (teacher-forced scoring) without reading back logits.
 
-use super::params;
+use super::{params, reduce_layout};
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
 
@@ -21,8 +21,15 @@ impl TokenLogprob {
     ) -> TokenLogprob {
         let p = params(&[vocab as u32, 0, 0, 0]);
         TokenLogprob {
-            kernel: Kernel::new(gpu, "token_logprob", &[], step, &p, &[logits.into(), targets.into(), out.into()])
-                .with_traffic(Traffic { fixed: 0, per_token: 4 * vocab as u64 + 8, per_position: 0 }),
+            kernel: Kernel::new(
+                gpu,
+                "token_logprob",
+                reduce_layout(gpu).as_slice(),
+                step,
+                &p,
+                &[logits.into(), targets.into(), out.into()],
+            )
+            .with_traffic(Traffic { fixed: 0, per_token: 4 * vocab as u64 + 8, per_position: 0 }),
         }
     }
 

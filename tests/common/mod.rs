@@ -177,6 +177,13 @@ pub fn gpu_layouts_no_subgroups() -> std::sync::Arc<Gpu> {
     opened_once(&GPU, GpuOptions { gpu_layouts: true, disable_subgroups: true, ..Default::default() })
 }
 
+/// The two layouts of the kernels built on shaders/reduce.wgsl (argmax, router_topk,
+/// token_logprob), each with a name: the adapter as it runs (on lavapipe 8-lane workgroups reduced
+/// by subgroup operations) and the GPU layouts (64 lanes reduced as a tree in workgroup memory).
+pub fn reduce_layouts() -> [(&'static str, std::sync::Arc<Gpu>); 2] {
+    [("default layout", gpu()), ("GPU layouts", gpu_layouts())]
+}
+
 /// Records whatever `f` puts in one compute pass, submits it (read-backs wait for it).
 pub fn submit(gpu: &Gpu, f: impl FnOnce(&mut Pass)) {
     let mut pass = Pass::new(&gpu.device);
