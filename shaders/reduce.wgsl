@@ -1,16 +1,12 @@
 // Workgroup-wide reductions (sum, max, argmax) for kernels of @workgroup_size(WG). Every
 // invocation must call them (uniform control flow) and every invocation receives the result.
-// WG is 64 lanes reduced as a tree in workgroup memory, or with ONE_SUBGROUP (only with
+// WG is 64 lanes reduced as a tree in workgroup memory, or with ONE_SUBGROUP (always with
 // SUBGROUPS; the launcher: CPU adapters whose subgroups hold a whole 8-lane workgroup) 8 lanes
 // reduced by subgroup operations, no workgroup memory: lavapipe charges a kernel that uses
 // workgroup memory and barriers several times its work per dispatch. The tree adds in another
 // order than subgroupAdd, so sums may differ in their last bits between the two.
-//#if SUBGROUPS
 //#if ONE_SUBGROUP
 const WG: u32 = 8u;
-//#else
-const WG: u32 = 64u;
-//#endif
 //#else
 const WG: u32 = 64u;
 //#endif
@@ -25,24 +21,16 @@ struct Best {
 }
 
 fn reduce_max(lid: u32, v: f32) -> f32 {
-//#if SUBGROUPS
 //#if ONE_SUBGROUP
     return subgroupMax(v);
-//#else
-    return tree_max(lid, v);
-//#endif
 //#else
     return tree_max(lid, v);
 //#endif
 }
 
 fn reduce_sum(lid: u32, v: f32) -> f32 {
-//#if SUBGROUPS
 //#if ONE_SUBGROUP
     return subgroupAdd(v);
-//#else
-    return tree_sum(lid, v);
-//#endif
 //#else
     return tree_sum(lid, v);
 //#endif
@@ -51,14 +39,10 @@ fn reduce_sum(lid: u32, v: f32) -> f32 {
 // The largest `v` over the workgroup with its index `i` (the lowest index among equals). Callers
 // deal with NaN themselves: where it wins depends on the layout (ONE_SUBGROUP ranks it last).
 fn reduce_argmax(lid: u32, v: f32, i: u32) -> Best {
-//#if SUBGROUPS
 //#if ONE_SUBGROUP
     let own = select(v, -3.4e38, v != v);
     let m = subgroupMax(own);
     return Best(m, subgroupMin(select(0xffffffffu, i, own == m)));
-//#else
-    return tree_argmax(lid, v, i);
-//#endif
 //#else
     return tree_argmax(lid, v, i);
 //#endif

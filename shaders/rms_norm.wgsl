@@ -5,7 +5,7 @@
 // ADD_PAIRS (one row per token; the launcher sets OUT too): first the previous MoE layer's
 // combine, in place, x[t] += sum_j y[t * top_k + j], as moe_combine adds it (so results are
 // bit-identical to moe_combine then this norm, one dispatch fewer).
-// ONE_SUBGROUP (only with SUBGROUPS; for CPU adapters, whose subgroups have at least 8 lanes):
+// ONE_SUBGROUP (always with SUBGROUPS; for CPU adapters, whose subgroups have at least 8 lanes):
 // a row per 8-lane workgroup, summed with subgroupAdd, no workgroup memory. On lavapipe a kernel
 // that uses workgroup memory pays ~0.3-0.5 ms per dispatch whatever its size (this one 0.09 ms).
 // WIDE_ROW (GPUs, rows of at least 1024 values: whole hidden states): 256 lanes per row instead
@@ -43,12 +43,8 @@ struct Params {
 //#if WIDE_ROW
 const LANES: u32 = 256u;
 //#else
-//#if SUBGROUPS
 //#if ONE_SUBGROUP
 const LANES: u32 = 8u;
-//#else
-const LANES: u32 = 64u;
-//#endif
 //#else
 const LANES: u32 = 64u;
 //#endif
@@ -71,12 +67,8 @@ fn shared_sum(lid: u32, s: f32) -> f32 {
 
 // The sum of `s` over the workgroup.
 fn row_sum(lid: u32, s: f32) -> f32 {
-//#if SUBGROUPS
 //#if ONE_SUBGROUP
     return subgroupAdd(s);
-//#else
-    return shared_sum(lid, s);
-//#endif
 //#else
     return shared_sum(lid, s);
 //#endif

@@ -221,6 +221,10 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         if mask & (1 << flags.len()) != 0 {
             set.push("SUBGROUPS");
         }
+        // ONE_SUBGROUP is the CPU layout with subgroups (ops::one_subgroup_layout).
+        if set.contains(&"ONE_SUBGROUP") && !set.contains(&"SUBGROUPS") {
+            continue;
+        }
         // TEAM32 sizes the GPU layout's teams (DecodeLayout::defines).
         if set.contains(&"TEAM32") && set.contains(&"LANE_ROWS") {
             continue;

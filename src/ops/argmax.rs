@@ -1,6 +1,6 @@
 //! Greedy token choice on the GPU, so greedy decoding reads back 4 bytes, not the logits.
 
-use super::{params, reduce_layout};
+use super::{one_subgroup_layout, params};
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
 
@@ -16,7 +16,7 @@ impl Argmax {
         let traffic = Traffic { fixed: 4 * vocab as u64, per_token: 0, per_position: 0 };
         // Rows of a multiple of 4 logits start on 16 bytes: read as vec4s.
         let defines: Vec<&str> =
-            vocab.is_multiple_of(4).then_some("VEC4").into_iter().chain(reduce_layout(gpu)).collect();
+            vocab.is_multiple_of(4).then_some("VEC4").into_iter().chain(one_subgroup_layout(gpu)).collect();
         let kernel = Kernel::new(gpu, "argmax", &defines, step, &p, &[logits.into(), out.into()]);
         Argmax { kernel: kernel.with_traffic(traffic) }
     }

@@ -37,11 +37,12 @@ pub(crate) fn groups64(items: usize) -> u32 {
     items.div_ceil(64) as u32
 }
 
-/// The layout define of the kernels built on shaders/reduce.wgsl (`argmax`, `router_topk`,
-/// `token_logprob`): `ONE_SUBGROUP` (8-lane workgroups reduced by subgroup operations, no
-/// workgroup memory) where the decode kernels take the CPU layout and a subgroup holds a whole
-/// 8-lane workgroup, as lavapipe charges a kernel with workgroup memory and barriers several
-/// times its work per dispatch; else none (64 lanes reduced as a tree in workgroup memory).
-pub(crate) fn reduce_layout(gpu: &crate::gpu::Gpu) -> Option<&'static str> {
+/// `ONE_SUBGROUP`, the layout of the one-row reducing kernels (`rms_norm` and those built on
+/// shaders/reduce.wgsl: `argmax`, `router_topk`, `token_logprob`) that takes 8-lane workgroups
+/// reduced by subgroup operations, no workgroup memory, where the decode kernels take the CPU
+/// layout and a subgroup holds a whole 8-lane workgroup, as lavapipe charges a kernel with
+/// workgroup memory and barriers several times its work per dispatch; else none (64 lanes or
+/// more, reduced as a tree in workgroup memory).
+pub(crate) fn one_subgroup_layout(gpu: &crate::gpu::Gpu) -> Option<&'static str> {
     matmul::DecodeLayout::for_gpu(gpu).one_subgroup_workgroups(gpu).then_some("ONE_SUBGROUP")
 }

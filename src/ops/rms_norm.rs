@@ -1,6 +1,6 @@
 //! RMSNorm over rows (whole hidden states, single heads, or whole projections).
 
-use super::matmul::DecodeLayout;
+use super::one_subgroup_layout;
 use super::params;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
@@ -89,7 +89,7 @@ const WIDE_ROW_MIN: usize = 1024;
 /// several times its work per dispatch; `WIDE_ROW` (256 lanes) for long rows on GPUs, where a
 /// row's 64 lanes would each wait on a chain of `n / 64` loads; else 64.
 fn row_lanes(gpu: &Gpu, n: usize) -> &'static [&'static str] {
-    if DecodeLayout::for_gpu(gpu).one_subgroup_workgroups(gpu) {
+    if one_subgroup_layout(gpu).is_some() {
         &["ONE_SUBGROUP"]
     } else if !gpu.caps.cpu_layouts && n >= WIDE_ROW_MIN {
         &["WIDE_ROW"]

@@ -1,7 +1,7 @@
 //! Router softmax + top-k (+ renormalisation) over router logits.
 
 use super::prerouter_heads::PrerouterHistory;
-use super::{params, reduce_layout};
+use super::{one_subgroup_layout, params};
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
@@ -113,7 +113,7 @@ impl RouterTopK {
         words.extend(bias.iter().map(|b| b.to_bits()));
         let p = params(&words);
         let mut storage: Vec<Slice<'_>> = vec![io.logits.into(), io.ids.into(), io.weights.into()];
-        let mut defines: Vec<&str> = reduce_layout(gpu).into_iter().collect();
+        let mut defines: Vec<&str> = one_subgroup_layout(gpu).into_iter().collect();
         if shape.groups.0 > 1 {
             defines.push("GROUPS");
         }

@@ -1,6 +1,6 @@
 //! Log-probability of each given next token (teacher-forced scoring) without reading back logits.
 
-use super::{params, reduce_layout};
+use super::{one_subgroup_layout, params};
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
 
@@ -24,7 +24,7 @@ impl TokenLogprob {
             kernel: Kernel::new(
                 gpu,
                 "token_logprob",
-                reduce_layout(gpu).as_slice(),
+                one_subgroup_layout(gpu).as_slice(),
                 step,
                 &p,
                 &[logits.into(), targets.into(), out.into()],
