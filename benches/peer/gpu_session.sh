@@ -12,7 +12,7 @@
 #                                         side_by_side.py (llama-bench + test-backend-ops)
 #
 # `run` writes everything under $OUT (default target/gpu-session): devices.txt, kernels.json,
-# profile.json, side_by_side.json and .txt, log.txt (and the *-teams8.json of 8-lane decode teams). About 6-8 minutes on an H200. PROMPT,
+# profile.json, side_by_side.json and .txt, log.txt (and the *-teams8.json of 8-lane decode teams, model-*-chained.json: decode with and without chained steps). About 6-8 minutes on an H200. PROMPT,
 # DECODE and RUNS (default 512, 128, 3) set the token counts; small ones make a quick dry run
 # on lavapipe (PROMPT=32 DECODE=8 RUNS=1: about 4 minutes on the 2-core VM).
 set -euo pipefail
@@ -66,6 +66,11 @@ run() {
     --decode-tokens "$DECODE" --json > "$OUT/profile-teams8.json"
   "$moe" bench profile --model "$models/bench-mixtral-int4" --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" \
     --json > "$OUT/profile.json"
+  # Chained greedy decode (on by default on a GPU) against one step at a time, runs in turn.
+  for m in models/moestream-tiny-moe "$models/bench-mixtral-int4"; do
+    "$moe" bench model --model "$m" --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --runs "$RUNS" \
+      --compare-chained --json > "$OUT/model-$(basename "$m")-chained.json"
+  done
   python3 benches/peer/side_by_side.py --peer "$root/peer" --models "$models" --prompt "$PROMPT" \
     --decode "$DECODE" --runs "$RUNS" --moestream "$moe" --json "$OUT/side_by_side.json" | tee "$OUT/side_by_side.txt"
 }

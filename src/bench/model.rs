@@ -23,6 +23,24 @@ pub struct ModelBenchOptions {
     pub runs: usize,
     /// Seed of the prompt's ids.
     pub seed: u64,
+    /// Also time decode with chained steps and one step at a time ([`ChainedComparison`]).
+    pub compare_chained: bool,
+}
+
+/// Decode with chained steps ([`crate::model::decoder::GpuModel::submit_chained`]) against one
+/// step at a time, `runs` of each, one after the other in turn.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChainedComparison {
+    /// Median decode tokens per second with chained steps.
+    pub chained_tokens_per_s: f64,
+    /// Median decode tokens per second one step at a time.
+    pub stepwise_tokens_per_s: f64,
+    /// `chained_tokens_per_s / stepwise_tokens_per_s`.
+    pub ratio: f64,
+    /// Every chained run.
+    pub chained_runs: Vec<f64>,
+    /// Every one-step-at-a-time run.
+    pub stepwise_runs: Vec<f64>,
 }
 
 /// Speed and memory of one model.
@@ -52,6 +70,10 @@ pub struct ModelReport {
     pub peak_rss_bytes: u64,
     /// GPU buffer bytes allocated.
     pub gpu_bytes: u64,
+    /// Whether the timed runs' greedy decode chained its steps (the engine's default here).
+    pub chained_decode: bool,
+    /// With `compare_chained`, where steps can chain: both ways, in turn.
+    pub chained: Option<ChainedComparison>,
     /// Expert-cache figures over the timed runs.
     #[serde(flatten)]
     pub experts: ExpertStats,
@@ -80,6 +102,16 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         last = Some(g.stats);
     }
     let last = last.expect("runs > 0");
+    let session = engine.new_session()?;
+    let chained_decode = engine.chains_decode(&session);
+    let default = engine.chained_decode();
+    engine.set_chained_decode(true);
+    let chained = match o.compare_chained && engine.chains_decode(&session) {
+        true => Some(compare_chained(&engine, &prompt, &options, o.runs)),
+        false => None,
+    };
+    engine.set_chained_decode(default);
+    let chained = chained.transpose()?;
     Ok(ModelReport {
         adapter: engine.gpu().adapter.name.clone(),
         model: engine.model_dir().display().to_string(),
@@ -93,6 +125,32 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         decode_runs: decode,
         peak_rss_bytes: last.peak_rss_bytes,
         gpu_bytes: last.gpu_bytes,
+        chained_decode,
+        chained,
         experts: engine.expert_stats().since(&before),
+    })
+}
+
+/// Decode speed with chained steps and one step at a time, `runs` of each in turn.
+fn compare_chained(
+    engine: &Engine,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    runs: usize,
+) -> Result<ChainedComparison> {
+    let (mut chained, mut stepwise) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        for (on, speeds) in [(true, &mut chained), (false, &mut stepwise)] {
+            engine.set_chained_decode(on);
+            speeds.push(engine.generate(prompt, options, |_, _| true)?.stats.decode_tokens_per_s);
+        }
+    }
+    let (c, s) = (median(&chained), median(&stepwise));
+    Ok(ChainedComparison {
+        chained_tokens_per_s: c,
+        stepwise_tokens_per_s: s,
+        ratio: c / s,
+        chained_runs: chained,
+        stepwise_runs: stepwise,
     })
 }

@@ -139,6 +139,10 @@ struct ModelBenchArgs {
     /// Seed of the prompt's ids.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Also time decode with chained steps and one step at a time, run by run in turn (their
+    /// ratio from one process, where the adapter's speed drifts between processes).
+    #[arg(long)]
+    compare_chained: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -332,6 +336,7 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
         decode_tokens: a.decode_tokens,
         runs: a.runs,
         seed: a.seed,
+        compare_chained: a.compare_chained,
     };
     let r = model::run(|| a.model.load(), &o)?;
     let dtype = format!("{:?}", a.model.dtype).to_lowercase();
@@ -347,6 +352,12 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
     println!("peak RSS {:>10.0} MiB", r.peak_rss_bytes as f64 / 1048576.0);
     println!("GPU      {:>10.0} MiB", r.gpu_bytes as f64 / 1048576.0);
     println!("experts  {}", r.experts);
+    if let Some(c) = &r.chained {
+        println!(
+            "chained  {:>10.1} tok/s vs {:.1} one step at a time: {:.3}x  (runs in turn, median of {})",
+            c.chained_tokens_per_s, c.stepwise_tokens_per_s, c.ratio, r.runs
+        );
+    }
     Ok(())
 }
 

@@ -86,27 +86,61 @@ impl Readback {
 
     /// Copies `out.len()` bytes from `src` at `offset` into `out`, waiting for the GPU.
     pub fn read(&self, gpu: &Gpu, src: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
-        let len = out.len() as u64;
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        self.record_copy(&mut encoder, src, offset, out.len() as u64)?;
+        let submission = gpu.queue.submit([encoder.finish()]);
+        self.map(out.len() as u64).finish(gpu, Some(submission), out)
+    }
+
+    /// Records into `encoder` a copy of `len` bytes of `src` at `offset` into the staging
+    /// buffer; after submitting it, [`Readback::map`] and [`PendingRead::finish`] read them.
+    pub fn record_copy(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        src: &wgpu::Buffer,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
         if len > self.capacity || !len.is_multiple_of(4) {
             return Err(Error::Gpu(format!("readback of {len} bytes exceeds staging capacity {}", self.capacity)));
         }
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(src, offset, &self.buffer, 0, len);
-        gpu.queue.submit([encoder.finish()]);
-        let slice = self.buffer.slice(0..len);
+        Ok(())
+    }
+
+    /// Asks for the staging buffer's first `len` bytes once the submitted copy into it has run,
+    /// without waiting. The buffer takes no copy until the returned read is finished.
+    pub fn map(&self, len: u64) -> PendingRead<'_> {
         let (tx, rx) = std::sync::mpsc::channel();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
+        self.buffer.slice(0..len).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        gpu.wait()?;
-        rx.recv()
+        PendingRead { readback: self, len, mapped: rx }
+    }
+}
+
+/// A staging buffer's map that has been asked for ([`Readback::map`]) and not yet read.
+pub struct PendingRead<'a> {
+    readback: &'a Readback,
+    len: u64,
+    mapped: std::sync::mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+}
+
+impl PendingRead<'_> {
+    /// Waits for `submission` (the one that copied into the staging buffer; `None`: all
+    /// submitted work), copies the bytes into `out` (`len` of them) and unmaps the buffer.
+    pub fn finish(self, gpu: &Gpu, submission: Option<wgpu::SubmissionIndex>, out: &mut [u8]) -> Result<()> {
+        gpu.wait_for(submission)?;
+        self.mapped
+            .recv()
             .map_err(|_| Error::Gpu("readback callback dropped".into()))?
             .map_err(|e| Error::Gpu(format!("readback map failed: {e}")))?;
+        let slice = self.readback.buffer.slice(0..self.len);
         {
             let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("readback view failed: {e}")))?;
             out.copy_from_slice(&view);
         }
-        self.buffer.unmap();
+        self.readback.buffer.unmap();
         Ok(())
     }
 }

@@ -349,8 +349,14 @@ impl Gpu {
     /// Blocks until all submitted work has finished; reports a lost device, or an error wgpu
     /// raised since the context was opened, as an error.
     pub fn wait(&self) -> Result<()> {
+        self.wait_for(None)
+    }
+
+    /// [`Gpu::wait`] for `submission` only (and what was submitted before it), or for all
+    /// submitted work with `None`: later submissions may still be running when it returns.
+    pub fn wait_for(&self, submission: Option<wgpu::SubmissionIndex>) -> Result<()> {
         self.device
-            .poll(wgpu::PollType::wait_indefinitely())
+            .poll(wgpu::PollType::Wait { submission_index: submission, timeout: None })
             .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
         match self.uncaptured.lock().expect("GPU error sink").clone() {
             Some(message) => Err(Error::Gpu(message)),

@@ -10,7 +10,7 @@ pub mod pass;
 pub mod profiler;
 pub mod shader;
 
-pub use buffers::{Readback, StepUniform};
+pub use buffers::{PendingRead, Readback, StepUniform};
 pub use context::{AdapterReport, Caps, Gpu, GpuOptions};
 pub use kernel::Kernel;
 pub use memory::GpuMemory;

@@ -53,9 +53,9 @@ impl Pass {
     }
 
     /// Ends the pass and submits the recording to `queue`.
-    pub fn submit(mut self, queue: &wgpu::Queue) {
+    pub fn submit(mut self, queue: &wgpu::Queue) -> wgpu::SubmissionIndex {
         self.end();
-        queue.submit([self.encoder.finish()]);
+        queue.submit([self.encoder.finish()])
     }
 
     fn open(&mut self, timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>) {

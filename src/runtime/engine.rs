@@ -2,6 +2,7 @@
 //! (`generation`); its options are in [`super::options`].
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::memory_plan::{self, kv_memory_left, plan_kv, KvPlan};
@@ -40,6 +41,10 @@ pub struct Engine {
     /// The sequence behind [`Engine::generate`], [`Engine::score`] and
     /// [`Engine::next_logprobs`] (made on first use, restarted by each call).
     default_session: Mutex<Option<Session>>,
+    /// Whether greedy decode chains its steps where the model allows
+    /// ([`GpuModel::submit_chained`]): by default on hardware adapters, not on software ones;
+    /// `MOESTREAM_CHAINED_DECODE=on|off` decides instead.
+    chained_decode: AtomicBool,
 }
 
 /// The directory to load: a converted model as is; a GGUF file converted once into the cache
@@ -293,6 +298,13 @@ impl Engine {
         if tokenizer.is_none() && dir.join("tokenizer.json").exists() {
             tokenizer = Some(Tokenizer::from_dir(dir)?);
         }
+        // On a software adapter the host thread and the "GPU" share the cores, and running a
+        // step ahead measured slower there (benches/README, "Chained greedy decode").
+        let chained_decode = match std::env::var("MOESTREAM_CHAINED_DECODE").as_deref() {
+            Ok("on") => true,
+            Ok("off") => false,
+            _ => !model.gpu().adapter.software,
+        };
         Ok(Engine {
             model,
             tokenizer,
@@ -301,6 +313,7 @@ impl Engine {
             routing: options.routing,
             kv,
             default_session: Mutex::new(None),
+            chained_decode: AtomicBool::new(chained_decode),
         })
     }
 
@@ -314,9 +327,32 @@ impl Engine {
         &self.dir
     }
 
+    /// The decoder, for running steps directly (a session's cache: [`GpuModel::new_cache`]).
+    pub fn model(&self) -> &GpuModel {
+        &self.model
+    }
+
     /// The GPU context.
     pub fn gpu(&self) -> &Arc<Gpu> {
         self.model.gpu()
+    }
+
+    /// Whether greedy decode on `session` chains its steps (on, and possible for this model:
+    /// [`GpuModel::can_chain`]).
+    pub fn chains_decode(&self, session: &Session) -> bool {
+        self.chained_decode() && self.model.can_chain(&session.cache)
+    }
+
+    /// Whether chained greedy decode is on ([`Engine::set_chained_decode`]).
+    pub fn chained_decode(&self) -> bool {
+        self.chained_decode.load(Ordering::Relaxed)
+    }
+
+    /// Turns chained greedy decode on (the default on hardware adapters) or off: with it, each one-token step is
+    /// submitted before the previous one's token is read, where the model allows; the tokens
+    /// are the same either way.
+    pub fn set_chained_decode(&self, on: bool) {
+        self.chained_decode.store(on, Ordering::Relaxed);
     }
 
     /// Installs (or removes) a per-MoE-layer observer of `hn` and routed ids; see

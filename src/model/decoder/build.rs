@@ -513,6 +513,7 @@ impl GpuModel {
             TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
         let readback = Readback::new(&gpu, f(spec.vocab.max(b)));
         let routing_readback = Readback::new(&gpu, f(b * top_k));
+        let chain = super::chained::ChainStaging::new(&gpu);
         let attention_merge =
             AttentionMerge::new(&gpu, &step.buffer, (&acts.attn_partial, &acts.attn), None, heads, split_len);
         let Builder { mut buffers, matrices, lora, .. } = bld;
@@ -534,6 +535,7 @@ impl GpuModel {
             token_logprob,
             readback,
             routing_readback,
+            chain,
             split_len,
             attention_merge,
             allocated: 0,

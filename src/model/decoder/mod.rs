@@ -3,6 +3,7 @@
 
 mod build;
 mod cache;
+mod chained;
 mod footprint;
 mod linear;
 mod mla;
@@ -13,6 +14,7 @@ mod step;
 use build::{f32_buf, router_shape, Builder};
 
 pub use cache::{GroupedCache, LayerCache, LinearCache, MlaCache, SequenceCache};
+pub use chained::ChainedStep;
 pub use prerouter::RoutingMode;
 
 use std::sync::{Arc, Mutex};
@@ -254,6 +256,8 @@ pub struct GpuModel {
     token_logprob: TokenLogprob,
     readback: Readback,
     routing_readback: Readback,
+    /// Staging for chained greedy steps ([`GpuModel::submit_chained`]).
+    chain: chained::ChainStaging,
     /// Keys per split of decode attention.
     split_len: usize,
     attention_merge: AttentionMerge,

@@ -24,18 +24,10 @@ impl GpuModel {
         output: StepOutput<'_>,
     ) -> Result<StepResult> {
         let n = tokens.len();
-        if !self.owns(cache) {
-            return Err(Error::InvalidArgument("the sequence cache belongs to another model".into()));
-        }
         if n == 0 || n > self.options.max_batch {
             return Err(Error::InvalidArgument(format!("step of {n} tokens (1..={} allowed)", self.options.max_batch)));
         }
-        if pos + n > self.options.context {
-            return Err(Error::ContextOverflow { requested: pos + n, context: self.options.context });
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.spec.vocab) {
-            return Err(Error::TokenOutOfRange { id: bad, vocab: self.spec.vocab });
-        }
+        self.check_step(cache, tokens, pos)?;
         let gpu = &*self.gpu;
         if let StepOutput::LogProbs(targets) = output {
             if targets.len() != n {
@@ -46,9 +38,55 @@ impl GpuModel {
             }
             gpu.queue.write_buffer(&self.acts.targets, 0, bytemuck::cast_slice(targets));
         }
+        gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
+        let rec = self.record_step(Pass::new(&gpu.device), cache, n, pos, phase, output)?;
+        rec.submit(&gpu.queue);
+        let result = self.collect(n, pos, output)?;
+        cache.end_step(pos + n);
+        if let Some(profiler) = gpu.profiler() {
+            profiler.end_step(gpu, n, pos + n)?;
+        }
+        if self.prerouter.as_ref().map(|p| p.finish_step(gpu, &self.predicted)).transpose()? == Some(true) {
+            if let Some(mut r) = self.residency() {
+                r.prefetch_next_token(gpu);
+            }
+        }
+        Ok(result)
+    }
+
+    /// Refuses a step of `tokens` (or of as many tokens from the GPU) at `pos` on `cache` that
+    /// the model cannot run: another model's cache, past the context, out of the vocabulary.
+    pub(super) fn check_step(&self, cache: &SequenceCache, tokens: &[u32], pos: usize) -> Result<()> {
+        if !self.owns(cache) {
+            return Err(Error::InvalidArgument("the sequence cache belongs to another model".into()));
+        }
+        if pos + tokens.len() > self.options.context {
+            return Err(Error::ContextOverflow { requested: pos + tokens.len(), context: self.options.context });
+        }
+        match tokens.iter().find(|&&t| t as usize >= self.spec.vocab) {
+            Some(&bad) => Err(Error::TokenOutOfRange { id: bad, vocab: self.spec.vocab }),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a checked step of `n` tokens (in `acts.tokens`, or put there by what `rec`
+    /// already holds) after `rec`, submitting where the expert residency needs the routing, and
+    /// returns the recording of the step's end, not yet submitted.
+    pub(super) fn record_step(
+        &self,
+        mut rec: Pass,
+        cache: &SequenceCache,
+        n: usize,
+        pos: usize,
+        phase: Phase,
+        output: StepOutput<'_>,
+    ) -> Result<Pass> {
+        let gpu = &*self.gpu;
         cache.begin_step(gpu, pos)?;
         self.step.set(gpu, n, pos);
-        gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
+        // What acts.argmax will hold once this step has run.
+        *self.chain.argmax_of.lock().expect("chain lock") =
+            matches!(output, StepOutput::Argmax).then_some((cache.id(), pos + n));
         let mut residency = self.experts.as_ref().map(|m| m.lock().expect("expert residency lock"));
         if let Some(r) = residency.as_deref_mut() {
             r.begin_step(phase, n);
@@ -69,7 +107,6 @@ impl GpuModel {
                 p.set_section(name)
             }
         };
-        let mut rec = Pass::new(&gpu.device);
         section("embed");
         self.embed.record(gpu, &mut rec, n);
         for (i, l) in self.layers.iter().enumerate() {
@@ -161,18 +198,7 @@ impl GpuModel {
                 }
             }
         }
-        rec.submit(&gpu.queue);
-        let result = self.collect(n, pos, output)?;
-        cache.end_step(pos + n);
-        if let Some(profiler) = gpu.profiler() {
-            profiler.end_step(gpu, n, pos + n)?;
-        }
-        if prerouter.map(|p| p.finish_step(gpu, &self.predicted)).transpose()? == Some(true) {
-            if let Some(r) = residency.as_deref_mut() {
-                r.prefetch_next_token(gpu);
-            }
-        }
-        Ok(result)
+        Ok(rec)
     }
 
     /// The routed expert ids of every token of the step (after a submission that computed them).

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertStats;
-use crate::model::decoder::{RoutingMode, StepOutput, StepResult};
+use crate::model::decoder::{ChainedStep, RoutingMode, StepOutput, StepResult};
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
 use crate::runtime::stats::{peak_rss_bytes, Stats};
@@ -149,6 +149,10 @@ impl Engine {
         let prefilled = session.len() - reused;
         let decode_start = Instant::now();
         let eos = &self.spec().eos_token_ids;
+        let chained = greedy && self.chains_decode(session);
+        // With chained steps: the step of the last token pushed, submitted before that token
+        // was read (dropped unread when generation ends first).
+        let mut ahead: Option<ChainedStep<'_>> = None;
         while let Some(t) = next.take() {
             if !options.ignore_eos && eos.contains(&t) {
                 break;
@@ -164,9 +168,26 @@ impl Engine {
             if !on_token(t, &piece) || tokens.len() >= options.max_tokens || pos + 1 > self.context() {
                 break;
             }
-            next = Some(pick(self.model.step(&session.cache, &[t], pos, Phase::Decode, want)?));
+            next = Some(match chained {
+                false => pick(self.model.step(&session.cache, &[t], pos, Phase::Decode, want)?),
+                true => {
+                    let current = match ahead.take() {
+                        Some(step) => step,
+                        None => self.model.submit_chained(&session.cache, Some(t), pos)?,
+                    };
+                    debug_assert_eq!(current.position(), pos);
+                    // The step after it takes its token on the GPU, unless that token will be
+                    // the last one wanted (then no step runs on it).
+                    if tokens.len() + 1 < options.max_tokens && pos + 2 <= self.context() {
+                        ahead = Some(self.model.submit_chained(&session.cache, None, pos + 1)?);
+                    }
+                    current.finish()?
+                }
+            });
             session.cached = pos + 1;
         }
+        // A step run on a token that ended the reply is waited for, and counted.
+        drop(ahead);
         let decode_s = decode_start.elapsed().as_secs_f64();
         let decode_steps = tokens.len().saturating_sub(1);
         let experts = self.end_request(before);
