@@ -133,10 +133,12 @@ impl GpuModel {
                             // and table writes land before the next submission's commands).
                             let published = prerouter.is_some_and(|p| !observing && p.routing_is_published(i, n));
                             let known = published.then(|| self.predicted.ids_of(i)).flatten();
-                            rec.submit(&gpu.queue);
                             let routed = match known {
-                                Some(ids) => ids,
-                                None => self.read_routing(n)?,
+                                Some(ids) => {
+                                    rec.submit(&gpu.queue);
+                                    ids
+                                }
+                                None => self.submit_and_read_routing(rec, n)?,
                             };
                             if let Some(o) = observer.as_mut() {
                                 let mut hn = vec![0f32; n * self.spec.hidden];
@@ -201,11 +203,15 @@ impl GpuModel {
         Ok(rec)
     }
 
-    /// The routed expert ids of every token of the step (after a submission that computed them).
-    fn read_routing(&self, n: usize) -> Result<Vec<u32>> {
+    /// Submits `rec`, which computes the routing, with the copy of its routed expert ids (every
+    /// token of the step) appended, and waits for them: one submission per MoE layer, not two.
+    fn submit_and_read_routing(&self, mut rec: Pass, n: usize) -> Result<Vec<u32>> {
         let k = self.spec.moe.as_ref().map_or(0, |m| m.top_k);
         let mut ids = vec![0u32; n * k];
-        self.routing_readback.read(&self.gpu, &self.acts.ids, 0, bytemuck::cast_slice_mut(&mut ids))?;
+        let bytes = (ids.len() * 4) as u64;
+        self.routing_readback.record_copy(rec.encoder(), &self.acts.ids, 0, bytes)?;
+        let submission = rec.submit(&self.gpu.queue);
+        self.routing_readback.map(bytes).finish(&self.gpu, Some(submission), bytemuck::cast_slice_mut(&mut ids))?;
         Ok(ids)
     }
 
