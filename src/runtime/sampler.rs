@@ -52,38 +52,65 @@ impl Sampler {
         if self.params.is_greedy() {
             return argmax(logits);
         }
-        let t = self.params.temperature;
-        let mut cands: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l / t)).collect();
-        cands.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        if self.params.top_k > 0 {
-            cands.truncate(self.params.top_k);
-        }
-        let max = cands[0].1;
-        let mut probs: Vec<f64> = cands.iter().map(|c| ((c.1 - max) as f64).exp()).collect();
-        let total: f64 = probs.iter().sum();
-        probs.iter_mut().for_each(|p| *p /= total);
-        if self.params.top_p < 1.0 {
-            let mut acc = 0.0;
-            let keep = probs
-                .iter()
-                .position(|p| {
-                    acc += p;
-                    acc >= self.params.top_p as f64
-                })
-                .map_or(probs.len(), |i| i + 1);
-            probs.truncate(keep);
-            let total: f64 = probs.iter().sum();
-            probs.iter_mut().for_each(|p| *p /= total);
-        }
-        let mut r = self.next_f64();
-        for (i, p) in probs.iter().enumerate() {
-            if r < *p {
-                return cands[i].0;
+        let candidates = self.params.candidates(logits);
+        let total: f64 = candidates.iter().map(|c| c.1).sum();
+        let mut r = self.next_f64() * total;
+        for &(id, weight) in &candidates {
+            if r < weight {
+                return id;
             }
-            r -= p;
+            r -= weight;
         }
-        cands[probs.len() - 1].0
+        candidates.last().expect("a vocabulary has tokens").0
     }
+}
+
+impl SamplingParams {
+    /// The tokens sampling draws from and their unnormalised weights `exp((l - max) / t)`:
+    /// the `top_k` most likely (all with 0), then the smallest most-likely-first prefix of those
+    /// holding `top_p` of their probability; ties rank the lower id first. Only what top-k and
+    /// top-p need is put in order (a selection, then a sort of a prefix that grows until it holds
+    /// the nucleus), so a 150K-token vocabulary is not sorted for every token.
+    pub fn candidates(&self, logits: &[f32]) -> Vec<(u32, f64)> {
+        let t = self.temperature;
+        let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l)) / t;
+        let mut cands: Vec<(u32, f64)> =
+            logits.iter().enumerate().map(|(i, &l)| (i as u32, ((l / t - max) as f64).exp())).collect();
+        if self.top_k > 0 && self.top_k < cands.len() {
+            best_first(&mut cands, self.top_k);
+            cands.truncate(self.top_k);
+        }
+        if self.top_p < 1.0 {
+            let total: f64 = cands.iter().map(|c| c.1).sum();
+            let wanted = self.top_p as f64 * total;
+            let mut m = cands.len().min(64);
+            loop {
+                best_first(&mut cands, m);
+                let mut acc = 0.0;
+                if let Some(last) = cands[..m].iter().position(|c| {
+                    acc += c.1;
+                    acc >= wanted
+                }) {
+                    cands.truncate(last + 1);
+                    break;
+                }
+                if m == cands.len() {
+                    break;
+                }
+                m = (m * 4).min(cands.len());
+            }
+        }
+        cands
+    }
+}
+
+/// Puts the `m` most likely of `cands` first, most likely first (ties: lower id first).
+fn best_first(cands: &mut [(u32, f64)], m: usize) {
+    let order = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if m < cands.len() {
+        cands.select_nth_unstable_by(m - 1, order);
+    }
+    cands[..m].sort_by(order);
 }
 
 /// Index of the largest value (the first among equals).
@@ -123,6 +150,80 @@ mod tests {
         };
         assert_eq!(a, b);
         assert!(a.contains(&3), "sampling explores beyond the argmax");
+    }
+
+    /// The candidates as the whole vocabulary sorted most likely first, then cut.
+    fn candidates_by_full_sort(p: &SamplingParams, logits: &[f32]) -> Vec<(u32, f64)> {
+        let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l)) / p.temperature;
+        let mut all: Vec<(u32, f64)> =
+            logits.iter().enumerate().map(|(i, &l)| (i as u32, ((l / p.temperature - max) as f64).exp())).collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if p.top_k > 0 {
+            all.truncate(p.top_k);
+        }
+        if p.top_p < 1.0 {
+            let total: f64 = all.iter().map(|c| c.1).sum();
+            let mut acc = 0.0;
+            let keep = all.iter().position(|c| {
+                acc += c.1;
+                acc >= p.top_p as f64 * total
+            });
+            all.truncate(keep.map_or(all.len(), |i| i + 1));
+        }
+        all
+    }
+
+    #[test]
+    fn candidates_are_those_of_a_full_sort() {
+        // Flat and peaked logits over a few vocabulary sizes, with ties (values on a coarse
+        // grid), so the nucleus is sometimes a handful of tokens and sometimes most of them.
+        let mut x = 99u64;
+        let mut unit = || {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 40) as f32 / 16777216.0
+        };
+        let mut checked = 0;
+        for vocab in [1, 7, 64, 65, 300, 5000] {
+            for peak in [1, 16] {
+                let logits: Vec<f32> = (0..vocab).map(|_| ((unit().powi(peak) * 40.0).round() - 20.0) / 2.0).collect();
+                for top_k in [0, 1, 2, 40, 64, 5000, 9999] {
+                    for top_p in [1.0, 0.999, 0.9, 0.5, 0.01] {
+                        for temperature in [0.3, 1.0, 1.7] {
+                            let p = SamplingParams { temperature, top_k, top_p, seed: 0 };
+                            // The same tokens and weights (in whatever order the draw walks them).
+                            let mut got = p.candidates(&logits);
+                            got.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                            let want = candidates_by_full_sort(&p, &logits);
+                            assert_eq!(
+                                got, want,
+                                "vocab {vocab} peak {peak} top_k {top_k} top_p {top_p} t {temperature}"
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 6 * 2 * 7 * 5 * 3);
+    }
+
+    #[test]
+    fn draws_follow_the_candidates_weights() {
+        let logits = [2.0, 1.0, 0.5, 0.0, -1.0, 3.0];
+        let p = SamplingParams { temperature: 1.0, top_k: 4, top_p: 1.0, seed: 11 };
+        let cands = p.candidates(&logits);
+        let total: f64 = cands.iter().map(|c| c.1).sum();
+        let mut s = Sampler::new(p);
+        let mut counts = [0usize; 6];
+        let draws = 20000;
+        for _ in 0..draws {
+            counts[s.sample(&logits) as usize] += 1;
+        }
+        assert_eq!((counts[3], counts[4]), (0, 0), "outside the top 4");
+        for (id, w) in cands {
+            let (got, want) = (counts[id as usize] as f64 / draws as f64, w / total);
+            assert!((got - want).abs() < 0.015, "token {id}: drawn {got:.4}, probability {want:.4}");
+        }
     }
 
     #[test]
