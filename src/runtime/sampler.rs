@@ -53,42 +53,58 @@ impl Sampler {
             return argmax(logits);
         }
         let candidates = self.params.candidates(logits);
-        let total: f64 = candidates.iter().map(|c| c.1).sum();
+        let total: f64 = candidates.iter().map(|c| c.weight).sum();
         let mut r = self.next_f64() * total;
-        for &(id, weight) in &candidates {
-            if r < weight {
-                return id;
+        for c in &candidates {
+            if r < c.weight {
+                return c.id;
             }
-            r -= weight;
+            r -= c.weight;
         }
-        candidates.last().expect("a vocabulary has tokens").0
+        candidates.last().expect("a vocabulary has tokens").id
     }
 }
 
+/// A token sampling may draw.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    /// Token id.
+    pub id: u32,
+    /// Its logit over the temperature.
+    pub scaled: f32,
+    /// Its unnormalised probability, `exp(scaled - max)`.
+    pub weight: f64,
+}
+
 impl SamplingParams {
-    /// The tokens sampling draws from and their unnormalised weights `exp((l - max) / t)`:
-    /// the `top_k` most likely (all with 0), then the smallest most-likely-first prefix of those
-    /// holding `top_p` of their probability; ties rank the lower id first. Only what top-k and
-    /// top-p need is put in order (a selection, then a sort of a prefix that grows until it holds
-    /// the nucleus), so a 150K-token vocabulary is not sorted for every token.
-    pub fn candidates(&self, logits: &[f32]) -> Vec<(u32, f64)> {
+    /// The tokens sampling draws from: the `top_k` with the highest logits (all with 0; ties rank
+    /// the lower id first), then the smallest highest-first prefix of those holding `top_p` of
+    /// their probability. Only what top-k and top-p need is put in order (a selection, then a
+    /// sort of a prefix that grows until it holds the nucleus) and only the candidates' weights
+    /// are computed, so a 150K-token vocabulary is neither sorted nor, with top-k, exponentiated
+    /// whole for every token.
+    pub fn candidates(&self, logits: &[f32]) -> Vec<Candidate> {
         let t = self.temperature;
-        let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l)) / t;
-        let mut cands: Vec<(u32, f64)> =
-            logits.iter().enumerate().map(|(i, &l)| (i as u32, ((l / t - max) as f64).exp())).collect();
-        if self.top_k > 0 && self.top_k < cands.len() {
-            best_first(&mut cands, self.top_k);
-            cands.truncate(self.top_k);
-        }
+        let scaled = logits.iter().enumerate().map(|(i, &l)| (i as u32, l / t));
+        let mut cands = match self.top_k {
+            k if k > 0 && k < logits.len() => {
+                let mut all: Vec<(u32, f32)> = scaled.collect();
+                best_first(&mut all, k, |c| c.1, |c| c.0);
+                all.truncate(k);
+                let max = all[0].1;
+                weighted(all.into_iter(), max)
+            }
+            // Dividing by t > 0 keeps the order, so the largest logit gives the largest quotient.
+            _ => weighted(scaled, logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l)) / t),
+        };
         if self.top_p < 1.0 {
-            let total: f64 = cands.iter().map(|c| c.1).sum();
-            let wanted = self.top_p as f64 * total;
+            let wanted = self.top_p as f64 * cands.iter().map(|c| c.weight).sum::<f64>();
             let mut m = cands.len().min(64);
             loop {
-                best_first(&mut cands, m);
+                best_first(&mut cands, m, |c| c.scaled, |c| c.id);
                 let mut acc = 0.0;
                 if let Some(last) = cands[..m].iter().position(|c| {
-                    acc += c.1;
+                    acc += c.weight;
                     acc >= wanted
                 }) {
                     cands.truncate(last + 1);
@@ -104,13 +120,19 @@ impl SamplingParams {
     }
 }
 
-/// Puts the `m` most likely of `cands` first, most likely first (ties: lower id first).
-fn best_first(cands: &mut [(u32, f64)], m: usize) {
-    let order = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    if m < cands.len() {
-        cands.select_nth_unstable_by(m - 1, order);
+/// `ranked` (token, scaled logit) as candidates, weighed against the largest scaled logit `max`.
+fn weighted(ranked: impl Iterator<Item = (u32, f32)>, max: f32) -> Vec<Candidate> {
+    ranked.map(|(id, scaled)| Candidate { id, scaled, weight: ((scaled - max) as f64).exp() }).collect()
+}
+
+/// Puts the `m` items of `items` with the highest `key` first, highest first (ties: lower `id`
+/// first).
+fn best_first<T>(items: &mut [T], m: usize, key: impl Fn(&T) -> f32, id: impl Fn(&T) -> u32) {
+    let order = |a: &T, b: &T| key(b).total_cmp(&key(a)).then(id(a).cmp(&id(b)));
+    if m < items.len() {
+        items.select_nth_unstable_by(m - 1, order);
     }
-    cands[..m].sort_by(order);
+    items[..m].sort_by(order);
 }
 
 /// Index of the largest value (the first among equals).
@@ -152,15 +174,15 @@ mod tests {
         assert!(a.contains(&3), "sampling explores beyond the argmax");
     }
 
-    /// The candidates as the whole vocabulary sorted most likely first, then cut.
+    /// The candidates as the whole vocabulary sorted highest logit first, then cut.
     fn candidates_by_full_sort(p: &SamplingParams, logits: &[f32]) -> Vec<(u32, f64)> {
-        let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l)) / p.temperature;
-        let mut all: Vec<(u32, f64)> =
-            logits.iter().enumerate().map(|(i, &l)| (i as u32, ((l / p.temperature - max) as f64).exp())).collect();
+        let mut all: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l / p.temperature)).collect();
         all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         if p.top_k > 0 {
             all.truncate(p.top_k);
         }
+        let max = all[0].1;
+        let mut all: Vec<(u32, f64)> = all.into_iter().map(|(i, l)| (i, ((l - max) as f64).exp())).collect();
         if p.top_p < 1.0 {
             let total: f64 = all.iter().map(|c| c.1).sum();
             let mut acc = 0.0;
@@ -192,7 +214,8 @@ mod tests {
                             let p = SamplingParams { temperature, top_k, top_p, seed: 0 };
                             // The same tokens and weights (in whatever order the draw walks them).
                             let mut got = p.candidates(&logits);
-                            got.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                            got.sort_by(|a, b| b.scaled.total_cmp(&a.scaled).then(a.id.cmp(&b.id)));
+                            let got: Vec<(u32, f64)> = got.iter().map(|c| (c.id, c.weight)).collect();
                             let want = candidates_by_full_sort(&p, &logits);
                             assert_eq!(
                                 got, want,
@@ -211,7 +234,7 @@ mod tests {
     fn draws_follow_the_candidates_weights() {
         let logits = [2.0, 1.0, 0.5, 0.0, -1.0, 3.0];
         let p = SamplingParams { temperature: 1.0, top_k: 4, top_p: 1.0, seed: 11 };
-        let cands = p.candidates(&logits);
+        let cands: Vec<(u32, f64)> = p.candidates(&logits).iter().map(|c| (c.id, c.weight)).collect();
         let total: f64 = cands.iter().map(|c| c.1).sum();
         let mut s = Sampler::new(p);
         let mut counts = [0usize; 6];
