@@ -91,6 +91,10 @@ fn every_timing_times_the_same_dispatches() {
             let share: f64 = p.kernels.iter().map(|k| k.share).sum();
             assert!((share - 1.0).abs() < 1e-9, "{:?}: shares sum to {share}", r.timing);
         }
+        // The dispatches of a decode step take part of its wall-clock time, never more.
+        let busy = r.decode_busy_share;
+        assert!(busy > 0.0 && busy <= 1.0, "{:?}: GPU busy for {busy} of a decode step", r.timing);
+        assert!(r.markdown().contains("GPU busy"));
         assert_eq!(counts(&r.decode), counts(&reports[0].decode), "{:?} decode", r.timing);
         assert_eq!(counts(&r.prefill), counts(&reports[0].prefill), "{:?} prefill", r.timing);
     }

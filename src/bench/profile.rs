@@ -39,6 +39,10 @@ pub struct ProfileReport {
     /// Wall-clock decode speed of the profiled request (timing adds overhead: a little with
     /// timestamps inside passes, more with a pass or a submission per dispatch).
     pub decode_tokens_per_s: f64,
+    /// A decode step's time in its dispatches over its wall-clock time (1000 /
+    /// `decode_tokens_per_s` ms): how busy the GPU was; the rest is the host recording, submitting
+    /// and waiting for each token (and the profiling itself).
+    pub decode_busy_share: f64,
     /// One-token steps: decode (every generated token but the last, which nothing reads).
     pub decode: StepKindProfile,
     /// Multi-token steps: prefill chunks.
@@ -58,6 +62,7 @@ pub fn run(engine: &Engine, o: &ProfileOptions) -> Result<ProfileReport> {
     profiler.reset();
     let generation = engine.generate(&prompt, &options, |_, _| true)?;
     let (decode, prefill) = profiler.report();
+    let wall_ms_per_token = 1000.0 / generation.stats.decode_tokens_per_s.max(1e-9);
     Ok(ProfileReport {
         adapter: engine.gpu().adapter.name.clone(),
         model: engine.model_dir().display().to_string(),
@@ -65,6 +70,7 @@ pub fn run(engine: &Engine, o: &ProfileOptions) -> Result<ProfileReport> {
         decode_tokens: o.decode_tokens,
         timing: profiler.timing(),
         decode_tokens_per_s: generation.stats.decode_tokens_per_s,
+        decode_busy_share: decode.gpu_ms / decode.steps.max(1) as f64 / wall_ms_per_token,
         decode,
         prefill,
     })
@@ -104,6 +110,13 @@ impl ProfileReport {
             out += "\n| section | dispatches | ms | share |\n|---|---:|---:|---:|\n";
             for s in &p.sections {
                 out += &format!("| {} | {} | {:.3} | {:.1}% |\n", s.section, s.dispatches, s.ms, s.share * 100.0);
+            }
+            if std::ptr::eq(p, &self.decode) {
+                out += &format!(
+                    "\nGPU busy {:.1}% of a decode step's wall-clock {:.3} ms (the rest: recording, submitting, waiting for the token, profiling)\n",
+                    self.decode_busy_share * 100.0,
+                    1000.0 / self.decode_tokens_per_s.max(1e-9)
+                );
             }
             if p.untimed_dispatches > 0 {
                 out +=
