@@ -302,6 +302,7 @@ impl GpuModel {
         let (embed_w, final_norm_w, head_w) = layer_weights::globals(ckpt, spec)?;
         let embed_m = bld.matrix("embed", &embed_w)?;
         let embed = Embed::new(&gpu, &step.buffer, &acts.tokens, &bld.matrices[embed_m], &acts.x);
+        let embed_from_argmax = Embed::new(&gpu, &step.buffer, &acts.argmax, &bld.matrices[embed_m], &acts.x);
         drop(embed_w);
 
         let (cos, sin) = spec.rope.tables(options.context);
@@ -526,6 +527,7 @@ impl GpuModel {
             step,
             acts,
             embed,
+            embed_from_argmax,
             layers,
             final_norm,
             lm_head,

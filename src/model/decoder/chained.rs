@@ -8,6 +8,7 @@
 
 use std::sync::Mutex;
 
+use super::step::TokenSource;
 use super::{GpuModel, SequenceCache, StepOutput};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
@@ -68,18 +69,20 @@ impl GpuModel {
             return Err(Error::ContextOverflow { requested: pos + 1, context: self.options.context });
         }
         let gpu = &*self.gpu;
-        let mut rec = Pass::new(&gpu.device);
-        match token {
-            Some(t) => gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::bytes_of(&t)),
-            None => {
-                if *self.chain.argmax_of.lock().expect("chain lock") != Some((cache.id(), pos)) {
-                    return Err(Error::InvalidArgument(format!(
-                        "no greedy token of this sequence's position {pos} is on the GPU to chain from"
-                    )));
-                }
-                rec.encoder().copy_buffer_to_buffer(&self.acts.argmax, 0, &self.acts.tokens, 0, 4);
+        let source = match token {
+            Some(t) => {
+                gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::bytes_of(&t));
+                TokenSource::Host
             }
-        }
+            None if *self.chain.argmax_of.lock().expect("chain lock") == Some((cache.id(), pos)) => {
+                TokenSource::PreviousArgmax
+            }
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "no greedy token of this sequence's position {pos} is on the GPU to chain from"
+                )))
+            }
+        };
         let staging = {
             let mut in_flight = self.chain.in_flight.lock().expect("chain lock");
             let free = in_flight
@@ -90,10 +93,12 @@ impl GpuModel {
             free
         };
         let buffer = &self.chain.buffers[staging];
-        let recorded = self.record_step(rec, cache, 1, pos, Phase::Decode, StepOutput::Argmax).and_then(|mut rec| {
-            buffer.record_copy(rec.encoder(), &self.acts.argmax, 0, 4)?;
-            Ok(rec)
-        });
+        let rec = Pass::new(&gpu.device);
+        let recorded =
+            self.record_step(rec, cache, 1, pos, Phase::Decode, StepOutput::Argmax, source).and_then(|mut rec| {
+                buffer.record_copy(rec.encoder(), &self.acts.argmax, 0, 4)?;
+                Ok(rec)
+            });
         let rec = match recorded {
             Ok(rec) => rec,
             Err(e) => {

@@ -247,6 +247,8 @@ pub struct GpuModel {
     step: StepUniform,
     acts: Activations,
     embed: Embed,
+    /// The embedding of the greedy token the previous step left in `acts.argmax` (chained steps).
+    embed_from_argmax: Embed,
     layers: Vec<Layer>,
     final_norm: RmsNorm,
     lm_head: MatMul,

@@ -10,6 +10,15 @@ use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertResidency;
 use crate::gpu::Pass;
 
+/// Where a step's token ids are on the GPU.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum TokenSource {
+    /// `acts.tokens`, written by the host.
+    Host,
+    /// `acts.argmax`: the greedy token of the step before (one token).
+    PreviousArgmax,
+}
+
 impl GpuModel {
     /// Runs `tokens` (at most `max_batch`) at positions `pos..` of the sequence held by
     /// `cache` (whose positions `..pos` must hold that sequence), extending it, and returns what
@@ -39,7 +48,7 @@ impl GpuModel {
             gpu.queue.write_buffer(&self.acts.targets, 0, bytemuck::cast_slice(targets));
         }
         gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
-        let rec = self.record_step(Pass::new(&gpu.device), cache, n, pos, phase, output)?;
+        let rec = self.record_step(Pass::new(&gpu.device), cache, n, pos, phase, output, TokenSource::Host)?;
         rec.submit(&gpu.queue);
         let result = self.collect(n, pos, output)?;
         cache.end_step(pos + n);
@@ -69,9 +78,10 @@ impl GpuModel {
         }
     }
 
-    /// Records a checked step of `n` tokens (in `acts.tokens`, or put there by what `rec`
-    /// already holds) after `rec`, submitting where the expert residency needs the routing, and
-    /// returns the recording of the step's end, not yet submitted.
+    /// Records a checked step of `n` tokens (from `tokens`) after `rec`, submitting where the
+    /// expert residency needs the routing, and returns the recording of the step's end, not yet
+    /// submitted.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn record_step(
         &self,
         mut rec: Pass,
@@ -80,6 +90,7 @@ impl GpuModel {
         pos: usize,
         phase: Phase,
         output: StepOutput<'_>,
+        tokens: TokenSource,
     ) -> Result<Pass> {
         let gpu = &*self.gpu;
         cache.begin_step(gpu, pos)?;
@@ -108,7 +119,11 @@ impl GpuModel {
             }
         };
         section("embed");
-        self.embed.record(gpu, &mut rec, n);
+        match tokens {
+            TokenSource::Host => &self.embed,
+            TokenSource::PreviousArgmax => &self.embed_from_argmax,
+        }
+        .record(gpu, &mut rec, n);
         for (i, l) in self.layers.iter().enumerate() {
             section(l.attn.section());
             l.attn_norm.record(gpu, &mut rec, n);
