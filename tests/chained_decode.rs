@@ -34,7 +34,7 @@ fn chained_tokens_equal_one_step_at_a_time() {
     let mut chained_families = 0;
     for (dir, golden) in fixtures() {
         let e = engine(&dir);
-        let chains = e.chains_decode(&e.new_session().unwrap());
+        let chains = e.chains_decode();
         let p = golden.prompts.iter().find(|p| p.name == "short").unwrap();
         let chained = e.generate(&p.tokens, &greedy(p.greedy.len()), |_, _| true).unwrap().tokens;
         e.set_chained_decode(false);
@@ -97,7 +97,7 @@ fn streaming_steps_do_not_chain_and_match_resident() {
     o.prefetch = PrefetchKind::None;
     let e = Engine::load_on(gpu(), &o).unwrap();
     e.set_chained_decode(true);
-    assert!(!e.chains_decode(&e.new_session().unwrap()), "streaming needs each layer's routing");
+    assert!(!e.chains_decode(), "streaming needs each layer's routing");
     assert_eq!(e.generate(prompt, &greedy(8), |_, _| true).unwrap().tokens, resident);
 }
 

@@ -102,16 +102,10 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         last = Some(g.stats);
     }
     let last = last.expect("runs > 0");
-    let session = engine.new_session()?;
-    let chained_decode = engine.chains_decode(&session);
-    let default = engine.chained_decode();
-    engine.set_chained_decode(true);
-    let chained = match o.compare_chained && engine.chains_decode(&session) {
-        true => Some(compare_chained(&engine, &prompt, &options, o.runs)),
+    let chained = match o.compare_chained && engine.model().can_chain() {
+        true => Some(compare_chained(&engine, &prompt, &options, o.runs)?),
         false => None,
     };
-    engine.set_chained_decode(default);
-    let chained = chained.transpose()?;
     Ok(ModelReport {
         adapter: engine.gpu().adapter.name.clone(),
         model: engine.model_dir().display().to_string(),
@@ -125,26 +119,31 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         decode_runs: decode,
         peak_rss_bytes: last.peak_rss_bytes,
         gpu_bytes: last.gpu_bytes,
-        chained_decode,
+        chained_decode: engine.chains_decode(),
         chained,
         experts: engine.expert_stats().since(&before),
     })
 }
 
-/// Decode speed with chained steps and one step at a time, `runs` of each in turn.
+/// Decode speed with chained steps and one step at a time, `runs` of each in turn; the
+/// engine's setting is left as it was.
 fn compare_chained(
     engine: &Engine,
     prompt: &[u32],
     options: &GenerateOptions,
     runs: usize,
 ) -> Result<ChainedComparison> {
+    let default = engine.chained_decode();
     let (mut chained, mut stepwise) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        for (on, speeds) in [(true, &mut chained), (false, &mut stepwise)] {
+    let timed = (0..runs).try_for_each(|_| {
+        [(true, &mut chained), (false, &mut stepwise)].into_iter().try_for_each(|(on, speeds)| {
             engine.set_chained_decode(on);
             speeds.push(engine.generate(prompt, options, |_, _| true)?.stats.decode_tokens_per_s);
-        }
-    }
+            Ok::<_, crate::Error>(())
+        })
+    });
+    engine.set_chained_decode(default);
+    timed?;
     let (c, s) = (median(&chained), median(&stepwise));
     Ok(ChainedComparison {
         chained_tokens_per_s: c,

@@ -62,7 +62,6 @@ pub fn run(engine: &Engine, o: &ProfileOptions) -> Result<ProfileReport> {
     profiler.reset();
     let generation = engine.generate(&prompt, &options, |_, _| true)?;
     let (decode, prefill) = profiler.report();
-    let wall_ms_per_token = 1000.0 / generation.stats.decode_tokens_per_s.max(1e-9);
     Ok(ProfileReport {
         adapter: engine.gpu().adapter.name.clone(),
         model: engine.model_dir().display().to_string(),
@@ -70,7 +69,9 @@ pub fn run(engine: &Engine, o: &ProfileOptions) -> Result<ProfileReport> {
         decode_tokens: o.decode_tokens,
         timing: profiler.timing(),
         decode_tokens_per_s: generation.stats.decode_tokens_per_s,
-        decode_busy_share: decode.gpu_ms / decode.steps.max(1) as f64 / wall_ms_per_token,
+        decode_busy_share: decode.gpu_ms
+            / decode.steps.max(1) as f64
+            / ms_per_token(generation.stats.decode_tokens_per_s),
         decode,
         prefill,
     })
@@ -115,7 +116,7 @@ impl ProfileReport {
                 out += &format!(
                     "\nGPU busy {:.1}% of a decode step's wall-clock {:.3} ms (the rest: recording, submitting, waiting for the token, profiling)\n",
                     self.decode_busy_share * 100.0,
-                    1000.0 / self.decode_tokens_per_s.max(1e-9)
+                    ms_per_token(self.decode_tokens_per_s)
                 );
             }
             if p.untimed_dispatches > 0 {
@@ -125,4 +126,9 @@ impl ProfileReport {
         }
         out
     }
+}
+
+/// Milliseconds a token at `tokens_per_s`.
+fn ms_per_token(tokens_per_s: f64) -> f64 {
+    1000.0 / tokens_per_s.max(1e-9)
 }

@@ -2,7 +2,7 @@
 
 use wgpu::util::DeviceExt;
 
-use super::Gpu;
+use super::{Gpu, Pass};
 use crate::error::{Error, Result};
 
 const STORAGE: wgpu::BufferUsages =
@@ -86,9 +86,14 @@ impl Readback {
 
     /// Copies `out.len()` bytes from `src` at `offset` into `out`, waiting for the GPU.
     pub fn read(&self, gpu: &Gpu, src: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        self.record_copy(&mut encoder, src, offset, out.len() as u64)?;
-        let submission = gpu.queue.submit([encoder.finish()]);
+        self.read_after(gpu, Pass::new(&gpu.device), src, offset, out)
+    }
+
+    /// [`Readback::read`] with the copy appended to `rec`, which is submitted with it: the
+    /// work that computes `src` and its readback in one submission.
+    pub fn read_after(&self, gpu: &Gpu, mut rec: Pass, src: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.record_copy(rec.encoder(), src, offset, out.len() as u64)?;
+        let submission = rec.submit(&gpu.queue);
         self.map(out.len() as u64).finish(gpu, Some(submission), out)
     }
 

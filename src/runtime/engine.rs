@@ -337,10 +337,10 @@ impl Engine {
         self.model.gpu()
     }
 
-    /// Whether greedy decode on `session` chains its steps (on, and possible for this model:
+    /// Whether greedy decode chains its steps (on, and possible for this model:
     /// [`GpuModel::can_chain`]).
-    pub fn chains_decode(&self, session: &Session) -> bool {
-        self.chained_decode() && self.model.can_chain(&session.cache)
+    pub fn chains_decode(&self) -> bool {
+        self.chained_decode() && self.model.can_chain()
     }
 
     /// Whether chained greedy decode is on ([`Engine::set_chained_decode`]).

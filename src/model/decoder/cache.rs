@@ -135,7 +135,7 @@ impl SequenceCache {
         &self.layers[i]
     }
 
-    pub(super) fn has_linear_state(&self) -> bool {
+    fn has_linear_state(&self) -> bool {
         self.layers.iter().any(|l| matches!(l, LayerCache::Linear(_)))
     }
 

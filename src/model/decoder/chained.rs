@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 
 use super::step::TokenSource;
-use super::{GpuModel, SequenceCache, StepOutput};
+use super::{Attn, GpuModel, SequenceCache, StepOutput};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::gpu::{Gpu, Pass, PendingRead, Readback};
@@ -45,11 +45,10 @@ pub struct ChainedStep<'a> {
 }
 
 impl GpuModel {
-    /// Whether one-token greedy steps on `cache` can be chained (see the module docs); when
-    /// not, [`GpuModel::step`] runs them one at a time.
-    pub fn can_chain(&self, cache: &SequenceCache) -> bool {
-        self.owns(cache)
-            && !cache.has_linear_state()
+    /// Whether one-token greedy steps can be chained (see the module docs); when not,
+    /// [`GpuModel::step`] runs them one at a time.
+    pub fn can_chain(&self) -> bool {
+        !self.layers.iter().any(|l| matches!(l.attn, Attn::Linear(_)))
             && self.prerouter.is_none()
             && self.gpu.profiler().is_none()
             && self.observer.lock().expect("observer lock").is_none()
@@ -61,13 +60,10 @@ impl GpuModel {
     /// step on this sequence that ended at `pos` (submitted, perhaps not yet finished). At most
     /// two chained steps may be in flight.
     pub fn submit_chained(&self, cache: &SequenceCache, token: Option<u32>, pos: usize) -> Result<ChainedStep<'_>> {
-        if !self.can_chain(cache) {
-            return Err(Error::InvalidArgument("steps on this sequence cannot be chained".into()));
+        if !self.can_chain() {
+            return Err(Error::InvalidArgument("this model's steps cannot be chained".into()));
         }
-        self.check_step(cache, token.as_slice(), pos)?;
-        if pos + 1 > self.options.context {
-            return Err(Error::ContextOverflow { requested: pos + 1, context: self.options.context });
-        }
+        self.check_step(cache, token.as_slice(), 1, pos)?;
         let gpu = &*self.gpu;
         let source = match token {
             Some(t) => {

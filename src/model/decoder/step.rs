@@ -36,7 +36,7 @@ impl GpuModel {
         if n == 0 || n > self.options.max_batch {
             return Err(Error::InvalidArgument(format!("step of {n} tokens (1..={} allowed)", self.options.max_batch)));
         }
-        self.check_step(cache, tokens, pos)?;
+        self.check_step(cache, tokens, n, pos)?;
         let gpu = &*self.gpu;
         if let StepOutput::LogProbs(targets) = output {
             if targets.len() != n {
@@ -63,14 +63,15 @@ impl GpuModel {
         Ok(result)
     }
 
-    /// Refuses a step of `tokens` (or of as many tokens from the GPU) at `pos` on `cache` that
-    /// the model cannot run: another model's cache, past the context, out of the vocabulary.
-    pub(super) fn check_step(&self, cache: &SequenceCache, tokens: &[u32], pos: usize) -> Result<()> {
+    /// Refuses a step of `n` tokens at `pos` on `cache` that the model cannot run: another
+    /// model's cache, past the context, one of `tokens` (those the host gives) out of the
+    /// vocabulary.
+    pub(super) fn check_step(&self, cache: &SequenceCache, tokens: &[u32], n: usize, pos: usize) -> Result<()> {
         if !self.owns(cache) {
             return Err(Error::InvalidArgument("the sequence cache belongs to another model".into()));
         }
-        if pos + tokens.len() > self.options.context {
-            return Err(Error::ContextOverflow { requested: pos + tokens.len(), context: self.options.context });
+        if pos + n > self.options.context {
+            return Err(Error::ContextOverflow { requested: pos + n, context: self.options.context });
         }
         match tokens.iter().find(|&&t| t as usize >= self.spec.vocab) {
             Some(&bad) => Err(Error::TokenOutOfRange { id: bad, vocab: self.spec.vocab }),
@@ -220,13 +221,10 @@ impl GpuModel {
 
     /// Submits `rec`, which computes the routing, with the copy of its routed expert ids (every
     /// token of the step) appended, and waits for them: one submission per MoE layer, not two.
-    fn submit_and_read_routing(&self, mut rec: Pass, n: usize) -> Result<Vec<u32>> {
+    fn submit_and_read_routing(&self, rec: Pass, n: usize) -> Result<Vec<u32>> {
         let k = self.spec.moe.as_ref().map_or(0, |m| m.top_k);
         let mut ids = vec![0u32; n * k];
-        let bytes = (ids.len() * 4) as u64;
-        self.routing_readback.record_copy(rec.encoder(), &self.acts.ids, 0, bytes)?;
-        let submission = rec.submit(&self.gpu.queue);
-        self.routing_readback.map(bytes).finish(&self.gpu, Some(submission), bytemuck::cast_slice_mut(&mut ids))?;
+        self.routing_readback.read_after(&self.gpu, rec, &self.acts.ids, 0, bytemuck::cast_slice_mut(&mut ids))?;
         Ok(ids)
     }
 

@@ -149,7 +149,7 @@ impl Engine {
         let prefilled = session.len() - reused;
         let decode_start = Instant::now();
         let eos = &self.spec().eos_token_ids;
-        let chained = greedy && self.chains_decode(session);
+        let chained = greedy && self.chains_decode();
         // With chained steps: the step of the last token pushed, submitted before that token
         // was read (dropped unread when generation ends first).
         let mut ahead: Option<ChainedStep<'_>> = None;
