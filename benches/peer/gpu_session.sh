@@ -71,6 +71,12 @@ run() {
     "$moe" bench model --model "$m" --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --runs "$RUNS" \
       --compare-chained --json > "$OUT/model-$(basename "$m")-chained.json"
   done
+  # Streaming decode with optimistic steps (one submission per token) against layer by layer,
+  # at all experts but one (every step hits) and at a quarter of them.
+  for slots in 127 32; do
+    "$moe" bench model --model "$models/bench-mixtral-int4" --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" \
+      --runs "$RUNS" --expert-slots "$slots" --compare-optimistic --json > "$OUT/model-optimistic-$slots.json"
+  done
   python3 benches/peer/side_by_side.py --peer "$root/peer" --models "$models" --prompt "$PROMPT" \
     --decode "$DECODE" --runs "$RUNS" --moestream "$moe" --json "$OUT/side_by_side.json" | tee "$OUT/side_by_side.txt"
 }

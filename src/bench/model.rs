@@ -9,6 +9,7 @@ use super::timing::median;
 use super::workload::random_tokens;
 use crate::error::Result;
 use crate::experts::residency::ExpertStats;
+use crate::model::decoder::OptimisticSteps;
 use crate::runtime::{GenerateOptions, SamplingParams};
 use crate::Engine;
 
@@ -23,24 +24,27 @@ pub struct ModelBenchOptions {
     pub runs: usize,
     /// Seed of the prompt's ids.
     pub seed: u64,
-    /// Also time decode with chained steps and one step at a time ([`ChainedComparison`]).
+    /// Also time decode with chained steps against one step at a time ([`DecodeComparison`]).
     pub compare_chained: bool,
+    /// Also time streaming decode with optimistic steps always against never
+    /// ([`crate::model::decoder::OptimisticSteps`]).
+    pub compare_optimistic: bool,
 }
 
-/// Decode with chained steps ([`crate::model::decoder::GpuModel::submit_chained`]) against one
-/// step at a time, `runs` of each, one after the other in turn.
+/// Decode with a setting on against off, `runs` of each, one after the other in turn (their
+/// ratio from one process, where the adapter's speed drifts between processes).
 #[derive(Clone, Debug, Serialize)]
-pub struct ChainedComparison {
-    /// Median decode tokens per second with chained steps.
-    pub chained_tokens_per_s: f64,
-    /// Median decode tokens per second one step at a time.
-    pub stepwise_tokens_per_s: f64,
-    /// `chained_tokens_per_s / stepwise_tokens_per_s`.
+pub struct DecodeComparison {
+    /// Median decode tokens per second with the setting on.
+    pub on_tokens_per_s: f64,
+    /// Median decode tokens per second with it off.
+    pub off_tokens_per_s: f64,
+    /// `on_tokens_per_s / off_tokens_per_s`.
     pub ratio: f64,
-    /// Every chained run.
-    pub chained_runs: Vec<f64>,
-    /// Every one-step-at-a-time run.
-    pub stepwise_runs: Vec<f64>,
+    /// Every run with it on.
+    pub on_runs: Vec<f64>,
+    /// Every run with it off.
+    pub off_runs: Vec<f64>,
 }
 
 /// Speed and memory of one model.
@@ -72,8 +76,12 @@ pub struct ModelReport {
     pub gpu_bytes: u64,
     /// Whether the timed runs' greedy decode chained its steps (the engine's default here).
     pub chained_decode: bool,
-    /// With `compare_chained`, where steps can chain: both ways, in turn.
-    pub chained: Option<ChainedComparison>,
+    /// With `compare_chained`, where steps can chain: chained (on) against one step at a
+    /// time (off), in turn.
+    pub chained: Option<DecodeComparison>,
+    /// With `compare_optimistic`, where experts stream: optimistic steps always (on) against
+    /// never (off), in turn.
+    pub optimistic: Option<DecodeComparison>,
     /// Expert-cache figures over the timed runs.
     #[serde(flatten)]
     pub experts: ExpertStats,
@@ -103,7 +111,25 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
     }
     let last = last.expect("runs > 0");
     let chained = match o.compare_chained && engine.model().can_chain() {
-        true => Some(compare_chained(&engine, &prompt, &options, o.runs)?),
+        true => {
+            let default = engine.chained_decode();
+            let compared = compare(&engine, &prompt, &options, o.runs, |on| engine.set_chained_decode(on));
+            engine.set_chained_decode(default);
+            Some(compared?)
+        }
+        false => None,
+    };
+    let streams = engine.model().residency().is_some_and(|r| r.is_streaming());
+    let optimistic = match o.compare_optimistic && streams {
+        true => {
+            let m = engine.model();
+            let default = m.optimistic_steps();
+            let compared = compare(&engine, &prompt, &options, o.runs, |on| {
+                m.set_optimistic_steps(if on { OptimisticSteps::Always } else { OptimisticSteps::Never })
+            });
+            m.set_optimistic_steps(default);
+            Some(compared?)
+        }
         false => None,
     };
     Ok(ModelReport {
@@ -121,35 +147,26 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         gpu_bytes: last.gpu_bytes,
         chained_decode: engine.chains_decode(),
         chained,
+        optimistic,
         experts: engine.expert_stats().since(&before),
     })
 }
 
-/// Decode speed with chained steps and one step at a time, `runs` of each in turn; the
-/// engine's setting is left as it was.
-fn compare_chained(
+/// Decode speed with a setting on and off (`set` switches it), `runs` of each in turn.
+fn compare(
     engine: &Engine,
     prompt: &[u32],
     options: &GenerateOptions,
     runs: usize,
-) -> Result<ChainedComparison> {
-    let default = engine.chained_decode();
-    let (mut chained, mut stepwise) = (Vec::new(), Vec::new());
-    let timed = (0..runs).try_for_each(|_| {
-        [(true, &mut chained), (false, &mut stepwise)].into_iter().try_for_each(|(on, speeds)| {
-            engine.set_chained_decode(on);
+    set: impl Fn(bool),
+) -> Result<DecodeComparison> {
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        for (setting, speeds) in [(true, &mut on), (false, &mut off)] {
+            set(setting);
             speeds.push(engine.generate(prompt, options, |_, _| true)?.stats.decode_tokens_per_s);
-            Ok::<_, crate::Error>(())
-        })
-    });
-    engine.set_chained_decode(default);
-    timed?;
-    let (c, s) = (median(&chained), median(&stepwise));
-    Ok(ChainedComparison {
-        chained_tokens_per_s: c,
-        stepwise_tokens_per_s: s,
-        ratio: c / s,
-        chained_runs: chained,
-        stepwise_runs: stepwise,
-    })
+        }
+    }
+    let (a, b) = (median(&on), median(&off));
+    Ok(DecodeComparison { on_tokens_per_s: a, off_tokens_per_s: b, ratio: a / b, on_runs: on, off_runs: off })
 }

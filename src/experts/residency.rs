@@ -56,6 +56,11 @@ pub struct ExpertStats {
     pub io_read_ms: f64,
     /// CPU milliseconds the reader threads spent in reads.
     pub io_cpu_ms: f64,
+    /// Decode steps run optimistically as one submission and kept (every routed expert was
+    /// already in a slot; [`crate::model::decoder::OptimisticSteps`]).
+    pub optimistic_steps: u64,
+    /// Optimistic steps discarded (a routed expert had no slot) and run again layer by layer.
+    pub optimistic_discarded: u64,
 }
 
 impl std::fmt::Display for ExpertStats {
@@ -71,7 +76,11 @@ impl std::fmt::Display for ExpertStats {
             self.prefetch_issued,
             self.bytes_read as f64 / 1048576.0,
             self.stall_ms
-        )
+        )?;
+        if self.optimistic_steps + self.optimistic_discarded > 0 {
+            write!(f, ", {} optimistic steps ({} run again)", self.optimistic_steps, self.optimistic_discarded)?;
+        }
+        Ok(())
     }
 }
 
@@ -93,6 +102,8 @@ impl ExpertStats {
             io_busy_ms: self.io_busy_ms - before.io_busy_ms,
             io_read_ms: self.io_read_ms - before.io_read_ms,
             io_cpu_ms: self.io_cpu_ms - before.io_cpu_ms,
+            optimistic_steps: self.optimistic_steps - before.optimistic_steps,
+            optimistic_discarded: self.optimistic_discarded - before.optimistic_discarded,
         }
     }
 }
@@ -118,6 +129,8 @@ pub struct ExpertResidency {
     source: Arc<dyn ExpertSource>,
     streaming: Option<Streaming>,
     trace: Option<TraceRecorder>,
+    /// Optimistic steps kept and discarded.
+    optimistic: (u64, u64),
 }
 
 /// Routing of the current step, written as one trace event when the step ends.
@@ -148,7 +161,7 @@ impl ExpertResidency {
                 table.set(gpu, layer, e, slot as u32);
             }
         }
-        Ok(ExpertResidency { arena, table, source, streaming: None, trace: None })
+        Ok(ExpertResidency { arena, table, source, streaming: None, trace: None, optimistic: (0, 0) })
     }
 
     /// A budget of `arena.slots` slots filled on demand under `cache`'s policy, read by
@@ -164,7 +177,7 @@ impl ExpertResidency {
         let pool = IoPool::new(source.clone(), io_threads);
         let streaming =
             Streaming { cache, pool, pending: HashMap::new(), owner, stall: Duration::ZERO, upload: Duration::ZERO };
-        ExpertResidency { arena, table, source, streaming: Some(streaming), trace: None }
+        ExpertResidency { arena, table, source, streaming: Some(streaming), trace: None, optimistic: (0, 0) }
     }
 
     /// The slot layout of model layer `layer`'s experts (its formats and offsets within a
@@ -366,10 +379,19 @@ impl ExpertResidency {
         failure.map_or(Ok(()), Err)
     }
 
+    /// Counts an optimistic step, `kept` or discarded.
+    pub fn count_optimistic(&mut self, kept: bool) {
+        match kept {
+            true => self.optimistic.0 += 1,
+            false => self.optimistic.1 += 1,
+        }
+    }
+
     /// The figures so far.
     pub fn stats(&self) -> ExpertStats {
+        let (optimistic_steps, optimistic_discarded) = self.optimistic;
         match &self.streaming {
-            None => ExpertStats { hit_rate: 1.0, ..Default::default() },
+            None => ExpertStats { hit_rate: 1.0, optimistic_steps, optimistic_discarded, ..Default::default() },
             Some(s) => {
                 let c = s.cache.stats();
                 let io = s.pool.counters();
@@ -387,6 +409,8 @@ impl ExpertResidency {
                     io_busy_ms: ms(io.busy),
                     io_read_ms: ms(io.read_time),
                     io_cpu_ms: ms(io.cpu_time),
+                    optimistic_steps,
+                    optimistic_discarded,
                 }
             }
         }

@@ -106,10 +106,26 @@ impl Readback {
         offset: u64,
         len: u64,
     ) -> Result<()> {
-        if len > self.capacity || !len.is_multiple_of(4) {
-            return Err(Error::Gpu(format!("readback of {len} bytes exceeds staging capacity {}", self.capacity)));
+        self.record_copy_at(encoder, src, offset, len, 0)
+    }
+
+    /// [`Readback::record_copy`] into the staging buffer at byte `at` (several copies, each
+    /// into its own part, read back together).
+    pub fn record_copy_at(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        src: &wgpu::Buffer,
+        offset: u64,
+        len: u64,
+        at: u64,
+    ) -> Result<()> {
+        if at + len > self.capacity || !len.is_multiple_of(4) || !at.is_multiple_of(4) {
+            return Err(Error::Gpu(format!(
+                "readback of {len} bytes at {at} exceeds staging capacity {}",
+                self.capacity
+            )));
         }
-        encoder.copy_buffer_to_buffer(src, offset, &self.buffer, 0, len);
+        encoder.copy_buffer_to_buffer(src, offset, &self.buffer, at, len);
         Ok(())
     }
 

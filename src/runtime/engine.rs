@@ -217,8 +217,9 @@ impl Engine {
         let budget_context = options.context.unwrap_or(spec.max_positions.min(4096));
         let activations = memory_plan::activation_bytes(&spec, options.max_batch);
         let weights = memory_plan::resident_weight_bytes(&ckpt, dense_format, converted.is_some());
-        let resident_bytes =
-            weights + memory_plan::kv_cache_bytes(&spec, budget_context, options.kv_dtype) + activations;
+        let resident_bytes = weights
+            + memory_plan::kv_cache_bytes(&spec, budget_context, options.kv_dtype, source.is_some())
+            + activations;
         let streaming = source
             .as_ref()
             .map(|s| budget_slots(&spec, s.layout().slot_bytes, options, &gpu, resident_bytes))
@@ -233,7 +234,8 @@ impl Engine {
         };
         let fixed = weights + activations + expert_bytes;
         let kv_memory = options.kv_memory.unwrap_or_else(|| kv_memory_left(memory_plan::free_bytes(&gpu), fixed));
-        let kv = plan_kv(&spec, options.kv_dtype, options.context, kv_memory)?;
+        let state_bytes = memory_plan::sequence_state_bytes(&spec, streaming.is_some());
+        let kv = plan_kv(&spec, options.kv_dtype, options.context, kv_memory, state_bytes)?;
         log::info!(
             "KV cache: {} bytes per token ({}), context {} ({} bytes per session, {} bytes for all sessions)",
             kv.bytes_per_token,

@@ -43,9 +43,16 @@ pub fn resident_weight_bytes(ckpt: &Checkpoint, dense: WeightFormat, converted: 
         .sum()
 }
 
-/// GPU bytes of one sequence's caches for `context` positions in `dtype`.
-pub fn kv_cache_bytes(spec: &ArchSpec, context: usize, dtype: KvDtype) -> u64 {
-    spec.kv_bytes_per_token(dtype) * context as u64
+/// GPU bytes of one sequence's caches for `context` positions in `dtype`: its KV rows and
+/// its linear-attention states ([`sequence_state_bytes`]).
+pub fn kv_cache_bytes(spec: &ArchSpec, context: usize, dtype: KvDtype, streaming: bool) -> u64 {
+    spec.kv_bytes_per_token(dtype) * context as u64 + sequence_state_bytes(spec, streaming)
+}
+
+/// GPU bytes of one sequence's linear-attention states, whatever its length: kept twice where
+/// experts stream (a copy to put back after a discarded optimistic step).
+pub fn sequence_state_bytes(spec: &ArchSpec, streaming: bool) -> u64 {
+    spec.linear_state_bytes() * if streaming { 2 } else { 1 }
 }
 
 /// GPU bytes of the activation buffers for `max_batch` tokens (logits dominate), with slack for
@@ -107,15 +114,22 @@ pub fn check_context(spec: &ArchSpec, requested: Option<usize>) -> Result<()> {
 /// The context for KV caches of `budget` bytes in all: `requested` when one sequence fits
 /// (else [`Error::KvCacheTooLarge`]), by default the model's maximum or what fits, whichever
 /// is smaller.
-pub fn plan_kv(spec: &ArchSpec, dtype: KvDtype, requested: Option<usize>, budget: u64) -> Result<KvPlan> {
+/// `state_bytes`: what a sequence takes whatever its length ([`sequence_state_bytes`]).
+pub fn plan_kv(
+    spec: &ArchSpec,
+    dtype: KvDtype,
+    requested: Option<usize>,
+    budget: u64,
+    state_bytes: u64,
+) -> Result<KvPlan> {
     check_context(spec, requested)?;
     let bytes_per_token = spec.kv_bytes_per_token(dtype);
-    let fits = (budget / bytes_per_token.max(1)) as usize;
+    let fits = (budget.saturating_sub(state_bytes) / bytes_per_token.max(1)) as usize;
     let context = match requested {
         Some(n) if n > fits => {
             return Err(Error::KvCacheTooLarge {
                 what: format!("context {n} × {bytes_per_token} bytes per token in {}", dtype.name()),
-                needed: n as u64 * bytes_per_token,
+                needed: n as u64 * bytes_per_token + state_bytes,
                 available: budget,
             })
         }
@@ -123,7 +137,7 @@ pub fn plan_kv(spec: &ArchSpec, dtype: KvDtype, requested: Option<usize>, budget
         None if fits == 0 => {
             return Err(Error::KvCacheTooLarge {
                 what: format!("one position ({} KV)", dtype.name()),
-                needed: bytes_per_token,
+                needed: bytes_per_token + state_bytes,
                 available: budget,
             })
         }

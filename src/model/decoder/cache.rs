@@ -87,6 +87,9 @@ pub struct LinearCache {
     delta: GatedDeltaRule,
     window: wgpu::Buffer,
     state: wgpu::Buffer,
+    /// Copies of `window` and `state` from before an optimistic step, put back when it is
+    /// discarded (only in models whose experts stream).
+    saved: Option<(wgpu::Buffer, wgpu::Buffer)>,
 }
 
 /// Keys and values of one grouped-attention layer, split by KV heads into chunks that each fit
@@ -164,6 +167,32 @@ impl SequenceCache {
         }
         self.state_len.store(usize::MAX, Ordering::Release);
         Ok(())
+    }
+
+    /// Whether the linear-attention states (if any) can be put back after a discarded step.
+    pub(super) fn can_restore_linear_state(&self) -> bool {
+        self.layers.iter().all(|l| !matches!(l, LayerCache::Linear(LinearCache { saved: None, .. })))
+    }
+
+    /// Records copies of every linear-attention state into its saved copy.
+    pub(super) fn save_linear_state(&self, encoder: &mut wgpu::CommandEncoder) {
+        self.copy_linear_state(encoder, true);
+    }
+
+    /// Records copies of every saved linear-attention state back (after a discarded step).
+    pub(super) fn restore_linear_state(&self, encoder: &mut wgpu::CommandEncoder) {
+        self.copy_linear_state(encoder, false);
+    }
+
+    fn copy_linear_state(&self, encoder: &mut wgpu::CommandEncoder, save: bool) {
+        for l in &self.layers {
+            if let LayerCache::Linear(LinearCache { window, state, saved: Some((saved_window, saved_state)), .. }) = l {
+                for (live, copy) in [(window, saved_window), (state, saved_state)] {
+                    let (from, to) = if save { (live, copy) } else { (copy, live) };
+                    encoder.copy_buffer_to_buffer(from, 0, to, 0, live.size());
+                }
+            }
+        }
     }
 
     /// Records that the linear-attention states now hold `len` positions.
@@ -261,7 +290,8 @@ impl GpuModel {
     pub fn new_cache(&self) -> Result<SequenceCache> {
         let spec = &self.spec;
         let (context, dtype) = (self.options.context, self.options.kv_dtype);
-        let bytes = spec.kv_bytes_per_token(dtype) * context as u64 + spec.linear_state_bytes();
+        let streaming = self.residency().is_some_and(|r| r.is_streaming());
+        let bytes = crate::runtime::memory_plan::kv_cache_bytes(spec, context, dtype, streaming);
         let gpu = &*self.gpu;
         let heads = self.heads();
         // Checked at load; only grouped layers split into chunks.
@@ -324,7 +354,12 @@ impl GpuModel {
             (crate::reference::linear_attention::delta_shape(hy), hy.kind),
             offsets,
         );
-        LinearCache { conv, delta, window, state }
+        // Optimistic steps happen only where experts stream (the copy is counted in
+        // `memory_plan::sequence_state_bytes`).
+        let saved = self.residency().is_some_and(|r| r.is_streaming()).then(|| {
+            (gpu.storage("saved conv window", window.size()), gpu.storage("saved recurrent state", state.size()))
+        });
+        LinearCache { conv, delta, window, state, saved }
     }
 
     /// One grouped layer's cache, `per_chunk` KV heads per chunk, its attention seeing the last

@@ -8,7 +8,7 @@
 
 use std::sync::Mutex;
 
-use super::step::TokenSource;
+use super::step::{Routing, TokenSource};
 use super::{Attn, GpuModel, SequenceCache, StepOutput};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
@@ -90,8 +90,18 @@ impl GpuModel {
         };
         let buffer = &self.chain.buffers[staging];
         let rec = Pass::new(&gpu.device);
-        let recorded =
-            self.record_step(rec, cache, 1, pos, Phase::Decode, StepOutput::Argmax, source).and_then(|mut rec| {
+        let recorded = self
+            .record_step(
+                rec,
+                cache,
+                1,
+                pos,
+                Phase::Decode,
+                StepOutput::Argmax,
+                source,
+                &mut Routing::PerLayer { all_hit: true },
+            )
+            .and_then(|mut rec| {
                 buffer.record_copy(rec.encoder(), &self.acts.argmax, 0, 4)?;
                 Ok(rec)
             });

@@ -7,6 +7,7 @@ mod chained;
 mod footprint;
 mod linear;
 mod mla;
+mod optimistic;
 mod prerouter;
 mod projection;
 mod step;
@@ -15,6 +16,7 @@ use build::{f32_buf, router_shape, Builder};
 
 pub use cache::{GroupedCache, LayerCache, LinearCache, MlaCache, SequenceCache};
 pub use chained::ChainedStep;
+pub use optimistic::OptimisticSteps;
 pub use prerouter::RoutingMode;
 
 use std::sync::{Arc, Mutex};
@@ -258,6 +260,10 @@ pub struct GpuModel {
     token_logprob: TokenLogprob,
     readback: Readback,
     routing_readback: Readback,
+    /// Every MoE layer's routed ids of an optimistic step ([`optimistic`]).
+    routing_log: Readback,
+    /// When streaming decode steps run optimistically.
+    optimism: optimistic::Optimism,
     /// Staging for chained greedy steps ([`GpuModel::submit_chained`]).
     chain: chained::ChainStaging,
     /// Keys per split of decode attention.

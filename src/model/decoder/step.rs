@@ -10,6 +10,18 @@ use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertResidency;
 use crate::gpu::Pass;
 
+/// How a step's MoE routing reaches the expert residency.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Routing {
+    /// Each layer's routing comes back before its experts run (when the residency needs it);
+    /// `all_hit` is left true when every routed expert was already in a slot.
+    PerLayer { all_hit: bool },
+    /// The experts run on the slot table as it stands, each layer's routed ids copied into
+    /// `routing_log`'s staging buffer for the residency to look at after the step
+    /// ([`super::optimistic`]).
+    Logged,
+}
+
 /// Where a step's token ids are on the GPU.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum TokenSource {
@@ -48,10 +60,7 @@ impl GpuModel {
             gpu.queue.write_buffer(&self.acts.targets, 0, bytemuck::cast_slice(targets));
         }
         gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
-        let rec = self.record_step(Pass::new(&gpu.device), cache, n, pos, phase, output, TokenSource::Host)?;
-        rec.submit(&gpu.queue);
-        let result = self.collect(n, pos, output)?;
-        cache.end_step(pos + n);
+        let result = self.run_step(cache, n, pos, phase, output)?;
         if let Some(profiler) = gpu.profiler() {
             profiler.end_step(gpu, n, pos + n)?;
         }
@@ -80,8 +89,8 @@ impl GpuModel {
     }
 
     /// Records a checked step of `n` tokens (from `tokens`) after `rec`, submitting where the
-    /// expert residency needs the routing, and returns the recording of the step's end, not yet
-    /// submitted.
+    /// expert residency needs the routing as `routing` says, and returns the recording of the
+    /// step's end, not yet submitted.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn record_step(
         &self,
@@ -92,6 +101,7 @@ impl GpuModel {
         phase: Phase,
         output: StepOutput<'_>,
         tokens: TokenSource,
+        routing: &mut Routing,
     ) -> Result<Pass> {
         let gpu = &*self.gpu;
         cache.begin_step(gpu, pos)?;
@@ -99,7 +109,11 @@ impl GpuModel {
         // What acts.argmax will hold once this step has run.
         *self.chain.argmax_of.lock().expect("chain lock") =
             matches!(output, StepOutput::Argmax).then_some((cache.id(), pos + n));
-        let mut residency = self.experts.as_ref().map(|m| m.lock().expect("expert residency lock"));
+        let logged = matches!(routing, Routing::Logged);
+        // A logged step leaves the residency alone until it has been checked.
+        let mut residency = self.experts.as_ref().filter(|_| !logged).map(|m| m.lock().expect("expert residency lock"));
+        let k = self.spec.moe.as_ref().map_or(0, |m| m.top_k);
+        let mut moe_index = 0;
         if let Some(r) = residency.as_deref_mut() {
             r.begin_step(phase, n);
         }
@@ -143,7 +157,19 @@ impl GpuModel {
                         None => topk.record(gpu, &mut rec, n),
                     }
                     match residency.as_deref_mut().filter(|r| observing || r.needs_routing()) {
-                        None => experts.record(gpu, &mut rec, n),
+                        None => {
+                            experts.record(gpu, &mut rec, n);
+                            if logged {
+                                let len = (n * k * 4) as u64;
+                                self.routing_log.record_copy_at(
+                                    rec.encoder(),
+                                    &self.acts.ids,
+                                    0,
+                                    len,
+                                    moe_index * len,
+                                )?;
+                            }
+                        }
                         Some(r) => {
                             // Slot writes must not overtake recorded work: submit first (slot
                             // and table writes land before the next submission's commands).
@@ -160,6 +186,9 @@ impl GpuModel {
                                 let mut hn = vec![0f32; n * self.spec.hidden];
                                 o.readback.read(gpu, &self.acts.hn, 0, bytemuck::cast_slice_mut(&mut hn))?;
                                 (o.callback)(i, &hn, &routed);
+                            }
+                            if let Routing::PerLayer { all_hit } = routing {
+                                *all_hit &= routed.iter().all(|&e| r.table.get(i, e as usize).is_some());
                             }
                             let waves = r.route(i, &routed);
                             for wave in &waves {
@@ -179,6 +208,7 @@ impl GpuModel {
                             rec = Pass::new(&gpu.device);
                         }
                     }
+                    moe_index += 1;
                     if let Some(s) = shared {
                         s.mlp.record(gpu, &mut rec, n);
                         if let Some(g) = &s.gate {
@@ -230,7 +260,7 @@ impl GpuModel {
 
     /// Reads the step's output back; NaN or infinite logits (the kernels flag them) are
     /// [`Error::NonFiniteOutput`], never a token.
-    fn collect(&self, n: usize, pos: usize, output: StepOutput<'_>) -> Result<StepResult> {
+    pub(super) fn collect(&self, n: usize, pos: usize, output: StepOutput<'_>) -> Result<StepResult> {
         let gpu = &*self.gpu;
         let last = pos + n - 1;
         let v = self.spec.vocab;
@@ -242,10 +272,7 @@ impl GpuModel {
             StepOutput::Argmax => {
                 let mut id = [0u8; 4];
                 self.readback.read(gpu, &self.acts.argmax, 0, &mut id)?;
-                match u32::from_le_bytes(id) {
-                    u32::MAX => return Err(Error::NonFiniteOutput { what: "logits", position: last }),
-                    id => StepResult::Token(id),
-                }
+                Self::greedy_result(u32::from_le_bytes(id), last)?
             }
             StepOutput::Logits => {
                 let mut logits = vec![0f32; v];
@@ -265,6 +292,15 @@ impl GpuModel {
                 StepResult::LogProbs(lp)
             }
         })
+    }
+
+    /// The greedy token `id` the argmax kernel wrote for position `last`; it writes
+    /// `u32::MAX` for NaN or infinite logits: [`Error::NonFiniteOutput`].
+    pub(super) fn greedy_result(id: u32, last: usize) -> Result<StepResult> {
+        match id {
+            u32::MAX => Err(Error::NonFiniteOutput { what: "logits", position: last }),
+            id => Ok(StepResult::Token(id)),
+        }
     }
 
     /// The expert residency (slots, cache, stats), for MoE models.
