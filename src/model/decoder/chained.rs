@@ -99,7 +99,7 @@ impl GpuModel {
                 Phase::Decode,
                 StepOutput::Argmax,
                 source,
-                &mut Routing::PerLayer { all_hit: true },
+                &mut Routing::PerLayer { all_hit: true, known: Vec::new() },
             )
             .and_then(|mut rec| {
                 buffer.record_copy(rec.encoder(), &self.acts.argmax, 0, 4)?;

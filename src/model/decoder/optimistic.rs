@@ -171,14 +171,18 @@ impl GpuModel {
         let started = std::time::Instant::now();
         let elapsed_ms = || started.elapsed().as_secs_f64() * 1e3;
         let tried = eligible && self.optimism.wants();
+        let mut known = Vec::new();
         if tried {
-            if let Some(result) = self.try_optimistic(cache, n, pos, output)? {
-                self.optimism.optimistic(true, elapsed_ms());
-                return Ok(result);
+            match self.try_optimistic(cache, n, pos, output)? {
+                Ok(result) => {
+                    self.optimism.optimistic(true, elapsed_ms());
+                    return Ok(result);
+                }
+                Err(exact) => known = exact,
             }
             self.optimism.optimistic(false, elapsed_ms());
         }
-        let mut routing = Routing::PerLayer { all_hit: true };
+        let mut routing = Routing::PerLayer { all_hit: true, known };
         let rec = self.record_step(
             Pass::new(&self.gpu.device),
             cache,
@@ -192,21 +196,24 @@ impl GpuModel {
         rec.submit(&self.gpu.queue);
         let result = self.collect(n, pos, output)?;
         cache.end_step(pos + n);
-        if let (true, false, Routing::PerLayer { all_hit }) = (eligible, tried, routing) {
+        if let (true, false, Routing::PerLayer { all_hit, .. }) = (eligible, tried, routing) {
             self.optimism.layered(all_hit, elapsed_ms());
         }
         Ok(result)
     }
 
-    /// One optimistic step: its result, or `None` when a routed expert had no slot (the step
-    /// is then to be run layer by layer; linear-attention states are back as they were).
+    /// One optimistic step: its result, or when a routed expert had no slot the routed ids it
+    /// computed exactly, those of every MoE layer up to the first such one (whose inputs came
+    /// from experts that all had slots). The step is then to be run layer by layer, those
+    /// layers' routing known without reading it back; linear-attention states are back as
+    /// they were.
     fn try_optimistic(
         &self,
         cache: &SequenceCache,
         n: usize,
         pos: usize,
         output: StepOutput<'_>,
-    ) -> Result<Option<StepResult>> {
+    ) -> Result<std::result::Result<StepResult, Vec<u32>>> {
         let gpu = &*self.gpu;
         let mut rec = Pass::new(&gpu.device);
         cache.save_linear_state(rec.encoder());
@@ -228,17 +235,18 @@ impl GpuModel {
         let token = greedy.then(|| ids.pop().expect("the greedy token follows the ids"));
         let mut r = self.residency().expect("optimistic steps imply an expert residency");
         let experts = r.table.experts();
-        let all_in_slots = moe_layers.iter().zip(ids.chunks(k.max(1))).all(|(&layer, routed)| {
-            routed.iter().all(|&e| (e as usize) < experts && r.table.get(layer, e as usize).is_some())
+        let first_miss = moe_layers.iter().zip(ids.chunks(k.max(1))).position(|(&layer, routed)| {
+            !routed.iter().all(|&e| (e as usize) < experts && r.table.get(layer, e as usize).is_some())
         });
-        if !all_in_slots {
+        if let Some(m) = first_miss {
             r.count_optimistic(false);
             drop(r);
             let mut restore = Pass::new(&gpu.device);
             cache.restore_linear_state(restore.encoder());
             restore.submit(&gpu.queue);
             cache.end_step(pos);
-            return Ok(None);
+            ids.truncate((m + 1) * k);
+            return Ok(Err(ids));
         }
         // Tell the expert cache what the step used: every layer's routing (all hits), then the
         // predictor's prefetches (for the next token; routing them between layers could evict
@@ -261,7 +269,7 @@ impl GpuModel {
             None => self.collect(n, pos, output)?,
         };
         cache.end_step(pos + n);
-        Ok(Some(result))
+        Ok(Ok(result))
     }
 }
 

@@ -11,11 +11,13 @@ use crate::experts::residency::ExpertResidency;
 use crate::gpu::Pass;
 
 /// How a step's MoE routing reaches the expert residency.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(super) enum Routing {
-    /// Each layer's routing comes back before its experts run (when the residency needs it);
-    /// `all_hit` is left true when every routed expert was already in a slot.
-    PerLayer { all_hit: bool },
+    /// Each layer's routing comes back before its experts run (when the residency needs it),
+    /// but for the first MoE layers' routed ids in `known` (those a discarded optimistic step
+    /// computed exactly, [`super::optimistic`]); `all_hit` is left true when every routed
+    /// expert was already in a slot.
+    PerLayer { all_hit: bool, known: Vec<u32> },
     /// The experts run on the slot table as it stands, each layer's routed ids copied into
     /// `routing_log`'s staging buffer for the residency to look at after the step
     /// ([`super::optimistic`]).
@@ -113,7 +115,7 @@ impl GpuModel {
         // A logged step leaves the residency alone until it has been checked.
         let mut residency = self.experts.as_ref().filter(|_| !logged).map(|m| m.lock().expect("expert residency lock"));
         let k = self.spec.moe.as_ref().map_or(0, |m| m.top_k);
-        let mut moe_index = 0;
+        let mut moe_index = 0usize;
         if let Some(r) = residency.as_deref_mut() {
             r.begin_step(phase, n);
         }
@@ -166,7 +168,7 @@ impl GpuModel {
                                     &self.acts.ids,
                                     0,
                                     len,
-                                    moe_index * len,
+                                    moe_index as u64 * len,
                                 )?;
                             }
                         }
@@ -174,7 +176,12 @@ impl GpuModel {
                             // Slot writes must not overtake recorded work: submit first (slot
                             // and table writes land before the next submission's commands).
                             let published = prerouter.is_some_and(|p| !observing && p.routing_is_published(i, n));
-                            let known = published.then(|| self.predicted.ids_of(i)).flatten();
+                            let layer_ids = moe_index * n * k..(moe_index + 1) * n * k;
+                            let logged = match &*routing {
+                                Routing::PerLayer { known, .. } => known.get(layer_ids).map(<[u32]>::to_vec),
+                                Routing::Logged => None,
+                            };
+                            let known = logged.or_else(|| published.then(|| self.predicted.ids_of(i)).flatten());
                             let routed = match known {
                                 Some(ids) => {
                                     rec.submit(&gpu.queue);
@@ -187,7 +194,7 @@ impl GpuModel {
                                 o.readback.read(gpu, &self.acts.hn, 0, bytemuck::cast_slice_mut(&mut hn))?;
                                 (o.callback)(i, &hn, &routed);
                             }
-                            if let Routing::PerLayer { all_hit } = routing {
+                            if let Routing::PerLayer { all_hit, .. } = routing {
                                 *all_hit &= routed.iter().all(|&e| r.table.get(i, e as usize).is_some());
                             }
                             let waves = r.route(i, &routed);
