@@ -45,6 +45,10 @@ pub struct DecodeComparison {
     pub on_runs: Vec<f64>,
     /// Every run with it off.
     pub off_runs: Vec<f64>,
+    /// Median times the host waited for the GPU per decode token, with it on and off.
+    pub on_waits_per_token: f64,
+    /// See `on_waits_per_token`.
+    pub off_waits_per_token: f64,
 }
 
 /// Speed and memory of one model.
@@ -70,6 +74,8 @@ pub struct ModelReport {
     pub prefill_runs: Vec<f64>,
     /// Decode speed of every timed run.
     pub decode_runs: Vec<f64>,
+    /// Median times the host waited for the GPU per decode token.
+    pub decode_waits_per_token: f64,
     /// Peak resident set size of the process, in bytes.
     pub peak_rss_bytes: u64,
     /// GPU buffer bytes allocated.
@@ -102,11 +108,13 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
     let before = engine.expert_stats();
     let mut prefill = Vec::new();
     let mut decode = Vec::new();
+    let mut waits = Vec::new();
     let mut last = None;
     for _ in 0..o.runs {
         let g = engine.generate(&prompt, &options, |_, _| true)?;
         prefill.push(g.stats.prefill_tokens_per_s);
         decode.push(g.stats.decode_tokens_per_s);
+        waits.push(g.stats.decode_waits_per_token);
         last = Some(g.stats);
     }
     let last = last.expect("runs > 0");
@@ -143,6 +151,7 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         decode_tokens_per_s: median(&decode),
         prefill_runs: prefill,
         decode_runs: decode,
+        decode_waits_per_token: median(&waits),
         peak_rss_bytes: last.peak_rss_bytes,
         gpu_bytes: last.gpu_bytes,
         chained_decode: engine.chains_decode(),
@@ -161,12 +170,23 @@ fn compare(
     set: impl Fn(bool),
 ) -> Result<DecodeComparison> {
     let (mut on, mut off) = (Vec::new(), Vec::new());
+    let (mut on_waits, mut off_waits) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        for (setting, speeds) in [(true, &mut on), (false, &mut off)] {
+        for (setting, speeds, waits) in [(true, &mut on, &mut on_waits), (false, &mut off, &mut off_waits)] {
             set(setting);
-            speeds.push(engine.generate(prompt, options, |_, _| true)?.stats.decode_tokens_per_s);
+            let stats = engine.generate(prompt, options, |_, _| true)?.stats;
+            speeds.push(stats.decode_tokens_per_s);
+            waits.push(stats.decode_waits_per_token);
         }
     }
     let (a, b) = (median(&on), median(&off));
-    Ok(DecodeComparison { on_tokens_per_s: a, off_tokens_per_s: b, ratio: a / b, on_runs: on, off_runs: off })
+    Ok(DecodeComparison {
+        on_tokens_per_s: a,
+        off_tokens_per_s: b,
+        ratio: a / b,
+        on_runs: on,
+        off_runs: off,
+        on_waits_per_token: median(&on_waits),
+        off_waits_per_token: median(&off_waits),
+    })
 }

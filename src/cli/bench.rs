@@ -354,7 +354,10 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
     }
     println!("{} ({dtype}) on {}, loaded in {:.1} s", r.model, r.adapter, r.load_s);
     println!("prefill  {:>10.1} tok/s  ({} tokens, median of {})", r.prefill_tokens_per_s, r.prompt_tokens, r.runs);
-    println!("decode   {:>10.1} tok/s  ({} tokens, median of {})", r.decode_tokens_per_s, r.decode_tokens, r.runs);
+    println!(
+        "decode   {:>10.1} tok/s  ({} tokens, median of {}; {:.1} GPU waits per token)",
+        r.decode_tokens_per_s, r.decode_tokens, r.runs, r.decode_waits_per_token
+    );
     println!("peak RSS {:>10.0} MiB", r.peak_rss_bytes as f64 / 1048576.0);
     println!("GPU      {:>10.0} MiB", r.gpu_bytes as f64 / 1048576.0);
     println!("experts  {}", r.experts);
@@ -363,8 +366,8 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
     {
         if let Some(c) = c {
             println!(
-                "{name:<8} {:>10.1} tok/s vs {:.1} {off}: {:.3}x  (runs in turn, median of {})",
-                c.on_tokens_per_s, c.off_tokens_per_s, c.ratio, r.runs
+                "{name:<8} {:>10.1} tok/s vs {:.1} {off}: {:.3}x  (runs in turn, median of {}; GPU waits per token {:.1} vs {:.1})",
+                c.on_tokens_per_s, c.off_tokens_per_s, c.ratio, r.runs, c.on_waits_per_token, c.off_waits_per_token
             );
         }
     }

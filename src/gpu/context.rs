@@ -147,6 +147,8 @@ pub struct Gpu {
     pub adapter: AdapterReport,
     pub(crate) pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     allocated: AtomicU64,
+    /// Times the host has waited for the GPU ([`Gpu::wait_for`]).
+    waits: AtomicU64,
     /// The first error wgpu raised outside an error scope (its default handler would panic).
     uncaptured: Arc<Mutex<Option<String>>>,
     /// Per-dispatch timing, when asked for.
@@ -311,6 +313,7 @@ impl Gpu {
             adapter: report,
             pipelines: Mutex::new(HashMap::new()),
             allocated: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
             uncaptured,
             profiler: profile_timing.map(|timing| Arc::new(Profiler::new(&device, &queue, timing))),
             device,
@@ -352,9 +355,16 @@ impl Gpu {
         self.wait_for(None)
     }
 
+    /// How many times the host has waited for the GPU so far (each a round trip a GPU sits
+    /// idle through).
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
+    }
+
     /// [`Gpu::wait`] for `submission` only (and what was submitted before it), or for all
     /// submitted work with `None`: later submissions may still be running when it returns.
     pub fn wait_for(&self, submission: Option<wgpu::SubmissionIndex>) -> Result<()> {
+        self.waits.fetch_add(1, Ordering::Relaxed);
         self.device
             .poll(wgpu::PollType::Wait { submission_index: submission, timeout: None })
             .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;

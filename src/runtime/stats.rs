@@ -9,6 +9,9 @@ pub struct Stats {
     pub prefill_tokens_per_s: f64,
     /// Generated tokens per second.
     pub decode_tokens_per_s: f64,
+    /// Times the host waited for the GPU per generated token (one for a step that is one
+    /// submission; one more per MoE layer when streaming experts layer by layer).
+    pub decode_waits_per_token: f64,
     /// Positions prefilled by this request (new tokens, plus the last one again when the
     /// session's cache already held it).
     pub prefilled_tokens: usize,

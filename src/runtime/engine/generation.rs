@@ -148,6 +148,7 @@ impl Engine {
         let prefill_s = started.elapsed().as_secs_f64();
         let prefilled = session.len() - reused;
         let decode_start = Instant::now();
+        let waits_before = self.gpu().waits();
         let eos = &self.spec().eos_token_ids;
         let chained = greedy && self.chains_decode();
         // With chained steps: the step of the last token pushed, submitted before that token
@@ -190,6 +191,7 @@ impl Engine {
         drop(ahead);
         let decode_s = decode_start.elapsed().as_secs_f64();
         let decode_steps = tokens.len().saturating_sub(1);
+        let decode_waits = (self.gpu().waits() - waits_before) as f64;
         let experts = self.end_request(before);
         Ok(Generation {
             prompt_tokens: new_tokens.to_vec(),
@@ -198,6 +200,7 @@ impl Engine {
             stats: Stats {
                 prefill_tokens_per_s: prefilled as f64 / prefill_s.max(1e-9),
                 decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
+                decode_waits_per_token: if decode_steps > 0 { decode_waits / decode_steps as f64 } else { 0.0 },
                 prefilled_tokens: prefilled,
                 reused_tokens: reused,
                 context: self.context(),
