@@ -135,10 +135,7 @@ impl ChainedStep<'_> {
         let done = read.finish(&self.model.gpu, Some(self.submission.clone()), &mut id);
         self.model.chain.in_flight.lock().expect("chain lock")[self.staging] = false;
         done?;
-        match u32::from_le_bytes(id) {
-            u32::MAX => Err(Error::NonFiniteOutput { what: "logits", position: self.pos }),
-            id => Ok(id),
-        }
+        GpuModel::greedy_token(u32::from_le_bytes(id), self.pos)
     }
 }
 

@@ -265,7 +265,7 @@ impl GpuModel {
         r.count_optimistic(true);
         drop(r);
         let result = match token {
-            Some(id) => Self::greedy_result(id, pos + n - 1)?,
+            Some(id) => StepResult::Token(Self::greedy_token(id, pos + n - 1)?),
             None => self.collect(n, pos, output)?,
         };
         cache.end_step(pos + n);

@@ -279,7 +279,7 @@ impl GpuModel {
             StepOutput::Argmax => {
                 let mut id = [0u8; 4];
                 self.readback.read(gpu, &self.acts.argmax, 0, &mut id)?;
-                Self::greedy_result(u32::from_le_bytes(id), last)?
+                StepResult::Token(Self::greedy_token(u32::from_le_bytes(id), last)?)
             }
             StepOutput::Logits => {
                 let mut logits = vec![0f32; v];
@@ -303,10 +303,10 @@ impl GpuModel {
 
     /// The greedy token `id` the argmax kernel wrote for position `last`; it writes
     /// `u32::MAX` for NaN or infinite logits: [`Error::NonFiniteOutput`].
-    pub(super) fn greedy_result(id: u32, last: usize) -> Result<StepResult> {
+    pub(super) fn greedy_token(id: u32, last: usize) -> Result<u32> {
         match id {
             u32::MAX => Err(Error::NonFiniteOutput { what: "logits", position: last }),
-            id => Ok(StepResult::Token(id)),
+            id => Ok(id),
         }
     }
 
