@@ -142,3 +142,34 @@ fn optimistic_steps_mode_from_the_environment_is_checked() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("MOESTREAM_OPTIMISTIC_STEPS=sometimes"), "{err}");
 }
+
+#[test]
+fn an_optimistic_step_waits_for_the_gpu_once() {
+    // Mixtral fixture: 2 MoE layers. Layer by layer, a greedy decode step waits for each
+    // layer's routing and for its token; a kept optimistic step for its log alone.
+    let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with("mixtral")).unwrap();
+    let spec = moestream::model::ArchSpec::from_dir(&dir).unwrap();
+    let moe_layers = spec.moe_layers.iter().filter(|m| **m).count();
+    let total = moe_layers * spec.moe.as_ref().unwrap().num_experts;
+    let prompt = &golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens;
+    let gen = GenerateOptions { max_tokens: 12, ignore_eos: true, ..Default::default() };
+    let waits = |budget, mode| {
+        let e = engine(&dir, budget, PrefetchKind::None);
+        e.set_chained_decode(false);
+        e.model().set_optimistic_steps(mode);
+        let g = e.generate(prompt, &gen, |_, _| true).unwrap();
+        (g.stats.decode_waits_per_token, g.stats.experts)
+    };
+    assert_eq!(waits(ExpertBudget::Auto, OptimisticSteps::Auto).0, 1.0, "resident: one wait per token");
+    let (layered, _) = waits(ExpertBudget::Slots(total - 1), OptimisticSteps::Never);
+    assert_eq!(layered, (1 + moe_layers) as f64);
+    let (optimistic, s) = waits(ExpertBudget::Slots(total - 1), OptimisticSteps::Always);
+    // Kept: 1 wait; discarded: 1, then the layered rerun's waits after the first miss.
+    let steps = (s.optimistic_steps + s.optimistic_discarded) as f64;
+    assert!(s.optimistic_steps > 0, "{s}");
+    assert!(
+        optimistic >= 1.0 && optimistic <= 1.0 + s.optimistic_discarded as f64 * (1 + moe_layers) as f64 / steps,
+        "{optimistic}"
+    );
+    assert!(optimistic < layered, "{optimistic} vs {layered}");
+}

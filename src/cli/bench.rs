@@ -361,12 +361,29 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
     println!("peak RSS {:>10.0} MiB", r.peak_rss_bytes as f64 / 1048576.0);
     println!("GPU      {:>10.0} MiB", r.gpu_bytes as f64 / 1048576.0);
     println!("experts  {}", r.experts);
-    for (name, c, off) in
-        [("chained", &r.chained, "one step at a time"), ("optimistic", &r.optimistic, "layer by layer")]
-    {
+    let compared = [
+        (
+            "chained",
+            a.compare_chained,
+            &r.chained,
+            "one step at a time",
+            "this model's steps cannot chain (streaming experts, a trace, a prerouter or linear attention)",
+        ),
+        (
+            "optimistic",
+            a.compare_optimistic,
+            &r.optimistic,
+            "layer by layer",
+            "every expert has a slot (give --expert-slots below the total)",
+        ),
+    ];
+    for (name, asked, c, off, why_not) in compared {
+        if asked && c.is_none() {
+            println!("{name:<10} not compared: {why_not}");
+        }
         if let Some(c) = c {
             println!(
-                "{name:<8} {:>10.1} tok/s vs {:.1} {off}: {:.3}x  (runs in turn, median of {}; GPU waits per token {:.1} vs {:.1})",
+                "{name:<10} {:>8.1} tok/s vs {:.1} {off}: {:.3}x  (runs in turn, median of {}; GPU waits per token {:.1} vs {:.1})",
                 c.on_tokens_per_s, c.off_tokens_per_s, c.ratio, r.runs, c.on_waits_per_token, c.off_waits_per_token
             );
         }
