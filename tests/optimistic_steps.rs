@@ -8,19 +8,26 @@
 mod common;
 
 use common::{fixtures, gpu, TempDir};
+use std::sync::Arc;
+
 use moestream::experts::policy::{Phase, PolicyKind};
 use moestream::experts::predictor::PrefetchKind;
+use moestream::gpu::{Gpu, GpuOptions};
 use moestream::model::decoder::{OptimisticSteps, StepOutput, StepResult};
 use moestream::ops::WeightFormat;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
 
 fn engine(dir: &std::path::Path, budget: ExpertBudget, prefetch: PrefetchKind) -> Engine {
+    engine_on(gpu(), dir, budget, prefetch)
+}
+
+fn engine_on(gpu: Arc<Gpu>, dir: &std::path::Path, budget: ExpertBudget, prefetch: PrefetchKind) -> Engine {
     let mut o = EngineOptions::new(dir).with_format(WeightFormat::F32);
     o.budget = budget;
     o.policy = PolicyKind::Lru;
     o.prefetch = prefetch;
     o.io_threads = 2;
-    Engine::load_on(gpu(), &o).unwrap()
+    Engine::load_on(gpu, &o).unwrap()
 }
 
 /// The logits of `steps` greedy decode steps after `prompt`, stepping the model directly.
@@ -153,8 +160,11 @@ fn an_optimistic_step_waits_for_the_gpu_once() {
     let total = moe_layers * spec.moe.as_ref().unwrap().num_experts;
     let prompt = &golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens;
     let gen = GenerateOptions { max_tokens: 12, ignore_eos: true, ..Default::default() };
+    // A GPU context of its own: the waits counted are those of every engine on the context,
+    // and the other tests' run at the same time.
+    let own = Gpu::new(&GpuOptions::default()).unwrap();
     let waits = |budget, mode| {
-        let e = engine(&dir, budget, PrefetchKind::None);
+        let e = engine_on(own.clone(), &dir, budget, PrefetchKind::None);
         e.set_chained_decode(false);
         e.model().set_optimistic_steps(mode);
         let g = e.generate(prompt, &gen, |_, _| true).unwrap();

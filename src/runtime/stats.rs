@@ -10,7 +10,8 @@ pub struct Stats {
     /// Generated tokens per second.
     pub decode_tokens_per_s: f64,
     /// Times the host waited for the GPU per generated token (one for a step that is one
-    /// submission; one more per MoE layer when streaming experts layer by layer).
+    /// submission; one more per MoE layer when streaming experts layer by layer). Counted on
+    /// the GPU context, so other engines' or sessions' steps at the same time count too.
     pub decode_waits_per_token: f64,
     /// Positions prefilled by this request (new tokens, plus the last one again when the
     /// session's cache already held it).

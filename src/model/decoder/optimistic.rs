@@ -144,14 +144,14 @@ impl GpuModel {
 
     /// Whether a step of `n` tokens in `phase` on `cache` could run optimistically: a
     /// one-token decode step of a model whose MoE routing comes back to the host (streaming or
-    /// tracing), with nothing else needing the host between layers (observer, prerouter,
-    /// profiler), on a cache whose linear-attention states (if any) can be put back.
+    /// tracing), with nothing else needing the host between layers (observer, prerouter), on a
+    /// cache whose linear-attention states (if any) can be put back. A profile counts a
+    /// discarded step's dispatches with its rerun's, as the time they took.
     fn optimistic_eligible(&self, cache: &SequenceCache, phase: Phase, n: usize) -> bool {
         phase == Phase::Decode
             && n == 1
             && cache.can_restore_linear_state()
             && self.prerouter.is_none()
-            && self.gpu.profiler().is_none()
             && self.observer.lock().expect("observer lock").is_none()
             && self.residency().is_some_and(|r| r.needs_routing())
     }
