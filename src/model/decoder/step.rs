@@ -2,7 +2,8 @@
 //! streaming (or tracing, or a layer observer) each MoE layer's routing comes back to the CPU
 //! (unless predicted routing already told it), the expert residency brings the routed experts
 //! into slots (in waves when they exceed the budget), and recording resumes; otherwise the
-//! whole step is one submission.
+//! whole step is one submission. An optimistic decode step ([`super::optimistic`]) is one
+//! submission too, its routing logged and looked at afterwards.
 
 use super::{Ffn, GpuModel, MoeFfn, SequenceCache, StepOutput, StepResult};
 use crate::error::{Error, Result};
