@@ -5,7 +5,8 @@
 //! stands, and copies each layer's routed ids into one readback. Afterwards the host checks
 //! them against the table the step ran with: when every routed expert had a slot, the step was
 //! exact and the expert cache is told about its routing after the fact; when one had none (its
-//! pairs were skipped), the step is discarded and run again layer by layer. Rerunning a step
+//! pairs were skipped), the step is discarded and run again layer by layer, the routing of the
+//! layers up to the first miss taken from the log (it was exact there). Rerunning a step
 //! rewrites the same KV positions with the same values, and linear-attention states are copied
 //! aside before an optimistic step and back after a discarded one, so the tokens and logits
 //! are those of the layered step either way.
