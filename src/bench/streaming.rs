@@ -74,6 +74,11 @@ pub struct RunReport {
     pub bytes_read: u64,
     /// Milliseconds the GPU pipeline waited for expert data.
     pub stall_ms: f64,
+    /// Decode steps run optimistically in one submission and kept
+    /// ([`crate::model::decoder::OptimisticSteps`]).
+    pub optimistic_steps: u64,
+    /// Optimistic steps run again layer by layer.
+    pub optimistic_discarded: u64,
     /// Prompt tokens per second over all requests.
     pub prefill_tokens_per_s: f64,
     /// Generated tokens per second over all requests.
@@ -204,6 +209,8 @@ pub fn run(o: &StreamingBenchOptions, mut progress: impl FnMut(&RunReport)) -> R
                 prefetch_used: s.prefetch_used,
                 bytes_read: s.bytes_read,
                 stall_ms: s.stall_ms,
+                optimistic_steps: s.optimistic_steps,
+                optimistic_discarded: s.optimistic_discarded,
                 prefill_tokens_per_s: pass.prefill_tokens_per_s,
                 decode_tokens_per_s: pass.decode_tokens_per_s,
                 vs_resident: pass.decode_tokens_per_s / base.decode_tokens_per_s.max(1e-9),
@@ -254,16 +261,16 @@ impl StreamingReport {
     /// A markdown table of the sweep (for a README).
     pub fn markdown(&self) -> String {
         let mut s = String::from(
-            "| budget | slots | policy | prefetch | hit rate | MiB read | stall ms | decode tok/s | vs resident |\n\
-             |---:|---:|---|---|---:|---:|---:|---:|---:|\n",
+            "| budget | slots | policy | prefetch | hit rate | MiB read | stall ms | optimistic kept / rerun | decode tok/s | vs resident |\n\
+             |---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n",
         );
         s += &format!(
-            "| 100% (resident) | {} | - | - | 100.0% | 0.0 | 0 | {:.2} | 1.00 |\n",
+            "| 100% (resident) | {} | - | - | 100.0% | 0.0 | 0 | - | {:.2} | 1.00 |\n",
             self.resident.slots, self.resident.decode_tokens_per_s
         );
         for r in &self.runs {
             s += &format!(
-                "| {}% | {} | {} | {} | {:.1}% | {:.1} | {:.0} | {:.2} | {:.2} |\n",
+                "| {}% | {} | {} | {} | {:.1}% | {:.1} | {:.0} | {} / {} | {:.2} | {:.2} |\n",
                 r.budget_pct,
                 r.slots,
                 r.policy,
@@ -271,6 +278,8 @@ impl StreamingReport {
                 r.hit_rate * 100.0,
                 r.bytes_read as f64 / 1048576.0,
                 r.stall_ms,
+                r.optimistic_steps,
+                r.optimistic_discarded,
                 r.decode_tokens_per_s,
                 r.vs_resident
             );
