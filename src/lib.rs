@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod chat;
 pub mod convert;
+mod env_choice;
 pub mod error;
 pub mod experts;
 pub mod gpu;

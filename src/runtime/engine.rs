@@ -302,11 +302,9 @@ impl Engine {
         }
         // On a software adapter the host thread and the "GPU" share the cores, and running a
         // step ahead measured slower there (benches/README, "Chained greedy decode").
-        let chained_decode = match std::env::var("MOESTREAM_CHAINED_DECODE").as_deref() {
-            Ok("on") => true,
-            Ok("off") => false,
-            _ => !model.gpu().adapter.software,
-        };
+        let chained_decode =
+            crate::env_choice::env_choice("MOESTREAM_CHAINED_DECODE", &[("on", true), ("off", false)])?
+                .unwrap_or(!model.gpu().adapter.software);
         Ok(Engine {
             model,
             tokenizer,

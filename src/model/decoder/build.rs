@@ -514,7 +514,7 @@ impl GpuModel {
             TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
         let readback = Readback::new(&gpu, f(spec.vocab.max(b)));
         let routing_readback = Readback::new(&gpu, f(b * top_k));
-        let routing_log = Readback::new(&gpu, f(spec.moe_layers.iter().filter(|&&m| m).count() * top_k + 1));
+        let routing_log = Readback::new(&gpu, f(moe_layers.len() * top_k + 1));
         let chain = super::chained::ChainStaging::new(&gpu);
         let attention_merge =
             AttentionMerge::new(&gpu, &step.buffer, (&acts.attn_partial, &acts.attn), None, heads, split_len);
@@ -539,6 +539,7 @@ impl GpuModel {
             readback,
             routing_readback,
             routing_log,
+            moe_layers,
             optimism: super::optimistic::Optimism::new(super::optimistic::OptimisticSteps::from_env()?),
             chain,
             split_len,

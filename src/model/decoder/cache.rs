@@ -313,9 +313,11 @@ impl GpuModel {
                         spec.window(i),
                         a.sinks.as_ref().map(|s| &s.0),
                     )),
-                    Attn::Linear(a) => LayerCache::Linear(
-                        self.linear_cache(spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"), a),
-                    ),
+                    Attn::Linear(a) => LayerCache::Linear(self.linear_cache(
+                        spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"),
+                        a,
+                        streaming,
+                    )),
                 })
                 .collect()
         });
@@ -330,8 +332,14 @@ impl GpuModel {
     }
 
     /// One Gated DeltaNet layer's zeroed state, the conv reading `a`'s taps and the delta rule
-    /// its decay parameters.
-    fn linear_cache(&self, hy: &crate::model::HybridSpec, a: &super::linear::LinearAttn) -> LinearCache {
+    /// its decay parameters; with `streaming` experts, also the copy optimistic steps save it
+    /// into (counted in `memory_plan::sequence_state_bytes`).
+    fn linear_cache(
+        &self,
+        hy: &crate::model::HybridSpec,
+        a: &super::linear::LinearAttn,
+        streaming: bool,
+    ) -> LinearCache {
         let gpu = &*self.gpu;
         let acts = &self.acts;
         let c = hy.conv_dim();
@@ -354,9 +362,7 @@ impl GpuModel {
             (crate::reference::linear_attention::delta_shape(hy), hy.kind),
             offsets,
         );
-        // Optimistic steps happen only where experts stream (the copy is counted in
-        // `memory_plan::sequence_state_bytes`).
-        let saved = self.residency().is_some_and(|r| r.is_streaming()).then(|| {
+        let saved = streaming.then(|| {
             (gpu.storage("saved conv window", window.size()), gpu.storage("saved recurrent state", state.size()))
         });
         LinearCache { conv, delta, window, state, saved }

@@ -262,6 +262,8 @@ pub struct GpuModel {
     routing_readback: Readback,
     /// Every MoE layer's routed ids of an optimistic step ([`optimistic`]).
     routing_log: Readback,
+    /// The indices of the layers that run routed experts, in order.
+    moe_layers: Vec<usize>,
     /// When streaming decode steps run optimistically.
     optimism: optimistic::Optimism,
     /// Staging for chained greedy steps ([`GpuModel::submit_chained`]).

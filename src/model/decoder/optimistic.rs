@@ -20,7 +20,8 @@ use std::sync::Mutex;
 
 use super::step::{Routing, TokenSource};
 use super::{GpuModel, SequenceCache, StepOutput, StepResult};
-use crate::error::{Error, Result};
+use crate::env_choice::env_choice;
+use crate::error::Result;
 use crate::experts::policy::Phase;
 use crate::gpu::Pass;
 
@@ -38,14 +39,9 @@ pub enum OptimisticSteps {
 impl OptimisticSteps {
     /// `MOESTREAM_OPTIMISTIC_STEPS`: `auto` (or unset), `on`, `off`.
     pub fn from_env() -> Result<OptimisticSteps> {
-        match std::env::var("MOESTREAM_OPTIMISTIC_STEPS").as_deref() {
-            Err(_) | Ok("auto") => Ok(OptimisticSteps::Auto),
-            Ok("on") => Ok(OptimisticSteps::Always),
-            Ok("off") => Ok(OptimisticSteps::Never),
-            Ok(other) => {
-                Err(Error::InvalidArgument(format!("MOESTREAM_OPTIMISTIC_STEPS={other}: expected auto, on or off")))
-            }
-        }
+        let choices =
+            [("auto", OptimisticSteps::Auto), ("on", OptimisticSteps::Always), ("off", OptimisticSteps::Never)];
+        Ok(env_choice("MOESTREAM_OPTIMISTIC_STEPS", &choices)?.unwrap_or(OptimisticSteps::Auto))
     }
 }
 
@@ -220,8 +216,7 @@ impl GpuModel {
         cache.save_linear_state(rec.encoder());
         let mut routing = Routing::Logged;
         let mut rec = self.record_step(rec, cache, n, pos, Phase::Decode, output, TokenSource::Host, &mut routing)?;
-        let moe_layers: Vec<usize> =
-            self.spec.moe_layers.iter().enumerate().filter(|(_, &m)| m).map(|(i, _)| i).collect();
+        let moe_layers = &self.moe_layers;
         let k = self.spec.moe.as_ref().map_or(0, |m| m.top_k) * n;
         // The layers' ids were copied into the log as the step ran, and a greedy token goes
         // after them: one wait reads them all.
@@ -258,7 +253,7 @@ impl GpuModel {
                 r.apply_wave(gpu, layer, &wave)?;
             }
         }
-        for &layer in &moe_layers {
+        for &layer in moe_layers {
             r.prefetch(gpu, layer);
         }
         r.land_prefetches(gpu)?;
