@@ -142,18 +142,3 @@ fn step_level_misuse_is_refused() {
     drop(m.submit_chained(&cache, Some(t1), 2).unwrap());
     assert!(m.submit_chained(&cache, None, 3).unwrap().finish().is_ok());
 }
-
-#[test]
-fn an_unknown_chained_decode_setting_is_refused_by_name() {
-    let (dir, _) = fixtures().into_iter().find(|(d, _)| d.ends_with("mixtral")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_moestream"))
-        .args(["generate", "--model"])
-        .arg(&dir)
-        .args(["--tokens", "1,2,3", "--max-tokens", "1"])
-        .env("MOESTREAM_CHAINED_DECODE", "yes")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("MOESTREAM_CHAINED_DECODE=yes: expected on, off"), "{err}");
-}

@@ -135,19 +135,24 @@ fn auto_runs_optimistically_where_steps_hit_and_not_where_they_miss() {
 }
 
 #[test]
-fn optimistic_steps_mode_from_the_environment_is_checked() {
-    // The variable is read at load; an unknown value is refused by name, not ignored.
+fn unknown_decode_settings_in_the_environment_are_refused_by_name() {
+    // Read at load; an unknown value is refused by name, not taken for the default.
     let (dir, _) = fixtures().into_iter().find(|(d, _)| d.ends_with("mixtral")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_moestream"))
-        .args(["generate", "--model"])
-        .arg(&dir)
-        .args(["--tokens", "1,2,3", "--max-tokens", "1"])
-        .env("MOESTREAM_OPTIMISTIC_STEPS", "sometimes")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("MOESTREAM_OPTIMISTIC_STEPS=sometimes"), "{err}");
+    for (name, value, said) in [
+        ("MOESTREAM_OPTIMISTIC_STEPS", "sometimes", "MOESTREAM_OPTIMISTIC_STEPS=sometimes"),
+        ("MOESTREAM_CHAINED_DECODE", "yes", "MOESTREAM_CHAINED_DECODE=yes: expected on, off"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_moestream"))
+            .args(["generate", "--model"])
+            .arg(&dir)
+            .args(["--tokens", "1,2,3", "--max-tokens", "1"])
+            .env(name, value)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{name}={value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(said), "{err}");
+    }
 }
 
 #[test]
