@@ -141,6 +141,7 @@ fn unknown_decode_settings_in_the_environment_are_refused_by_name() {
     for (name, value, said) in [
         ("MOESTREAM_OPTIMISTIC_STEPS", "sometimes", "MOESTREAM_OPTIMISTIC_STEPS=sometimes"),
         ("MOESTREAM_CHAINED_DECODE", "yes", "MOESTREAM_CHAINED_DECODE=yes: expected on, off"),
+        ("MOESTREAM_FUSED_ROUTER", "on", "MOESTREAM_FUSED_ROUTER=on: expected auto, off"),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_moestream"))
             .args(["generate", "--model"])

@@ -53,7 +53,9 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("attention_merge"),
     shader!("matmul"),
     shader!("matvec"),
+    shader!("router_choice"),
     shader!("router_topk"),
+    shader!("norm_router"),
     shader!("expert_gate_up"),
     shader!("expert_matmul"),
     shader!("expert_down"),
@@ -84,6 +86,7 @@ pub fn kernel_names() -> impl Iterator<Item = &'static str> {
                 | "matmul_io"
                 | "attention_io"
                 | "rope_pairs"
+                | "router_choice"
         ) && !n.starts_with("weights_")
     })
 }
@@ -190,6 +193,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("argmax", &["VEC4", "ONE_SUBGROUP"]),
     ("token_logprob", &["ONE_SUBGROUP"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID", "GROUPS", "ONE_SUBGROUP"]),
+    ("norm_router", &["F16", "INT4", "INT4_SYM", "G64", "SIGMOID", "GROUPS", "ROUTER_BIAS", "ONE_SUBGROUP"]),
     ("prerouter_heads", &["SCORES"]),
     ("mla_attention", &["F16", "SPLIT", "DECOMPRESSED"]),
     ("mla_decompress", &["F16"]),
@@ -223,6 +227,10 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         }
         // ONE_SUBGROUP is the CPU layout with subgroups (ops::one_subgroup_layout).
         if set.contains(&"ONE_SUBGROUP") && !set.contains(&"SUBGROUPS") {
+            continue;
+        }
+        // norm_router exists only in that layout (ops::norm_router).
+        if name == "norm_router" && !set.contains(&"ONE_SUBGROUP") {
             continue;
         }
         // TEAM32 sizes the GPU layout's teams (DecodeLayout::defines).

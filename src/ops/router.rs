@@ -90,36 +90,12 @@ impl RouterTopK {
         forced: Option<Forced<'_>>,
         capture: Option<Capture<'_>>,
     ) -> RouterTopK {
-        assert!(shape.n_experts <= 256, "more than 256 experts is rejected at load");
         let (hidden, layer, moe_layers) = capture.map_or((0, 0, 0), |c| (c.hidden, c.layer, c.history.moe_layers));
-        let mut words = vec![
-            shape.n_experts as u32,
-            shape.top_k as u32,
-            shape.renormalize as u32,
-            forced.map_or(0, |f| f.offset as u32),
-            hidden as u32,
-            layer as u32,
-            moe_layers as u32,
-            shape.groups.0 as u32,
-            shape.groups.1 as u32,
-            shape.routed_scale.to_bits(),
-            0,
-            0,
-        ];
-        let mut bias = [0f32; 256];
-        if let Some(b) = shape.sigmoid_bias {
-            bias[..b.len()].copy_from_slice(b);
-        }
-        words.extend(bias.iter().map(|b| b.to_bits()));
-        let p = params(&words);
+        let fields = ChoiceFields { forced_offset: forced.map_or(0, |f| f.offset), hidden, layer, moe_layers };
+        let p = choice_params(&shape, fields, NormFields::default());
         let mut storage: Vec<Slice<'_>> = vec![io.logits.into(), io.ids.into(), io.weights.into()];
         let mut defines: Vec<&str> = one_subgroup_layout(gpu).into_iter().collect();
-        if shape.groups.0 > 1 {
-            defines.push("GROUPS");
-        }
-        if shape.sigmoid_bias.is_some() {
-            defines.push("SIGMOID");
-        }
+        defines.extend(choice_defines(&shape));
         if let Some(f) = forced {
             storage.push(f.experts.into());
             defines.push("FORCED");
@@ -137,4 +113,63 @@ impl RouterTopK {
     pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         self.kernel.dispatch(pass, n_tokens as u32, gpu.caps.max_workgroups_per_dim);
     }
+}
+
+/// router_choice's fields besides the shape: where forced experts start and CAPTURE's sizes.
+#[derive(Clone, Copy, Default)]
+pub(super) struct ChoiceFields {
+    pub forced_offset: usize,
+    pub hidden: usize,
+    pub layer: usize,
+    pub moe_layers: usize,
+}
+
+/// norm_router's fields of router_choice's `Params`: the norm's epsilon and the router matrix's
+/// int4 scale and min segments.
+#[derive(Clone, Copy, Default)]
+pub(super) struct NormFields {
+    pub eps: f32,
+    pub w_scales: u32,
+    pub w_mins: u32,
+}
+
+/// router_choice's `Params` (shaders/router_choice.wgsl) for `shape`.
+pub(super) fn choice_params(shape: &RouterShape<'_>, c: ChoiceFields, n: NormFields) -> Vec<u8> {
+    assert!(shape.n_experts <= 256, "more than 256 experts is rejected at load");
+    let mut words = vec![
+        shape.n_experts as u32,
+        shape.top_k as u32,
+        shape.renormalize as u32,
+        c.forced_offset as u32,
+        c.hidden as u32,
+        c.layer as u32,
+        c.moe_layers as u32,
+        shape.groups.0 as u32,
+        shape.groups.1 as u32,
+        shape.routed_scale.to_bits(),
+        n.eps.to_bits(),
+        n.w_scales,
+        n.w_mins,
+        0,
+        0,
+        0,
+    ];
+    let mut bias = [0f32; 256];
+    if let Some(b) = shape.sigmoid_bias {
+        bias[..b.len()].copy_from_slice(b);
+    }
+    words.extend(bias.iter().map(|b| b.to_bits()));
+    params(&words)
+}
+
+/// router_choice's defines for `shape`'s rule.
+pub(super) fn choice_defines(shape: &RouterShape<'_>) -> Vec<&'static str> {
+    let mut defines = Vec::new();
+    if shape.groups.0 > 1 {
+        defines.push("GROUPS");
+    }
+    if shape.sigmoid_bias.is_some() {
+        defines.push("SIGMOID");
+    }
+    defines
 }

@@ -2,6 +2,7 @@
 //! (attention of each kind, dense or routed FFN, norms, the head), within the binding limits.
 
 use super::*;
+use crate::env_choice::env_choice;
 
 /// The router top-k's shape for `m`, with the layer's correction bias for sigmoid routing.
 pub(super) fn router_shape<'a>(m: &MoeSpec, bias: Option<&'a [f32]>) -> RouterShape<'a> {
@@ -353,6 +354,7 @@ impl GpuModel {
         };
 
         let mut layers = Vec::with_capacity(spec.layers);
+        let fused_router = env_choice("MOESTREAM_FUSED_ROUTER", &[("auto", true), ("off", false)])?.unwrap_or(true);
         // The top-k of the previous MoE layer whose combine this layer's input norm does.
         let mut combine_pending = None;
         for i in 0..spec.layers {
@@ -409,13 +411,9 @@ impl GpuModel {
                 }
                 (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
             };
-            let ffn_norm = bld.norm(
-                &w.post_norm,
-                &acts.x,
-                Some(&acts.hn),
-                NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
-                eps,
-            );
+            let ffn_norm_w = f32_buf(&gpu, "norm", &w.post_norm);
+            let ffn_rows = NormRows { n: h, rows_per_token: 1, at_cache_pos: false };
+            let ffn_norm = RmsNorm::new(&gpu, &step.buffer, &ffn_norm_w, &acts.x, Some(&acts.hn), ffn_rows, eps);
             let ffn = match &w.ffn {
                 FfnWeights::Dense(mlp) => {
                     Ffn::Dense(bld.mlp("mlp", mlp, &acts.hn, &acts, (&acts.x, true), (i, LoraTarget::Mlp))?)
@@ -423,17 +421,26 @@ impl GpuModel {
                 FfnWeights::Moe(mw) => {
                     let m = moe.as_ref().expect("MoE layer implies MoE spec");
                     let r = residency.as_ref().expect("residency exists for MoE layers");
-                    let router = bld.matmul(
-                        "router",
-                        &mw.router,
-                        mw.router_logit_bias.as_ref(),
-                        &acts.hn,
-                        &acts.router_logits,
-                        MatMulOut::plain(m.num_experts),
-                    )?;
+                    let router_m = bld.matrix("router", &mw.router)?;
+                    let logit_bias = mw.router_logit_bias.as_ref().map(|b| f32_buf(&gpu, "router", b));
+                    let router_out = MatMulOut::plain(m.num_experts);
+                    let (matrix, logits) = (&bld.matrices[router_m], &acts.router_logits);
+                    let router =
+                        MatMul::new(&gpu, &step.buffer, &acts.hn, matrix, logit_bias.as_ref(), logits, router_out);
                     let router_bias = mw.router_bias.as_ref().map(|b| b.data.clone());
                     let shape = router_shape(m, router_bias.as_deref());
                     let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), shape);
+                    let fused_io = NormRouterIo {
+                        x: &acts.x,
+                        norm_weight: &ffn_norm_w,
+                        hn: &acts.hn,
+                        router: matrix,
+                        logit_bias: logit_bias.as_ref(),
+                        routing: acts.router_io(),
+                    };
+                    let fused =
+                        fused_router.then(|| NormRouter::new(&gpu, &step.buffer, fused_io, shape, eps)).flatten();
+                    bld.buffers.extend(logit_bias);
                     let expert_bias = mw.expert_bias.as_ref().map(|b| f32_buf(&gpu, "expert biases", b));
                     let io = ExpertIo {
                         x: &acts.hn,
@@ -486,9 +493,18 @@ impl GpuModel {
                         }
                         false => Some(MoeCombine::new(&gpu, &step.buffer, &acts.ey, &acts.x, gated, h, m.top_k)),
                     };
-                    Ffn::Moe(Box::new(MoeFfn { router, router_bias, topk, experts: expert_ffn, shared, combine }))
+                    Ffn::Moe(Box::new(MoeFfn {
+                        router,
+                        router_bias,
+                        topk,
+                        fused,
+                        experts: expert_ffn,
+                        shared,
+                        combine,
+                    }))
                 }
             };
+            bld.buffers.push(ffn_norm_w);
             layers.push(Layer { attn_norm, attn, ffn_norm, ffn });
         }
         bld.layer = None;

@@ -44,6 +44,7 @@ use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::matrix::naming;
 use crate::ops::mla_attention;
 use crate::ops::moe_combine::MoeCombine;
+use crate::ops::norm_router::{NormRouter, NormRouterIo};
 use crate::ops::rms_norm::{NormRows, RmsNorm};
 use crate::ops::router::{RouterIo, RouterShape, RouterTopK};
 use crate::ops::swiglu::SwiGlu;
@@ -142,6 +143,9 @@ struct MoeFfn {
     /// The router's correction bias (sigmoid routing), kept for routers bound later.
     router_bias: Option<Vec<f32>>,
     topk: RouterTopK,
+    /// The FFN norm, router and top-k in one dispatch (CPU layouts), used where no prerouter
+    /// routes the layer.
+    fused: Option<NormRouter>,
     experts: ExpertFfn,
     shared: Option<Shared>,
     /// Sum of the experts' outputs into the residual; `None` when the next layer's input norm

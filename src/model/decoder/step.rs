@@ -149,15 +149,20 @@ impl GpuModel {
             self.record_attention(cache, i, &mut rec, n, pos + n);
             l.attn.record_output(gpu, &mut rec, n);
             section(if matches!(l.ffn, Ffn::Dense(_)) { "dense FFN" } else { "MoE FFN" });
-            l.ffn_norm.record(gpu, &mut rec, n);
             match &l.ffn {
-                Ffn::Dense(mlp) => mlp.record(gpu, &mut rec, n),
+                Ffn::Dense(mlp) => {
+                    l.ffn_norm.record(gpu, &mut rec, n);
+                    mlp.record(gpu, &mut rec, n)
+                }
                 Ffn::Moe(moe) => {
-                    let MoeFfn { router, topk, experts, shared, combine, .. } = &**moe;
-                    router.record(gpu, &mut rec, n);
-                    match prerouter.and_then(|p| p.router(i, n)) {
-                        Some(own) => own.record(gpu, &mut rec, n),
-                        None => topk.record(gpu, &mut rec, n),
+                    let MoeFfn { router, topk, fused, experts, shared, combine, .. } = &**moe;
+                    match (prerouter.and_then(|p| p.router(i, n)), fused) {
+                        (None, Some(fused)) => fused.record(gpu, &mut rec, n),
+                        (own, _) => {
+                            l.ffn_norm.record(gpu, &mut rec, n);
+                            router.record(gpu, &mut rec, n);
+                            own.unwrap_or(topk).record(gpu, &mut rec, n);
+                        }
                     }
                     match residency.as_deref_mut().filter(|r| observing || r.needs_routing()) {
                         None => {

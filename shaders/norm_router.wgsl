@@ -1,0 +1,72 @@
+// An MoE layer's FFN input norm, router matmul and top-k in one dispatch, for CPU layouts
+// (always ONE_SUBGROUP: an 8-lane workgroup that is one subgroup; the launcher,
+// src/ops/norm_router.rs). One workgroup per token:
+// 1. hn[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * norm_w, bit-identical to rms_norm's
+//    ONE_SUBGROUP (the same lanes sum the same squares, subgroupAdd, the same products);
+// 2. the router logits W · hn[t] (+ ROUTER_BIAS): each lane takes every eighth k8 of the row,
+//    normalises those 8 inputs once and adds them into one accumulator per expert, and the lanes'
+//    sums are added by subgroupAdd (W through the kernel's weight reader, weights_select);
+// 3. router_choice's top-k on them, the lanes' logits exchanged by subgroupShuffle.
+// lavapipe charges ~0.1 ms per dispatch whatever its size: three dispatches per MoE layer become
+// one.
+//#include common
+//#include reduce
+//#include weights_select
+
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> ids: array<u32>;
+@group(0) @binding(4) var<storage, read_write> weights: array<f32>;
+@group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read> w: array<u32>;
+@group(0) @binding(7) var<storage, read_write> hn: array<vec4<f32>>;
+//#if ROUTER_BIAS
+@group(0) @binding(8) var<storage, read> logit_bias: array<f32>;
+//#endif
+
+//#include router_choice
+
+fn logit_of(t: u32, e: u32) -> f32 {
+    return subgroupShuffle(lane_logits[e / WG], e % WG);
+}
+
+// One of x[t]'s values (index i of the row).
+fn x_value(t: u32, i: u32) -> f32 {
+    return x[(t * p.hidden + i) / 4u][i % 4u];
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = group_index(wid, nwg);
+    if (t >= step.n_tokens) {
+        return;
+    }
+    var s = 0.0;
+    for (var i = lid; i < p.hidden; i += WG) {
+        let v = x_value(t, i);
+        s += v * v;
+    }
+    let inv = inverseSqrt(subgroupAdd(s) / f32(p.hidden) + p.eps);
+    let m = WMat(0u, p.hidden, p.w_scales, p.w_mins);
+    let row4 = t * (p.hidden / 4u);
+    var acc: array<f32, 256>;
+    for (var k8 = lid; k8 < p.hidden / 8u; k8 += WG) {
+        let xa = x[row4 + 2u * k8] * inv * norm_w[2u * k8];
+        let xb = x[row4 + 2u * k8 + 1u] * inv * norm_w[2u * k8 + 1u];
+        hn[row4 + 2u * k8] = xa;
+        hn[row4 + 2u * k8 + 1u] = xb;
+        for (var e = 0u; e < p.n_experts; e++) {
+            let v = w_load8(m, e, k8);
+            acc[e] += dot(v.a, xa) + dot(v.b, xb);
+        }
+    }
+    for (var e = 0u; e < p.n_experts; e++) {
+        var logit = subgroupAdd(acc[e]);
+//#if ROUTER_BIAS
+        logit += logit_bias[e];
+//#endif
+        if (e % WG == lid) {
+            lane_logits[e / WG] = logit;
+        }
+    }
+    choose_experts(t, lid);
+}
