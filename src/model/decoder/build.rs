@@ -486,7 +486,7 @@ impl GpuModel {
                     };
                     let gated =
                         shared.as_ref().and_then(|s| s.gate.as_ref()).map(|_| (&acts.shared_out, &acts.shared_gate));
-                    let combine = match gated.is_none() && i + 1 < spec.layers {
+                    let combine = match gated.is_none() {
                         true => {
                             combine_pending = Some(m.top_k);
                             None
@@ -508,13 +508,16 @@ impl GpuModel {
             layers.push(Layer { attn_norm, attn, ffn_norm, ffn });
         }
         bld.layer = None;
-        let final_norm = bld.norm(
-            &final_norm_w,
-            &acts.x,
-            Some(&acts.hn),
-            NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
-            spec.rms_eps,
-        );
+        let final_norm = match combine_pending.take() {
+            Some(top_k) => bld.norm_after_combine(&final_norm_w, &acts, top_k, spec.rms_eps),
+            None => bld.norm(
+                &final_norm_w,
+                &acts.x,
+                Some(&acts.hn),
+                NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
+                spec.rms_eps,
+            ),
+        };
         let lm_head = bld.matmul("lm_head", &head_w, None, &acts.hn, &acts.logits, MatMulOut::plain(spec.vocab))?;
         let lm_head_last = MatMul::new(
             &gpu,

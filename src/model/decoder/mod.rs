@@ -149,8 +149,8 @@ struct MoeFfn {
     experts: ExpertFfn,
     shared: Option<Shared>,
     /// Sum of the experts' outputs into the residual; `None` when the next layer's input norm
-    /// does it ([`RmsNorm::after_combine`]: every layer but the last, without a gated shared
-    /// expert).
+    /// (or the final norm) does it ([`RmsNorm::after_combine`]: every layer without a gated
+    /// shared expert).
     combine: Option<MoeCombine>,
 }
 
