@@ -220,7 +220,7 @@ fn norm_router_reads_gguf_routers() {
     for name in ["BF16", "Q8_0", "Q4_0", "Q4_K"] {
         let info = m.info(name).unwrap();
         let (rows, cols) = (info.shape[0], info.shape[1]);
-        let router = GpuMatrix::upload_gguf(&gpu, name, rows, cols, info.ggml_type, &m.bytes(name).unwrap()).unwrap();
+        let router = GpuMatrix::upload_gguf(&gpu, name, rows, cols, info.ggml_type, m.bytes(name).unwrap()).unwrap();
         let stored = m.dequantize(&format!("{name}.ref")).unwrap();
         let c = Case {
             hidden: cols,
