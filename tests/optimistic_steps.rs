@@ -135,13 +135,16 @@ fn auto_runs_optimistically_where_steps_hit_and_not_where_they_miss() {
 }
 
 #[test]
-fn unknown_decode_settings_in_the_environment_are_refused_by_name() {
+fn unknown_kernel_settings_in_the_environment_are_refused_by_name() {
     // Read at load; an unknown value is refused by name, not taken for the default.
     let (dir, _) = fixtures().into_iter().find(|(d, _)| d.ends_with("mixtral")).unwrap();
     for (name, value, said) in [
         ("MOESTREAM_OPTIMISTIC_STEPS", "sometimes", "MOESTREAM_OPTIMISTIC_STEPS=sometimes"),
         ("MOESTREAM_CHAINED_DECODE", "yes", "MOESTREAM_CHAINED_DECODE=yes: expected on, off"),
         ("MOESTREAM_FUSED_ROUTER", "on", "MOESTREAM_FUSED_ROUTER=on: expected auto, off"),
+        ("MOESTREAM_DECODE_LAYOUT", "team", "MOESTREAM_DECODE_LAYOUT=team: expected lanes, teams, teams8"),
+        ("MOESTREAM_DENSE_PREFILL", "gemm", "MOESTREAM_DENSE_PREFILL=gemm: expected tiled, matvec"),
+        ("MOESTREAM_EXPERT_PREFILL", "tiles", "MOESTREAM_EXPERT_PREFILL=tiles: expected pairs, gather"),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_moestream"))
             .args(["generate", "--model"])

@@ -12,7 +12,10 @@ use std::sync::{Arc, Mutex};
 
 use super::memory::GpuMemory;
 use super::profiler::{ProfileTiming, Profiler};
+use crate::env_choice::env_choice;
 use crate::error::{Error, Result};
+use crate::ops::experts::ExpertPrefill;
+use crate::ops::matmul::LayoutChoice;
 
 thread_local! {
     /// Bytes of GPU buffers allocated on this thread, through any context.
@@ -88,6 +91,11 @@ pub struct Caps {
     /// staging made the bench model's dense prefill 1.7-2.1x slower in int4 and ggml blocks).
     /// `GpuOptions::tiled_prefill` or `MOESTREAM_DENSE_PREFILL=tiled|matvec` choose instead.
     pub tiled_prefill: bool,
+    /// The decode layout `MOESTREAM_DECODE_LAYOUT` forces, if any (read when the context opens).
+    pub decode_layout: Option<LayoutChoice>,
+    /// How routed experts prefill where `MOESTREAM_EXPERT_PREFILL` says (read when the context
+    /// opens).
+    pub expert_prefill: Option<ExpertPrefill>,
 }
 
 /// A printable description of one adapter.
@@ -295,11 +303,10 @@ impl Gpu {
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
             cpu_layouts,
             decode_team,
-            tiled_prefill: match std::env::var("MOESTREAM_DENSE_PREFILL").as_deref() {
-                Ok("tiled") => true,
-                Ok("matvec") => false,
-                _ => !cpu_layouts || options.tiled_prefill,
-            },
+            tiled_prefill: env_choice("MOESTREAM_DENSE_PREFILL", &[("tiled", true), ("matvec", false)])?
+                .unwrap_or(!cpu_layouts || options.tiled_prefill),
+            decode_layout: LayoutChoice::from_env()?,
+            expert_prefill: ExpertPrefill::from_env()?,
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         let uncaptured = Arc::new(Mutex::new(None));

@@ -9,6 +9,8 @@
 use super::matmul::{DecodeLayout, MATVEC_MAX_TOKENS};
 use super::params;
 use super::{BlobOffsets, WeightFormat};
+use crate::env_choice::env_choice;
+use crate::error::Result;
 use crate::experts::{SlotArena, SlotLayout, SlotTable};
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
@@ -65,12 +67,17 @@ impl ExpertPrefill {
         if act.has_bias() {
             return ExpertPrefill::Pairs;
         }
-        match std::env::var("MOESTREAM_EXPERT_PREFILL").as_deref() {
-            Ok("pairs") => ExpertPrefill::Pairs,
-            Ok("gather") => ExpertPrefill::Gather,
-            _ if gpu.caps.cpu_layouts => ExpertPrefill::Pairs,
-            _ => ExpertPrefill::Gather,
+        match gpu.caps.expert_prefill {
+            Some(forced) => forced,
+            None if gpu.caps.cpu_layouts => ExpertPrefill::Pairs,
+            None => ExpertPrefill::Gather,
         }
+    }
+
+    /// `MOESTREAM_EXPERT_PREFILL` (`pairs`, `gather`), if set; an unknown value is refused by
+    /// name.
+    pub fn from_env() -> Result<Option<ExpertPrefill>> {
+        env_choice("MOESTREAM_EXPERT_PREFILL", &[("pairs", ExpertPrefill::Pairs), ("gather", ExpertPrefill::Gather)])
     }
 }
 

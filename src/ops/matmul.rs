@@ -5,6 +5,8 @@
 //! through the matvec).
 
 use super::{params, BlobOffsets, GpuMatrix, WeightFormat};
+use crate::env_choice::env_choice;
+use crate::error::Result;
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
@@ -50,27 +52,57 @@ pub enum DecodeLayout {
     },
 }
 
+/// A decode layout forced by the environment variable `MOESTREAM_DECODE_LAYOUT` (for testing and
+/// comparing the kernels on one adapter): `lanes`, `teams` (the adapter's team size), `teams8`,
+/// `teams32`, `teams-shared` (teams summed through shared memory). Teams still sum through
+/// shared memory where subgroups are off or smaller than the team.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayoutChoice {
+    /// [`DecodeLayout::LaneRows`].
+    Lanes,
+    /// Teams of the adapter's size.
+    Teams,
+    /// Teams of 8 lanes.
+    Teams8,
+    /// Teams of 32 lanes.
+    Teams32,
+    /// Teams of the adapter's size, summed through shared memory.
+    TeamsShared,
+}
+
+impl LayoutChoice {
+    /// `MOESTREAM_DECODE_LAYOUT`, if set; an unknown value is refused by name.
+    pub fn from_env() -> Result<Option<LayoutChoice>> {
+        let choices = [
+            ("lanes", LayoutChoice::Lanes),
+            ("teams", LayoutChoice::Teams),
+            ("teams8", LayoutChoice::Teams8),
+            ("teams32", LayoutChoice::Teams32),
+            ("teams-shared", LayoutChoice::TeamsShared),
+        ];
+        env_choice("MOESTREAM_DECODE_LAYOUT", &choices)
+    }
+}
+
 /// Lanes of a decode kernel's workgroup in the `Teams` layout (`WG_SIZE` in shaders/team.wgsl).
 const TEAMS_WORKGROUP: u32 = 64;
 
 impl DecodeLayout {
-    /// The layout for `gpu`, or the one the environment variable `MOESTREAM_DECODE_LAYOUT`
-    /// names (`lanes`, `teams`, `teams8`, `teams32`, `teams-shared`; for testing and comparing
-    /// the kernels on one adapter; `teams` is the adapter's team size, and teams still sum
-    /// through shared memory where subgroups are off or smaller than the team).
+    /// The layout for `gpu`, or the one `MOESTREAM_DECODE_LAYOUT` names
+    /// ([`Caps::decode_layout`](crate::gpu::Caps::decode_layout), [`LayoutChoice`]).
     pub fn for_gpu(gpu: &Gpu) -> DecodeLayout {
         let teams = |team: u32| DecodeLayout::Teams {
             team,
             shared_reduce: !gpu.caps.subgroups || gpu.device.adapter_info().subgroup_min_size < team,
         };
-        match std::env::var("MOESTREAM_DECODE_LAYOUT").as_deref() {
-            Ok("lanes") => DecodeLayout::LaneRows,
-            Ok("teams") => teams(gpu.caps.decode_team),
-            Ok("teams8") => teams(8),
-            Ok("teams32") => teams(32),
-            Ok("teams-shared") => DecodeLayout::Teams { team: gpu.caps.decode_team, shared_reduce: true },
-            _ if gpu.caps.cpu_layouts => DecodeLayout::LaneRows,
-            _ => teams(gpu.caps.decode_team),
+        match gpu.caps.decode_layout {
+            Some(LayoutChoice::Lanes) => DecodeLayout::LaneRows,
+            Some(LayoutChoice::Teams) => teams(gpu.caps.decode_team),
+            Some(LayoutChoice::Teams8) => teams(8),
+            Some(LayoutChoice::Teams32) => teams(32),
+            Some(LayoutChoice::TeamsShared) => DecodeLayout::Teams { team: gpu.caps.decode_team, shared_reduce: true },
+            None if gpu.caps.cpu_layouts => DecodeLayout::LaneRows,
+            None => teams(gpu.caps.decode_team),
         }
     }
 
