@@ -18,7 +18,7 @@ use moestream::model::gguf::GgufModel;
 use moestream::model::{MoeSpec, RoutingKind};
 use moestream::ops::norm_router::{NormRouter, NormRouterIo};
 use moestream::ops::rms_norm::{NormRows, RmsNorm};
-use moestream::ops::router::{RouterIo, RouterShape};
+use moestream::ops::router::RouterShape;
 use moestream::ops::GpuMatrix;
 use moestream::reference::ops as refops;
 
@@ -97,14 +97,14 @@ fn run(gpu: &Gpu, c: &Case, d: &Inputs, router: &GpuMatrix) -> Outputs {
     let hn = upload_f32(gpu, &vec![-7.0; (t + 1) * h]);
     let ids = upload_u32(gpu, &vec![u32::MAX; t * k + 1]);
     let weights = upload_f32(gpu, &vec![-1.0; t * k + 1]);
-    let unused = upload_f32(gpu, &[0.0; 4]);
     let io = NormRouterIo {
         x: &x,
         norm_weight: &norm_w,
         hn: &hn,
         router,
         logit_bias: c.logit_bias.then_some(&bias),
-        routing: RouterIo { logits: &unused, ids: &ids, weights: &weights },
+        ids: &ids,
+        weights: &weights,
     };
     let op = NormRouter::new(gpu, &step.buffer, io, shape(c, d), EPS).expect("the CPU layout fuses the router");
     submit(gpu, |pass| op.record(gpu, pass, t));
@@ -256,14 +256,7 @@ fn gpu_layouts_do_not_fuse_the_router() {
     let t = moestream::model::weights::HostTensor::new(vec![8, 64], rng.vec(8 * 64, -0.2, 0.2));
     let router = GpuMatrix::upload(&gpu, "router", &t, moestream::ops::WeightFormat::F32).unwrap();
     let b = upload_f32(&gpu, &[0.0; 64]);
-    let io = NormRouterIo {
-        x: &b,
-        norm_weight: &b,
-        hn: &b,
-        router: &router,
-        logit_bias: None,
-        routing: RouterIo { logits: &b, ids: &b, weights: &b },
-    };
+    let io = NormRouterIo { x: &b, norm_weight: &b, hn: &b, router: &router, logit_bias: None, ids: &b, weights: &b };
     let step = StepUniform::new(&gpu);
     assert!(NormRouter::new(&gpu, &step.buffer, io, shape(&c, &d), EPS).is_none());
 }

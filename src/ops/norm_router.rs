@@ -5,7 +5,7 @@
 //! does.
 
 use super::matmul::DecodeLayout;
-use super::router::{choice_defines, choice_params, ChoiceFields, NormFields, RouterIo, RouterShape};
+use super::router::{choice_defines, choice_params, ChoiceFields, NormFields, RouterShape};
 use super::GpuMatrix;
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
@@ -16,7 +16,7 @@ pub struct NormRouter {
     kernel: Kernel,
 }
 
-/// What the fused router reads and writes besides the router's ids and weights.
+/// What the fused router reads and writes.
 #[derive(Clone, Copy)]
 pub struct NormRouterIo<'a> {
     /// `[tokens, hidden]` residual stream (read).
@@ -29,8 +29,10 @@ pub struct NormRouterIo<'a> {
     pub router: &'a GpuMatrix,
     /// `[n_experts]` logit bias (gpt-oss), added before top-k.
     pub logit_bias: Option<&'a wgpu::Buffer>,
-    /// The chosen ids and weights (its `logits` are not written).
-    pub routing: RouterIo<'a>,
+    /// `[tokens, top_k]` chosen expert ids (written).
+    pub ids: &'a wgpu::Buffer,
+    /// `[tokens, top_k]` their weights (written).
+    pub weights: &'a wgpu::Buffer,
 }
 
 impl NormRouter {
@@ -57,8 +59,8 @@ impl NormRouter {
         defines.extend(choice_defines(&shape));
         let mut storage: Vec<Slice<'_>> = vec![
             io.x.into(),
-            io.routing.ids.into(),
-            io.routing.weights.into(),
+            io.ids.into(),
+            io.weights.into(),
             io.norm_weight.into(),
             (&chunk.buffer).into(),
             io.hn.into(),

@@ -118,9 +118,13 @@ impl RouterTopK {
 /// router_choice's fields besides the shape: where forced experts start and CAPTURE's sizes.
 #[derive(Clone, Copy, Default)]
 pub(super) struct ChoiceFields {
+    /// FORCED: where this layer's ids start in the forced experts.
     pub forced_offset: usize,
+    /// Hidden size (CAPTURE's rows, norm_router's normalised rows).
     pub hidden: usize,
+    /// CAPTURE: the layer's ordinal among MoE layers.
     pub layer: usize,
+    /// CAPTURE: MoE layers in the history.
     pub moe_layers: usize,
 }
 
@@ -128,8 +132,11 @@ pub(super) struct ChoiceFields {
 /// int4 scale and min segments.
 #[derive(Clone, Copy, Default)]
 pub(super) struct NormFields {
+    /// The norm's epsilon.
     pub eps: f32,
+    /// The router matrix's int4 scale segment (f16 index in its blob).
     pub w_scales: u32,
+    /// Its min segment.
     pub w_mins: u32,
 }
 

@@ -436,7 +436,8 @@ impl GpuModel {
                         hn: &acts.hn,
                         router: matrix,
                         logit_bias: logit_bias.as_ref(),
-                        routing: acts.router_io(),
+                        ids: &acts.ids,
+                        weights: &acts.route_w,
                     };
                     let fused =
                         fused_router.then(|| NormRouter::new(&gpu, &step.buffer, fused_io, shape, eps)).flatten();
