@@ -6,7 +6,8 @@
 // 2. the router logits W · hn[t] (+ ROUTER_BIAS): each lane takes every eighth k8 of the row,
 //    normalises those 8 inputs once and adds them into one accumulator per expert, and the lanes'
 //    sums are added by subgroupAdd (W through the kernel's weight reader, weights_select);
-// 3. router_choice's top-k on them, the lanes' logits exchanged by subgroupShuffle.
+// 3. router_choice's top-k on them, the lanes' logits exchanged by subgroupShuffle (FORCED and
+//    CAPTURE as there; CAPTURE keeps the step's last normalised row in hist_h[layer]).
 // lavapipe charges ~0.1 ms per dispatch whatever its size: three dispatches per MoE layer become
 // one.
 //#include common
@@ -19,8 +20,22 @@
 @group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read> w: array<u32>;
 @group(0) @binding(7) var<storage, read_write> hn: array<vec4<f32>>;
+// The optional bindings follow in this order: logit_bias, forced, hist_h and hist_ids.
 //#if ROUTER_BIAS
 @group(0) @binding(8) var<storage, read> logit_bias: array<f32>;
+const BIAS_BINDINGS: u32 = 1u;
+//#else
+const BIAS_BINDINGS: u32 = 0u;
+//#endif
+//#if FORCED
+@group(0) @binding(8u + BIAS_BINDINGS) var<storage, read> forced: array<u32>;
+const FORCED_BINDINGS: u32 = 1u;
+//#else
+const FORCED_BINDINGS: u32 = 0u;
+//#endif
+//#if CAPTURE
+@group(0) @binding(8u + BIAS_BINDINGS + FORCED_BINDINGS) var<storage, read_write> hist_h: array<vec4<f32>>;
+@group(0) @binding(9u + BIAS_BINDINGS + FORCED_BINDINGS) var<storage, read_write> hist_ids: array<u32>;
 //#endif
 
 //#include router_choice
@@ -54,6 +69,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let xb = x[row4 + 2u * k8 + 1u] * inv * norm_w[2u * k8 + 1u];
         hn[row4 + 2u * k8] = xa;
         hn[row4 + 2u * k8 + 1u] = xb;
+//#if CAPTURE
+        if (t + 1u == step.n_tokens) {
+            let h4 = p.layer * (p.hidden / 4u) + 2u * k8;
+            hist_h[h4] = xa;
+            hist_h[h4 + 1u] = xb;
+        }
+//#endif
         for (var e = 0u; e < p.n_experts; e++) {
             let v = w_load8(m, e, k8);
             acc[e] += dot(v.a, xa) + dot(v.b, xb);

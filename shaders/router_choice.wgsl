@@ -16,7 +16,15 @@
 // A token any of whose logits is NaN or infinite is routed to experts 0..k-1 with NaN weights,
 // so the poison reaches its logits (which the engine refuses) instead of routing it to
 // nothing or to whatever lost every comparison with a NaN.
-// FORCED and CAPTURE are router_topk's (the prerouter's); see there.
+// FORCED (the prerouter's prediction-as-routing): the k experts are read from
+// forced[forced_offset..] instead of chosen, and their probabilities come from this softmax.
+// Renormalised, they are taken relative to the best forced logit instead of the router's maximum
+// (the same weights), so forced experts far below the router's best do not all underflow to 0
+// (0/0 = NaN). CAPTURE (prerouter heads attached): also keeps the ids the heads read at the end
+// of the step, for MoE layer ordinal `layer`: the step's last token's routed ids (hist_ids cur
+// block) and those of the token before (prev block: the step's second-to-last token, or the
+// previous step's last token); the including kernel keeps the FFN input (hist_h). Ids
+// 0xffffffff mean "no token".
 
 struct Params {
     n_experts: u32,
@@ -192,13 +200,6 @@ fn choose_experts(t: u32, lid: u32) {
         }
         chosen_sum += prob;
     }
-//#if CAPTURE
-    if (t + 1u == step.n_tokens) {
-        for (var i = lid; i < p.hidden; i += WG) {
-            hist_h[p.layer * p.hidden + i] = hn[t * p.hidden + i];
-        }
-    }
-//#endif
     if (lid == 0u) {
         for (var i = 0u; i < p.top_k; i++) {
             var w = weights[t * p.top_k + i];

@@ -2,14 +2,8 @@
 // renormalisation of the k weights, times routed_scale, as router_choice chooses them from
 // logits another kernel computed (the router matmul; CPU layouts fuse the three into
 // norm_router where no prerouter routes).
-// Variant FORCED (the prerouter's prediction-as-routing): the k experts are not chosen here but
-// read from forced[forced_offset..], and their probabilities come from this softmax. Renormalised,
-// they are taken relative to the best forced logit instead of the router's maximum (the same
-// weights), so forced experts far below the router's best do not all underflow to 0 (0/0 = NaN).
-// Variant CAPTURE (prerouter heads attached): also keeps what the heads read at the end of the
-// step, for MoE layer ordinal `layer`: the step's last token's FFN input (hist_h[layer]) and
-// routed ids (hist_ids cur block), and the ids of the token before (prev block: the step's
-// second-to-last token, or the previous step's last token). Ids 0xffffffff mean "no token".
+// FORCED and CAPTURE (the prerouter's) as router_choice describes them; CAPTURE also copies the
+// step's last token's FFN input `hn` into hist_h[layer].
 //#include common
 //#include reduce
 
@@ -33,8 +27,15 @@
 
 //#include router_choice
 
+// Expert e's logit: with ONE_SUBGROUP from the lane that holds it (on lavapipe, reading the
+// buffer at a forced expert's index from inside router_choice made the FORCED variant ~20x
+// slower, 4 ms a dispatch); the same value either way.
 fn logit_of(t: u32, e: u32) -> f32 {
+//#if ONE_SUBGROUP
+    return subgroupShuffle(lane_logits[e / WG], e % WG);
+//#else
     return logits[t * p.n_experts + e];
+//#endif
 }
 
 @compute @workgroup_size(WG)
@@ -46,8 +47,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var j = 0u; j < EPL; j++) {
         let e = lid + WG * j;
         if (e < p.n_experts) {
-            lane_logits[j] = logit_of(t, e);
+            lane_logits[j] = logits[t * p.n_experts + e];
         }
     }
     choose_experts(t, lid);
+//#if CAPTURE
+    if (t + 1u == step.n_tokens) {
+        for (var i = lid; i < p.hidden; i += WG) {
+            hist_h[p.layer * p.hidden + i] = hn[t * p.hidden + i];
+        }
+    }
+//#endif
 }

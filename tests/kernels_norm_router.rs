@@ -6,6 +6,9 @@
 //! f16, int4 and GGUF routers, softmax, group-limited and sigmoid + bias routing, a router logit
 //! bias, 2..=256 experts and several tokens. Tokens whose reference routing changes when the
 //! logits move by 2e-5 (a near tie) are not compared by id; at most a quarter may be skipped.
+//! Its prerouter variants (`FORCED`, `CAPTURE`) run in `tests/prerouter.rs` and
+//! `tests/prerouter_families.rs`, whose predicted routing must be the CPU heads' prediction from
+//! the captured rows.
 
 mod common;
 

@@ -193,7 +193,10 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("argmax", &["VEC4", "ONE_SUBGROUP"]),
     ("token_logprob", &["ONE_SUBGROUP"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID", "GROUPS", "ONE_SUBGROUP"]),
-    ("norm_router", &["F16", "INT4", "INT4_SYM", "G64", "SIGMOID", "GROUPS", "ROUTER_BIAS", "ONE_SUBGROUP"]),
+    (
+        "norm_router",
+        &["F16", "INT4", "INT4_SYM", "G64", "SIGMOID", "GROUPS", "ROUTER_BIAS", "FORCED", "CAPTURE", "ONE_SUBGROUP"],
+    ),
     ("prerouter_heads", &["SCORES"]),
     ("mla_attention", &["F16", "SPLIT", "DECOMPRESSED"]),
     ("mla_decompress", &["F16"]),

@@ -5,7 +5,7 @@
 //! does.
 
 use super::matmul::DecodeLayout;
-use super::router::{choice_defines, choice_params, ChoiceFields, NormFields, RouterShape};
+use super::router::{choice_defines, choice_params, Capture, ChoiceFields, Forced, NormFields, RouterShape};
 use super::GpuMatrix;
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
@@ -46,12 +46,32 @@ impl NormRouter {
         shape: RouterShape<'_>,
         eps: f32,
     ) -> Option<NormRouter> {
+        Self::with(gpu, step, io, shape, eps, None, None)
+    }
+
+    /// [`new`](Self::new), optionally taking the experts from `forced` and keeping the
+    /// prerouter's inputs (`capture`, whose FFN input is `io.hn`, the rows this kernel writes), as
+    /// [`RouterTopK::with`](super::router::RouterTopK::with) does.
+    pub fn with(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        io: NormRouterIo<'_>,
+        shape: RouterShape<'_>,
+        eps: f32,
+        forced: Option<Forced<'_>>,
+        capture: Option<Capture<'_>>,
+    ) -> Option<NormRouter> {
         let [chunk] = &io.router.chunks[..] else { return None };
         if !DecodeLayout::for_gpu(gpu).one_subgroup_workgroups(gpu) || io.router.rows != shape.n_experts {
             return None;
         }
         let hidden = io.router.cols;
-        let fields = ChoiceFields { hidden, ..ChoiceFields::default() };
+        let fields = ChoiceFields {
+            forced_offset: forced.map_or(0, |f| f.offset),
+            hidden,
+            layer: capture.map_or(0, |c| c.layer),
+            moe_layers: capture.map_or(0, |c| c.history.moe_layers),
+        };
         let norm = NormFields { eps, w_scales: chunk.offsets.scales, w_mins: chunk.offsets.mins };
         let p = choice_params(&shape, fields, norm);
         let mut defines = vec!["ONE_SUBGROUP"];
@@ -68,6 +88,14 @@ impl NormRouter {
         if let Some(b) = io.logit_bias {
             storage.push(b.into());
             defines.push("ROUTER_BIAS");
+        }
+        if let Some(f) = forced {
+            storage.push(f.experts.into());
+            defines.push("FORCED");
+        }
+        if let Some(c) = capture {
+            storage.extend([Slice::from(&c.history.hidden), Slice::from(&c.history.ids)]);
+            defines.push("CAPTURE");
         }
         // The router matrix and the norm weight once; per token its row in, its normalised row
         // out, its ids and weights.

@@ -439,8 +439,17 @@ impl GpuModel {
                         ids: &acts.ids,
                         weights: &acts.route_w,
                     };
-                    let fused =
-                        fused_router.then(|| NormRouter::new(&gpu, &step.buffer, fused_io, shape, eps)).flatten();
+                    let fused = fused_router
+                        .then(|| NormRouter::new(&gpu, &step.buffer, fused_io, shape, eps))
+                        .flatten()
+                        .map(|f| {
+                            let inputs = FusedRouterInputs {
+                                norm_weight: ffn_norm_w.clone(),
+                                router: router_m,
+                                logit_bias: logit_bias.clone(),
+                            };
+                            (f, inputs)
+                        });
                     bld.buffers.extend(logit_bias);
                     let expert_bias = mw.expert_bias.as_ref().map(|b| f32_buf(&gpu, "expert biases", b));
                     let io = ExpertIo {

@@ -144,14 +144,24 @@ struct MoeFfn {
     router_bias: Option<Vec<f32>>,
     topk: RouterTopK,
     /// The FFN norm, router and top-k in one dispatch (CPU layouts), used where no prerouter
-    /// routes the layer.
-    fused: Option<NormRouter>,
+    /// routes the layer, and what it binds, for the prerouter's own fused routers.
+    fused: Option<(NormRouter, FusedRouterInputs)>,
     experts: ExpertFfn,
     shared: Option<Shared>,
     /// Sum of the experts' outputs into the residual; `None` when the next layer's input norm
     /// (or the final norm) does it ([`RmsNorm::after_combine`]: every layer without a gated
     /// shared expert).
     combine: Option<MoeCombine>,
+}
+
+/// The buffers a layer's [`NormRouter`] binds besides the activations.
+struct FusedRouterInputs {
+    /// The FFN norm's weight.
+    norm_weight: wgpu::Buffer,
+    /// The router matrix's index in [`GpuModel`]'s `matrices`.
+    router: usize,
+    /// The router's logit bias (gpt-oss).
+    logit_bias: Option<wgpu::Buffer>,
 }
 
 enum Ffn {

@@ -5,6 +5,7 @@
 //! whole step is one submission. An optimistic decode step ([`super::optimistic`]) is one
 //! submission too, its routing logged and looked at afterwards.
 
+use super::prerouter::LayerRouter;
 use super::{Ffn, GpuModel, MoeFfn, SequenceCache, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
@@ -157,11 +158,16 @@ impl GpuModel {
                 Ffn::Moe(moe) => {
                     let MoeFfn { router, topk, fused, experts, shared, combine, .. } = &**moe;
                     match (prerouter.and_then(|p| p.router(i, n)), fused) {
-                        (None, Some(fused)) => fused.record(gpu, &mut rec, n),
+                        (Some(LayerRouter::Fused(fused)), _) | (None, Some((fused, _))) => {
+                            fused.record(gpu, &mut rec, n)
+                        }
                         (own, _) => {
                             l.ffn_norm.record(gpu, &mut rec, n);
                             router.record(gpu, &mut rec, n);
-                            own.unwrap_or(topk).record(gpu, &mut rec, n);
+                            match own {
+                                Some(LayerRouter::TopK(own)) => own.record(gpu, &mut rec, n),
+                                _ => topk.record(gpu, &mut rec, n),
+                            }
                         }
                     }
                     match residency.as_deref_mut().filter(|r| observing || r.needs_routing()) {
