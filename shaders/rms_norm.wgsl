@@ -8,6 +8,9 @@
 // ONE_SUBGROUP (always with SUBGROUPS; for CPU adapters, whose subgroups have at least 8 lanes):
 // a row per 8-lane workgroup, summed with subgroupAdd, no workgroup memory. On lavapipe a kernel
 // that uses workgroup memory pays ~0.3-0.5 ms per dispatch whatever its size (this one 0.09 ms).
+// PAIR (in place, neither OUT nor ADD_PAIRS): two tensors' rows in one dispatch, the first's
+// (x, weight, n, rows_per_token) and then the second's (x2, weight2, n2, rows2): a layer's per-head
+// (or whole-projection) q and k norms, each row as the norm alone computes it.
 // WIDE_ROW (GPUs, rows of at least 1024 values: whole hidden states): 256 lanes per row instead
 // of 64, a quarter of the dependent loads per lane (a 4096-value row: 16 instead of 64), as
 // llama.cpp's Vulkan rms_norm spreads a row over 512 lanes.
@@ -19,9 +22,10 @@ struct Params {
     eps: f32,
     at_cache_pos: u32,
     top_k: u32,
-    pad0: u32,
-    pad1: u32,
-    pad2: u32,
+    // PAIR: the second tensor's row length and rows per token.
+    n2: u32,
+    rows2: u32,
+    pad: u32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
@@ -38,6 +42,45 @@ struct Params {
 //#endif
 //#if ADD_PAIRS
 @group(0) @binding(5) var<storage, read> y: array<f32>;
+//#endif
+//#if PAIR
+@group(0) @binding(4) var<storage, read> weight2: array<f32>;
+@group(0) @binding(5) var<storage, read_write> x2: array<f32>;
+//#endif
+
+// This workgroup's row is one of the second tensor's (PAIR).
+var<private> second: bool;
+
+fn x_at(i: u32) -> f32 {
+//#if PAIR
+    if (second) {
+        return x2[i];
+    }
+//#endif
+    return x[i];
+}
+
+fn weight_at(i: u32) -> f32 {
+//#if PAIR
+    if (second) {
+        return weight2[i];
+    }
+//#endif
+    return weight[i];
+}
+
+//#if OUT
+//#else
+// Writes the normalised value (in place).
+fn set_x(i: u32, v: f32) {
+//#if PAIR
+    if (second) {
+        x2[i] = v;
+        return;
+    }
+//#endif
+    x[i] = v;
+}
 //#endif
 
 //#if WIDE_ROW
@@ -76,29 +119,39 @@ fn row_sum(lid: u32, s: f32) -> f32 {
 
 @compute @workgroup_size(LANES)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let r = group_index(wid, nwg);
-    if (r >= step.n_tokens * p.rows_per_token) {
+    var r = group_index(wid, nwg);
+    var n = p.n;
+    var rows = step.n_tokens * p.rows_per_token;
+//#if PAIR
+    if (r >= rows) {
+        second = true;
+        r -= rows;
+        n = p.n2;
+        rows = step.n_tokens * p.rows2;
+    }
+//#endif
+    if (r >= rows) {
         return;
     }
-    let base = (r + p.at_cache_pos * step.pos * p.rows_per_token) * p.n;
+    let base = (r + p.at_cache_pos * step.pos * p.rows_per_token) * n;
     var s = 0.0;
-    for (var i = lid; i < p.n; i += LANES) {
+    for (var i = lid; i < n; i += LANES) {
 //#if ADD_PAIRS
         var add = 0.0;
         for (var j = 0u; j < p.top_k; j++) {
-            add += y[(r * p.top_k + j) * p.n + i];
+            add += y[(r * p.top_k + j) * n + i];
         }
         x[base + i] += add;
 //#endif
-        let v = x[base + i];
+        let v = x_at(base + i);
         s += v * v;
     }
-    let inv = inverseSqrt(row_sum(lid, s) / f32(p.n) + p.eps);
-    for (var i = lid; i < p.n; i += LANES) {
+    let inv = inverseSqrt(row_sum(lid, s) / f32(n) + p.eps);
+    for (var i = lid; i < n; i += LANES) {
 //#if OUT
-        out[r * p.n + i] = x[base + i] * inv * weight[i];
+        out[r * n + i] = x_at(base + i) * inv * weight_at(i);
 //#else
-        x[base + i] = x[base + i] * inv * weight[i];
+        set_x(base + i, x_at(base + i) * inv * weight_at(i));
 //#endif
     }
 }

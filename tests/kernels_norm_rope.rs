@@ -162,6 +162,42 @@ fn rms_norm_per_head_rows() {
     }
 }
 
+/// A layer's q and k norms in one dispatch (`RmsNorm::pair`): per head (q and k heads of one
+/// head_dim, different weights) and over whole projections of different widths, each tensor
+/// bit-identical to its norm alone, the rows past the step's untouched.
+#[test]
+fn paired_norms_are_each_norm_alone() {
+    for (label, gpu) in norm_gpus() {
+        let mut rng = Rng::new(4);
+        // (q rows: n, per token; k rows: n, per token; tokens)
+        for &((n1, r1), (n2, r2), t) in &[
+            ((64usize, 8usize), (64usize, 4usize), 1usize),
+            ((128, 6), (128, 2), 5),
+            ((512, 1), (256, 1), 3),
+            ((1024, 1), (128, 1), 2),
+        ] {
+            let (w1, w2) = (rng.vec(n1, 0.5, 1.5), rng.vec(n2, 0.5, 1.5));
+            // One token's rows more than the step holds: left as they are.
+            let x1 = rng.vec((t + 1) * r1 * n1, -2.0, 2.0);
+            let x2 = rng.vec((t + 1) * r2 * n2, -2.0, 2.0);
+            let rows1 = NormRows { n: n1, rows_per_token: r1, at_cache_pos: false };
+            let rows2 = NormRows { n: n2, rows_per_token: r2, at_cache_pos: false };
+            let (alone1, _) = run_norm(&gpu, &x1, &w1, rows1, false, 0, t, 0, 1e-6);
+            let (alone2, _) = run_norm(&gpu, &x2, &w2, rows2, false, 0, t, 0, 1e-6);
+            let step = StepUniform::new(&gpu);
+            step.set(&gpu, t, 0);
+            let (xb1, xb2, wb1, wb2) =
+                (upload_f32(&gpu, &x1), upload_f32(&gpu, &x2), upload_f32(&gpu, &w1), upload_f32(&gpu, &w2));
+            let op = RmsNorm::pair(&gpu, &step.buffer, (&wb1, &xb1, rows1), (&wb2, &xb2, rows2), 1e-6);
+            submit(&gpu, |pass| op.record(&gpu, pass, t));
+            let what = format!("{label}: paired norms {n1}×{r1} and {n2}×{r2}, T={t}");
+            assert_bits_eq(&format!("{what}: first"), &read_f32(&gpu, &xb1, x1.len()), &alone1);
+            assert_bits_eq(&format!("{what}: second"), &read_f32(&gpu, &xb2, x2.len()), &alone2);
+            assert_eq!(alone1[t * r1 * n1..], x1[t * r1 * n1..], "{what}: the norm alone touched rows past the step");
+        }
+    }
+}
+
 #[test]
 fn rms_norm_at_cache_pos_only_touches_step_rows() {
     for (label, gpu) in norm_gpus() {

@@ -162,7 +162,7 @@ impl Gpu {
 /// that compiles every combination.
 pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("embed", &["F16", "INT4", "INT4_SYM", "G64"]),
-    ("rms_norm", &["OUT", "ADD_PAIRS", "ONE_SUBGROUP", "WIDE_ROW"]),
+    ("rms_norm", &["OUT", "ADD_PAIRS", "PAIR", "ONE_SUBGROUP", "WIDE_ROW"]),
     ("kv_store", &["F16", "ROPE"]),
     ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
     ("attention_keys", &["F16", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
@@ -230,6 +230,10 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         }
         // ONE_SUBGROUP is the CPU layout with subgroups (ops::one_subgroup_layout).
         if set.contains(&"ONE_SUBGROUP") && !set.contains(&"SUBGROUPS") {
+            continue;
+        }
+        // PAIR normalises in place (RmsNorm::pair).
+        if name == "rms_norm" && set.contains(&"PAIR") && (set.contains(&"OUT") || set.contains(&"ADD_PAIRS")) {
             continue;
         }
         // norm_router exists only in that layout (ops::norm_router).

@@ -74,6 +74,35 @@ impl RmsNorm {
         RmsNorm { kernel, rows_per_token: 1 }
     }
 
+    /// Normalises two tensors' rows in place in one dispatch, each row as [`new`](Self::new)
+    /// would (`first` then `second`: weight, rows, their layout): a layer's q and k norms.
+    pub fn pair(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        first: (&wgpu::Buffer, &wgpu::Buffer, NormRows),
+        second: (&wgpu::Buffer, &wgpu::Buffer, NormRows),
+        eps: f32,
+    ) -> RmsNorm {
+        let ((w1, x1, r1), (w2, x2, r2)) = (first, second);
+        assert!(!r1.at_cache_pos && !r2.at_cache_pos, "paired norms touch the step's rows");
+        let p = params(&[
+            r1.n as u32,
+            r1.rows_per_token as u32,
+            eps.to_bits(),
+            0,
+            0,
+            r2.n as u32,
+            r2.rows_per_token as u32,
+            0,
+        ]);
+        let defines = [&["PAIR"][..], row_lanes(gpu, r1.n.max(r2.n))].concat();
+        let kernel = Kernel::new(gpu, "rms_norm", &defines, step, &p, &[w1.into(), x1.into(), w2.into(), x2.into()]);
+        // Per token both tensors' rows in and out; the weights once.
+        let per_token = 8 * (r1.n * r1.rows_per_token + r2.n * r2.rows_per_token) as u64;
+        let kernel = kernel.with_traffic(Traffic { fixed: 4 * (r1.n + r2.n) as u64, per_token, per_position: 0 });
+        RmsNorm { kernel, rows_per_token: r1.rows_per_token + r2.rows_per_token }
+    }
+
     /// Records the norm for `n_tokens` tokens.
     pub fn record(&self, gpu: &Gpu, pass: &mut Pass, n_tokens: usize) {
         self.kernel.dispatch(pass, (n_tokens * self.rows_per_token) as u32, gpu.caps.max_workgroups_per_dim);

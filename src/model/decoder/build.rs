@@ -182,6 +182,19 @@ impl Builder<'_> {
         n
     }
 
+    /// Two in-place norms in one dispatch ([`RmsNorm::pair`]): a layer's q and k norms.
+    pub(super) fn norm_pair(
+        &mut self,
+        (w1, x1, rows1): (&HostTensor, &wgpu::Buffer, NormRows),
+        (w2, x2, rows2): (&HostTensor, &wgpu::Buffer, NormRows),
+        eps: f32,
+    ) -> RmsNorm {
+        let (b1, b2) = (f32_buf(self.gpu, "norm", w1), f32_buf(self.gpu, "norm", w2));
+        let n = RmsNorm::pair(self.gpu, self.step, (&b1, x1, rows1), (&b2, x2, rows2), eps);
+        self.buffers.extend([b1, b2]);
+        n
+    }
+
     /// A layer's input norm that first adds the previous MoE layer's `top_k` expert outputs
     /// (`acts.ey`) into the residual: x += combine, hn = norm(x).
     pub(super) fn norm_after_combine(
@@ -395,7 +408,7 @@ impl GpuModel {
                                 NormRows { n: spec.kv_dim(), rows_per_token: 1, at_cache_pos: false },
                             ),
                         };
-                        (bld.norm(qn, &acts.q, None, q_rows, eps), bld.norm(kn, &acts.k, None, k_rows, eps))
+                        bld.norm_pair((qn, &acts.q, q_rows), (kn, &acts.k, k_rows), eps)
                     });
                     let out_gate = attn.gate.as_ref().map(|g| bld.output_gate(g, spec.q_dim(), &acts)).transpose()?;
                     let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };

@@ -174,9 +174,9 @@ enum Ffn {
 struct GroupedAttn {
     /// The query, key and value projections: one fused matmul, or three.
     qkv: Vec<Projection>,
-    /// The per-head or whole-projection q and k norms, before RoPE (which the session's cache
-    /// store applies, `KvStore`'s ROPE).
-    qk_norm: Option<(RmsNorm, RmsNorm)>,
+    /// The per-head or whole-projection q and k norms, one paired dispatch, before RoPE (which
+    /// the session's cache store applies, `KvStore`'s ROPE).
+    qk_norm: Option<RmsNorm>,
     /// The output gate of gated attention (Qwen3-Next/3.5), applied before `o_proj`.
     out_gate: Option<linear::OutputGate>,
     o: Projection,
@@ -352,9 +352,8 @@ impl GroupedAttn {
         for p in &self.qkv {
             p.record(gpu, pass, n);
         }
-        if let Some((qn, kn)) = &self.qk_norm {
-            qn.record(gpu, pass, n);
-            kn.record(gpu, pass, n);
+        if let Some(qk) = &self.qk_norm {
+            qk.record(gpu, pass, n);
         }
         if let Some(g) = &self.out_gate {
             g.record_projection(gpu, pass, n);
