@@ -4,8 +4,9 @@
 // 1. hn[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * norm_w, bit-identical to rms_norm's
 //    ONE_SUBGROUP (the same lanes sum the same squares, subgroupAdd, the same products);
 // 2. the router logits W · hn[t] (+ ROUTER_BIAS): each lane takes every eighth k8 of the row,
-//    normalises those 8 inputs once and adds them into one accumulator per expert, and the lanes'
-//    sums are added by subgroupAdd (W through the kernel's weight reader, weights_select);
+//    normalises those 8 inputs and adds them into one accumulator per expert (32 experts at a
+//    time), and the lanes' sums are added by subgroupAdd (W through the kernel's weight reader,
+//    weights_select);
 // 3. router_choice's top-k on them, the lanes' logits exchanged by subgroupShuffle (FORCED and
 //    CAPTURE as there; CAPTURE keeps the step's last normalised row in hist_h[layer]).
 // lavapipe charges ~0.1 ms per dispatch whatever its size: three dispatches per MoE layer become
@@ -40,6 +41,9 @@ const FORCED_BINDINGS: u32 = 0u;
 
 //#include router_choice
 
+// Experts whose logits are accumulated together.
+const EXPERT_BLOCK: u32 = 32u;
+
 fn logit_of(t: u32, e: u32) -> f32 {
     return subgroupShuffle(lane_logits[e / WG], e % WG);
 }
@@ -63,31 +67,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let inv = inverseSqrt(subgroupAdd(s) / f32(p.hidden) + p.eps);
     let m = WMat(0u, p.hidden, p.w_scales, p.w_mins);
     let row4 = t * (p.hidden / 4u);
-    var acc: array<f32, 256>;
-    for (var k8 = lid; k8 < p.hidden / 8u; k8 += WG) {
-        let xa = x[row4 + 2u * k8] * inv * norm_w[2u * k8];
-        let xb = x[row4 + 2u * k8 + 1u] * inv * norm_w[2u * k8 + 1u];
-        hn[row4 + 2u * k8] = xa;
-        hn[row4 + 2u * k8 + 1u] = xb;
+    // Experts a block of accumulators at a time (a 256-entry array cost lavapipe ~0.8 s of
+    // shader compilation); the inputs are normalised again per block, written once.
+    for (var e0 = 0u; e0 < p.n_experts; e0 += EXPERT_BLOCK) {
+        var acc: array<f32, EXPERT_BLOCK>;
+        for (var k8 = lid; k8 < p.hidden / 8u; k8 += WG) {
+            let xa = x[row4 + 2u * k8] * inv * norm_w[2u * k8];
+            let xb = x[row4 + 2u * k8 + 1u] * inv * norm_w[2u * k8 + 1u];
+            if (e0 == 0u) {
+                hn[row4 + 2u * k8] = xa;
+                hn[row4 + 2u * k8 + 1u] = xb;
 //#if CAPTURE
-        if (t + 1u == step.n_tokens) {
-            let h4 = p.layer * (p.hidden / 4u) + 2u * k8;
-            hist_h[h4] = xa;
-            hist_h[h4 + 1u] = xb;
-        }
+                if (t + 1u == step.n_tokens) {
+                    let h4 = p.layer * (p.hidden / 4u) + 2u * k8;
+                    hist_h[h4] = xa;
+                    hist_h[h4 + 1u] = xb;
+                }
 //#endif
-        for (var e = 0u; e < p.n_experts; e++) {
-            let v = w_load8(m, e, k8);
-            acc[e] += dot(v.a, xa) + dot(v.b, xb);
+            }
+            for (var j = 0u; j < min(EXPERT_BLOCK, p.n_experts - e0); j++) {
+                let v = w_load8(m, e0 + j, k8);
+                acc[j] += dot(v.a, xa) + dot(v.b, xb);
+            }
         }
-    }
-    for (var e = 0u; e < p.n_experts; e++) {
-        var logit = subgroupAdd(acc[e]);
+        for (var j = 0u; j < min(EXPERT_BLOCK, p.n_experts - e0); j++) {
+            let e = e0 + j;
+            var logit = subgroupAdd(acc[j]);
 //#if ROUTER_BIAS
-        logit += logit_bias[e];
+            logit += logit_bias[e];
 //#endif
-        if (e % WG == lid) {
-            lane_logits[e / WG] = logit;
+            if (e % WG == lid) {
+                lane_logits[e / WG] = logit;
+            }
         }
     }
     choose_experts(t, lid);
