@@ -143,8 +143,8 @@ struct MoeFfn {
     /// The router's correction bias (sigmoid routing), kept for routers bound later.
     router_bias: Option<Vec<f32>>,
     topk: RouterTopK,
-    /// The FFN norm, router and top-k in one dispatch (CPU layouts), used where no prerouter
-    /// routes the layer, and what it binds, for the prerouter's own fused routers.
+    /// The FFN norm, router and top-k in one dispatch (CPU layouts), and what it binds, from
+    /// which an attached prerouter binds its own fused routers.
     fused: Option<(NormRouter, FusedRouterInputs)>,
     experts: ExpertFfn,
     shared: Option<Shared>,
