@@ -289,10 +289,7 @@ const READ_GROUPS: u32 = 1024;
 /// Times [`READ_WGSL`] over `bytes` (at most one binding), counting the bytes read.
 fn read(gpu: &Gpu, o: &KernelBenchOptions, bytes: u64) -> Result<Measured> {
     let bytes = bytes.min(gpu.caps.max_binding).next_multiple_of(16);
-    let module = gpu.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("bench read"),
-        source: wgpu::ShaderSource::Wgsl(READ_WGSL.into()),
-    });
+    let module = gpu.shader_module("bench read", READ_WGSL);
     let pipeline = gpu.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some("bench read"),
         layout: None,

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use super::memory::GpuMemory;
 use super::profiler::{ProfileTiming, Profiler};
+use super::shader_checks;
 use crate::env_choice::env_choice;
 use crate::error::{Error, Result};
 use crate::ops::experts::ExpertPrefill;
@@ -57,6 +58,9 @@ pub struct GpuOptions {
     /// Prefill dense matrices with the tiled GEMM even on a CPU adapter ([`Caps::tiled_prefill`]):
     /// tests keep it covered on lavapipe.
     pub tiled_prefill: bool,
+    /// Build the kernels with all of naga's runtime checks even where the adapter bounds buffer
+    /// accesses itself ([`Caps::shader_checks`]): tests compare the two builds.
+    pub shader_checks: bool,
 }
 
 /// Capabilities the kernels adapt to.
@@ -96,6 +100,10 @@ pub struct Caps {
     /// How routed experts prefill where `MOESTREAM_EXPERT_PREFILL` says (read when the context
     /// opens).
     pub expert_prefill: Option<ExpertPrefill>,
+    /// Kernels keep naga's bounds and loop checks (see [`super::shader_checks`]): everywhere
+    /// except on Vulkan adapters that bound buffer accesses themselves, or with
+    /// `MOESTREAM_SHADER_CHECKS=on` / [`GpuOptions::shader_checks`].
+    pub shader_checks: bool,
 }
 
 /// A printable description of one adapter.
@@ -307,6 +315,7 @@ impl Gpu {
                 .unwrap_or(!cpu_layouts || options.tiled_prefill),
             decode_layout: LayoutChoice::from_env()?,
             expert_prefill: ExpertPrefill::from_env()?,
+            shader_checks: shader_checks::keep_checks(adapter, options.shader_checks)?,
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         let uncaptured = Arc::new(Mutex::new(None));

@@ -9,6 +9,7 @@ pub mod memory;
 pub mod pass;
 pub mod profiler;
 pub mod shader;
+mod shader_checks;
 
 pub use buffers::{PendingRead, Readback, StepUniform};
 pub use context::{AdapterReport, Caps, Gpu, GpuOptions};

@@ -140,11 +140,7 @@ impl Gpu {
         if let Some(p) = self.pipelines.lock().unwrap().get(&key) {
             return p.clone();
         }
-        let code = preprocess(name, &all);
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(name),
-            source: wgpu::ShaderSource::Wgsl(code.into()),
-        });
+        let module = self.shader_module(name, &preprocess(name, &all));
         let pipeline = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(name),
             layout: None,
@@ -155,6 +151,23 @@ impl Gpu {
         }));
         self.pipelines.lock().unwrap().insert(key, pipeline.clone());
         pipeline
+    }
+
+    /// The shader module of WGSL `code`, built with the runtime checks [`Caps::shader_checks`]
+    /// says.
+    ///
+    /// [`Caps::shader_checks`]: super::Caps::shader_checks
+    pub fn shader_module(&self, label: &str, code: &str) -> wgpu::ShaderModule {
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(code.into()) };
+        if self.caps.shader_checks {
+            return self.device.create_shader_module(desc);
+        }
+        // SAFETY: without naga's bounds and loop checks a kernel must stay in range by itself:
+        // the adapter bounds every buffer access (`robustBufferAccess`, the condition for
+        // `shader_checks` off), the kernels' loops end at bounds their parameters fix, and their
+        // private and workgroup array indices are below the arrays' lengths by construction
+        // (super::shader_checks).
+        unsafe { self.device.create_shader_module_trusted(desc, super::shader_checks::division_checks_only()) }
     }
 }
 

@@ -1,0 +1,84 @@
+//! Kernels built without naga's bounds and loop checks (on Vulkan adapters that bound buffer
+//! accesses themselves, lavapipe among them: `Caps::shader_checks` off) compute exactly what
+//! the checked build computes. For every fixture family in f16 and int4, and for GGUF files of
+//! ggml block types, in the CPU and the GPU layouts, the prefill and decode logits are
+//! bit-identical. An index past a private or workgroup array's end, which the checked build
+//! clamps and the unchecked one does not, would differ here.
+
+mod common;
+
+use common::{fixtures, fixtures_dir, gpu, gpu_layouts, TempDir};
+use std::path::Path;
+use std::sync::Arc;
+
+use moestream::experts::policy::Phase;
+use moestream::gpu::{Gpu, GpuOptions};
+use moestream::model::decoder::{StepOutput, StepResult};
+use moestream::ops::WeightFormat;
+use moestream::quant::{Int4Scheme, QuantParams};
+use moestream::runtime::{Engine, EngineOptions};
+
+/// The adapter with every kernel checked, in the default or the GPU layouts.
+fn checked(gpu_layouts: bool) -> Arc<Gpu> {
+    Gpu::new(&GpuOptions { shader_checks: true, gpu_layouts, ..Default::default() }).unwrap()
+}
+
+/// The prefill logits of `prompt` and those of 4 greedy decode steps after it.
+fn logits(gpu: Arc<Gpu>, path: &Path, format: Option<WeightFormat>, prompt: &[u32]) -> Vec<Vec<f32>> {
+    let cache = TempDir::new("shader_checks_cache");
+    let mut o = EngineOptions::new(path);
+    if let Some(format) = format {
+        o = o.with_format(format);
+    }
+    o.cache_dir = Some(cache.path().to_path_buf());
+    let e = Engine::load_on(gpu, &o).unwrap();
+    let m = e.model();
+    let kv = m.new_cache().unwrap();
+    let mut all = Vec::new();
+    let (mut tokens, mut pos, mut phase) = (prompt.to_vec(), 0, Phase::Prefill);
+    for _ in 0..5 {
+        let step = m.step(&kv, &tokens, pos, phase, StepOutput::Logits);
+        let what = format!("{} {format:?} (checks {})", path.display(), m.gpu().caps.shader_checks);
+        let StepResult::Logits(l) = step.unwrap_or_else(|err| panic!("{what}: {err}")) else { panic!("logits") };
+        pos += tokens.len();
+        let best = l.iter().enumerate().fold(0, |b, (j, &v)| if v > l[b] { j } else { b });
+        (tokens, phase) = (vec![best as u32], Phase::Decode);
+        all.push(l);
+    }
+    all
+}
+
+/// Asserts the two builds give the same bits for `path` in `format` on both layouts.
+fn same_either_way(layouts: &[(bool, Arc<Gpu>, Arc<Gpu>)], path: &Path, format: Option<WeightFormat>, prompt: &[u32]) {
+    for (gpu_layouts, unchecked, checked) in layouts {
+        assert!(!unchecked.caps.shader_checks && checked.caps.shader_checks, "lavapipe builds kernels unchecked");
+        let got = logits(unchecked.clone(), path, format, prompt);
+        let want = logits(checked.clone(), path, format, prompt);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let same = g.len() == w.len() && g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "{} {format:?} gpu_layouts={gpu_layouts}: step {i} differs from the checked build",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn unchecked_kernels_compute_what_checked_ones_do() {
+    let layouts = [(false, gpu(), checked(false)), (true, gpu_layouts(), checked(true))];
+    let int4 = WeightFormat::Int4(QuantParams { scheme: Int4Scheme::Affine, group_size: 32 });
+    let mut families = 0;
+    for (dir, golden) in fixtures() {
+        let prompt = &golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens;
+        for format in [WeightFormat::F16, int4] {
+            same_either_way(&layouts, &dir, Some(format), prompt);
+        }
+        families += 1;
+    }
+    assert!(families >= 10, "only {families} fixture families");
+    for file in ["qwen3_moe-q4km.gguf", "qwen3_5_moe-q4km.gguf", "gpt_oss-mxfp4.gguf", "qwen3_moe-restaged.gguf"] {
+        same_either_way(&layouts, &fixtures_dir().join("gguf").join(file), None, &[1, 5, 9, 2, 7, 3]);
+    }
+}
