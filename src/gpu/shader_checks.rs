@@ -6,8 +6,8 @@
 //! The kernels need none of it: their loops run to bounds fixed by their parameters, and every
 //! index into a private or workgroup array is a loop counter, a lane or an expert id the kernels
 //! chose themselves, below the array's length (`tests/shader_checks.rs` runs models both ways and
-//! compares every logit bit for bit). On lavapipe the index clamps
-//! alone cost about a sixth of a decode step (`benches/README.md`). So on Vulkan adapters whose
+//! compares every logit bit for bit). On lavapipe the clamps and
+//! counters cost about a fifth of a decode step (`benches/README.md`). So on Vulkan adapters whose
 //! driver bounds every buffer access itself (`robustBufferAccess`, which wgpu enables where the
 //! device has it, so an out-of-range buffer access stays inside the buffer or is dropped), the
 //! kernels are built without them; elsewhere (Metal, DX12, Vulkan without it) and with
