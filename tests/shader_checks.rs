@@ -1,13 +1,13 @@
 //! Kernels built without naga's bounds and loop checks (on Vulkan adapters that bound buffer
 //! accesses themselves, lavapipe among them: `Caps::shader_checks` off) compute exactly what
 //! the checked build computes. For every fixture family in f16 and int4, and for GGUF files of
-//! ggml block types, in the CPU and the GPU layouts, the prefill and decode logits are
+//! ggml block types, in the CPU and the GPU layouts (8- and 32-lane teams), the prefill and decode logits are
 //! bit-identical. An index past a private or workgroup array's end, which the checked build
 //! clamps and the unchecked one does not, would differ here.
 
 mod common;
 
-use common::{fixtures, fixtures_dir, gpu, gpu_layouts, TempDir};
+use common::{fixtures, fixtures_dir, gpu, gpu_layouts, gpu_layouts_team32, TempDir};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -18,9 +18,10 @@ use moestream::ops::WeightFormat;
 use moestream::quant::{Int4Scheme, QuantParams};
 use moestream::runtime::{Engine, EngineOptions};
 
-/// The adapter with every kernel checked, in the default or the GPU layouts.
-fn checked(gpu_layouts: bool) -> Arc<Gpu> {
-    Gpu::new(&GpuOptions { shader_checks: true, gpu_layouts, ..Default::default() }).unwrap()
+/// The adapter with every kernel checked, in the default or the GPU layouts (teams of
+/// `decode_team` lanes).
+fn checked(gpu_layouts: bool, decode_team: Option<u32>) -> Arc<Gpu> {
+    Gpu::new(&GpuOptions { shader_checks: true, gpu_layouts, decode_team, ..Default::default() }).unwrap()
 }
 
 /// The prefill logits of `prompt` and those of 4 greedy decode steps after it.
@@ -48,37 +49,53 @@ fn logits(gpu: Arc<Gpu>, path: &Path, format: Option<WeightFormat>, prompt: &[u3
     all
 }
 
-/// Asserts the two builds give the same bits for `path` in `format` on both layouts.
-fn same_either_way(layouts: &[(bool, Arc<Gpu>, Arc<Gpu>)], path: &Path, format: Option<WeightFormat>, prompt: &[u32]) {
-    for (gpu_layouts, unchecked, checked) in layouts {
-        assert!(!unchecked.caps.shader_checks && checked.caps.shader_checks, "lavapipe builds kernels unchecked");
-        let got = logits(unchecked.clone(), path, format, prompt);
-        let want = logits(checked.clone(), path, format, prompt);
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            let same = g.len() == w.len() && g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(
-                same,
-                "{} {format:?} gpu_layouts={gpu_layouts}: step {i} differs from the checked build",
-                path.display()
-            );
-        }
+/// Asserts the two builds give the same bits for `path` in `format`.
+fn same_either_way(
+    layout: &str,
+    unchecked: &Arc<Gpu>,
+    checked: &Arc<Gpu>,
+    path: &Path,
+    format: Option<WeightFormat>,
+    prompt: &[u32],
+) {
+    assert!(!unchecked.caps.shader_checks && checked.caps.shader_checks, "lavapipe builds kernels unchecked");
+    let got = logits(unchecked.clone(), path, format, prompt);
+    let want = logits(checked.clone(), path, format, prompt);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let same = g.len() == w.len() && g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{} {format:?} {layout}: step {i} differs from the checked build", path.display());
     }
 }
 
-#[test]
-fn unchecked_kernels_compute_what_checked_ones_do() {
-    let layouts = [(false, gpu(), checked(false)), (true, gpu_layouts(), checked(true))];
+/// Every fixture family in f16 and int4, and the GGUFs, both ways in one layout.
+fn every_model_either_way(layout: &str, unchecked: Arc<Gpu>, checked: Arc<Gpu>) {
     let int4 = WeightFormat::Int4(QuantParams { scheme: Int4Scheme::Affine, group_size: 32 });
     let mut families = 0;
     for (dir, golden) in fixtures() {
         let prompt = &golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens;
         for format in [WeightFormat::F16, int4] {
-            same_either_way(&layouts, &dir, Some(format), prompt);
+            same_either_way(layout, &unchecked, &checked, &dir, Some(format), prompt);
         }
         families += 1;
     }
     assert!(families >= 10, "only {families} fixture families");
     for file in ["qwen3_moe-q4km.gguf", "qwen3_5_moe-q4km.gguf", "gpt_oss-mxfp4.gguf", "qwen3_moe-restaged.gguf"] {
-        same_either_way(&layouts, &fixtures_dir().join("gguf").join(file), None, &[1, 5, 9, 2, 7, 3]);
+        let path = fixtures_dir().join("gguf").join(file);
+        same_either_way(layout, &unchecked, &checked, &path, None, &[1, 5, 9, 2, 7, 3]);
     }
+}
+
+#[test]
+fn unchecked_kernels_compute_what_checked_ones_do_in_the_cpu_layout() {
+    every_model_either_way("CPU layout", gpu(), checked(false, None));
+}
+
+#[test]
+fn unchecked_kernels_compute_what_checked_ones_do_in_the_gpu_layout() {
+    every_model_either_way("GPU layout", gpu_layouts(), checked(true, None));
+}
+
+#[test]
+fn unchecked_kernels_compute_what_checked_ones_do_with_32_lane_teams() {
+    every_model_either_way("GPU layout, 32-lane teams", gpu_layouts_team32(), checked(true, Some(32)));
 }
