@@ -5,12 +5,12 @@
 //! not bound them itself, and counts every loop's iterations so that no loop can run forever.
 //! The kernels need none of it: their loops run to bounds fixed by their parameters, and every
 //! index into a private or workgroup array is a loop counter, a lane or an expert id the kernels
-//! chose themselves, below the array's length (`tests/shader_checks.rs` runs models both ways and
-//! compares every logit bit for bit). On lavapipe the clamps and
-//! counters cost about a fifth of a decode step (`benches/README.md`). So on Vulkan adapters whose
-//! driver bounds every buffer access itself (`robustBufferAccess`, which wgpu enables where the
-//! device has it, so an out-of-range buffer access stays inside the buffer or is dropped), the
-//! kernels are built without them; elsewhere (Metal, DX12, Vulkan without it) and with
+//! chose themselves, below the array's length (`tests/shader_checks.rs` runs models both ways
+//! and compares every logit bit for bit). On lavapipe the clamps and counters cost about a fifth
+//! of a decode step (`benches/README.md`). So on Vulkan adapters whose driver bounds every
+//! buffer access itself (`robustBufferAccess`, which wgpu enables where the device has it, so
+//! an out-of-range buffer access stays inside the buffer or is dropped), the kernels are built
+//! without them; elsewhere (Metal, DX12, Vulkan without it) and with
 //! `MOESTREAM_SHADER_CHECKS=on` they keep them. naga's integer-division checks always stay (a
 //! division by zero is defined in WGSL; dropping them made no measured difference).
 
