@@ -99,3 +99,15 @@ fn unchecked_kernels_compute_what_checked_ones_do_in_the_gpu_layout() {
 fn unchecked_kernels_compute_what_checked_ones_do_with_32_lane_teams() {
     every_model_either_way("GPU layout, 32-lane teams", gpu_layouts_team32(), checked(true, Some(32)));
 }
+
+#[test]
+fn devices_say_which_checks_kernels_keep() {
+    // lavapipe offers robustBufferAccess: its kernels are built without naga's clamps, and
+    // `devices` says so.
+    let lavapipe = Gpu::list_adapters().into_iter().find(|d| d.software && d.backend == "Vulkan").expect("lavapipe");
+    assert!(lavapipe.driver_bounds_buffers, "{lavapipe:?}");
+    assert!(!gpu().caps.shader_checks && checked(false, None).caps.shader_checks);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_moestream")).arg("devices").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("kernel checks: the driver bounds buffer accesses (robustBufferAccess)"), "{text}");
+}

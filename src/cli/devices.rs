@@ -43,6 +43,13 @@ pub fn run(a: DevicesArgs) -> Result<()> {
         };
         println!("    subgroups of {min}-{max} lanes; decode kernels: {decode}");
         println!(
+            "    kernel checks: {}",
+            match d.driver_bounds_buffers {
+                true => "the driver bounds buffer accesses (robustBufferAccess): without naga's index clamps and loop counters",
+                false => "all of naga's",
+            }
+        );
+        println!(
             "    max storage binding {} MiB, max buffer {} MiB, {} storage buffers/stage, {} KiB workgroup memory",
             d.max_storage_binding >> 20,
             d.max_buffer >> 20,

@@ -137,6 +137,9 @@ pub struct AdapterReport {
     pub memory: GpuMemory,
     /// Smallest and largest subgroup the adapter may run (0 where it reports none).
     pub subgroup_sizes: [u32; 2],
+    /// The driver keeps every buffer access in range itself (Vulkan's `robustBufferAccess`), so
+    /// kernels are built without naga's index clamps and loop counters ([`Caps::shader_checks`]).
+    pub driver_bounds_buffers: bool,
 }
 
 impl AdapterReport {
@@ -212,6 +215,7 @@ fn report(index: usize, adapter: &wgpu::Adapter) -> AdapterReport {
             _ => GpuMemory::discover(adapter),
         },
         subgroup_sizes: [info.subgroup_min_size, info.subgroup_max_size],
+        driver_bounds_buffers: shader_checks::bounds_buffer_accesses(adapter),
     }
 }
 
@@ -315,7 +319,7 @@ impl Gpu {
                 .unwrap_or(!cpu_layouts || options.tiled_prefill),
             decode_layout: LayoutChoice::from_env()?,
             expert_prefill: ExpertPrefill::from_env()?,
-            shader_checks: shader_checks::keep_checks(adapter, options.shader_checks)?,
+            shader_checks: shader_checks::keep_checks(report.driver_bounds_buffers, options.shader_checks)?,
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         let uncaptured = Arc::new(Mutex::new(None));

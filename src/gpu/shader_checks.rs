@@ -17,11 +17,12 @@
 use crate::env_choice::env_choice;
 use crate::error::Result;
 
-/// Whether the kernels keep naga's runtime checks on `adapter`: unless the adapter bounds buffer
-/// accesses itself, or `MOESTREAM_SHADER_CHECKS=on` or `force_checks` asks for them.
-pub(crate) fn keep_checks(adapter: &wgpu::Adapter, force_checks: bool) -> Result<bool> {
+/// Whether the kernels keep naga's runtime checks: unless the adapter's driver bounds buffer
+/// accesses itself (`driver_bounds_buffers`), or `MOESTREAM_SHADER_CHECKS=on` or `force_checks`
+/// asks for them.
+pub(crate) fn keep_checks(driver_bounds_buffers: bool, force_checks: bool) -> Result<bool> {
     let forced = env_choice("MOESTREAM_SHADER_CHECKS", &[("on", true), ("auto", false)])?.unwrap_or(false);
-    Ok(forced || force_checks || !bounds_buffer_accesses(adapter))
+    Ok(forced || force_checks || !driver_bounds_buffers)
 }
 
 /// The checks kernels are built with where they do not keep all of naga's: its integer-division
@@ -37,7 +38,7 @@ pub(crate) fn division_checks_only() -> wgpu::ShaderRuntimeChecks {
 /// Whether the adapter's driver keeps every buffer access in range itself: Vulkan's
 /// `robustBufferAccess` (wgpu-hal requests it wherever the device offers it).
 #[cfg(not(any(target_vendor = "apple", target_arch = "wasm32")))]
-fn bounds_buffer_accesses(adapter: &wgpu::Adapter) -> bool {
+pub(crate) fn bounds_buffer_accesses(adapter: &wgpu::Adapter) -> bool {
     // SAFETY: the HAL adapter is only read (no handle is destroyed or kept).
     let Some(hal) = (unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }) else { return false };
     let instance = hal.shared_instance().raw_instance();
@@ -48,6 +49,6 @@ fn bounds_buffer_accesses(adapter: &wgpu::Adapter) -> bool {
 
 /// No Vulkan here: every kernel keeps its checks.
 #[cfg(any(target_vendor = "apple", target_arch = "wasm32"))]
-fn bounds_buffer_accesses(_adapter: &wgpu::Adapter) -> bool {
+pub(crate) fn bounds_buffer_accesses(_adapter: &wgpu::Adapter) -> bool {
     false
 }
