@@ -8,11 +8,12 @@
 #                                         llama.cpp's gguf-py into target/gpu-carry (xz, < 64 MiB)
 #   benches/peer/gpu_session.sh run       there, with target/gpu-carry carried: makes the
 #                                         reference bench model and its GGUFs, then runs
-#                                         devices, bench kernels, bench profile, bench model and
+#                                         devices, bench kernels, bench profile (also with
+#                                         MOESTREAM_SHADER_CHECKS=on), bench model and
 #                                         side_by_side.py (llama-bench + test-backend-ops)
 #
 # `run` writes everything under $OUT (default target/gpu-session): devices.txt, kernels.json,
-# profile.json, side_by_side.json and .txt, log.txt (and the *-teams8.json of 8-lane decode teams, model-*-chained.json: decode with and without chained steps). About 6-8 minutes on an H200. PROMPT,
+# profile.json, side_by_side.json and .txt, log.txt (and the *-teams8.json of 8-lane decode teams, model-*-chained.json: decode with and without chained steps, *-checked.json: kernels with every naga check). About 6-8 minutes on an H200. PROMPT,
 # DECODE and RUNS (default 512, 128, 3) set the token counts; small ones make a quick dry run
 # on lavapipe (PROMPT=32 DECODE=8 RUNS=1: about 4 minutes on the 2-core VM).
 set -euo pipefail
@@ -66,6 +67,11 @@ run() {
     --decode-tokens "$DECODE" --json > "$OUT/profile-teams8.json"
   "$moe" bench profile --model "$models/bench-mixtral-int4" --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" \
     --json > "$OUT/profile.json"
+  # Kernels with every naga check (MOESTREAM_SHADER_CHECKS=on) against the default build, which
+  # on Vulkan drops the index clamps and loop counters: the matvec and a decode step.
+  MOESTREAM_SHADER_CHECKS=on "$moe" bench kernels --json > "$OUT/kernels-checked.json"
+  MOESTREAM_SHADER_CHECKS=on "$moe" bench profile --model "$models/bench-mixtral-int4" --prompt-tokens "$PROMPT" \
+    --decode-tokens "$DECODE" --json > "$OUT/profile-checked.json"
   # Chained greedy decode (on by default on a GPU) against one step at a time, runs in turn.
   for m in models/moestream-tiny-moe "$models/bench-mixtral-int4"; do
     "$moe" bench model --model "$m" --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --runs "$RUNS" \
