@@ -29,6 +29,7 @@ fn every_kernel_of_a_step_is_timed_with_its_bytes() {
     // token); the next 4 generated tokens run as one-token steps.
     assert_eq!((r.decode.steps, r.decode.tokens), (4, 4));
     assert_eq!((r.prefill.steps, r.prefill.tokens), (1, 20));
+    assert_eq!(r.shader_checks, engine.gpu().caps.shader_checks, "the report says how its kernels were built");
     for p in [&r.decode, &r.prefill] {
         assert_eq!(p.untimed_dispatches, 0);
         let share: f64 = p.kernels.iter().map(|k| k.share).sum();

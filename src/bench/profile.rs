@@ -36,6 +36,8 @@ pub struct ProfileReport {
     pub decode_tokens: usize,
     /// How the dispatches were timed.
     pub timing: ProfileTiming,
+    /// The kernels kept all of naga's runtime checks ([`crate::gpu::Caps::shader_checks`]).
+    pub shader_checks: bool,
     /// Wall-clock decode speed of the profiled request (timing adds overhead: a little with
     /// timestamps inside passes, more with a pass or a submission per dispatch).
     pub decode_tokens_per_s: f64,
@@ -68,6 +70,7 @@ pub fn run(engine: &Engine, o: &ProfileOptions) -> Result<ProfileReport> {
         prompt_tokens: o.prompt_tokens,
         decode_tokens: o.decode_tokens,
         timing: profiler.timing(),
+        shader_checks: engine.gpu().caps.shader_checks,
         decode_tokens_per_s: generation.stats.decode_tokens_per_s,
         decode_busy_share: decode.gpu_ms
             / decode.steps.max(1) as f64

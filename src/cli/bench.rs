@@ -403,13 +403,14 @@ fn run_profile(a: ProfileArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{} on {}: {} prompt tokens, {} generated ({:.1} tok/s while profiled), dispatches timed by {}",
+        "{} on {}: {} prompt tokens, {} generated ({:.1} tok/s while profiled), dispatches timed by {}, kernels {}",
         r.model,
         r.adapter,
         r.prompt_tokens,
         r.decode_tokens,
         r.decode_tokens_per_s,
-        r.timing.name()
+        r.timing.name(),
+        if r.shader_checks { "with every naga check" } else { "without naga's index clamps and loop counters" }
     );
     print!("{}", r.markdown());
     Ok(())
