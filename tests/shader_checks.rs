@@ -3,7 +3,8 @@
 //! the checked build computes. For every fixture family in f16 and int4, and for GGUF files of
 //! ggml block types, in the CPU and the GPU layouts (8- and 32-lane teams), the prefill and
 //! decode logits are bit-identical. An index past a private or workgroup array's end, which the
-//! checked build clamps and the unchecked one does not, would differ here. (On an adapter whose
+//! checked build clamps and the unchecked one does not, would differ here; so for split-K decode
+//! attention, after a prompt of 1100 tokens. (On an adapter whose
 //! kernels keep every check there is nothing to compare, and the comparisons say so.)
 
 mod common;
@@ -25,7 +26,7 @@ fn checked(gpu_layouts: bool, decode_team: Option<u32>) -> Arc<Gpu> {
     Gpu::new(&GpuOptions { shader_checks: true, gpu_layouts, decode_team, ..Default::default() }).unwrap()
 }
 
-/// The prefill logits of `prompt` and those of 4 greedy decode steps after it.
+/// The logits of `prompt`'s last prefill chunk and those of 4 greedy decode steps after it.
 fn logits(gpu: Arc<Gpu>, path: &Path, format: Option<WeightFormat>, prompt: &[u32]) -> Vec<Vec<f32>> {
     let cache = TempDir::new("shader_checks_cache");
     let mut o = EngineOptions::new(path);
@@ -36,11 +37,17 @@ fn logits(gpu: Arc<Gpu>, path: &Path, format: Option<WeightFormat>, prompt: &[u3
     let e = Engine::load_on(gpu, &o).unwrap();
     let m = e.model();
     let kv = m.new_cache().unwrap();
+    let what = format!("{} {format:?} (checks {})", path.display(), m.gpu().caps.shader_checks);
+    // All but the prompt's last 64-token chunk without output, as generation prefills.
+    let last_chunk = (prompt.len() - 1) / 64 * 64;
+    for (i, chunk) in prompt[..last_chunk].chunks(64).enumerate() {
+        let step = m.step(&kv, chunk, i * 64, Phase::Prefill, StepOutput::None);
+        step.unwrap_or_else(|err| panic!("{what}: {err}"));
+    }
     let mut all = Vec::new();
-    let (mut tokens, mut pos, mut phase) = (prompt.to_vec(), 0, Phase::Prefill);
+    let (mut tokens, mut pos, mut phase) = (prompt[last_chunk..].to_vec(), last_chunk, Phase::Prefill);
     for _ in 0..5 {
         let step = m.step(&kv, &tokens, pos, phase, StepOutput::Logits);
-        let what = format!("{} {format:?} (checks {})", path.display(), m.gpu().caps.shader_checks);
         let StepResult::Logits(l) = step.unwrap_or_else(|err| panic!("{what}: {err}")) else { panic!("logits") };
         pos += tokens.len();
         let best = l.iter().enumerate().fold(0, |b, (j, &v)| if v > l[b] { j } else { b });
@@ -106,6 +113,23 @@ fn unchecked_kernels_compute_what_checked_ones_do_in_the_gpu_layout() {
 #[test]
 fn unchecked_kernels_compute_what_checked_ones_do_with_32_lane_teams() {
     every_model_either_way("GPU layout, 32-lane teams", gpu_layouts_team32(), checked(true, Some(32)));
+}
+
+#[test]
+fn split_decode_attention_either_way() {
+    // Decode over more than 1024 keys runs split-K attention in both layouts (the CPU layout's
+    // `attention_keys` splits from 1024 keys, the GPU layout's from 256): grouped attention with
+    // q/k norms, sinks and a sliding window, MLA, and a hybrid's gated attention.
+    let prompt: Vec<u32> = (0..1100u32).map(|i| (i * 37 + 11) % 384).collect();
+    let int4 = WeightFormat::Int4(QuantParams { scheme: Int4Scheme::Affine, group_size: 32 });
+    for (layout, unchecked, checked) in
+        [("CPU layout", gpu(), checked(false, None)), ("GPU layout", gpu_layouts(), checked(true, None))]
+    {
+        for family in ["qwen3_moe", "gpt_oss", "deepseek_v2", "qwen3_next"] {
+            let dir = fixtures_dir().join(family);
+            same_either_way(layout, &unchecked, &checked, &dir, Some(int4), &prompt);
+        }
+    }
 }
 
 #[test]
