@@ -4,12 +4,14 @@
 //! ggml block types, in the CPU and the GPU layouts (8- and 32-lane teams), the prefill and
 //! decode logits are bit-identical. An index past a private or workgroup array's end, which the
 //! checked build clamps and the unchecked one does not, would differ here; so for split-K decode
-//! attention, after a prompt of 1100 tokens. (On an adapter whose
-//! kernels keep every check there is nothing to compare, and the comparisons say so.)
+//! attention, after a prompt of 1100 tokens. (On an adapter whose kernels keep every check there
+//! is nothing to compare, and the comparisons say so.)
 
 mod common;
 
-use common::{fixtures, fixtures_dir, gpu, gpu_layouts, gpu_layouts_team32, TempDir};
+use common::{
+    assert_bits_eq, fixtures, fixtures_dir, gpu, gpu_layouts, gpu_layouts_team32, lane_wide_formats, TempDir,
+};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -17,7 +19,7 @@ use moestream::experts::policy::Phase;
 use moestream::gpu::{Gpu, GpuOptions};
 use moestream::model::decoder::{StepOutput, StepResult};
 use moestream::ops::WeightFormat;
-use moestream::quant::{Int4Scheme, QuantParams};
+use moestream::runtime::sampler::argmax;
 use moestream::runtime::{Engine, EngineOptions};
 
 /// The adapter with every kernel checked, in the default or the GPU layouts (teams of
@@ -50,8 +52,7 @@ fn logits(gpu: Arc<Gpu>, path: &Path, format: Option<WeightFormat>, prompt: &[u3
         let step = m.step(&kv, &tokens, pos, phase, StepOutput::Logits);
         let StepResult::Logits(l) = step.unwrap_or_else(|err| panic!("{what}: {err}")) else { panic!("logits") };
         pos += tokens.len();
-        let best = l.iter().enumerate().fold(0, |b, (j, &v)| if v > l[b] { j } else { b });
-        (tokens, phase) = (vec![best as u32], Phase::Decode);
+        (tokens, phase) = (vec![argmax(&l)], Phase::Decode);
         all.push(l);
     }
     all
@@ -76,19 +77,18 @@ fn same_either_way(
     }
     let got = logits(unchecked.clone(), path, format, prompt);
     let want = logits(checked.clone(), path, format, prompt);
+    assert_eq!(got.len(), want.len());
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        let same = g.len() == w.len() && g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
-        assert!(same, "{} {format:?} {layout}: step {i} differs from the checked build", path.display());
+        assert_bits_eq(&format!("{} {format:?} {layout}: step {i} against the checked build", path.display()), g, w);
     }
 }
 
 /// Every fixture family in f16 and int4, and the GGUFs, both ways in one layout.
 fn every_model_either_way(layout: &str, unchecked: Arc<Gpu>, checked: Arc<Gpu>) {
-    let int4 = WeightFormat::Int4(QuantParams { scheme: Int4Scheme::Affine, group_size: 32 });
     let mut families = 0;
     for (dir, golden) in fixtures() {
         let prompt = &golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens;
-        for format in [WeightFormat::F16, int4] {
+        for format in lane_wide_formats() {
             same_either_way(layout, &unchecked, &checked, &dir, Some(format), prompt);
         }
         families += 1;
@@ -121,7 +121,7 @@ fn split_decode_attention_either_way() {
     // `attention_keys` splits from 1024 keys, the GPU layout's from 256): grouped attention with
     // q/k norms, sinks and a sliding window, MLA, and a hybrid's gated attention.
     let prompt: Vec<u32> = (0..1100u32).map(|i| (i * 37 + 11) % 384).collect();
-    let int4 = WeightFormat::Int4(QuantParams { scheme: Int4Scheme::Affine, group_size: 32 });
+    let [_, int4] = lane_wide_formats();
     for (layout, unchecked, checked) in
         [("CPU layout", gpu(), checked(false, None)), ("GPU layout", gpu_layouts(), checked(true, None))]
     {

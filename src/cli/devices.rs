@@ -45,7 +45,10 @@ pub fn run(a: DevicesArgs) -> Result<()> {
         println!(
             "    kernel checks: {}",
             match d.driver_bounds_buffers {
-                true => "the driver bounds buffer accesses (robustBufferAccess): without naga's index clamps and loop counters",
+                true => {
+                    "the driver bounds buffer accesses (robustBufferAccess): without naga's index clamps and loop \
+                     counters (MOESTREAM_SHADER_CHECKS=on keeps them)"
+                }
                 false => "all of naga's",
             }
         );
