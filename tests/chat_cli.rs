@@ -3,7 +3,7 @@
 //! KV cache, `/system`, `/save`, `/reset` work, a prompt over the context is an error that does not end the conversation, and Ctrl-C
 //! (SIGINT) stops a reply without ending the program.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -64,6 +64,7 @@ fn piped_conversation_with_commands() {
 #[cfg(unix)]
 #[test]
 fn ctrl_c_stops_the_reply_not_the_program() {
+    use std::io::Read;
     let mut child = chat(&["--max-tokens", "240", "--ignore-eos"]).spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"Tell me about the city.\n").unwrap();

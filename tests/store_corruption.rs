@@ -2,7 +2,7 @@
 //! truncation giving typed errors (never panics), writer misuse, and the O_DIRECT read path
 //! (misaligned tails and buffers, the buffered fallback where O_DIRECT is refused).
 
-use std::os::unix::fs::FileExt;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use moestream::quant::{quantize, Int4Scheme, QuantParams, WeightEncoding};
@@ -206,9 +206,9 @@ fn every_single_byte_flip_is_detected() {
                 Expect::Checksum(l, e)
             }
         };
-        file.write_all_at(&[byte ^ 0xFF], pos as u64).unwrap();
+        write_byte_at(&file, pos, byte ^ 0xFF);
         check(&path, pos, &want);
-        file.write_all_at(&[byte], pos as u64).unwrap();
+        write_byte_at(&file, pos, byte);
         *counts.entry(format!("{:?}", std::mem::discriminant(&want))).or_insert(0) += 1;
     }
     println!("flipped {} bytes, one at a time (classes: {:?})", original.len(), counts.values().collect::<Vec<_>>());
@@ -402,7 +402,7 @@ fn direct_io_with_misaligned_tails() {
     let dir = scratch_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "direct-tails");
     let path = write_store(&dir, encoding);
     let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
-    std::io::Write::write_all(&mut file, &[0xA5; 1001]).unwrap();
+    file.write_all(&[0xA5; 1001]).unwrap();
     drop(file);
     let buffered = ExpertStore::open(&path, HASH).unwrap();
     assert_ne!(buffered.layout().expect("a uniform store").data_len % 4096, 0, "the test needs padding after the data");
@@ -458,4 +458,10 @@ fn refused_direct_io_falls_back_to_buffered_reads() {
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// Overwrites one byte of `file` in place (seek + write: the same on every platform).
+fn write_byte_at(mut file: &std::fs::File, pos: usize, byte: u8) {
+    file.seek(SeekFrom::Start(pos as u64)).unwrap();
+    file.write_all(&[byte]).unwrap();
 }

@@ -65,7 +65,7 @@ pub(super) fn convert_gguf(src: &Path, out: &Path, progress: &mut dyn FnMut(Prog
         experts_encoding: manifest_encoding(&types),
         dense_encoding: "gguf (read from the source file)".into(),
         seconds,
-        peak_rss_bytes: crate::runtime::stats::peak_rss_bytes(),
+        peak_rss_bytes: crate::runtime::peak_rss::peak_rss_bytes(),
         throughput_bytes_per_s: reporter.total as f64 / seconds.max(1e-9),
     })
 }

@@ -281,7 +281,7 @@ pub fn convert(
         experts_encoding: options.experts.name(),
         dense_encoding: options.dense.name(),
         seconds,
-        peak_rss_bytes: crate::runtime::stats::peak_rss_bytes(),
+        peak_rss_bytes: crate::runtime::peak_rss::peak_rss_bytes(),
         throughput_bytes_per_s: reporter.total as f64 / seconds.max(1e-9),
     })
 }

@@ -32,16 +32,3 @@ pub struct Stats {
     #[serde(flatten)]
     pub experts: crate::experts::residency::ExpertStats,
 }
-
-/// The process's peak resident set size (Linux `VmHWM`; 0 where unavailable).
-pub fn peak_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}

@@ -53,6 +53,17 @@ fn fixture() -> PathBuf {
     common::fixtures_dir().join("mixtral")
 }
 
+/// `dst` naming the file `src`: a symbolic link where that needs no privileges, else a copy.
+#[cfg(unix)]
+fn link_file(src: &Path, dst: &Path) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(src, dst)
+}
+
+#[cfg(not(unix))]
+fn link_file(src: &Path, dst: &Path) -> std::io::Result<()> {
+    std::fs::copy(src, dst).map(drop)
+}
+
 /// A copy of model directory `src` (files linked) with `name` replaced by `bytes`.
 fn dir_with(src: &Path, name: &str, bytes: &[u8]) -> TempDir {
     let dir = TempDir::new("fuzz");
@@ -60,7 +71,7 @@ fn dir_with(src: &Path, name: &str, bytes: &[u8]) -> TempDir {
         let path = entry.unwrap().path();
         let file = path.file_name().unwrap();
         if file != name && path.is_file() {
-            std::os::unix::fs::symlink(&path, dir.path().join(file)).unwrap();
+            link_file(&path, &dir.path().join(file)).unwrap();
         }
     }
     std::fs::write(dir.path().join(name), bytes).unwrap();

@@ -9,9 +9,10 @@ use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertStats;
 use crate::model::decoder::{ChainedStep, RoutingMode, StepOutput, StepResult};
+use crate::runtime::peak_rss::peak_rss_bytes;
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
-use crate::runtime::stats::{peak_rss_bytes, Stats};
+use crate::runtime::stats::Stats;
 use crate::runtime::tokenizer::TextStream;
 
 use super::Engine;
