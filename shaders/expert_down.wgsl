@@ -13,7 +13,7 @@
 @group(0) @binding(4) var<storage, read> route_w: array<f32>;
 @group(0) @binding(5) var<storage, read> slot_table: array<u32>;
 //#if VEC4_WEIGHTS
-@group(0) @binding(6) var<storage, read> w4: array<vec4<u32>>;
+@group(0) @binding(6) var<storage, read> w4: array<Words16>;
 //#else
 @group(0) @binding(6) var<storage, read> w: array<u32>;
 //#endif
@@ -21,11 +21,11 @@
 //#if CLAMPED
 @group(0) @binding(8) var<storage, read> expert_bias: array<f32>;
 //#if WIDE
-@group(0) @binding(9) var<storage, read> w4: array<vec4<u32>>;
+@group(0) @binding(9) var<storage, read> w4: array<Words16>;
 //#endif
 //#else
 //#if WIDE
-@group(0) @binding(8) var<storage, read> w4: array<vec4<u32>>;
+@group(0) @binding(8) var<storage, read> w4: array<Words16>;
 //#endif
 //#endif
 

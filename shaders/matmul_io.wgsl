@@ -21,7 +21,7 @@ struct Params {
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 //#if VEC4_WEIGHTS
-@group(0) @binding(3) var<storage, read> w4: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read> w4: array<Words16>;
 //#else
 @group(0) @binding(3) var<storage, read> w: array<u32>;
 //#endif
@@ -41,7 +41,7 @@ const BIAS_BINDINGS: u32 = 1u;
 const BIAS_BINDINGS: u32 = 0u;
 //#endif
 //#if WIDE
-@group(0) @binding(5u + SPLIT_BINDINGS + BIAS_BINDINGS) var<storage, read> w4: array<vec4<u32>>;
+@group(0) @binding(5u + SPLIT_BINDINGS + BIAS_BINDINGS) var<storage, read> w4: array<Words16>;
 //#endif
 
 // Writes `value`, row n of this chunk for token t, to its output (adding the bias, and with

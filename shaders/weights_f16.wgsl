@@ -10,7 +10,7 @@ const UNITS_PER_WORD: u32 = 2u;
 // The four words (eight weights) from word `i`, a multiple of 4 with VEC4_WEIGHTS.
 fn w_words4(i: u32) -> vec4<u32> {
 //#if VEC4_WEIGHTS
-    return w4[i >> 2u];
+    return words_of(w4[i >> 2u]);
 //#else
     return vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]);
 //#endif
@@ -19,7 +19,7 @@ fn w_words4(i: u32) -> vec4<u32> {
 // Word `i`.
 fn w_word(i: u32) -> u32 {
 //#if VEC4_WEIGHTS
-    return w4[i >> 2u][i & 3u];
+    return words_of(w4[i >> 2u])[i & 3u];
 //#else
     return w[i];
 //#endif

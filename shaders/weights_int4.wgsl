@@ -82,7 +82,7 @@ const W_WIDE: bool = true;
 // The raw codes of group `grp` of `row` · the group's inputs `xs`, word after word as w_dot8
 // adds them, so results are bit-identical to the one-word loads.
 fn w_group_dot(m: WMat, row: u32, grp: u32, xs: array<vec4<f32>, 8>) -> f32 {
-    let q = w4[(m.base + row * (m.cols >> 3u)) / 4u + grp];
+    let q = words_of(w4[(m.base + row * (m.cols >> 3u)) / 4u + grp]);
     var d = 0.0;
     for (var c = 0u; c < 4u; c++) {
         d += codes_dot(q[c], xs[2u * c], xs[2u * c + 1u]);
@@ -115,9 +115,9 @@ fn w_pair_acc(m: WMat, row: u32, pair_i: u32, xin: PairInputs, acc: f32) -> f32 
 //#else
     let offset = unpack2x16float(w[(m.mins + row * groups) / 2u + pair_i]);
 //#endif
-    var a = acc + scale.x * group_dot_lanes(w4[q], xin.own0);
+    var a = acc + scale.x * group_dot_lanes(words_of(w4[q]), xin.own0);
     a += offset.x * xin.sum0;
-    a += scale.y * group_dot_lanes(w4[q + 1u], xin.own1);
+    a += scale.y * group_dot_lanes(words_of(w4[q + 1u]), xin.own1);
     a += offset.y * xin.sum1;
     return a;
 }

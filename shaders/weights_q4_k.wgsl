@@ -107,9 +107,9 @@ fn wide_group(m: WMat, row: u32, grp: u32) -> WideGroup {
     let head = vec4<u32>(w[h], w[h + 1u], w[h + 2u], w[h + 3u]);
 //#if GGML_Q5_K
     let f = (blk + 16u) / 16u;
-    return WideGroup(head, w4[q], w4[q + 1u], w4[f], w4[f + 1u], sub);
+    return WideGroup(head, words_of(w4[q]), words_of(w4[q + 1u]), words_of(w4[f]), words_of(w4[f + 1u]), sub);
 //#else
-    return WideGroup(head, w4[q], w4[q + 1u], sub);
+    return WideGroup(head, words_of(w4[q]), words_of(w4[q + 1u]), sub);
 //#endif
 }
 

@@ -89,7 +89,7 @@ fn wide_group(m: WMat, row: u32, grp: u32) -> WideGroup {
     let lo = k6_lo(blk, g);
     let hi = k6_hi(blk, g);
     let scale = k6_scales(k6_d(blk), k6_scale_word(blk, g), g % 2u);
-    return WideGroup(w4[lo], w4[lo + 1u], w4[hi], w4[hi + 1u], scale, g);
+    return WideGroup(words_of(w4[lo]), words_of(w4[lo + 1u]), words_of(w4[hi]), words_of(w4[hi + 1u]), scale, g);
 }
 
 // Groups g and g + 1 (g even) share their high-pair bytes, scale word and d; g + 1's low-nibble
@@ -99,13 +99,13 @@ fn wide_pair(m: WMat, row: u32, pair_i: u32) -> array<WideGroup, 2> {
     let g = (2u * pair_i) % 8u;
     let lo = k6_lo(blk, g);
     let hi = k6_hi(blk, g);
-    let hi0 = w4[hi];
-    let hi1 = w4[hi + 1u];
+    let hi0 = words_of(w4[hi]);
+    let hi1 = words_of(w4[hi + 1u]);
     let d = k6_d(blk);
     let sw = k6_scale_word(blk, g);
     return array<WideGroup, 2>(
-        WideGroup(w4[lo], w4[lo + 1u], hi0, hi1, k6_scales(d, sw, 0u), g),
-        WideGroup(w4[lo + 2u], w4[lo + 3u], hi0, hi1, k6_scales(d, sw, 1u), g + 1u),
+        WideGroup(words_of(w4[lo]), words_of(w4[lo + 1u]), hi0, hi1, k6_scales(d, sw, 0u), g),
+        WideGroup(words_of(w4[lo + 2u]), words_of(w4[lo + 3u]), hi0, hi1, k6_scales(d, sw, 1u), g + 1u),
     );
 }
 

@@ -146,6 +146,7 @@ fn unknown_kernel_settings_in_the_environment_are_refused_by_name() {
         ("MOESTREAM_DENSE_PREFILL", "gemm", "MOESTREAM_DENSE_PREFILL=gemm: expected tiled, matvec"),
         ("MOESTREAM_EXPERT_PREFILL", "tiles", "MOESTREAM_EXPERT_PREFILL=tiles: expected pairs, gather"),
         ("MOESTREAM_SHADER_CHECKS", "off", "MOESTREAM_SHADER_CHECKS=off: expected on, auto"),
+        ("MOESTREAM_WORDS64", "on", "MOESTREAM_WORDS64=on: expected auto, off"),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_moestream"))
             .args(["generate", "--model"])

@@ -9,53 +9,18 @@
 
 mod common;
 
-use common::{
-    assert_bits_eq, fixtures, fixtures_dir, gpu, gpu_layouts, gpu_layouts_team32, lane_wide_formats, TempDir,
-};
+use common::logits::{assert_same_logits, for_every_model};
+use common::{fixtures_dir, gpu, gpu_layouts, gpu_layouts_team32, lane_wide_formats};
 use std::path::Path;
 use std::sync::Arc;
 
-use moestream::experts::policy::Phase;
 use moestream::gpu::{Gpu, GpuOptions};
-use moestream::model::decoder::{StepOutput, StepResult};
 use moestream::ops::WeightFormat;
-use moestream::runtime::sampler::argmax;
-use moestream::runtime::{Engine, EngineOptions};
 
 /// The adapter with every kernel checked, in the default or the GPU layouts (teams of
 /// `decode_team` lanes).
 fn checked(gpu_layouts: bool, decode_team: Option<u32>) -> Arc<Gpu> {
     Gpu::new(&GpuOptions { shader_checks: true, gpu_layouts, decode_team, ..Default::default() }).unwrap()
-}
-
-/// The logits of `prompt`'s last prefill chunk and those of 4 greedy decode steps after it.
-fn logits(gpu: Arc<Gpu>, path: &Path, format: Option<WeightFormat>, prompt: &[u32]) -> Vec<Vec<f32>> {
-    let cache = TempDir::new("shader_checks_cache");
-    let mut o = EngineOptions::new(path);
-    if let Some(format) = format {
-        o = o.with_format(format);
-    }
-    o.cache_dir = Some(cache.path().to_path_buf());
-    let e = Engine::load_on(gpu, &o).unwrap();
-    let m = e.model();
-    let kv = m.new_cache().unwrap();
-    let what = format!("{} {format:?} (checks {})", path.display(), m.gpu().caps.shader_checks);
-    // All but the prompt's last 64-token chunk without output, as generation prefills.
-    let last_chunk = (prompt.len() - 1) / 64 * 64;
-    for (i, chunk) in prompt[..last_chunk].chunks(64).enumerate() {
-        let step = m.step(&kv, chunk, i * 64, Phase::Prefill, StepOutput::None);
-        step.unwrap_or_else(|err| panic!("{what}: {err}"));
-    }
-    let mut all = Vec::new();
-    let (mut tokens, mut pos, mut phase) = (prompt[last_chunk..].to_vec(), last_chunk, Phase::Prefill);
-    for _ in 0..5 {
-        let step = m.step(&kv, &tokens, pos, phase, StepOutput::Logits);
-        let StepResult::Logits(l) = step.unwrap_or_else(|err| panic!("{what}: {err}")) else { panic!("logits") };
-        pos += tokens.len();
-        (tokens, phase) = (vec![argmax(&l)], Phase::Decode);
-        all.push(l);
-    }
-    all
 }
 
 /// Asserts the two builds give the same bits for `path` in `format`.
@@ -75,29 +40,12 @@ fn same_either_way(
         );
         return;
     }
-    let got = logits(unchecked.clone(), path, format, prompt);
-    let want = logits(checked.clone(), path, format, prompt);
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_bits_eq(&format!("{} {format:?} {layout}: step {i} against the checked build", path.display()), g, w);
-    }
+    assert_same_logits(&format!("{layout} against the checked build"), unchecked, checked, path, format, prompt);
 }
 
 /// Every fixture family in f16 and int4, and the GGUFs, both ways in one layout.
 fn every_model_either_way(layout: &str, unchecked: Arc<Gpu>, checked: Arc<Gpu>) {
-    let mut families = 0;
-    for (dir, golden) in fixtures() {
-        let prompt = &golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens;
-        for format in lane_wide_formats() {
-            same_either_way(layout, &unchecked, &checked, &dir, Some(format), prompt);
-        }
-        families += 1;
-    }
-    assert!(families >= 10, "only {families} fixture families");
-    for file in ["qwen3_moe-q4km.gguf", "qwen3_5_moe-q4km.gguf", "gpt_oss-mxfp4.gguf", "qwen3_moe-restaged.gguf"] {
-        let path = fixtures_dir().join("gguf").join(file);
-        same_either_way(layout, &unchecked, &checked, &path, None, &[1, 5, 9, 2, 7, 3]);
-    }
+    for_every_model(|path, format, prompt| same_either_way(layout, &unchecked, &checked, path, format, prompt));
 }
 
 #[test]

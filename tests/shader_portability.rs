@@ -17,6 +17,10 @@ fn every_kernel_variant_translates_to_all_backends() {
             if defines.contains(&"SUBGROUPS") {
                 caps |= naga::valid::Capabilities::SUBGROUP;
             }
+            // 8-byte integers only where the adapter has SHADER_INT64 (Caps::words64).
+            if defines.contains(&"WORDS64") {
+                caps |= naga::valid::Capabilities::SHADER_INT64;
+            }
             let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
                 .validate(&module)
                 .unwrap_or_else(|e| panic!("{name} {defines:?}: invalid:\n{}", e.emit_to_string(&src)));

@@ -61,6 +61,9 @@ pub struct GpuOptions {
     /// Build the kernels with all of naga's runtime checks even where the adapter bounds buffer
     /// accesses itself ([`Caps::shader_checks`]): tests compare the two builds.
     pub shader_checks: bool,
+    /// Load the CPU layout's 16-byte weight groups as 4-byte words even where the adapter has
+    /// 8-byte integers ([`Caps::words64`] off): tests compare the two loads.
+    pub four_byte_words: bool,
 }
 
 /// Capabilities the kernels adapt to.
@@ -104,6 +107,12 @@ pub struct Caps {
     /// except on Vulkan adapters that bound buffer accesses themselves, or with
     /// `MOESTREAM_SHADER_CHECKS=on` / [`GpuOptions::shader_checks`].
     pub shader_checks: bool,
+    /// The CPU layout's wide decode kernels (`LANE_WIDE`) load their 16-byte weight groups as two
+    /// 8-byte integers rather than four words (`WORDS64`: the adapter has `SHADER_INT64`, not
+    /// [`GpuOptions::four_byte_words`] or `MOESTREAM_WORDS64=off`). lavapipe loads a storage
+    /// buffer component by component, each a loop over the SIMD lanes, so 8-byte components
+    /// halve the loops per weight; the values, and so the results, are the same.
+    pub words64: bool,
 }
 
 /// A printable description of one adapter.
@@ -192,6 +201,7 @@ fn report(index: usize, adapter: &wgpu::Adapter) -> AdapterReport {
         (wgpu::Features::SHADER_F16, "SHADER_F16"),
         (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
         (wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES, "TIMESTAMP_QUERY_INSIDE_PASSES"),
+        (wgpu::Features::SHADER_INT64, "SHADER_INT64"),
     ] {
         if features.contains(flag) {
             names.push(name.to_string());
@@ -270,8 +280,10 @@ impl Gpu {
             report.memory = GpuMemory::simulated(bytes);
         }
         let offered = adapter.features();
-        let mut wanted_features =
-            wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+        let mut wanted_features = wgpu::Features::SUBGROUP
+            | wgpu::Features::SHADER_F16
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::SHADER_INT64;
         let profile_timing = options.profile.then(|| options.profile_timing.unwrap_or(ProfileTiming::best(offered)));
         if let Some(timing) = profile_timing {
             if !offered.contains(timing.features()) {
@@ -320,6 +332,10 @@ impl Gpu {
             decode_layout: LayoutChoice::from_env()?,
             expert_prefill: ExpertPrefill::from_env()?,
             shader_checks: shader_checks::keep_checks(report.driver_bounds_buffers, options.shader_checks)?,
+            words64: cpu_layouts
+                && required_features.contains(wgpu::Features::SHADER_INT64)
+                && !options.four_byte_words
+                && env_choice("MOESTREAM_WORDS64", &[("auto", true), ("off", false)])?.unwrap_or(true),
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         let uncaptured = Arc::new(Mutex::new(None));

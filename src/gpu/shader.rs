@@ -197,6 +197,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
             "LANE_WIDE",
             "SPLIT_OUT",
             "VEC4_WEIGHTS",
+            "WORDS64",
         ],
     ),
     ("expert_gate_up", EXPERT_DECODE_FLAGS),
@@ -229,6 +230,7 @@ const EXPERT_DECODE_FLAGS: &[&str] = &[
     "WIDE",
     "LANE_WIDE",
     "VEC4_WEIGHTS",
+    "WORDS64",
 ];
 
 /// Every define combination of kernel `name`, with and without `SUBGROUPS`.
@@ -273,6 +275,10 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         let lane_wide =
             ["LANE_ROWS", "SUBGROUPS"].iter().all(|f| set.contains(f)) && (set.contains(&"WIDE") || f16_reader);
         if set.contains(&"LANE_WIDE") && !lane_wide {
+            continue;
+        }
+        // WORDS64 loads LANE_WIDE's 16-byte groups as 8-byte integers (DecodeLayout::wide_defines).
+        if set.contains(&"WORDS64") && !set.contains(&"LANE_WIDE") {
             continue;
         }
         // The ggml readers are exclusive alternatives to the int4 / f16 flags: each one with

@@ -142,9 +142,14 @@ impl DecodeLayout {
         at: &[BlobOffsets],
     ) -> &'static [&'static str] {
         let lane_wide = self.one_subgroup_workgroups(gpu) && cols.is_multiple_of(64);
+        // The CPU layout's 16-byte loads as two 8-byte integers where the adapter has them
+        // (Caps::words64, shaders/weights_common.wgsl).
+        let lane_wide_int4: &'static [&'static str] =
+            if gpu.caps.words64 { &["WIDE", "LANE_WIDE", "WORDS64"] } else { &["WIDE", "LANE_WIDE"] };
         // f16: the weights bound as vec4s, eight per load (shaders/weights_f16.wgsl).
         if format == WeightFormat::F16 {
             return match (at.iter().all(|o| o.data.is_multiple_of(8)), lane_wide) {
+                (true, true) if gpu.caps.words64 => &["VEC4_WEIGHTS", "LANE_WIDE", "WORDS64"],
                 (true, true) => &["VEC4_WEIGHTS", "LANE_WIDE"],
                 (true, false) => &["VEC4_WEIGHTS"],
                 (false, _) => &[],
@@ -162,7 +167,7 @@ impl DecodeLayout {
             return match (at.iter().all(|o| o.data.is_multiple_of(align)), self, lane_wide) {
                 (false, ..) => &[],
                 (true, DecodeLayout::Teams { .. }, _) => &["WIDE"],
-                (true, DecodeLayout::LaneRows, true) => &["WIDE", "LANE_WIDE"],
+                (true, DecodeLayout::LaneRows, true) => lane_wide_int4,
                 (true, DecodeLayout::LaneRows, false) => &[],
             };
         }
@@ -176,7 +181,7 @@ impl DecodeLayout {
             DecodeLayout::LaneRows => {
                 let pairs = at.iter().all(|o| o.scales % 2 == 0 && o.mins % 2 == 0);
                 match lane_wide && pairs {
-                    true => &["WIDE", "LANE_WIDE"],
+                    true => lane_wide_int4,
                     false => &[],
                 }
             }

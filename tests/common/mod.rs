@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use moestream::gpu::{Gpu, GpuOptions, Pass};
 
+pub mod logits;
+
 /// One recorded prompt of a golden file.
 #[derive(serde::Deserialize, Clone, Debug)]
 pub struct GoldenPrompt {
