@@ -12,7 +12,9 @@
 //! * copy: the bytes *read* (a buffer of `rows * cols * 2` bytes); memory traffic is twice that,
 //! * read: a compute kernel summing a buffer of `rows * cols * 2` bytes (the read roofline; on
 //!   some drivers `copy_buffer_to_buffer` runs far below memory bandwidth, so the matvecs are
-//!   also compared with this).
+//!   also compared with this): in 16-byte loads as `vec4<f32>`s, and where the device has
+//!   8-byte integers as `vec2<u64>`s too (lavapipe loads each component in a per-lane loop,
+//!   so those read faster there); the roofline is the faster of the two.
 
 use std::time::Instant;
 
@@ -82,8 +84,13 @@ pub struct KernelReport {
     pub f32_gbps: f64,
     /// Buffer copy, bytes read per second.
     pub copy_gbps: f64,
-    /// Compute-shader read of a buffer, bytes read per second.
+    /// Compute-shader read of a buffer, bytes read per second: the faster of
+    /// [`Self::read_vec4_gbps`] and [`Self::read_u64_gbps`].
     pub read_gbps: f64,
+    /// The read in `vec4<f32>` loads.
+    pub read_vec4_gbps: f64,
+    /// The read in `vec2<u64>` loads, where the device has `SHADER_INT64`.
+    pub read_u64_gbps: Option<f64>,
     /// `int4_gbps / copy_gbps`.
     pub int4_vs_copy: f64,
     /// `f16_gbps / copy_gbps`.
@@ -142,7 +149,15 @@ pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
     let f16 = matvec(gpu, o, dense.clone(), WeightFormat::F16, (rows * cols * 2) as u64)?;
     let f32 = matvec(gpu, o, dense, WeightFormat::F32, (rows * cols * 4) as u64)?;
     let copy = copy(gpu, o, (rows * cols * 2) as u64)?;
-    let read = read(gpu, o, (rows * cols * 2) as u64)?;
+    let read_vec4 = read(gpu, o, (rows * cols * 2) as u64, ReadLoads::Vec4F32)?;
+    let read_u64 = match gpu.device.features().contains(wgpu::Features::SHADER_INT64) {
+        true => Some(read(gpu, o, (rows * cols * 2) as u64, ReadLoads::Vec2U64)?),
+        false => None,
+    };
+    let read = match &read_u64 {
+        Some(u64s) if u64s.seconds < read_vec4.seconds => u64s,
+        _ => &read_vec4,
+    };
     let attention = attention_bandwidth::measure(gpu, o, o.kv_len)?;
     Ok(KernelReport {
         adapter: gpu.adapter.name.clone(),
@@ -156,6 +171,8 @@ pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
         int4_vs_copy: int4.gbps() / copy.gbps(),
         f16_vs_copy: f16.gbps() / copy.gbps(),
         read_gbps: read.gbps(),
+        read_vec4_gbps: read_vec4.gbps(),
+        read_u64_gbps: read_u64.as_ref().map(Measured::gbps),
         int4_vs_read: int4.gbps() / read.gbps(),
         f16_vs_read: f16.gbps() / read.gbps(),
         int4_vs_f16: f16.seconds / int4.seconds,
@@ -268,28 +285,45 @@ fn copy(gpu: &Gpu, o: &KernelBenchOptions, bytes: u64) -> Result<Measured> {
     Ok(Measured { seconds, bytes })
 }
 
-/// Sums a storage buffer as `vec4<f32>`s, grid-stride, one partial sum per thread.
-const READ_WGSL: &str = "
-@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+/// The loads the read kernel makes, 16 bytes each.
+#[derive(Clone, Copy)]
+enum ReadLoads {
+    Vec4F32,
+    Vec2U64,
+}
+
+impl ReadLoads {
+    /// Sums a storage buffer in these loads, grid-stride, one partial sum per thread.
+    fn wgsl(self) -> String {
+        let (element, zero, fold) = match self {
+            Self::Vec4F32 => ("vec4<f32>", "vec4<f32>(0.0)", "acc.x + acc.y + acc.z + acc.w"),
+            Self::Vec2U64 => ("vec2<u64>", "vec2<u64>(0lu)", "f32(u32(acc.x ^ acc.y))"),
+        };
+        format!(
+            "
+@group(0) @binding(0) var<storage, read> src: array<{element}>;
 @group(0) @binding(1) var<storage, read_write> dst: array<f32>;
 
 @compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    var acc = vec4<f32>(0.0);
-    for (var i = gid.x; i < arrayLength(&src); i += nwg.x * 256u) {
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    var acc = {zero};
+    for (var i = gid.x; i < arrayLength(&src); i += nwg.x * 256u) {{
         acc += src[i];
+    }}
+    dst[gid.x] = {fold};
+}}
+"
+        )
     }
-    dst[gid.x] = acc.x + acc.y + acc.z + acc.w;
 }
-";
 
 /// Workgroups of the read kernel (256 threads each).
 const READ_GROUPS: u32 = 1024;
 
-/// Times [`READ_WGSL`] over `bytes` (at most one binding), counting the bytes read.
-fn read(gpu: &Gpu, o: &KernelBenchOptions, bytes: u64) -> Result<Measured> {
+/// Times the read kernel over `bytes` (at most one binding) in `loads`, counting the bytes read.
+fn read(gpu: &Gpu, o: &KernelBenchOptions, bytes: u64, loads: ReadLoads) -> Result<Measured> {
     let bytes = bytes.min(gpu.caps.max_binding).next_multiple_of(16);
-    let module = gpu.shader_module("bench read", READ_WGSL);
+    let module = gpu.shader_module("bench read", &loads.wgsl());
     let pipeline = gpu.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some("bench read"),
         layout: None,

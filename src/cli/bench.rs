@@ -327,6 +327,13 @@ fn run_kernels(a: KernelsArgs) -> Result<()> {
         r.int4_vs_f16, r.int4_bytes
     );
     println!("copy GB/s counts bytes read (the memory traffic is twice that); read is a compute-shader sum");
+    match r.read_u64_gbps {
+        Some(u64s) => println!(
+            "read: the faster of vec4<f32> loads ({:.2} GB/s) and vec2<u64> loads ({u64s:.2} GB/s)",
+            r.read_vec4_gbps
+        ),
+        None => println!("read: vec4<f32> loads (no 8-byte integers on this device)"),
+    }
     let [q, kv, hd] = r.attention.heads;
     println!(
         "attn: one decode token over {} positions of an f16 KV cache ({q} query heads sharing {kv} KV heads of {hd}), counting {} cache bytes",
