@@ -22,15 +22,13 @@ struct Params {
     window: u32,
 }
 
+//#include words16
+
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;
-//#if F16
-@group(0) @binding(3) var<storage, read> k_cache: array<vec4<u32>>;
-@group(0) @binding(4) var<storage, read> v_cache: array<vec4<u32>>;
-//#else
-@group(0) @binding(3) var<storage, read> k_cache: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> v_cache: array<vec4<f32>>;
-//#endif
+// The cache in 16-byte loads (words16): eight f16 values or four f32 ones.
+@group(0) @binding(3) var<storage, read> k_cache: array<Words16>;
+@group(0) @binding(4) var<storage, read> v_cache: array<Words16>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 //#if SINKS
 @group(0) @binding(6) var<storage, read> sinks: array<f32>;
@@ -60,20 +58,28 @@ alias Slots = array<f32, QT>;
 // Chunk i of the cache (chunk c of row r is i = r * head_dim / 8 + c).
 fn k_chunk(i: u32) -> Chunk {
 //#if F16
-    let w = k_cache[i];
-    return Chunk(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
+    return f16_chunk(words_of(k_cache[i]));
 //#else
-    return Chunk(k_cache[2u * i], k_cache[2u * i + 1u]);
+    return f32_chunk(words_of(k_cache[2u * i]), words_of(k_cache[2u * i + 1u]));
 //#endif
 }
 
 fn v_chunk(i: u32) -> Chunk {
 //#if F16
-    let w = v_cache[i];
-    return Chunk(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
+    return f16_chunk(words_of(v_cache[i]));
 //#else
-    return Chunk(v_cache[2u * i], v_cache[2u * i + 1u]);
+    return f32_chunk(words_of(v_cache[2u * i]), words_of(v_cache[2u * i + 1u]));
 //#endif
+}
+
+// Eight f16 values packed in four words.
+fn f16_chunk(w: vec4<u32>) -> Chunk {
+    return Chunk(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
+}
+
+// Eight f32 values, four in each of `lo` and `hi`.
+fn f32_chunk(lo: vec4<u32>, hi: vec4<u32>) -> Chunk {
+    return Chunk(bitcast<vec4<f32>>(lo), bitcast<vec4<f32>>(hi));
 }
 
 // Chunk c of query row `row`, times `w`.

@@ -19,22 +19,8 @@ struct WMat {
     mins: u32,
 }
 
-// Sixteen bytes of weights as the 16-byte-load readers bind them (`w4`): four words, or with
-// WORDS64 (Caps::words64: the CPU layout on an adapter with 8-byte integers) two 8-byte ones,
-// which lavapipe loads in half the per-lane loops. `words_of` gives the four words either way.
-//#if WORDS64
-alias Words16 = vec2<u64>;
-
-fn words_of(v: Words16) -> vec4<u32> {
-    return vec4<u32>(u32(v.x), u32(v.x >> 32u), u32(v.y), u32(v.y >> 32u));
-}
-//#else
-alias Words16 = vec4<u32>;
-
-fn words_of(v: Words16) -> vec4<u32> {
-    return v;
-}
-//#endif
+// Sixteen bytes of weights as the 16-byte-load readers bind them (`w4`).
+//#include words16
 
 // Eight consecutive weights of a row.
 struct W8 {

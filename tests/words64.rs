@@ -1,7 +1,8 @@
-//! The CPU layout's wide decode kernels load 16-byte weight groups as two 8-byte integers where
-//! the adapter has them (`Caps::words64`, `WORDS64`): the same words as four 4-byte loads, so
-//! for every fixture family in f16 and int4 and for GGUF files of the ggml block types with
-//! 16-byte loads (Q4_K, Q6_K), the prefill and decode logits are bit-identical either way.
+//! The CPU layout's wide decode kernels and attention load 16-byte weight groups and KV-cache
+//! chunks as two 8-byte integers where the adapter has them (`Caps::words64`, `WORDS64`): the
+//! same words as four 4-byte loads, so for every fixture family in f16 and int4 and for GGUF
+//! files of the ggml block types with 16-byte loads (Q4_K, Q6_K), the prefill and decode logits
+//! are bit-identical either way.
 
 mod common;
 

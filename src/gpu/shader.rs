@@ -23,6 +23,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("reduce"),
     shader!("reduce4"),
     shader!("split_merge"),
+    shader!("words16"),
     shader!("weights_common"),
     shader!("weights_f32"),
     shader!("weights_f16"),
@@ -177,8 +178,8 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("embed", &["F16", "INT4", "INT4_SYM", "G64"]),
     ("rms_norm", &["OUT", "ADD_PAIRS", "PAIR", "ONE_SUBGROUP", "WIDE_ROW"]),
     ("kv_store", &["F16", "ROPE"]),
-    ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
-    ("attention_keys", &["F16", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2"]),
+    ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256", "QT2", "WORDS64"]),
+    ("attention_keys", &["F16", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2", "WORDS64"]),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "BIAS", "ACCUMULATE", "SPLIT_OUT"]),
     (
         "matvec",
@@ -277,8 +278,10 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         if set.contains(&"LANE_WIDE") && !lane_wide {
             continue;
         }
-        // WORDS64 loads LANE_WIDE's 16-byte groups as 8-byte integers (DecodeLayout::wide_defines).
-        if set.contains(&"WORDS64") && !set.contains(&"LANE_WIDE") {
+        // WORDS64 is the CPU layout's: 16-byte loads as 8-byte integers in LANE_WIDE
+        // (DecodeLayout::wide_defines) and the CPU layout's attention (ops::attention).
+        let cpu_attention = name == "attention_keys" || set.contains(&"ONE_TEAM");
+        if set.contains(&"WORDS64") && !(set.contains(&"LANE_WIDE") || cpu_attention) {
             continue;
         }
         // The ggml readers are exclusive alternatives to the int4 / f16 flags: each one with

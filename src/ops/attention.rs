@@ -110,11 +110,15 @@ const TEAM: u32 = 8;
 fn layout_shader(gpu: &Gpu, layout: DecodeLayout, slots: usize, head_dim: usize) -> (&'static str, Vec<&'static str>) {
     let small_subgroups = !gpu.caps.subgroups || gpu.device.adapter_info().subgroup_min_size < TEAM;
     let shared = |shared_reduce: bool| if shared_reduce { vec!["SHARED_REDUCE"] } else { vec![] };
+    // The CPU layout loads the cache's 16 bytes as two 8-byte integers where it can
+    // (Caps::words64, shaders/words16.wgsl).
+    let cpu =
+        |defines: Vec<&'static str>| [defines, gpu.caps.words64.then_some("WORDS64").into_iter().collect()].concat();
     match layout {
         DecodeLayout::LaneRows if slots * held_head_dims(head_dim) <= KEYS_MAX_SLOT_DIMS => {
-            ("attention_keys", shared(small_subgroups))
+            ("attention_keys", cpu(shared(small_subgroups)))
         }
-        DecodeLayout::LaneRows => ("attention", [&["ONE_TEAM"][..], &shared(small_subgroups)].concat()),
+        DecodeLayout::LaneRows => ("attention", cpu([&["ONE_TEAM"][..], &shared(small_subgroups)].concat())),
         DecodeLayout::Teams { shared_reduce, .. } => ("attention", shared(shared_reduce || small_subgroups)),
     }
 }
