@@ -8,7 +8,7 @@
 
 //#include expert_params
 
-@group(0) @binding(2) var<storage, read> h: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> h: array<Floats4>;
 @group(0) @binding(3) var<storage, read> ids: array<u32>;
 @group(0) @binding(4) var<storage, read> route_w: array<f32>;
 @group(0) @binding(5) var<storage, read> slot_table: array<u32>;
@@ -46,7 +46,7 @@ const ROWS: u32 = WG_SIZE / TEAM * R;
 var<private> pair: u32;
 
 fn x_at(i: u32) -> vec4<f32> {
-    return h[pair * (p.inter / 4u) + i];
+    return floats_of(h[pair * (p.inter / 4u) + i]);
 }
 
 //#include rows_dot

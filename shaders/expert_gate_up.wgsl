@@ -12,7 +12,7 @@
 
 //#include expert_params
 
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> x: array<Floats4>;
 @group(0) @binding(3) var<storage, read> ids: array<u32>;
 @group(0) @binding(4) var<storage, read> slot_table: array<u32>;
 //#if VEC4_WEIGHTS
@@ -43,7 +43,7 @@ const ROWS: u32 = WG_SIZE / TEAM * R;
 var<private> x_row: u32;
 
 fn x_at(i: u32) -> vec4<f32> {
-    return x[x_row + i];
+    return floats_of(x[x_row + i]);
 }
 
 @compute @workgroup_size(WG_SIZE)

@@ -53,7 +53,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let q = kb * 2u + u % SLICE;
             var v = vec4<f32>(0.0);
             if (q < xw) {
-                v = x[t * xw + q];
+                v = floats_of(x[t * xw + q]);
             }
             xs[u] = v;
         }

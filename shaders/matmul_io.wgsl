@@ -19,7 +19,7 @@ struct Params {
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> x: array<Floats4>;
 //#if VEC4_WEIGHTS
 @group(0) @binding(3) var<storage, read> w4: array<Words16>;
 //#else

@@ -30,7 +30,7 @@ const ROWS: u32 = WG_SIZE / TEAM * R;
 var<private> x_row: u32;
 
 fn x_at(i: u32) -> vec4<f32> {
-    return x[x_row + i];
+    return floats_of(x[x_row + i]);
 }
 
 //#include rows_dot
