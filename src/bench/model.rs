@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::timing::median;
 use super::workload::random_tokens;
+use crate::convert::{is_converted, ModelManifest};
 use crate::error::Result;
 use crate::experts::residency::ExpertStats;
 use crate::model::decoder::OptimisticSteps;
@@ -51,6 +52,16 @@ pub struct DecodeComparison {
     pub off_waits_per_token: f64,
 }
 
+/// The weight formats a run used ([`crate::ops::WeightFormat::name`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct WeightsReport {
+    /// Attention and the other resident matrices (`as stored` for a GGUF model, whose matrices
+    /// each keep their own ggml type).
+    pub dense: String,
+    /// The routed experts.
+    pub experts: String,
+}
+
 /// Speed and memory of one model.
 #[derive(Clone, Debug, Serialize)]
 pub struct ModelReport {
@@ -58,6 +69,10 @@ pub struct ModelReport {
     pub adapter: String,
     /// Model directory.
     pub model: String,
+    /// The weight formats the run used, as the engine loaded them (a converted model runs in
+    /// its own, whatever `--dtype` says): `dense` for attention and other resident matrices,
+    /// `experts` for the routed experts.
+    pub weights: WeightsReport,
     /// Seconds to load the model (including any quantization at load).
     pub load_s: f64,
     /// Prompt length.
@@ -140,9 +155,11 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         }
         false => None,
     };
+    let weights = weights_report(&engine)?;
     Ok(ModelReport {
         adapter: engine.gpu().adapter.name.clone(),
         model: engine.model_dir().display().to_string(),
+        weights,
         load_s,
         prompt_tokens: o.prompt_tokens,
         decode_tokens: o.decode_tokens,
@@ -189,4 +206,16 @@ fn compare(
         on_waits_per_token: median(&on_waits),
         off_waits_per_token: median(&off_waits),
     })
+}
+
+/// The weight formats `engine` loaded.
+fn weights_report(engine: &Engine) -> Result<WeightsReport> {
+    let decoder = engine.model().options();
+    let dir = engine.model_dir();
+    let gguf = is_converted(dir) && ModelManifest::load(dir)?.gguf.is_some();
+    let dense = match gguf {
+        true => "as stored".to_string(),
+        false => decoder.dense.name(),
+    };
+    Ok(WeightsReport { dense, experts: decoder.experts.name() })
 }

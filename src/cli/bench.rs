@@ -352,14 +352,14 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
         compare_optimistic: a.compare_optimistic,
     };
     let r = model::run(|| a.model.load(), &o)?;
-    let dtype = format!("{:?}", a.model.dtype).to_lowercase();
     if a.json {
-        let mut v = serde_json::to_value(&r).expect("serialisable");
-        v["dtype"] = dtype.into();
-        print_json(&v);
+        print_json(&r);
         return Ok(());
     }
-    println!("{} ({dtype}) on {}, loaded in {:.1} s", r.model, r.adapter, r.load_s);
+    println!(
+        "{} ({} weights, {} experts) on {}, loaded in {:.1} s",
+        r.model, r.weights.dense, r.weights.experts, r.adapter, r.load_s
+    );
     println!("prefill  {:>10.1} tok/s  ({} tokens, median of {})", r.prefill_tokens_per_s, r.prompt_tokens, r.runs);
     println!(
         "decode   {:>10.1} tok/s  ({} tokens, median of {}; {:.1} GPU waits per token)",
