@@ -4,6 +4,42 @@
 // packed segment's word offset in `w`, WMat.scales / WMat.mins the f16 index of the segments.
 // Affine: value = n * scale + min; symmetric (INT4_SYM): value = (n - 8) * scale. Rows have
 // ceil(cols / GROUP) groups; the last may be shorter (cols is a multiple of 8).
+// INT4_TILES (the CPU layout; `ops::int4_tiles` reorders the blob at upload): the same segments,
+// their (row, 64-column pair) units (32 code bytes; one word of scales, one of mins) reordered
+// into tiles of 64 rows × 64 columns (groups of 32; rows and columns multiples of 64), the tiles
+// of a row block one after the other, so that a CPU-layout workgroup (8 lanes of 4 or 8 rows)
+// reads each segment as one forward stream, each load touching a few cache lines rather than 8
+// rows a row apart. Within a tile, unit (row % 4) * 16 + (row % 64) / 4: the expert kernels'
+// lanes (rows 4 l + r) side by side for each r, the matvec's (rows 8 l + r) two units apart.
+
+//#if INT4_TILES
+// The tiled position of (row, pair): its unit's index in a segment of 32-byte code units, or of
+// 4-byte scale (min) pairs.
+fn pair_unit(m: WMat, row: u32, pair: u32) -> u32 {
+    let tile = (row / 64u) * (m.cols / 64u) + pair;
+    return tile * 64u + (row % 4u) * 16u + (row % 64u) / 4u;
+}
+
+// Index in `w` of code word k8 of `row`.
+fn code_word(m: WMat, row: u32, k8: u32) -> u32 {
+    return m.base + pair_unit(m, row, k8 / 8u) * 8u + k8 % 8u;
+}
+
+// f16 index of group `grp` of `row` in the scale or min segment starting at f16 index `seg`.
+fn group_half(seg: u32, m: WMat, row: u32, grp: u32) -> u32 {
+    return seg + pair_unit(m, row, grp / 2u) * 2u + grp % 2u;
+}
+//#else
+// Index in `w` of code word k8 of `row`.
+fn code_word(m: WMat, row: u32, k8: u32) -> u32 {
+    return m.base + row * (m.cols >> 3u) + k8;
+}
+
+// f16 index of group `grp` of `row` in the scale or min segment starting at f16 index `seg`.
+fn group_half(seg: u32, m: WMat, row: u32, grp: u32) -> u32 {
+    return seg + row * ((m.cols + GROUP - 1u) / GROUP) + grp;
+}
+//#endif
 
 // Packed words per u32 word of `w` (slot offsets are given in words).
 const UNITS_PER_WORD: u32 = 1u;
@@ -21,29 +57,30 @@ fn half_at(i: u32) -> f32 {
     return select(pair.x, pair.y, (i & 1u) == 1u);
 }
 
-fn dequant(n: vec4<f32>, g: u32, m: WMat) -> vec4<f32> {
-    let s = half_at(m.scales + g);
+// The codes `n` of group `grp` of `row` as weights.
+fn dequant(n: vec4<f32>, m: WMat, row: u32, grp: u32) -> vec4<f32> {
+    let s = half_at(group_half(m.scales, m, row, grp));
 //#if INT4_SYM
     return (n - 8.0) * s;
 //#else
-    return n * s + half_at(m.mins + g);
+    return n * s + half_at(group_half(m.mins, m, row, grp));
 //#endif
 }
 
 // Weights (row, 8*k8 .. 8*k8+7): one packed word, one group.
 fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
-    let word = w[m.base + row * (m.cols >> 3u) + k8];
-    let g = row * ((m.cols + GROUP - 1u) / GROUP) + (k8 * 8u) / GROUP;
+    let word = w[code_word(m, row, k8)];
+    let g = (k8 * 8u) / GROUP;
     let lo = vec4<f32>(f32(word & 15u), f32((word >> 4u) & 15u), f32((word >> 8u) & 15u), f32((word >> 12u) & 15u));
     let hi = vec4<f32>(f32((word >> 16u) & 15u), f32((word >> 20u) & 15u), f32((word >> 24u) & 15u), f32(word >> 28u));
-    return W8(dequant(lo, g, m), dequant(hi, g, m));
+    return W8(dequant(lo, m, row, g), dequant(hi, m, row, g));
 }
 
 // Weight at (row, col), for gathers.
 fn w_at(m: WMat, row: u32, col: u32) -> f32 {
-    let word = w[m.base + row * (m.cols >> 3u) + (col >> 3u)];
+    let word = w[code_word(m, row, col >> 3u)];
     let n = f32((word >> (4u * (col & 7u))) & 15u);
-    return dequant(vec4<f32>(n), row * ((m.cols + GROUP - 1u) / GROUP) + col / GROUP, m).x;
+    return dequant(vec4<f32>(n), m, row, col / GROUP).x;
 }
 
 // Decode interface: one scale group per w_group call, raw nibbles per w_dot8.
@@ -52,18 +89,17 @@ const W_OFFSET: bool = true;
 
 // (scale, offset) of group `grp` of `row`: value = n * scale + offset.
 fn w_group(m: WMat, row: u32, grp: u32) -> vec2<f32> {
-    let g = row * ((m.cols + GROUP - 1u) / GROUP) + grp;
-    let s = half_at(m.scales + g);
+    let s = half_at(group_half(m.scales, m, row, grp));
 //#if INT4_SYM
     return vec2<f32>(s, -8.0 * s);
 //#else
-    return vec2<f32>(s, half_at(m.mins + g));
+    return vec2<f32>(s, half_at(group_half(m.mins, m, row, grp)));
 //#endif
 }
 
 // The raw codes of (row, 8*k8 .. 8*k8+7) · (xa, xb): one word, unpacked with vector shifts.
 fn w_dot8(m: WMat, row: u32, k8: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
-    return codes_dot(w[m.base + row * (m.cols >> 3u) + k8], xa, xb);
+    return codes_dot(w[code_word(m, row, k8)], xa, xb);
 }
 
 // The eight codes of `code_word` · (xa, xb).
@@ -82,7 +118,7 @@ const W_WIDE: bool = true;
 // The raw codes of group `grp` of `row` · the group's inputs `xs`, word after word as w_dot8
 // adds them, so results are bit-identical to the one-word loads.
 fn w_group_dot(m: WMat, row: u32, grp: u32, xs: array<vec4<f32>, 8>) -> f32 {
-    let q = words_of(w4[(m.base + row * (m.cols >> 3u)) / 4u + grp]);
+    let q = words_of(w4[code_word(m, row, grp * 4u) / 4u]);
     var d = 0.0;
     for (var c = 0u; c < 4u; c++) {
         d += codes_dot(q[c], xs[2u * c], xs[2u * c + 1u]);
@@ -107,13 +143,12 @@ fn group_dot_lanes(q: vec4<u32>, own: vec4<f32>) -> f32 {
 // `acc` plus groups 2 * pair_i and 2 * pair_i + 1 of `row` · their inputs `xin`: per group
 // scale * codes · x, then offset * Σ x, as rows_dot adds a group.
 fn w_pair_acc(m: WMat, row: u32, pair_i: u32, xin: PairInputs, acc: f32) -> f32 {
-    let groups = m.cols / GROUP;
-    let q = (m.base + row * (m.cols >> 3u)) / 4u + 2u * pair_i;
-    let scale = unpack2x16float(w[(m.scales + row * groups) / 2u + pair_i]);
+    let q = code_word(m, row, pair_i * 8u) / 4u;
+    let scale = unpack2x16float(w[group_half(m.scales, m, row, 2u * pair_i) / 2u]);
 //#if INT4_SYM
     let offset = -8.0 * scale;
 //#else
-    let offset = unpack2x16float(w[(m.mins + row * groups) / 2u + pair_i]);
+    let offset = unpack2x16float(w[group_half(m.mins, m, row, 2u * pair_i) / 2u]);
 //#endif
     var a = acc + scale.x * group_dot_lanes(words_of(w4[q]), xin.own0);
     a += offset.x * xin.sum0;

@@ -220,7 +220,7 @@ fn replicate(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, m: &GpuMatrix) -> Gp
             MatrixChunk { buffer, first_row: c.first_row, rows: c.rows, offsets: c.offsets }
         })
         .collect();
-    GpuMatrix { rows: m.rows, cols: m.cols, format: m.format, chunks }
+    GpuMatrix { rows: m.rows, cols: m.cols, format: m.format, tiles: m.tiles, chunks }
 }
 
 /// Times submissions of `record(encoder, n)` (which records `n` operations): a warm-up of

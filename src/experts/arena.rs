@@ -6,6 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::ops::int4_tiles;
 use crate::ops::matrix::{write_gguf_blob, BlobOffsets};
 use crate::ops::WeightFormat;
 use crate::store::ExpertLayout;
@@ -26,6 +27,9 @@ pub struct SlotLayout {
     pub proj_bytes: [usize; 3],
     /// Bytes per slot (a multiple of 256).
     pub slot_bytes: usize,
+    /// The three projections are int4 in the CPU layout's tiles ([`crate::ops::int4_tiles`]),
+    /// not row-major ([`SlotLayout::tiled`]).
+    pub tiles: bool,
 }
 
 impl SlotLayout {
@@ -50,7 +54,47 @@ impl SlotLayout {
                 ([0, a, 2 * a], 2 * a + d)
             }
         };
-        Ok(SlotLayout { format, down_format, hidden, inter, proj_bytes, slot_bytes })
+        Ok(SlotLayout { format, down_format, hidden, inter, proj_bytes, slot_bytes, tiles: false })
+    }
+
+    /// This layout with its projections in tiles where all three can be
+    /// ([`int4_tiles::fits`]); the same offsets and sizes.
+    pub fn tiled(&self) -> SlotLayout {
+        let tiles = (0..3).all(|i| {
+            let (rows, cols) = self.proj_shape(i);
+            int4_tiles::fits(self.proj_format(i), rows, cols)
+        });
+        SlotLayout { tiles, ..*self }
+    }
+
+    /// This layout with row-major projections.
+    pub fn row_major(&self) -> SlotLayout {
+        SlotLayout { tiles: false, ..*self }
+    }
+
+    /// Reorders the row-major projections of `slot` (this layout's bytes) into tiles where this
+    /// layout holds them tiled.
+    pub fn tile(&self, slot: &mut [u8]) -> Result<()> {
+        if !self.tiles {
+            return Ok(());
+        }
+        for i in 0..3 {
+            let (rows, cols) = self.proj_shape(i);
+            let format = self.proj_format(i);
+            let blob = &mut slot[self.proj_bytes[i]..self.proj_bytes[i] + format.blob_bytes(rows, cols)?];
+            int4_tiles::tile(blob, rows, cols, format, format.offsets(rows, cols)?)?;
+        }
+        Ok(())
+    }
+
+    /// The shader defines of projection `i`'s (0 gate, 1 up, 2 down) weight reader: its format's,
+    /// and `INT4_TILES` for tiles.
+    pub fn reader_defines(&self, i: usize) -> Vec<&'static str> {
+        let mut d = self.proj_format(i).defines();
+        if self.tiles {
+            d.push("INT4_TILES");
+        }
+        d
     }
 
     /// The format of projection `i` (0 gate, 1 up, 2 down).

@@ -9,6 +9,7 @@ pub mod predictor;
 pub mod residency;
 pub mod slot_table;
 pub mod source;
+pub mod tiled_source;
 pub mod trace;
 
 pub use arena::{SlotArena, SlotLayout};

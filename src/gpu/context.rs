@@ -64,6 +64,9 @@ pub struct GpuOptions {
     /// Load the CPU layout's 16-byte weight groups as 4-byte words even where the adapter has
     /// 8-byte integers ([`Caps::words64`] off): tests compare the two loads.
     pub four_byte_words: bool,
+    /// Keep int4 matrices row-major even in the CPU layout ([`Caps::int4_tiles`] off): tests
+    /// compare the two.
+    pub row_major_int4: bool,
 }
 
 /// Capabilities the kernels adapt to.
@@ -113,6 +116,12 @@ pub struct Caps {
     /// buffer component by component, each a loop over the SIMD lanes, so 8-byte components
     /// halve the loops per weight; the values, and so the results, are the same.
     pub words64: bool,
+    /// The CPU layout's int4 matrices in groups of 32 are uploaded in tiles of 64 rows × 64
+    /// columns (`INT4_TILES`, [`crate::ops::int4_tiles`]) so each decode workgroup reads one
+    /// forward stream per segment rather than one per row; not with
+    /// [`GpuOptions::row_major_int4`] or `MOESTREAM_INT4_TILES=off`. The same values, so the
+    /// same results.
+    pub int4_tiles: bool,
 }
 
 /// A printable description of one adapter.
@@ -336,6 +345,9 @@ impl Gpu {
                 && required_features.contains(wgpu::Features::SHADER_INT64)
                 && !options.four_byte_words
                 && env_choice("MOESTREAM_WORDS64", &[("auto", true), ("off", false)])?.unwrap_or(true),
+            int4_tiles: cpu_layouts
+                && !options.row_major_int4
+                && env_choice("MOESTREAM_INT4_TILES", &[("auto", true), ("off", false)])?.unwrap_or(true),
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         let uncaptured = Arc::new(Mutex::new(None));

@@ -13,7 +13,7 @@ pub struct Embed {
 impl Embed {
     /// Binds `tokens` (u32 ids) and `table` (`[vocab, hidden]`) → `x` (`[tokens, hidden]`).
     pub fn new(gpu: &Gpu, step: &wgpu::Buffer, tokens: &wgpu::Buffer, table: &GpuMatrix, x: &wgpu::Buffer) -> Embed {
-        let defines = table.format.defines();
+        let defines = table.defines();
         let kernels = table
             .chunks
             .iter()

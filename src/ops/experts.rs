@@ -112,12 +112,12 @@ impl ExpertFfn {
     ) -> ExpertFfn {
         debug_assert!(layout.slot_bytes <= arena.layout.slot_bytes, "a layer's experts fit the arena's slots");
         let decode = DecodeLayout::for_gpu(gpu);
-        let with_decode = |format: WeightFormat| {
-            let mut d = format.defines();
+        let with_decode = |proj: usize| {
+            let mut d = layout.reader_defines(proj);
             d.extend(decode.defines());
             d
         };
-        let (mut gate_up_defines, mut down_defines) = (with_decode(layout.format), with_decode(layout.down_format));
+        let (mut gate_up_defines, mut down_defines) = (with_decode(0), with_decode(2));
         let (alpha, limit, bias) = match io.act {
             (ExpertAct::ClampedSwiGlu { alpha, limit }, Some(bias)) => {
                 gate_up_defines.push("CLAMPED");
@@ -128,9 +128,9 @@ impl ExpertFfn {
             (ExpertAct::SwiGlu, _) => (0.0, 0.0, None),
         };
         assert!(bias.is_none() || prefill == ExpertPrefill::Pairs, "clamped experts prefill pair by pair (for_layer)");
-        let mut gate_up_mm_defines = layout.format.defines();
+        let mut gate_up_mm_defines = layout.reader_defines(0);
         gate_up_mm_defines.push("GATE_UP");
-        let down_mm_defines = layout.down_format.defines();
+        let down_mm_defines = layout.reader_defines(2);
         let (hidden, inter) = (layout.hidden, layout.inter);
         let [gate_at, up_at, down_at] =
             [0, 1, 2].map(|i| layout.proj_offsets(i).expect("slot layout was validated when the arena was made"));

@@ -274,7 +274,7 @@ impl MatMul {
         split: Option<SplitOut>,
     ) -> MatMul {
         let mut defines = Vec::new();
-        defines.extend(w.format.defines());
+        defines.extend(w.defines());
         if bias.is_some() {
             defines.push("BIAS");
         }

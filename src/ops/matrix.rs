@@ -1,5 +1,6 @@
 //! Weight matrices on the GPU, split by rows into chunks that each fit one storage binding.
 
+use super::int4_tiles;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::gguf::GgmlType;
@@ -324,11 +325,23 @@ pub struct GpuMatrix {
     pub cols: usize,
     /// Storage format.
     pub format: WeightFormat,
+    /// Int4 stored in the CPU layout's tiles ([`super::int4_tiles`]), not row-major.
+    pub tiles: bool,
     /// Row chunks, each within the device's binding limit.
     pub chunks: Vec<MatrixChunk>,
 }
 
 impl GpuMatrix {
+    /// The shader defines selecting this matrix's weight reader: its format's, and `INT4_TILES`
+    /// for tiles.
+    pub fn defines(&self) -> Vec<&'static str> {
+        let mut d = self.format.defines();
+        if self.tiles {
+            d.push("INT4_TILES");
+        }
+        d
+    }
+
     /// Uploads the 2-D tensor `t` in `format`, chunked by the binding limit. An int4 tensor
     /// already in `format` (from a converted model) is uploaded as stored.
     pub fn upload(gpu: &Gpu, label: &str, t: &HostTensor, format: WeightFormat) -> Result<Self> {
@@ -382,7 +395,7 @@ impl GpuMatrix {
     }
 
     /// Splits the rows into chunks whose blobs fit one binding and uploads `blob(first_row, n)`
-    /// for each.
+    /// for each, tiled where [`int4_tiles::apply`] says (chunks of whole tiles).
     fn upload_with(
         gpu: &Gpu,
         label: &str,
@@ -400,6 +413,11 @@ impl GpuMatrix {
         while rows_per_chunk > 0 && format.blob_bytes(rows_per_chunk.min(rows), cols)? as u64 > gpu.caps.max_binding {
             rows_per_chunk -= rows_per_chunk.div_ceil(16);
         }
+        // Tiles where a chunk holds at least one whole tile.
+        let tiles = int4_tiles::apply(gpu, format, rows, cols) && rows_per_chunk >= int4_tiles::TILE;
+        if tiles {
+            rows_per_chunk -= rows_per_chunk % int4_tiles::TILE;
+        }
         if rows_per_chunk == 0 {
             return Err(Error::Gpu(format!(
                 "{label}: one row ({row_bytes} bytes) exceeds the storage binding limit ({})",
@@ -410,15 +428,15 @@ impl GpuMatrix {
         let mut first_row = 0;
         while first_row < rows {
             let n = rows_per_chunk.min(rows - first_row);
-            chunks.push(MatrixChunk {
-                buffer: gpu.upload(label, &blob(first_row, n)?),
-                first_row,
-                rows: n,
-                offsets: format.offsets(n, cols)?,
-            });
+            let offsets = format.offsets(n, cols)?;
+            let mut bytes = blob(first_row, n)?;
+            if tiles {
+                int4_tiles::tile(&mut bytes, n, cols, format, offsets)?;
+            }
+            chunks.push(MatrixChunk { buffer: gpu.upload(label, &bytes), first_row, rows: n, offsets });
             first_row += n;
         }
-        Ok(GpuMatrix { rows, cols, format, chunks })
+        Ok(GpuMatrix { rows, cols, format, tiles, chunks })
     }
 }
 

@@ -10,6 +10,7 @@ pub mod embed;
 pub mod experts;
 pub mod gate_mul;
 pub mod gated_delta_rule;
+pub mod int4_tiles;
 pub mod kv_store;
 pub mod matmul;
 pub mod matrix;

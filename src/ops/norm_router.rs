@@ -75,7 +75,7 @@ impl NormRouter {
         let norm = NormFields { eps, w_scales: chunk.offsets.scales, w_mins: chunk.offsets.mins };
         let p = choice_params(&shape, fields, norm);
         let mut defines = vec!["ONE_SUBGROUP"];
-        defines.extend(io.router.format.defines());
+        defines.extend(io.router.defines());
         defines.extend(choice_defines(&shape));
         let mut storage: Vec<Slice<'_>> = vec![
             io.x.into(),

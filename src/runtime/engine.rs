@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::experts::arena::SlotLayout;
 use crate::experts::residency::ExpertStats;
 use crate::experts::source::{CheckpointExperts, ExpertSource, StoreExperts};
+use crate::experts::tiled_source::TiledExperts;
 use crate::experts::trace::TraceHeader;
 use crate::gpu::Gpu;
 use crate::model::decoder::{DecoderOptions, GpuModel, LayerObserver, RoutingMode, StreamingOptions};
@@ -205,13 +206,15 @@ impl Engine {
                         reason.unwrap_or("unknown")
                     ),
                 }
-                Some(wrap(Arc::new(StoreExperts::new(store, spec.hidden, m.expert_intermediate)?)))
+                Some(Arc::new(StoreExperts::new(store, spec.hidden, m.expert_intermediate)?) as Arc<dyn ExpertSource>)
             }
             (Some(m), None) => {
                 let layout = SlotLayout::new(expert_format, spec.hidden, m.expert_intermediate)?;
-                Some(wrap(Arc::new(CheckpointExperts::new(ckpt.clone(), spec.clone(), layout))))
+                Some(Arc::new(CheckpointExperts::new(ckpt.clone(), spec.clone(), layout)) as Arc<dyn ExpertSource>)
             }
         };
+        // Slots in the CPU layout's int4 tiles where the kernels read them so.
+        let source = source.map(|s| TiledExperts::over(&gpu, wrap(s)));
         // The automatic expert budget leaves room for one sequence of the requested context (by
         // default the model's maximum up to 4096); the KV budget is what is left after experts.
         let budget_context = options.context.unwrap_or(spec.max_positions.min(4096));

@@ -333,7 +333,7 @@ impl GpuModel {
                 // The source decides down's format (GGUF experts may keep their own type there),
                 // and holds GGUF blocks as the GPU reads them best.
                 let asked = SlotLayout::mixed(options.experts.for_gpu(), layout.down_format, h, m.expert_intermediate)?;
-                if layout != asked {
+                if layout.row_major() != asked {
                     return Err(Error::InvalidArgument(format!(
                         "expert source holds {}, the decoder was asked for {}",
                         layout.format_name(),

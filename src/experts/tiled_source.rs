@@ -1,0 +1,51 @@
+//! Expert slots in the CPU layout's int4 tiles: an [`ExpertSource`] reading another's experts
+//! and reordering their int4 projections into tiles ([`crate::ops::int4_tiles`]) as they are
+//! read, in the I/O threads, so streamed and resident slots hold what the CPU layout's expert
+//! kernels read best.
+
+use std::sync::Arc;
+
+use super::source::ExpertSource;
+use super::SlotLayout;
+use crate::error::Result;
+use crate::gpu::Gpu;
+use crate::ops::int4_tiles;
+
+/// `inner`'s experts, their int4 projections tiled where their layout can be.
+pub struct TiledExperts {
+    inner: Arc<dyn ExpertSource>,
+}
+
+impl TiledExperts {
+    /// `source` with its slots tiled (each layer's where its layout can be,
+    /// [`SlotLayout::tiled`]) where `gpu` tiles int4 ([`int4_tiles::on`]); else `source` itself.
+    pub fn over(gpu: &Gpu, source: Arc<dyn ExpertSource>) -> Arc<dyn ExpertSource> {
+        match int4_tiles::on(gpu) {
+            true => Arc::new(TiledExperts { inner: source }),
+            false => source,
+        }
+    }
+}
+
+impl ExpertSource for TiledExperts {
+    fn read(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<()> {
+        self.inner.read(layer, expert, buf)?;
+        self.layer_layout(layer).tile(buf)
+    }
+
+    fn read_len(&self) -> usize {
+        self.inner.read_len()
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        self.inner.disk_bytes()
+    }
+
+    fn layout(&self) -> SlotLayout {
+        self.inner.layout().tiled()
+    }
+
+    fn layer_layout(&self, layer: usize) -> SlotLayout {
+        self.inner.layer_layout(layer).tiled()
+    }
+}

@@ -1,0 +1,101 @@
+//! Int4 matrices in tiles for the CPU layout (`INT4_TILES`, shaders/weights_int4.wgsl).
+//!
+//! In the CPU layout a decode workgroup is one CPU thread whose 8 SIMD lanes take 4 or 8 rows
+//! each, and every load is a loop over the lanes, so row-major int4 has one load touch 8 rows a
+//! row's length apart and a workgroup walk 32-64 rows' codes, scales and mins side by side. Tiled,
+//! the same bytes are reordered so that each (row, 64-column pair) unit — 32 code bytes, one word
+//! of scales, one of mins — of a block of 64 rows sits beside those of the block's other rows,
+//! the lanes' side by side, and the block's tiles follow one another: a load touches 4 cache
+//! lines, and a workgroup reads each segment as one forward stream. Segment offsets and sizes,
+//! and so every weight's value, are unchanged; only the kernels' addressing differs.
+
+use super::{BlobOffsets, WeightFormat};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::ops::matmul::DecodeLayout;
+
+/// Rows and columns of a tile.
+pub const TILE: usize = 64;
+
+/// Whether `gpu`'s kernels read a `[rows, cols]` matrix in `format` tiled: [`on`] it, and the
+/// matrix [`fits`].
+pub fn apply(gpu: &Gpu, format: WeightFormat, rows: usize, cols: usize) -> bool {
+    on(gpu) && fits(format, rows, cols)
+}
+
+/// Whether `gpu` tiles int4: the CPU layout ([`Caps::int4_tiles`](crate::gpu::Caps::int4_tiles)
+/// and lanes taking whole rows).
+pub fn on(gpu: &Gpu) -> bool {
+    gpu.caps.int4_tiles && DecodeLayout::for_gpu(gpu) == DecodeLayout::LaneRows
+}
+
+/// Whether a `[rows, cols]` matrix in `format` can be tiled: int4 in groups of 32, rows and
+/// columns multiples of [`TILE`].
+pub fn fits(format: WeightFormat, rows: usize, cols: usize) -> bool {
+    matches!(format, WeightFormat::Int4(p) if p.group_size == 32)
+        && rows.is_multiple_of(TILE)
+        && cols.is_multiple_of(TILE)
+}
+
+/// The tiled position of (row, pair) among a segment's units, as `pair_unit` in
+/// shaders/weights_int4.wgsl: tile after tile, and within a tile the units of rows 4 l + r
+/// (lane l's row r in the expert kernels, 4 rows a lane) at r * 16 + l, so each row of the lanes
+/// is side by side (the matvec's lanes, 8 rows each, two units apart).
+fn pair_unit(row: usize, pair: usize, pairs: usize) -> usize {
+    ((row / TILE) * pairs + pair) * TILE + (row % 4) * 16 + (row % TILE) / 4
+}
+
+/// Reorders the row-major `[rows, cols]` int4 blob `blob` (groups of 32, segments at `offsets`)
+/// into tiles, in place.
+pub fn tile(blob: &mut [u8], rows: usize, cols: usize, format: WeightFormat, offsets: BlobOffsets) -> Result<()> {
+    let has_mins = matches!(format, WeightFormat::Int4(p) if p.scheme.has_mins());
+    if !fits(format, rows, cols) || blob.len() != format.blob_bytes(rows, cols)? {
+        return Err(Error::InvalidArgument(format!(
+            "a {}-byte blob is not a tileable [{rows}, {cols}] {} matrix",
+            blob.len(),
+            format.name()
+        )));
+    }
+    let pairs = cols / TILE;
+    let codes = offsets.data as usize * 4;
+    permute(&mut blob[codes..codes + rows * cols / 2], 32, pairs);
+    let scales = offsets.scales as usize * 2;
+    permute(&mut blob[scales..scales + rows * pairs * 4], 4, pairs);
+    if has_mins {
+        let mins = offsets.mins as usize * 2;
+        permute(&mut blob[mins..mins + rows * pairs * 4], 4, pairs);
+    }
+    Ok(())
+}
+
+/// Moves each `unit`-byte (row, pair) unit of the row-major `segment` to its tiled position.
+fn permute(segment: &mut [u8], unit: usize, pairs: usize) {
+    let row_major = segment.to_vec();
+    for (i, src) in row_major.chunks_exact(unit).enumerate() {
+        let to = pair_unit(i / pairs, i % pairs, pairs) * unit;
+        segment[to..to + unit].copy_from_slice(src);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every (row, pair) of a 128 × 192 matrix lands on its own unit, the first block's before
+    /// the second's.
+    #[test]
+    fn tiles_are_a_permutation_block_by_block() {
+        let (rows, pairs) = (128, 3);
+        let mut seen = vec![false; rows * pairs];
+        for row in 0..rows {
+            for pair in 0..pairs {
+                let u = pair_unit(row, pair, pairs);
+                assert!(!seen[u], "unit {u} taken twice");
+                seen[u] = true;
+                assert_eq!(u / (TILE * pairs), row / TILE, "row {row} left its block");
+            }
+        }
+        // An expert kernel lane's row r (row 4 l + r) sits beside the next lane's.
+        assert_eq!(pair_unit(4 + 3, 1, pairs), pair_unit(3, 1, pairs) + 1);
+    }
+}
