@@ -4,7 +4,9 @@
 //! (decode matvec with and without `LANE_WIDE` loads, the tiled prefill GEMM, the embedding
 //! lookup, chunked matrices, the expert kernels decoding and prefilling pair by pair or gathered)
 //! gives bit-identical results to row-major int4, and every fixture family's and GGUF's prefill
-//! and decode logits are bit-identical either way.
+//! and decode logits are bit-identical either way; so are the log-probs and tokens of a model
+//! whose experts tile (the fixtures' do not), from its checkpoint and from its conversion,
+//! resident and streamed.
 
 mod common;
 
@@ -22,6 +24,7 @@ use moestream::ops::matmul::{MatMul, MatMulOut};
 use moestream::ops::WeightFormat;
 use moestream::quant::{Int4Scheme, QuantParams};
 use moestream::reference::ops as refops;
+use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
 
 /// The int4 formats that tile: groups of 32, affine and symmetric.
 const TILED: [WeightFormat; 2] = [
@@ -195,7 +198,7 @@ fn expert_ffn(
     let mut table = SlotTable::new(gpu, 1, n);
     for (e, [gate, up, down]) in experts.iter().enumerate() {
         let mut bytes = layout.encode(gate, up, down).unwrap();
-        layout.tile(&mut bytes).unwrap();
+        layout.tile(&mut bytes, &mut Vec::new()).unwrap();
         arena.write(gpu, e, &bytes);
         table.set(gpu, 0, e, e as u32);
     }
@@ -264,6 +267,93 @@ fn tiled_expert_slots_compute_what_row_major_ones_do() {
                     assert_close(&what, &y[j * hidden..(j + 1) * hidden], &want, 1e-4);
                 }
             }
+        }
+    }
+}
+
+/// A random-weight Mixtral-layout checkpoint in `dir` whose every matrix tiles: hidden 128,
+/// expert intermediate 128, 8 experts (top 2) in 2 layers, vocabulary 256.
+fn tileable_moe_checkpoint(dir: &std::path::Path) {
+    use moestream::model::names;
+    let (hidden, inter, layers, experts, vocab) = (128usize, 128usize, 2usize, 8usize, 256usize);
+    let config = serde_json::json!({
+        "architectures": ["MixtralForCausalLM"], "hidden_size": hidden, "intermediate_size": inter,
+        "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_local_experts": experts, "num_experts_per_tok": 2, "vocab_size": vocab,
+        "rms_norm_eps": 1e-5, "rope_theta": 1e4, "max_position_embeddings": 512, "tie_word_embeddings": false,
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let mut rng = Rng::new(21);
+    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    let mut add = |name: String, shape: Vec<usize>, scale: f32| {
+        let n = shape.iter().product();
+        let values = if scale == 0.0 { vec![1.0; n] } else { rng.vec(n, -scale, scale) };
+        tensors.push((name, shape, values));
+    };
+    add(names::EMBED.into(), vec![vocab, hidden], 1.0);
+    add(names::LM_HEAD.into(), vec![vocab, hidden], 0.2);
+    add(names::FINAL_NORM.into(), vec![hidden], 0.0);
+    for l in 0..layers {
+        let p = names::layer(l);
+        for (w, rows) in [("q_proj", hidden), ("k_proj", hidden / 2), ("v_proj", hidden / 2), ("o_proj", hidden)] {
+            add(format!("{p}.self_attn.{w}.weight"), vec![rows, hidden], 0.2);
+        }
+        add(format!("{p}.input_layernorm.weight"), vec![hidden], 0.0);
+        add(format!("{p}.post_attention_layernorm.weight"), vec![hidden], 0.0);
+        add(format!("{p}.block_sparse_moe.gate.weight"), vec![experts, hidden], 0.5);
+        for e in 0..experts {
+            let [w1, w3, w2] = names::expert(moestream::model::Family::Mixtral, l, e);
+            add(w1, vec![inter, hidden], 0.2);
+            add(w3, vec![inter, hidden], 0.2);
+            add(w2, vec![hidden, inter], 0.2);
+        }
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(name, shape, values)| {
+            let view = safetensors::tensor::TensorView::new(
+                safetensors::Dtype::F32,
+                shape.clone(),
+                bytemuck::cast_slice(values),
+            );
+            (name.clone(), view.unwrap())
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+}
+
+#[test]
+fn a_model_with_tiled_experts_gives_the_row_major_tokens() {
+    let (tiled_gpu, row_major_gpu) = pair(GpuOptions::default());
+    if !tiled_gpu.caps.int4_tiles {
+        return;
+    }
+    let dir = common::TempDir::new("tileable_moe");
+    let checkpoint = dir.path().join("checkpoint");
+    std::fs::create_dir_all(&checkpoint).unwrap();
+    tileable_moe_checkpoint(&checkpoint);
+    // Its int4 conversion: experts from the store rather than encoded from the checkpoint.
+    let converted = dir.path().join("converted");
+    let convert = std::process::Command::new(env!("CARGO_BIN_EXE_moestream"))
+        .args(["convert", checkpoint.to_str().unwrap(), converted.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(convert.status.success(), "convert: {}", String::from_utf8_lossy(&convert.stderr));
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 37 % 256) as u32).collect();
+    let gen = GenerateOptions { max_tokens: 8, ignore_eos: true, ..Default::default() };
+    for model in [&checkpoint, &converted] {
+        let run = |gpu: &Arc<Gpu>, budget| {
+            let cache = common::TempDir::new("tileable_moe_cache");
+            let mut o = EngineOptions::new(model).with_format(TILED[0]);
+            o.cache_dir = Some(cache.path().to_path_buf());
+            o.budget = budget;
+            let e = Engine::load_on(gpu.clone(), &o).unwrap();
+            (e.score(&prompt).unwrap().logprobs, e.generate(&prompt, &gen, |_, _| true).unwrap().tokens)
+        };
+        let want = run(&row_major_gpu, ExpertBudget::Auto);
+        // Resident, and streamed through one layer's top-k of slots: tiled as the I/O threads read.
+        for budget in [ExpertBudget::Auto, ExpertBudget::Slots(2)] {
+            assert_eq!(run(&tiled_gpu, budget), want, "{} {budget:?}", model.display());
         }
     }
 }

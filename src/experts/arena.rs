@@ -73,8 +73,8 @@ impl SlotLayout {
     }
 
     /// Reorders the row-major projections of `slot` (this layout's bytes) into tiles where this
-    /// layout holds them tiled.
-    pub fn tile(&self, slot: &mut [u8]) -> Result<()> {
+    /// layout holds them tiled, through `scratch` ([`int4_tiles::tile`]).
+    pub fn tile(&self, slot: &mut [u8], scratch: &mut Vec<u8>) -> Result<()> {
         if !self.tiles {
             return Ok(());
         }
@@ -82,7 +82,7 @@ impl SlotLayout {
             let (rows, cols) = self.proj_shape(i);
             let format = self.proj_format(i);
             let blob = &mut slot[self.proj_bytes[i]..self.proj_bytes[i] + format.blob_bytes(rows, cols)?];
-            int4_tiles::tile(blob, rows, cols, format, format.offsets(rows, cols)?)?;
+            int4_tiles::tile(blob, rows, cols, format, format.offsets(rows, cols)?, scratch)?;
         }
         Ok(())
     }

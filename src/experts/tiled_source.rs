@@ -27,10 +27,15 @@ impl TiledExperts {
     }
 }
 
+thread_local! {
+    /// A copy of the segment being tiled (one per I/O thread, so reads do not allocate).
+    static TILING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl ExpertSource for TiledExperts {
     fn read(&self, layer: usize, expert: usize, buf: &mut [u8]) -> Result<()> {
         self.inner.read(layer, expert, buf)?;
-        self.layer_layout(layer).tile(buf)
+        TILING.with_borrow_mut(|scratch| self.layer_layout(layer).tile(buf, scratch))
     }
 
     fn read_len(&self) -> usize {

@@ -116,9 +116,9 @@ pub struct Caps {
     /// buffer component by component, each a loop over the SIMD lanes, so 8-byte components
     /// halve the loops per weight; the values, and so the results, are the same.
     pub words64: bool,
-    /// The CPU layout's int4 matrices in groups of 32 are uploaded in tiles of 64 rows × 64
-    /// columns (`INT4_TILES`, [`crate::ops::int4_tiles`]) so each decode workgroup reads one
-    /// forward stream per segment rather than one per row; not with
+    /// The CPU layout's int4 matrices and expert slots in groups of 32 are held in tiles of 64
+    /// rows × 64 columns (`INT4_TILES`, [`crate::ops::int4_tiles`]), so each per-lane load loop
+    /// reads neighbouring cache lines rather than 8 rows far apart; not with
     /// [`GpuOptions::row_major_int4`] or `MOESTREAM_INT4_TILES=off`. The same values, so the
     /// same results.
     pub int4_tiles: bool,

@@ -1,13 +1,14 @@
 //! Int4 matrices in tiles for the CPU layout (`INT4_TILES`, shaders/weights_int4.wgsl).
 //!
-//! In the CPU layout a decode workgroup is one CPU thread whose 8 SIMD lanes take 4 or 8 rows
-//! each, and every load is a loop over the lanes, so row-major int4 has one load touch 8 rows a
-//! row's length apart and a workgroup walk 32-64 rows' codes, scales and mins side by side. Tiled,
-//! the same bytes are reordered so that each (row, 64-column pair) unit — 32 code bytes, one word
-//! of scales, one of mins — of a block of 64 rows sits beside those of the block's other rows,
-//! the lanes' side by side, and the block's tiles follow one another: a load touches 4 cache
-//! lines, and a workgroup reads each segment as one forward stream. Segment offsets and sizes,
-//! and so every weight's value, are unchanged; only the kernels' addressing differs.
+//! In the CPU layout a decode workgroup is one CPU thread whose 8 SIMD lanes take 4 (expert
+//! kernels) or 8 (matvec) rows each, and every load is a loop over the lanes, so row-major int4
+//! has one load touch 8 rows 4 or 8 rows' length apart and a workgroup walk 32-64 rows' codes,
+//! scales and mins side by side. Tiled, the same bytes are reordered so that each (row,
+//! 64-column pair) unit — 32 code bytes, one word of scales, one of mins — of a block of 64 rows
+//! sits beside those of the block's other rows, the lanes' side by side, and the block's tiles
+//! follow one another: a load touches 4 (expert kernels) or 8 (matvec) neighbouring cache lines,
+//! and a workgroup reads each segment forward. Segment offsets and sizes, and so every weight's
+//! value, are unchanged; only the kernels' addressing differs.
 
 use super::{BlobOffsets, WeightFormat};
 use crate::error::{Error, Result};
@@ -46,8 +47,16 @@ fn pair_unit(row: usize, pair: usize, pairs: usize) -> usize {
 }
 
 /// Reorders the row-major `[rows, cols]` int4 blob `blob` (groups of 32, segments at `offsets`)
-/// into tiles, in place.
-pub fn tile(blob: &mut [u8], rows: usize, cols: usize, format: WeightFormat, offsets: BlobOffsets) -> Result<()> {
+/// into tiles, in place, copying each segment through `scratch` (kept by callers that tile
+/// often, such as the I/O threads, so they do not allocate per read).
+pub fn tile(
+    blob: &mut [u8],
+    rows: usize,
+    cols: usize,
+    format: WeightFormat,
+    offsets: BlobOffsets,
+    scratch: &mut Vec<u8>,
+) -> Result<()> {
     let has_mins = matches!(format, WeightFormat::Int4(p) if p.scheme.has_mins());
     if !fits(format, rows, cols) || blob.len() != format.blob_bytes(rows, cols)? {
         return Err(Error::InvalidArgument(format!(
@@ -58,20 +67,21 @@ pub fn tile(blob: &mut [u8], rows: usize, cols: usize, format: WeightFormat, off
     }
     let pairs = cols / TILE;
     let codes = offsets.data as usize * 4;
-    permute(&mut blob[codes..codes + rows * cols / 2], 32, pairs);
+    permute(&mut blob[codes..codes + rows * cols / 2], 32, pairs, scratch);
     let scales = offsets.scales as usize * 2;
-    permute(&mut blob[scales..scales + rows * pairs * 4], 4, pairs);
+    permute(&mut blob[scales..scales + rows * pairs * 4], 4, pairs, scratch);
     if has_mins {
         let mins = offsets.mins as usize * 2;
-        permute(&mut blob[mins..mins + rows * pairs * 4], 4, pairs);
+        permute(&mut blob[mins..mins + rows * pairs * 4], 4, pairs, scratch);
     }
     Ok(())
 }
 
 /// Moves each `unit`-byte (row, pair) unit of the row-major `segment` to its tiled position.
-fn permute(segment: &mut [u8], unit: usize, pairs: usize) {
-    let row_major = segment.to_vec();
-    for (i, src) in row_major.chunks_exact(unit).enumerate() {
+fn permute(segment: &mut [u8], unit: usize, pairs: usize, scratch: &mut Vec<u8>) {
+    scratch.clear();
+    scratch.extend_from_slice(segment);
+    for (i, src) in scratch.chunks_exact(unit).enumerate() {
         let to = pair_unit(i / pairs, i % pairs, pairs) * unit;
         segment[to..to + unit].copy_from_slice(src);
     }

@@ -431,7 +431,7 @@ impl GpuMatrix {
             let offsets = format.offsets(n, cols)?;
             let mut bytes = blob(first_row, n)?;
             if tiles {
-                int4_tiles::tile(&mut bytes, n, cols, format, offsets)?;
+                int4_tiles::tile(&mut bytes, n, cols, format, offsets, &mut Vec::new())?;
             }
             chunks.push(MatrixChunk { buffer: gpu.upload(label, &bytes), first_row, rows: n, offsets });
             first_row += n;
