@@ -28,7 +28,7 @@ impl TiledExperts {
 }
 
 thread_local! {
-    /// A copy of the segment being tiled (one per I/O thread, so reads do not allocate).
+    /// A copy of the row block being tiled (one per I/O thread, so reads do not allocate).
     static TILING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 

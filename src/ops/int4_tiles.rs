@@ -47,8 +47,8 @@ fn pair_unit(row: usize, pair: usize, pairs: usize) -> usize {
 }
 
 /// Reorders the row-major `[rows, cols]` int4 blob `blob` (groups of 32, segments at `offsets`)
-/// into tiles, in place, copying each segment through `scratch` (kept by callers that tile
-/// often, such as the I/O threads, so they do not allocate per read).
+/// into tiles, in place, copying each block of 64 rows through `scratch` (kept by callers that
+/// tile often, such as the I/O threads, so they do not allocate per read).
 pub fn tile(
     blob: &mut [u8],
     rows: usize,
@@ -77,13 +77,17 @@ pub fn tile(
     Ok(())
 }
 
-/// Moves each `unit`-byte (row, pair) unit of the row-major `segment` to its tiled position.
+/// Moves each `unit`-byte (row, pair) unit of the row-major `segment` to its tiled position,
+/// one block of [`TILE`] rows at a time (a block's tiles take the bytes its rows held), so
+/// `scratch` holds one block.
 fn permute(segment: &mut [u8], unit: usize, pairs: usize, scratch: &mut Vec<u8>) {
-    scratch.clear();
-    scratch.extend_from_slice(segment);
-    for (i, src) in scratch.chunks_exact(unit).enumerate() {
-        let to = pair_unit(i / pairs, i % pairs, pairs) * unit;
-        segment[to..to + unit].copy_from_slice(src);
+    for block in segment.chunks_exact_mut(TILE * pairs * unit) {
+        scratch.clear();
+        scratch.extend_from_slice(block);
+        for (i, src) in scratch.chunks_exact(unit).enumerate() {
+            let to = pair_unit(i / pairs, i % pairs, pairs) * unit;
+            block[to..to + unit].copy_from_slice(src);
+        }
     }
 }
 
