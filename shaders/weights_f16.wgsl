@@ -1,5 +1,5 @@
 // Weight reader for f16 matrices packed two per u32 word in `w` (low half first), row-major
-// [rows, cols]. WMat.base is the element offset (even); cols must be a multiple of 8.
+// [rows, cols] (or in tiles: TILES, `elem_at`). WMat.base is the element offset (even); cols must be a multiple of 8.
 // VEC4_WEIGHTS (decode kernels; the launcher: matrices starting on 16 bytes): the weights are
 // bound as vec4s (`w4`), eight weights per load.
 // Weights per u32 word of `w` (slot offsets are given in words).
@@ -25,9 +25,21 @@ fn w_word(i: u32) -> u32 {
 //#endif
 }
 
+// Element index of (row, col). TILES (the CPU layout; `ops::weight_tiles` reorders the blob at
+// upload): 64 × 64 tiles, a row block's in order, (row, 64-column pair) units of 128 bytes,
+// rows 4l + r of a tile at unit 16r + l (as weights_int4's `pair_unit`).
+fn elem_at(m: WMat, row: u32, col: u32) -> u32 {
+//#if TILES
+    let tile = (row / 64u) * (m.cols / 64u) + col / 64u;
+    return m.base + (tile * 64u + (row % 4u) * 16u + (row % 64u) / 4u) * 64u + col % 64u;
+//#else
+    return m.base + row * m.cols + col;
+//#endif
+}
+
 // Weights (row, 8*k8 .. 8*k8+7).
 fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
-    let q = w_words4((m.base + row * m.cols + k8 * 8u) >> 1u);
+    let q = w_words4(elem_at(m, row, k8 * 8u) >> 1u);
     let a = vec4<f32>(unpack2x16float(q.x), unpack2x16float(q.y));
     let b = vec4<f32>(unpack2x16float(q.z), unpack2x16float(q.w));
     return W8(a, b);
@@ -35,7 +47,7 @@ fn w_load8(m: WMat, row: u32, k8: u32) -> W8 {
 
 // Weight at (row, col), for gathers such as the embedding lookup.
 fn w_at(m: WMat, row: u32, col: u32) -> f32 {
-    let e = m.base + row * m.cols + col;
+    let e = elem_at(m, row, col);
     let pair = unpack2x16float(w_word(e >> 1u));
     return select(pair.x, pair.y, (e & 1u) == 1u);
 }

@@ -4,7 +4,7 @@
 // packed segment's word offset in `w`, WMat.scales / WMat.mins the f16 index of the segments.
 // Affine: value = n * scale + min; symmetric (INT4_SYM): value = (n - 8) * scale. Rows have
 // ceil(cols / GROUP) groups; the last may be shorter (cols is a multiple of 8).
-// INT4_TILES (the CPU layout; `ops::int4_tiles` reorders the blob at upload): the same segments,
+// TILES (the CPU layout; `ops::weight_tiles` reorders the blob at upload): the same segments,
 // their (row, 64-column pair) units (32 code bytes; one word of scales, one of mins) reordered
 // into tiles of 64 rows × 64 columns (groups of 32; rows and columns multiples of 64), the tiles
 // of a row block one after the other, so that a CPU-layout workgroup (8 lanes of 4 or 8 rows)
@@ -12,7 +12,7 @@
 // rows a row apart. Within a tile, unit (row % 4) * 16 + (row % 64) / 4: the expert kernels'
 // lanes (rows 4 l + r) side by side for each r, the matvec's (rows 8 l + r) two units apart.
 
-//#if INT4_TILES
+//#if TILES
 // The tiled position of (row, pair): its unit's index in a segment of 32-byte code units, or of
 // 4-byte scale (min) pairs.
 fn pair_unit(m: WMat, row: u32, pair: u32) -> u32 {

@@ -6,8 +6,8 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::ops::int4_tiles;
 use crate::ops::matrix::{write_gguf_blob, BlobOffsets};
+use crate::ops::weight_tiles;
 use crate::ops::WeightFormat;
 use crate::store::ExpertLayout;
 
@@ -27,8 +27,8 @@ pub struct SlotLayout {
     pub proj_bytes: [usize; 3],
     /// Bytes per slot (a multiple of 256).
     pub slot_bytes: usize,
-    /// The three projections are int4 in the CPU layout's tiles ([`crate::ops::int4_tiles`]),
-    /// not row-major ([`SlotLayout::tiled`]).
+    /// The three projections are in the CPU layout's tiles ([`crate::ops::weight_tiles`]), not
+    /// row-major ([`SlotLayout::tiled`]).
     pub tiles: bool,
 }
 
@@ -58,11 +58,11 @@ impl SlotLayout {
     }
 
     /// This layout with its projections in tiles where all three can be
-    /// ([`int4_tiles::fits`]); the same offsets and sizes.
+    /// ([`weight_tiles::fits`]); the same offsets and sizes.
     pub fn tiled(&self) -> SlotLayout {
         let tiles = (0..3).all(|i| {
             let (rows, cols) = self.proj_shape(i);
-            int4_tiles::fits(self.proj_format(i), rows, cols)
+            weight_tiles::fits(self.proj_format(i), rows, cols)
         });
         SlotLayout { tiles, ..*self }
     }
@@ -73,7 +73,7 @@ impl SlotLayout {
     }
 
     /// Reorders the row-major projections of `slot` (this layout's bytes) into tiles where this
-    /// layout holds them tiled, through `scratch` ([`int4_tiles::tile`]).
+    /// layout holds them tiled, through `scratch` ([`weight_tiles::tile`]).
     pub fn tile(&self, slot: &mut [u8], scratch: &mut Vec<u8>) -> Result<()> {
         if !self.tiles {
             return Ok(());
@@ -82,17 +82,17 @@ impl SlotLayout {
             let (rows, cols) = self.proj_shape(i);
             let format = self.proj_format(i);
             let blob = &mut slot[self.proj_bytes[i]..self.proj_bytes[i] + format.blob_bytes(rows, cols)?];
-            int4_tiles::tile(blob, rows, cols, format, format.offsets(rows, cols)?, scratch)?;
+            weight_tiles::tile(blob, rows, cols, format, format.offsets(rows, cols)?, scratch)?;
         }
         Ok(())
     }
 
     /// The shader defines of projection `i`'s (0 gate, 1 up, 2 down) weight reader: its format's,
-    /// and `INT4_TILES` for tiles.
+    /// and `TILES` for tiles.
     pub fn reader_defines(&self, i: usize) -> Vec<&'static str> {
         let mut d = self.proj_format(i).defines();
         if self.tiles {
-            d.push("INT4_TILES");
+            d.push("TILES");
         }
         d
     }

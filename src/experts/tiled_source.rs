@@ -1,5 +1,5 @@
-//! Expert slots in the CPU layout's int4 tiles: an [`ExpertSource`] reading another's experts
-//! and reordering their int4 projections into tiles ([`crate::ops::int4_tiles`]) as they are
+//! Expert slots in the CPU layout's tiles: an [`ExpertSource`] reading another's experts and
+//! reordering their int4 or f16 projections into tiles ([`crate::ops::weight_tiles`]) as they are
 //! read, in the I/O threads, so streamed and resident slots hold what the CPU layout's expert
 //! kernels read best.
 
@@ -9,18 +9,18 @@ use super::source::ExpertSource;
 use super::SlotLayout;
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::ops::int4_tiles;
+use crate::ops::weight_tiles;
 
-/// `inner`'s experts, their int4 projections tiled where their layout can be.
+/// `inner`'s experts, their projections tiled where their layout can be.
 pub struct TiledExperts {
     inner: Arc<dyn ExpertSource>,
 }
 
 impl TiledExperts {
     /// `source` with its slots tiled (each layer's where its layout can be,
-    /// [`SlotLayout::tiled`]) where `gpu` tiles int4 ([`int4_tiles::on`]); else `source` itself.
+    /// [`SlotLayout::tiled`]) where `gpu` tiles weights ([`weight_tiles::on`]); else `source` itself.
     pub fn over(gpu: &Gpu, source: Arc<dyn ExpertSource>) -> Arc<dyn ExpertSource> {
-        match int4_tiles::on(gpu) {
+        match weight_tiles::on(gpu) {
             true => Arc::new(TiledExperts { inner: source }),
             false => source,
         }

@@ -64,9 +64,9 @@ pub struct GpuOptions {
     /// Load the CPU layout's 16-byte weight groups as 4-byte words even where the adapter has
     /// 8-byte integers ([`Caps::words64`] off): tests compare the two loads.
     pub four_byte_words: bool,
-    /// Keep int4 matrices row-major even in the CPU layout ([`Caps::int4_tiles`] off): tests
+    /// Keep int4 and f16 matrices row-major even in the CPU layout ([`Caps::weight_tiles`] off): tests
     /// compare the two.
-    pub row_major_int4: bool,
+    pub row_major_weights: bool,
 }
 
 /// Capabilities the kernels adapt to.
@@ -106,7 +106,7 @@ pub struct Caps {
     /// How routed experts prefill where `MOESTREAM_EXPERT_PREFILL` says (read when the context
     /// opens).
     pub expert_prefill: Option<ExpertPrefill>,
-    /// Kernels keep naga's bounds and loop checks (see [`super::shader_checks`]): everywhere
+    /// Kernels keep naga's bounds and loop checks (see `gpu/shader_checks.rs`): everywhere
     /// except on Vulkan adapters that bound buffer accesses themselves, or with
     /// `MOESTREAM_SHADER_CHECKS=on` / [`GpuOptions::shader_checks`].
     pub shader_checks: bool,
@@ -116,12 +116,12 @@ pub struct Caps {
     /// buffer component by component, each a loop over the SIMD lanes, so 8-byte components
     /// halve the loops per weight; the values, and so the results, are the same.
     pub words64: bool,
-    /// The CPU layout's int4 matrices and expert slots in groups of 32 are held in tiles of 64
-    /// rows × 64 columns (`INT4_TILES`, [`crate::ops::int4_tiles`]), so each per-lane load loop
+    /// The CPU layout's int4 (groups of 32) and f16 matrices and expert slots are held in tiles
+    /// of 64 rows × 64 columns (`TILES`, [`crate::ops::weight_tiles`]), so each per-lane load loop
     /// reads neighbouring cache lines rather than 8 rows far apart; not with
-    /// [`GpuOptions::row_major_int4`] or `MOESTREAM_INT4_TILES=off`. The same values, so the
+    /// [`GpuOptions::row_major_weights`] or `MOESTREAM_WEIGHT_TILES=off`. The same values, so the
     /// same results.
-    pub int4_tiles: bool,
+    pub weight_tiles: bool,
 }
 
 /// A printable description of one adapter.
@@ -345,9 +345,9 @@ impl Gpu {
                 && required_features.contains(wgpu::Features::SHADER_INT64)
                 && !options.four_byte_words
                 && env_choice("MOESTREAM_WORDS64", &[("auto", true), ("off", false)])?.unwrap_or(true),
-            int4_tiles: cpu_layouts
-                && !options.row_major_int4
-                && env_choice("MOESTREAM_INT4_TILES", &[("auto", true), ("off", false)])?.unwrap_or(true),
+            weight_tiles: cpu_layouts
+                && !options.row_major_weights
+                && env_choice("MOESTREAM_WEIGHT_TILES", &[("auto", true), ("off", false)])?.unwrap_or(true),
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         let uncaptured = Arc::new(Mutex::new(None));

@@ -175,12 +175,12 @@ impl Gpu {
 /// The `//#if` flags each kernel understands (besides `SUBGROUPS`), for the portability test
 /// that compiles every combination.
 pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
-    ("embed", &["F16", "INT4", "INT4_SYM", "G64", "INT4_TILES"]),
+    ("embed", &["F16", "INT4", "INT4_SYM", "G64", "TILES"]),
     ("rms_norm", &["OUT", "ADD_PAIRS", "PAIR", "ONE_SUBGROUP", "WIDE_ROW"]),
     ("kv_store", &["F16", "ROPE"]),
     ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256", "QT2", "WORDS64"]),
     ("attention_keys", &["F16", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2", "WORDS64"]),
-    ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "INT4_TILES", "BIAS", "ACCUMULATE", "SPLIT_OUT"]),
+    ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "TILES", "BIAS", "ACCUMULATE", "SPLIT_OUT"]),
     (
         "matvec",
         &[
@@ -188,7 +188,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
             "INT4",
             "INT4_SYM",
             "G64",
-            "INT4_TILES",
+            "TILES",
             "BIAS",
             "ACCUMULATE",
             "LAST_TOKEN",
@@ -204,7 +204,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ),
     ("expert_gate_up", EXPERT_DECODE_FLAGS),
     ("expert_down", EXPERT_DECODE_FLAGS),
-    ("expert_matmul", &["F16", "INT4", "INT4_SYM", "G64", "INT4_TILES", "GATE_UP"]),
+    ("expert_matmul", &["F16", "INT4", "INT4_SYM", "G64", "TILES", "GATE_UP"]),
     ("moe_combine", &["SHARED"]),
     ("argmax", &["VEC4", "ONE_SUBGROUP"]),
     ("token_logprob", &["ONE_SUBGROUP"]),
@@ -216,7 +216,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
             "INT4",
             "INT4_SYM",
             "G64",
-            "INT4_TILES",
+            "TILES",
             "SIGMOID",
             "GROUPS",
             "ROUTER_BIAS",
@@ -237,7 +237,7 @@ const EXPERT_DECODE_FLAGS: &[&str] = &[
     "INT4",
     "INT4_SYM",
     "G64",
-    "INT4_TILES",
+    "TILES",
     "LANE_ROWS",
     "SHARED_REDUCE",
     "TEAM32",
@@ -280,10 +280,12 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         if wide && set.contains(&"INT4") && (set.contains(&"G64") || set.contains(&"F16")) {
             continue;
         }
-        // INT4_TILES is int4 in groups of 32 in the CPU layout (ops::int4_tiles).
-        let tiles_reader = set.contains(&"INT4") && !set.contains(&"G64") && !set.contains(&"F16");
+        // TILES is int4 in groups of 32 or f16 in the CPU layout (ops::weight_tiles).
+        let int4_g32 = set.contains(&"INT4") && !set.contains(&"G64") && !set.contains(&"F16");
+        let f16 = set.contains(&"F16") && !set.contains(&"INT4") && !set.contains(&"INT4_SYM") && !set.contains(&"G64");
+        let tiles_reader = int4_g32 || f16;
         let decode_kernel = flags.contains(&"LANE_ROWS");
-        if set.contains(&"INT4_TILES") && !(tiles_reader && (!decode_kernel || set.contains(&"LANE_ROWS"))) {
+        if set.contains(&"TILES") && !(tiles_reader && (!decode_kernel || set.contains(&"LANE_ROWS"))) {
             continue;
         }
         // VEC4_WEIGHTS exists only with the f16 reader (DecodeLayout::wide_defines).
@@ -319,7 +321,7 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
     out
 }
 
-const INT_F16_FLAGS: [&str; 5] = ["F16", "INT4", "INT4_SYM", "G64", "INT4_TILES"];
+const INT_F16_FLAGS: [&str; 5] = ["F16", "INT4", "INT4_SYM", "G64", "TILES"];
 
 /// The ggml readers with 16-byte loads (`WIDE`, shaders/weights_ggml_wide.wgsl): those of the
 /// formats `DecodeLayout::wide_defines` reads so.

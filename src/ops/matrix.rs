@@ -1,6 +1,6 @@
 //! Weight matrices on the GPU, split by rows into chunks that each fit one storage binding.
 
-use super::int4_tiles;
+use super::weight_tiles;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::gguf::GgmlType;
@@ -325,19 +325,19 @@ pub struct GpuMatrix {
     pub cols: usize,
     /// Storage format.
     pub format: WeightFormat,
-    /// Int4 stored in the CPU layout's tiles ([`super::int4_tiles`]), not row-major.
+    /// Stored in the CPU layout's tiles ([`super::weight_tiles`]), not row-major.
     pub tiles: bool,
     /// Row chunks, each within the device's binding limit.
     pub chunks: Vec<MatrixChunk>,
 }
 
 impl GpuMatrix {
-    /// The shader defines selecting this matrix's weight reader: its format's, and `INT4_TILES`
+    /// The shader defines selecting this matrix's weight reader: its format's, and `TILES`
     /// for tiles.
     pub fn defines(&self) -> Vec<&'static str> {
         let mut d = self.format.defines();
         if self.tiles {
-            d.push("INT4_TILES");
+            d.push("TILES");
         }
         d
     }
@@ -395,7 +395,7 @@ impl GpuMatrix {
     }
 
     /// Splits the rows into chunks whose blobs fit one binding and uploads `blob(first_row, n)`
-    /// for each, tiled where [`int4_tiles::apply`] says (chunks of whole tiles).
+    /// for each, tiled where [`weight_tiles::apply`] says (chunks of whole tiles).
     fn upload_with(
         gpu: &Gpu,
         label: &str,
@@ -414,9 +414,9 @@ impl GpuMatrix {
             rows_per_chunk -= rows_per_chunk.div_ceil(16);
         }
         // Tiles where a chunk holds at least one whole tile.
-        let tiles = int4_tiles::apply(gpu, format, rows, cols) && rows_per_chunk >= int4_tiles::TILE;
+        let tiles = weight_tiles::apply(gpu, format, rows, cols) && rows_per_chunk >= weight_tiles::TILE;
         if tiles {
-            rows_per_chunk -= rows_per_chunk % int4_tiles::TILE;
+            rows_per_chunk -= rows_per_chunk % weight_tiles::TILE;
         }
         if rows_per_chunk == 0 {
             return Err(Error::Gpu(format!(
@@ -431,7 +431,7 @@ impl GpuMatrix {
             let offsets = format.offsets(n, cols)?;
             let mut bytes = blob(first_row, n)?;
             if tiles {
-                int4_tiles::tile(&mut bytes, n, cols, format, offsets, &mut Vec::new())?;
+                weight_tiles::tile(&mut bytes, n, cols, format, offsets, &mut Vec::new())?;
             }
             chunks.push(MatrixChunk { buffer: gpu.upload(label, &bytes), first_row, rows: n, offsets });
             first_row += n;

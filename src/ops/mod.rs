@@ -10,7 +10,6 @@ pub mod embed;
 pub mod experts;
 pub mod gate_mul;
 pub mod gated_delta_rule;
-pub mod int4_tiles;
 pub mod kv_store;
 pub mod matmul;
 pub mod matrix;
@@ -25,6 +24,7 @@ pub mod rope;
 pub mod router;
 pub mod swiglu;
 pub mod token_logprob;
+pub mod weight_tiles;
 
 pub use kv_store::KvDtype;
 pub use matrix::{BlobOffsets, GpuMatrix, PaddedBlock, WeightFormat};

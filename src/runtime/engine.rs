@@ -213,7 +213,7 @@ impl Engine {
                 Some(Arc::new(CheckpointExperts::new(ckpt.clone(), spec.clone(), layout)) as Arc<dyn ExpertSource>)
             }
         };
-        // Slots in the CPU layout's int4 tiles where the kernels read them so.
+        // Slots in the CPU layout's tiles where the kernels read them so.
         let source = source.map(|s| TiledExperts::over(&gpu, wrap(s)));
         // The automatic expert budget leaves room for one sequence of the requested context (by
         // default the model's maximum up to 4096); the KV budget is what is left after experts.

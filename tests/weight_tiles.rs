@@ -1,12 +1,12 @@
-//! The CPU layout uploads int4 matrices in groups of 32 in tiles of 64 rows × 64 columns
-//! (`Caps::int4_tiles`, `INT4_TILES`, src/ops/int4_tiles.rs) and reads expert slots tiled
+//! The CPU layout holds int4 matrices in groups of 32 and f16 matrices in tiles of 64 rows × 64
+//! columns (`Caps::weight_tiles`, `TILES`, src/ops/weight_tiles.rs) and reads expert slots tiled
 //! (src/experts/tiled_source.rs): the same values reordered, so every kernel that reads them
 //! (decode matvec with and without `LANE_WIDE` loads, the tiled prefill GEMM, the embedding
 //! lookup, chunked matrices, the expert kernels decoding and prefilling pair by pair or gathered)
-//! gives bit-identical results to row-major int4, and every fixture family's and GGUF's prefill
-//! and decode logits are bit-identical either way; so are the log-probs and tokens of a model
-//! whose experts tile (the fixtures' do not), from its checkpoint and from its conversion,
-//! resident and streamed.
+//! gives bit-identical results to row-major weights, and every fixture family's and GGUF's
+//! prefill and decode logits are bit-identical either way; so are the log-probs and tokens of a
+//! model whose experts tile (the fixtures' do not), in int4 and f16, from its checkpoint and from
+//! its int4 conversion, resident and streamed.
 
 mod common;
 
@@ -26,15 +26,16 @@ use moestream::quant::{Int4Scheme, QuantParams};
 use moestream::reference::ops as refops;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
 
-/// The int4 formats that tile: groups of 32, affine and symmetric.
-const TILED: [WeightFormat; 2] = [
+/// The formats that tile: int4 in groups of 32, affine and symmetric, and f16.
+const TILED: [WeightFormat; 3] = [
     WeightFormat::Int4(QuantParams { scheme: Int4Scheme::Affine, group_size: 32 }),
     WeightFormat::Int4(QuantParams { scheme: Int4Scheme::Symmetric, group_size: 32 }),
+    WeightFormat::F16,
 ];
 
-/// A context opened with `options`, and the same with row-major int4.
+/// A context opened with `options`, and the same with row-major weights.
 fn pair(options: GpuOptions) -> (Arc<Gpu>, Arc<Gpu>) {
-    let row_major = GpuOptions { row_major_int4: true, ..options.clone() };
+    let row_major = GpuOptions { row_major_weights: true, ..options.clone() };
     (Gpu::new(&options).unwrap(), Gpu::new(&row_major).unwrap())
 }
 
@@ -60,7 +61,7 @@ fn matmul(
 
 #[test]
 fn tiled_matmuls_are_bit_identical_to_row_major_ones() {
-    if !gpu().caps.int4_tiles {
+    if !gpu().caps.weight_tiles {
         eprintln!("{}: no tiles here (a GPU layout); nothing to compare", gpu().adapter.name);
         return;
     }
@@ -101,9 +102,9 @@ fn tiled_matmuls_are_bit_identical_to_row_major_ones() {
 }
 
 #[test]
-fn only_whole_tiles_of_groups_of_32_are_tiled() {
+fn only_whole_tiles_of_the_tiled_formats_are_tiled() {
     let g = gpu();
-    if !g.caps.int4_tiles {
+    if !g.caps.weight_tiles {
         return;
     }
     let tiles = |rows: usize, cols: usize, format: WeightFormat| {
@@ -114,7 +115,8 @@ fn only_whole_tiles_of_groups_of_32_are_tiled() {
     assert!(!tiles(64, 96, TILED[0]), "columns not a multiple of 64");
     let g64 = WeightFormat::Int4(QuantParams { scheme: Int4Scheme::Symmetric, group_size: 64 });
     assert!(!tiles(64, 128, g64), "groups of 64");
-    assert!(!tiles(64, 64, WeightFormat::F16));
+    assert!(tiles(64, 64, WeightFormat::F16));
+    assert!(!tiles(64, 64, WeightFormat::F32));
     // Chunks of whole tiles: 64 rows where a one-row blob's 768 bytes leave 85 in 64 KiB.
     let chunked = Gpu::new(&GpuOptions { max_binding_override: Some(65536), ..Default::default() }).unwrap();
     let m = upload_matrix(&chunked, &vec![0.5; 192 * 64], 192, 64, TILED[0]);
@@ -131,51 +133,53 @@ fn only_whole_tiles_of_groups_of_32_are_tiled() {
 #[test]
 fn tiled_embedding_rows_are_the_row_major_ones() {
     let (tiled_gpu, row_major_gpu) = pair(GpuOptions::default());
-    if !tiled_gpu.caps.int4_tiles {
+    if !tiled_gpu.caps.weight_tiles {
         return;
     }
     let (vocab, hidden) = (192, 128);
     let table = Rng::new(3).vec(vocab * hidden, -1.0, 1.0);
     let tokens = [0u32, 63, 64, 191, 7, 130];
-    let lookup = |gpu: &Arc<Gpu>| {
-        let step = StepUniform::new(gpu);
-        step.set(gpu, tokens.len(), 0);
-        let m = upload_matrix(gpu, &table, vocab, hidden, TILED[0]);
-        let (tb, xb) = (upload_u32(gpu, &tokens), upload_f32(gpu, &vec![0.0; tokens.len() * hidden]));
-        let op = Embed::new(gpu, &step.buffer, &tb, &m, &xb);
-        submit(gpu, |pass| op.record(gpu, pass, tokens.len()));
-        (read_f32(gpu, &xb, tokens.len() * hidden), m.tiles)
-    };
-    let ((got, tiled), (want, _)) = (lookup(&tiled_gpu), lookup(&row_major_gpu));
-    assert!(tiled);
-    assert_bits_eq("embedding rows", &got, &want);
-    let stored = as_stored(TILED[0], &table, vocab, hidden);
-    for (i, &id) in tokens.iter().enumerate() {
-        let row = &stored[id as usize * hidden..(id as usize + 1) * hidden];
-        assert_bits_eq(&format!("token {id}"), &got[i * hidden..(i + 1) * hidden], row);
+    for format in TILED {
+        let lookup = |gpu: &Arc<Gpu>| {
+            let step = StepUniform::new(gpu);
+            step.set(gpu, tokens.len(), 0);
+            let m = upload_matrix(gpu, &table, vocab, hidden, format);
+            let (tb, xb) = (upload_u32(gpu, &tokens), upload_f32(gpu, &vec![0.0; tokens.len() * hidden]));
+            let op = Embed::new(gpu, &step.buffer, &tb, &m, &xb);
+            submit(gpu, |pass| op.record(gpu, pass, tokens.len()));
+            (read_f32(gpu, &xb, tokens.len() * hidden), m.tiles)
+        };
+        let ((got, tiled), (want, _)) = (lookup(&tiled_gpu), lookup(&row_major_gpu));
+        assert!(tiled, "{format:?}");
+        assert_bits_eq(&format!("{format:?} embedding rows"), &got, &want);
+        let stored = as_stored(format, &table, vocab, hidden);
+        for (i, &id) in tokens.iter().enumerate() {
+            let row = &stored[id as usize * hidden..(id as usize + 1) * hidden];
+            assert_bits_eq(&format!("{format:?} token {id}"), &got[i * hidden..(i + 1) * hidden], row);
+        }
     }
 }
 
 #[test]
 fn tiled_models_give_the_row_major_logits() {
     let (tiled_gpu, row_major_gpu) = pair(GpuOptions::default());
-    if !tiled_gpu.caps.int4_tiles {
+    if !tiled_gpu.caps.weight_tiles {
         eprintln!("{}: no tiles here (a GPU layout); nothing to compare", tiled_gpu.adapter.name);
         return;
     }
     for_every_model(|path, format, prompt| {
-        assert_same_logits("tiled int4 against row-major", &tiled_gpu, &row_major_gpu, path, format, prompt)
+        assert_same_logits("tiled weights against row-major", &tiled_gpu, &row_major_gpu, path, format, prompt)
     });
 }
 
 #[test]
-fn lavapipe_tiles_int4() {
+fn lavapipe_tiles_weights() {
     // lavapipe takes the CPU layout, so it tiles; only the CPU layout ever does.
     let g = gpu();
     if g.adapter.name.contains("llvmpipe") {
-        assert!(g.caps.int4_tiles, "{:?}", g.caps);
+        assert!(g.caps.weight_tiles, "{:?}", g.caps);
     }
-    assert!(!g.caps.int4_tiles || g.caps.cpu_layouts, "{:?}", g.caps);
+    assert!(!g.caps.weight_tiles || g.caps.cpu_layouts, "{:?}", g.caps);
 }
 
 /// The routed-expert FFN's (h, y) on `gpu` for `t` tokens with every one of `experts` (gate, up,
@@ -214,7 +218,7 @@ fn expert_ffn(
 #[test]
 fn tiled_expert_slots_compute_what_row_major_ones_do() {
     let g = gpu();
-    if !g.caps.int4_tiles {
+    if !g.caps.weight_tiles {
         return;
     }
     let no_subgroups = Gpu::new(&GpuOptions { disable_subgroups: true, ..Default::default() }).unwrap();
@@ -325,7 +329,7 @@ fn tileable_moe_checkpoint(dir: &std::path::Path) {
 #[test]
 fn a_model_with_tiled_experts_gives_the_row_major_tokens() {
     let (tiled_gpu, row_major_gpu) = pair(GpuOptions::default());
-    if !tiled_gpu.caps.int4_tiles {
+    if !tiled_gpu.caps.weight_tiles {
         return;
     }
     let dir = common::TempDir::new("tileable_moe");
@@ -341,10 +345,10 @@ fn a_model_with_tiled_experts_gives_the_row_major_tokens() {
     assert!(convert.status.success(), "convert: {}", String::from_utf8_lossy(&convert.stderr));
     let prompt: Vec<u32> = (0..40).map(|i| (i * 37 % 256) as u32).collect();
     let gen = GenerateOptions { max_tokens: 8, ignore_eos: true, ..Default::default() };
-    for model in [&checkpoint, &converted] {
+    for (model, format) in [(&checkpoint, TILED[0]), (&checkpoint, WeightFormat::F16), (&converted, TILED[0])] {
         let run = |gpu: &Arc<Gpu>, budget| {
             let cache = common::TempDir::new("tileable_moe_cache");
-            let mut o = EngineOptions::new(model).with_format(TILED[0]);
+            let mut o = EngineOptions::new(model).with_format(format);
             o.cache_dir = Some(cache.path().to_path_buf());
             o.budget = budget;
             let e = Engine::load_on(gpu.clone(), &o).unwrap();
@@ -353,7 +357,7 @@ fn a_model_with_tiled_experts_gives_the_row_major_tokens() {
         let want = run(&row_major_gpu, ExpertBudget::Auto);
         // Resident, and streamed through one layer's top-k of slots: tiled as the I/O threads read.
         for budget in [ExpertBudget::Auto, ExpertBudget::Slots(2)] {
-            assert_eq!(run(&tiled_gpu, budget), want, "{} {budget:?}", model.display());
+            assert_eq!(run(&tiled_gpu, budget), want, "{} {format:?} {budget:?}", model.display());
         }
     }
 }

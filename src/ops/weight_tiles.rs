@@ -1,14 +1,16 @@
-//! Int4 matrices in tiles for the CPU layout (`INT4_TILES`, shaders/weights_int4.wgsl).
+//! Int4 and f16 matrices in tiles for the CPU layout (`TILES`, shaders/weights_int4.wgsl and
+//! shaders/weights_f16.wgsl).
 //!
 //! In the CPU layout a decode workgroup is one CPU thread whose 8 SIMD lanes take 4 (expert
-//! kernels) or 8 (matvec) rows each, and every load is a loop over the lanes, so row-major int4
-//! has one load touch 8 rows 4 or 8 rows' length apart and a workgroup walk 32-64 rows' codes,
-//! scales and mins side by side. Tiled, the same bytes are reordered so that each (row,
-//! 64-column pair) unit — 32 code bytes, one word of scales, one of mins — of a block of 64 rows
-//! sits beside those of the block's other rows, the lanes' side by side, and the block's tiles
-//! follow one another: a load touches 4 (expert kernels) or 8 (matvec) neighbouring cache lines,
-//! and a workgroup reads each segment forward. Segment offsets and sizes, and so every weight's
-//! value, are unchanged; only the kernels' addressing differs.
+//! kernels) or 8 (matvec) rows each, and every load is a loop over the lanes, so a row-major
+//! matrix has one load touch 8 rows 4 or 8 rows' length apart and a workgroup walk 32-64 rows
+//! side by side. Tiled, the same bytes are reordered so that each (row, 64-column pair) unit of
+//! a block of 64 rows — int4: 32 code bytes, one word of scales, one of mins, each in its own
+//! segment; f16: 128 bytes — sits beside those of the block's other rows, the lanes' side by
+//! side, and the block's tiles follow one another: a load touches 4 (expert kernels) or 8
+//! (matvec) neighbouring cache lines, and a workgroup reads each segment forward. Segment offsets
+//! and sizes, and so every weight's value, are unchanged; only the kernels' addressing differs.
+//! (ggml blocks tiled the same way made Q4_K_M decode slower, so they stay row-major.)
 
 use super::{BlobOffsets, WeightFormat};
 use crate::error::{Error, Result};
@@ -24,30 +26,32 @@ pub fn apply(gpu: &Gpu, format: WeightFormat, rows: usize, cols: usize) -> bool 
     on(gpu) && fits(format, rows, cols)
 }
 
-/// Whether `gpu` tiles int4: the CPU layout ([`Caps::int4_tiles`](crate::gpu::Caps::int4_tiles)
-/// and lanes taking whole rows).
+/// Whether `gpu` tiles weights: the CPU layout
+/// ([`Caps::weight_tiles`](crate::gpu::Caps::weight_tiles) and lanes taking whole rows).
 pub fn on(gpu: &Gpu) -> bool {
-    gpu.caps.int4_tiles && DecodeLayout::for_gpu(gpu) == DecodeLayout::LaneRows
+    gpu.caps.weight_tiles && DecodeLayout::for_gpu(gpu) == DecodeLayout::LaneRows
 }
 
-/// Whether a `[rows, cols]` matrix in `format` can be tiled: int4 in groups of 32, rows and
-/// columns multiples of [`TILE`].
+/// Whether a `[rows, cols]` matrix in `format` can be tiled: int4 in groups of 32 or f16, rows
+/// and columns multiples of [`TILE`].
 pub fn fits(format: WeightFormat, rows: usize, cols: usize) -> bool {
-    matches!(format, WeightFormat::Int4(p) if p.group_size == 32)
-        && rows.is_multiple_of(TILE)
-        && cols.is_multiple_of(TILE)
+    let tiled_format = match format {
+        WeightFormat::Int4(p) => p.group_size == 32,
+        f => f == WeightFormat::F16,
+    };
+    tiled_format && rows.is_multiple_of(TILE) && cols.is_multiple_of(TILE)
 }
 
 /// The tiled position of (row, pair) among a segment's units, as `pair_unit` in
-/// shaders/weights_int4.wgsl: tile after tile, and within a tile the units of rows 4 l + r
+/// shaders/weights_int4.wgsl and `elem_at` in shaders/weights_f16.wgsl: tile after tile, and within a tile the units of rows 4 l + r
 /// (lane l's row r in the expert kernels, 4 rows a lane) at r * 16 + l, so each row of the lanes
 /// is side by side (the matvec's lanes, 8 rows each, two units apart).
 fn pair_unit(row: usize, pair: usize, pairs: usize) -> usize {
     ((row / TILE) * pairs + pair) * TILE + (row % 4) * 16 + (row % TILE) / 4
 }
 
-/// Reorders the row-major `[rows, cols]` int4 blob `blob` (groups of 32, segments at `offsets`)
-/// into tiles, in place, copying each block of 64 rows through `scratch` (kept by callers that
+/// Reorders the row-major `[rows, cols]` blob `blob` (int4 in groups of 32 or f16, segments at
+/// `offsets`) into tiles, in place, copying each block of 64 rows through `scratch` (kept by callers that
 /// tile often, such as the I/O threads, so they do not allocate per read).
 pub fn tile(
     blob: &mut [u8],
@@ -66,6 +70,11 @@ pub fn tile(
         )));
     }
     let pairs = cols / TILE;
+    if format == WeightFormat::F16 {
+        let at = offsets.data as usize * 2;
+        permute(&mut blob[at..at + rows * cols * 2], 128, pairs, scratch);
+        return Ok(());
+    }
     let codes = offsets.data as usize * 4;
     permute(&mut blob[codes..codes + rows * cols / 2], 32, pairs, scratch);
     let scales = offsets.scales as usize * 2;
