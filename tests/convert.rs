@@ -1,10 +1,14 @@
 //! `moestream convert`: output files, exact encodings, manifest, cache reuse, typed errors and
 //! the streaming memory bound.
 
+mod common;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use common::mixtral::MixtralShape;
 
 use moestream::convert::{
     cached_conversion, convert, is_converted, source_fingerprint, ConvertOptions, ModelManifest, Progress,
@@ -419,40 +423,17 @@ impl View for Synth {
 fn conversion_memory_is_bounded_by_one_expert() {
     // A Mixtral-layout checkpoint in f32: 4 layers x 16 experts of 3 x 256 x 512 weights
     // (1.5 MiB each, 96 MiB of experts), plus ~5 MiB of attention, embeddings and lm_head.
-    let (hidden, inter, layers, experts, vocab) = (256usize, 512usize, 4usize, 16usize, 512usize);
+    let shape = MixtralShape { hidden: 256, inter: 512, layers: 4, experts: 16, vocab: 512, heads: 4, kv_heads: 4 };
     let scratch = Scratch::new("rss");
     let src = scratch.path("src");
     std::fs::create_dir_all(&src).unwrap();
-    let config = serde_json::json!({
-        "architectures": ["MixtralForCausalLM"], "hidden_size": hidden, "intermediate_size": inter,
-        "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 4,
-        "num_local_experts": experts, "num_experts_per_tok": 2, "vocab_size": vocab,
-        "rms_norm_eps": 1e-5, "rope_theta": 1e6, "max_position_embeddings": 512, "tie_word_embeddings": false,
-    });
-    std::fs::write(src.join("config.json"), config.to_string()).unwrap();
-    let mut tensors: HashMap<String, Synth> = HashMap::new();
-    let mut add = |name: String, shape: Vec<usize>| {
-        let seed = tensors.len() as u64 + 1;
-        tensors.insert(name, Synth { shape, seed });
-    };
-    add(names::EMBED.into(), vec![vocab, hidden]);
-    add(names::LM_HEAD.into(), vec![vocab, hidden]);
-    add(names::FINAL_NORM.into(), vec![hidden]);
-    for l in 0..layers {
-        let p = names::layer(l);
-        for w in ["q_proj", "k_proj", "v_proj", "o_proj"] {
-            add(format!("{p}.self_attn.{w}.weight"), vec![hidden, hidden]);
-        }
-        add(format!("{p}.input_layernorm.weight"), vec![hidden]);
-        add(format!("{p}.post_attention_layernorm.weight"), vec![hidden]);
-        add(format!("{p}.block_sparse_moe.gate.weight"), vec![experts, hidden]);
-        for e in 0..experts {
-            let [w1, w3, w2] = names::expert(moestream::model::Family::Mixtral, l, e);
-            add(w1, vec![inter, hidden]);
-            add(w3, vec![inter, hidden]);
-            add(w2, vec![hidden, inter]);
-        }
-    }
+    std::fs::write(src.join("config.json"), shape.config().to_string()).unwrap();
+    let tensors: HashMap<String, Synth> = shape
+        .tensors()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, shape, _))| (name, Synth { shape, seed: i as u64 + 1 }))
+        .collect();
     safetensors::serialize_to_file(tensors, None, &src.join("model.safetensors")).unwrap();
     let checkpoint_bytes = std::fs::metadata(src.join("model.safetensors")).unwrap().len();
 

@@ -13,6 +13,7 @@ mod common;
 use std::sync::Arc;
 
 use common::logits::{assert_same_logits, for_every_model};
+use common::mixtral::MixtralShape;
 use common::{
     as_stored, assert_bits_eq, assert_close, gpu, read_f32, submit, upload_f32, upload_matrix, upload_u32, Rng,
 };
@@ -278,40 +279,18 @@ fn tiled_expert_slots_compute_what_row_major_ones_do() {
 /// A random-weight Mixtral-layout checkpoint in `dir` whose every matrix tiles: hidden 128,
 /// expert intermediate 128, 8 experts (top 2) in 2 layers, vocabulary 256.
 fn tileable_moe_checkpoint(dir: &std::path::Path) {
-    use moestream::model::names;
-    let (hidden, inter, layers, experts, vocab) = (128usize, 128usize, 2usize, 8usize, 256usize);
-    let config = serde_json::json!({
-        "architectures": ["MixtralForCausalLM"], "hidden_size": hidden, "intermediate_size": inter,
-        "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "num_local_experts": experts, "num_experts_per_tok": 2, "vocab_size": vocab,
-        "rms_norm_eps": 1e-5, "rope_theta": 1e4, "max_position_embeddings": 512, "tie_word_embeddings": false,
-    });
-    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let shape = MixtralShape { hidden: 128, inter: 128, layers: 2, experts: 8, vocab: 256, heads: 4, kv_heads: 2 };
+    std::fs::write(dir.join("config.json"), shape.config().to_string()).unwrap();
     let mut rng = Rng::new(21);
-    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
-    let mut add = |name: String, shape: Vec<usize>, scale: f32| {
-        let n = shape.iter().product();
-        let values = if scale == 0.0 { vec![1.0; n] } else { rng.vec(n, -scale, scale) };
-        tensors.push((name, shape, values));
-    };
-    add(names::EMBED.into(), vec![vocab, hidden], 1.0);
-    add(names::LM_HEAD.into(), vec![vocab, hidden], 0.2);
-    add(names::FINAL_NORM.into(), vec![hidden], 0.0);
-    for l in 0..layers {
-        let p = names::layer(l);
-        for (w, rows) in [("q_proj", hidden), ("k_proj", hidden / 2), ("v_proj", hidden / 2), ("o_proj", hidden)] {
-            add(format!("{p}.self_attn.{w}.weight"), vec![rows, hidden], 0.2);
-        }
-        add(format!("{p}.input_layernorm.weight"), vec![hidden], 0.0);
-        add(format!("{p}.post_attention_layernorm.weight"), vec![hidden], 0.0);
-        add(format!("{p}.block_sparse_moe.gate.weight"), vec![experts, hidden], 0.5);
-        for e in 0..experts {
-            let [w1, w3, w2] = names::expert(moestream::model::Family::Mixtral, l, e);
-            add(w1, vec![inter, hidden], 0.2);
-            add(w3, vec![inter, hidden], 0.2);
-            add(w2, vec![hidden, inter], 0.2);
-        }
-    }
+    let tensors: Vec<(String, Vec<usize>, Vec<f32>)> = shape
+        .tensors()
+        .into_iter()
+        .map(|(name, dims, norm)| {
+            let n = dims.iter().product();
+            let values = if norm { vec![1.0; n] } else { rng.vec(n, -0.2, 0.2) };
+            (name, dims, values)
+        })
+        .collect();
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
         .iter()
         .map(|(name, shape, values)| {

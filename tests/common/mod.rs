@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use moestream::gpu::{Gpu, GpuOptions, Pass};
 
 pub mod logits;
+pub mod mixtral;
 
 /// One recorded prompt of a golden file.
 #[derive(serde::Deserialize, Clone, Debug)]
