@@ -19,6 +19,18 @@ struct WMat {
     mins: u32,
 }
 
+//#if TILES
+// TILES (the CPU layout; `ops::weight_tiles` reorders the blob at upload): a matrix's (row,
+// 64-column pair) units — int4: 32 code bytes, a word of scales, a word of mins, each in its
+// segment; f16: 128 bytes — in tiles of 64 rows × 64 columns, a row block's tiles one after the
+// other, rows 4l + r of a tile at unit 16r + l (the expert kernels' lanes, 4 rows each, side by
+// side for each r; the matvec's, 8 rows each, two units apart). The unit index of (row, pair).
+fn tile_unit(m: WMat, row: u32, pair: u32) -> u32 {
+    let tile = (row / 64u) * (m.cols / 64u) + pair;
+    return tile * 64u + (row % 4u) * 16u + (row % 64u) / 4u;
+}
+//#endif
+
 // Sixteen bytes of weights as the 16-byte-load readers bind them (`w4`).
 //#include words16
 

@@ -1,5 +1,6 @@
 // Weight reader for f16 matrices packed two per u32 word in `w` (low half first), row-major
-// [rows, cols] (or in tiles: TILES, `elem_at`). WMat.base is the element offset (even); cols must be a multiple of 8.
+// [rows, cols] (or in weights_common's tiles: TILES, `elem_at`). WMat.base is the element offset
+// (even); cols must be a multiple of 8.
 // VEC4_WEIGHTS (decode kernels; the launcher: matrices starting on 16 bytes): the weights are
 // bound as vec4s (`w4`), eight weights per load.
 // Weights per u32 word of `w` (slot offsets are given in words).
@@ -25,13 +26,10 @@ fn w_word(i: u32) -> u32 {
 //#endif
 }
 
-// Element index of (row, col). TILES (the CPU layout; `ops::weight_tiles` reorders the blob at
-// upload): 64 × 64 tiles, a row block's in order, (row, 64-column pair) units of 128 bytes,
-// rows 4l + r of a tile at unit 16r + l (as weights_int4's `pair_unit`).
+// Element index of (row, col).
 fn elem_at(m: WMat, row: u32, col: u32) -> u32 {
 //#if TILES
-    let tile = (row / 64u) * (m.cols / 64u) + col / 64u;
-    return m.base + (tile * 64u + (row % 4u) * 16u + (row % 64u) / 4u) * 64u + col % 64u;
+    return m.base + tile_unit(m, row, col / 64u) * 64u + col % 64u;
 //#else
     return m.base + row * m.cols + col;
 //#endif

@@ -4,30 +4,19 @@
 // packed segment's word offset in `w`, WMat.scales / WMat.mins the f16 index of the segments.
 // Affine: value = n * scale + min; symmetric (INT4_SYM): value = (n - 8) * scale. Rows have
 // ceil(cols / GROUP) groups; the last may be shorter (cols is a multiple of 8).
-// TILES (the CPU layout; `ops::weight_tiles` reorders the blob at upload): the same segments,
-// their (row, 64-column pair) units (32 code bytes; one word of scales, one of mins) reordered
-// into tiles of 64 rows × 64 columns (groups of 32; rows and columns multiples of 64), the tiles
-// of a row block one after the other, so that a CPU-layout workgroup (8 lanes of 4 or 8 rows)
-// reads each segment as one forward stream, each load touching a few cache lines rather than 8
-// rows a row apart. Within a tile, unit (row % 4) * 16 + (row % 64) / 4: the expert kernels'
-// lanes (rows 4 l + r) side by side for each r, the matvec's (rows 8 l + r) two units apart.
+// TILES (groups of 32; rows and columns multiples of 64): each segment in weights_common's
+// tiles, so a CPU-layout workgroup reads it forward, each load touching a few cache lines
+// rather than 8 rows a row apart.
 
 //#if TILES
-// The tiled position of (row, pair): its unit's index in a segment of 32-byte code units, or of
-// 4-byte scale (min) pairs.
-fn pair_unit(m: WMat, row: u32, pair: u32) -> u32 {
-    let tile = (row / 64u) * (m.cols / 64u) + pair;
-    return tile * 64u + (row % 4u) * 16u + (row % 64u) / 4u;
-}
-
 // Index in `w` of code word k8 of `row`.
 fn code_word(m: WMat, row: u32, k8: u32) -> u32 {
-    return m.base + pair_unit(m, row, k8 / 8u) * 8u + k8 % 8u;
+    return m.base + tile_unit(m, row, k8 / 8u) * 8u + k8 % 8u;
 }
 
 // f16 index of group `grp` of `row` in the scale or min segment starting at f16 index `seg`.
 fn group_half(seg: u32, m: WMat, row: u32, grp: u32) -> u32 {
-    return seg + pair_unit(m, row, grp / 2u) * 2u + grp % 2u;
+    return seg + tile_unit(m, row, grp / 2u) * 2u + grp % 2u;
 }
 //#else
 // Index in `w` of code word k8 of `row`.

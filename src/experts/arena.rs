@@ -90,11 +90,7 @@ impl SlotLayout {
     /// The shader defines of projection `i`'s (0 gate, 1 up, 2 down) weight reader: its format's,
     /// and `TILES` for tiles.
     pub fn reader_defines(&self, i: usize) -> Vec<&'static str> {
-        let mut d = self.proj_format(i).defines();
-        if self.tiles {
-            d.push("TILES");
-        }
-        d
+        weight_tiles::reader_defines(self.proj_format(i), self.tiles)
     }
 
     /// The format of projection `i` (0 gate, 1 up, 2 down).

@@ -18,7 +18,8 @@ pub struct TiledExperts {
 
 impl TiledExperts {
     /// `source` with its slots tiled (each layer's where its layout can be,
-    /// [`SlotLayout::tiled`]) where `gpu` tiles weights ([`weight_tiles::on`]); else `source` itself.
+    /// [`SlotLayout::tiled`]) where `gpu` tiles weights ([`weight_tiles::on`]); else `source`
+    /// itself.
     pub fn over(gpu: &Gpu, source: Arc<dyn ExpertSource>) -> Arc<dyn ExpertSource> {
         match weight_tiles::on(gpu) {
             true => Arc::new(TiledExperts { inner: source }),

@@ -335,11 +335,7 @@ impl GpuMatrix {
     /// The shader defines selecting this matrix's weight reader: its format's, and `TILES`
     /// for tiles.
     pub fn defines(&self) -> Vec<&'static str> {
-        let mut d = self.format.defines();
-        if self.tiles {
-            d.push("TILES");
-        }
-        d
+        weight_tiles::reader_defines(self.format, self.tiles)
     }
 
     /// Uploads the 2-D tensor `t` in `format`, chunked by the binding limit. An int4 tensor

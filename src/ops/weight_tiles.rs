@@ -42,17 +42,27 @@ pub fn fits(format: WeightFormat, rows: usize, cols: usize) -> bool {
     tiled_format && rows.is_multiple_of(TILE) && cols.is_multiple_of(TILE)
 }
 
-/// The tiled position of (row, pair) among a segment's units, as `pair_unit` in
-/// shaders/weights_int4.wgsl and `elem_at` in shaders/weights_f16.wgsl: tile after tile, and within a tile the units of rows 4 l + r
-/// (lane l's row r in the expert kernels, 4 rows a lane) at r * 16 + l, so each row of the lanes
-/// is side by side (the matvec's lanes, 8 rows each, two units apart).
-fn pair_unit(row: usize, pair: usize, pairs: usize) -> usize {
+/// The shader defines of the weight reader of a matrix in `format`: the format's, and `TILES`
+/// where it is held tiled.
+pub fn reader_defines(format: WeightFormat, tiles: bool) -> Vec<&'static str> {
+    let mut d = format.defines();
+    if tiles {
+        d.push("TILES");
+    }
+    d
+}
+
+/// The tiled position of (row, pair) among a segment's units, as `tile_unit` in
+/// shaders/weights_common.wgsl: tile after tile, and within a tile the units of rows 4 l + r
+/// (lane l's row r in the expert kernels, 4 rows a lane) at r * 16 + l, so each row of the
+/// lanes is side by side (the matvec's lanes, 8 rows each, two units apart).
+fn tile_unit(row: usize, pair: usize, pairs: usize) -> usize {
     ((row / TILE) * pairs + pair) * TILE + (row % 4) * 16 + (row % TILE) / 4
 }
 
 /// Reorders the row-major `[rows, cols]` blob `blob` (int4 in groups of 32 or f16, segments at
-/// `offsets`) into tiles, in place, copying each block of 64 rows through `scratch` (kept by callers that
-/// tile often, such as the I/O threads, so they do not allocate per read).
+/// `offsets`) into tiles, in place, copying each block of 64 rows through `scratch` (kept by
+/// callers that tile often, such as the I/O threads, so they do not allocate per read).
 pub fn tile(
     blob: &mut [u8],
     rows: usize,
@@ -94,7 +104,7 @@ fn permute(segment: &mut [u8], unit: usize, pairs: usize, scratch: &mut Vec<u8>)
         scratch.clear();
         scratch.extend_from_slice(block);
         for (i, src) in scratch.chunks_exact(unit).enumerate() {
-            let to = pair_unit(i / pairs, i % pairs, pairs) * unit;
+            let to = tile_unit(i / pairs, i % pairs, pairs) * unit;
             block[to..to + unit].copy_from_slice(src);
         }
     }
@@ -112,13 +122,13 @@ mod tests {
         let mut seen = vec![false; rows * pairs];
         for row in 0..rows {
             for pair in 0..pairs {
-                let u = pair_unit(row, pair, pairs);
+                let u = tile_unit(row, pair, pairs);
                 assert!(!seen[u], "unit {u} taken twice");
                 seen[u] = true;
                 assert_eq!(u / (TILE * pairs), row / TILE, "row {row} left its block");
             }
         }
         // An expert kernel lane's row r (row 4 l + r) sits beside the next lane's.
-        assert_eq!(pair_unit(4 + 3, 1, pairs), pair_unit(3, 1, pairs) + 1);
+        assert_eq!(tile_unit(4 + 3, 1, pairs), tile_unit(3, 1, pairs) + 1);
     }
 }
