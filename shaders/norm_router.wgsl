@@ -11,6 +11,12 @@
 //    CAPTURE as there; CAPTURE keeps the step's last normalised row in hist_h[layer]).
 // lavapipe charges ~0.1 ms per dispatch whatever its size: three dispatches per MoE layer become
 // one.
+// No loop over the accumulators may end at a bound read from the uniforms (`min(EXPERT_BLOCK,
+// p.n_experts - e0)` did): lavapipe (Mesa 22.3's lvp_execute.c, update_inline_shader_state) then
+// marks the shader "must inline" and, at every dispatch whose uniform buffer changed, inlines the
+// uniforms' values and compiles a new LLVM shader that it never frees: ~13 ms and ~1.4 MiB per
+// dispatch on the bundled model (decode 13x slower, RSS growing ~10 MiB a token). The loops run
+// EXPERT_BLOCK times and test the expert instead; tests/memory_flat.rs guards it.
 //#include common
 //#include reduce
 //#include weights_select
@@ -85,13 +91,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 }
 //#endif
             }
-            for (var j = 0u; j < min(EXPERT_BLOCK, p.n_experts - e0); j++) {
-                let v = w_load8(m, e0 + j, k8);
-                acc[j] += dot(v.a, xa) + dot(v.b, xb);
+            for (var j = 0u; j < EXPERT_BLOCK; j++) {
+                if (e0 + j < p.n_experts) {
+                    let v = w_load8(m, e0 + j, k8);
+                    acc[j] += dot(v.a, xa) + dot(v.b, xb);
+                }
             }
         }
-        for (var j = 0u; j < min(EXPERT_BLOCK, p.n_experts - e0); j++) {
+        for (var j = 0u; j < EXPERT_BLOCK; j++) {
             let e = e0 + j;
+            if (e >= p.n_experts) {
+                break;
+            }
             var logit = subgroupAdd(acc[j]);
 //#if ROUTER_BIAS
             logit += logit_bias[e];
