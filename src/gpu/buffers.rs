@@ -2,6 +2,7 @@
 
 use wgpu::util::DeviceExt;
 
+use super::objects::Object;
 use super::{Gpu, Pass};
 use crate::error::{Error, Result};
 
@@ -43,6 +44,7 @@ impl Gpu {
     pub fn uniform(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
         let mut contents = data.to_vec();
         contents.resize(data.len().max(16).next_multiple_of(16), 0);
+        self.objects.created(Object::Buffer);
         self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(label),
             contents: &contents,
@@ -69,6 +71,7 @@ pub struct Readback {
 impl Readback {
     /// A staging buffer able to hold `capacity` bytes.
     pub fn new(gpu: &Gpu, capacity: u64) -> Self {
+        gpu.objects.created(Object::Buffer);
         Self::on_device(&gpu.device, capacity)
     }
 

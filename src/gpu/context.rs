@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::memory::GpuMemory;
+use super::objects::{Object, ObjectCounters, ObjectCounts};
 use super::profiler::{ProfileTiming, Profiler};
 use super::shader_checks;
 use crate::env_choice::env_choice;
@@ -67,6 +68,16 @@ pub struct GpuOptions {
     /// Keep int4 and f16 matrices row-major even in the CPU layout ([`Caps::weight_tiles`] off): tests
     /// compare the two.
     pub row_major_weights: bool,
+    /// Run an MoE layer's FFN norm, router matmul and top-k as three kernels even where the CPU
+    /// layout fuses them ([`Caps::fused_router`] off): `bench model --compare-paths` times the two.
+    pub separate_router: bool,
+    /// Force a decode layout, as `MOESTREAM_DECODE_LAYOUT` does (which wins when set).
+    pub decode_layout: Option<LayoutChoice>,
+    /// Force how routed experts prefill, as `MOESTREAM_EXPERT_PREFILL` does (which wins when set).
+    pub expert_prefill: Option<ExpertPrefill>,
+    /// Prefill dense matrices through the decode matvec even on a GPU ([`Caps::tiled_prefill`]
+    /// off; `tiled_prefill` wins when both are set).
+    pub matvec_prefill: bool,
 }
 
 /// Capabilities the kernels adapt to.
@@ -122,6 +133,10 @@ pub struct Caps {
     /// [`GpuOptions::row_major_weights`] or `MOESTREAM_WEIGHT_TILES=off`. The same values, so the
     /// same results.
     pub weight_tiles: bool,
+    /// The CPU layout runs an MoE layer's FFN norm, router matmul and top-k as one `norm_router`
+    /// dispatch where it applies (not with [`GpuOptions::separate_router`] or
+    /// `MOESTREAM_FUSED_ROUTER=off`).
+    pub fused_router: bool,
 }
 
 /// A printable description of one adapter.
@@ -190,6 +205,8 @@ pub struct Gpu {
     uncaptured: Arc<Mutex<Option<String>>>,
     /// Per-dispatch timing, when asked for.
     pub(crate) profiler: Option<Arc<Profiler>>,
+    /// Objects created so far ([`Gpu::objects_created`]).
+    pub(crate) objects: ObjectCounters,
 }
 
 fn instance() -> wgpu::Instance {
@@ -337,9 +354,9 @@ impl Gpu {
             cpu_layouts,
             decode_team,
             tiled_prefill: env_choice("MOESTREAM_DENSE_PREFILL", &[("tiled", true), ("matvec", false)])?
-                .unwrap_or(!cpu_layouts || options.tiled_prefill),
-            decode_layout: LayoutChoice::from_env()?,
-            expert_prefill: ExpertPrefill::from_env()?,
+                .unwrap_or(options.tiled_prefill || (!cpu_layouts && !options.matvec_prefill)),
+            decode_layout: LayoutChoice::from_env()?.or(options.decode_layout),
+            expert_prefill: ExpertPrefill::from_env()?.or(options.expert_prefill),
             shader_checks: shader_checks::keep_checks(report.driver_bounds_buffers, options.shader_checks)?,
             words64: cpu_layouts
                 && required_features.contains(wgpu::Features::SHADER_INT64)
@@ -348,6 +365,9 @@ impl Gpu {
             weight_tiles: cpu_layouts
                 && !options.row_major_weights
                 && env_choice("MOESTREAM_WEIGHT_TILES", &[("auto", true), ("off", false)])?.unwrap_or(true),
+            fused_router: cpu_layouts
+                && !options.separate_router
+                && env_choice("MOESTREAM_FUSED_ROUTER", &[("auto", true), ("off", false)])?.unwrap_or(true),
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         let uncaptured = Arc::new(Mutex::new(None));
@@ -364,6 +384,7 @@ impl Gpu {
             waits: AtomicU64::new(0),
             uncaptured,
             profiler: profile_timing.map(|timing| Arc::new(Profiler::new(&device, &queue, timing))),
+            objects: ObjectCounters::default(),
             device,
             queue,
         }))
@@ -386,7 +407,13 @@ impl Gpu {
         self.allocated.load(Ordering::Relaxed)
     }
 
+    /// Pipelines, shader modules, bind groups and buffers this context has created so far.
+    pub fn objects_created(&self) -> ObjectCounts {
+        self.objects.snapshot()
+    }
+
     pub(crate) fn count_allocation(&self, bytes: u64) {
+        self.objects.created(Object::Buffer);
         self.allocated.fetch_add(bytes, Ordering::Relaxed);
         THREAD_ALLOCATED.with(|c| c.set(c.get() + bytes));
     }

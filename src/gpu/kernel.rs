@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use super::profiler::{Profiler, Traffic};
+use super::objects::Object;
 use super::{Gpu, Pass};
 
 /// A part of a buffer to bind.
@@ -62,6 +63,7 @@ impl Kernel {
                 }),
             });
         }
+        gpu.objects.created(Object::BindGroup);
         let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(name),
             layout: &pipeline.get_bind_group_layout(0),

@@ -1,11 +1,12 @@
 //! GPU access: adapter choice, features and limits ([`context`]), typed buffers ([`buffers`]),
 //! shader preprocessing and the pipeline cache ([`shader`]), kernel launching ([`kernel`]) into passes ([`pass`]), the
-//! adapter's memory ([`memory`]) and per-kernel timing ([`profiler`]).
+//! adapter's memory ([`memory`]), counts of the objects created ([`objects`]) and per-kernel timing ([`profiler`]).
 
 pub mod buffers;
 pub mod context;
 pub mod kernel;
 pub mod memory;
+pub mod objects;
 pub mod pass;
 pub mod profiler;
 pub mod shader;
@@ -15,4 +16,5 @@ pub use buffers::{PendingRead, Readback, StepUniform};
 pub use context::{AdapterReport, Caps, Gpu, GpuOptions};
 pub use kernel::Kernel;
 pub use memory::GpuMemory;
+pub use objects::ObjectCounts;
 pub use pass::Pass;

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use super::objects::Object;
 use super::Gpu;
 
 /// `(name, source)` of a shader file in `shaders/`.
@@ -142,6 +143,7 @@ impl Gpu {
             return p.clone();
         }
         let module = self.shader_module(name, &preprocess(name, &all));
+        self.objects.created(Object::Pipeline);
         let pipeline = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(name),
             layout: None,
@@ -160,6 +162,7 @@ impl Gpu {
     /// [`Caps::shader_checks`]: super::Caps::shader_checks
     pub fn shader_module(&self, label: &str, code: &str) -> wgpu::ShaderModule {
         let desc = wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(code.into()) };
+        self.objects.created(Object::ShaderModule);
         if self.caps.shader_checks {
             return self.device.create_shader_module(desc);
         }

@@ -2,7 +2,6 @@
 //! (attention of each kind, dense or routed FFN, norms, the head), within the binding limits.
 
 use super::*;
-use crate::env_choice::env_choice;
 
 /// The router top-k's shape for `m`, with the layer's correction bias for sigmoid routing.
 pub(super) fn router_shape<'a>(m: &MoeSpec, bias: Option<&'a [f32]>) -> RouterShape<'a> {
@@ -367,7 +366,6 @@ impl GpuModel {
         };
 
         let mut layers = Vec::with_capacity(spec.layers);
-        let fused_router = env_choice("MOESTREAM_FUSED_ROUTER", &[("auto", true), ("off", false)])?.unwrap_or(true);
         // The top-k of the previous MoE layer whose combine this layer's input norm does.
         let mut combine_pending = None;
         for i in 0..spec.layers {
@@ -452,7 +450,7 @@ impl GpuModel {
                         ids: &acts.ids,
                         weights: &acts.route_w,
                     };
-                    let fused = fused_router
+                    let fused = gpu.caps.fused_router
                         .then(|| NormRouter::new(&gpu, &step.buffer, fused_io, shape, eps))
                         .flatten()
                         .map(|f| {
