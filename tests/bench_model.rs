@@ -40,3 +40,31 @@ fn the_report_names_the_weight_formats_that_ran() {
         assert!(r.prefill_tokens_per_s > 0.0 && r.decode_tokens_per_s > 0.0, "{r:?}");
     }
 }
+
+/// `bench paths`: each path the default takes on this adapter is compared (both phases, a ratio
+/// per run), the others say why not, and an unknown path name is refused by name.
+#[test]
+fn bench_paths_compares_each_path_the_default_takes() {
+    use moestream::bench::paths::{self, PathsBenchOptions};
+    let o = EngineOptions::new(common::fixtures_dir().join("qwen3_moe"));
+    let mut p = PathsBenchOptions { prompt_tokens: 4, decode_tokens: 2, runs: 2, seed: 1, only: None };
+    let r = paths::run(&o, &p).unwrap();
+    assert_eq!(r.paths.len(), 9, "{r:?}");
+    for c in &r.paths {
+        match (&c.prefill, &c.decode, &c.not_compared) {
+            (Some(pre), Some(dec), None) => {
+                assert_eq!((pre.ratios.len(), dec.ratios.len()), (2, 2), "{c:?}");
+                assert!(dec.fast_runs.iter().chain(&dec.plain_runs).all(|s| *s > 0.0), "{c:?}");
+            }
+            (None, None, Some(why)) => assert!(!why.is_empty()),
+            _ => panic!("{c:?}"),
+        }
+    }
+    // Every adapter takes a decode layout and a way to prefill, and the fixture streams.
+    for always in ["decode_layout", "dense_prefill", "expert_prefill", "optimistic_steps"] {
+        assert!(r.paths.iter().any(|c| c.name == always && c.decode.is_some()), "{always}: {r:?}");
+    }
+    p.only = Some(vec!["fused_router".into(), "no_such_path".into()]);
+    let e = paths::run(&o, &p).unwrap_err().to_string();
+    assert!(e.contains("no_such_path") && e.contains("fused_router"), "{e}");
+}

@@ -66,7 +66,10 @@ fn no_gpu_object_is_created_after_the_first_decode_step() {
             }
         });
         let (before, after) = (after_first_step.unwrap(), gpu.objects_created());
-        assert!(before.pipelines > 0 && before.bind_groups > 0 && before.buffers > 0, "{name}: not counted: {before:?}");
+        assert!(
+            before.pipelines > 0 && before.bind_groups > 0 && before.buffers > 0,
+            "{name}: not counted: {before:?}"
+        );
         assert_eq!(before, after, "{name}: objects created by decode steps after the first");
         // A second request on the same engine (a new prefill) creates none either.
         generate(&engine, SHORT, |_| ());
@@ -91,7 +94,11 @@ fn memory_stays_flat_as_tokens_are_generated() {
         let mut figures = Vec::new();
         for tokens in [SHORT, 10 * SHORT] {
             generate(&engine, tokens, |_| ());
-            figures.push((current_rss(), moestream::runtime::peak_rss::peak_rss_bytes(), engine.gpu().bytes_allocated()));
+            figures.push((
+                current_rss(),
+                moestream::runtime::peak_rss::peak_rss_bytes(),
+                engine.gpu().bytes_allocated(),
+            ));
         }
         let [(rss_a, peak_a, gpu_a), (rss_b, peak_b, gpu_b)] = figures[..] else { unreachable!() };
         println!("GUARD {rss_a} {peak_a} {gpu_a} {rss_b} {peak_b} {gpu_b}");

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use super::profiler::{Profiler, Traffic};
 use super::objects::Object;
+use super::profiler::{Profiler, Traffic};
 use super::{Gpu, Pass};
 
 /// A part of a buffer to bind.

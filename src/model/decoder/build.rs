@@ -450,7 +450,9 @@ impl GpuModel {
                         ids: &acts.ids,
                         weights: &acts.route_w,
                     };
-                    let fused = gpu.caps.fused_router
+                    let fused = gpu
+                        .caps
+                        .fused_router
                         .then(|| NormRouter::new(&gpu, &step.buffer, fused_io, shape, eps))
                         .flatten()
                         .map(|f| {
