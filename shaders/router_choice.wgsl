@@ -1,8 +1,8 @@
-// The top-k choice shared by router_topk and norm_router: softmax (or SIGMOID scores) over one
+// router_topk's top-k choice: softmax (or SIGMOID scores) over one
 // token's router logits, optional expert groups (GROUPS), k rounds of argmax (ties go to the
 // lower index), optional renormalisation, times routed_scale. One workgroup of WG lanes per
 // token (reduce: 64, or 8 with ONE_SUBGROUP); lane `lid` holds the logits of experts
-// lid + WG * j (at most 256 experts in all) in `lane_logits`, which the including kernel fills
+// lid + WG * j (at most 256 experts in all) in `lane_logits`, which the kernel fills
 // before calling choose_experts, and defines `fn logit_of(t: u32, e: u32) -> f32`, expert e's
 // logit for token t (e is the same in every lane). Every step is a workgroup reduction, with no
 // per-lane loops over all experts (lavapipe compiled the old one-lane-per-token version into a
@@ -31,20 +31,19 @@ struct Params {
     top_k: u32,
     renormalize: u32,
     forced_offset: u32,
-    // Hidden size: CAPTURE's FFN input rows, norm_router's normalised rows.
+    // Hidden size: CAPTURE's FFN input rows.
     hidden: u32,
     layer: u32,
     moe_layers: u32,
     n_group: u32,
     topk_group: u32,
     routed_scale: f32,
-    // norm_router: the norm's epsilon and the router matrix's int4 scale and min segments.
-    eps: f32,
-    w_scales: u32,
-    w_mins: u32,
     pad0: u32,
     pad1: u32,
     pad2: u32,
+    pad3: u32,
+    pad4: u32,
+    pad5: u32,
     // SIGMOID: the correction bias of expert 4i + j in bias[i][j].
     bias: array<vec4<f32>, 64>,
 }

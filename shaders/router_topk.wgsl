@@ -1,7 +1,6 @@
 // Router: softmax over the experts' logits, top-k (ties go to the lower index), optional
 // renormalisation of the k weights, times routed_scale, as router_choice chooses them from
-// logits another kernel computed (the router matmul after the FFN norm; CPU layouts run the
-// three as norm_router where it applies).
+// logits another kernel computed (the router matmul after the FFN norm).
 // FORCED and CAPTURE (the prerouter's) as router_choice describes them; CAPTURE also copies the
 // step's last token's FFN input `hn` into hist_h[layer].
 //#include common

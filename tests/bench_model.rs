@@ -49,7 +49,7 @@ fn bench_paths_compares_each_path_the_default_takes() {
     let o = EngineOptions::new(common::fixtures_dir().join("qwen3_moe"));
     let mut p = PathsBenchOptions { prompt_tokens: 4, decode_tokens: 2, runs: 2, seed: 1, only: None };
     let r = paths::run(&o, &p).unwrap();
-    assert_eq!(r.paths.len(), 9, "{r:?}");
+    assert_eq!(r.paths.len(), 8, "{r:?}");
     for c in &r.paths {
         match (&c.prefill, &c.decode, &c.not_compared) {
             (Some(pre), Some(dec), None) => {
@@ -64,7 +64,7 @@ fn bench_paths_compares_each_path_the_default_takes() {
     for always in ["decode_layout", "dense_prefill", "expert_prefill", "optimistic_steps"] {
         assert!(r.paths.iter().any(|c| c.name == always && c.decode.is_some()), "{always}: {r:?}");
     }
-    p.only = Some(vec!["fused_router".into(), "no_such_path".into()]);
+    p.only = Some(vec!["weight_tiles".into(), "no_such_path".into()]);
     let e = paths::run(&o, &p).unwrap_err().to_string();
-    assert!(e.contains("no_such_path") && e.contains("fused_router"), "{e}");
+    assert!(e.contains("no_such_path") && e.contains("weight_tiles"), "{e}");
 }

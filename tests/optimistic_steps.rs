@@ -141,7 +141,6 @@ fn unknown_kernel_settings_in_the_environment_are_refused_by_name() {
     for (name, value, said) in [
         ("MOESTREAM_OPTIMISTIC_STEPS", "sometimes", "MOESTREAM_OPTIMISTIC_STEPS=sometimes"),
         ("MOESTREAM_CHAINED_DECODE", "yes", "MOESTREAM_CHAINED_DECODE=yes: expected on, off"),
-        ("MOESTREAM_FUSED_ROUTER", "on", "MOESTREAM_FUSED_ROUTER=on: expected auto, off"),
         ("MOESTREAM_DECODE_LAYOUT", "team", "MOESTREAM_DECODE_LAYOUT=team: expected lanes, teams, teams8"),
         ("MOESTREAM_DENSE_PREFILL", "gemm", "MOESTREAM_DENSE_PREFILL=gemm: expected tiled, matvec"),
         ("MOESTREAM_EXPERT_PREFILL", "tiles", "MOESTREAM_EXPERT_PREFILL=tiles: expected pairs, gather"),

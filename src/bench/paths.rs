@@ -1,6 +1,5 @@
 //! Every switchable fast path against the plain path it replaces, in one process, run by run
-//! in turn (`moestream bench paths`): the fused norm + router + top-k, weight tiles, 8-byte
-//! loads, kernels without naga's checks, the decode layout, dense and expert prefill, chained
+//! in turn (`moestream bench paths`): weight tiles, 8-byte loads, kernels without naga's checks, the decode layout, dense and expert prefill, chained
 //! decode and optimistic streaming steps. A fast path whose every run is more than
 //! [`SLOWER_LIMIT`]× slower than the plain run beside it is a regression nothing else would
 //! notice (lavapipe's speed drifts up to 2× between processes, never both ways in every pair of
@@ -63,7 +62,7 @@ impl PhaseComparison {
 /// One fast path against its plain path.
 #[derive(Clone, Debug, Serialize)]
 pub struct PathComparison {
-    /// The path's name (`fused_router`, `weight_tiles`, ...).
+    /// The path's name (`weight_tiles`, `words64`, ...).
     pub name: &'static str,
     /// What the engine does by default here.
     pub fast: String,
@@ -127,18 +126,6 @@ struct FastPath {
 /// The paths, each with what the default does and what it replaces. The layouts name the CPU
 /// adapter's default first; GPUs take the other one as their default, so there the two swap.
 const PATHS: &[FastPath] = &[
-    FastPath {
-        name: "fused_router",
-        fast: "norm_router: FFN norm, router and top-k in one dispatch",
-        plain: "rms_norm, router matmul and router_topk",
-        switch: Switch::Context(|caps, o| match caps.fused_router {
-            true => {
-                o.separate_router = true;
-                Ok(())
-            }
-            false => Err("not taken here (GPU layouts, or MOESTREAM_FUSED_ROUTER=off)"),
-        }),
-    },
     FastPath {
         name: "weight_tiles",
         fast: "int4 and f16 matrices in 64 x 64 tiles",

@@ -68,9 +68,6 @@ pub struct GpuOptions {
     /// Keep int4 and f16 matrices row-major even in the CPU layout ([`Caps::weight_tiles`] off): tests
     /// compare the two.
     pub row_major_weights: bool,
-    /// Run an MoE layer's FFN norm, router matmul and top-k as three kernels even where the CPU
-    /// layout fuses them ([`Caps::fused_router`] off): `bench model --compare-paths` times the two.
-    pub separate_router: bool,
     /// Force a decode layout, as `MOESTREAM_DECODE_LAYOUT` does (which wins when set).
     pub decode_layout: Option<LayoutChoice>,
     /// Force how routed experts prefill, as `MOESTREAM_EXPERT_PREFILL` does (which wins when set).
@@ -133,10 +130,6 @@ pub struct Caps {
     /// [`GpuOptions::row_major_weights`] or `MOESTREAM_WEIGHT_TILES=off`. The same values, so the
     /// same results.
     pub weight_tiles: bool,
-    /// The CPU layout runs an MoE layer's FFN norm, router matmul and top-k as one `norm_router`
-    /// dispatch where it applies (not with [`GpuOptions::separate_router`] or
-    /// `MOESTREAM_FUSED_ROUTER=off`).
-    pub fused_router: bool,
 }
 
 /// A printable description of one adapter.
@@ -365,9 +358,6 @@ impl Gpu {
             weight_tiles: cpu_layouts
                 && !options.row_major_weights
                 && env_choice("MOESTREAM_WEIGHT_TILES", &[("auto", true), ("off", false)])?.unwrap_or(true),
-            fused_router: cpu_layouts
-                && !options.separate_router
-                && env_choice("MOESTREAM_FUSED_ROUTER", &[("auto", true), ("off", false)])?.unwrap_or(true),
         };
         log::info!("GPU: {} ({}, {}), caps {:?}", report.name, report.backend, report.device_type, caps);
         let uncaptured = Arc::new(Mutex::new(None));

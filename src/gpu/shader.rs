@@ -57,7 +57,6 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("matvec"),
     shader!("router_choice"),
     shader!("router_topk"),
-    shader!("norm_router"),
     shader!("expert_gate_up"),
     shader!("expert_matmul"),
     shader!("expert_down"),
@@ -212,22 +211,6 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("argmax", &["VEC4", "ONE_SUBGROUP"]),
     ("token_logprob", &["ONE_SUBGROUP"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID", "GROUPS", "ONE_SUBGROUP"]),
-    (
-        "norm_router",
-        &[
-            "F16",
-            "INT4",
-            "INT4_SYM",
-            "G64",
-            "TILES",
-            "SIGMOID",
-            "GROUPS",
-            "ROUTER_BIAS",
-            "FORCED",
-            "CAPTURE",
-            "ONE_SUBGROUP",
-        ],
-    ),
     ("prerouter_heads", &["SCORES"]),
     ("mla_attention", &["F16", "SPLIT", "DECOMPRESSED"]),
     ("mla_decompress", &["F16"]),
@@ -267,10 +250,6 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         }
         // PAIR normalises in place (RmsNorm::pair).
         if name == "rms_norm" && set.contains(&"PAIR") && (set.contains(&"OUT") || set.contains(&"ADD_PAIRS")) {
-            continue;
-        }
-        // norm_router exists only in that layout (ops::norm_router).
-        if name == "norm_router" && !set.contains(&"ONE_SUBGROUP") {
             continue;
         }
         // TEAM32 sizes the GPU layout's teams (DecodeLayout::defines).

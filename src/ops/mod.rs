@@ -17,7 +17,6 @@ pub mod mla_attention;
 pub mod mla_decompress;
 pub mod mla_merge;
 pub mod moe_combine;
-pub mod norm_router;
 pub mod prerouter_heads;
 pub mod rms_norm;
 pub mod rope;

@@ -92,7 +92,7 @@ impl RouterTopK {
     ) -> RouterTopK {
         let (hidden, layer, moe_layers) = capture.map_or((0, 0, 0), |c| (c.hidden, c.layer, c.history.moe_layers));
         let fields = ChoiceFields { forced_offset: forced.map_or(0, |f| f.offset), hidden, layer, moe_layers };
-        let p = choice_params(&shape, fields, NormFields::default());
+        let p = choice_params(&shape, fields);
         let mut storage: Vec<Slice<'_>> = vec![io.logits.into(), io.ids.into(), io.weights.into()];
         let mut defines: Vec<&str> = one_subgroup_layout(gpu).into_iter().collect();
         defines.extend(choice_defines(&shape));
@@ -117,31 +117,19 @@ impl RouterTopK {
 
 /// router_choice's fields besides the shape: where forced experts start and CAPTURE's sizes.
 #[derive(Clone, Copy, Default)]
-pub(super) struct ChoiceFields {
+struct ChoiceFields {
     /// FORCED: where this layer's ids start in the forced experts.
-    pub forced_offset: usize,
-    /// Hidden size (CAPTURE's rows, norm_router's normalised rows).
-    pub hidden: usize,
+    forced_offset: usize,
+    /// CAPTURE: the hidden size (the FFN input rows it keeps).
+    hidden: usize,
     /// CAPTURE: the layer's ordinal among MoE layers.
-    pub layer: usize,
+    layer: usize,
     /// CAPTURE: MoE layers in the history.
-    pub moe_layers: usize,
-}
-
-/// norm_router's fields of router_choice's `Params`: the norm's epsilon and the router matrix's
-/// int4 scale and min segments.
-#[derive(Clone, Copy, Default)]
-pub(super) struct NormFields {
-    /// The norm's epsilon.
-    pub eps: f32,
-    /// The router matrix's int4 scale segment (f16 index in its blob).
-    pub w_scales: u32,
-    /// Its min segment.
-    pub w_mins: u32,
+    moe_layers: usize,
 }
 
 /// router_choice's `Params` (shaders/router_choice.wgsl) for `shape`.
-pub(super) fn choice_params(shape: &RouterShape<'_>, c: ChoiceFields, n: NormFields) -> Vec<u8> {
+fn choice_params(shape: &RouterShape<'_>, c: ChoiceFields) -> Vec<u8> {
     assert!(shape.n_experts <= 256, "more than 256 experts is rejected at load");
     let mut words = vec![
         shape.n_experts as u32,
@@ -154,9 +142,9 @@ pub(super) fn choice_params(shape: &RouterShape<'_>, c: ChoiceFields, n: NormFie
         shape.groups.0 as u32,
         shape.groups.1 as u32,
         shape.routed_scale.to_bits(),
-        n.eps.to_bits(),
-        n.w_scales,
-        n.w_mins,
+        0,
+        0,
+        0,
         0,
         0,
         0,
@@ -170,7 +158,7 @@ pub(super) fn choice_params(shape: &RouterShape<'_>, c: ChoiceFields, n: NormFie
 }
 
 /// router_choice's defines for `shape`'s rule.
-pub(super) fn choice_defines(shape: &RouterShape<'_>) -> Vec<&'static str> {
+fn choice_defines(shape: &RouterShape<'_>) -> Vec<&'static str> {
     let mut defines = Vec::new();
     if shape.groups.0 > 1 {
         defines.push("GROUPS");

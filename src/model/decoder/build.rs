@@ -441,28 +441,6 @@ impl GpuModel {
                     let router_bias = mw.router_bias.as_ref().map(|b| b.data.clone());
                     let shape = router_shape(m, router_bias.as_deref());
                     let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), shape);
-                    let fused_io = NormRouterIo {
-                        x: &acts.x,
-                        norm_weight: &ffn_norm_w,
-                        hn: &acts.hn,
-                        router: matrix,
-                        logit_bias: logit_bias.as_ref(),
-                        ids: &acts.ids,
-                        weights: &acts.route_w,
-                    };
-                    let fused = gpu
-                        .caps
-                        .fused_router
-                        .then(|| NormRouter::new(&gpu, &step.buffer, fused_io, shape, eps))
-                        .flatten()
-                        .map(|f| {
-                            let inputs = FusedRouterInputs {
-                                norm_weight: ffn_norm_w.clone(),
-                                router: router_m,
-                                logit_bias: logit_bias.clone(),
-                            };
-                            (f, inputs)
-                        });
                     bld.buffers.extend(logit_bias);
                     let expert_bias = mw.expert_bias.as_ref().map(|b| f32_buf(&gpu, "expert biases", b));
                     let io = ExpertIo {
@@ -516,15 +494,7 @@ impl GpuModel {
                         }
                         false => Some(MoeCombine::new(&gpu, &step.buffer, &acts.ey, &acts.x, gated, h, m.top_k)),
                     };
-                    Ffn::Moe(Box::new(MoeFfn {
-                        router,
-                        router_bias,
-                        topk,
-                        fused,
-                        experts: expert_ffn,
-                        shared,
-                        combine,
-                    }))
+                    Ffn::Moe(Box::new(MoeFfn { router, router_bias, topk, experts: expert_ffn, shared, combine }))
                 }
             };
             bld.buffers.push(ffn_norm_w);

@@ -44,7 +44,6 @@ use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::matrix::naming;
 use crate::ops::mla_attention;
 use crate::ops::moe_combine::MoeCombine;
-use crate::ops::norm_router::{NormRouter, NormRouterIo};
 use crate::ops::rms_norm::{NormRows, RmsNorm};
 use crate::ops::router::{RouterIo, RouterShape, RouterTopK};
 use crate::ops::swiglu::SwiGlu;
@@ -143,25 +142,12 @@ struct MoeFfn {
     /// The router's correction bias (sigmoid routing), kept for routers bound later.
     router_bias: Option<Vec<f32>>,
     topk: RouterTopK,
-    /// The FFN norm, router and top-k in one dispatch (CPU layouts), and what it binds, from
-    /// which an attached prerouter binds its own fused routers.
-    fused: Option<(NormRouter, FusedRouterInputs)>,
     experts: ExpertFfn,
     shared: Option<Shared>,
     /// Sum of the experts' outputs into the residual; `None` when the next layer's input norm
     /// (or the final norm) does it ([`RmsNorm::after_combine`]: every layer without a gated
     /// shared expert).
     combine: Option<MoeCombine>,
-}
-
-/// The buffers a layer's [`NormRouter`] binds besides the activations.
-struct FusedRouterInputs {
-    /// The FFN norm's weight.
-    norm_weight: wgpu::Buffer,
-    /// The router matrix's index in [`GpuModel`]'s `matrices`.
-    router: usize,
-    /// The router's logit bias (gpt-oss).
-    logit_bias: Option<wgpu::Buffer>,
 }
 
 enum Ffn {

@@ -13,7 +13,6 @@ use super::{router_shape, Ffn, GpuModel};
 use crate::error::{Error, Result};
 use crate::experts::predictor::PredictedRouting;
 use crate::gpu::{Gpu, Pass, Readback};
-use crate::ops::norm_router::{NormRouter, NormRouterIo};
 use crate::ops::prerouter_heads::{HeadToRun, PrerouterHeads, PrerouterHistory};
 use crate::ops::router::{Capture, Forced, RouterTopK};
 use crate::prerouter::heads_file::Heads;
@@ -53,23 +52,14 @@ impl FromStr for RoutingMode {
     }
 }
 
-/// A prerouter's routing of one MoE layer: a top-k over the router matmul's logits after the
-/// FFN norm, or where the layer fuses the three (CPU layouts), one [`NormRouter`].
-pub(super) enum LayerRouter {
-    /// Recorded after the FFN norm and the router matmul.
-    TopK(RouterTopK),
-    /// The FFN norm, router and top-k in one.
-    Fused(NormRouter),
-}
-
 /// The prerouter's kernels and state inside a [`GpuModel`].
 pub(super) struct DecoderPrerouter {
     history: PrerouterHistory,
     /// Per model layer (MoE layers): the router top-k that also captures the heads' inputs.
-    native: Vec<Option<LayerRouter>>,
+    native: Vec<Option<RouterTopK>>,
     /// Per model layer: the capturing top-k taking the prediction as routing (predicted mode,
     /// layers with a head).
-    forced: Vec<Option<LayerRouter>>,
+    forced: Vec<Option<RouterTopK>>,
     heads: PrerouterHeads,
     /// Per head: the model layer it predicts.
     targets: Vec<usize>,
@@ -91,7 +81,7 @@ impl DecoderPrerouter {
 
     /// The top-k to record for model layer `layer` in a step of `n` tokens (in place of the
     /// decoder's own): the forced one when predicted routing applies, else the capturing one.
-    pub(super) fn router(&self, layer: usize, n: usize) -> Option<&LayerRouter> {
+    pub(super) fn router(&self, layer: usize, n: usize) -> Option<&RouterTopK> {
         let forced = self.forced.get(layer).and_then(Option::as_ref).filter(|_| self.forcing(layer, n));
         forced.or_else(|| self.native.get(layer).and_then(Option::as_ref))
     }
@@ -161,28 +151,11 @@ impl GpuModel {
             let capture = Capture { hn: &self.acts.hn, history: &history, layer: ordinal(layer), hidden: c.hidden };
             let Ffn::Moe(moe) = &self.layers[layer].ffn else { unreachable!("heads own MoE layers") };
             let shape = router_shape(&m, moe.router_bias.as_deref());
-            let fused = moe.fused.as_ref().and_then(|(_, inputs)| {
-                let io = NormRouterIo {
-                    x: &self.acts.x,
-                    norm_weight: &inputs.norm_weight,
-                    hn: &self.acts.hn,
-                    router: &self.matrices[inputs.router],
-                    logit_bias: inputs.logit_bias.as_ref(),
-                    ids: &self.acts.ids,
-                    weights: &self.acts.route_w,
-                };
-                NormRouter::with(gpu, step, io, shape, self.spec.rms_eps, forced, Some(capture))
-            });
-            match fused {
-                Some(f) => LayerRouter::Fused(f),
-                None => {
-                    LayerRouter::TopK(RouterTopK::with(gpu, step, self.acts.router_io(), shape, forced, Some(capture)))
-                }
-            }
+            RouterTopK::with(gpu, step, self.acts.router_io(), shape, forced, Some(capture))
         };
         let native = (0..self.spec.layers).map(|l| moe_layers.contains(&l).then(|| router(l, None))).collect();
         let targets: Vec<usize> = heads.heads.iter().map(|h| h.target_layer).collect();
-        let mut forced: Vec<Option<LayerRouter>> = (0..self.spec.layers).map(|_| None).collect();
+        let mut forced: Vec<Option<RouterTopK>> = (0..self.spec.layers).map(|_| None).collect();
         if routing == RoutingMode::Predicted {
             for (h, &target) in targets.iter().enumerate() {
                 forced[target] = Some(router(target, Some(Forced { experts: &bound.predicted, offset: h * c.top_k })));

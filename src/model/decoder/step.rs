@@ -5,7 +5,6 @@
 //! whole step is one submission. An optimistic decode step ([`super::optimistic`]) is one
 //! submission too, its routing logged and looked at afterwards.
 
-use super::prerouter::LayerRouter;
 use super::{Ffn, GpuModel, MoeFfn, SequenceCache, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
@@ -156,19 +155,12 @@ impl GpuModel {
                     mlp.record(gpu, &mut rec, n)
                 }
                 Ffn::Moe(moe) => {
-                    let MoeFfn { router, topk, fused, experts, shared, combine, .. } = &**moe;
-                    match (prerouter.and_then(|p| p.router(i, n)), fused) {
-                        (Some(LayerRouter::Fused(fused)), _) | (None, Some((fused, _))) => {
-                            fused.record(gpu, &mut rec, n)
-                        }
-                        (own, _) => {
-                            l.ffn_norm.record(gpu, &mut rec, n);
-                            router.record(gpu, &mut rec, n);
-                            match own {
-                                Some(LayerRouter::TopK(own)) => own.record(gpu, &mut rec, n),
-                                _ => topk.record(gpu, &mut rec, n),
-                            }
-                        }
+                    let MoeFfn { router, topk, experts, shared, combine, .. } = &**moe;
+                    l.ffn_norm.record(gpu, &mut rec, n);
+                    router.record(gpu, &mut rec, n);
+                    match prerouter.and_then(|p| p.router(i, n)) {
+                        Some(own) => own.record(gpu, &mut rec, n),
+                        None => topk.record(gpu, &mut rec, n),
                     }
                     match residency.as_deref_mut().filter(|r| observing || r.needs_routing()) {
                         None => {
