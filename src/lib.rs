@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod chat;
 pub mod convert;
+pub mod decoder;
 mod env_choice;
 pub mod error;
 pub mod experts;
@@ -24,5 +25,6 @@ pub mod sim;
 
 pub use runtime::{Engine, EngineOptions, Session};
 pub mod store;
+pub mod util;
 
 pub use error::{Error, Result};

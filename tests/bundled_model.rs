@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use common::gpu;
 use moestream::experts::predictor::PrefetchKind;
-use moestream::model::decoder::RoutingMode;
+use moestream::decoder::RoutingMode;
 use moestream::ops::WeightFormat;
 use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};

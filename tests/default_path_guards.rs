@@ -96,7 +96,7 @@ fn memory_stays_flat_as_tokens_are_generated() {
             generate(&engine, tokens, |_| ());
             figures.push((
                 current_rss(),
-                moestream::runtime::peak_rss::peak_rss_bytes(),
+                moestream::util::peak_rss::peak_rss_bytes(),
                 engine.gpu().bytes_allocated(),
             ));
         }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{fixtures, gpu, max_abs_diff};
-use moestream::model::decoder::DecoderOptions;
+use moestream::decoder::DecoderOptions;
 use moestream::ops::WeightFormat;
 use moestream::quant::{Int4Scheme, QuantParams};
 use moestream::reference::ReferenceModel;

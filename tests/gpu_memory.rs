@@ -23,7 +23,7 @@ fn needs(options: &EngineOptions) -> (u64, u64, usize) {
     let ckpt = Checkpoint::open(&options.model_dir).unwrap();
     let context = options.context.unwrap();
     let resident = memory_plan::resident_weight_bytes(&ckpt, options.dense, false)
-        + memory_plan::kv_cache_bytes(&spec, context, options.kv_dtype, true)
+        + spec.kv_cache_bytes(context, options.kv_dtype, true)
         + memory_plan::activation_bytes(&spec, options.max_batch);
     let m = spec.moe.as_ref().unwrap();
     let slot = SlotLayout::new(options.experts, spec.hidden, m.expert_intermediate).unwrap().slot_bytes as u64;

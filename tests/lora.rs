@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::{fixtures, fixtures_dir, gpu, max_abs_diff, GoldenPrompt, Rng, TempDir};
-use moestream::model::decoder::DecoderOptions;
+use moestream::decoder::DecoderOptions;
 use moestream::model::lora::{LoraAdapter, CONFIG_FILE, WEIGHTS_FILE};
 use moestream::model::names;
 use moestream::model::ArchSpec;

@@ -11,7 +11,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::{fixtures_dir, gpu, max_abs_diff, TempDir};
-use moestream::model::decoder::DecoderOptions;
+use moestream::decoder::DecoderOptions;
 use moestream::model::{ArchSpec, Checkpoint};
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::reference::ReferenceModel;

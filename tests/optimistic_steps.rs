@@ -13,7 +13,7 @@ use std::sync::Arc;
 use moestream::experts::policy::{Phase, PolicyKind};
 use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::{Gpu, GpuOptions};
-use moestream::model::decoder::{OptimisticSteps, StepOutput, StepResult};
+use moestream::decoder::{OptimisticSteps, StepOutput, StepResult};
 use moestream::ops::WeightFormat;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
 

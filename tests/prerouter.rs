@@ -11,7 +11,7 @@ use common::gpu;
 use moestream::bench::workload::SplitMix64;
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
-use moestream::model::decoder::RoutingMode;
+use moestream::decoder::RoutingMode;
 use moestream::model::ArchSpec;
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::prerouter::collect::collect;

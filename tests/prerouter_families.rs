@@ -13,7 +13,7 @@ use common::gpu;
 use moestream::bench::workload::SplitMix64;
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
-use moestream::model::decoder::RoutingMode;
+use moestream::decoder::RoutingMode;
 use moestream::ops::WeightFormat;
 use moestream::prerouter::collect::collect;
 use moestream::prerouter::compat::ModelDims;

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::kernels::{replicas, time_ops, KernelBenchOptions};
-use super::workload::SplitMix64;
+use crate::util::rng::SplitMix64;
 use crate::error::Result;
 use crate::gpu::{Gpu, StepUniform};
 use crate::ops::attention::{is_split, partial_bytes, split_len, Attention, AttentionIo, Heads, KeyRange};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::workload::SplitMix64;
+use crate::util::rng::SplitMix64;
 use crate::error::{Error, Result};
 use crate::store::{open_uncached, AlignedBuf, PositionedIo};
 

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::attention_bandwidth::{self, AttentionBandwidth, BENCH_HEADS};
 use super::timing::median;
-use super::workload::SplitMix64;
+use crate::util::rng::SplitMix64;
 use crate::error::Result;
 use crate::gpu::{Gpu, Pass, StepUniform};
 use crate::model::HostTensor;

@@ -10,7 +10,7 @@ use super::workload::random_tokens;
 use crate::convert::{is_converted, ModelManifest};
 use crate::error::Result;
 use crate::experts::residency::ExpertStats;
-use crate::model::decoder::OptimisticSteps;
+use crate::decoder::OptimisticSteps;
 use crate::runtime::{GenerateOptions, SamplingParams};
 use crate::Engine;
 
@@ -28,7 +28,7 @@ pub struct ModelBenchOptions {
     /// Also time decode with chained steps against one step at a time ([`DecodeComparison`]).
     pub compare_chained: bool,
     /// Also time streaming decode with optimistic steps always against never
-    /// ([`crate::model::decoder::OptimisticSteps`]).
+    /// ([`crate::decoder::OptimisticSteps`]).
     pub compare_optimistic: bool,
 }
 

@@ -11,7 +11,7 @@ use super::timing::median;
 use super::workload::random_tokens;
 use crate::error::Result;
 use crate::gpu::{Caps, GpuOptions};
-use crate::model::decoder::OptimisticSteps;
+use crate::decoder::OptimisticSteps;
 use crate::ops::experts::ExpertPrefill;
 use crate::ops::matmul::LayoutChoice;
 use crate::runtime::{EngineOptions, ExpertBudget, GenerateOptions, SamplingParams};

@@ -75,7 +75,7 @@ pub struct RunReport {
     /// Milliseconds the GPU pipeline waited for expert data.
     pub stall_ms: f64,
     /// Decode steps run optimistically in one submission and kept
-    /// ([`crate::model::decoder::OptimisticSteps`]).
+    /// ([`crate::decoder::OptimisticSteps`]).
     pub optimistic_steps: u64,
     /// Optimistic steps run again layer by layer.
     pub optimistic_discarded: u64,

@@ -1,33 +1,8 @@
 //! Benchmark inputs: seeded random token ids and requests cut from a model's `validation.txt`.
 
 use crate::error::Result;
+use crate::util::rng::SplitMix64;
 use crate::Engine;
-
-/// A reproducible SplitMix64 stream (the same generator the sampler uses).
-pub struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    /// A stream starting from `seed`.
-    pub fn new(seed: u64) -> Self {
-        SplitMix64 { state: seed ^ 0x9E37_79B9_7F4A_7C15 }
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A uniform value in `[-1, 1)`.
-    pub fn next_signed(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
 
 /// `n` token ids drawn uniformly from `0..vocab` by a stream seeded with `seed`.
 pub fn random_tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {

@@ -16,7 +16,7 @@ pub const MAX_RENDERED_BYTES: usize = 64 << 20;
 
 /// The file a model directory may hold its template in (transformers 4.43+ writes it there
 /// instead of into `tokenizer_config.json`).
-pub const TEMPLATE_FILE: &str = "chat_template.jinja";
+pub use crate::util::model_files::TEMPLATE_FILE;
 
 /// A compiled chat template and the special-token strings it is rendered with.
 pub struct ChatTemplate {

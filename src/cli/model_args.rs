@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::GpuOptions;
-use moestream::model::decoder::RoutingMode;
+use moestream::decoder::RoutingMode;
 use moestream::model::MlaCacheKind;
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;

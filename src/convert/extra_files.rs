@@ -5,12 +5,12 @@ use std::path::Path;
 
 use super::{EXPERTS_FILE, MANIFEST_FILE, RESIDENT_FILE};
 use crate::error::{Error, Result};
-use crate::prerouter::heads_file::HEADS_FILE;
+use crate::util::model_files::HEADS_FILE;
 
 /// Small files copied verbatim from the source, when present (`config.json` is required).
 const COPIED_FILES: [&str; 7] = [
     "config.json",
-    crate::chat::TEMPLATE_FILE,
+    crate::util::model_files::TEMPLATE_FILE,
     "tokenizer.json",
     "tokenizer_config.json",
     "generation_config.json",

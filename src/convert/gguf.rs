@@ -65,13 +65,13 @@ pub(super) fn convert_gguf(src: &Path, out: &Path, progress: &mut dyn FnMut(Prog
         experts_encoding: manifest_encoding(&types),
         dense_encoding: "gguf (read from the source file)".into(),
         seconds,
-        peak_rss_bytes: crate::runtime::peak_rss::peak_rss_bytes(),
+        peak_rss_bytes: crate::util::peak_rss::peak_rss_bytes(),
         throughput_bytes_per_s: reporter.total as f64 / seconds.max(1e-9),
     })
 }
 
 /// The store's encoding name for the MoE layers' `types`.
-fn manifest_encoding(types: &[Option<[crate::model::gguf::GgmlType; 2]>]) -> String {
+fn manifest_encoding(types: &[Option<[crate::quant::GgmlType; 2]>]) -> String {
     StoreEncoding::Ggml(types.iter().flatten().copied().collect()).name()
 }
 
@@ -81,7 +81,7 @@ fn manifest_encoding(types: &[Option<[crate::model::gguf::GgmlType; 2]>]) -> Str
 pub(super) fn write_store(
     ckpt: &Arc<Checkpoint>,
     spec: &ArchSpec,
-    types: &[Option<[crate::model::gguf::GgmlType; 2]>],
+    types: &[Option<[crate::quant::GgmlType; 2]>],
     path: &Path,
     reporter: &mut Reporter,
 ) -> Result<(usize, WeightFormat)> {

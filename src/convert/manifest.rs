@@ -28,13 +28,12 @@ use serde::{Deserialize, Serialize};
 use super::fingerprint::file_crc32;
 use super::ConvertOptions;
 use crate::error::{Error, Result};
-use crate::model::gguf::GgmlType;
+use crate::quant::GgmlType;
 use crate::model::ArchSpec;
 use crate::ops::WeightFormat;
 use crate::quant::{Int4Scheme, QuantParams};
 
-/// File name of the manifest.
-pub const MANIFEST_FILE: &str = "model.json";
+pub use crate::util::model_files::MANIFEST_FILE;
 /// Value of the manifest's `format` field.
 pub const MANIFEST_FORMAT: &str = "moestream-model";
 /// The manifest version this build writes and reads.

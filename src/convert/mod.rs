@@ -12,7 +12,7 @@
 //!
 //! In `resident.safetensors`, 1-D tensors (norms, biases) and MLA's `kv_b_proj` (read by the
 //! MLA kernel in f32) are F32; the embedding and the
-//! routers are F16 (never int4, as in [`crate::model::decoder::DecoderOptions::format_of`]);
+//! routers are F16 (never int4, as in [`crate::decoder::DecoderOptions::format_of`]);
 //! every other matrix (attention, dense MLP, shared expert and its gate, lm_head) follows
 //! [`ConvertOptions::dense`]: F16, or an int4 blob stored as a U8 tensor of shape `[blob_len]`
 //! with the parameters in the `__metadata__` key [`crate::model::weights::INT4_METADATA_KEY`],
@@ -46,15 +46,12 @@ pub use manifest::{
 };
 
 use crate::error::{Error, Result};
-use crate::model::gguf::GgmlType;
+use crate::quant::GgmlType;
 use crate::model::{gpt_oss_weights, ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
 use crate::quant::QuantParams;
 
-/// Name of the expert store in a converted directory.
-pub const EXPERTS_FILE: &str = "experts.bin";
-/// Name of the non-expert weights in a converted directory.
-pub const RESIDENT_FILE: &str = "resident.safetensors";
+pub use crate::util::model_files::{EXPERTS_FILE, RESIDENT_FILE};
 
 /// How a checkpoint is converted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -281,7 +278,7 @@ pub fn convert(
         experts_encoding: options.experts.name(),
         dense_encoding: options.dense.name(),
         seconds,
-        peak_rss_bytes: crate::runtime::peak_rss::peak_rss_bytes(),
+        peak_rss_bytes: crate::util::peak_rss::peak_rss_bytes(),
         throughput_bytes_per_s: reporter.total as f64 / seconds.max(1e-9),
     })
 }

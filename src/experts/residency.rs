@@ -57,7 +57,7 @@ pub struct ExpertStats {
     /// CPU milliseconds the reader threads spent in reads.
     pub io_cpu_ms: f64,
     /// Decode steps run optimistically as one submission and kept (every routed expert was
-    /// already in a slot; [`crate::model::decoder::OptimisticSteps`]).
+    /// already in a slot; [`crate::decoder::OptimisticSteps`]).
     pub optimistic_steps: u64,
     /// Optimistic steps discarded (a routed expert had no slot) and run again layer by layer.
     pub optimistic_discarded: u64,

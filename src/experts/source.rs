@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::arena::SlotLayout;
 use crate::error::{Error, Result};
-use crate::model::gguf::GgmlType;
+use crate::quant::GgmlType;
 use crate::model::{gpt_oss_weights, layer_weights};
 use crate::model::{ArchSpec, Checkpoint, Family};
 use crate::ops::matrix::naming;

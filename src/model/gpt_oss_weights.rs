@@ -14,7 +14,8 @@
 //! per layer one `[experts, 2 * inter + hidden]` tensor (per expert gate, up, down biases).
 
 use super::config::ArchSpec;
-use super::gguf::{dequant, GgmlType};
+use super::gguf::dequant;
+use crate::quant::GgmlType;
 use super::layer_weights::MlpWeights;
 use super::names::{self, gpt_oss_experts as name};
 use super::weights::{Checkpoint, GgmlBlob, HostTensor};

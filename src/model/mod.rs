@@ -3,7 +3,6 @@
 
 pub mod config;
 pub mod config_limits;
-pub mod decoder;
 pub mod gguf;
 pub mod gpt_oss_weights;
 pub mod hybrid_weights;
@@ -14,7 +13,7 @@ pub mod names;
 pub mod weights;
 
 pub use config::{
-    ArchSpec, AttentionKind, ExpertAct, Family, HybridSpec, LinearKind, MlaCacheKind, MlaSpec, MoeSpec, QkNorm,
+    ArchSpec, AttentionKind, DeltaShape, ExpertAct, GateAct, Family, HybridSpec, LinearKind, MlaCacheKind, MlaSpec, MoeSpec, QkNorm,
     RopeScaling, RopeSpec, RoutingKind,
 };
 pub use weights::{Checkpoint, HostTensor};

@@ -10,7 +10,7 @@ use safetensors::{Dtype, SafeTensors};
 
 use crate::error::{Error, Result};
 use crate::model::gguf::names::Fix;
-use crate::model::gguf::GgmlType;
+use crate::quant::GgmlType;
 use crate::quant::{Int4Layout, Int4Matrix, Int4Scheme, QuantParams};
 
 mod gguf;

@@ -4,7 +4,7 @@
 use super::{groups64, params};
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
-use crate::reference::ops::GateAct;
+use crate::model::GateAct;
 
 /// Where the gate values of each token are: `width / span` values at `offset` of rows `stride`
 /// wide.

@@ -5,7 +5,7 @@ use super::params;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::LinearKind;
-use crate::reference::ops::DeltaShape;
+use crate::model::DeltaShape;
 
 /// The buffers a delta-rule step reads and writes.
 pub struct DeltaIo<'a> {

@@ -8,40 +8,13 @@ use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::RopeSpec;
 
-/// Element type of the KV cache.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KvDtype {
-    /// Half precision (two per u32, packed and unpacked in f32 arithmetic): the default, half
-    /// the memory and half the bytes read per decode step.
-    #[default]
-    F16,
-    /// Single precision: bit-comparable with the f32 reference.
-    F32,
-}
+pub use crate::quant::KvDtype;
 
-impl KvDtype {
-    /// Bytes of one cached element.
-    pub fn bytes(self) -> usize {
-        match self {
-            KvDtype::F16 => 2,
-            KvDtype::F32 => 4,
-        }
-    }
-
-    /// The shader define selecting this element type.
-    pub(crate) fn defines(self) -> &'static [&'static str] {
-        match self {
-            KvDtype::F16 => &["F16"],
-            KvDtype::F32 => &[],
-        }
-    }
-
-    /// `"f16"` or `"f32"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            KvDtype::F16 => "f16",
-            KvDtype::F32 => "f32",
-        }
+/// The shader define selecting `dtype` in the cache kernels.
+pub(crate) fn dtype_defines(dtype: KvDtype) -> &'static [&'static str] {
+    match dtype {
+        KvDtype::F16 => &["F16"],
+        KvDtype::F32 => &[],
     }
 }
 
@@ -106,7 +79,7 @@ impl KvStore {
             chunk.context as u32,
         ];
         let mut storage: Vec<Slice> = vec![k.into(), v.into(), chunk.k.into(), chunk.v.into()];
-        let mut defines = chunk.dtype.defines().to_vec();
+        let mut defines = dtype_defines(chunk.dtype).to_vec();
         // Per token: the chunk's f32 rows read and their cached copies written.
         let elements = (chunk.heads * (k_dim + v_dim)) as u64;
         let mut per_token = elements * (4 + chunk.dtype.bytes() as u64);

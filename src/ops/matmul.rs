@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
-use crate::model::gguf::GgmlType;
+use crate::quant::GgmlType;
 
 /// Where and how a matmul writes its output.
 #[derive(Clone, Copy, Debug)]

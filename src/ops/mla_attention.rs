@@ -138,7 +138,7 @@ impl MlaAttention {
             per_position: per_position as u64,
         };
         let kernel = |dest: &wgpu::Buffer, split: bool| {
-            let mut defines = dtype.defines().to_vec();
+            let mut defines = super::kv_store::dtype_defines(dtype).to_vec();
             let mut storage: Vec<Slice<'_>> = vec![io.q.into()];
             match io.cache {
                 MlaCacheView::Latent(c) => storage.extend([c.c, c.k_rope, io.kv_b].map(Slice::from)),

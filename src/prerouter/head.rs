@@ -12,7 +12,7 @@
 //! Weights are row-major `[out, in]` like PyTorch's `nn.Linear`. The multi-hot part of the input
 //! is sparse, so it is passed as the indices of its ones.
 
-use crate::bench::workload::SplitMix64;
+use crate::util::rng::SplitMix64;
 
 /// The sizes of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

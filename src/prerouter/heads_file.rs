@@ -22,7 +22,7 @@ use super::train::TrainedHead;
 
 /// Name of the heads file inside a model directory, found without `--prerouter` (and copied
 /// by `convert`).
-pub const HEADS_FILE: &str = "prerouter.safetensors";
+pub use crate::util::model_files::HEADS_FILE;
 /// Metadata key of the [`HeadsConfig`] JSON.
 pub const CONFIG_KEY: &str = "prerouter";
 /// Metadata key of the training report JSON.

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::compat::ModelDims;
 use super::heads_file::Heads;
 use crate::error::Result;
-use crate::model::decoder::{GpuModel, RoutingMode};
+use crate::decoder::{GpuModel, RoutingMode};
 
 /// Loads the heads in `path`, checks them against `model`'s dimensions and attaches them:
 /// with `routing` [`RoutingMode::Predicted`] they route one-token steps; with `publish` their

@@ -16,7 +16,7 @@ use super::features::{Features, RoutingContext};
 use super::head::{dot, Head, HeadDims, HeadParams, Tape};
 use super::loss::Loss;
 use super::metrics::{top_k, Tally};
-use crate::bench::workload::SplitMix64;
+use crate::util::rng::SplitMix64;
 
 /// How to train.
 #[derive(Clone, Copy, Debug, Serialize)]

@@ -43,6 +43,8 @@
 //! [`WeightEncoding::F16`] stores a matrix as plain row-major little-endian f16 at blob offset 0,
 //! padded with zeros to a multiple of 256 bytes.
 
+pub mod ggml_type;
+pub mod kv_dtype;
 mod encoding;
 mod error;
 mod layout;
@@ -54,6 +56,8 @@ mod scale_search;
 mod serialize;
 
 pub use encoding::WeightEncoding;
+pub use ggml_type::GgmlType;
+pub use kv_dtype::KvDtype;
 pub use error::QuantError;
 pub use layout::{layout, Int4Layout, SEGMENT_ALIGN};
 pub use matrix::{quantize, Int4Matrix};

@@ -4,20 +4,7 @@
 
 use super::ops::{causal_conv1d_step, gate_mul, gated_delta_step, matvec, rms_norm, DeltaGates, DeltaShape, GateAct};
 use crate::model::hybrid_weights::LinearAttnWeights;
-use crate::model::{ArchSpec, HybridSpec, LinearKind};
-
-/// The delta-rule shape of `hy`.
-pub fn delta_shape(hy: &HybridSpec) -> DeltaShape {
-    DeltaShape { k_heads: hy.num_k_heads, v_heads: hy.num_v_heads, dk: hy.head_k_dim, dv: hy.head_v_dim }
-}
-
-/// The activation of the output norm's gate: Gated DeltaNet's `silu(z)`, KDA's `sigmoid(g)`.
-pub fn output_gate_act(kind: LinearKind) -> GateAct {
-    match kind {
-        LinearKind::GatedDeltaNet => GateAct::Silu,
-        LinearKind::Kda { .. } => GateAct::Sigmoid,
-    }
-}
+use crate::model::{ArchSpec, HybridSpec};
 
 /// `out_proj(gated_norm(delta_rule(conv(in_proj x))))` of `normed` `[hidden]`, advancing
 /// `state` (`[conv window | recurrent state]`, [`HybridSpec::state_floats`]).
@@ -38,12 +25,12 @@ pub(crate) fn linear_attention(
     let gates = DeltaGates { a, b, a_log: &w.a_log.data, dt_bias: &w.dt_bias.data, kind: hy.kind };
     let mut core = vec![0.0f32; vd];
     let qkv = (&conv[..kd], &conv[kd..2 * kd], &conv[2 * kd..]);
-    gated_delta_step(delta_shape(hy), qkv, gates, recurrent, &mut core);
+    gated_delta_step(DeltaShape::of(hy), qkv, gates, recurrent, &mut core);
     let mut gated = vec![0.0f32; vd];
     for (x, y) in core.chunks_exact(dv).zip(gated.chunks_exact_mut(dv)) {
         rms_norm(x, &w.norm.data, spec.rms_eps, y);
     }
-    gate_mul(&mut gated, z, 1, output_gate_act(hy.kind));
+    gate_mul(&mut gated, z, 1, GateAct::of_output_gate(hy.kind));
     let mut out = vec![0.0f32; spec.hidden];
     matvec(&w.out.data, spec.hidden, vd, &gated, &mut out);
     out

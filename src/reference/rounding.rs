@@ -3,7 +3,7 @@
 
 use super::ReferenceModel;
 use crate::error::Result;
-use crate::model::decoder::DecoderOptions;
+use crate::decoder::DecoderOptions;
 use crate::model::layer_weights::{AttentionBlock, FfnWeights, MlaQuery, MlpWeights};
 use crate::model::HostTensor;
 use crate::ops::WeightFormat;

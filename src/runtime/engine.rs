@@ -18,7 +18,7 @@ use crate::experts::source::{CheckpointExperts, ExpertSource, StoreExperts};
 use crate::experts::tiled_source::TiledExperts;
 use crate::experts::trace::TraceHeader;
 use crate::gpu::Gpu;
-use crate::model::decoder::{DecoderOptions, GpuModel, LayerObserver, RoutingMode, StreamingOptions};
+use crate::decoder::{DecoderOptions, GpuModel, LayerObserver, RoutingMode, StreamingOptions};
 use crate::model::gguf::GgufModel;
 use crate::model::lora::LoraAdapter;
 use crate::model::{ArchSpec, AttentionKind, Checkpoint};
@@ -187,7 +187,7 @@ impl Engine {
         // gpt-oss's MXFP4 experts are read as stored, whatever the options say.
         let expert_format = match converted.is_none() && crate::model::gpt_oss_weights::experts_are_mxfp4(&ckpt, &spec)
         {
-            true => WeightFormat::of_ggml(crate::model::gguf::GgmlType::Mxfp4).for_gpu(),
+            true => WeightFormat::of_ggml(crate::quant::GgmlType::Mxfp4).for_gpu(),
             false => expert_format,
         };
         let source: Option<Arc<dyn ExpertSource>> = match (&spec.moe, &converted) {
@@ -221,7 +221,7 @@ impl Engine {
         let activations = memory_plan::activation_bytes(&spec, options.max_batch);
         let weights = memory_plan::resident_weight_bytes(&ckpt, dense_format, converted.is_some());
         let resident_bytes = weights
-            + memory_plan::kv_cache_bytes(&spec, budget_context, options.kv_dtype, source.is_some())
+            + spec.kv_cache_bytes(budget_context, options.kv_dtype, source.is_some())
             + activations;
         let streaming = source
             .as_ref()
@@ -237,7 +237,7 @@ impl Engine {
         };
         let fixed = weights + activations + expert_bytes;
         let kv_memory = options.kv_memory.unwrap_or_else(|| kv_memory_left(memory_plan::free_bytes(&gpu), fixed));
-        let state_bytes = memory_plan::sequence_state_bytes(&spec, streaming.is_some());
+        let state_bytes = spec.sequence_state_bytes(streaming.is_some());
         let kv = plan_kv(&spec, options.kv_dtype, options.context, kv_memory, state_bytes)?;
         log::info!(
             "KV cache: {} bytes per token ({}), context {} ({} bytes per session, {} bytes for all sessions)",

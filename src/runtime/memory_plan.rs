@@ -43,18 +43,6 @@ pub fn resident_weight_bytes(ckpt: &Checkpoint, dense: WeightFormat, converted: 
         .sum()
 }
 
-/// GPU bytes of one sequence's caches for `context` positions in `dtype`: its KV rows and
-/// its linear-attention states ([`sequence_state_bytes`]).
-pub fn kv_cache_bytes(spec: &ArchSpec, context: usize, dtype: KvDtype, streaming: bool) -> u64 {
-    spec.kv_bytes_per_token(dtype) * context as u64 + sequence_state_bytes(spec, streaming)
-}
-
-/// GPU bytes of one sequence's linear-attention states, whatever its length: kept twice where
-/// experts stream (a copy to put back after a discarded optimistic step).
-pub fn sequence_state_bytes(spec: &ArchSpec, streaming: bool) -> u64 {
-    spec.linear_state_bytes() * if streaming { 2 } else { 1 }
-}
-
 /// GPU bytes of the activation buffers for `max_batch` tokens (logits dominate), with slack for
 /// the per-kernel scratch buffers.
 pub fn activation_bytes(spec: &ArchSpec, max_batch: usize) -> u64 {
@@ -114,7 +102,7 @@ pub fn check_context(spec: &ArchSpec, requested: Option<usize>) -> Result<()> {
 /// The context for KV caches of `budget` bytes in all: `requested` when one sequence fits
 /// (else [`Error::KvCacheTooLarge`]), by default the model's maximum or what fits, whichever
 /// is smaller.
-/// `state_bytes`: what a sequence takes whatever its length ([`sequence_state_bytes`]).
+/// `state_bytes`: what a sequence takes whatever its length ([`ArchSpec::sequence_state_bytes`]).
 pub fn plan_kv(
     spec: &ArchSpec,
     dtype: KvDtype,

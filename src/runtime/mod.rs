@@ -5,7 +5,6 @@ pub mod direct_io;
 pub mod engine;
 pub mod memory_plan;
 pub mod options;
-pub mod peak_rss;
 pub mod sampler;
 pub mod session;
 pub mod stats;

@@ -7,7 +7,7 @@ use crate::experts::eam::DEFAULT_EAMC_CAPACITY;
 use crate::experts::policy::PolicyKind;
 use crate::experts::predictor::PrefetchKind;
 use crate::gpu::GpuOptions;
-use crate::model::decoder::RoutingMode;
+use crate::decoder::RoutingMode;
 use crate::model::MlaCacheKind;
 use crate::ops::{KvDtype, WeightFormat};
 use crate::runtime::direct_io::DirectIo;

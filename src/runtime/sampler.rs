@@ -1,5 +1,7 @@
 //! Choosing the next token from logits: greedy, temperature, top-k, top-p, seeded.
 
+use crate::util::rng::SplitMix64;
+
 /// How to pick tokens.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -29,22 +31,13 @@ impl SamplingParams {
 /// A seeded sampler (SplitMix64 stream: small, fast, reproducible across platforms).
 pub struct Sampler {
     params: SamplingParams,
-    state: u64,
+    rng: SplitMix64,
 }
 
 impl Sampler {
     /// A sampler for `params`.
     pub fn new(params: SamplingParams) -> Sampler {
-        Sampler { params, state: params.seed ^ 0x9E37_79B9_7F4A_7C15 }
-    }
-
-    fn next_f64(&mut self) -> f64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        Sampler { params, rng: SplitMix64::new(params.seed) }
     }
 
     /// Picks a token from `logits`.
@@ -54,7 +47,7 @@ impl Sampler {
         }
         let candidates = self.params.candidates(logits);
         let total: f64 = candidates.iter().map(|c| c.weight).sum();
-        let mut r = self.next_f64() * total;
+        let mut r = self.rng.next_f64() * total;
         for c in &candidates {
             if r < c.weight {
                 return c.id;

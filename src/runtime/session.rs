@@ -1,7 +1,7 @@
 //! A sequence kept between calls: its tokens and its KV cache on the GPU, so that appending a
 //! turn processes only the new tokens ([`super::Engine::generate_in`]).
 
-use crate::model::decoder::SequenceCache;
+use crate::decoder::SequenceCache;
 
 /// One conversation's state: the token history and the caches holding it. Made by
 /// [`super::Engine::new_session`]; usable only with the engine that made it. Each session

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::model::gguf::GgmlType;
+use crate::quant::GgmlType;
 use crate::quant::{Int4Scheme, QuantParams, WeightEncoding};
 
 use super::{ggml_extent, ExpertLayout, ProjectionLayout, StoreEncoding, StoreError, EXTENT_ALIGN};

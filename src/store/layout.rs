@@ -1,6 +1,6 @@
 //! [`ExpertLayout`]: where the gate, up and down blobs lie inside one expert extent.
 
-use crate::model::gguf::GgmlType;
+use crate::quant::GgmlType;
 use crate::quant::{Int4Layout, QuantError, WeightEncoding};
 
 /// Alignment of every extent's file offset and length (for O_DIRECT).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use moestream::experts::policy::Phase;
 use moestream::gpu::Gpu;
-use moestream::model::decoder::{StepOutput, StepResult};
+use moestream::decoder::{StepOutput, StepResult};
 use moestream::ops::WeightFormat;
 use moestream::runtime::sampler::argmax;
 use moestream::runtime::{Engine, EngineOptions};

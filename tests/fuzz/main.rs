@@ -34,7 +34,7 @@ use moestream::convert::{convert, ConvertOptions};
 use moestream::experts::policy::{Phase, PolicyKind};
 use moestream::experts::predictor::PrefetchKind;
 use moestream::experts::trace::{Trace, TraceHeader, TraceWriter};
-use moestream::model::decoder::RoutingMode;
+use moestream::decoder::RoutingMode;
 use moestream::prerouter::compat::ModelDims;
 use moestream::prerouter::dataset::{Dataset, DatasetMeta, DatasetWriter};
 use moestream::prerouter::features::Features;

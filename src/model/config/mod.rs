@@ -7,6 +7,7 @@ mod attention;
 mod fields;
 mod gpt_oss;
 mod hybrid;
+mod linear_shapes;
 mod ling;
 mod moe;
 mod rope;
@@ -20,6 +21,7 @@ use serde_json::Value;
 
 pub use attention::{AttentionKind, MlaCacheKind, MlaSpec};
 pub use hybrid::{HybridSpec, LinearKind, MAX_CONV_KERNEL, MAX_LINEAR_KEY_DIM};
+pub use linear_shapes::{DeltaShape, GateAct};
 pub use moe::{ExpertAct, MoeSpec};
 pub use rope::{yarn_mscale, RopeScaling, RopeSpec};
 pub use routing::RoutingKind;
@@ -367,13 +369,25 @@ impl ArchSpec {
     /// Bytes one sequence's cache holds per token over all layers with caches in `dtype`: every
     /// key and value head for grouped attention; for MLA what [`MlaSpec::cached_width`] says.
     /// The one KV-size computation: sessions, the KV budget, the expert budget and `info` use it.
-    pub fn kv_bytes_per_token(&self, dtype: crate::ops::KvDtype) -> u64 {
+    pub fn kv_bytes_per_token(&self, dtype: crate::quant::KvDtype) -> u64 {
         let per_layer = match &self.attention {
             AttentionKind::Mla(m) => m.cached_width(self.heads) * dtype.bytes(),
             AttentionKind::Grouped => 2 * self.kv_dim() * dtype.bytes(),
         };
         let cached_layers = self.hybrid.as_ref().map_or(self.layers, HybridSpec::full_attention_layers);
         (per_layer * cached_layers) as u64
+    }
+
+    /// GPU bytes of one sequence's caches for `context` positions in `dtype`: its KV rows and
+    /// its linear-attention states ([`ArchSpec::sequence_state_bytes`]).
+    pub fn kv_cache_bytes(&self, context: usize, dtype: crate::quant::KvDtype, streaming: bool) -> u64 {
+        self.kv_bytes_per_token(dtype) * context as u64 + self.sequence_state_bytes(streaming)
+    }
+
+    /// GPU bytes of one sequence's linear-attention states, whatever its length: kept twice
+    /// where experts stream (a copy to put back after a discarded optimistic step).
+    pub fn sequence_state_bytes(&self, streaming: bool) -> u64 {
+        self.linear_state_bytes() * if streaming { 2 } else { 1 }
     }
 
     /// Bytes of one sequence's fixed-size state: the conv windows and recurrent states of the

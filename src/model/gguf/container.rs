@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::error::GgufError;
-use super::types::GgmlType;
+use crate::quant::GgmlType;
 
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]

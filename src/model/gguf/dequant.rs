@@ -5,7 +5,7 @@
 
 use half::{bf16, f16};
 
-use super::types::GgmlType;
+use crate::quant::GgmlType;
 
 fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_le_bytes([b[i], b[i + 1]]).to_f32()

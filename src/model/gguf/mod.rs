@@ -13,7 +13,6 @@ pub mod error;
 pub mod hf_config;
 pub mod names;
 pub mod tokenizer;
-pub mod types;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -22,7 +21,7 @@ use memmap2::Mmap;
 
 pub use container::{Container, GgufValue, TensorInfo};
 pub use error::GgufError;
-pub use types::GgmlType;
+pub use crate::quant::GgmlType;
 
 /// A GGUF model: one file or every part of a split set, mapped, with the metadata of the first
 /// part and the tensors of all.

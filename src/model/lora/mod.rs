@@ -1,7 +1,7 @@
 //! PEFT LoRA adapters: `W' = W + s·B·A` for some projections, with `A` `[r, in]`, `B` `[out, r]`
 //! and `s = lora_alpha / r` (`/ sqrt(r)` with rsLoRA).
 //!
-//! The GPU decoder applies them unmerged (`model::decoder` records `y += (s·B)(A x)` after each
+//! The GPU decoder applies them unmerged (`decoder` records `y += (s·B)(A x)` after each
 //! adapted projection, in f32, whatever the base weights' format); [`LoraAdapter::merge_into`]
 //! is the one place the product is folded into host weights, for the CPU reference.
 

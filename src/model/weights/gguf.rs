@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::{Checkpoint, Entry, GgmlBlob, HostTensor, SplitKvB, StoredDtype};
 use crate::error::{Error, Result};
 use crate::model::gguf::names::{Fix, Values};
-use crate::model::gguf::GgmlType;
+use crate::quant::GgmlType;
 
 impl Checkpoint {
     /// The tensors of a GGUF model under their Hugging Face names (per-expert slices of the

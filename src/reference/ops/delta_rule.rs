@@ -3,6 +3,7 @@
 //! both with `use_qk_l2norm_in_kernel`), one token at a time.
 
 use super::activation::{sigmoid, silu};
+pub use crate::model::config::{DeltaShape, GateAct};
 use crate::model::LinearKind;
 
 /// One token through a depthwise causal conv with SiLU: `x` `[channels]` is the new input,
@@ -28,19 +29,6 @@ pub fn softplus(x: f32) -> f32 {
     } else {
         x.exp().ln_1p()
     }
-}
-
-/// The shape of a gated delta-rule update.
-#[derive(Clone, Copy, Debug)]
-pub struct DeltaShape {
-    /// Query/key heads.
-    pub k_heads: usize,
-    /// Value heads (a multiple of `k_heads`; value head `h` reads key head `h / (v_heads / k_heads)`).
-    pub v_heads: usize,
-    /// Key head width.
-    pub dk: usize,
-    /// Value head width.
-    pub dv: usize,
 }
 
 /// The gate inputs of one token.
@@ -122,15 +110,6 @@ pub fn gated_delta_step(
             out[h * dv + j] = (0..dk).map(|i| s[i * dv + j] * qh[i]).sum();
         }
     }
-}
-
-/// How [`gate_mul`] turns a gate into a factor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GateAct {
-    /// `sigmoid(g)` (gated attention's output gate).
-    Sigmoid,
-    /// `silu(g)` (the DeltaNet's gated RMSNorm).
-    Silu,
 }
 
 /// `y[i] *= act(g[i / span])`: each gate value scales `span` consecutive values (1: one gate

@@ -291,7 +291,7 @@ impl GpuModel {
         let spec = &self.spec;
         let (context, dtype) = (self.options.context, self.options.kv_dtype);
         let streaming = self.residency().is_some_and(|r| r.is_streaming());
-        let bytes = crate::runtime::memory_plan::kv_cache_bytes(spec, context, dtype, streaming);
+        let bytes = spec.kv_cache_bytes(context, dtype, streaming);
         let gpu = &*self.gpu;
         let heads = self.heads();
         // Checked at load; only grouped layers split into chunks.
@@ -333,7 +333,7 @@ impl GpuModel {
 
     /// One Gated DeltaNet layer's zeroed state, the conv reading `a`'s taps and the delta rule
     /// its decay parameters; with `streaming` experts, also the copy optimistic steps save it
-    /// into (counted in `memory_plan::sequence_state_bytes`).
+    /// into (counted in `ArchSpec::sequence_state_bytes`).
     fn linear_cache(
         &self,
         hy: &crate::model::HybridSpec,
@@ -359,7 +359,7 @@ impl GpuModel {
             gpu,
             &self.step.buffer,
             io,
-            (crate::reference::linear_attention::delta_shape(hy), hy.kind),
+            (crate::model::DeltaShape::of(hy), hy.kind),
             offsets,
         );
         let saved = streaming.then(|| {

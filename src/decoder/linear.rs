@@ -12,8 +12,7 @@ use crate::model::{ArchSpec, HostTensor, HybridSpec};
 use crate::ops::gate_mul::{GateMul, GateRows};
 use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::rms_norm::{NormRows, RmsNorm};
-use crate::reference::linear_attention::output_gate_act;
-use crate::reference::ops::GateAct;
+use crate::model::GateAct;
 
 /// One layer's bound linear-attention block.
 pub(super) struct LinearAttn {
@@ -53,7 +52,7 @@ impl Builder<'_> {
         let norm = RmsNorm::new(gpu, step, &norm_w, &acts.core, Some(&acts.attn), rows, spec.rms_eps);
         self.buffers.push(norm_w);
         let z = GateRows { width: vd, span: 1, stride: width, offset: hy.conv_dim() };
-        let gate = GateMul::new(gpu, step, (&acts.lin, &acts.attn), z, output_gate_act(hy.kind));
+        let gate = GateMul::new(gpu, step, (&acts.lin, &acts.attn), z, GateAct::of_output_gate(hy.kind));
         let out_mode = MatMulOut { accumulate: true, ..MatMulOut::plain(spec.hidden) };
         let out = self.matmul("linear attention", &w.out, None, &acts.attn, &acts.x, out_mode)?;
         let decay = [&w.a_log.data[..], &w.dt_bias.data[..]].concat();
