@@ -8,8 +8,8 @@ mod common;
 use std::path::PathBuf;
 
 use common::gpu;
-use moestream::experts::predictor::PrefetchKind;
 use moestream::decoder::RoutingMode;
+use moestream::experts::predictor::PrefetchKind;
 use moestream::ops::WeightFormat;
 use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};

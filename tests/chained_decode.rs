@@ -7,8 +7,8 @@
 mod common;
 
 use common::{fixtures, gpu, Rng};
-use moestream::experts::predictor::PrefetchKind;
 use moestream::decoder::StepOutput;
+use moestream::experts::predictor::PrefetchKind;
 use moestream::ops::WeightFormat;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
 use moestream::Error;
@@ -132,10 +132,7 @@ fn step_level_misuse_is_refused() {
     let plain = m.new_cache().unwrap();
     let want0 = m.step(&plain, &[start], 0, moestream::experts::policy::Phase::Decode, StepOutput::Argmax).unwrap();
     let want1 = m.step(&plain, &[t0], 1, moestream::experts::policy::Phase::Decode, StepOutput::Argmax).unwrap();
-    assert_eq!(
-        (want0, want1),
-        (moestream::decoder::StepResult::Token(t0), moestream::decoder::StepResult::Token(t1))
-    );
+    assert_eq!((want0, want1), (moestream::decoder::StepResult::Token(t0), moestream::decoder::StepResult::Token(t1)));
     m.step(&cache, &[t1], 2, moestream::experts::policy::Phase::Decode, StepOutput::Logits).unwrap();
     invalid(m.submit_chained(&cache, None, 3).map(|_| ()), "chaining after a logits step");
     // A chained step dropped unread is waited for; its staging buffer serves the next one.

@@ -94,11 +94,7 @@ fn memory_stays_flat_as_tokens_are_generated() {
         let mut figures = Vec::new();
         for tokens in [SHORT, 10 * SHORT] {
             generate(&engine, tokens, |_| ());
-            figures.push((
-                current_rss(),
-                moestream::util::peak_rss::peak_rss_bytes(),
-                engine.gpu().bytes_allocated(),
-            ));
+            figures.push((current_rss(), moestream::util::peak_rss::peak_rss_bytes(), engine.gpu().bytes_allocated()));
         }
         let [(rss_a, peak_a, gpu_a), (rss_b, peak_b, gpu_b)] = figures[..] else { unreachable!() };
         println!("GUARD {rss_a} {peak_a} {gpu_a} {rss_b} {peak_b} {gpu_b}");

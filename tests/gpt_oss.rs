@@ -89,7 +89,7 @@ fn check_clamped_ffn(format: WeightFormat, hidden: usize, inter: usize, t: usize
     let hb = upload_f32(&gpu, &vec![0.0; pairs * inter]);
     let yb = upload_f32(&gpu, &vec![0.0; pairs * hidden]);
     let io = ExpertIo { x: &xb, ids: &ib, route_w: &wb, h: &hb, y: &yb, act: (ACT, Some(&bb)) };
-    let op = ExpertFfn::new(&gpu, &step.buffer, io, &arena, &layout, &table, 0, top_k, ExpertPrefill::Pairs);
+    let op = ExpertFfn::new(&gpu, &step.buffer, io, arena.binding(&table), &layout, 0, top_k, ExpertPrefill::Pairs);
     submit(&gpu, |pass| op.record(&gpu, pass, t));
     let y = read_f32(&gpu, &yb, pairs * hidden);
     let per = 2 * inter + hidden;

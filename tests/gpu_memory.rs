@@ -79,7 +79,7 @@ fn an_adapter_too_small_for_top_k_is_a_clear_error() {
     let err = Engine::load_on(gpu_of(resident), &options).err().expect("no memory left for KV");
     assert!(matches!(err, Error::KvCacheTooLarge { .. }), "{err}");
     let spec = ArchSpec::from_dir(&options.model_dir).unwrap();
-    options.kv_memory = Some(memory_plan::kv_cache_bytes(&spec, 256, options.kv_dtype, true));
+    options.kv_memory = Some(spec.kv_cache_bytes(256, options.kv_dtype, true));
     let engine = Engine::load_on(gpu_of(resident), &options).unwrap();
     assert_eq!(engine.expert_slots(), Some(2));
 }

@@ -328,7 +328,7 @@ fn run_ffn(gpu: &Arc<Gpu>, c: &FfnCase, d: &FfnData) -> (Vec<f32>, Vec<f32>, usi
     let hb = upload_f32(gpu, &vec![SENTINEL; pairs * c.inter]);
     let yb = upload_f32(gpu, &vec![SENTINEL; (pairs + 1) * c.hidden]);
     let io = ExpertIo { x: &xb, ids: &ib, route_w: &wb, h: &hb, y: &yb, act: (Default::default(), None) };
-    let op = ExpertFfn::new(gpu, &step.buffer, io, &arena, &arena.layout, &table, c.layer, c.top_k, c.prefill);
+    let op = ExpertFfn::new(gpu, &step.buffer, io, arena.binding(&table), &arena.layout, c.layer, c.top_k, c.prefill);
     submit(gpu, |pass| op.record(gpu, pass, c.t));
     (read_f32(gpu, &hb, pairs * c.inter), read_f32(gpu, &yb, (pairs + 1) * c.hidden), arena.chunks.len())
 }

@@ -10,10 +10,10 @@ mod common;
 use common::{fixtures, gpu, TempDir};
 use std::sync::Arc;
 
+use moestream::decoder::{OptimisticSteps, StepOutput, StepResult};
 use moestream::experts::policy::{Phase, PolicyKind};
 use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::{Gpu, GpuOptions};
-use moestream::decoder::{OptimisticSteps, StepOutput, StepResult};
 use moestream::ops::WeightFormat;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
 

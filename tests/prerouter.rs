@@ -8,13 +8,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use common::gpu;
-use moestream::bench::workload::SplitMix64;
+use moestream::util::rng::SplitMix64;
+use moestream::decoder::RoutingMode;
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
-use moestream::decoder::RoutingMode;
 use moestream::model::ArchSpec;
 use moestream::ops::{KvDtype, WeightFormat};
-use moestream::prerouter::collect::collect;
 use moestream::prerouter::compat::ModelDims;
 use moestream::prerouter::dataset::{Dataset, DatasetMeta, DatasetWriter, FORMAT_VERSION, HIDDEN_FILE};
 use moestream::prerouter::features::{Features, RoutingContext};
@@ -25,6 +24,7 @@ use moestream::prerouter::metrics::top_k;
 use moestream::prerouter::routers::read_routers;
 use moestream::prerouter::train::{train, TrainOptions, TrainedHead};
 use moestream::prerouter::PrerouterError;
+use moestream::runtime::collect_routing::collect;
 use moestream::runtime::{ExpertBudget, GenerateOptions};
 use moestream::{Engine, EngineOptions};
 

@@ -10,18 +10,18 @@ mod common;
 use std::path::PathBuf;
 
 use common::gpu;
-use moestream::bench::workload::SplitMix64;
+use moestream::util::rng::SplitMix64;
+use moestream::decoder::RoutingMode;
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
-use moestream::decoder::RoutingMode;
 use moestream::ops::WeightFormat;
-use moestream::prerouter::collect::collect;
 use moestream::prerouter::compat::ModelDims;
 use moestream::prerouter::dataset::Dataset;
 use moestream::prerouter::features::Features;
 use moestream::prerouter::heads_file::Heads;
 use moestream::prerouter::routers::read_routers;
 use moestream::prerouter::train::{train, TrainOptions};
+use moestream::runtime::collect_routing::collect;
 use moestream::runtime::{ExpertBudget, GenerateOptions};
 use moestream::{Engine, EngineOptions};
 

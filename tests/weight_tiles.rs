@@ -211,7 +211,7 @@ fn expert_ffn(
     let hb = upload_f32(gpu, &vec![0.0; t * k * layout.inter]);
     let yb = upload_f32(gpu, &vec![0.0; t * k * layout.hidden]);
     let io = ExpertIo { x: &xb, ids: &ib, route_w: &wb, h: &hb, y: &yb, act: (Default::default(), None) };
-    let op = ExpertFfn::new(gpu, &step.buffer, io, &arena, &layout, &table, 0, k, prefill);
+    let op = ExpertFfn::new(gpu, &step.buffer, io, arena.binding(&table), &layout, 0, k, prefill);
     submit(gpu, |pass| op.record(gpu, pass, t));
     (read_f32(gpu, &hb, t * k * layout.inter), read_f32(gpu, &yb, t * k * layout.hidden))
 }

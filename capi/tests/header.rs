@@ -33,7 +33,9 @@ fn header_declares_each_function_once() {
     let mut seen = std::collections::BTreeMap::new();
     for line in header.lines().filter(|l| !l.trim_start().starts_with("//") && l.contains('(')) {
         let before = &line[..line.find('(').unwrap()];
-        if let Some(name) = before.split(|c: char| !c.is_alphanumeric() && c != '_').rfind(|w| w.starts_with("moestream_")) {
+        if let Some(name) =
+            before.split(|c: char| !c.is_alphanumeric() && c != '_').rfind(|w| w.starts_with("moestream_"))
+        {
             *seen.entry(name.to_string()).or_insert(0) += 1;
         }
     }

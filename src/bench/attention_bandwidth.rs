@@ -6,12 +6,12 @@
 use serde::Serialize;
 
 use super::kernels::{replicas, time_ops, KernelBenchOptions};
-use crate::util::rng::SplitMix64;
 use crate::error::Result;
 use crate::gpu::{Gpu, StepUniform};
 use crate::ops::attention::{is_split, partial_bytes, split_len, Attention, AttentionIo, Heads, KeyRange};
 use crate::ops::attention_merge::AttentionMerge;
 use crate::ops::kv_store::{KvChunk, KvDtype};
+use crate::util::rng::SplitMix64;
 
 /// The attention shape measured by default: Qwen3-30B-A3B's (32 query heads sharing 4 KV heads
 /// of 128).

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::util::rng::SplitMix64;
 use crate::error::{Error, Result};
 use crate::store::{open_uncached, AlignedBuf, PositionedIo};
+use crate::util::rng::SplitMix64;
 
 /// Bytes of one sequential read.
 const SEQUENTIAL_BLOCK: usize = 1 << 20;

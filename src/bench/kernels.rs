@@ -23,7 +23,6 @@ use serde::Serialize;
 
 use super::attention_bandwidth::{self, AttentionBandwidth, BENCH_HEADS};
 use super::timing::median;
-use crate::util::rng::SplitMix64;
 use crate::error::Result;
 use crate::gpu::{Gpu, Pass, StepUniform};
 use crate::model::HostTensor;
@@ -32,6 +31,7 @@ use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::matrix::MatrixChunk;
 use crate::ops::{GpuMatrix, WeightFormat};
 use crate::quant::{Int4Layout, Int4Matrix, QuantParams};
+use crate::util::rng::SplitMix64;
 
 /// What to measure.
 #[derive(Clone, Copy, Debug)]

@@ -8,9 +8,9 @@ use serde::Serialize;
 use super::timing::median;
 use super::workload::random_tokens;
 use crate::convert::{is_converted, ModelManifest};
+use crate::decoder::OptimisticSteps;
 use crate::error::Result;
 use crate::experts::residency::ExpertStats;
-use crate::decoder::OptimisticSteps;
 use crate::runtime::{GenerateOptions, SamplingParams};
 use crate::Engine;
 

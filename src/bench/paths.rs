@@ -9,9 +9,9 @@ use serde::Serialize;
 
 use super::timing::median;
 use super::workload::random_tokens;
+use crate::decoder::OptimisticSteps;
 use crate::error::Result;
 use crate::gpu::{Caps, GpuOptions};
-use crate::decoder::OptimisticSteps;
 use crate::ops::experts::ExpertPrefill;
 use crate::ops::matmul::LayoutChoice;
 use crate::runtime::{EngineOptions, ExpertBudget, GenerateOptions, SamplingParams};

@@ -4,10 +4,10 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+use moestream::decoder::RoutingMode;
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::GpuOptions;
-use moestream::decoder::RoutingMode;
 use moestream::model::MlaCacheKind;
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;

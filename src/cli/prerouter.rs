@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 
 use super::model_args::ModelArgs;
-use moestream::prerouter::collect::collect;
 use moestream::prerouter::compat::ModelDims;
 use moestream::prerouter::dataset::Dataset;
 use moestream::prerouter::features::Features;
@@ -13,6 +12,7 @@ use moestream::prerouter::heads_file::Heads;
 use moestream::prerouter::loss::Loss;
 use moestream::prerouter::routers::read_routers;
 use moestream::prerouter::train::{train, TrainOptions, TrainReport};
+use moestream::runtime::collect_routing::collect;
 use moestream::{Error, Result};
 
 /// Flags of `prerouter`.

@@ -28,9 +28,9 @@ use serde::{Deserialize, Serialize};
 use super::fingerprint::file_crc32;
 use super::ConvertOptions;
 use crate::error::{Error, Result};
-use crate::quant::GgmlType;
 use crate::model::ArchSpec;
 use crate::ops::WeightFormat;
+use crate::quant::GgmlType;
 use crate::quant::{Int4Scheme, QuantParams};
 
 pub use crate::util::model_files::MANIFEST_FILE;

@@ -46,9 +46,9 @@ pub use manifest::{
 };
 
 use crate::error::{Error, Result};
-use crate::quant::GgmlType;
 use crate::model::{gpt_oss_weights, ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
+use crate::quant::GgmlType;
 use crate::quant::QuantParams;
 
 pub use crate::util::model_files::{EXPERTS_FILE, RESIDENT_FILE};

@@ -355,13 +355,8 @@ impl GpuModel {
             out: &acts.core,
         };
         let offsets = (hy.in_width(), c + hy.value_dim());
-        let delta = GatedDeltaRule::new(
-            gpu,
-            &self.step.buffer,
-            io,
-            (crate::model::DeltaShape::of(hy), hy.kind),
-            offsets,
-        );
+        let delta =
+            GatedDeltaRule::new(gpu, &self.step.buffer, io, (crate::model::DeltaShape::of(hy), hy.kind), offsets);
         let saved = streaming.then(|| {
             (gpu.storage("saved conv window", window.size()), gpu.storage("saved recurrent state", state.size()))
         });

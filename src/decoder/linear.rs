@@ -8,11 +8,11 @@ use super::{f32_buf, Activations, Builder};
 use crate::error::Result;
 use crate::gpu::{Gpu, Pass};
 use crate::model::hybrid_weights::LinearAttnWeights;
+use crate::model::GateAct;
 use crate::model::{ArchSpec, HostTensor, HybridSpec};
 use crate::ops::gate_mul::{GateMul, GateRows};
 use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::rms_norm::{NormRows, RmsNorm};
-use crate::model::GateAct;
 
 /// One layer's bound linear-attention block.
 pub(super) struct LinearAttn {

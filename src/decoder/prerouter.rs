@@ -15,6 +15,7 @@ use crate::experts::predictor::PredictedRouting;
 use crate::gpu::{Gpu, Pass, Readback};
 use crate::ops::prerouter_heads::{HeadToRun, PrerouterHeads, PrerouterHistory};
 use crate::ops::router::{Capture, Forced, RouterTopK};
+use crate::prerouter::compat::ModelDims;
 use crate::prerouter::heads_file::Heads;
 
 /// Where a MoE layer's experts come from during decoding.
@@ -118,6 +119,14 @@ impl DecoderPrerouter {
 }
 
 impl GpuModel {
+    /// Loads the heads in `path`, checks them against this model's dimensions and attaches
+    /// them ([`GpuModel::attach_prerouter`]).
+    pub fn attach_prerouter_file(&mut self, path: &std::path::Path, routing: RoutingMode, publish: bool) -> Result<()> {
+        let heads = Heads::load(path)?;
+        ModelDims::of(self.spec())?.check(&heads.config.dims(), path)?;
+        self.attach_prerouter(&heads, routing, publish)
+    }
+
     /// Runs `heads` on the GPU after every step (their dimensions must match this model:
     /// check with [`crate::prerouter::compat::ModelDims`] first). With `routing`
     /// [`RoutingMode::Predicted`] their predictions become the routing of one-token steps; with

@@ -68,7 +68,7 @@ impl Predictor for EamcPredictor {
 
 /// Each layer's experts predicted for the coming token (most likely first), shared between
 /// whoever predicts them (the prerouter heads, run after each MoE layer's routing; see
-/// `crate::prerouter::runtime`) and the [`PrerouterPredictor`] that turns them into prefetches.
+/// `decoder::GpuModel::attach_prerouter_file`) and the [`PrerouterPredictor`] that turns them into prefetches.
 #[derive(Clone, Debug, Default)]
 pub struct PredictedRouting(Arc<Mutex<Vec<Vec<u16>>>>);
 

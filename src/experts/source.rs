@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use super::arena::SlotLayout;
 use crate::error::{Error, Result};
-use crate::quant::GgmlType;
 use crate::model::{gpt_oss_weights, layer_weights};
 use crate::model::{ArchSpec, Checkpoint, Family};
 use crate::ops::matrix::naming;
 use crate::ops::WeightFormat;
+use crate::quant::GgmlType;
 use crate::store::{ExpertStore, StoreEncoding};
 
 /// Reads one expert's slot bytes; shared by the loader and the I/O threads.

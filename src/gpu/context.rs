@@ -10,14 +10,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::kernel_choices::{ExpertPrefill, LayoutChoice};
 use super::memory::GpuMemory;
 use super::objects::{Object, ObjectCounters, ObjectCounts};
 use super::profiler::{ProfileTiming, Profiler};
 use super::shader_checks;
 use crate::env_choice::env_choice;
 use crate::error::{Error, Result};
-use crate::ops::experts::ExpertPrefill;
-use crate::ops::matmul::LayoutChoice;
 
 thread_local! {
     /// Bytes of GPU buffers allocated on this thread, through any context.

@@ -5,6 +5,7 @@
 pub mod buffers;
 pub mod context;
 pub mod kernel;
+pub mod kernel_choices;
 pub mod memory;
 pub mod objects;
 pub mod pass;

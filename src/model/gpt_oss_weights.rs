@@ -15,11 +15,11 @@
 
 use super::config::ArchSpec;
 use super::gguf::dequant;
-use crate::quant::GgmlType;
 use super::layer_weights::MlpWeights;
 use super::names::{self, gpt_oss_experts as name};
 use super::weights::{Checkpoint, GgmlBlob, HostTensor};
 use crate::error::{Error, Result};
+use crate::quant::GgmlType;
 
 /// Values per MXFP4 block.
 const BLOCK: usize = 32;

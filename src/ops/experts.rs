@@ -8,14 +8,30 @@
 
 use super::matmul::{DecodeLayout, MATVEC_MAX_TOKENS};
 use super::params;
+use super::slot_layout::SlotLayout;
 use super::{BlobOffsets, WeightFormat};
-use crate::env_choice::env_choice;
-use crate::error::Result;
-use crate::experts::{SlotArena, SlotLayout, SlotTable};
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::ExpertAct;
+
+/// The expert slots as the kernels bind them: the arena's buffers and the (layer, expert) →
+/// slot table (`experts::SlotArena` and `experts::SlotTable` own them).
+#[derive(Clone, Copy)]
+pub struct SlotBinding<'a> {
+    /// The arena's buffers; slot `s` lives in `chunks[s / slots_per_chunk]`.
+    pub chunks: &'a [wgpu::Buffer],
+    /// Slots per buffer.
+    pub slots_per_chunk: usize,
+    /// Total slots.
+    pub slots: usize,
+    /// Bytes per slot.
+    pub slot_bytes: usize,
+    /// The slot table's buffer, `[layers * experts]` u32.
+    pub table: &'a wgpu::Buffer,
+    /// Experts per layer (a row of the table).
+    pub experts: usize,
+}
 
 /// Buffers an expert FFN reads and writes.
 pub struct ExpertIo<'a> {
@@ -44,19 +60,7 @@ const DOWN_R: (u32, u32) = (4, 2);
 /// Rows and pairs per workgroup of `expert_matmul` (TN, TT in its shader).
 const EXPERT_TILE: (usize, usize) = (32, 32);
 
-/// How routed experts run in prefill steps (more than [`MATVEC_MAX_TOKENS`] tokens).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExpertPrefill {
-    /// One workgroup per (pair, block of rows), as in decode: an expert's weights are read (and
-    /// dequantized) once per token routed to it. Faster on CPU adapters (lavapipe), where the
-    /// tiled GEMM's workgroup-memory staging costs more than the repeated reads it saves: the
-    /// bench model's prefill 1.56x in int4, 2.3-2.7x in GGUF Q4_K_M, Q8_0 and MXFP4 experts,
-    /// 1.3-1.4x in BF16 and Q5_0.
-    Pairs,
-    /// `expert_matmul`: each expert's pairs gathered into tiles of the prefill GEMM
-    /// (llama.cpp's mul_mat_id pattern).
-    Gather,
-}
+pub use crate::gpu::kernel_choices::ExpertPrefill;
 
 impl ExpertPrefill {
     /// `Pairs` for clamped experts with biases (gpt-oss: `expert_matmul` has no such variant);
@@ -72,12 +76,6 @@ impl ExpertPrefill {
             None if gpu.caps.cpu_layouts => ExpertPrefill::Pairs,
             None => ExpertPrefill::Gather,
         }
-    }
-
-    /// `MOESTREAM_EXPERT_PREFILL` (`pairs`, `gather`), if set; an unknown value is refused by
-    /// name.
-    pub fn from_env() -> Result<Option<ExpertPrefill>> {
-        env_choice("MOESTREAM_EXPERT_PREFILL", &[("pairs", ExpertPrefill::Pairs), ("gather", ExpertPrefill::Gather)])
     }
 }
 
@@ -95,22 +93,21 @@ pub struct ExpertFfn {
 }
 
 impl ExpertFfn {
-    /// Binds layer `layer`'s experts (found through `table`) in `arena`, laid out within
-    /// each slot as `layout` says (the layer's own formats; the arena's slots may be larger),
-    /// running prefill steps as `prefill` says.
+    /// Binds layer `layer`'s experts (found through the slot table) in the slots, laid out
+    /// within each slot as `layout` says (the layer's own formats; the arena's slots may be
+    /// larger), running prefill steps as `prefill` says.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Gpu,
         step: &wgpu::Buffer,
         io: ExpertIo<'_>,
-        arena: &SlotArena,
+        slots: SlotBinding<'_>,
         layout: &SlotLayout,
-        table: &SlotTable,
         layer: usize,
         top_k: usize,
         prefill: ExpertPrefill,
     ) -> ExpertFfn {
-        debug_assert!(layout.slot_bytes <= arena.layout.slot_bytes, "a layer's experts fit the arena's slots");
+        debug_assert!(layout.slot_bytes <= slots.slot_bytes, "a layer's experts fit the arena's slots");
         let decode = DecodeLayout::for_gpu(gpu);
         let with_decode = |proj: usize| {
             let mut d = layout.reader_defines(proj);
@@ -136,23 +133,23 @@ impl ExpertFfn {
             [0, 1, 2].map(|i| layout.proj_offsets(i).expect("slot layout was validated when the arena was made"));
         let proj: Vec<u32> = [gate_at, up_at, down_at].iter().flat_map(|o| [o.data, o.scales, o.mins, 0]).collect();
         // Every slot starts where the first one does, shifted by whole slots.
-        let slot_start = |f| BlobOffsets::default().shifted(f, arena.layout.slot_bytes);
+        let slot_start = |f| BlobOffsets::default().shifted(f, slots.slot_bytes);
         let gate_up_at = [gate_at, up_at, slot_start(layout.format)];
         gate_up_defines.extend(decode.wide_defines(gpu, layout.format, hidden, &gate_up_at));
         let down_at = [down_at, slot_start(layout.down_format)];
         down_defines.extend(decode.wide_defines(gpu, layout.down_format, inter, &down_at));
         let (mut gate_up, mut down, mut gather) = (Vec::new(), Vec::new(), Vec::new());
-        for (c, chunk) in arena.chunks.iter().enumerate() {
-            let first = c * arena.slots_per_chunk;
+        for (c, chunk) in slots.chunks.iter().enumerate() {
+            let first = c * slots.slots_per_chunk;
             let mut words = vec![
                 hidden as u32,
                 inter as u32,
                 top_k as u32,
-                table.base(layer) as u32,
+                (layer * slots.experts) as u32,
                 first as u32,
-                arena.slots_per_chunk.min(arena.slots - first) as u32,
-                (arena.layout.slot_bytes / 4) as u32,
-                table.experts() as u32,
+                slots.slots_per_chunk.min(slots.slots - first) as u32,
+                (slots.slot_bytes / 4) as u32,
+                slots.experts as u32,
             ];
             words.extend(&proj);
             words.extend([alpha.to_bits(), limit.to_bits(), 0, 0]);
@@ -164,12 +161,12 @@ impl ExpertFfn {
             let (h, i, k) = (hidden as u64, inter as u64, top_k as u64);
             let gate_up_traffic = Traffic { fixed: 0, per_token: k * (gate_up_bytes + 4 * (h + i)), per_position: 0 };
             let down_traffic = Traffic { fixed: 0, per_token: k * (down_bytes + 4 * (h + i)), per_position: 0 };
-            let gate_up_io: Vec<_> = [io.x.into(), io.ids.into(), (&table.buffer).into(), chunk.into(), io.h.into()]
+            let gate_up_io: Vec<_> = [io.x.into(), io.ids.into(), slots.table.into(), chunk.into(), io.h.into()]
                 .into_iter()
                 .chain(bias.map(|b| b.into()))
                 .collect();
             let down_io: Vec<_> =
-                [io.h.into(), io.ids.into(), io.route_w.into(), (&table.buffer).into(), chunk.into(), io.y.into()]
+                [io.h.into(), io.ids.into(), io.route_w.into(), slots.table.into(), chunk.into(), io.y.into()]
                     .into_iter()
                     .chain(bias.map(|b| b.into()))
                     .collect();
@@ -193,7 +190,7 @@ impl ExpertFfn {
                 ));
             }
         }
-        ExpertFfn { gate_up, down, gather, top_k, n_experts: table.experts(), hidden, inter, layout: decode }
+        ExpertFfn { gate_up, down, gather, top_k, n_experts: slots.experts, hidden, inter, layout: decode }
     }
 
     /// Records the expert FFN for `n_tokens` tokens.

@@ -4,8 +4,8 @@
 use super::params;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
-use crate::model::LinearKind;
 use crate::model::DeltaShape;
+use crate::model::LinearKind;
 
 /// The buffers a delta-rule step reads and writes.
 pub struct DeltaIo<'a> {

@@ -5,8 +5,6 @@
 //! through the matvec).
 
 use super::{params, BlobOffsets, GpuMatrix, WeightFormat};
-use crate::env_choice::env_choice;
-use crate::error::Result;
 use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
@@ -52,37 +50,7 @@ pub enum DecodeLayout {
     },
 }
 
-/// A decode layout forced by the environment variable `MOESTREAM_DECODE_LAYOUT` (for testing and
-/// comparing the kernels on one adapter): `lanes`, `teams` (the adapter's team size), `teams8`,
-/// `teams32`, `teams-shared` (teams summed through shared memory). Teams still sum through
-/// shared memory where subgroups are off or smaller than the team.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LayoutChoice {
-    /// [`DecodeLayout::LaneRows`].
-    Lanes,
-    /// Teams of the adapter's size.
-    Teams,
-    /// Teams of 8 lanes.
-    Teams8,
-    /// Teams of 32 lanes.
-    Teams32,
-    /// Teams of the adapter's size, summed through shared memory.
-    TeamsShared,
-}
-
-impl LayoutChoice {
-    /// `MOESTREAM_DECODE_LAYOUT`, if set; an unknown value is refused by name.
-    pub fn from_env() -> Result<Option<LayoutChoice>> {
-        let choices = [
-            ("lanes", LayoutChoice::Lanes),
-            ("teams", LayoutChoice::Teams),
-            ("teams8", LayoutChoice::Teams8),
-            ("teams32", LayoutChoice::Teams32),
-            ("teams-shared", LayoutChoice::TeamsShared),
-        ];
-        env_choice("MOESTREAM_DECODE_LAYOUT", &choices)
-    }
-}
+pub use crate::gpu::kernel_choices::LayoutChoice;
 
 /// Lanes of a decode kernel's workgroup in the `Teams` layout (`WG_SIZE` in shaders/team.wgsl).
 const TEAMS_WORKGROUP: u32 = 64;

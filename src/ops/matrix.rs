@@ -3,8 +3,8 @@
 use super::weight_tiles;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::quant::GgmlType;
 use crate::model::HostTensor;
+use crate::quant::GgmlType;
 use crate::quant::{write_q4_0_as_int4, Int4Layout, Int4Matrix, Int4Scheme, QuantParams, WeightEncoding, Q4_0_AS_INT4};
 
 /// How weights are stored on the GPU.

@@ -55,7 +55,8 @@ impl MlaDecompress {
         };
         let storage = [input.c.into(), input.k_rope.into(), input.kv_b.into(), cache.k.into(), cache.v.into()];
         let kernel =
-            Kernel::new(gpu, "mla_decompress", super::kv_store::dtype_defines(cache.dtype), step, &p, &storage).with_traffic(traffic);
+            Kernel::new(gpu, "mla_decompress", super::kv_store::dtype_defines(cache.dtype), step, &p, &storage)
+                .with_traffic(traffic);
         MlaDecompress { kernel, n_heads }
     }
 

@@ -21,6 +21,7 @@ pub mod prerouter_heads;
 pub mod rms_norm;
 pub mod rope;
 pub mod router;
+pub mod slot_layout;
 pub mod swiglu;
 pub mod token_logprob;
 pub mod weight_tiles;

@@ -13,8 +13,6 @@
 //! The pieces, one job each:
 //! - [`dataset`]: the on-disk training data (`meta.json`, `hidden.f32`, `topk.u16`), written
 //!   token by token with bounded memory and read back with every size checked;
-//! - [`collect`]: teacher-forces text through an [`Engine`](crate::Engine) with a layer
-//!   observer installed and streams what it sees into a dataset;
 //! - [`features`]: which inputs a head reads and how a sample's input is assembled;
 //! - [`head`]: one head's parameters, forward pass and hand-written backward pass;
 //! - [`loss`]: softmax cross-entropy or binary cross-entropy against the routed set;
@@ -24,13 +22,14 @@
 //! - [`routers`] + [`compat`]: the model's routers (skip initialisation, baseline) and the
 //!   dimension checks between models, datasets and heads files;
 //! - [`heads_file`]: saving and loading trained heads as safetensors, with typed errors;
-//! - [`runtime`]: attaching the heads to a model, where they run on the GPU after each step
-//!   (`--prefetch prerouter`: a prefetch hint, routing stays exact; `--routing predicted`:
-//!   Edge0's prediction-as-routing);
 //! - [`error`]: those errors.
+//!
+//! The data comes from `runtime::collect_routing` (teacher-forced text through an engine with a
+//! layer observer); the decoder attaches trained heads (`decoder::GpuModel::attach_prerouter_file`),
+//! where they run on the GPU after each step (`--prefetch prerouter`: a prefetch hint, routing
+//! stays exact; `--routing predicted`: Edge0's prediction-as-routing).
 
 pub mod adam;
-pub mod collect;
 pub mod compat;
 pub mod dataset;
 pub mod error;
@@ -40,7 +39,6 @@ pub mod heads_file;
 pub mod loss;
 pub mod metrics;
 pub mod routers;
-pub mod runtime;
 pub mod train;
 
 pub use error::PrerouterError;

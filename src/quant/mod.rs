@@ -43,10 +43,10 @@
 //! [`WeightEncoding::F16`] stores a matrix as plain row-major little-endian f16 at blob offset 0,
 //! padded with zeros to a multiple of 256 bytes.
 
-pub mod ggml_type;
-pub mod kv_dtype;
 mod encoding;
 mod error;
+pub mod ggml_type;
+pub mod kv_dtype;
 mod layout;
 mod matrix;
 mod pack;
@@ -56,9 +56,9 @@ mod scale_search;
 mod serialize;
 
 pub use encoding::WeightEncoding;
+pub use error::QuantError;
 pub use ggml_type::GgmlType;
 pub use kv_dtype::KvDtype;
-pub use error::QuantError;
 pub use layout::{layout, Int4Layout, SEGMENT_ALIGN};
 pub use matrix::{quantize, Int4Matrix};
 pub use pack::{pack_row, unpack_nibble};

@@ -2,8 +2,8 @@
 //! quantized GPU runs can be checked against an exact CPU computation on the same weights.
 
 use super::ReferenceModel;
-use crate::error::Result;
 use crate::decoder::DecoderOptions;
+use crate::error::Result;
 use crate::model::layer_weights::{AttentionBlock, FfnWeights, MlaQuery, MlpWeights};
 use crate::model::HostTensor;
 use crate::ops::WeightFormat;

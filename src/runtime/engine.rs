@@ -11,6 +11,7 @@ use super::tokenizer::Tokenizer;
 use crate::convert::{
     cached_conversion, default_cache_root, is_converted, ConvertOptions, ModelManifest, EXPERTS_FILE,
 };
+use crate::decoder::{DecoderOptions, GpuModel, LayerObserver, RoutingMode, StreamingOptions};
 use crate::error::{Error, Result};
 use crate::experts::arena::SlotLayout;
 use crate::experts::residency::ExpertStats;
@@ -18,7 +19,6 @@ use crate::experts::source::{CheckpointExperts, ExpertSource, StoreExperts};
 use crate::experts::tiled_source::TiledExperts;
 use crate::experts::trace::TraceHeader;
 use crate::gpu::Gpu;
-use crate::decoder::{DecoderOptions, GpuModel, LayerObserver, RoutingMode, StreamingOptions};
 use crate::model::gguf::GgufModel;
 use crate::model::lora::LoraAdapter;
 use crate::model::{ArchSpec, AttentionKind, Checkpoint};
@@ -220,9 +220,8 @@ impl Engine {
         let budget_context = options.context.unwrap_or(spec.max_positions.min(4096));
         let activations = memory_plan::activation_bytes(&spec, options.max_batch);
         let weights = memory_plan::resident_weight_bytes(&ckpt, dense_format, converted.is_some());
-        let resident_bytes = weights
-            + spec.kv_cache_bytes(budget_context, options.kv_dtype, source.is_some())
-            + activations;
+        let resident_bytes =
+            weights + spec.kv_cache_bytes(budget_context, options.kv_dtype, source.is_some()) + activations;
         let streaming = source
             .as_ref()
             .map(|s| budget_slots(&spec, s.layout().slot_bytes, options, &gpu, resident_bytes))
@@ -291,7 +290,7 @@ impl Engine {
                     if publish { format!("prefetch `{}`", options.prefetch) } else { "predicted routing".into() };
                 Error::InvalidArgument(format!("{what} needs a prerouter heads file (--prerouter FILE)"))
             })?;
-            crate::prerouter::runtime::attach(&mut model, heads, options.routing, publish)?;
+            model.attach_prerouter_file(heads, options.routing, publish)?;
             if !publish && model.residency().is_some_and(|r| r.is_streaming()) {
                 log::warn!(
                     "predicted routing while streaming: add --prefetch prerouter to load the predicted experts ahead"

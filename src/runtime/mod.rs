@@ -1,6 +1,7 @@
 //! Running a model: the [`Engine`] (load, generate, score), sessions, sampling, tokenization,
 //! stats.
 
+pub mod collect_routing;
 pub mod direct_io;
 pub mod engine;
 pub mod memory_plan;

@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
+use crate::decoder::RoutingMode;
 use crate::experts::eam::DEFAULT_EAMC_CAPACITY;
 use crate::experts::policy::PolicyKind;
 use crate::experts::predictor::PrefetchKind;
 use crate::gpu::GpuOptions;
-use crate::decoder::RoutingMode;
 use crate::model::MlaCacheKind;
 use crate::ops::{KvDtype, WeightFormat};
 use crate::runtime::direct_io::DirectIo;

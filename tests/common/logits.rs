@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use moestream::decoder::{StepOutput, StepResult};
 use moestream::experts::policy::Phase;
 use moestream::gpu::Gpu;
-use moestream::decoder::{StepOutput, StepResult};
 use moestream::ops::WeightFormat;
 use moestream::runtime::sampler::argmax;
 use moestream::runtime::{Engine, EngineOptions};

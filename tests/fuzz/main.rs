@@ -29,12 +29,12 @@ use std::path::{Path, PathBuf};
 
 use common::TempDir;
 use harness::{fuzz, guarded, Outcome};
-use moestream::bench::workload::SplitMix64;
+use moestream::util::rng::SplitMix64;
 use moestream::convert::{convert, ConvertOptions};
+use moestream::decoder::RoutingMode;
 use moestream::experts::policy::{Phase, PolicyKind};
 use moestream::experts::predictor::PrefetchKind;
 use moestream::experts::trace::{Trace, TraceHeader, TraceWriter};
-use moestream::decoder::RoutingMode;
 use moestream::prerouter::compat::ModelDims;
 use moestream::prerouter::dataset::{Dataset, DatasetMeta, DatasetWriter};
 use moestream::prerouter::features::Features;

@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
+pub use crate::quant::GgmlType;
 pub use container::{Container, GgufValue, TensorInfo};
 pub use error::GgufError;
-pub use crate::quant::GgmlType;
 
 /// A GGUF model: one file or every part of a split set, mapped, with the metadata of the first
 /// part and the tensors of all.

@@ -5,15 +5,15 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::decoder::{ChainedStep, RoutingMode, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertStats;
-use crate::decoder::{ChainedStep, RoutingMode, StepOutput, StepResult};
-use crate::util::peak_rss::peak_rss_bytes;
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
 use crate::runtime::stats::Stats;
 use crate::runtime::tokenizer::TextStream;
+use crate::util::peak_rss::peak_rss_bytes;
 
 use super::Engine;
 use crate::runtime::options::GenerateOptions;

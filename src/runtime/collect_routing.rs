@@ -1,11 +1,11 @@
-//! Collecting training data: teacher-force token sequences through an engine with a layer
+//! Collecting the prerouter's training data: teacher-force token sequences through an engine with a layer
 //! observer installed and stream each token's per-MoE-layer `hn` and routed ids to a dataset.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use super::dataset::{DatasetMeta, DatasetWriter, FORMAT_VERSION};
-use super::error::PrerouterError;
+use crate::prerouter::dataset::{DatasetMeta, DatasetWriter, FORMAT_VERSION};
+use crate::prerouter::error::PrerouterError;
 use crate::Engine;
 
 /// Turns the observer's per-layer calls (all tokens of a step, layer by layer) into per-token
