@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use common::gpu;
-use moestream::util::rng::SplitMix64;
 use moestream::decoder::RoutingMode;
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
@@ -26,6 +25,7 @@ use moestream::prerouter::train::{train, TrainOptions, TrainedHead};
 use moestream::prerouter::PrerouterError;
 use moestream::runtime::collect_routing::collect;
 use moestream::runtime::{ExpertBudget, GenerateOptions};
+use moestream::util::rng::SplitMix64;
 use moestream::{Engine, EngineOptions};
 
 fn scratch(name: &str) -> PathBuf {

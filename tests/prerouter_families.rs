@@ -10,7 +10,6 @@ mod common;
 use std::path::PathBuf;
 
 use common::gpu;
-use moestream::util::rng::SplitMix64;
 use moestream::decoder::RoutingMode;
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
@@ -23,6 +22,7 @@ use moestream::prerouter::routers::read_routers;
 use moestream::prerouter::train::{train, TrainOptions};
 use moestream::runtime::collect_routing::collect;
 use moestream::runtime::{ExpertBudget, GenerateOptions};
+use moestream::util::rng::SplitMix64;
 use moestream::{Engine, EngineOptions};
 
 /// A repeating cycle of distinct tokens: the next layer's routing at t+1 is learnable from t.

@@ -211,6 +211,110 @@ impl Builder<'_> {
     }
 }
 
+impl Activations {
+    /// The activation buffers of steps of up to `b` tokens of `spec`, with `partials` bytes of
+    /// split-K attention partials.
+    fn allocate(gpu: &Gpu, spec: &ArchSpec, b: usize, partials: u64) -> Activations {
+        let h = spec.hidden;
+        let f = |n: usize| (n * 4) as u64;
+        let moe = spec.moe.as_ref();
+        let top_k = moe.map_or(1, |m| m.top_k);
+        let inter_max = [spec.dense_intermediate, moe.and_then(|m| m.shared_expert_intermediate).unwrap_or(0)]
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+            .max(8);
+        let expert_inter = moe.map_or(8, |m| m.expert_intermediate);
+        let n_experts = moe.map_or(1, |m| m.num_experts);
+        // The in-projection, conv and value widths of a hybrid model's DeltaNet layers.
+        let hybrid_widths = spec.hybrid.as_ref().map_or([1; 3], |hy| [hy.in_width(), hy.conv_dim(), hy.value_dim()]);
+        Activations {
+            tokens: gpu.storage("tokens", f(b)),
+            targets: gpu.storage("targets", f(b)),
+            x: gpu.storage("x", f(b * h)),
+            hn: gpu.storage("hn", f(b * h)),
+            q: gpu.storage("q", f(b * spec.q_dim())),
+            k: gpu.storage("k", f(b * spec.kv_dim().max(spec.mla().map_or(0, |m| m.kv_lora_rank)))),
+            v: gpu.storage("v", f(b * spec.kv_dim().max(spec.mla().map_or(0, |m| m.qk_rope_head_dim)))),
+            q_lat: gpu.storage("q latent", f(b * spec.mla().and_then(|m| m.q_lora_rank).unwrap_or(1))),
+            attn: gpu.storage(
+                "attn",
+                f(b * spec.q_dim().max(spec.mla().map_or(0, |m| spec.heads * m.v_head_dim)).max(hybrid_widths[2])),
+            ),
+            lin: gpu.storage("linear attention in", f(b * hybrid_widths[0].max(spec.q_dim()))),
+            conv: gpu.storage("linear attention conv", f(b * hybrid_widths[1])),
+            core: gpu.storage("linear attention core", f(b * hybrid_widths[2])),
+            attn_partial: gpu.storage("attention partials", partials),
+            gu: gpu.storage("gu", f(b * 2 * inter_max)),
+            mh: gpu.storage("mh", f(b * inter_max)),
+            router_logits: gpu.storage("router logits", f(b * n_experts)),
+            ids: gpu.storage("ids", f(b * top_k)),
+            route_w: gpu.storage("route weights", f(b * top_k)),
+            eh: gpu.storage("expert h", f(b * top_k * expert_inter)),
+            ey: gpu.storage("expert y", f(b * top_k * h)),
+            shared_out: gpu.storage("shared out", f(b * h)),
+            shared_gate: gpu.storage("shared gate", f(b)),
+            logits: gpu.storage("logits", f(b * spec.vocab)),
+            logprobs: gpu.storage("logprobs", f(b)),
+            argmax: gpu.storage("argmax", 4),
+        }
+    }
+}
+
+/// Where `spec`'s routed experts live on the GPU: every one resident, or a budget of slots
+/// filled from `expert_source` as `options.streaming` says; `None` without MoE layers.
+fn expert_residency(
+    gpu: &Arc<Gpu>,
+    spec: &ArchSpec,
+    moe_layers: &[usize],
+    expert_source: Option<Arc<dyn ExpertSource>>,
+    options: &DecoderOptions,
+    predicted: &PredictedRouting,
+) -> Result<Option<ExpertResidency>> {
+    let h = spec.hidden;
+    let gpu = &**gpu;
+    Ok(match &spec.moe {
+        Some(m) if !moe_layers.is_empty() => {
+            let source =
+                expert_source.ok_or_else(|| Error::InvalidArgument("an MoE model needs an expert source".into()))?;
+            let layout = source.layout();
+            // The source decides down's format (GGUF experts may keep their own type there),
+            // and holds GGUF blocks as the GPU reads them best.
+            let asked = SlotLayout::mixed(options.experts.for_gpu(), layout.down_format, h, m.expert_intermediate)?;
+            if layout.row_major() != asked {
+                return Err(Error::InvalidArgument(format!(
+                    "expert source holds {}, the decoder was asked for {}",
+                    layout.format_name(),
+                    options.experts.name()
+                )));
+            }
+            let e = m.num_experts;
+            let total = moe_layers.len() * e;
+            let table = SlotTable::new(gpu, spec.layers, e);
+            Some(match options.streaming.filter(|s| s.slots < total) {
+                None => {
+                    let arena = SlotArena::new(gpu, total, layout)?;
+                    ExpertResidency::resident(gpu, arena, table, source, moe_layers, e)?
+                }
+                Some(st) => {
+                    if st.slots < m.top_k {
+                        return Err(Error::InvalidArgument(format!(
+                            "an expert budget of {} slots is below one layer's top-k ({}); the minimum is {}",
+                            st.slots, m.top_k, m.top_k
+                        )));
+                    }
+                    let arena = SlotArena::new(gpu, st.slots, layout)?;
+                    let tracker = EamTracker::new(spec.layers, e, st.eamc_capacity, DEFAULT_MATCHES);
+                    let predictor = st.prefetch.build_with(predicted);
+                    let cache = CacheModel::new(st.slots, spec.layers, e, st.policy.build()?, predictor, tracker);
+                    ExpertResidency::streaming(arena, table, source, cache, st.io_threads)
+                }
+            })
+        }
+        _ => None,
+    })
+}
+
 impl GpuModel {
     /// Uploads the non-expert weights of `ckpt` and every routed expert from `experts`, and
     /// the pairs of `lora` (applied unmerged after the projections they adapt).
@@ -256,49 +360,11 @@ impl GpuModel {
         let b = max_batch;
         let moe = spec.moe.clone();
         let top_k = moe.as_ref().map_or(1, |m| m.top_k);
-        let inter_max = [spec.dense_intermediate, moe.as_ref().and_then(|m| m.shared_expert_intermediate).unwrap_or(0)]
-            .into_iter()
-            .max()
-            .unwrap_or(0)
-            .max(8);
-        let expert_inter = moe.as_ref().map_or(8, |m| m.expert_intermediate);
-        let n_experts = moe.as_ref().map_or(1, |m| m.num_experts);
         let f = |n: usize| (n * 4) as u64;
         let heads = partial_heads(spec);
         cache::check_layout(spec, options.context, options.kv_dtype, gpu.caps.max_binding)?;
         let split_len = split_len(&gpu, heads, options.context);
-        // The in-projection, conv and value widths of a hybrid model's DeltaNet layers.
-        let hybrid_widths = spec.hybrid.as_ref().map_or([1; 3], |hy| [hy.in_width(), hy.conv_dim(), hy.value_dim()]);
-        let acts = Activations {
-            tokens: gpu.storage("tokens", f(b)),
-            targets: gpu.storage("targets", f(b)),
-            x: gpu.storage("x", f(b * h)),
-            hn: gpu.storage("hn", f(b * h)),
-            q: gpu.storage("q", f(b * spec.q_dim())),
-            k: gpu.storage("k", f(b * spec.kv_dim().max(spec.mla().map_or(0, |m| m.kv_lora_rank)))),
-            v: gpu.storage("v", f(b * spec.kv_dim().max(spec.mla().map_or(0, |m| m.qk_rope_head_dim)))),
-            q_lat: gpu.storage("q latent", f(b * spec.mla().and_then(|m| m.q_lora_rank).unwrap_or(1))),
-            attn: gpu.storage(
-                "attn",
-                f(b * spec.q_dim().max(spec.mla().map_or(0, |m| spec.heads * m.v_head_dim)).max(hybrid_widths[2])),
-            ),
-            lin: gpu.storage("linear attention in", f(b * hybrid_widths[0].max(spec.q_dim()))),
-            conv: gpu.storage("linear attention conv", f(b * hybrid_widths[1])),
-            core: gpu.storage("linear attention core", f(b * hybrid_widths[2])),
-            attn_partial: gpu.storage("attention partials", partial_bytes(heads, options.context, split_len)),
-            gu: gpu.storage("gu", f(b * 2 * inter_max)),
-            mh: gpu.storage("mh", f(b * inter_max)),
-            router_logits: gpu.storage("router logits", f(b * n_experts)),
-            ids: gpu.storage("ids", f(b * top_k)),
-            route_w: gpu.storage("route weights", f(b * top_k)),
-            eh: gpu.storage("expert h", f(b * top_k * expert_inter)),
-            ey: gpu.storage("expert y", f(b * top_k * h)),
-            shared_out: gpu.storage("shared out", f(b * h)),
-            shared_gate: gpu.storage("shared gate", f(b)),
-            logits: gpu.storage("logits", f(b * spec.vocab)),
-            logprobs: gpu.storage("logprobs", f(b)),
-            argmax: gpu.storage("argmax", 4),
-        };
+        let acts = Activations::allocate(&gpu, spec, b, partial_bytes(heads, options.context, split_len));
         let step = StepUniform::new(&gpu);
         let lora = lora
             .map(|adapter| LoraBinding { adapter, tmp: gpu.storage("lora A x", f(b * padded_rank(adapter.rank()))) });
@@ -324,46 +390,7 @@ impl GpuModel {
 
         let moe_layers: Vec<usize> = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).collect();
         let predicted = PredictedRouting::default();
-        let residency = match &moe {
-            Some(m) if !moe_layers.is_empty() => {
-                let source = expert_source
-                    .ok_or_else(|| Error::InvalidArgument("an MoE model needs an expert source".into()))?;
-                let layout = source.layout();
-                // The source decides down's format (GGUF experts may keep their own type there),
-                // and holds GGUF blocks as the GPU reads them best.
-                let asked = SlotLayout::mixed(options.experts.for_gpu(), layout.down_format, h, m.expert_intermediate)?;
-                if layout.row_major() != asked {
-                    return Err(Error::InvalidArgument(format!(
-                        "expert source holds {}, the decoder was asked for {}",
-                        layout.format_name(),
-                        options.experts.name()
-                    )));
-                }
-                let e = m.num_experts;
-                let total = moe_layers.len() * e;
-                let table = SlotTable::new(&gpu, spec.layers, e);
-                Some(match options.streaming.filter(|s| s.slots < total) {
-                    None => {
-                        let arena = SlotArena::new(&gpu, total, layout)?;
-                        ExpertResidency::resident(&gpu, arena, table, source, &moe_layers, e)?
-                    }
-                    Some(st) => {
-                        if st.slots < m.top_k {
-                            return Err(Error::InvalidArgument(format!(
-                                "an expert budget of {} slots is below one layer's top-k ({}); the minimum is {}",
-                                st.slots, m.top_k, m.top_k
-                            )));
-                        }
-                        let arena = SlotArena::new(&gpu, st.slots, layout)?;
-                        let tracker = EamTracker::new(spec.layers, e, st.eamc_capacity, DEFAULT_MATCHES);
-                        let predictor = st.prefetch.build_with(&predicted);
-                        let cache = CacheModel::new(st.slots, spec.layers, e, st.policy.build()?, predictor, tracker);
-                        ExpertResidency::streaming(arena, table, source, cache, st.io_threads)
-                    }
-                })
-            }
-            _ => None,
-        };
+        let residency = expert_residency(&gpu, spec, &moe_layers, expert_source, &options, &predicted)?;
 
         let mut layers = Vec::with_capacity(spec.layers);
         // The top-k of the previous MoE layer whose combine this layer's input norm does.
@@ -391,34 +418,7 @@ impl GpuModel {
                     Attn::Linear(Box::new(bld.linear_attn(spec, hy, lw, &acts)?))
                 }
                 (AttentionBlock::Grouped(attn), _) => {
-                    let outputs = [(&acts.q, spec.q_dim()), (&acts.k, spec.kv_dim()), (&acts.v, spec.kv_dim())];
-                    let weights = [&attn.q, &attn.k, &attn.v];
-                    let qkv = bld.qkv(i, weights, attn.qkv_bias.as_ref(), &acts.hn, outputs)?;
-                    let qk_norm = attn.qk_norm.as_ref().map(|[qn, kn]| {
-                        // Per head, or over the whole projection.
-                        let (q_rows, k_rows) = match spec.qk_norm {
-                            QkNorm::PerHead => (
-                                NormRows { n: spec.head_dim, rows_per_token: spec.heads, at_cache_pos: false },
-                                NormRows { n: spec.head_dim, rows_per_token: spec.kv_heads, at_cache_pos: false },
-                            ),
-                            _ => (
-                                NormRows { n: spec.q_dim(), rows_per_token: 1, at_cache_pos: false },
-                                NormRows { n: spec.kv_dim(), rows_per_token: 1, at_cache_pos: false },
-                            ),
-                        };
-                        bld.norm_pair((qn, &acts.q, q_rows), (kn, &acts.k, k_rows), eps)
-                    });
-                    let out_gate = attn.gate.as_ref().map(|g| bld.output_gate(g, spec.q_dim(), &acts)).transpose()?;
-                    let o_out = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
-                    let o_bias = attn.o_bias.as_ref();
-                    let o = bld.projection("o", &attn.o, o_bias, &acts.attn, &acts.x, o_out, (i, LoraTarget::O))?;
-                    let sinks = attn.sinks.as_ref().map(|s| {
-                        let buf = f32_buf(&gpu, "attention sinks", s);
-                        let partial = (&acts.attn_partial, &acts.attn);
-                        let merge = AttentionMerge::new(&gpu, &step.buffer, partial, Some(&buf), heads, split_len);
-                        (buf, merge)
-                    });
-                    Attn::Grouped(Box::new(GroupedAttn { qkv, qk_norm, out_gate, o, sinks }))
+                    Attn::Grouped(Box::new(bld.grouped_attn(spec, i, attn, &acts, (heads, split_len))?))
                 }
                 (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
             };
@@ -432,68 +432,9 @@ impl GpuModel {
                 FfnWeights::Moe(mw) => {
                     let m = moe.as_ref().expect("MoE layer implies MoE spec");
                     let r = residency.as_ref().expect("residency exists for MoE layers");
-                    let router_m = bld.matrix("router", &mw.router)?;
-                    let logit_bias = mw.router_logit_bias.as_ref().map(|b| f32_buf(&gpu, "router", b));
-                    let router_out = MatMulOut::plain(m.num_experts);
-                    let (matrix, logits) = (&bld.matrices[router_m], &acts.router_logits);
-                    let router =
-                        MatMul::new(&gpu, &step.buffer, &acts.hn, matrix, logit_bias.as_ref(), logits, router_out);
-                    let router_bias = mw.router_bias.as_ref().map(|b| b.data.clone());
-                    let shape = router_shape(m, router_bias.as_deref());
-                    let topk = RouterTopK::new(&gpu, &step.buffer, acts.router_io(), shape);
-                    bld.buffers.extend(logit_bias);
-                    let expert_bias = mw.expert_bias.as_ref().map(|b| f32_buf(&gpu, "expert biases", b));
-                    let io = ExpertIo {
-                        x: &acts.hn,
-                        ids: &acts.ids,
-                        route_w: &acts.route_w,
-                        h: &acts.eh,
-                        y: &acts.ey,
-                        act: (m.expert_act, expert_bias.as_ref()),
-                    };
-                    let prefill = ExpertPrefill::for_layer(&gpu, m.expert_act);
-                    let expert_ffn = ExpertFfn::new(
-                        &gpu,
-                        &step.buffer,
-                        io,
-                        r.arena.binding(&r.table),
-                        &r.layer_layout(i),
-                        i,
-                        m.top_k,
-                        prefill,
-                    );
-                    bld.buffers.extend(expert_bias);
-                    // A gated shared expert (Qwen2-MoE) writes its own buffer for the combine
-                    // to gate; an ungated one (DeepSeek, GLM) accumulates into the residual.
-                    let shared = match &mw.shared {
-                        Some((sw, gate)) => {
-                            let out = match gate {
-                                Some(_) => (&acts.shared_out, false),
-                                None => (&acts.x, true),
-                            };
-                            let mlp =
-                                bld.mlp("shared expert", sw, &acts.hn, &acts, out, (i, LoraTarget::SharedExpert))?;
-                            let gate = gate
-                                .as_ref()
-                                .map(|g| {
-                                    let out = MatMulOut::plain(1);
-                                    bld.matmul("shared gate", g, None, &acts.hn, &acts.shared_gate, out)
-                                })
-                                .transpose()?;
-                            Some(Shared { mlp, gate })
-                        }
-                        None => None,
-                    };
-                    let gated =
-                        shared.as_ref().and_then(|s| s.gate.as_ref()).map(|_| (&acts.shared_out, &acts.shared_gate));
-                    let combine = match gated.is_none() {
-                        true => {
-                            combine_pending = Some(m.top_k);
-                            None
-                        }
-                        false => Some(MoeCombine::new(&gpu, &step.buffer, &acts.ey, &acts.x, gated, h, m.top_k)),
-                    };
-                    Ffn::Moe(Box::new(MoeFfn { router, router_bias, topk, experts: expert_ffn, shared, combine }))
+                    let (ffn, combine_later) = bld.moe_ffn(m, h, i, mw, r, &acts)?;
+                    combine_pending = combine_later.then_some(m.top_k);
+                    Ffn::Moe(Box::new(ffn))
                 }
             };
             bld.buffers.push(ffn_norm_w);

@@ -93,7 +93,7 @@ impl Optimism {
     /// Whether the next eligible step should run optimistically. Every
     /// [`REMEASURE_AFTER`] steps run one way, `Auto` runs one the other way, so that both
     /// times stay current (a step's time changes as the sequence grows).
-    fn wants(&self) -> bool {
+    pub(super) fn wants(&self) -> bool {
         let mut r = self.record();
         let prefer = match (r.mode, r.layered_ms, r.optimistic_ms) {
             (OptimisticSteps::Always, ..) => return true,
@@ -110,7 +110,7 @@ impl Optimism {
 
     /// A step ran layer by layer in `ms`; `all_hit`: every routed expert was in a slot when
     /// its routing came back.
-    fn layered(&self, all_hit: bool, ms: f64) {
+    pub(super) fn layered(&self, all_hit: bool, ms: f64) {
         let mut r = self.record();
         r.all_hit = moving(Some(r.all_hit), f64::from(u8::from(all_hit)));
         if all_hit {
@@ -119,7 +119,7 @@ impl Optimism {
     }
 
     /// An optimistic step was kept (and took `ms`) or discarded.
-    fn optimistic(&self, kept: bool, ms: f64) {
+    pub(super) fn optimistic(&self, kept: bool, ms: f64) {
         let mut r = self.record();
         r.all_hit = moving(Some(r.all_hit), f64::from(u8::from(kept)));
         if kept {
@@ -144,7 +144,7 @@ impl GpuModel {
     /// tracing), with nothing else needing the host between layers (observer, prerouter), on a
     /// cache whose linear-attention states (if any) can be put back. A profile counts a
     /// discarded step's dispatches with its rerun's, as the time they took.
-    fn optimistic_eligible(&self, cache: &SequenceCache, phase: Phase, n: usize) -> bool {
+    pub(super) fn optimistic_eligible(&self, cache: &SequenceCache, phase: Phase, n: usize) -> bool {
         phase == Phase::Decode
             && n == 1
             && cache.can_restore_linear_state()
@@ -153,58 +153,12 @@ impl GpuModel {
             && self.residency().is_some_and(|r| r.needs_routing())
     }
 
-    /// Runs the checked step of `n` tokens at `pos` (tokens and targets already written),
-    /// optimistically where that is on and pays, else layer by layer, keeping the record
-    /// [`OptimisticSteps::Auto`] decides by.
-    pub(super) fn run_step(
-        &self,
-        cache: &SequenceCache,
-        n: usize,
-        pos: usize,
-        phase: Phase,
-        output: StepOutput<'_>,
-    ) -> Result<StepResult> {
-        let eligible = self.optimistic_eligible(cache, phase, n);
-        let started = std::time::Instant::now();
-        let elapsed_ms = || started.elapsed().as_secs_f64() * 1e3;
-        let tried = eligible && self.optimism.wants();
-        let mut known = Vec::new();
-        if tried {
-            match self.try_optimistic(cache, n, pos, output)? {
-                Ok(result) => {
-                    self.optimism.optimistic(true, elapsed_ms());
-                    return Ok(result);
-                }
-                Err(exact) => known = exact,
-            }
-            self.optimism.optimistic(false, elapsed_ms());
-        }
-        let mut routing = Routing::PerLayer { all_hit: true, known };
-        let rec = self.record_step(
-            Pass::new(&self.gpu.device),
-            cache,
-            n,
-            pos,
-            phase,
-            output,
-            TokenSource::Host,
-            &mut routing,
-        )?;
-        rec.submit(&self.gpu.queue);
-        let result = self.collect(n, pos, output)?;
-        cache.end_step(pos + n);
-        if let (true, false, Routing::PerLayer { all_hit, .. }) = (eligible, tried, routing) {
-            self.optimism.layered(all_hit, elapsed_ms());
-        }
-        Ok(result)
-    }
-
     /// One optimistic step: its result, or when a routed expert had no slot the routed ids it
     /// computed exactly, those of every MoE layer up to the first such one (whose inputs came
     /// from experts that all had slots). The step is then to be run layer by layer, those
     /// layers' routing known without reading it back; linear-attention states are back as
     /// they were.
-    fn try_optimistic(
+    pub(super) fn try_optimistic(
         &self,
         cache: &SequenceCache,
         n: usize,

@@ -5,11 +5,12 @@
 //! whole step is one submission. An optimistic decode step ([`super::optimistic`]) is one
 //! submission too, its routing logged and looked at afterwards.
 
-use super::{Ffn, GpuModel, MoeFfn, SequenceCache, StepOutput, StepResult};
+use super::{Ffn, GpuModel, MoeFfn, Observer, SequenceCache, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertResidency;
 use crate::gpu::Pass;
+use crate::ops::experts::ExpertFfn;
 
 /// How a step's MoE routing reaches the expert residency.
 #[derive(Clone, Debug)]
@@ -89,6 +90,52 @@ impl GpuModel {
             Some(&bad) => Err(Error::TokenOutOfRange { id: bad, vocab: self.spec.vocab }),
             None => Ok(()),
         }
+    }
+
+    /// Runs the checked step of `n` tokens at `pos` (tokens and targets already written),
+    /// optimistically where that is on and pays, else layer by layer, keeping the record
+    /// [`OptimisticSteps::Auto`] decides by.
+    pub(super) fn run_step(
+        &self,
+        cache: &SequenceCache,
+        n: usize,
+        pos: usize,
+        phase: Phase,
+        output: StepOutput<'_>,
+    ) -> Result<StepResult> {
+        let eligible = self.optimistic_eligible(cache, phase, n);
+        let started = std::time::Instant::now();
+        let elapsed_ms = || started.elapsed().as_secs_f64() * 1e3;
+        let tried = eligible && self.optimism.wants();
+        let mut known = Vec::new();
+        if tried {
+            match self.try_optimistic(cache, n, pos, output)? {
+                Ok(result) => {
+                    self.optimism.optimistic(true, elapsed_ms());
+                    return Ok(result);
+                }
+                Err(exact) => known = exact,
+            }
+            self.optimism.optimistic(false, elapsed_ms());
+        }
+        let mut routing = Routing::PerLayer { all_hit: true, known };
+        let rec = self.record_step(
+            Pass::new(&self.gpu.device),
+            cache,
+            n,
+            pos,
+            phase,
+            output,
+            TokenSource::Host,
+            &mut routing,
+        )?;
+        rec.submit(&self.gpu.queue);
+        let result = self.collect(n, pos, output)?;
+        cache.end_step(pos + n);
+        if let (true, false, Routing::PerLayer { all_hit, .. }) = (eligible, tried, routing) {
+            self.optimism.layered(all_hit, elapsed_ms());
+        }
+        Ok(result)
     }
 
     /// Records a checked step of `n` tokens (from `tokens`) after `rec`, submitting where the
@@ -177,46 +224,8 @@ impl GpuModel {
                             }
                         }
                         Some(r) => {
-                            // Slot writes must not overtake recorded work: submit first (slot
-                            // and table writes land before the next submission's commands).
-                            let published = prerouter.is_some_and(|p| !observing && p.routing_is_published(i, n));
-                            let layer_ids = moe_index * n * k..(moe_index + 1) * n * k;
-                            let logged = match &*routing {
-                                Routing::PerLayer { known, .. } => known.get(layer_ids).map(<[u32]>::to_vec),
-                                Routing::Logged => None,
-                            };
-                            let known = logged.or_else(|| published.then(|| self.predicted.ids_of(i)).flatten());
-                            let routed = match known {
-                                Some(ids) => {
-                                    rec.submit(&gpu.queue);
-                                    ids
-                                }
-                                None => self.submit_and_read_routing(rec, n)?,
-                            };
-                            if let Some(o) = observer.as_mut() {
-                                let mut hn = vec![0f32; n * self.spec.hidden];
-                                o.readback.read(gpu, &self.acts.hn, 0, bytemuck::cast_slice_mut(&mut hn))?;
-                                (o.callback)(i, &hn, &routed);
-                            }
-                            if let Routing::PerLayer { all_hit, .. } = routing {
-                                *all_hit &= routed.iter().all(|&e| r.table.get(i, e as usize).is_some());
-                            }
-                            let waves = r.route(i, &routed);
-                            for wave in &waves {
-                                r.apply_wave(gpu, i, wave)?;
-                                let mut wave_rec = Pass::new(&gpu.device);
-                                experts.record(gpu, &mut wave_rec, n);
-                                wave_rec.submit(&gpu.queue);
-                            }
-                            if waves.is_empty() {
-                                // Tracing a resident model: nothing moves.
-                                let mut wave_rec = Pass::new(&gpu.device);
-                                experts.record(gpu, &mut wave_rec, n);
-                                wave_rec.submit(&gpu.queue);
-                            }
-                            r.prefetch(gpu, i);
-                            r.land_prefetches(gpu)?;
-                            rec = Pass::new(&gpu.device);
+                            let layer = (i, moe_index);
+                            rec = self.record_streamed_experts(rec, r, experts, layer, n, routing, &mut observer)?;
                         }
                     }
                     moe_index += 1;
@@ -258,6 +267,65 @@ impl GpuModel {
             }
         }
         Ok(rec)
+    }
+
+    /// A streamed (or traced, or observed) MoE layer's experts: submits what `rec` holds (slot
+    /// writes must not overtake recorded work), learns the layer's routing (known from a
+    /// discarded optimistic step, published by the prerouter, or read back), shows it to the
+    /// observer, brings the routed experts into slots wave by wave running the experts after
+    /// each, starts the prefetches for later layers and returns a fresh pass.
+    #[allow(clippy::too_many_arguments)]
+    fn record_streamed_experts(
+        &self,
+        rec: Pass,
+        r: &mut ExpertResidency,
+        experts: &ExpertFfn,
+        (layer, moe_index): (usize, usize),
+        n: usize,
+        routing: &mut Routing,
+        observer: &mut Option<Observer>,
+    ) -> Result<Pass> {
+        let gpu = &*self.gpu;
+        let k = self.spec.moe.as_ref().map_or(0, |m| m.top_k);
+        let observing = observer.is_some();
+        let published = self.prerouter.as_ref().is_some_and(|p| !observing && p.routing_is_published(layer, n));
+        let layer_ids = moe_index * n * k..(moe_index + 1) * n * k;
+        let logged = match &*routing {
+            Routing::PerLayer { known, .. } => known.get(layer_ids).map(<[u32]>::to_vec),
+            Routing::Logged => None,
+        };
+        let known = logged.or_else(|| published.then(|| self.predicted.ids_of(layer)).flatten());
+        let routed = match known {
+            Some(ids) => {
+                rec.submit(&gpu.queue);
+                ids
+            }
+            None => self.submit_and_read_routing(rec, n)?,
+        };
+        if let Some(o) = observer.as_mut() {
+            let mut hn = vec![0f32; n * self.spec.hidden];
+            o.readback.read(gpu, &self.acts.hn, 0, bytemuck::cast_slice_mut(&mut hn))?;
+            (o.callback)(layer, &hn, &routed);
+        }
+        if let Routing::PerLayer { all_hit, .. } = routing {
+            *all_hit &= routed.iter().all(|&e| r.table.get(layer, e as usize).is_some());
+        }
+        let waves = r.route(layer, &routed);
+        for wave in &waves {
+            r.apply_wave(gpu, layer, wave)?;
+            let mut wave_rec = Pass::new(&gpu.device);
+            experts.record(gpu, &mut wave_rec, n);
+            wave_rec.submit(&gpu.queue);
+        }
+        if waves.is_empty() {
+            // Tracing a resident model: nothing moves.
+            let mut wave_rec = Pass::new(&gpu.device);
+            experts.record(gpu, &mut wave_rec, n);
+            wave_rec.submit(&gpu.queue);
+        }
+        r.prefetch(gpu, layer);
+        r.land_prefetches(gpu)?;
+        Ok(Pass::new(&gpu.device))
     }
 
     /// Submits `rec`, which computes the routing, with the copy of its routed expert ids (every

@@ -117,26 +117,33 @@ fn budget_slots(
     Ok((slots < total).then_some(slots))
 }
 
-impl Engine {
-    /// Loads the model described by `options`.
-    pub fn load(options: &EngineOptions) -> Result<Engine> {
-        let gpu = Gpu::new(&options.gpu)?;
-        Self::load_on(gpu, options)
-    }
+/// What a model directory holds, resolved and checked before anything goes to the GPU.
+struct OnDisk {
+    /// The model directory (a converted one, or the cache entry a conversion made).
+    dir: PathBuf,
+    /// The converted directory's manifest, if it is one.
+    converted: Option<ModelManifest>,
+    spec: ArchSpec,
+    expert_format: WeightFormat,
+    dense_format: WeightFormat,
+    lora: Option<LoraAdapter>,
+    /// The GGUF file's tokenizer (others are read from `tokenizer.json` later).
+    tokenizer: Option<Tokenizer>,
+    ckpt: Arc<Checkpoint>,
+    /// Where routed experts are read from (in the CPU layout's tiles where kernels read them so).
+    source: Option<Arc<dyn ExpertSource>>,
+}
 
-    /// Loads onto an already opened GPU context (several engines can share one).
-    pub fn load_on(gpu: Arc<Gpu>, options: &EngineOptions) -> Result<Engine> {
-        Self::load_with_experts(gpu, options, &|source| source)
-    }
-
-    /// Like [`Engine::load_on`], with `wrap` interposed on the expert source (tests inject
-    /// read delays and failures this way).
-    pub fn load_with_experts(
-        gpu: Arc<Gpu>,
+impl OnDisk {
+    /// Resolves `options`' model directory and reads its manifest, config, checkpoint, LoRA
+    /// and expert store, checking each against the others.
+    fn read(
+        gpu: &Arc<Gpu>,
         options: &EngineOptions,
         wrap: &dyn Fn(Arc<dyn ExpertSource>) -> Arc<dyn ExpertSource>,
-    ) -> Result<Engine> {
-        let dir = &resolve_model_dir(options)?;
+    ) -> Result<OnDisk> {
+        let dir = resolve_model_dir(options)?;
+        let dir = &dir;
         let converted = match is_converted(dir) {
             true => Some(ModelManifest::load(dir)?),
             false => None,
@@ -214,17 +221,25 @@ impl Engine {
             }
         };
         // Slots in the CPU layout's tiles where the kernels read them so.
-        let source = source.map(|s| TiledExperts::over(&gpu, wrap(s)));
+        let source = source.map(|s| TiledExperts::over(gpu, wrap(s)));
+        Ok(OnDisk { dir: dir.clone(), converted, spec, expert_format, dense_format, lora, tokenizer, ckpt, source })
+    }
+
+    /// The decoder's options and the KV plan: the expert budget (slots when streaming) and the
+    /// KV memory, from what the adapter has free.
+    fn plan(&self, gpu: &Arc<Gpu>, options: &EngineOptions) -> Result<(DecoderOptions, KvPlan)> {
+        let OnDisk { spec, ckpt, source, converted, expert_format, dense_format, .. } = self;
+        let (spec, expert_format, dense_format) = (spec, *expert_format, *dense_format);
         // The automatic expert budget leaves room for one sequence of the requested context (by
         // default the model's maximum up to 4096); the KV budget is what is left after experts.
         let budget_context = options.context.unwrap_or(spec.max_positions.min(4096));
-        let activations = memory_plan::activation_bytes(&spec, options.max_batch);
-        let weights = memory_plan::resident_weight_bytes(&ckpt, dense_format, converted.is_some());
+        let activations = memory_plan::activation_bytes(spec, options.max_batch);
+        let weights = memory_plan::resident_weight_bytes(ckpt, dense_format, converted.is_some());
         let resident_bytes =
             weights + spec.kv_cache_bytes(budget_context, options.kv_dtype, source.is_some()) + activations;
         let streaming = source
             .as_ref()
-            .map(|s| budget_slots(&spec, s.layout().slot_bytes, options, &gpu, resident_bytes))
+            .map(|s| budget_slots(spec, s.layout().slot_bytes, options, gpu, resident_bytes))
             .transpose()?
             .flatten();
         let expert_bytes = match (&spec.moe, &source) {
@@ -235,9 +250,9 @@ impl Engine {
             _ => 0,
         };
         let fixed = weights + activations + expert_bytes;
-        let kv_memory = options.kv_memory.unwrap_or_else(|| kv_memory_left(memory_plan::free_bytes(&gpu), fixed));
+        let kv_memory = options.kv_memory.unwrap_or_else(|| kv_memory_left(memory_plan::free_bytes(gpu), fixed));
         let state_bytes = spec.sequence_state_bytes(streaming.is_some());
-        let kv = plan_kv(&spec, options.kv_dtype, options.context, kv_memory, state_bytes)?;
+        let kv = plan_kv(spec, options.kv_dtype, options.context, kv_memory, state_bytes)?;
         log::info!(
             "KV cache: {} bytes per token ({}), context {} ({} bytes per session, {} bytes for all sessions)",
             kv.bytes_per_token,
@@ -261,44 +276,78 @@ impl Engine {
                 eamc_capacity: options.eamc_capacity,
             }),
         };
+        Ok((decoder, kv))
+    }
+}
+
+/// What `options` attach to a loaded model: the EAMC collection file, a routing trace, and
+/// prerouter heads (named, or shipped in `dir`) for prefetching or predicted routing.
+fn attach_to_model(model: &mut GpuModel, spec: &ArchSpec, dir: &Path, options: &EngineOptions) -> Result<()> {
+    if let Some(mut r) = model.residency() {
+        if let (Some(path), Some(cache)) = (&options.eamc_file, r.cache_mut()) {
+            if path.exists() {
+                cache
+                    .tracker_mut()
+                    .load(path)
+                    .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))?;
+            }
+        }
+        if let Some(path) = &options.trace {
+            let m = spec.moe.as_ref().expect("residency implies MoE");
+            let moe_layers = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).map(|i| i as u32).collect();
+            let header =
+                TraceHeader::new(spec.layers, m.num_experts, m.top_k, moe_layers, r.arena.layout.slot_bytes as u64);
+            r.start_trace(path, &header)?;
+        }
+    }
+    let publish = options.prefetch.uses_prerouter() && model.residency().is_some_and(|r| r.is_streaming());
+    // Heads shipped with the model (`prerouter.safetensors`) serve when none are named.
+    let shipped = [&options.model_dir, dir].map(|d| d.join(HEADS_FILE)).into_iter().find(|p| p.exists());
+    let heads_file = options.prerouter.clone().or(shipped);
+    if publish || options.routing == RoutingMode::Predicted {
+        let heads = heads_file.as_deref().ok_or_else(|| {
+            let what = if publish { format!("prefetch `{}`", options.prefetch) } else { "predicted routing".into() };
+            Error::InvalidArgument(format!("{what} needs a prerouter heads file (--prerouter FILE)"))
+        })?;
+        model.attach_prerouter_file(heads, options.routing, publish)?;
+        if !publish && model.residency().is_some_and(|r| r.is_streaming()) {
+            log::warn!(
+                "predicted routing while streaming: add --prefetch prerouter to load the predicted experts ahead"
+            );
+        }
+    } else if options.prerouter.is_some() {
+        log::warn!("prerouter heads unused: they need --routing predicted or a streaming --prefetch prerouter");
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Loads the model described by `options`.
+    pub fn load(options: &EngineOptions) -> Result<Engine> {
+        let gpu = Gpu::new(&options.gpu)?;
+        Self::load_on(gpu, options)
+    }
+
+    /// Loads onto an already opened GPU context (several engines can share one).
+    pub fn load_on(gpu: Arc<Gpu>, options: &EngineOptions) -> Result<Engine> {
+        Self::load_with_experts(gpu, options, &|source| source)
+    }
+
+    /// Like [`Engine::load_on`], with `wrap` interposed on the expert source (tests inject
+    /// read delays and failures this way). Three steps: what is on disk ([`OnDisk::read`]),
+    /// the memory plan ([`OnDisk::plan`]), the model built on the GPU with what it attaches.
+    pub fn load_with_experts(
+        gpu: Arc<Gpu>,
+        options: &EngineOptions,
+        wrap: &dyn Fn(Arc<dyn ExpertSource>) -> Arc<dyn ExpertSource>,
+    ) -> Result<Engine> {
+        let disk = OnDisk::read(&gpu, options, wrap)?;
+        let (decoder, kv) = disk.plan(&gpu, options)?;
+        let OnDisk { dir, spec, ckpt, source, lora, mut tokenizer, .. } = disk;
         let mut model =
             gpu.clone().catch_out_of_memory(|| GpuModel::load(gpu, &spec, &ckpt, source, decoder, lora.as_ref()))?;
-        if let Some(mut r) = model.residency() {
-            if let (Some(path), Some(cache)) = (&options.eamc_file, r.cache_mut()) {
-                if path.exists() {
-                    cache
-                        .tracker_mut()
-                        .load(path)
-                        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))?;
-                }
-            }
-            if let Some(path) = &options.trace {
-                let m = spec.moe.as_ref().expect("residency implies MoE");
-                let moe_layers = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).map(|i| i as u32).collect();
-                let header =
-                    TraceHeader::new(spec.layers, m.num_experts, m.top_k, moe_layers, r.arena.layout.slot_bytes as u64);
-                r.start_trace(path, &header)?;
-            }
-        }
-        let publish = options.prefetch.uses_prerouter() && model.residency().is_some_and(|r| r.is_streaming());
-        // Heads shipped with the model (`prerouter.safetensors`) serve when none are named.
-        let shipped = [&options.model_dir, dir].map(|d| d.join(HEADS_FILE)).into_iter().find(|p| p.exists());
-        let heads_file = options.prerouter.clone().or(shipped);
-        if publish || options.routing == RoutingMode::Predicted {
-            let heads = heads_file.as_deref().ok_or_else(|| {
-                let what =
-                    if publish { format!("prefetch `{}`", options.prefetch) } else { "predicted routing".into() };
-                Error::InvalidArgument(format!("{what} needs a prerouter heads file (--prerouter FILE)"))
-            })?;
-            model.attach_prerouter_file(heads, options.routing, publish)?;
-            if !publish && model.residency().is_some_and(|r| r.is_streaming()) {
-                log::warn!(
-                    "predicted routing while streaming: add --prefetch prerouter to load the predicted experts ahead"
-                );
-            }
-        } else if options.prerouter.is_some() {
-            log::warn!("prerouter heads unused: they need --routing predicted or a streaming --prefetch prerouter");
-        }
+        attach_to_model(&mut model, &spec, &dir, options)?;
+        let dir = &dir;
         if tokenizer.is_none() && dir.join("tokenizer.json").exists() {
             tokenizer = Some(Tokenizer::from_dir(dir)?);
         }

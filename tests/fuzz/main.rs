@@ -29,7 +29,6 @@ use std::path::{Path, PathBuf};
 
 use common::TempDir;
 use harness::{fuzz, guarded, Outcome};
-use moestream::util::rng::SplitMix64;
 use moestream::convert::{convert, ConvertOptions};
 use moestream::decoder::RoutingMode;
 use moestream::experts::policy::{Phase, PolicyKind};
@@ -43,6 +42,7 @@ use moestream::prerouter::heads_file::Heads;
 use moestream::prerouter::routers::read_routers;
 use moestream::prerouter::train::{train, TrainOptions, TrainedHead};
 use moestream::runtime::engine::ExpertBudget;
+use moestream::util::rng::SplitMix64;
 use moestream::{sim, Engine, EngineOptions};
 use mutate::{apply_bytes, mutants, mutate_json_text, mutate_safetensors, Mutant};
 use proptest::prelude::*;
