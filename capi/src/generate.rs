@@ -148,12 +148,8 @@ pub unsafe extern "C" fn moestream_chat(
 
 unsafe fn generate_options(options: *const MoestreamGenerateOptions) -> Result<GenerateOptions> {
     let Some(o) = options.as_ref() else { return Ok(GenerateOptions::default()) };
-    // Written so that NaN fails too.
-    let valid = o.top_p > 0.0 && o.top_p <= 1.0 && o.temperature >= 0.0;
-    if !valid {
-        return Err(Error::InvalidArgument("temperature must be >= 0 and top_p in (0, 1]".into()));
-    }
     let sampling = SamplingParams { temperature: o.temperature, top_k: o.top_k as usize, top_p: o.top_p, seed: o.seed };
+    sampling.validate()?;
     Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, ignore_eos: false })
 }
 

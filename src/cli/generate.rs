@@ -14,7 +14,7 @@ pub struct GenerateArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// Prompt text.
-    #[arg(long, group = "input", required_unless_present_any = ["tokens", "prompt_file"])]
+    #[arg(short, long, group = "input", required_unless_present_any = ["tokens", "prompt_file"])]
     prompt: Option<String>,
     /// Prompt as comma-separated token ids.
     #[arg(long, group = "input")]
@@ -24,16 +24,16 @@ pub struct GenerateArgs {
     #[arg(long, group = "input")]
     prompt_file: Option<std::path::PathBuf>,
     /// Most tokens to generate.
-    #[arg(long, default_value_t = 128)]
+    #[arg(short = 'n', long, default_value_t = 128)]
     max_tokens: usize,
     /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     temperature: f32,
     /// Keep the k most likely tokens (0 = all).
     #[arg(long, default_value_t = 0)]
     top_k: usize,
-    /// Nucleus sampling threshold.
-    #[arg(long, default_value_t = 1.0)]
+    /// Nucleus sampling threshold, in (0, 1].
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     top_p: f32,
     /// Random seed.
     #[arg(long, default_value_t = 0)]
@@ -48,6 +48,8 @@ pub struct GenerateArgs {
 
 /// Runs `generate`.
 pub fn run(a: GenerateArgs) -> Result<()> {
+    let sampling = SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
+    sampling.validate()?;
     let engine = a.model.load()?;
     let prompts: Vec<(Option<String>, Vec<u32>)> = match (&a.prompt, &a.tokens, &a.prompt_file) {
         (_, Some(t), _) => vec![(None, parse_tokens(t)?)],
@@ -62,28 +64,22 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         }
         _ => unreachable!("clap requires one input"),
     };
-    let options = GenerateOptions {
-        max_tokens: a.max_tokens,
-        sampling: SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed },
-        ignore_eos: a.ignore_eos,
-    };
+    let options = GenerateOptions { max_tokens: a.max_tokens, sampling, ignore_eos: a.ignore_eos };
     for (text, prompt) in prompts {
         run_one(&engine, text.as_deref(), &prompt, &options, a.json)?;
     }
     Ok(())
 }
 
-/// Generates for one prompt, streaming text (or printing one JSON object).
+/// Generates for one prompt, streaming text (or printing one JSON object). The prompt's text is
+/// echoed with the first generated piece, so a prompt the engine refuses (over the context,
+/// say) prints nothing but the error.
 fn run_one(engine: &Engine, text: Option<&str>, prompt: &[u32], options: &GenerateOptions, json: bool) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
-    if !json {
-        if let Some(p) = text {
-            let _ = write!(stdout, "{p}");
-        }
-    }
+    let mut echo = text.filter(|_| !json);
     let g = engine.generate(prompt, options, |_, piece| {
         if !json {
-            let _ = write!(stdout, "{piece}");
+            let _ = write!(stdout, "{}{piece}", echo.take().unwrap_or_default());
             let _ = stdout.flush();
         }
         true
@@ -91,7 +87,8 @@ fn run_one(engine: &Engine, text: Option<&str>, prompt: &[u32], options: &Genera
     if json {
         writeln!(stdout, "{}", serde_json::to_string(&g).expect("serialisable")).ok();
     } else {
-        writeln!(stdout).ok();
+        writeln!(stdout, "{}", echo.unwrap_or_default()).ok();
+        stdout.flush().ok();
         let s = &g.stats;
         eprintln!(
             "[{} prompt tokens at {:.1} tok/s, {} generated at {:.1} tok/s, context {} ({} KV, {} bytes/token), peak RSS {:.0} MiB, GPU {:.0} MiB, {}]",

@@ -2,7 +2,8 @@
 
 use clap::Args;
 
-use super::model_args::default_model;
+use super::model_args::{check_exists, default_model};
+use moestream::model::gguf::GgufModel;
 use moestream::model::{ArchSpec, AttentionKind, Checkpoint, LinearKind, MlaCacheKind};
 use moestream::ops::KvDtype;
 use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
@@ -11,8 +12,8 @@ use moestream::Result;
 /// Flags of `info`.
 #[derive(Args, Debug)]
 pub struct InfoArgs {
-    /// Model directory; defaults to the bundled model.
-    #[arg(long)]
+    /// Model directory, GGUF file or MLX directory; defaults to the bundled model.
+    #[arg(short, long)]
     model: Option<std::path::PathBuf>,
     /// Print JSON.
     #[arg(long)]
@@ -50,8 +51,16 @@ fn linear_kind_name(kind: LinearKind) -> &'static str {
 /// Runs `info`.
 pub fn run(a: InfoArgs) -> Result<()> {
     let dir = a.model.unwrap_or_else(default_model);
-    let spec = ArchSpec::from_dir(&dir)?;
-    let ckpt = Checkpoint::open(&dir)?;
+    check_exists(&dir)?;
+    let (spec, ckpt) = match moestream::model::gguf::arch::is_gguf(&dir) {
+        true => {
+            let gguf = GgufModel::open(&dir)?;
+            let spec = moestream::model::gguf::arch::spec_from_gguf(&gguf)?;
+            let ckpt = Checkpoint::from_gguf(gguf, &spec)?;
+            (spec, ckpt)
+        }
+        false => (ArchSpec::from_dir(&dir)?, Checkpoint::open(&dir)?),
+    };
     let moe_layers = spec.moe_layers.iter().filter(|m| **m).count();
     let experts = spec.moe.as_ref().map_or(0, |m| m.num_experts);
     let expert_params = spec.expert_params();

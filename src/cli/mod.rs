@@ -18,6 +18,22 @@ use clap::{Parser, Subcommand};
 
 use moestream::Result;
 
+/// A command whose output is cut short (`moestream info --json | head -1`, `generate | head -c
+/// 20`) ends there, quietly, as other command-line tools do: Rust ignores SIGPIPE, so a write to
+/// a closed pipe would otherwise panic in `println!` or keep generating into nothing. The server
+/// keeps Rust's default (a client that goes away must not end it).
+#[cfg(unix)]
+fn quiet_on_closed_stdout() {
+    // SAFETY: setting a signal's disposition to the default has no preconditions; it runs before
+    // any other thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn quiet_on_closed_stdout() {}
+
 /// Run mixture-of-experts language models on any GPU, streaming experts from SSD.
 #[derive(Parser)]
 #[command(name = "moestream", version, about)]
@@ -55,7 +71,15 @@ enum Command {
 
 /// Parses the command line and runs the chosen subcommand.
 pub fn run() -> Result<()> {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    #[cfg(feature = "serve")]
+    let serves = matches!(cli.command, Command::Serve(_));
+    #[cfg(not(feature = "serve"))]
+    let serves = false;
+    if !serves {
+        quiet_on_closed_stdout();
+    }
+    match cli.command {
         Command::Generate(a) => generate::run(a),
         Command::Chat(a) => chat::run(a),
         #[cfg(feature = "serve")]

@@ -126,7 +126,7 @@ impl Routing {
 #[derive(Args, Debug)]
 pub struct ModelArgs {
     /// Model directory (Hugging Face layout) or GGUF file (`.gguf`, or any part of a split set); defaults to the bundled model.
-    #[arg(long)]
+    #[arg(short, long)]
     pub model: Option<PathBuf>,
     /// Weight precision on the GPU for Hugging Face directories (int4 converts once into the
     /// cache); converted models run in the format they were converted to.
@@ -138,7 +138,7 @@ pub struct ModelArgs {
     pub cache_dir: Option<PathBuf>,
     /// Positions per sequence (KV-cache length; default: the model's maximum or what fits the
     /// memory left after weights and experts, whichever is smaller).
-    #[arg(long)]
+    #[arg(short, long)]
     pub context: Option<usize>,
     /// Element type of the KV cache.
     #[arg(long, value_enum, default_value = "f16")]
@@ -251,6 +251,7 @@ impl ModelArgs {
 
 /// Engine options for the model in `dir` at `dtype`, after checking `dir` is a model directory.
 pub fn base_options(dir: &std::path::Path, dtype: Dtype) -> Result<EngineOptions> {
+    check_exists(dir)?;
     let gguf = moestream::model::gguf::arch::is_gguf(dir);
     if !gguf && !dir.join("config.json").exists() {
         return Err(Error::InvalidArgument(format!(
@@ -264,6 +265,14 @@ pub fn base_options(dir: &std::path::Path, dtype: Dtype) -> Result<EngineOptions
         Dtype::Int4 => WeightFormat::Int4(QuantParams::default()),
     };
     Ok(EngineOptions::new(dir).with_format(format))
+}
+
+/// Says so when `path` (a model directory or file) does not exist.
+pub fn check_exists(path: &std::path::Path) -> Result<()> {
+    match path.exists() {
+        true => Ok(()),
+        false => Err(Error::InvalidArgument(format!("{} does not exist", path.display()))),
+    }
 }
 
 /// Parses `1,2,3` into token ids.

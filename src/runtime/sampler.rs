@@ -22,6 +22,21 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
+    /// Refuses values that would sample silently wrong: a temperature that is negative or not
+    /// finite, a top-p outside (0, 1].
+    pub fn validate(&self) -> crate::Result<()> {
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return Err(crate::Error::InvalidArgument(format!(
+                "temperature {} is not a number >= 0 (0 is greedy)",
+                self.temperature
+            )));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(crate::Error::InvalidArgument(format!("top-p {} is not in (0, 1]", self.top_p)));
+        }
+        Ok(())
+    }
+
     /// Whether this picks the argmax (so the GPU can choose and only 4 bytes come back).
     pub fn is_greedy(&self) -> bool {
         self.temperature <= 0.0 || self.top_k == 1
@@ -141,6 +156,23 @@ pub fn argmax(values: &[f32]) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn bad_values_are_refused_by_name() {
+        let ok = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: 1 };
+        assert!(ok.validate().is_ok());
+        for (bad, word) in [
+            (SamplingParams { temperature: -1.0, ..ok }, "temperature"),
+            (SamplingParams { temperature: f32::NAN, ..ok }, "temperature"),
+            (SamplingParams { temperature: f32::INFINITY, ..ok }, "temperature"),
+            (SamplingParams { top_p: 2.0, ..ok }, "top-p"),
+            (SamplingParams { top_p: 0.0, ..ok }, "top-p"),
+            (SamplingParams { top_p: f32::NAN, ..ok }, "top-p"),
+        ] {
+            let e = bad.validate().unwrap_err().to_string();
+            assert!(e.contains(word), "{bad:?}: {e}");
+        }
+    }
+
     use super::*;
 
     #[test]

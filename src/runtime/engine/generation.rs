@@ -125,6 +125,7 @@ impl Engine {
         mut on_token: impl FnMut(u32, &str) -> bool,
     ) -> Result<Generation> {
         self.check_owner(session)?;
+        options.sampling.validate()?;
         if session.is_empty() && new_tokens.is_empty() {
             return Err(Error::EmptyPrompt);
         }

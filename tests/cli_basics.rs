@@ -1,0 +1,113 @@
+//! The command line as a llama.cpp user tries it, through the binary: short flags, sampling
+//! values checked before anything runs, a missing path named as missing, `info` on GGUF and MLX
+//! models, a prompt over the context refused before anything is printed, and output cut short
+//! by a closed pipe ending the command quietly.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+fn moestream(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_moestream")).args(args).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn short_flags_generate_on_the_bundled_model() {
+    let model = root().join("models/moestream-tiny-moe");
+    let out = moestream(&["generate", "-m", model.to_str().unwrap(), "-p", "The history of", "-n", "4", "-c", "64"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("The history of") && stdout.len() > "The history of".len(), "{stdout:?}");
+    assert!(text(&out.stderr).contains("4 generated"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn bad_sampling_values_are_refused_by_name() {
+    for (flag, value, word) in [
+        ("--temperature", "-1", "temperature"),
+        ("--temperature=-1", "", "temperature"),
+        ("--temperature", "nan", "temperature"),
+        ("--top-p", "2", "top-p"),
+        ("--top-p", "0", "top-p"),
+    ] {
+        let mut args = vec!["generate", "-p", "Hi", "-n", "2", flag];
+        if !value.is_empty() {
+            args.push(value);
+        }
+        let out = moestream(&args);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?} ran");
+        assert!(stderr.contains("error:") && stderr.contains(word), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} printed {:?}", text(&out.stdout));
+    }
+}
+
+#[test]
+fn a_missing_path_is_named_as_missing() {
+    for command in ["generate", "info"] {
+        let mut args = vec![command, "--model", "/no/such/model"];
+        if command == "generate" {
+            args.extend(["-p", "Hi"]);
+        }
+        let out = moestream(&args);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("/no/such/model does not exist"), "{command}: {stderr}");
+    }
+}
+
+#[test]
+fn info_reads_gguf_files_and_mlx_directories() {
+    for model in ["tests/fixtures/gguf/qwen3_moe.gguf", "tests/fixtures/mlx/olmoe_4bit"] {
+        let path = root().join(model);
+        let out = moestream(&["info", "-m", path.to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{model}: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v["moe_layers"].as_u64().is_some_and(|n| n > 0) && v["architecture"].is_string(), "{model}: {v}");
+    }
+}
+
+#[test]
+fn a_prompt_over_the_context_prints_nothing_but_the_error() {
+    let prompt = "The history of the world ".repeat(20);
+    let out = moestream(&["generate", "-p", &prompt, "-c", "16", "-n", "4"]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "printed {:?}", text(&out.stdout));
+    assert!(text(&out.stderr).contains("error:"), "{}", text(&out.stderr));
+}
+
+/// Runs `args`, reads `n` bytes of its output and closes the pipe: the command must end (by
+/// SIGPIPE or quietly) without a panic, long before it would have finished its work.
+fn cut_short(args: &[&str], n: usize) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_moestream"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = vec![0u8; n];
+    child.stdout.take().unwrap().read_exact(&mut head).unwrap();
+    // The read end is dropped here: the next write fails.
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert!(out.status.success() || out.status.signal() == Some(libc::SIGPIPE), "{args:?}: {:?}", out.status);
+    }
+}
+
+#[test]
+fn output_cut_short_ends_the_command_quietly() {
+    cut_short(&["info", "--json"], 1);
+    // 100,000 tokens would take minutes: generation stops at the closed pipe instead.
+    cut_short(&["generate", "-p", "The history of", "-n", "100000", "--ignore-eos"], 20);
+}
