@@ -3,6 +3,7 @@
 
 pub mod direct_io;
 pub mod engine;
+pub mod heap_trim;
 pub mod memory_plan;
 pub mod options;
 pub mod peak_rss;
