@@ -319,7 +319,13 @@ impl Gpu {
             required_features,
             required_limits: limits.clone(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
-            memory_hints: wgpu::MemoryHints::Performance,
+            // A software adapter's "device" memory is host memory, which wgpu's large blocks
+            // (64-128 MiB for staging, 128-256 MiB for buffers) hold touched once used:
+            // smaller ones keep its resident set near what the buffers need.
+            memory_hints: match report.software {
+                true => wgpu::MemoryHints::MemoryUsage,
+                false => wgpu::MemoryHints::Performance,
+            },
             trace: wgpu::Trace::Off,
         }))
         .map_err(|e| Error::Adapter(format!("could not open {}: {e}", report.name)))?;
