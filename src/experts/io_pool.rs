@@ -265,3 +265,47 @@ impl Drop for IoPool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experts::arena::SlotLayout;
+    use crate::ops::WeightFormat;
+
+    /// Zeros of one small f32 slot.
+    struct Zeros(SlotLayout);
+
+    impl ExpertSource for Zeros {
+        fn read(&self, _: usize, _: usize, buf: &mut [u8]) -> Result<()> {
+            buf.fill(0);
+            Ok(())
+        }
+        fn read_len(&self) -> usize {
+            self.0.slot_bytes
+        }
+        fn disk_bytes(&self) -> u64 {
+            self.0.slot_bytes as u64
+        }
+        fn layout(&self) -> SlotLayout {
+            self.0
+        }
+        fn layer_layout(&self, _: usize) -> SlotLayout {
+            self.0
+        }
+    }
+
+    /// A burst of reads allocates a buffer each; once they come back the pool keeps one per
+    /// reader and frees the rest.
+    #[test]
+    fn a_burst_leaves_one_spare_buffer_per_reader() {
+        let layout = SlotLayout::new(WeightFormat::F32, 8, 8).unwrap();
+        let pool = IoPool::new(Arc::new(Zeros(layout)), 2);
+        let tickets: Vec<Ticket> =
+            (0..12).map(|e| pool.submit(ExpertId { layer: 0, expert: e }, Urgency::Prefetch)).collect();
+        let bufs: Vec<AlignedBuf> = tickets.iter().map(|&t| pool.wait(t).unwrap()).collect();
+        for buf in bufs {
+            pool.recycle(buf);
+        }
+        assert_eq!(pool.shared.state.lock().unwrap().spare.len(), 2);
+    }
+}
