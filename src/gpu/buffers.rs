@@ -21,8 +21,9 @@ impl Gpu {
         })
     }
 
-    /// A storage buffer initialised with `data` (padded to 16 bytes; its staging copy bounded by
-    /// [`Gpu::bound_staging`]).
+    /// A storage buffer initialised with `data` (padded to 16 bytes). Its staging copy counts
+    /// towards the bound on staged uploads: past 16 MiB the queued ones are submitted and waited
+    /// for, so that wgpu frees their staging.
     pub fn upload(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
         let mut padded;
         let contents = if data.len().is_multiple_of(16) && !data.is_empty() {
