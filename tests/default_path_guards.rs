@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
+use moestream::util::peak_rss::{current_rss_bytes, peak_rss_bytes};
 
 /// Tokens of the shorter run; the longer one generates ten times as many.
 const SHORT: usize = 12;
@@ -77,13 +78,6 @@ fn no_gpu_object_is_created_after_the_first_decode_step() {
     }
 }
 
-/// The process's resident set in bytes (`/proc/self/statm`).
-fn current_rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4096
-}
-
 #[test]
 #[cfg(target_os = "linux")]
 fn memory_stays_flat_as_tokens_are_generated() {
@@ -94,7 +88,7 @@ fn memory_stays_flat_as_tokens_are_generated() {
         let mut figures = Vec::new();
         for tokens in [SHORT, 10 * SHORT] {
             generate(&engine, tokens, |_| ());
-            figures.push((current_rss(), moestream::util::peak_rss::peak_rss_bytes(), engine.gpu().bytes_allocated()));
+            figures.push((current_rss_bytes(), peak_rss_bytes(), engine.gpu().bytes_allocated()));
         }
         let [(rss_a, peak_a, gpu_a), (rss_b, peak_b, gpu_b)] = figures[..] else { unreachable!() };
         println!("GUARD {rss_a} {peak_a} {gpu_a} {rss_b} {peak_b} {gpu_b}");

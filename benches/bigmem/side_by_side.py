@@ -3,7 +3,8 @@
 (experts streamed from experts.bin) on the same model under the same memory bound, in one run.
 
     sudo python3 benches/bigmem/side_by_side.py [--data target/bigmem] [--bound 480M] [--slots 32]
-        [--decode 12] [--prompt 8] [--json OUT]
+        [--decode 12] [--prompt 8] [--llama-bin DIR] [--llama-cpu-bin DIR] [--json OUT]
+    python3 benches/bigmem/side_by_side.py --print JSON     (the tables of an earlier run)
 
 The bound is a memory cgroup (v1 `memory.limit_in_bytes`, or v2 `memory.max`) that every
 measured process runs in; its limit counts the process's own memory *and the page cache it
@@ -18,14 +19,19 @@ left out; moestream's are its own counters over the decode steps. Peak memory is
 high-water mark (the page cache fills it), beside the highest anonymous memory sampled every
 0.1 s (the process's own).
 
-Rows: llama.cpp `llama-bench` (one warmup token, then the measured decode) on the CPU with the
-weights left on the mapping (`--repack 0`) and with its default repacking (a copy of the
-weights in anonymous memory), Vulkan (every layer offloaded; lavapipe here, so the "device"
+llama.cpp comes from `benches/peer/build_llama_cpp.sh`: its build with the Vulkan backend in
+`target/peer/build/bin` (`--llama-bin`, or `PEER_BIN`) and its CPU-only build in
+`target/peer/build-cpu/bin` (`--llama-cpu-bin`).
+
+Rows: llama.cpp `llama-bench` (one warmup token, then the measured decode), CPU-only build and
+Vulkan build, on the CPU with the weights left on the mapping (`--repack 0`) and with its
+default repacking (a copy of the weights in anonymous memory), Vulkan (every layer offloaded; lavapipe here, so the "device"
 copy of the weights is host memory inside the bound too), Vulkan with the experts left on the
 CPU (`--n-cpu-moe`, llama.cpp's own recipe for MoE models bigger than memory), also with
 `--no-host 1` (the CPU's weights kept out of the Vulkan backend's host buffer type); then
 `moestream bench ssd` (LRU, LFU and EAMC × no prefetch and EAMC prefetch with 4 reader threads,
-EAMC/EAMC with other reader counts, all uncached), one buffered run, and for reference the
+EAMC/EAMC with other reader counts, all uncached), one buffered run, each configuration in a
+process of its own (cold, as llama.cpp's), their tokens checked equal; and for reference the
 same model fully resident without a bound (`bench model`, outside the cgroup).
 Make the model first: benches/bigmem/make.sh. Needs root (cgroup) and Linux.
 """
@@ -41,7 +47,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PEER = Path(os.environ.get("PEER_BIN", "/work/peer/out/build/bin"))
+# Where benches/peer/build_llama_cpp.sh puts its two builds by default.
+PEER_VULKAN = Path(os.environ.get("PEER_BIN", ROOT / "target/peer/build/bin"))
+PEER_CPU = ROOT / "target/peer/build-cpu/bin"
 CGROUP_NAME = "moestream-bigmem"
 
 
@@ -149,11 +157,11 @@ def rusage_children_inblock():
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
 
 
-def llama_row(cg, label, gguf, args, extra, env):
+def llama_row(cg, label, bin_dir, gguf, args, extra, env):
     """llama-bench's decode (after its one-token warmup); bytes read per token counted from the
     start of the measured generation (its `--progress` line) to the exit, so the model load's
     reads are left out."""
-    cmd = [PEER / "llama-bench", "-m", gguf, "-p", "0", "-n", str(args.decode), "-r", "1", "--progress",
+    cmd = [Path(bin_dir) / "llama-bench", "-m", gguf, "-p", "0", "-n", str(args.decode), "-r", "1", "--progress",
            "-t", str(args.threads), "-o", "json", "-lm", "mmap", *extra]
     rc, out, err, secs, read, at_decode = run_capped(cg, cmd, env, [gguf], mark="generation run")
     row = {"engine": "llama.cpp", "backend": label, "peak_bytes": cg.peak(), "peak_anon_bytes": cg.peak_anon,
@@ -168,6 +176,21 @@ def llama_row(cg, label, gguf, args, extra, env):
     per_token = None if decode_read is None else decode_read / r["n_gen"]
     return {**row, "decode_tokens_per_s": r["avg_ts"], "bytes_read_decode": decode_read,
             "bytes_read_per_token": per_token, "note": ""}
+
+
+def moestream_configs(cg, args, label, io_threads, policies, prefetchers, direct_io):
+    """`bench ssd` once per configuration, each in a process of its own; returns the first
+    report (device figures) and the rows."""
+    first, rows = None, []
+    for threads in io_threads.split(","):
+        for policy in policies.split(","):
+            for prefetch in prefetchers.split(","):
+                extra = ["--io-threads", threads, "--policies", policy, "--prefetch", prefetch,
+                         "--direct-io", direct_io]
+                rep, ours = moestream_rows(cg, args, extra, label)
+                rows += ours
+                first = first or rep
+    return first, rows
 
 
 def moestream_rows(cg, args, extra, label):
@@ -218,8 +241,21 @@ def main():
     p.add_argument("--decode", type=int, default=12)
     p.add_argument("--threads", type=int, default=2, help="llama.cpp CPU threads")
     p.add_argument("--io-threads", default="1,8", help="reader threads compared with 4 (eamc / eamc)")
+    p.add_argument("--llama-bin", default=str(PEER_VULKAN),
+                   help="llama.cpp built with its Vulkan backend (benches/peer/build_llama_cpp.sh)")
+    p.add_argument("--llama-cpu-bin", default=str(PEER_CPU),
+                   help="llama.cpp's CPU-only build (benches/peer/build_llama_cpp.sh)")
     p.add_argument("--json", default=None)
+    p.add_argument("--print", metavar="JSON", default=None,
+                   help="print the tables of an earlier run's JSON and exit (nothing is run)")
     args = p.parse_args()
+    if args.print:
+        print_tables(json.loads(Path(args.print).read_text()))
+        return
+    for d in (args.llama_bin, args.llama_cpu_bin):
+        if not (Path(d) / "llama-bench").exists():
+            sys.exit(f"{d}/llama-bench is missing: run benches/peer/build_llama_cpp.sh (or pass --llama-bin / "
+                     "--llama-cpu-bin)")
     data = Path(args.data)
     gguf, store = data / "bigmem-q4_0.gguf", data / "converted/experts.bin"
     for f in (gguf, store):
@@ -227,45 +263,53 @@ def main():
             sys.exit(f"{f} is missing: run benches/bigmem/make.sh first")
     cg = Cgroup(parse_bytes(args.bound))
     env_vk = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
+    cpu, vk = args.llama_cpu_bin, args.llama_bin
     rows = [
-        llama_row(cg, "CPU, weights on the mapping (--repack 0)", gguf, args,
+        llama_row(cg, "CPU-only build, weights on the mapping (--repack 0)", cpu, gguf, args, ["--repack", "0"],
+                  os.environ),
+        llama_row(cg, "CPU-only build, default (weights repacked)", cpu, gguf, args, [], os.environ),
+        llama_row(cg, "Vulkan build on the CPU, weights on the mapping (--repack 0)", vk, gguf, args,
                   ["-ngl", "0", "-dev", "none", "--repack", "0"], os.environ),
-        llama_row(cg, "CPU, default (weights repacked)", gguf, args, ["-ngl", "0", "-dev", "none"], os.environ),
-        llama_row(cg, "Vulkan (all layers)", gguf, args, ["-ngl", "99"], env_vk),
-        llama_row(cg, "Vulkan, experts on CPU (--n-cpu-moe, --repack 0)", gguf, args,
+        llama_row(cg, "Vulkan build on the CPU, default (weights repacked)", vk, gguf, args,
+                  ["-ngl", "0", "-dev", "none"], os.environ),
+        llama_row(cg, "Vulkan (all layers)", vk, gguf, args, ["-ngl", "99"], env_vk),
+        llama_row(cg, "Vulkan, experts on CPU (--n-cpu-moe, --repack 0)", vk, gguf, args,
                   ["-ngl", "99", "-ncmoe", "99", "--repack", "0"], env_vk),
-        llama_row(cg, "Vulkan, experts on the CPU mapping (--n-cpu-moe, --repack 0, --no-host 1)", gguf, args,
+        llama_row(cg, "Vulkan, experts on the CPU mapping (--n-cpu-moe, --repack 0, --no-host 1)", vk, gguf, args,
                   ["-ngl", "99", "-ncmoe", "99", "--repack", "0", "--no-host", "1"], env_vk),
     ]
-    rep, ours = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "lru,lfu,eamc", "--prefetch", "none,eamc",
-                                          "--direct-io", "auto"], "uncached")
+    rep, ours = moestream_configs(cg, args, "uncached", "4", "lru,lfu,eamc", "none,eamc", "auto")
     rows += ours
-    _, threads = moestream_rows(cg, args, ["--io-threads", args.io_threads, "--policies", "eamc", "--prefetch", "eamc",
-                                           "--direct-io", "auto"], "uncached")
-    rows += threads
-    _, buffered = moestream_rows(cg, args, ["--io-threads", "4", "--policies", "eamc", "--prefetch", "eamc",
-                                            "--direct-io", "off"], "buffered")
-    rows += buffered
+    rows += moestream_configs(cg, args, "uncached", args.io_threads, "eamc", "eamc", "auto")[1]
+    rows += moestream_configs(cg, args, "buffered", "4", "eamc", "eamc", "off")[1]
+    tokens = [r["run"]["tokens"] for r in rows if "run" in r]
+    if any(t != tokens[0] for t in tokens):
+        sys.exit("moestream configurations generated different tokens: streaming must be exact")
     rows.append(resident_row(args))
     best_llama = max((r["decode_tokens_per_s"] or 0) for r in rows if r["engine"] == "llama.cpp")
     for r in rows:
         r["vs_best_llama"] = (r["decode_tokens_per_s"] or 0) / best_llama if best_llama else None
     report = {"bound_bytes": cg.limit, "store_bytes": store.stat().st_size, "gguf_bytes": gguf.stat().st_size,
               "decode_tokens": args.decode, "prompt_tokens": args.prompt, "moestream": rep, "rows": rows}
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    print_tables(report)
+
+
+def print_tables(report):
+    """The summary table and moestream's I/O details, from a run's report (as saved in --json)."""
     mib = lambda b: "-" if b is None else f"{b / 1048576:.0f}"
-    print(f"bound {mib(cg.limit)} MiB (cgroup, page cache included); experts.bin {mib(store.stat().st_size)} MiB "
-          f"({store.stat().st_size / cg.limit:.1f}x the bound), GGUF Q4_0 {mib(gguf.stat().st_size)} MiB; "
-          f"{args.decode} decoded tokens\n")
+    bound, store, gguf = report["bound_bytes"], report["store_bytes"], report["gguf_bytes"]
+    print(f"bound {mib(bound)} MiB (cgroup, page cache included); experts.bin {mib(store)} MiB "
+          f"({store / bound:.1f}x the bound), GGUF Q4_0 {mib(gguf)} MiB; {report['decode_tokens']} decoded tokens\n")
     print("| engine | backend | decode tok/s | vs best llama.cpp | MiB read/token | peak MiB (anonymous) | note |")
     print("|---|---|---:|---:|---:|---:|---|")
-    for r in rows:
+    for r in report["rows"]:
         tps = "-" if r["decode_tokens_per_s"] is None else f"{r['decode_tokens_per_s']:.2f}"
         vs = "-" if not r["vs_best_llama"] else f"{r['vs_best_llama']:.2f}"
         print(f"| {r['engine']} | {r['backend']} | {tps} | {vs} | {mib(r.get('bytes_read_per_token'))} | "
               f"{mib(r['peak_bytes'])} ({mib(r['peak_anon_bytes'])}) | {r['note']} |")
-    print_moestream_details(rep, [r for r in rows if "run" in r])
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
+    print_moestream_details(report["moestream"], [r for r in report["rows"] if "run" in r])
 
 
 def print_moestream_details(rep, rows):

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds llama.cpp (CPU + Vulkan backends; llama-bench, llama-quantize, test-backend-ops,
 # llama-perplexity) from the tree vendored in PyPI's llama-cpp-python source distribution, for the
-# side-by-side benchmarks in this folder. Nothing of llama.cpp is committed here.
+# side-by-side benchmarks in this folder, into OUT/build/bin; and a CPU-only build (no Vulkan
+# backend; llama-bench) into OUT/build-cpu/bin, which benches/bigmem/ measures beside it (set
+# CPU_ONLY=0 to skip it). Nothing of llama.cpp is committed here.
 #
 #   benches/peer/build_llama_cpp.sh [OUT]      (default OUT: target/peer)
 #
@@ -40,4 +42,10 @@ cmake -S "$SRC" -B "$OUT/build" -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=ON -DGG
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build "$OUT/build" -j"$(nproc)" --target llama-bench llama-quantize llama-perplexity test-backend-ops
 echo "built: $OUT/build/bin/{llama-bench,llama-quantize,llama-perplexity,test-backend-ops}"
+if [ "${CPU_ONLY:-1}" != 0 ]; then
+  cmake -S "$SRC" -B "$OUT/build-cpu" -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=OFF -DGGML_NATIVE=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build "$OUT/build-cpu" -j"$(nproc)" --target llama-bench
+  echo "built (CPU only): $OUT/build-cpu/bin/llama-bench"
+fi
 echo "llama.cpp's gguf-py and convert_hf_to_gguf.py: $SRC"

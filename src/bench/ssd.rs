@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::experts::policy::PolicyKind;
 use crate::experts::predictor::PrefetchKind;
 use crate::gpu::Gpu;
-use crate::runtime::{Engine, EngineOptions, GenerateOptions};
+use crate::runtime::{heap_trim, Engine, EngineOptions, GenerateOptions};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -54,6 +54,9 @@ pub struct SsdRun {
     pub policy: String,
     /// Prefetcher.
     pub prefetch: String,
+    /// Every generated token (the prompt's one, then the decoded ones), so that configurations
+    /// run in separate processes can be checked against each other.
+    pub tokens: Vec<u32>,
     /// Decode tokens per second (wall time of the decode steps).
     pub decode_tokens_per_s: f64,
     /// Needs found in a slot over needs.
@@ -151,6 +154,7 @@ pub fn run(o: &SsdBenchOptions, mut progress: impl FnMut(&SsdRun)) -> Result<Ssd
                     io_threads: threads,
                     policy: policy.name().into(),
                     prefetch: prefetch.name().into(),
+                    tokens: tokens.clone(),
                     ..run
                 };
                 match &first {
@@ -167,9 +171,11 @@ pub fn run(o: &SsdBenchOptions, mut progress: impl FnMut(&SsdRun)) -> Result<Ssd
                 runs.push(run);
                 // wgpu frees a dropped engine's buffers only at its next maintenance: without
                 // this wait the next engine would load beside them (twice the memory, which a
-                // memory bound turns into a kill).
+                // memory bound turns into a kill). The engine trimmed the heap as it dropped,
+                // before that; what the wait freed is given back here.
                 drop(engine);
                 gpu.wait()?;
+                heap_trim::trim();
             }
         }
     }
@@ -208,6 +214,7 @@ fn decode(engine: &Engine, o: &SsdBenchOptions, device: &DeviceBandwidth) -> Res
         io_threads: 0,
         policy: String::new(),
         prefetch: String::new(),
+        tokens: Vec::new(),
         decode_tokens_per_s: n / wall.max(1e-9),
         hit_rate: s.hit_rate,
         stall_ms_per_token: s.stall_ms / n,

@@ -152,7 +152,7 @@ impl Builder<'_> {
         (layer, site): (usize, fn(MlpProj) -> LoraTarget),
     ) -> Result<Mlp> {
         let inter = w.gate.shape[0];
-        let gu = self.matrix(label, &HostTensor::concat_rows(&w.gate, &w.up))?;
+        let gu = self.matrix(label, &HostTensor::concat_rows(&[&w.gate, &w.up]))?;
         // The fused matrix holds the gate rows, then the up rows: each delta owns its columns.
         let gu_out = MatMulOut::plain(2 * inter);
         let base = MatMul::new(self.gpu, self.step, x, &self.matrices[gu], None, &acts.gu, gu_out);

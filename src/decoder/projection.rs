@@ -111,7 +111,7 @@ impl Builder<'_> {
         if !stored_alike(&weights) {
             return separate(self);
         }
-        let stack = |t: [&HostTensor; 3]| HostTensor::concat_rows(&HostTensor::concat_rows(t[0], t[1]), t[2]);
+        let stack = |t: [&HostTensor; 3]| HostTensor::concat_rows(&t);
         // A matrix the upload refuses (a non-finite weight...) is uploaded part by part, so the
         // error names the checkpoint's tensor and its row.
         let Ok(m) = self.matrix("qkv", &stack(weights)) else {

@@ -81,6 +81,18 @@ struct Shared {
     work: Condvar,
     finished: Condvar,
     source: Arc<dyn ExpertSource>,
+    /// Staging buffers kept for reuse (one per reader): a burst of prefetches allocates more,
+    /// which are freed as they come back instead of staying with the pool.
+    spare_limit: usize,
+}
+
+impl State {
+    /// Keeps `buf` for the next read, or frees it when enough are kept.
+    fn keep(&mut self, buf: AlignedBuf, limit: usize) {
+        if self.spare.len() < limit {
+            self.spare.push(buf);
+        }
+    }
 }
 
 /// A pool of reader threads.
@@ -92,13 +104,15 @@ pub struct IoPool {
 impl IoPool {
     /// Starts `threads` readers (at least one) over `source`.
     pub fn new(source: Arc<dyn ExpertSource>, threads: usize) -> IoPool {
+        let threads = threads.max(1);
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             work: Condvar::new(),
             finished: Condvar::new(),
             source,
+            spare_limit: threads,
         });
-        let threads = (0..threads.max(1))
+        let threads = (0..threads)
             .map(|i| {
                 let shared = shared.clone();
                 std::thread::Builder::new()
@@ -160,16 +174,16 @@ impl IoPool {
         s.queue.retain(|r| r.ticket != ticket);
         if s.queue.len() == before {
             if let Some(Ok(buf)) = s.done.remove(&ticket) {
-                s.spare.push(buf);
+                s.keep(buf, self.shared.spare_limit);
             } else {
                 s.cancelled.insert(ticket);
             }
         }
     }
 
-    /// Returns a staging buffer for reuse.
+    /// Returns a staging buffer for reuse (or frees it, when the pool keeps enough).
     pub fn recycle(&self, buf: AlignedBuf) {
-        self.shared.state.lock().unwrap().spare.push(buf);
+        self.shared.state.lock().unwrap().keep(buf, self.shared.spare_limit);
     }
 
     /// The readers' figures so far (`busy` includes the read now in flight, if any).
@@ -218,7 +232,7 @@ fn reader(shared: &Shared) {
         s.counters.cpu_time += cpu;
         if s.cancelled.remove(&req.ticket) {
             if let Ok(buf) = result {
-                s.spare.push(buf);
+                s.keep(buf, shared.spare_limit);
             }
         } else {
             s.done.insert(req.ticket, result);
@@ -249,5 +263,49 @@ impl Drop for IoPool {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experts::arena::SlotLayout;
+    use crate::ops::WeightFormat;
+
+    /// Zeros of one small f32 slot.
+    struct Zeros(SlotLayout);
+
+    impl ExpertSource for Zeros {
+        fn read(&self, _: usize, _: usize, buf: &mut [u8]) -> Result<()> {
+            buf.fill(0);
+            Ok(())
+        }
+        fn read_len(&self) -> usize {
+            self.0.slot_bytes
+        }
+        fn disk_bytes(&self) -> u64 {
+            self.0.slot_bytes as u64
+        }
+        fn layout(&self) -> SlotLayout {
+            self.0
+        }
+        fn layer_layout(&self, _: usize) -> SlotLayout {
+            self.0
+        }
+    }
+
+    /// A burst of reads allocates a buffer each; once they come back the pool keeps one per
+    /// reader and frees the rest.
+    #[test]
+    fn a_burst_leaves_one_spare_buffer_per_reader() {
+        let layout = SlotLayout::new(WeightFormat::F32, 8, 8).unwrap();
+        let pool = IoPool::new(Arc::new(Zeros(layout)), 2);
+        let tickets: Vec<Ticket> =
+            (0..12).map(|e| pool.submit(ExpertId { layer: 0, expert: e }, Urgency::Prefetch)).collect();
+        let bufs: Vec<AlignedBuf> = tickets.iter().map(|&t| pool.wait(t).unwrap()).collect();
+        for buf in bufs {
+            pool.recycle(buf);
+        }
+        assert_eq!(pool.shared.state.lock().unwrap().spare.len(), 2);
     }
 }

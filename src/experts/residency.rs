@@ -158,6 +158,7 @@ impl ExpertResidency {
                 source.read(layer, e, &mut buf)?;
                 let slot = m * experts + e;
                 arena.write(gpu, slot, &buf);
+                gpu.bound_staging(arena.layout.slot_bytes as u64);
                 table.set(gpu, layer, e, slot as u32);
             }
         }

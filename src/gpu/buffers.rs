@@ -22,7 +22,9 @@ impl Gpu {
         })
     }
 
-    /// A storage buffer initialised with `data` (padded to 16 bytes).
+    /// A storage buffer initialised with `data` (padded to 16 bytes). Its staging copy counts
+    /// towards the bound on staged uploads: past 16 MiB the queued ones are submitted and waited
+    /// for, so that wgpu frees their staging.
     pub fn upload(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
         let mut padded;
         let contents = if data.len().is_multiple_of(16) && !data.is_empty() {
@@ -33,11 +35,13 @@ impl Gpu {
             &padded
         };
         self.count_allocation(contents.len() as u64);
-        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        let buffer = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(label),
             contents,
             usage: STORAGE,
-        })
+        });
+        self.bound_staging(contents.len() as u64);
+        buffer
     }
 
     /// A uniform buffer holding `data` (static kernel parameters).

@@ -18,6 +18,9 @@ use super::shader_checks;
 use crate::env_choice::env_choice;
 use crate::error::{Error, Result};
 
+/// Bytes of uploads a load lets wait in wgpu's staging buffers ([`Gpu::bound_staging`]).
+const STAGING_BOUND: u64 = 16 << 20;
+
 thread_local! {
     /// Bytes of GPU buffers allocated on this thread, through any context.
     static THREAD_ALLOCATED: Cell<u64> = const { Cell::new(0) };
@@ -191,6 +194,9 @@ pub struct Gpu {
     pub adapter: AdapterReport,
     pub(crate) pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     allocated: AtomicU64,
+    /// Bytes queued for upload through wgpu's staging buffers since they were last flushed
+    /// ([`Gpu::bound_staging`]).
+    staged: AtomicU64,
     /// Times the host has waited for the GPU ([`Gpu::wait_for`]).
     waits: AtomicU64,
     /// The first error wgpu raised outside an error scope (its default handler would panic).
@@ -322,7 +328,13 @@ impl Gpu {
             required_features,
             required_limits: limits.clone(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
-            memory_hints: wgpu::MemoryHints::Performance,
+            // A software adapter's "device" memory is host memory, which wgpu's large blocks
+            // (64-128 MiB for staging, 128-256 MiB for buffers) hold touched once used:
+            // smaller ones keep its resident set near what the buffers need.
+            memory_hints: match report.software {
+                true => wgpu::MemoryHints::MemoryUsage,
+                false => wgpu::MemoryHints::Performance,
+            },
             trace: wgpu::Trace::Off,
         }))
         .map_err(|e| Error::Adapter(format!("could not open {}: {e}", report.name)))?;
@@ -370,6 +382,7 @@ impl Gpu {
             adapter: report,
             pipelines: Mutex::new(HashMap::new()),
             allocated: AtomicU64::new(0),
+            staged: AtomicU64::new(0),
             waits: AtomicU64::new(0),
             uncaptured,
             profiler: profile_timing.map(|timing| Arc::new(Profiler::new(&device, &queue, timing))),
@@ -411,6 +424,20 @@ impl Gpu {
     /// [`counting_allocations`]).
     pub fn release_allocation(&self, bytes: u64) {
         let _ = self.allocated.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| Some(a.saturating_sub(bytes)));
+    }
+
+    /// Counts `bytes` just queued for upload (`create_buffer_init`, `queue.write_buffer`): wgpu
+    /// copies them into a staging buffer it frees only once a submission carrying them has
+    /// finished, and a model's load submits nothing, so every weight would sit in memory twice
+    /// until the first step (on lavapipe both copies are host memory). Past [`STAGING_BOUND`]
+    /// bytes the queued uploads are submitted and waited for, which frees their staging.
+    pub(crate) fn bound_staging(&self, bytes: u64) {
+        if self.staged.fetch_add(bytes, Ordering::Relaxed) + bytes > STAGING_BOUND {
+            self.staged.store(0, Ordering::Relaxed);
+            self.queue.submit(std::iter::empty());
+            // A lost device is reported by the next wait that needs the GPU.
+            let _ = self.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None });
+        }
     }
 
     /// Blocks until all submitted work has finished; reports a lost device, or an error wgpu

@@ -102,30 +102,39 @@ impl HostTensor {
         HostTensor { shape, data, int4: None, ggml: None }
     }
 
-    /// The rows of `a` followed by those of `b` (two matrices of equal width), keeping the
-    /// int4 form when both have one with the same parameters.
-    pub fn concat_rows(a: &HostTensor, b: &HostTensor) -> HostTensor {
-        assert_eq!(a.shape[1], b.shape[1], "concat_rows needs equal widths");
-        let mut data = a.data.clone();
-        data.extend_from_slice(&b.data);
-        let int4 = match (&a.int4, &b.int4) {
-            (Some(x), Some(y)) if x.params == y.params => {
-                let mut m = x.clone();
-                m.rows += y.rows;
-                m.packed.extend_from_slice(&y.packed);
-                m.scales.extend_from_slice(&y.scales);
-                m.mins.extend_from_slice(&y.mins);
+    /// The rows of `parts` one after the other (matrices of equal width), keeping the int4 form
+    /// when every part has one with the same parameters (the ggml form likewise). Built in one
+    /// pass, so stacking three matrices holds no stack of the first two beside the result.
+    pub fn concat_rows(parts: &[&HostTensor]) -> HostTensor {
+        let (first, rest) = parts.split_first().expect("concat_rows needs a matrix");
+        assert!(rest.iter().all(|p| p.shape[1] == first.shape[1]), "concat_rows needs equal widths");
+        let mut data = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
+        for p in parts {
+            data.extend_from_slice(&p.data);
+        }
+        let int4 = match parts.iter().map(|p| p.int4.as_ref()).collect::<Option<Vec<_>>>() {
+            Some(ms) if ms.iter().all(|m| m.params == ms[0].params) => {
+                let mut m = ms[0].clone();
+                m.packed.reserve(ms[1..].iter().map(|y| y.packed.len()).sum());
+                for y in &ms[1..] {
+                    m.rows += y.rows;
+                    m.packed.extend_from_slice(&y.packed);
+                    m.scales.extend_from_slice(&y.scales);
+                    m.mins.extend_from_slice(&y.mins);
+                }
                 Some(m)
             }
             _ => None,
         };
-        let ggml = match (&a.ggml, &b.ggml) {
-            (Some(x), Some(y)) if x.ggml_type == y.ggml_type => {
-                Some(GgmlBlob { ggml_type: x.ggml_type, bytes: [&x.bytes[..], &y.bytes[..]].concat() })
-            }
+        let ggml = match parts.iter().map(|p| p.ggml.as_ref()).collect::<Option<Vec<_>>>() {
+            Some(gs) if gs.iter().all(|g| g.ggml_type == gs[0].ggml_type) => Some(GgmlBlob {
+                ggml_type: gs[0].ggml_type,
+                bytes: gs.iter().map(|g| &g.bytes[..]).collect::<Vec<_>>().concat(),
+            }),
             _ => None,
         };
-        HostTensor { shape: vec![a.shape[0] + b.shape[0], a.shape[1]], data, int4, ggml }
+        let rows = parts.iter().map(|p| p.shape[0]).sum();
+        HostTensor { shape: vec![rows, first.shape[1]], data, int4, ggml }
     }
 }
 

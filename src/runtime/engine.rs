@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::heap_trim::{self, TrimOnDrop};
 use super::memory_plan::{self, kv_memory_left, plan_kv, KvPlan};
 use super::session::Session;
 use super::tokenizer::Tokenizer;
@@ -46,6 +47,9 @@ pub struct Engine {
     /// ([`GpuModel::submit_chained`]): by default on hardware adapters, not on software ones;
     /// `MOESTREAM_CHAINED_DECODE=on|off` decides instead.
     chained_decode: AtomicBool,
+    /// Last, so that it runs after the model (and its GPU context, when this engine held the
+    /// last reference) has been freed.
+    _trim: TrimOnDrop,
 }
 
 /// The directory to load: a converted model as is; a GGUF file converted once into the cache
@@ -341,6 +345,7 @@ impl Engine {
         options: &EngineOptions,
         wrap: &dyn Fn(Arc<dyn ExpertSource>) -> Arc<dyn ExpertSource>,
     ) -> Result<Engine> {
+        heap_trim::keep_large_blocks_mapped();
         let disk = OnDisk::read(&gpu, options, wrap)?;
         let (decoder, kv) = disk.plan(&gpu, options)?;
         let OnDisk { dir, spec, ckpt, source, lora, mut tokenizer, .. } = disk;
@@ -365,6 +370,7 @@ impl Engine {
             kv,
             default_session: Mutex::new(None),
             chained_decode: AtomicBool::new(chained_decode),
+            _trim: TrimOnDrop,
         })
     }
 

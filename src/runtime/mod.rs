@@ -4,6 +4,7 @@
 pub mod collect_routing;
 pub mod direct_io;
 pub mod engine;
+pub mod heap_trim;
 pub mod memory_plan;
 pub mod options;
 pub mod sampler;

@@ -11,6 +11,7 @@ mod metrics;
 mod routes;
 mod worker;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -39,13 +40,26 @@ impl Default for ServeOptions {
 /// Loads the model and serves until Ctrl-C (or SIGTERM); prints `listening on http://ADDR` to
 /// stderr once requests are accepted.
 pub fn run(engine: EngineOptions, options: ServeOptions) -> Result<()> {
+    run_until(engine, options, |local| eprintln!("listening on http://{local}"), shutdown_signal())
+}
+
+/// Loads the model and serves until `shutdown` resolves (then finishes the requests in
+/// progress); calls `listening` with the bound address once requests are accepted. Returns
+/// after the engine has been dropped, so a server started next loads into the memory this
+/// one gave back.
+pub fn run_until(
+    engine: EngineOptions,
+    options: ServeOptions,
+    listening: impl FnOnce(SocketAddr),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let (worker, model) = worker::Worker::start(engine)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| Error::InvalidArgument(format!("cannot start the async runtime: {e}")))?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let addr = format!("{}:{}", options.host, options.port);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
@@ -58,12 +72,16 @@ pub fn run(engine: EngineOptions, options: ServeOptions) -> Result<()> {
             max_body_bytes: options.max_body_bytes,
         };
         let app = routes::router(Arc::new(state));
-        eprintln!("listening on http://{local}");
+        listening(local);
         axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
+            .with_graceful_shutdown(shutdown)
             .await
             .map_err(|e| Error::InvalidArgument(format!("server error: {e}")))
-    })
+    });
+    // The runtime's tasks hold the last references to the worker: dropping them joins the
+    // engine's thread, which drops the engine.
+    drop(runtime);
+    served
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -64,9 +64,13 @@ pub struct ModelInfo {
     pub context: usize,
 }
 
-/// The queue into the engine's thread.
+/// The queue into the engine's thread. Dropping it closes the queue and waits for the thread,
+/// which finishes the reply in progress and drops the engine: its memory is back when the drop
+/// returns.
 pub struct Worker {
-    jobs: Mutex<mpsc::Sender<Job>>,
+    /// `None` once dropped (the engine's loop ends when the queue closes).
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
     /// Shared figures.
     pub metrics: Arc<Mutex<Metrics>>,
 }
@@ -79,7 +83,7 @@ impl Worker {
         let (ready_tx, ready_rx) = oneshot::channel();
         let metrics = Arc::new(Mutex::new(Metrics::default()));
         let shared = metrics.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("moestream-engine".into())
             .spawn(move || {
                 let loaded = Engine::load(&options).and_then(|engine| {
@@ -104,15 +108,32 @@ impl Worker {
             })
             .map_err(|e| Error::InvalidArgument(format!("cannot start the engine thread: {e}")))?;
         let info = ready_rx.blocking_recv().map_err(|_| Error::InvalidArgument("the engine thread died".into()))??;
-        Ok((Worker { jobs: Mutex::new(jobs), metrics }, info))
+        Ok((Worker { jobs: Mutex::new(Some(jobs)), thread: Some(thread), metrics }, info))
     }
 
     /// Queues a job behind those already waiting.
     pub fn submit(&self, job: Job) {
         self.metrics.lock().expect("metrics lock").queued += 1;
-        if let Err(mpsc::SendError(job)) = self.jobs.lock().expect("queue lock").send(job) {
+        let jobs = self.jobs.lock().expect("queue lock");
+        let refused = match jobs.as_ref() {
+            Some(queue) => queue.send(job).err().map(|mpsc::SendError(job)| job),
+            None => Some(job),
+        };
+        drop(jobs);
+        if let Some(job) = refused {
             self.metrics.lock().expect("metrics lock").queued -= 1;
             let _ = job.events.send(Event::Done(Err(Error::InvalidArgument("the engine has stopped".into()))));
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        drop(self.jobs.lock().expect("queue lock").take());
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                log::error!("the engine thread panicked");
+            }
         }
     }
 }

@@ -1,0 +1,91 @@
+//! `moestream_engine_load` / `moestream_engine_free` give the engine's memory back: ten loads,
+//! each generating a few tokens, then freed, leave the RSS where the first free left it (within a
+//! small allowance), resident and streamed. Each case runs in a child process (this test binary
+//! re-run with `--exact load_and_free_child`), as the tests of one binary share a process.
+
+use std::ffi::{c_char, CStr, CString};
+use std::process::Command;
+use std::ptr::null_mut;
+
+use moestream::util::peak_rss::current_rss_bytes;
+use moestream_c::*;
+
+/// The case a child runs (unset in the parent).
+const CASE: &str = "MOESTREAM_MEMORY_CASE";
+/// Loads per child.
+const LOADS: usize = 10;
+/// How far the RSS after the last free may exceed that after the first (allocator slack; the
+/// bundled model's weights alone are ~38 MiB).
+const ALLOWANCE: u64 = 8 << 20;
+
+fn last_error() -> String {
+    // SAFETY: moestream_last_error returns NULL or a NUL-terminated string valid until the next call.
+    unsafe { moestream_last_error().as_ref().map_or("?".into(), |p| CStr::from_ptr(p).to_string_lossy().into()) }
+}
+
+/// The child: ten loads, each generating four tokens, then freed; prints `rss N BYTES` after each
+/// free. Does nothing in the parent's own run of the tests.
+#[test]
+fn load_and_free_child() {
+    let Ok(case) = std::env::var(CASE) else { return };
+    let dir = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/moestream-tiny-moe")).unwrap();
+    let prompt = CString::new("The jury said").unwrap();
+    for load in 1..=LOADS {
+        // SAFETY: every pointer is NULL or points to a live value of the type the header names;
+        // the engine is freed once, after its last use.
+        unsafe {
+            let mut options = std::mem::zeroed::<MoestreamLoadOptions>();
+            moestream_load_options_default(&mut options);
+            options.model_dir = dir.as_ptr();
+            options.context = 256;
+            options.expert_slots = if case == "streamed" { 8 } else { 0 };
+            let engine = moestream_engine_load(&options);
+            assert!(!engine.is_null(), "load: {}", last_error());
+            let mut generate = std::mem::zeroed::<MoestreamGenerateOptions>();
+            moestream_generate_options_default(&mut generate);
+            generate.max_tokens = 4;
+            let text: *mut c_char =
+                moestream_generate(engine, null_mut(), prompt.as_ptr(), &generate, None, null_mut(), null_mut());
+            assert!(!text.is_null(), "generate: {}", last_error());
+            moestream_string_free(text);
+            moestream_engine_free(engine);
+        }
+        println!("rss {load} {}", current_rss_bytes());
+    }
+}
+
+fn check(case: &str) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "load_and_free_child", "--nocapture", "--test-threads=1"])
+        .env(CASE, case)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{case}: the child failed\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // The harness's `test NAME ... ` precedes the first figure on its line.
+    let rss: Vec<u64> = stdout
+        .lines()
+        .filter_map(|l| l.split_once("rss ").map(|(_, figures)| figures.split(' ').nth(1).unwrap().parse().unwrap()))
+        .collect();
+    assert_eq!(rss.len(), LOADS, "{case}: one figure per load\n{stdout}");
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let figures: Vec<String> = rss.iter().map(|&b| format!("{:.1}", mib(b))).collect();
+    eprintln!("C API, {case}: RSS after each free (MiB): {}", figures.join(" "));
+    assert!(
+        rss[LOADS - 1] <= rss[0] + ALLOWANCE,
+        "C API, {case}: RSS grew from {:.1} MiB after the first free to {:.1} MiB after the {LOADS}th: {}",
+        mib(rss[0]),
+        mib(rss[LOADS - 1]),
+        figures.join(" ")
+    );
+}
+
+#[test]
+fn freed_resident_engines_give_their_memory_back() {
+    check("resident");
+}
+
+#[test]
+fn freed_streamed_engines_give_their_memory_back() {
+    check("streamed");
+}
