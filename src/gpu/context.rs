@@ -19,7 +19,7 @@ use crate::ops::experts::ExpertPrefill;
 use crate::ops::matmul::LayoutChoice;
 
 /// Bytes of uploads a load lets wait in wgpu's staging buffers ([`Gpu::bound_staging`]).
-const STAGING_BOUND: u64 = 16 << 20;
+pub(crate) const STAGING_BOUND: u64 = 16 << 20;
 
 thread_local! {
     /// Bytes of GPU buffers allocated on this thread, through any context.
