@@ -17,7 +17,8 @@ fn mixtral() -> std::path::PathBuf {
     common::fixtures_dir().join("mixtral")
 }
 
-/// What the model needs besides its experts, and one slot's bytes, as the engine computes them.
+/// What the model needs besides its experts, and one slot's bytes, as the engine computes them
+/// (on a software adapter, as the tests' lavapipe is, its I/O and upload staging too).
 fn needs(options: &EngineOptions) -> (u64, u64, usize) {
     let spec = ArchSpec::from_dir(&options.model_dir).unwrap();
     let ckpt = Checkpoint::open(&options.model_dir).unwrap();
@@ -27,7 +28,8 @@ fn needs(options: &EngineOptions) -> (u64, u64, usize) {
         + memory_plan::activation_bytes(&spec, options.max_batch);
     let m = spec.moe.as_ref().unwrap();
     let slot = SlotLayout::new(options.experts, spec.hidden, m.expert_intermediate).unwrap().slot_bytes as u64;
-    (resident, slot, spec.layers * m.num_experts)
+    let host_side = memory_plan::host_side_bytes(&gpu_of(1 << 30), options.io_threads, slot as usize);
+    (resident + host_side, slot, spec.layers * m.num_experts)
 }
 
 fn gpu_of(bytes: u64) -> Arc<Gpu> {

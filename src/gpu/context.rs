@@ -19,7 +19,7 @@ use crate::env_choice::env_choice;
 use crate::error::{Error, Result};
 
 /// Bytes of uploads a load lets wait in wgpu's staging buffers ([`Gpu::bound_staging`]).
-const STAGING_BOUND: u64 = 16 << 20;
+pub(crate) const STAGING_BOUND: u64 = 16 << 20;
 
 thread_local! {
     /// Bytes of GPU buffers allocated on this thread, through any context.

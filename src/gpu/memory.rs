@@ -5,10 +5,13 @@
 //! `currentAllocatedSize`. DX12: the local segment's `QueryVideoMemoryInfo` budget minus its
 //! current usage, the adapter's dedicated video memory as the total. Software adapters
 //! (lavapipe) allocate host memory, so the host's figures are theirs; integrated and
-//! unified-memory adapters are also bounded by the host's free memory. A backend that cannot be
+//! unified-memory adapters are also bounded by the host's free memory. The host's figures are
+//! bounded by this process's memory cgroup's limit. A backend that cannot be
 //! queried reports the host's memory with a warning (`--gpu-memory` overrides).
 //! `MOESTREAM_GPU_MEMORY` (a size such as `8GiB`) or [`super::GpuOptions::memory_override`]
 //! simulates an adapter of that size.
+
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -100,13 +103,45 @@ impl GpuMemory {
     }
 }
 
-/// The host's physical memory and what is available now.
+/// The host's physical memory and what is available now, both within this process's memory
+/// cgroup's limit (a software adapter, or a shared-memory one, cannot allocate past it).
 pub fn host_memory() -> GpuMemory {
     let mut sys = sysinfo::System::new();
     sys.refresh_memory();
-    let total = sys.total_memory();
+    let limit = cgroup_memory_limit().map_or(u64::MAX, |(limit, _)| limit);
+    let total = sys.total_memory().min(limit);
     let available = sys.available_memory().min(total);
     GpuMemory { total, available, source: MemorySource::Host }
+}
+
+/// The lowest memory limit of this process's cgroup and its ancestors (cgroup v1
+/// `memory.limit_in_bytes` or v2 `memory.max`), with the file it was read from; `None` when
+/// unlimited or not on Linux.
+pub fn cgroup_memory_limit() -> Option<(u64, PathBuf)> {
+    let table = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let root = Path::new("/sys/fs/cgroup");
+    let mut best: Option<(u64, PathBuf)> = None;
+    for line in table.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let (base, file) = if controllers.split(',').any(|c| c == "memory") {
+            (root.join("memory"), "memory.limit_in_bytes")
+        } else if controllers.is_empty() {
+            (root.to_path_buf(), "memory.max")
+        } else {
+            continue;
+        };
+        let mut dir = Some(Path::new(path.trim_start_matches('/')));
+        while let Some(d) = dir {
+            let candidate = base.join(d).join(file);
+            let limit = std::fs::read_to_string(&candidate).ok().and_then(|t| t.trim().parse::<u64>().ok());
+            if let Some(limit) = limit.filter(|&l| best.as_ref().is_none_or(|(b, _)| l < *b)) {
+                best = Some((limit, candidate));
+            }
+            dir = d.parent();
+        }
+    }
+    best
 }
 
 /// Parses `123`, `512MiB`, `2GiB`, `1.5GB` into bytes (KB/MB/GB are powers of ten,

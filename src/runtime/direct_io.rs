@@ -6,7 +6,7 @@
 //! copy every expert twice and evict the rest of the process's memory to cache bytes that are
 //! gone again before they are read twice.
 
-use std::path::{Path, PathBuf};
+use crate::gpu::memory::cgroup_memory_limit;
 
 /// How the expert store is opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,37 +52,7 @@ impl DirectIo {
 pub fn memory_bound() -> MemoryBound {
     let host = crate::gpu::memory::host_memory().available;
     match cgroup_memory_limit() {
-        Some((limit, file)) if limit < host => MemoryBound { bytes: limit, source: file.display().to_string() },
+        Some((limit, file)) if limit <= host => MemoryBound { bytes: limit, source: file.display().to_string() },
         _ => MemoryBound { bytes: host, source: "available host memory".into() },
     }
-}
-
-/// The lowest memory limit of this process's cgroup and its ancestors (cgroup v1
-/// `memory.limit_in_bytes` or v2 `memory.max`), with the file it was read from; `None` when
-/// unlimited or not on Linux.
-pub fn cgroup_memory_limit() -> Option<(u64, PathBuf)> {
-    let table = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let root = Path::new("/sys/fs/cgroup");
-    let mut best: Option<(u64, PathBuf)> = None;
-    for line in table.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let (base, file) = if controllers.split(',').any(|c| c == "memory") {
-            (root.join("memory"), "memory.limit_in_bytes")
-        } else if controllers.is_empty() {
-            (root.to_path_buf(), "memory.max")
-        } else {
-            continue;
-        };
-        let mut dir = Some(Path::new(path.trim_start_matches('/')));
-        while let Some(d) = dir {
-            let candidate = base.join(d).join(file);
-            let limit = std::fs::read_to_string(&candidate).ok().and_then(|t| t.trim().parse::<u64>().ok());
-            if let Some(limit) = limit.filter(|&l| best.as_ref().is_none_or(|(b, _)| l < *b)) {
-                best = Some((limit, candidate));
-            }
-            dir = d.parent();
-        }
-    }
-    best
 }

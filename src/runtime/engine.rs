@@ -95,7 +95,7 @@ fn budget_slots(
             let slots = (bytes / slot_bytes as u64).min(total as u64) as usize;
             let memory = gpu.memory();
             log::info!(
-                "expert budget: {slots} of {total} slots ({} MiB) from {} MiB free on the adapter ({:?}) less {} MiB for weights, KV cache and activations",
+                "expert budget: {slots} of {total} slots ({} MiB) from {} MiB free on the adapter ({:?}) less {} MiB for weights, KV cache, activations and (software adapters) host-side staging",
                 (slots * slot_bytes) >> 20,
                 memory.available >> 20,
                 memory.source,
@@ -239,8 +239,10 @@ impl OnDisk {
         let budget_context = options.context.unwrap_or(spec.max_positions.min(4096));
         let activations = memory_plan::activation_bytes(spec, options.max_batch);
         let weights = memory_plan::resident_weight_bytes(ckpt, dense_format, converted.is_some());
+        let host_side =
+            source.as_ref().map_or(0, |s| memory_plan::host_side_bytes(gpu, options.io_threads, s.read_len()));
         let resident_bytes =
-            weights + spec.kv_cache_bytes(budget_context, options.kv_dtype, source.is_some()) + activations;
+            weights + spec.kv_cache_bytes(budget_context, options.kv_dtype, source.is_some()) + activations + host_side;
         let streaming = source
             .as_ref()
             .map(|s| budget_slots(spec, s.layout().slot_bytes, options, gpu, resident_bytes))
@@ -253,7 +255,7 @@ impl OnDisk {
             }
             _ => 0,
         };
-        let fixed = weights + activations + expert_bytes;
+        let fixed = weights + activations + expert_bytes + host_side;
         let kv_memory = options.kv_memory.unwrap_or_else(|| kv_memory_left(memory_plan::free_bytes(gpu), fixed));
         let state_bytes = spec.sequence_state_bytes(streaming.is_some());
         let kv = plan_kv(spec, options.kv_dtype, options.context, kv_memory, state_bytes)?;

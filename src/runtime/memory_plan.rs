@@ -51,6 +51,17 @@ pub fn activation_bytes(spec: &ArchSpec, max_batch: usize) -> u64 {
     (max_batch * per_token * 4) as u64 + (16 << 20)
 }
 
+/// Host memory a streamed model uses beside its buffers where the adapter's memory is host
+/// memory (software adapters): the I/O threads' aligned read buffers, one expert extent of
+/// `read_len` bytes each, and the uploads a load lets wait in wgpu's staging (16 MiB). Zero on
+/// other adapters, whose buffers do not share that memory.
+pub fn host_side_bytes(gpu: &Gpu, io_threads: usize, read_len: usize) -> u64 {
+    match gpu.adapter.software {
+        true => (io_threads.max(1) * read_len) as u64 + crate::gpu::context::STAGING_BOUND,
+        false => 0,
+    }
+}
+
 /// Bytes the automatic expert budget may use on `gpu`: what the adapter had free when it was
 /// opened, less what this context allocated since and what the model needs besides its expert
 /// slots, keeping a tenth of it (at most 1 GiB) for the driver and other programs.
