@@ -6,8 +6,11 @@
 //!   by a small fixed allowance only (a driver that compiles a shader per dispatch, as lavapipe
 //!   did for norm_router, grew by ~10 MiB a token).
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::Command;
+
+use common::child::run_child_test;
 
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
 use moestream::util::peak_rss::{current_rss_bytes, peak_rss_bytes};
@@ -95,13 +98,7 @@ fn memory_stays_flat_as_tokens_are_generated() {
         return;
     }
     for (name, _) in models() {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "memory_stays_flat_as_tokens_are_generated", "--nocapture", "--test-threads=1"])
-            .env(CHILD, name)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{name}: child failed\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = run_child_test("memory_stays_flat_as_tokens_are_generated", name, &[(CHILD, name.as_ref())]);
         let line = stdout.lines().find_map(|l| l.split_once("GUARD ")).unwrap_or_else(|| panic!("{stdout}")).1;
         let v: Vec<u64> = line.split_whitespace().take(6).map(|x| x.parse().unwrap()).collect();
         let mib = |b: u64| b as f64 / (1 << 20) as f64;

@@ -11,7 +11,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use moestream::gpu::Gpu;
 use moestream::runtime::heap_trim;
@@ -19,6 +18,8 @@ use moestream::runtime::{ExpertBudget, GenerateOptions};
 use moestream::serve::ServeOptions;
 use moestream::util::peak_rss::current_rss_bytes;
 use moestream::{Engine, EngineOptions};
+
+use common::child::{rss_figures, run_child_test};
 
 /// The case a child runs (unset in the parent).
 const CASE: &str = "MOESTREAM_MEMORY_CASE";
@@ -127,19 +128,9 @@ fn serve_once(options: &EngineOptions) {
 /// Runs `case` in a child process; returns the RSS after each drop.
 fn rss_after_drops(case: &str) -> Vec<u64> {
     let cache = common::TempDir::new(&format!("memory-{case}"));
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "load_and_drop_child", "--nocapture", "--test-threads=1"])
-        .env(CASE, case)
-        .env(CACHE, cache.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{case}: the child failed\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    // The harness's `test NAME ... ` precedes the first figure on its line.
-    let rss: Vec<u64> = stdout
-        .lines()
-        .filter_map(|l| l.split_once("rss ").map(|(_, figures)| figures.split(' ').nth(1).unwrap().parse().unwrap()))
-        .collect();
+    let env = [(CASE, case.as_ref()), (CACHE, cache.path().as_os_str())];
+    let stdout = run_child_test("load_and_drop_child", case, &env);
+    let rss = rss_figures(&stdout);
     assert_eq!(rss.len(), LOADS, "{case}: one figure per load\n{stdout}");
     rss
 }

@@ -13,14 +13,19 @@ use serde_json::{json, Value};
 
 const KEY: &str = "test-key";
 
-/// A `moestream serve` process on a free port, killed on drop.
+/// A `moestream serve` process on a free port, killed on drop; `log` collects its stderr.
 struct Server {
     child: Child,
     url: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
     fn start() -> Server {
+        Self::start_with_env(&[])
+    }
+
+    fn start_with_env(env: &[(&str, &str)]) -> Server {
         let model = concat!(env!("CARGO_MANIFEST_DIR"), "/models/moestream-tiny-moe");
         let mut child = Command::new(env!("CARGO_BIN_EXE_moestream"))
             .args([
@@ -36,6 +41,7 @@ impl Server {
                 "--model",
                 model,
             ])
+            .envs(env.iter().copied())
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -48,8 +54,10 @@ impl Server {
             }
         };
         // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Server { child, url }
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || lines.map_while(|l| l.ok()).for_each(|l| sink.lock().unwrap().push(l)));
+        Server { child, url, log }
     }
 
     fn get(&self, path: &str, auth: bool) -> (u16, String) {
@@ -374,4 +382,36 @@ fn memory_stays_flat_over_200_requests() {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!("serve RSS after 20 requests {:.1} MiB, after 200 {:.1} MiB", mib(after_20), mib(after_200));
     assert!(after_200 <= after_20 + (24 << 20), "serve grew {:.1} MiB over 180 requests", mib(after_200 - after_20));
+}
+
+/// `GET /v1/models/{id}` (404 for another id), seeds anywhere in the OpenAI schema's integers
+/// (-1 a fresh one, as llama.cpp; others reproducible), and one access-log line per request at
+/// `RUST_LOG=info`.
+#[test]
+fn model_by_id_any_integer_seed_and_an_access_log() {
+    let server = Server::start_with_env(&[("RUST_LOG", "info")]);
+    let (status, text) = server.get("/v1/models/moestream-tiny-moe", true);
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["id"], "moestream-tiny-moe");
+    let (status, text) = server.get("/v1/models/gpt-4", true);
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("model_not_found"), "{text}");
+    let sampled = |seed: i64| {
+        let body =
+            json!({"prompt": "The jury said", "max_tokens": 8, "temperature": 1.0, "seed": seed, "ignore_eos": true});
+        server.post_json("/v1/completions", body)["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    assert_eq!(sampled(-5), sampled(-5));
+    sampled(-1);
+    let wait = Instant::now();
+    let logged = loop {
+        let lines: Vec<String> =
+            server.log.lock().unwrap().iter().filter(|l| l.contains("generated at")).cloned().collect();
+        if lines.len() >= 3 || wait.elapsed() > Duration::from_secs(30) {
+            break lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(logged.len(), 3, "{logged:?}");
+    assert!(logged[0].contains("prompt tokens") && logged[0].contains("8 generated"), "{logged:?}");
 }

@@ -4,11 +4,14 @@
 //! re-run with `--exact load_and_free_child`), as the tests of one binary share a process.
 
 use std::ffi::{c_char, CStr, CString};
-use std::process::Command;
 use std::ptr::null_mut;
 
 use moestream::util::peak_rss::current_rss_bytes;
 use moestream_c::*;
+
+#[path = "../../tests/common/child.rs"]
+mod child;
+use child::{rss_figures, run_child_test};
 
 /// The case a child runs (unset in the parent).
 const CASE: &str = "MOESTREAM_MEMORY_CASE";
@@ -55,18 +58,8 @@ fn load_and_free_child() {
 }
 
 fn check(case: &str) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "load_and_free_child", "--nocapture", "--test-threads=1"])
-        .env(CASE, case)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{case}: the child failed\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    // The harness's `test NAME ... ` precedes the first figure on its line.
-    let rss: Vec<u64> = stdout
-        .lines()
-        .filter_map(|l| l.split_once("rss ").map(|(_, figures)| figures.split(' ').nth(1).unwrap().parse().unwrap()))
-        .collect();
+    let stdout = run_child_test("load_and_free_child", case, &[(CASE, case.as_ref())]);
+    let rss = rss_figures(&stdout);
     assert_eq!(rss.len(), LOADS, "{case}: one figure per load\n{stdout}");
     let mib = |b: u64| b as f64 / 1048576.0;
     let figures: Vec<String> = rss.iter().map(|&b| format!("{:.1}", mib(b))).collect();

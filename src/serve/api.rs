@@ -52,8 +52,8 @@ pub struct Sampling {
     pub temperature: Option<f32>,
     /// Nucleus threshold, (0, 1].
     pub top_p: Option<f32>,
-    /// Seed for sampling (default: a fresh one per request).
-    pub seed: Option<u64>,
+    /// Seed for sampling, any integer (default, or -1 as in llama.cpp: a fresh one per request).
+    pub seed: Option<i64>,
     /// Stop strings.
     pub stop: Option<Stop>,
     /// Stream server-sent events.
@@ -171,8 +171,17 @@ impl Sampling {
             Some(Stop::Many(v)) if v.len() <= 4 => v.clone(),
             Some(Stop::Many(_)) => return Err(out_of_range("stop", "at most 4 strings")),
         };
-        let sampling = SamplingParams { temperature, top_k: 0, top_p, seed: self.seed.unwrap_or(seed_if_unset) };
+        let sampling = SamplingParams { temperature, top_k: 0, top_p, seed: self.seed_or(seed_if_unset) };
         Ok((max_tokens.map(|m| m as usize), sampling, stop))
+    }
+
+    /// The sampling seed: the request's (a negative one by its two's-complement bits), or
+    /// `seed_if_unset` when it gives none or -1.
+    fn seed_or(&self, seed_if_unset: u64) -> u64 {
+        match self.seed {
+            None | Some(-1) => seed_if_unset,
+            Some(s) => s as u64,
+        }
     }
 
     /// Whether the usage chunk is asked for when streaming.

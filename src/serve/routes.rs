@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -43,6 +43,7 @@ const DEFAULT_COMPLETION_TOKENS: usize = 16;
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/health", get(health))
@@ -70,6 +71,18 @@ async fn metrics(State(s): State<Shared>) -> impl IntoResponse {
 async fn models(State(s): State<Shared>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     authorize(&s, &headers)?;
     Ok(Json(json!({"object": "list", "data": [model_object(&s.model)]})))
+}
+
+async fn model(State(s): State<Shared>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    authorize(&s, &headers)?;
+    match id == s.model.id {
+        true => Ok(Json(model_object(&s.model))),
+        false => Err(ApiError::with_status(
+            StatusCode::NOT_FOUND,
+            format!("the model {id:?} does not exist (this server runs {:?})", s.model.id),
+            "model_not_found",
+        )),
+    }
 }
 
 fn model_object(m: &ModelInfo) -> Value {

@@ -167,7 +167,8 @@ impl EngineLoop {
                 !job.cancel.load(Ordering::Relaxed) && job.events.send(Event::Text(piece.to_string())).is_ok()
             })
         });
-        {
+        // The request's number in the access log: requests answered or failed so far.
+        let number = {
             let mut m = self.metrics.lock().expect("metrics lock");
             match &result {
                 Ok(c) => {
@@ -182,6 +183,24 @@ impl EngineLoop {
                 Err(_) => m.failed += 1,
             }
             m.experts = self.engine.expert_stats();
+            m.requests + m.failed
+        };
+        match &result {
+            Ok(c) => {
+                let (g, s) = (&c.generation, &c.generation.stats);
+                log::info!(
+                    "request {}: {} prompt tokens ({} reused, {} prefilled at {:.1} tok/s), {} generated at {:.1} tok/s, {:?}",
+                    number,
+                    g.prompt_tokens.len(),
+                    s.reused_tokens,
+                    s.prefilled_tokens,
+                    s.prefill_tokens_per_s,
+                    g.tokens.len(),
+                    s.decode_tokens_per_s,
+                    c.finish_reason
+                )
+            }
+            Err(e) => log::info!("request {number}: failed: {e}"),
         }
         let _ = job.events.send(Event::Done(result.map(Box::new)));
     }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use moestream::gpu::{Gpu, GpuOptions, Pass};
 
+pub mod child;
 pub mod logits;
 pub mod mixtral;
 
