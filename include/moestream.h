@@ -48,6 +48,8 @@ typedef struct MoestreamSession MoestreamSession;
 
 // How to load a model; fill with `moestream_load_options_default`, then set `model_dir`.
 typedef struct MoestreamLoadOptions {
+  // `sizeof(MoestreamLoadOptions)` as the app was compiled (set by the default function).
+  uint32_t struct_size;
   // Model directory (Hugging Face layout or converted), UTF-8. Required.
   const char *model_dir;
   // KV-cache length in tokens; 0 = the model's maximum, at most 4096.
@@ -69,6 +71,8 @@ typedef struct MoestreamLoadOptions {
 
 // How to generate; fill with `moestream_generate_options_default`.
 typedef struct MoestreamGenerateOptions {
+  // `sizeof(MoestreamGenerateOptions)` as the app was compiled (set by the default function).
+  uint32_t struct_size;
   // Most tokens to generate.
   uint32_t max_tokens;
   // Sampling temperature; 0 = greedy.
@@ -86,8 +90,10 @@ typedef struct MoestreamGenerateOptions {
 // `len` bytes, valid during the call; may be empty). Return false to stop generating.
 typedef bool (*MoestreamTokenCallback)(void *user_data, uint32_t token, const char *text, size_t len);
 
-// Figures of one generation.
+// Figures of one generation. Set `struct_size` to `sizeof(MoestreamStats)` before passing it.
 typedef struct MoestreamStats {
+  // `sizeof(MoestreamStats)` as the app was compiled (the caller sets it).
+  uint32_t struct_size;
   // Prompt length in tokens (for a session: the whole conversation's).
   uint32_t prompt_tokens;
   // Prompt tokens whose KV cache the session already held (not prefilled again).

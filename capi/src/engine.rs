@@ -11,6 +11,7 @@ use moestream::runtime::{EngineOptions, ExpertBudget};
 use moestream::{Engine, Error, Result};
 
 use crate::boundary::{guard, str_arg};
+use crate::sized::{read_sized, SizedStruct};
 
 /// `MoestreamLoadOptions.policy`: least recently used.
 pub const MOESTREAM_POLICY_LRU: u32 = 0;
@@ -35,7 +36,10 @@ pub const MOESTREAM_WEIGHTS_INT4: u32 = 2;
 
 /// How to load a model; fill with `moestream_load_options_default`, then set `model_dir`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct MoestreamLoadOptions {
+    /// `sizeof(MoestreamLoadOptions)` as the app was compiled (set by the default function).
+    pub struct_size: u32,
     /// Model directory (Hugging Face layout or converted), UTF-8. Required.
     pub model_dir: *const c_char,
     /// KV-cache length in tokens; 0 = the model's maximum, at most 4096.
@@ -71,7 +75,12 @@ pub unsafe extern "C" fn moestream_load_options_default(options: *mut MoestreamL
     if options.is_null() {
         return;
     }
-    options.write(MoestreamLoadOptions {
+    options.write(default_load_options());
+}
+
+fn default_load_options() -> MoestreamLoadOptions {
+    MoestreamLoadOptions {
+        struct_size: std::mem::size_of::<MoestreamLoadOptions>() as u32,
         model_dir: std::ptr::null(),
         context: 0,
         expert_slots: 0,
@@ -80,7 +89,12 @@ pub unsafe extern "C" fn moestream_load_options_default(options: *mut MoestreamL
         prefetch: MOESTREAM_PREFETCH_EAMC,
         weights: MOESTREAM_WEIGHTS_F16,
         adapter: std::ptr::null(),
-    });
+    }
+}
+
+impl SizedStruct for MoestreamLoadOptions {
+    const NAME: &'static str = "MoestreamLoadOptions";
+    const FIRST_SIZE: usize = std::mem::size_of::<Self>();
 }
 
 /// Loads a model; NULL on failure (see `moestream_last_error`). Free with
@@ -91,8 +105,11 @@ pub unsafe extern "C" fn moestream_load_options_default(options: *mut MoestreamL
 #[no_mangle]
 pub unsafe extern "C" fn moestream_engine_load(options: *const MoestreamLoadOptions) -> *mut MoestreamEngine {
     guard(std::ptr::null_mut(), || {
-        let o = options.as_ref().ok_or_else(|| Error::InvalidArgument("options is NULL".into()))?;
-        let engine = Engine::load(&engine_options(o)?)?;
+        if options.is_null() {
+            return Err(Error::InvalidArgument("options is NULL".into()));
+        }
+        let o = read_sized(options, default_load_options())?;
+        let engine = Engine::load(&engine_options(&o)?)?;
         let template = ChatTemplate::from_dir(engine.model_dir())?;
         let end_of_turn = end_of_turn_tokens(&engine, template.as_ref());
         Ok(Box::into_raw(Box::new(MoestreamEngine { engine, template, end_of_turn })))

@@ -9,6 +9,7 @@ use moestream::{Error, Result};
 use crate::boundary::{guard, owned_string, str_arg};
 use crate::engine::{engine_ref, MoestreamEngine};
 use crate::session::MoestreamSession;
+use crate::sized::{self, read_sized, write_sized};
 
 /// Called with each new piece of text: `token` is its token id (`UINT32_MAX` from
 /// `moestream_chat`, whose text pieces may span tokens), `text` the piece (NUL-terminated,
@@ -18,7 +19,10 @@ pub type MoestreamTokenCallback =
 
 /// How to generate; fill with `moestream_generate_options_default`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct MoestreamGenerateOptions {
+    /// `sizeof(MoestreamGenerateOptions)` as the app was compiled (set by the default function).
+    pub struct_size: u32,
     /// Most tokens to generate.
     pub max_tokens: u32,
     /// Sampling temperature; 0 = greedy.
@@ -31,9 +35,12 @@ pub struct MoestreamGenerateOptions {
     pub seed: u64,
 }
 
-/// Figures of one generation.
+/// Figures of one generation. Set `struct_size` to `sizeof(MoestreamStats)` before passing it.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct MoestreamStats {
+    /// `sizeof(MoestreamStats)` as the app was compiled (the caller sets it).
+    pub struct_size: u32,
     /// Prompt length in tokens (for a session: the whole conversation's).
     pub prompt_tokens: u32,
     /// Prompt tokens whose KV cache the session already held (not prefilled again).
@@ -59,7 +66,7 @@ pub struct MoestreamStats {
 #[no_mangle]
 pub unsafe extern "C" fn moestream_generate_options_default(options: *mut MoestreamGenerateOptions) {
     if let Some(o) = options.as_mut() {
-        *o = MoestreamGenerateOptions { max_tokens: 128, temperature: 0.0, top_p: 1.0, top_k: 0, seed: 0 };
+        *o = default_generate_options();
     }
 }
 
@@ -83,6 +90,9 @@ pub unsafe extern "C" fn moestream_generate(
     stats: *mut MoestreamStats,
 ) -> *mut c_char {
     guard(std::ptr::null_mut(), || {
+        if !stats.is_null() {
+            sized::caller_size(stats)?;
+        }
         let e = engine_ref(engine)?;
         let prompt = str_arg(prompt, "prompt")?;
         let options = generate_options(options)?;
@@ -99,7 +109,7 @@ pub unsafe extern "C" fn moestream_generate(
             }
             Some(s) => e.engine.generate_in(&mut s.session, &e.engine.encode_raw(prompt)?, &options, on_token)?,
         };
-        write_stats(stats, &g, cancelled);
+        write_stats(stats, &g, cancelled)?;
         Ok(owned_string(g.text))
     })
 }
@@ -124,6 +134,9 @@ pub unsafe extern "C" fn moestream_chat(
     stats: *mut MoestreamStats,
 ) -> *mut c_char {
     guard(std::ptr::null_mut(), || {
+        if !stats.is_null() {
+            sized::caller_size(stats)?;
+        }
         let e = engine_ref(engine)?;
         let messages: Vec<ChatMessage> = serde_json::from_str(str_arg(messages_json, "messages_json")?)
             .map_err(|err| Error::InvalidArgument(format!("messages_json: {err}")))?;
@@ -141,13 +154,37 @@ pub unsafe extern "C" fn moestream_chat(
             None => fresh.insert(e.engine.new_session()?),
         };
         let c = complete(&e.engine, session, &prompt, &request, |piece| call(callback, user_data, u32::MAX, piece))?;
-        write_stats(stats, &c.generation, c.finish_reason == FinishReason::Cancelled);
+        write_stats(stats, &c.generation, c.finish_reason == FinishReason::Cancelled)?;
         Ok(owned_string(c.text))
     })
 }
 
+fn default_generate_options() -> MoestreamGenerateOptions {
+    MoestreamGenerateOptions {
+        struct_size: std::mem::size_of::<MoestreamGenerateOptions>() as u32,
+        max_tokens: 128,
+        temperature: 0.0,
+        top_p: 1.0,
+        top_k: 0,
+        seed: 0,
+    }
+}
+
+impl sized::SizedStruct for MoestreamGenerateOptions {
+    const NAME: &'static str = "MoestreamGenerateOptions";
+    const FIRST_SIZE: usize = std::mem::size_of::<Self>();
+}
+
+impl sized::SizedStruct for MoestreamStats {
+    const NAME: &'static str = "MoestreamStats";
+    const FIRST_SIZE: usize = std::mem::size_of::<Self>();
+}
+
 unsafe fn generate_options(options: *const MoestreamGenerateOptions) -> Result<GenerateOptions> {
-    let Some(o) = options.as_ref() else { return Ok(GenerateOptions::default()) };
+    if options.is_null() {
+        return Ok(GenerateOptions::default());
+    }
+    let o = read_sized(options, default_generate_options())?;
     let sampling = SamplingParams { temperature: o.temperature, top_k: o.top_k as usize, top_p: o.top_p, seed: o.seed };
     sampling.validate()?;
     Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, ignore_eos: false })
@@ -160,9 +197,14 @@ unsafe fn call(callback: MoestreamTokenCallback, user_data: *mut c_void, token: 
     f(user_data, token, text.as_ptr(), text.as_bytes().len())
 }
 
-unsafe fn write_stats(stats: *mut MoestreamStats, g: &Generation, cancelled: bool) {
-    if let Some(s) = stats.as_mut() {
-        *s = MoestreamStats {
+unsafe fn write_stats(stats: *mut MoestreamStats, g: &Generation, cancelled: bool) -> Result<()> {
+    if stats.is_null() {
+        return Ok(());
+    }
+    write_sized(
+        stats,
+        MoestreamStats {
+            struct_size: std::mem::size_of::<MoestreamStats>() as u32,
             prompt_tokens: g.prompt_tokens.len() as u32,
             reused_tokens: g.stats.reused_tokens as u32,
             generated_tokens: g.tokens.len() as u32,
@@ -171,6 +213,6 @@ unsafe fn write_stats(stats: *mut MoestreamStats, g: &Generation, cancelled: boo
             expert_hits: g.stats.experts.expert_hits,
             expert_misses: g.stats.experts.expert_misses,
             cancelled,
-        };
-    }
+        },
+    )
 }

@@ -4,13 +4,23 @@
 //! returns has a matching `*_free`. The header `include/moestream.h` is generated from this
 //! crate by cbindgen and checked by `tests/header.rs`.
 //!
-//! Threading: a handle may move between threads but must be used by one thread at a time.
+//! Versions: every options or figures struct starts with `struct_size`, `sizeof` it as the app
+//! was compiled (the `*_default` functions set it; set it yourself for `MoestreamStats`). Fields
+//! are only appended, so an app built against an older header keeps working with a newer
+//! library; a size the library does not know is an error, not a misread.
+//!
+//! Threading: a handle may move between threads but must be used by one thread at a time; calls
+//! on different handles may run at once on different threads. The token callback runs on the
+//! calling thread, inside `moestream_generate` / `moestream_chat`, and must not call back into
+//! the library with the same engine or session (other handles are fine). The last error is kept
+//! per thread.
 
 mod boundary;
 mod engine;
 mod generate;
 mod score;
 mod session;
+mod sized;
 
 pub use boundary::{moestream_last_error, moestream_string_free, moestream_version};
 pub use engine::{

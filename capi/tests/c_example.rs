@@ -4,11 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The directory cargo put `libmoestream_c` in for this build.
+/// The directory cargo put `libmoestream_c` in for this build: `deps/` beside the test binary
+/// first (what this `cargo test` built; the copy one level up is the last `cargo build`'s).
 fn library_dir() -> PathBuf {
     let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
     let name = format!("{}moestream_c{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
-    [deps.parent().unwrap().to_path_buf(), deps]
+    [deps.clone(), deps.parent().unwrap().to_path_buf()]
         .into_iter()
         .find(|d| d.join(&name).exists())
         .unwrap_or_else(|| panic!("{name} not found next to the test binary"))

@@ -289,6 +289,7 @@ fn calls() -> impl Strategy<Value = Call> {
 
 fn options(s: &Option<Sampling>) -> Option<MoestreamGenerateOptions> {
     s.as_ref().map(|s| MoestreamGenerateOptions {
+        struct_size: std::mem::size_of::<MoestreamGenerateOptions>() as u32,
         max_tokens: s.max_tokens,
         temperature: s.temperature,
         top_p: s.top_p,
@@ -320,6 +321,7 @@ unsafe fn run_call(engine: *mut MoestreamEngine, call: &Call) -> bool {
             let o = options(o);
             let s = if *session { moestream_session_new(engine) } else { null_mut() };
             let mut st = std::mem::zeroed::<MoestreamStats>();
+            st.struct_size = std::mem::size_of::<MoestreamStats>() as u32;
             let stats = if *stats { &mut st as *mut _ } else { null_mut() };
             let out = moestream_generate(
                 pick(*engine_null),

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
 
     /* 1. A completion streamed token by token, cancelled by the callback after 8 tokens. */
     struct stream s = {0, 8};
-    MoestreamStats stats;
+    MoestreamStats stats = {.struct_size = sizeof stats};
     printf("completion: The jury said");
     char *text = moestream_generate(engine, NULL, "The jury said", &options, on_token, &s, &stats);
     if (!text) return fail("moestream_generate");
