@@ -162,7 +162,7 @@ pub enum Error {
     #[error("chat template: {0}")]
     ChatTemplate(String),
     /// A conversation needs a chat template and the model directory has none.
-    #[error("{0} has no chat template (chat_template.jinja, or chat_template in tokenizer_config.json); add one or use raw prompts")]
+    #[error("{0} has no chat template: pass --chat-template FILE (a Jinja chat template), or use raw prompts (generate, /v1/completions)")]
     NoChatTemplate(PathBuf),
     /// A file of a converted model does not match the size or checksum its manifest records.
     #[error("corrupt file {path}: {detail}")]

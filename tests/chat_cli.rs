@@ -46,6 +46,7 @@ fn piped_conversation_with_commands() {
     assert!(stderr.contains("exceeds the context of 256 tokens"), "{stderr}");
     assert!(stderr.contains("[saved 5 messages to"), "{stderr}");
     assert!(stderr.contains("[conversation cleared]") && stderr.contains("commands: /reset"), "{stderr}");
+    assert!(stderr.contains("error: unknown command /bogus"), "{stderr}");
 
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
     let messages = saved["messages"].as_array().unwrap();
@@ -85,4 +86,32 @@ fn ctrl_c_stops_the_reply_not_the_program() {
     assert!(line.contains(", stopped"), "{line}");
     let generated: usize = line.split(" generated at ").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
     assert!(generated < 240, "the reply stopped early: {line}");
+}
+
+/// A model without a chat template: the error says how to give one, `--chat-template FILE`
+/// gives one, and a template file that does not exist is named.
+#[test]
+fn a_model_without_a_template_takes_one_from_the_command_line() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let model = format!("{root}/tests/fixtures/qwen3_moe");
+    let template = format!("{root}/tests/fixtures/chat_templates/Qwen-Qwen3-0.6B.jinja");
+    let run = |extra: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_moestream"))
+            .args(["chat", "--temperature", "0", "--max-tokens", "3", "--model", &model])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"Hello\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, stderr) = run(&[]);
+    assert!(!ok && stderr.contains("has no chat template") && stderr.contains("--chat-template FILE"), "{stderr}");
+    let (ok, stderr) = run(&["--chat-template", &template]);
+    assert!(ok && stderr.contains(" prompt tokens ("), "{stderr}");
+    let (ok, stderr) = run(&["--chat-template", "/no/such/template.jinja"]);
+    assert!(!ok && stderr.contains("/no/such/template.jinja does not exist"), "{stderr}");
 }

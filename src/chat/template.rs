@@ -65,6 +65,15 @@ impl ChatTemplate {
     /// `chat_template` (a string, or a list of named templates of which `default` is used);
     /// `None` when the model has none. Special tokens come from `tokenizer_config.json`.
     pub fn from_dir(dir: &Path) -> Result<Option<ChatTemplate>> {
+        Self::with_override(dir, None)
+    }
+
+    /// [`ChatTemplate::from_dir`], or with `file` the Jinja template in it (`--chat-template`),
+    /// its special tokens still from `dir`'s `tokenizer_config.json`.
+    pub fn with_override(dir: &Path, file: Option<&Path>) -> Result<Option<ChatTemplate>> {
+        if let Some(f) = file.filter(|f| !f.exists()) {
+            return Err(Error::InvalidArgument(format!("chat template {} does not exist", f.display())));
+        }
         let config_path = dir.join("tokenizer_config.json");
         let config: Value = match std::fs::read_to_string(&config_path) {
             Ok(text) => serde_json::from_str(&text)
@@ -72,7 +81,7 @@ impl ChatTemplate {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Value::Null,
             Err(e) => return Err(Error::io(&config_path, e)),
         };
-        let file = dir.join(TEMPLATE_FILE);
+        let file = file.map_or_else(|| dir.join(TEMPLATE_FILE), Path::to_path_buf);
         let source = if file.exists() {
             std::fs::read_to_string(&file).map_err(|e| Error::io(&file, e))?
         } else {

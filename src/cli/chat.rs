@@ -46,6 +46,9 @@ pub struct ChatArgs {
     /// Do not stop at end-of-turn tokens (replies run to --max-tokens; for measurements).
     #[arg(long)]
     ignore_eos: bool,
+    /// A Jinja chat template to use instead of the model's (needed for a model without one).
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<std::path::PathBuf>,
 }
 
 /// The conversation so far and how to extend it. The session keeps the KV cache of the turns so
@@ -62,8 +65,8 @@ struct Conversation<'a> {
 /// Runs `chat` until end of input or `/quit`.
 pub fn run(a: ChatArgs) -> Result<()> {
     let engine = a.model.load()?;
-    let template =
-        ChatTemplate::from_dir(engine.model_dir())?.ok_or_else(|| Error::NoChatTemplate(engine.model_dir().into()))?;
+    let template = ChatTemplate::with_override(engine.model_dir(), a.chat_template.as_deref())?
+        .ok_or_else(|| Error::NoChatTemplate(a.model.dir()))?;
     if engine.tokenizer().is_none() {
         return Err(Error::Tokenizer("the model has no tokenizer.json".into()));
     }
@@ -133,10 +136,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 Ok(()) => eprintln!("[saved {} messages to {file}]", chat.messages.len()),
                 Err(e) => eprintln!("error: {e}"),
             },
-            Some(("/help", _)) | Some(_) => eprintln!(
-                "commands: /reset (forget the conversation), /system TEXT (new system message, clears), \
-                 /save FILE (write the conversation as JSON), /quit"
-            ),
+            Some(("/help", _)) => eprintln!("{HELP}"),
+            Some((unknown, _)) => eprintln!("error: unknown command {unknown}; {HELP}"),
             None => {
                 stop.store(false, Ordering::SeqCst);
                 generating.store(true, Ordering::SeqCst);
@@ -150,6 +151,10 @@ pub fn run(a: ChatArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// What `/help` prints.
+const HELP: &str = "commands: /reset (forget the conversation), /system TEXT (new system message, clears), \
+                    /save FILE (write the conversation as JSON), /quit";
 
 /// `("/name", "rest")` for a command line, `None` for a message.
 fn command(line: &str) -> Option<(&str, &str)> {

@@ -24,13 +24,21 @@ pub struct ServeArgs {
     /// Largest request body accepted, e.g. `1MiB`.
     #[arg(long, value_parser = parse_bytes, default_value = "1MiB")]
     max_body: u64,
+    /// A Jinja chat template to use instead of the model's (needed for chat on a model without one).
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<std::path::PathBuf>,
 }
 
 /// Runs `serve` until Ctrl-C.
 pub fn run(a: ServeArgs) -> Result<()> {
     let max_body_bytes =
         usize::try_from(a.max_body).map_err(|_| Error::InvalidArgument("--max-body is too large".into()))?;
-    let options =
-        ServeOptions { host: a.host, port: a.port, api_key: a.api_key.filter(|k| !k.is_empty()), max_body_bytes };
+    let options = ServeOptions {
+        host: a.host,
+        port: a.port,
+        api_key: a.api_key.filter(|k| !k.is_empty()),
+        max_body_bytes,
+        chat_template: a.chat_template,
+    };
     moestream::serve::run(a.model.options()?, options)
 }

@@ -29,11 +29,19 @@ pub struct ServeOptions {
     pub api_key: Option<String>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// A Jinja chat template to use instead of the model's.
+    pub chat_template: Option<std::path::PathBuf>,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        ServeOptions { host: "127.0.0.1".into(), port: 8080, api_key: None, max_body_bytes: 1 << 20 }
+        ServeOptions {
+            host: "127.0.0.1".into(),
+            port: 8080,
+            api_key: None,
+            max_body_bytes: 1 << 20,
+            chat_template: None,
+        }
     }
 }
 
@@ -53,7 +61,7 @@ pub fn run_until(
     listening: impl FnOnce(SocketAddr),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let (worker, model) = worker::Worker::start(engine)?;
+    let (worker, model) = worker::Worker::start(engine, options.chat_template.clone())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -78,7 +78,7 @@ pub struct Worker {
 impl Worker {
     /// Loads the engine on its own thread and starts serving the queue; returns when the model is
     /// loaded (or failed to).
-    pub fn start(options: EngineOptions) -> Result<(Worker, ModelInfo)> {
+    pub fn start(options: EngineOptions, chat_template: Option<std::path::PathBuf>) -> Result<(Worker, ModelInfo)> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
         let metrics = Arc::new(Mutex::new(Metrics::default()));
@@ -87,7 +87,7 @@ impl Worker {
             .name("moestream-engine".into())
             .spawn(move || {
                 let loaded = Engine::load(&options).and_then(|engine| {
-                    let template = ChatTemplate::from_dir(engine.model_dir())?;
+                    let template = ChatTemplate::with_override(engine.model_dir(), chat_template.as_deref())?;
                     let session = engine.new_session()?;
                     Ok((engine, template, session))
                 });
