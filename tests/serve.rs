@@ -82,7 +82,7 @@ impl Server {
     }
 
     fn metric(&self, name: &str) -> f64 {
-        let (_, text) = self.get("/metrics", false);
+        let (_, text) = self.get("/metrics", true);
         let line =
             text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name} in {text}"));
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
@@ -146,6 +146,7 @@ fn openai_compatible_server() {
     assert_eq!(server.get("/health", false), (200, r#"{"status":"ok"}"#.to_string()));
     let (status, text) = server.get("/v1/models", false);
     assert_eq!(status, 401, "{text}");
+    assert_eq!(server.get("/metrics", false).0, 401, "/metrics is behind the key too");
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["error"]["code"], "invalid_api_key");
     let (status, text) = server.get("/v1/models", true);
     assert_eq!(status, 200);

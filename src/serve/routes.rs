@@ -63,9 +63,12 @@ async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-async fn metrics(State(s): State<Shared>) -> impl IntoResponse {
+/// Prometheus text; behind the API key when the server has one (a scraper sends it as a bearer
+/// token), since the counters tell what the server is asked.
+async fn metrics(State(s): State<Shared>, headers: HeaderMap) -> Result<impl IntoResponse, ApiError> {
+    authorize(&s, &headers)?;
     let text = s.worker.metrics.lock().expect("metrics lock").render();
-    ([("content-type", "text/plain; version=0.0.4")], text)
+    Ok(([("content-type", "text/plain; version=0.0.4")], text))
 }
 
 async fn models(State(s): State<Shared>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
