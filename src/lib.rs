@@ -1,8 +1,11 @@
 //! moestream: run mixture-of-experts language models on any wgpu GPU, streaming experts from SSD.
 //!
-//! The data path is `model` (checkpoint → [`model::ArchSpec`] + weights) → `gpu` + `ops`
-//! (WGSL kernels) → `runtime` (engine, KV cache, sampler). `reference` is the CPU oracle used
-//! by tests; `quant` and `store` hold the int4 format and the on-disk expert store.
+//! The data path is `model` (checkpoint → [`model::ArchSpec`] + weights) → `decoder` (the
+//! forward pass on the GPU: [`decoder::GpuModel`], its steps and KV caches, built from `ops`'
+//! WGSL kernels on a `gpu` context, with routed experts in `experts`' slots) → `runtime` (the
+//! [`Engine`]: loading, sessions, sampling). `reference` is the CPU oracle used by tests; `quant`
+//! and `store` hold the element formats and the on-disk expert store; `util` the ground floor.
+//! ARCHITECTURE.md has the map of the layers and what each may import (`tests/layering.rs`).
 #![warn(missing_docs)]
 
 pub mod bench;

@@ -19,7 +19,7 @@ use moestream::serve::ServeOptions;
 use moestream::util::peak_rss::current_rss_bytes;
 use moestream::{Engine, EngineOptions};
 
-use common::child::{rss_figures, run_child_test};
+use common::child::{assert_no_growth, rss_figures, run_child_test};
 
 /// The case a child runs (unset in the parent).
 const CASE: &str = "MOESTREAM_MEMORY_CASE";
@@ -27,13 +27,16 @@ const CASE: &str = "MOESTREAM_MEMORY_CASE";
 const CACHE: &str = "MOESTREAM_MEMORY_CACHE";
 /// Loads per child.
 const LOADS: usize = 10;
-/// How far the RSS after the last drop may exceed that after the first: allocator slack, not a
-/// model's worth (the bundled model's weights alone are ~38 MiB, the KV cache and slots more).
-/// Measured with the fix: at most ~2 MiB; without it, 9-15 MiB.
+/// How far the least RSS after the last three drops may exceed the most after the first three
+/// (a leak grows every time; allocator slack goes up and down): not a model's worth (the bundled
+/// model's weights alone are ~38 MiB, the KV cache and slots more). Measured with the fix: at
+/// most ~2 MiB; without it, 9-15 MiB.
 const ALLOWANCE: u64 = 8 << 20;
 /// The same for `serve`, whose restarts also start and stop a tokio runtime's threads (each
-/// thread's heap and stack keep a little): measured 2.5-7.5 MiB with the fix, ~200 MiB without.
-const SERVE_ALLOWANCE: u64 = 16 << 20;
+/// thread's heap and stack keep a little, and their malloc arenas swing by ~10 MiB from one
+/// restart to the next when the machine is busy: 95 -> 112 -> 101 -> 113 MiB in one run of the
+/// whole suite): ~200 MiB over ten restarts without the fix.
+const SERVE_ALLOWANCE: u64 = 24 << 20;
 
 fn bundled() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/moestream-tiny-moe")
@@ -138,18 +141,7 @@ fn rss_after_drops(case: &str) -> Vec<u64> {
 fn check(case: &str) {
     let allowance = if case == "serve" { SERVE_ALLOWANCE } else { ALLOWANCE };
     let rss = rss_after_drops(case);
-    let mib = |b: u64| b as f64 / 1048576.0;
-    let figures: Vec<String> = rss.iter().map(|&b| format!("{:.1}", mib(b))).collect();
-    eprintln!("{case}: RSS after each drop (MiB): {}", figures.join(" "));
-    let (first, last) = (rss[0], rss[LOADS - 1]);
-    assert!(
-        last <= first + allowance,
-        "{case}: RSS grew from {:.1} MiB after the first drop to {:.1} MiB after the {LOADS}th (allowance {:.0} MiB): {}",
-        mib(first),
-        mib(last),
-        mib(allowance),
-        figures.join(" ")
-    );
+    assert_no_growth(case, &rss, allowance);
 }
 
 #[test]

@@ -11,7 +11,7 @@ use moestream_c::*;
 
 #[path = "../../tests/common/child.rs"]
 mod child;
-use child::{rss_figures, run_child_test};
+use child::{assert_no_growth, rss_figures, run_child_test};
 
 /// The case a child runs (unset in the parent).
 const CASE: &str = "MOESTREAM_MEMORY_CASE";
@@ -61,16 +61,7 @@ fn check(case: &str) {
     let stdout = run_child_test("load_and_free_child", case, &[(CASE, case.as_ref())]);
     let rss = rss_figures(&stdout);
     assert_eq!(rss.len(), LOADS, "{case}: one figure per load\n{stdout}");
-    let mib = |b: u64| b as f64 / 1048576.0;
-    let figures: Vec<String> = rss.iter().map(|&b| format!("{:.1}", mib(b))).collect();
-    eprintln!("C API, {case}: RSS after each free (MiB): {}", figures.join(" "));
-    assert!(
-        rss[LOADS - 1] <= rss[0] + ALLOWANCE,
-        "C API, {case}: RSS grew from {:.1} MiB after the first free to {:.1} MiB after the {LOADS}th: {}",
-        mib(rss[0]),
-        mib(rss[LOADS - 1]),
-        figures.join(" ")
-    );
+    assert_no_growth(&format!("C API, {case}"), &rss, ALLOWANCE);
 }
 
 #[test]

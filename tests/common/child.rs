@@ -26,3 +26,23 @@ pub fn rss_figures(stdout: &str) -> Vec<u64> {
         .filter_map(|l| l.split_once("rss ").map(|(_, figures)| figures.split(' ').nth(1).unwrap().parse().unwrap()))
         .collect()
 }
+
+/// Fails unless the resident set after repeated loads and drops (`rss`, one figure per drop, at
+/// least six) stays flat: the least of the last three may exceed the most of the first three by
+/// `allowance` at most (a leak grows every time; allocator slack goes up and down).
+pub fn assert_no_growth(case: &str, rss: &[u64], allowance: u64) {
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let figures: Vec<String> = rss.iter().map(|&b| format!("{:.1}", mib(b))).collect();
+    eprintln!("{case}: RSS after each drop (MiB): {}", figures.join(" "));
+    assert!(rss.len() >= 6, "{case}: {} figures", rss.len());
+    let first = *rss[..3].iter().max().unwrap();
+    let last = *rss[rss.len() - 3..].iter().min().unwrap();
+    assert!(
+        last <= first + allowance,
+        "{case}: RSS grew from {:.1} MiB (the most after the first three drops) to {:.1} MiB (the least after the last three); allowance {:.0} MiB: {}",
+        mib(first),
+        mib(last),
+        mib(allowance),
+        figures.join(" ")
+    );
+}
