@@ -185,7 +185,13 @@ unsafe fn generate_options(options: *const MoestreamGenerateOptions) -> Result<G
         return Ok(GenerateOptions::default());
     }
     let o = read_sized(options, default_generate_options())?;
-    let sampling = SamplingParams { temperature: o.temperature, top_k: o.top_k as usize, top_p: o.top_p, seed: o.seed };
+    let sampling = SamplingParams {
+        temperature: o.temperature,
+        top_k: o.top_k as usize,
+        top_p: o.top_p,
+        seed: o.seed,
+        ..Default::default()
+    };
     sampling.validate()?;
     Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, ignore_eos: false })
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::model_args::ModelArgs;
+use super::model_args::{ModelArgs, PenaltyArgs};
 use moestream::chat::{
     complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role,
 };
@@ -43,6 +43,8 @@ pub struct ChatArgs {
     /// Random seed (each reply advances it).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    #[command(flatten)]
+    penalties: PenaltyArgs,
     /// Do not stop at end-of-turn tokens (replies run to --max-tokens; for measurements).
     #[arg(long)]
     ignore_eos: bool,
@@ -77,7 +79,13 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let request = CompletionRequest {
         options: GenerateOptions {
             max_tokens: a.max_tokens,
-            sampling: SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed },
+            sampling: a.penalties.sampling(SamplingParams {
+                temperature: a.temperature,
+                top_k: a.top_k,
+                top_p: a.top_p,
+                seed: a.seed,
+                ..Default::default()
+            }),
             ignore_eos: a.ignore_eos,
         },
         stop_tokens,

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use clap::Args;
 
-use super::model_args::{parse_tokens, ModelArgs};
+use super::model_args::{parse_tokens, ModelArgs, PenaltyArgs};
 use moestream::runtime::{GenerateOptions, SamplingParams};
 use moestream::{Engine, Error, Result};
 
@@ -38,6 +38,8 @@ pub struct GenerateArgs {
     /// Random seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    #[command(flatten)]
+    penalties: PenaltyArgs,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -48,7 +50,14 @@ pub struct GenerateArgs {
 
 /// Runs `generate`.
 pub fn run(a: GenerateArgs) -> Result<()> {
-    let sampling = SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
+    let base = SamplingParams {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        seed: a.seed,
+        ..Default::default()
+    };
+    let sampling = a.penalties.sampling(base);
     sampling.validate()?;
     let engine = a.model.load()?;
     let prompts: Vec<(Option<String>, Vec<u32>)> = match (&a.prompt, &a.tokens, &a.prompt_file) {

@@ -12,7 +12,8 @@ use moestream::model::MlaCacheKind;
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;
 use moestream::runtime::direct_io::DirectIo;
-use moestream::runtime::{EngineOptions, ExpertBudget};
+use moestream::runtime::penalties::Penalties;
+use moestream::runtime::{EngineOptions, ExpertBudget, SamplingParams};
 use moestream::{Engine, Error, Result};
 
 /// Weight precision on the GPU.
@@ -272,6 +273,39 @@ pub fn check_exists(path: &std::path::Path) -> Result<()> {
     match path.exists() {
         true => Ok(()),
         false => Err(Error::InvalidArgument(format!("{} does not exist", path.display()))),
+    }
+}
+
+/// The flags that shape sampling beyond temperature, top-k and top-p (`generate`, `chat`).
+#[derive(Args, Debug)]
+pub struct PenaltyArgs {
+    /// Drop tokens below this fraction of the most likely one's probability (0 = off).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub min_p: f32,
+    /// Repetition penalty on the last --repeat-last-n tokens (1 = off; llama.cpp's).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub repeat_penalty: f32,
+    /// Tokens the penalties look back over.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Subtracted from the logit of every token already there, in [-2, 2] (OpenAI's).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence, in [-2, 2] (OpenAI's).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+}
+
+impl PenaltyArgs {
+    /// `base` (temperature, top-k, top-p, seed) with these flags.
+    pub fn sampling(&self, base: SamplingParams) -> SamplingParams {
+        let penalties = Penalties {
+            repeat: self.repeat_penalty,
+            last_n: self.repeat_last_n,
+            presence: self.presence_penalty,
+            frequency: self.frequency_penalty,
+        };
+        SamplingParams { min_p: self.min_p, penalties, ..base }
     }
 }
 

@@ -7,6 +7,7 @@ pub mod engine;
 pub mod heap_trim;
 pub mod memory_plan;
 pub mod options;
+pub mod penalties;
 pub mod sampler;
 pub mod session;
 pub mod stats;

@@ -1,5 +1,7 @@
-//! Choosing the next token from logits: greedy, temperature, top-k, top-p, seeded.
+//! Choosing the next token from logits: penalties, greedy, temperature, top-k, top-p, min-p,
+//! seeded.
 
+use super::penalties::Penalties;
 use crate::util::rng::SplitMix64;
 
 /// How to pick tokens.
@@ -13,11 +15,16 @@ pub struct SamplingParams {
     pub top_p: f32,
     /// Random seed.
     pub seed: u64,
+    /// Drop tokens whose probability is below this fraction of the most likely one's (0 = off;
+    /// applied after top-p, on the logits before the temperature, as llama.cpp).
+    pub min_p: f32,
+    /// Penalties on tokens the sequence already holds (none by default).
+    pub penalties: Penalties,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0, min_p: 0.0, penalties: Penalties::default() }
     }
 }
 
@@ -34,12 +41,21 @@ impl SamplingParams {
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(crate::Error::InvalidArgument(format!("top-p {} is not in (0, 1]", self.top_p)));
         }
-        Ok(())
+        if !(0.0..1.0).contains(&self.min_p) {
+            return Err(crate::Error::InvalidArgument(format!("min-p {} is not in [0, 1)", self.min_p)));
+        }
+        self.penalties.validate()
     }
 
-    /// Whether this picks the argmax (so the GPU can choose and only 4 bytes come back).
+    /// Whether this picks the argmax of the logits.
     pub fn is_greedy(&self) -> bool {
         self.temperature <= 0.0 || self.top_k == 1
+    }
+
+    /// Whether the GPU can choose the token itself (greedy, no penalties), so only 4 bytes come
+    /// back instead of the logits.
+    pub fn argmax_on_gpu(&self) -> bool {
+        self.is_greedy() && !self.penalties.active()
     }
 }
 
@@ -55,8 +71,18 @@ impl Sampler {
         Sampler { params, rng: SplitMix64::new(params.seed) }
     }
 
-    /// Picks a token from `logits`.
-    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+    /// Picks a token from `logits`, `history` the sequence so far (what penalties look at).
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let penalized;
+        let logits = match self.params.penalties.active() {
+            true => {
+                let mut l = logits.to_vec();
+                self.params.penalties.apply(&mut l, history);
+                penalized = l;
+                &penalized[..]
+            }
+            false => logits,
+        };
         if self.params.is_greedy() {
             return argmax(logits);
         }
@@ -124,6 +150,12 @@ impl SamplingParams {
                 m = (m * 4).min(cands.len());
             }
         }
+        if self.min_p > 0.0 {
+            // The threshold on the logits before the temperature, as a scaled logit.
+            let max = cands.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.scaled));
+            let floor = max + self.min_p.ln() / t;
+            cands.retain(|c| c.scaled >= floor);
+        }
         cands
     }
 }
@@ -157,8 +189,22 @@ pub fn argmax(values: &[f32]) -> u32 {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn min_p_drops_tokens_below_its_share_of_the_best() {
+        // exp(-1) = 0.37 of the best's probability: below 0.5, above 0.3.
+        let logits = [0.0, -10.0, 1.0];
+        let p = SamplingParams { temperature: 1.0, min_p: 0.5, ..Default::default() };
+        let ids: Vec<u32> = p.candidates(&logits).iter().map(|c| c.id).collect();
+        assert_eq!(ids, [2]);
+        // The threshold is on the logits before the temperature, as llama.cpp's.
+        let p = SamplingParams { temperature: 4.0, min_p: 0.3, ..Default::default() };
+        let mut ids: Vec<u32> = p.candidates(&logits).iter().map(|c| c.id).collect();
+        ids.sort();
+        assert_eq!(ids, [0, 2]);
+    }
+
+    #[test]
     fn bad_values_are_refused_by_name() {
-        let ok = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: 1 };
+        let ok = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: 1, ..Default::default() };
         assert!(ok.validate().is_ok());
         for (bad, word) in [
             (SamplingParams { temperature: -1.0, ..ok }, "temperature"),
@@ -167,6 +213,9 @@ mod tests {
             (SamplingParams { top_p: 2.0, ..ok }, "top-p"),
             (SamplingParams { top_p: 0.0, ..ok }, "top-p"),
             (SamplingParams { top_p: f32::NAN, ..ok }, "top-p"),
+            (SamplingParams { min_p: 1.0, ..ok }, "min-p"),
+            (SamplingParams { min_p: -0.1, ..ok }, "min-p"),
+            (SamplingParams { penalties: Penalties { repeat: f32::NAN, ..ok.penalties }, ..ok }, "repeat penalty"),
         ] {
             let e = bad.validate().unwrap_err().to_string();
             assert!(e.contains(word), "{bad:?}: {e}");
@@ -178,22 +227,22 @@ mod tests {
     #[test]
     fn greedy_takes_first_max() {
         let mut s = Sampler::new(SamplingParams::default());
-        assert_eq!(s.sample(&[0.0, 3.0, 3.0, 1.0]), 1);
+        assert_eq!(s.sample(&[0.0, 3.0, 3.0, 1.0], &[]), 1);
     }
 
     #[test]
     fn top_k_one_is_greedy_and_seeds_reproduce() {
         let logits = [0.1, 0.5, 2.0, 1.9, -1.0];
         let p = SamplingParams { temperature: 1.0, top_k: 1, ..Default::default() };
-        assert_eq!(Sampler::new(p).sample(&logits), 2);
-        let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 7 };
+        assert_eq!(Sampler::new(p).sample(&logits, &[]), 2);
+        let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 7, ..Default::default() };
         let a: Vec<u32> = {
             let mut s = Sampler::new(p);
-            (0..50).map(|_| s.sample(&logits)).collect()
+            (0..50).map(|_| s.sample(&logits, &[])).collect()
         };
         let b: Vec<u32> = {
             let mut s = Sampler::new(p);
-            (0..50).map(|_| s.sample(&logits)).collect()
+            (0..50).map(|_| s.sample(&logits, &[])).collect()
         };
         assert_eq!(a, b);
         assert!(a.contains(&3), "sampling explores beyond the argmax");
@@ -236,7 +285,7 @@ mod tests {
                 for top_k in [0, 1, 2, 40, 64, 5000, 9999] {
                     for top_p in [1.0, 0.999, 0.9, 0.5, 0.01] {
                         for temperature in [0.3, 1.0, 1.7] {
-                            let p = SamplingParams { temperature, top_k, top_p, seed: 0 };
+                            let p = SamplingParams { temperature, top_k, top_p, ..Default::default() };
                             // The same tokens and weights (in whatever order the draw walks them).
                             let mut got = p.candidates(&logits);
                             got.sort_by(|a, b| b.scaled.total_cmp(&a.scaled).then(a.id.cmp(&b.id)));
@@ -258,14 +307,14 @@ mod tests {
     #[test]
     fn draws_follow_the_candidates_weights() {
         let logits = [2.0, 1.0, 0.5, 0.0, -1.0, 3.0];
-        let p = SamplingParams { temperature: 1.0, top_k: 4, top_p: 1.0, seed: 11 };
+        let p = SamplingParams { temperature: 1.0, top_k: 4, top_p: 1.0, seed: 11, ..Default::default() };
         let cands: Vec<(u32, f64)> = p.candidates(&logits).iter().map(|c| (c.id, c.weight)).collect();
         let total: f64 = cands.iter().map(|c| c.1).sum();
         let mut s = Sampler::new(p);
         let mut counts = [0usize; 6];
         let draws = 20000;
         for _ in 0..draws {
-            counts[s.sample(&logits) as usize] += 1;
+            counts[s.sample(&logits, &[]) as usize] += 1;
         }
         assert_eq!((counts[3], counts[4]), (0, 0), "outside the top 4");
         for (id, w) in cands {
@@ -278,10 +327,10 @@ mod tests {
     fn top_p_restricts_to_nucleus() {
         // Two dominant tokens hold ~99.9% of the mass; top_p 0.9 must never pick the others.
         let logits = [10.0, 10.0, 0.0, 0.0, 0.0];
-        let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.9, seed: 3 };
+        let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.9, seed: 3, ..Default::default() };
         let mut s = Sampler::new(p);
         for _ in 0..200 {
-            assert!(s.sample(&logits) < 2);
+            assert!(s.sample(&logits, &[]) < 2);
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The OpenAI request bodies moestream accepts, and their checks. Fields it does not know (and
 //! `model`: the server runs one) are ignored, as OpenAI-compatible servers do; fields it knows but cannot honour (`n > 1`,
-//! penalties, `logit_bias`, `logprobs`, structured output, `echo`, `suffix`, `best_of`) are
+//! `logit_bias`, `logprobs`, structured output, `echo`, `suffix`, `best_of`) are
 //! refused by name rather than silently ignored.
 
 use serde::Deserialize;
@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use crate::chat::ChatMessage;
+use crate::runtime::penalties::Penalties;
 use crate::runtime::SamplingParams;
 
 /// `stop`: one string or a list of up to four.
@@ -66,10 +67,18 @@ pub struct Sampling {
     pub ignore_eos: bool,
     /// Must be 1.
     pub n: Option<u32>,
-    /// Must be 0.
+    /// Subtracted from the logits of tokens the sequence holds, in [-2, 2] (OpenAI's).
     pub presence_penalty: Option<f32>,
-    /// Must be 0.
+    /// Subtracted per occurrence, in [-2, 2] (OpenAI's).
     pub frequency_penalty: Option<f32>,
+    /// llama.cpp's repetition penalty (> 0; 1 is off), over `repeat_last_n` tokens.
+    pub repeat_penalty: Option<f32>,
+    /// Tokens the penalties look back over (default 64, as llama-server).
+    pub repeat_last_n: Option<u32>,
+    /// Drop tokens below this fraction of the most likely one's probability, in [0, 1).
+    pub min_p: Option<f32>,
+    /// Keep the k most likely tokens (0 = all; the llama-server / vLLM extension).
+    pub top_k: Option<u32>,
     /// Must be empty.
     pub logit_bias: Option<Map<String, Value>>,
     /// Must be false / absent.
@@ -137,9 +146,15 @@ impl Sampling {
             return Err(unsupported("n", "other than 1"));
         }
         for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
-            if v.is_some_and(|v| v != 0.0) {
-                return Err(unsupported(name, "other than 0"));
+            if v.is_some_and(|v| !(-2.0..=2.0).contains(&v)) {
+                return Err(out_of_range(name, "between -2 and 2"));
             }
+        }
+        if self.repeat_penalty.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+            return Err(out_of_range("repeat_penalty", "a number > 0 (1 is off)"));
+        }
+        if self.min_p.is_some_and(|v| !(0.0..1.0).contains(&v)) {
+            return Err(out_of_range("min_p", "in [0, 1)"));
         }
         if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
             return Err(unsupported("logit_bias", "(non-empty)"));
@@ -171,7 +186,20 @@ impl Sampling {
             Some(Stop::Many(v)) if v.len() <= 4 => v.clone(),
             Some(Stop::Many(_)) => return Err(out_of_range("stop", "at most 4 strings")),
         };
-        let sampling = SamplingParams { temperature, top_k: 0, top_p, seed: self.seed_or(seed_if_unset) };
+        let penalties = Penalties {
+            repeat: self.repeat_penalty.unwrap_or(1.0),
+            last_n: self.repeat_last_n.map_or(64, |n| n as usize),
+            presence: self.presence_penalty.unwrap_or(0.0),
+            frequency: self.frequency_penalty.unwrap_or(0.0),
+        };
+        let sampling = SamplingParams {
+            temperature,
+            top_k: self.top_k.unwrap_or(0) as usize,
+            top_p,
+            seed: self.seed_or(seed_if_unset),
+            min_p: self.min_p.unwrap_or(0.0),
+            penalties,
+        };
         Ok((max_tokens.map(|m| m as usize), sampling, stop))
     }
 

@@ -132,12 +132,12 @@ impl Engine {
         self.check_tokens(new_tokens, session.len())?;
         session.tokens.extend_from_slice(new_tokens);
         let before = self.begin_request()?;
-        let greedy = options.sampling.is_greedy();
+        let greedy = options.sampling.argmax_on_gpu();
         let want = if greedy { StepOutput::Argmax } else { StepOutput::Logits };
         let mut sampler = Sampler::new(options.sampling);
-        let mut pick = |r: StepResult| match r {
+        let mut pick = |r: StepResult, history: &[u32]| match r {
             StepResult::Token(t) => t,
-            StepResult::Logits(l) => sampler.sample(&l),
+            StepResult::Logits(l) => sampler.sample(&l, history),
             _ => unreachable!("generate asks for a token or logits"),
         };
         let mut stream = self.tokenizer.as_ref().map(TextStream::new);
@@ -146,7 +146,7 @@ impl Engine {
         let reused = session.cached.min(session.len() - 1);
         let started = Instant::now();
         let first = self.prefill(session, if options.max_tokens > 0 { want } else { StepOutput::None })?;
-        let mut next = if options.max_tokens > 0 { Some(pick(first)) } else { None };
+        let mut next = if options.max_tokens > 0 { Some(pick(first, &session.tokens)) } else { None };
         let prefill_s = started.elapsed().as_secs_f64();
         let prefilled = session.len() - reused;
         let decode_start = Instant::now();
@@ -172,7 +172,7 @@ impl Engine {
                 break;
             }
             next = Some(match chained {
-                false => pick(self.model.step(&session.cache, &[t], pos, Phase::Decode, want)?),
+                false => pick(self.model.step(&session.cache, &[t], pos, Phase::Decode, want)?, &session.tokens),
                 true => {
                     let current = match ahead.take() {
                         Some(step) => step,
