@@ -27,9 +27,10 @@ fn main() {
                 })
                 .collect();
             for (top_k, top_p) in [(0, 1.0), (0, 0.9), (40, 1.0), (40, 0.95)] {
-                let mut s = Sampler::new(SamplingParams { temperature: 0.7, top_k, top_p, seed: 1 });
+                let mut s =
+                    Sampler::new(SamplingParams { temperature: 0.7, top_k, top_p, seed: 1, ..Default::default() });
                 let started = std::time::Instant::now();
-                let ids: u64 = (0..draws).map(|_| s.sample(&logits) as u64).sum();
+                let ids: u64 = (0..draws).map(|_| s.sample(&logits, &[]) as u64).sum();
                 let ms = started.elapsed().as_secs_f64() * 1e3 / draws as f64;
                 let kind = if peaked { "peaked" } else { "flat" };
                 println!("| {vocab} | {kind} | {top_k} | {top_p} | {ms:.3} |");

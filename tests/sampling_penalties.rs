@@ -45,13 +45,19 @@ fn a_repetition_penalty_ends_the_greedy_loop() {
     let distinct = |t: &[u32]| t.iter().collect::<std::collections::HashSet<_>>().len();
     let plain = generate(&e, &prompt, Penalties::default(), 64);
     let penalised = generate(&e, &prompt, Penalties { repeat: 1.3, ..Default::default() }, 64);
-    assert!(distinct(&penalised) > distinct(&plain), "{} vs {} distinct tokens", distinct(&penalised), distinct(&plain));
+    assert!(
+        distinct(&penalised) > distinct(&plain),
+        "{} vs {} distinct tokens",
+        distinct(&penalised),
+        distinct(&plain)
+    );
 }
 
 #[test]
 fn bad_penalties_are_refused_before_anything_runs() {
     let e = bundled();
-    for penalties in [Penalties { repeat: 0.0, ..Default::default() }, Penalties { presence: 2.5, ..Default::default() }]
+    for penalties in
+        [Penalties { repeat: 0.0, ..Default::default() }, Penalties { presence: 2.5, ..Default::default() }]
     {
         let options = GenerateOptions {
             max_tokens: 4,
