@@ -83,6 +83,16 @@ typedef struct MoestreamGenerateOptions {
   uint32_t top_k;
   // Random seed.
   uint64_t seed;
+  // Drop tokens below this fraction of the most likely one's probability; 0 = off.
+  float min_p;
+  // llama.cpp's repetition penalty over the last `repeat_last_n` tokens; 1 = off.
+  float repeat_penalty;
+  // Tokens the penalties look back over.
+  uint32_t repeat_last_n;
+  // OpenAI's presence penalty, in [-2, 2]; 0 = off.
+  float presence_penalty;
+  // OpenAI's frequency penalty, in [-2, 2]; 0 = off.
+  float frequency_penalty;
 } MoestreamGenerateOptions;
 
 // Called with each new piece of text: `token` is its token id (`UINT32_MAX` from

@@ -3,6 +3,7 @@
 use std::ffi::{c_char, c_void, CString};
 
 use moestream::chat::{complete, ChatMessage, CompletionRequest, FinishReason, RenderOptions};
+use moestream::runtime::penalties::Penalties;
 use moestream::runtime::{GenerateOptions, Generation, SamplingParams, Session};
 use moestream::{Error, Result};
 
@@ -33,6 +34,18 @@ pub struct MoestreamGenerateOptions {
     pub top_k: u32,
     /// Random seed.
     pub seed: u64,
+    // Appended in the second version (an app built against the first leaves them at their
+    // defaults).
+    /// Drop tokens below this fraction of the most likely one's probability; 0 = off.
+    pub min_p: f32,
+    /// llama.cpp's repetition penalty over the last `repeat_last_n` tokens; 1 = off.
+    pub repeat_penalty: f32,
+    /// Tokens the penalties look back over.
+    pub repeat_last_n: u32,
+    /// OpenAI's presence penalty, in [-2, 2]; 0 = off.
+    pub presence_penalty: f32,
+    /// OpenAI's frequency penalty, in [-2, 2]; 0 = off.
+    pub frequency_penalty: f32,
 }
 
 /// Figures of one generation. Set `struct_size` to `sizeof(MoestreamStats)` before passing it.
@@ -167,12 +180,18 @@ fn default_generate_options() -> MoestreamGenerateOptions {
         top_p: 1.0,
         top_k: 0,
         seed: 0,
+        min_p: 0.0,
+        repeat_penalty: 1.0,
+        repeat_last_n: 64,
+        presence_penalty: 0.0,
+        frequency_penalty: 0.0,
     }
 }
 
 impl sized::SizedStruct for MoestreamGenerateOptions {
     const NAME: &'static str = "MoestreamGenerateOptions";
-    const FIRST_SIZE: usize = std::mem::size_of::<Self>();
+    // The first version ended with `seed` (a multiple of 8 bytes, so no padding followed it).
+    const FIRST_SIZE: usize = std::mem::offset_of!(Self, min_p);
 }
 
 impl sized::SizedStruct for MoestreamStats {
@@ -190,7 +209,13 @@ unsafe fn generate_options(options: *const MoestreamGenerateOptions) -> Result<G
         top_k: o.top_k as usize,
         top_p: o.top_p,
         seed: o.seed,
-        ..Default::default()
+        min_p: o.min_p,
+        penalties: Penalties {
+            repeat: o.repeat_penalty,
+            last_n: o.repeat_last_n as usize,
+            presence: o.presence_penalty,
+            frequency: o.frequency_penalty,
+        },
     };
     sampling.validate()?;
     Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, ignore_eos: false })

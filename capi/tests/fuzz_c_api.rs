@@ -287,6 +287,13 @@ fn calls() -> impl Strategy<Value = Call> {
     ]
 }
 
+/// The library's defaults for the generation options.
+unsafe fn default_options() -> MoestreamGenerateOptions {
+    let mut o = std::mem::MaybeUninit::<MoestreamGenerateOptions>::uninit();
+    moestream_generate_options_default(o.as_mut_ptr());
+    o.assume_init()
+}
+
 fn options(s: &Option<Sampling>) -> Option<MoestreamGenerateOptions> {
     s.as_ref().map(|s| MoestreamGenerateOptions {
         struct_size: std::mem::size_of::<MoestreamGenerateOptions>() as u32,
@@ -295,6 +302,7 @@ fn options(s: &Option<Sampling>) -> Option<MoestreamGenerateOptions> {
         top_p: s.top_p,
         top_k: s.top_k,
         seed: s.seed,
+        ..unsafe { default_options() }
     })
 }
 

@@ -1,0 +1,88 @@
+//! The options structs' `struct_size` in use: an app compiled against the first version of
+//! `MoestreamGenerateOptions` (which ended at `seed`) still generates, with the appended fields
+//! at their defaults, and the same tokens as the current struct; a struct larger than this
+//! library's, and figures too small to be any version, are refused by name before anything runs.
+
+use std::ffi::{c_char, CStr, CString};
+use std::ptr::null_mut;
+
+use moestream_c::*;
+
+/// `MoestreamGenerateOptions` as the first header declared it.
+#[repr(C)]
+struct GenerateOptionsV1 {
+    struct_size: u32,
+    max_tokens: u32,
+    temperature: f32,
+    top_p: f32,
+    top_k: u32,
+    seed: u64,
+}
+
+fn last_error() -> String {
+    // SAFETY: moestream_last_error returns NULL or a NUL-terminated string valid until the next call.
+    unsafe { moestream_last_error().as_ref().map_or("?".into(), |p| CStr::from_ptr(p).to_string_lossy().into()) }
+}
+
+/// Generates with `options` (a pointer to some version of the struct); the text, or the error.
+unsafe fn generate(
+    engine: *mut MoestreamEngine,
+    options: *const MoestreamGenerateOptions,
+    stats: *mut MoestreamStats,
+) -> Result<String, String> {
+    let prompt = CString::new("The jury said").unwrap();
+    let text: *mut c_char = moestream_generate(engine, null_mut(), prompt.as_ptr(), options, None, null_mut(), stats);
+    if text.is_null() {
+        return Err(last_error());
+    }
+    let out = CStr::from_ptr(text).to_string_lossy().into_owned();
+    moestream_string_free(text);
+    Ok(out)
+}
+
+#[test]
+fn older_structs_work_and_unknown_sizes_are_refused() {
+    unsafe {
+        let dir = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/moestream-tiny-moe")).unwrap();
+        let mut load = std::mem::MaybeUninit::<MoestreamLoadOptions>::uninit();
+        moestream_load_options_default(load.as_mut_ptr());
+        let mut load = load.assume_init();
+        load.model_dir = dir.as_ptr();
+        let engine = moestream_engine_load(&load);
+        assert!(!engine.is_null(), "load: {}", last_error());
+
+        let mut current = std::mem::MaybeUninit::<MoestreamGenerateOptions>::uninit();
+        moestream_generate_options_default(current.as_mut_ptr());
+        let mut current = current.assume_init();
+        current.max_tokens = 6;
+        let v1 = GenerateOptionsV1 {
+            struct_size: std::mem::size_of::<GenerateOptionsV1>() as u32,
+            max_tokens: 6,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 0,
+        };
+        assert!(v1.struct_size < current.struct_size, "the struct grew since its first version");
+        let want = generate(engine, &current, null_mut()).unwrap();
+        let old = generate(engine, &v1 as *const GenerateOptionsV1 as *const MoestreamGenerateOptions, null_mut());
+        assert_eq!(old.unwrap(), want, "an app built against the first header");
+
+        // A newer app's larger struct, and one with no size at all.
+        for size in [current.struct_size + 8, 0] {
+            let mut bad = current;
+            bad.struct_size = size;
+            let e = generate(engine, &bad, null_mut()).unwrap_err();
+            assert!(e.contains("MoestreamGenerateOptions.struct_size"), "{size}: {e}");
+        }
+        // Figures too small to be any version are refused before generating.
+        let mut stats = std::mem::zeroed::<MoestreamStats>();
+        stats.struct_size = 8;
+        let e = generate(engine, &current, &mut stats).unwrap_err();
+        assert!(e.contains("MoestreamStats.struct_size"), "{e}");
+        stats.struct_size = std::mem::size_of::<MoestreamStats>() as u32;
+        generate(engine, &current, &mut stats).unwrap();
+        assert_eq!(stats.generated_tokens, 6);
+        moestream_engine_free(engine);
+    }
+}
