@@ -340,8 +340,8 @@ impl Engine {
     }
 
     /// Like [`Engine::load_on`], with `wrap` interposed on the expert source (tests inject
-    /// read delays and failures this way). Three steps: what is on disk ([`OnDisk::read`]),
-    /// the memory plan ([`OnDisk::plan`]), the model built on the GPU with what it attaches.
+    /// read delays and failures this way). Three steps: what is on disk (`OnDisk::read`), the
+    /// memory plan (`OnDisk::plan`), the model built on the GPU with what it attaches.
     pub fn load_with_experts(
         gpu: Arc<Gpu>,
         options: &EngineOptions,
