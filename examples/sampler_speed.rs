@@ -15,7 +15,7 @@ fn main() {
     for vocab in [32000usize, 151936, 201088] {
         for peaked in [false, true] {
             let mut x = 12345u64;
-            let logits: Vec<f32> = (0..vocab)
+            let mut logits: Vec<f32> = (0..vocab)
                 .map(|_| {
                     x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     let u = (x >> 40) as f32 / 16777216.0;
@@ -30,7 +30,7 @@ fn main() {
                 let mut s =
                     Sampler::new(SamplingParams { temperature: 0.7, top_k, top_p, seed: 1, ..Default::default() });
                 let started = std::time::Instant::now();
-                let ids: u64 = (0..draws).map(|_| s.sample(&logits, &[]) as u64).sum();
+                let ids: u64 = (0..draws).map(|_| s.sample(&mut logits, &[]) as u64).sum();
                 let ms = started.elapsed().as_secs_f64() * 1e3 / draws as f64;
                 let kind = if peaked { "peaked" } else { "flat" };
                 println!("| {vocab} | {kind} | {top_k} | {top_p} | {ms:.3} |");

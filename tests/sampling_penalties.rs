@@ -29,7 +29,7 @@ fn additive_penalties_pick_the_penalised_argmax_at_every_step() {
     let mut context = prompt.clone();
     for (i, &token) in got.iter().enumerate() {
         let mut lp = e.next_logprobs(&context).unwrap();
-        penalties.apply(&mut lp, &context);
+        penalties.apply(&mut lp, &context, &mut Vec::new());
         let best = (0..lp.len()).max_by(|&a, &b| lp[a].total_cmp(&lp[b]).then(b.cmp(&a))).unwrap() as u32;
         assert_eq!(token, best, "step {i}: {got:?}");
         context.push(token);

@@ -3,8 +3,6 @@
 //! multiplied) and OpenAI's presence and frequency penalties (`count * frequency + presence`
 //! subtracted), all over the last `last_n` tokens of the sequence.
 
-use std::collections::HashMap;
-
 /// Which penalties apply; [`Penalties::default`] is none.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Penalties {
@@ -47,16 +45,16 @@ impl Penalties {
         Ok(())
     }
 
-    /// Applies the penalties to `logits` for the tokens among the last `last_n` of `history`.
-    pub fn apply(&self, logits: &mut [f32], history: &[u32]) {
-        let mut counts: HashMap<u32, u32> = HashMap::new();
-        for &t in &history[history.len().saturating_sub(self.last_n)..] {
-            *counts.entry(t).or_default() += 1;
-        }
-        for (t, n) in counts {
-            let Some(l) = logits.get_mut(t as usize) else { continue };
+    /// Applies the penalties to `logits` for the tokens among the last `last_n` of `history`;
+    /// `window` is scratch space the caller keeps between tokens (no allocation per token).
+    pub fn apply(&self, logits: &mut [f32], history: &[u32], window: &mut Vec<u32>) {
+        window.clear();
+        window.extend_from_slice(&history[history.len().saturating_sub(self.last_n)..]);
+        window.sort_unstable();
+        for run in window.chunk_by(|a, b| a == b) {
+            let Some(l) = logits.get_mut(run[0] as usize) else { continue };
             *l = if *l > 0.0 { *l / self.repeat } else { *l * self.repeat };
-            *l -= n as f32 * self.frequency + self.presence;
+            *l -= run.len() as f32 * self.frequency + self.presence;
         }
     }
 }
@@ -70,7 +68,7 @@ mod tests {
         let p = Penalties { repeat: 2.0, last_n: 3, presence: 0.5, frequency: 0.25 };
         let mut logits = [4.0, -4.0, 4.0, 1.0];
         // Token 0 falls outside the last three; 1 appears twice, 3 once.
-        p.apply(&mut logits, &[0, 1, 1, 3]);
+        p.apply(&mut logits, &[0, 1, 1, 3], &mut Vec::new());
         assert_eq!(logits, [4.0, -8.0 - 0.5 - 0.5, 4.0, 0.5 - 0.25 - 0.5]);
         assert!(!Penalties::default().active());
         assert!(Penalties { repeat: 0.0, ..p }.validate().is_err());

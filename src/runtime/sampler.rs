@@ -63,26 +63,23 @@ impl SamplingParams {
 pub struct Sampler {
     params: SamplingParams,
     rng: SplitMix64,
+    /// The penalties' window, kept between tokens.
+    window: Vec<u32>,
 }
 
 impl Sampler {
     /// A sampler for `params`.
     pub fn new(params: SamplingParams) -> Sampler {
-        Sampler { params, rng: SplitMix64::new(params.seed) }
+        Sampler { params, rng: SplitMix64::new(params.seed), window: Vec::new() }
     }
 
     /// Picks a token from `logits`, `history` the sequence so far (what penalties look at).
-    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
-        let penalized;
-        let logits = match self.params.penalties.active() {
-            true => {
-                let mut l = logits.to_vec();
-                self.params.penalties.apply(&mut l, history);
-                penalized = l;
-                &penalized[..]
-            }
-            false => logits,
-        };
+    /// The penalties are applied to `logits` in place.
+    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        if self.params.penalties.active() {
+            self.params.penalties.apply(logits, history, &mut self.window);
+        }
+        let logits = &*logits;
         if self.params.is_greedy() {
             return argmax(logits);
         }
@@ -227,22 +224,22 @@ mod tests {
     #[test]
     fn greedy_takes_first_max() {
         let mut s = Sampler::new(SamplingParams::default());
-        assert_eq!(s.sample(&[0.0, 3.0, 3.0, 1.0], &[]), 1);
+        assert_eq!(s.sample(&mut [0.0, 3.0, 3.0, 1.0], &[]), 1);
     }
 
     #[test]
     fn top_k_one_is_greedy_and_seeds_reproduce() {
-        let logits = [0.1, 0.5, 2.0, 1.9, -1.0];
+        let mut logits = [0.1, 0.5, 2.0, 1.9, -1.0];
         let p = SamplingParams { temperature: 1.0, top_k: 1, ..Default::default() };
-        assert_eq!(Sampler::new(p).sample(&logits, &[]), 2);
+        assert_eq!(Sampler::new(p).sample(&mut logits, &[]), 2);
         let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 7, ..Default::default() };
         let a: Vec<u32> = {
             let mut s = Sampler::new(p);
-            (0..50).map(|_| s.sample(&logits, &[])).collect()
+            (0..50).map(|_| s.sample(&mut logits, &[])).collect()
         };
         let b: Vec<u32> = {
             let mut s = Sampler::new(p);
-            (0..50).map(|_| s.sample(&logits, &[])).collect()
+            (0..50).map(|_| s.sample(&mut logits, &[])).collect()
         };
         assert_eq!(a, b);
         assert!(a.contains(&3), "sampling explores beyond the argmax");
@@ -306,7 +303,7 @@ mod tests {
 
     #[test]
     fn draws_follow_the_candidates_weights() {
-        let logits = [2.0, 1.0, 0.5, 0.0, -1.0, 3.0];
+        let mut logits = [2.0, 1.0, 0.5, 0.0, -1.0, 3.0];
         let p = SamplingParams { temperature: 1.0, top_k: 4, top_p: 1.0, seed: 11, ..Default::default() };
         let cands: Vec<(u32, f64)> = p.candidates(&logits).iter().map(|c| (c.id, c.weight)).collect();
         let total: f64 = cands.iter().map(|c| c.1).sum();
@@ -314,7 +311,7 @@ mod tests {
         let mut counts = [0usize; 6];
         let draws = 20000;
         for _ in 0..draws {
-            counts[s.sample(&logits, &[]) as usize] += 1;
+            counts[s.sample(&mut logits, &[]) as usize] += 1;
         }
         assert_eq!((counts[3], counts[4]), (0, 0), "outside the top 4");
         for (id, w) in cands {
@@ -326,11 +323,11 @@ mod tests {
     #[test]
     fn top_p_restricts_to_nucleus() {
         // Two dominant tokens hold ~99.9% of the mass; top_p 0.9 must never pick the others.
-        let logits = [10.0, 10.0, 0.0, 0.0, 0.0];
+        let mut logits = [10.0, 10.0, 0.0, 0.0, 0.0];
         let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.9, seed: 3, ..Default::default() };
         let mut s = Sampler::new(p);
         for _ in 0..200 {
-            assert!(s.sample(&logits, &[]) < 2);
+            assert!(s.sample(&mut logits, &[]) < 2);
         }
     }
 }

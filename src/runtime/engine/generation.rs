@@ -137,7 +137,7 @@ impl Engine {
         let mut sampler = Sampler::new(options.sampling);
         let mut pick = |r: StepResult, history: &[u32]| match r {
             StepResult::Token(t) => t,
-            StepResult::Logits(l) => sampler.sample(&l, history),
+            StepResult::Logits(mut l) => sampler.sample(&mut l, history),
             _ => unreachable!("generate asks for a token or logits"),
         };
         let mut stream = self.tokenizer.as_ref().map(TextStream::new);
