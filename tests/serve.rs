@@ -403,6 +403,13 @@ fn model_by_id_any_integer_seed_and_an_access_log() {
         server.post_json("/v1/completions", body)["choices"][0]["text"].as_str().unwrap().to_string()
     };
     assert_eq!(sampled(-5), sampled(-5));
+    // The library's range checks answer as 400s naming the value.
+    for (field, value, said) in [("presence_penalty", 3.0, "presence penalty"), ("min_p", 1.5, "min-p")] {
+        let mut body = json!({"prompt": "Hi", "max_tokens": 2});
+        body[field] = json!(value);
+        let (status, text) = server.post("/v1/completions", &body.to_string());
+        assert!(status == 400 && text.contains(said), "{field}: {status} {text}");
+    }
     sampled(-1);
     let wait = Instant::now();
     let logged = loop {

@@ -145,17 +145,6 @@ impl Sampling {
         if self.n.is_some_and(|n| n != 1) {
             return Err(unsupported("n", "other than 1"));
         }
-        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
-            if v.is_some_and(|v| !(-2.0..=2.0).contains(&v)) {
-                return Err(out_of_range(name, "between -2 and 2"));
-            }
-        }
-        if self.repeat_penalty.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
-            return Err(out_of_range("repeat_penalty", "a number > 0 (1 is off)"));
-        }
-        if self.min_p.is_some_and(|v| !(0.0..1.0).contains(&v)) {
-            return Err(out_of_range("min_p", "in [0, 1)"));
-        }
         if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
             return Err(unsupported("logit_bias", "(non-empty)"));
         }
@@ -200,6 +189,8 @@ impl Sampling {
             min_p: self.min_p.unwrap_or(0.0),
             penalties,
         };
+        // The library's own checks (min-p, penalties), as every API gets them.
+        sampling.validate().map_err(|e| ApiError::invalid(e.to_string(), None, "invalid_value"))?;
         Ok((max_tokens.map(|m| m as usize), sampling, stop))
     }
 
