@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::timing::median;
+use super::timing::{in_turn, median};
 use super::workload::random_tokens;
 use crate::convert::{is_converted, ModelManifest};
 use crate::decoder::OptimisticSteps;
@@ -186,16 +186,14 @@ fn compare(
     runs: usize,
     set: impl Fn(bool),
 ) -> Result<DecodeComparison> {
-    let (mut on, mut off) = (Vec::new(), Vec::new());
-    let (mut on_waits, mut off_waits) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        for (setting, speeds, waits) in [(true, &mut on, &mut on_waits), (false, &mut off, &mut off_waits)] {
-            set(setting);
-            let stats = engine.generate(prompt, options, |_, _| true)?.stats;
-            speeds.push(stats.decode_tokens_per_s);
-            waits.push(stats.decode_waits_per_token);
-        }
-    }
+    let run_with = |setting| {
+        set(setting);
+        let stats = engine.generate(prompt, options, |_, _| true)?.stats;
+        Ok((stats.decode_tokens_per_s, stats.decode_waits_per_token))
+    };
+    let (on_runs, off_runs) = in_turn(runs, || run_with(true), || run_with(false))?;
+    let (on, on_waits): (Vec<f64>, Vec<f64>) = on_runs.into_iter().unzip();
+    let (off, off_waits): (Vec<f64>, Vec<f64>) = off_runs.into_iter().unzip();
     let (a, b) = (median(&on), median(&off));
     Ok(DecodeComparison {
         on_tokens_per_s: a,

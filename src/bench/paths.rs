@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::timing::median;
+use super::timing::{in_turn, median};
 use super::workload::random_tokens;
 use crate::decoder::OptimisticSteps;
 use crate::error::Result;
@@ -105,11 +105,15 @@ pub struct PathsReport {
     pub ok: bool,
 }
 
+/// The change to a context's options that gives a path's plain form, or why the fast one is not
+/// taken here.
+type PlainOptions = std::result::Result<fn(&mut GpuOptions), &'static str>;
+
 /// How the plain path of a [`FastPath`] is reached.
 enum Switch {
-    /// Another GPU context: the options that give the plain path where `caps` (the default
-    /// context's) show the fast one taken, else why it is not.
-    Context(fn(&Caps, &mut GpuOptions) -> std::result::Result<(), &'static str>),
+    /// Another GPU context: where `caps` (the default context's) show the fast path taken, the
+    /// change to the options that gives the plain one; else why it is not taken.
+    Context(fn(&Caps) -> PlainOptions),
     /// Chained greedy decode, switched on the default engine.
     Chained,
     /// Optimistic streaming steps, switched on an engine streaming half the experts.
@@ -130,11 +134,8 @@ const PATHS: &[FastPath] = &[
         name: "weight_tiles",
         fast: "int4 and f16 matrices in 64 x 64 tiles",
         plain: "row-major matrices",
-        switch: Switch::Context(|caps, o| match caps.weight_tiles {
-            true => {
-                o.row_major_weights = true;
-                Ok(())
-            }
+        switch: Switch::Context(|caps| match caps.weight_tiles {
+            true => Ok(|o| o.row_major_weights = true),
             false => Err("not taken here (GPU layouts, or MOESTREAM_WEIGHT_TILES=off)"),
         }),
     },
@@ -142,11 +143,8 @@ const PATHS: &[FastPath] = &[
         name: "words64",
         fast: "16-byte weight groups loaded as two u64",
         plain: "four 4-byte words",
-        switch: Switch::Context(|caps, o| match caps.words64 {
-            true => {
-                o.four_byte_words = true;
-                Ok(())
-            }
+        switch: Switch::Context(|caps| match caps.words64 {
+            true => Ok(|o| o.four_byte_words = true),
             false => Err("not taken here (GPU layouts, no SHADER_INT64, or MOESTREAM_WORDS64=off)"),
         }),
     },
@@ -154,11 +152,8 @@ const PATHS: &[FastPath] = &[
         name: "unchecked_shaders",
         fast: "kernels without naga's bounds and loop checks",
         plain: "every naga check",
-        switch: Switch::Context(|caps, o| match caps.shader_checks {
-            false => {
-                o.shader_checks = true;
-                Ok(())
-            }
+        switch: Switch::Context(|caps| match caps.shader_checks {
+            false => Ok(|o| o.shader_checks = true),
             true => Err("kernels keep naga's checks on this adapter"),
         }),
     },
@@ -166,48 +161,30 @@ const PATHS: &[FastPath] = &[
         name: "decode_layout",
         fast: "the adapter's decode layout (CPU: a lane per row; GPU: lane teams)",
         plain: "the other layout",
-        switch: Switch::Context(|caps, o| match caps.decode_layout {
+        switch: Switch::Context(|caps| match caps.decode_layout {
             Some(_) => Err("MOESTREAM_DECODE_LAYOUT forces one"),
-            None if caps.cpu_layouts => {
-                o.decode_layout = Some(LayoutChoice::Teams);
-                Ok(())
-            }
-            None => {
-                o.decode_layout = Some(LayoutChoice::Lanes);
-                Ok(())
-            }
+            None if caps.cpu_layouts => Ok(|o| o.decode_layout = Some(LayoutChoice::Teams)),
+            None => Ok(|o| o.decode_layout = Some(LayoutChoice::Lanes)),
         }),
     },
     FastPath {
         name: "dense_prefill",
         fast: "the adapter's dense prefill (CPU: the decode matvec per token; GPU: the tiled GEMM)",
         plain: "the other one",
-        switch: Switch::Context(|caps, o| match std::env::var_os("MOESTREAM_DENSE_PREFILL") {
+        switch: Switch::Context(|caps| match std::env::var_os("MOESTREAM_DENSE_PREFILL") {
             Some(_) => Err("MOESTREAM_DENSE_PREFILL forces one"),
-            None if caps.tiled_prefill => {
-                o.matvec_prefill = true;
-                Ok(())
-            }
-            None => {
-                o.tiled_prefill = true;
-                Ok(())
-            }
+            None if caps.tiled_prefill => Ok(|o| o.matvec_prefill = true),
+            None => Ok(|o| o.tiled_prefill = true),
         }),
     },
     FastPath {
         name: "expert_prefill",
         fast: "the adapter's expert prefill (CPU: per (token, expert) pair; GPU: gathered GEMM tiles)",
         plain: "the other one",
-        switch: Switch::Context(|caps, o| match caps.expert_prefill {
+        switch: Switch::Context(|caps| match caps.expert_prefill {
             Some(_) => Err("MOESTREAM_EXPERT_PREFILL forces one"),
-            None if caps.cpu_layouts => {
-                o.expert_prefill = Some(ExpertPrefill::Gather);
-                Ok(())
-            }
-            None => {
-                o.expert_prefill = Some(ExpertPrefill::Pairs);
-                Ok(())
-            }
+            None if caps.cpu_layouts => Ok(|o| o.expert_prefill = Some(ExpertPrefill::Gather)),
+            None => Ok(|o| o.expert_prefill = Some(ExpertPrefill::Pairs)),
         }),
     },
     FastPath {
@@ -237,8 +214,8 @@ impl Workload {
         Ok((s.prefill_tokens_per_s, s.decode_tokens_per_s))
     }
 
-    /// `runs` of `fast` and `plain` in turn (each after `set(true)` / `set(false)`), after one
-    /// warm-up of each.
+    /// `runs` of `fast` and `plain` in turn after one warm-up of each: prefill and decode,
+    /// fast against plain.
     fn alternate(
         &self,
         runs: usize,
@@ -247,11 +224,7 @@ impl Workload {
     ) -> Result<(PhaseComparison, PhaseComparison)> {
         fast()?;
         plain()?;
-        let (mut f, mut p) = (Vec::new(), Vec::new());
-        for _ in 0..runs {
-            f.push(fast()?);
-            p.push(plain()?);
-        }
+        let (f, p) = in_turn(runs, fast, plain)?;
         let phase =
             |i: fn(&(f64, f64)) -> f64| PhaseComparison::new(f.iter().map(i).collect(), p.iter().map(i).collect());
         Ok((phase(|r| r.0), phase(|r| r.1)))
@@ -285,16 +258,15 @@ pub fn run(base: &EngineOptions, o: &PathsBenchOptions) -> Result<PathsReport> {
             decode: None,
         };
         let compared = match &path.switch {
-            Switch::Context(plain_options) => {
-                let mut plain = base.clone();
-                match plain_options(&engine.gpu().caps, &mut plain.gpu) {
-                    Err(why) => Err(why.to_string()),
-                    Ok(()) => {
-                        let plain = Engine::load(&plain)?;
-                        Ok(work.alternate(o.runs, || work.run(&engine), || work.run(&plain))?)
-                    }
+            Switch::Context(plain_options) => match plain_options(&engine.gpu().caps) {
+                Err(why) => Err(why.to_string()),
+                Ok(set) => {
+                    let mut plain = base.clone();
+                    set(&mut plain.gpu);
+                    let plain = Engine::load(&plain)?;
+                    Ok(work.alternate(o.runs, || work.run(&engine), || work.run(&plain))?)
                 }
-            }
+            },
             Switch::Chained => match (engine.chained_decode(), engine.chains_decode()) {
                 (false, _) => Err("off by default on this adapter (a software one)".to_string()),
                 (true, false) => {

@@ -8,7 +8,6 @@ use super::model_args::{base_options, default_model, DirectIoArg, Dtype, KvDtype
 use moestream::bench::context::{self, ContextBenchOptions};
 use moestream::bench::kernels::{self, KernelBenchOptions};
 use moestream::bench::model::{self, ModelBenchOptions};
-use moestream::bench::paths::{self, PathsBenchOptions, PathsReport};
 use moestream::bench::profile::{self, ProfileOptions};
 use moestream::bench::ssd::{self, SsdBenchOptions};
 use moestream::bench::streaming::{self, StreamingBenchOptions};
@@ -35,7 +34,7 @@ enum BenchCommand {
     Model(ModelBenchArgs),
     /// Every switchable fast path against the plain path it replaces, run by run in turn in one
     /// process; fails when a fast path is over 2x slower in every run.
-    Paths(PathsArgs),
+    Paths(super::bench_paths::PathsArgs),
     /// Expert streaming: every budget × policy × prefetcher against the fully resident run.
     Streaming(StreamingArgs),
     /// A model bigger than memory: decode with experts read from disk, every I/O thread count ×
@@ -155,34 +154,6 @@ struct ModelBenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-}
-
-/// Flags of `bench paths`.
-#[derive(Args, Debug)]
-struct PathsArgs {
-    #[command(flatten)]
-    model: ModelArgs,
-    /// Prompt length (seeded random token ids).
-    #[arg(long, default_value_t = 32)]
-    prompt_tokens: usize,
-    /// Tokens generated per run (greedy, end-of-sequence ignored).
-    #[arg(long, default_value_t = 32)]
-    decode_tokens: usize,
-    /// Runs of each path, in turn, after one warm-up of each.
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    /// Seed of the prompt's ids.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Only these paths (comma-separated names, as the table lists them).
-    #[arg(long, value_delimiter = ',')]
-    paths: Option<Vec<String>>,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
-    /// Also write the JSON object to this file (`.ci/run` keeps it beside the printed table).
-    #[arg(long, value_name = "FILE")]
-    json_file: Option<PathBuf>,
 }
 
 /// Flags of `bench ssd` (I/O threads, policy and prefetcher are swept).
@@ -310,7 +281,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     match a.what {
         BenchCommand::Kernels(k) => run_kernels(k),
         BenchCommand::Model(m) => run_model(m),
-        BenchCommand::Paths(p) => run_paths(p),
+        BenchCommand::Paths(p) => super::bench_paths::run(p),
         BenchCommand::Streaming(s) => run_streaming(s),
         BenchCommand::Ssd(s) => run_ssd(s),
         BenchCommand::Profile(p) => run_profile(p),
@@ -318,7 +289,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
 }
 
-fn print_json(value: &impl serde::Serialize) {
+pub(super) fn print_json(value: &impl serde::Serialize) {
     println!("{}", serde_json::to_string(value).expect("serialisable"));
 }
 
@@ -429,53 +400,6 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn run_paths(a: PathsArgs) -> Result<()> {
-    let o = PathsBenchOptions {
-        prompt_tokens: a.prompt_tokens,
-        decode_tokens: a.decode_tokens,
-        runs: a.runs,
-        seed: a.seed,
-        only: a.paths,
-    };
-    let r = paths::run(&a.model.options()?, &o)?;
-    match a.json {
-        true => print_json(&r),
-        false => print_paths(&r),
-    }
-    if let Some(file) = &a.json_file {
-        let json = serde_json::to_string_pretty(&r).expect("serialisable");
-        std::fs::write(file, json + "\n").map_err(|e| Error::io(file, e))?;
-    }
-    let regressed: Vec<&str> = r.paths.iter().filter(|p| p.regressed()).map(|p| p.name).collect();
-    match regressed.is_empty() {
-        true => Ok(()),
-        false => Err(Error::InvalidArgument(format!(
-            "fast paths slower than their plain paths by more than {}x in every run: {}",
-            r.slower_limit,
-            regressed.join(", ")
-        ))),
-    }
-}
-
-fn print_paths(r: &PathsReport) {
-    println!(
-        "{} on {}: {} prompt + {} generated tokens, {} runs of each path in turn (fast / plain tok/s, median ratio and range)",
-        r.model, r.adapter, r.prompt_tokens, r.decode_tokens, r.runs
-    );
-    println!("{:<18} {:>28} {:>28}  plain path", "path", "prefill fast/plain", "decode fast/plain");
-    let phase = |p: &paths::PhaseComparison| {
-        let (lo, hi) = p.ratios.iter().fold((f64::MAX, 0f64), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
-        let flag = if p.slower_beyond_limit { " SLOWER" } else { "" };
-        format!("{:.2}x ({lo:.2}-{hi:.2}){flag}", p.median_ratio)
-    };
-    for p in &r.paths {
-        match (&p.prefill, &p.decode, &p.not_compared) {
-            (Some(pre), Some(dec), _) => println!("{:<18} {:>28} {:>28}  {}", p.name, phase(pre), phase(dec), p.plain),
-            (_, _, why) => println!("{:<18} not compared: {}", p.name, why.as_deref().unwrap_or("")),
-        }
-    }
 }
 
 fn run_profile(a: ProfileArgs) -> Result<()> {
