@@ -125,8 +125,8 @@ fn budget_slots(
 struct OnDisk {
     /// The model directory (a converted one, or the cache entry a conversion made).
     dir: PathBuf,
-    /// The converted directory's manifest, if it is one.
-    converted: Option<ModelManifest>,
+    /// Whether it is a converted directory (its weights are stored as they run).
+    converted: bool,
     spec: ArchSpec,
     expert_format: WeightFormat,
     dense_format: WeightFormat,
@@ -226,7 +226,17 @@ impl OnDisk {
         };
         // Slots in the CPU layout's tiles where the kernels read them so.
         let source = source.map(|s| TiledExperts::over(gpu, wrap(s)));
-        Ok(OnDisk { dir: dir.clone(), converted, spec, expert_format, dense_format, lora, tokenizer, ckpt, source })
+        Ok(OnDisk {
+            dir: dir.clone(),
+            converted: converted.is_some(),
+            spec,
+            expert_format,
+            dense_format,
+            lora,
+            tokenizer,
+            ckpt,
+            source,
+        })
     }
 
     /// The decoder's options and the KV plan: the expert budget (slots when streaming) and the
@@ -238,7 +248,7 @@ impl OnDisk {
         // default the model's maximum up to 4096); the KV budget is what is left after experts.
         let budget_context = options.context.unwrap_or(spec.max_positions.min(4096));
         let activations = memory_plan::activation_bytes(spec, options.max_batch);
-        let weights = memory_plan::resident_weight_bytes(ckpt, dense_format, converted.is_some());
+        let weights = memory_plan::resident_weight_bytes(ckpt, dense_format, *converted);
         let host_side =
             source.as_ref().map_or(0, |s| memory_plan::host_side_bytes(gpu, options.io_threads, s.read_len()));
         let resident_bytes =
