@@ -470,6 +470,7 @@ impl GpuModel {
         let chain = super::chained::ChainStaging::new(&gpu);
         let attention_merge =
             AttentionMerge::new(&gpu, &step.buffer, (&acts.attn_partial, &acts.attn), None, heads, split_len);
+        let batch = super::batch::BatchBuffers::allocate(&gpu, spec, &acts, layers.iter().map(|l| &l.attn), b);
         let Builder { mut buffers, matrices, lora, .. } = bld;
         buffers.extend(lora.map(|l| l.tmp));
         gpu.wait()?;
@@ -496,6 +497,7 @@ impl GpuModel {
             chain,
             split_len,
             attention_merge,
+            batch,
             allocated: 0,
             kv_ledger: cache::KvLedger::new(options.kv_budget),
             last_step_end: Mutex::new(None),

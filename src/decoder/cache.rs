@@ -452,6 +452,7 @@ impl GpuModel {
         kv_len: usize,
     ) {
         let (cached, attn) = (cache.layer(layer), &self.layers[layer].attn);
+        attn.record_positional(&self.gpu, pass, n);
         cached.record(&self.gpu, pass, n, kv_len);
         if !is_split(n, kv_len, self.split_len) {
             return;

@@ -93,9 +93,8 @@ impl GpuModel {
         let recorded = self
             .record_step(
                 rec,
-                cache,
+                super::step::Sequences::One { cache, pos },
                 1,
-                pos,
                 Phase::Decode,
                 StepOutput::Argmax,
                 source,

@@ -121,11 +121,16 @@ impl MlaAttn {
         self.kv_c.record(gpu, pass, n);
         self.kv_rope.record(gpu, pass, n);
         self.kv_norm.record(gpu, pass, n);
-        self.rope_q.record(gpu, pass, n);
-        self.rope_k.record(gpu, pass, n);
         if let Some(g) = &self.out_gate {
             g.record_projection(gpu, pass, n);
         }
+    }
+
+    /// Records what depends on the tokens' positions before the cache: RoPE of the queries'
+    /// and the key's rotary parts (run per sequence in a batched step).
+    pub(super) fn record_positional(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
+        self.rope_q.record(gpu, pass, n);
+        self.rope_k.record(gpu, pass, n);
     }
 
     /// Records the output gate (Ling) and `o_proj`, adding the attention output into `x`.

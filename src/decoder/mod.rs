@@ -1,6 +1,7 @@
 //! The generic decoder on the GPU, built from the ops for any [`ArchSpec`]: weights uploaded
 //! once, every kernel bound once, each step records the same dispatch list for its token count.
 
+mod batch;
 mod build;
 mod cache;
 mod chained;
@@ -16,6 +17,7 @@ mod step;
 
 use build::{f32_buf, router_shape, Builder};
 
+pub use batch::BatchEntry;
 pub use cache::{GroupedCache, LayerCache, LinearCache, MlaCache, SequenceCache};
 pub use chained::ChainedStep;
 pub use optimistic::OptimisticSteps;
@@ -125,6 +127,16 @@ pub enum StepResult {
     Logits(Vec<f32>),
     /// Per-token log-probabilities.
     LogProbs(Vec<f32>),
+}
+
+impl StepResult {
+    /// The logits, where the step asked for them.
+    pub fn into_logits(self) -> Option<Vec<f32>> {
+        match self {
+            StepResult::Logits(l) => Some(l),
+            _ => None,
+        }
+    }
 }
 
 struct Mlp {
@@ -273,6 +285,8 @@ pub struct GpuModel {
     /// Keys per split of decode attention.
     split_len: usize,
     attention_merge: AttentionMerge,
+    /// Step values and row copies of batched steps ([`batch`]).
+    batch: batch::BatchBuffers,
     /// RoPE's cos and sin tables (`RopeSpec::tables`), which grouped layers' cache stores bind.
     rope_tables: (wgpu::Buffer, wgpu::Buffer),
     /// GPU bytes the model allocated, given back to the context when it is dropped.
@@ -367,6 +381,14 @@ impl Attn {
             Attn::Grouped(a) => a.record_inputs(gpu, pass, n),
             Attn::Mla(a) => a.record_inputs(gpu, pass, n),
             Attn::Linear(a) => a.record_inputs(gpu, pass, n),
+        }
+    }
+
+    /// Records what depends on the step's positions before the cache store (MLA's RoPE; the
+    /// grouped layers' RoPE is part of their cache store).
+    fn record_positional(&self, gpu: &Gpu, pass: &mut Pass, n: usize) {
+        if let Attn::Mla(a) = self {
+            a.record_positional(gpu, pass, n);
         }
     }
 

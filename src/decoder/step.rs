@@ -5,6 +5,7 @@
 //! whole step is one submission. An optimistic decode step ([`super::optimistic`]) is one
 //! submission too, its routing logged and looked at afterwards.
 
+use super::batch::BatchEntry;
 use super::{Ffn, GpuModel, MoeFfn, Observer, SequenceCache, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
@@ -33,6 +34,43 @@ pub(super) enum TokenSource {
     Host,
     /// `acts.argmax`: the greedy token of the step before (one token).
     PreviousArgmax,
+}
+
+/// The sequences a step runs on.
+#[derive(Clone, Copy)]
+pub(super) enum Sequences<'a> {
+    /// One sequence, the step's tokens at positions `pos..`.
+    One { cache: &'a SequenceCache, pos: usize },
+    /// Several, each its own rows of the step's tokens in turn ([`super::batch`]).
+    Batch(&'a [BatchEntry<'a>]),
+}
+
+impl Sequences<'_> {
+    /// The one sequence and its start, unless this is a batch.
+    fn one(&self) -> Option<(&SequenceCache, usize)> {
+        match *self {
+            Sequences::One { cache, pos } => Some((cache, pos)),
+            Sequences::Batch(_) => None,
+        }
+    }
+
+    /// Readies the caches (linear-attention states checked) and the step uniform for a step
+    /// of `n` tokens.
+    fn begin(&self, model: &GpuModel, gpu: &crate::gpu::Gpu, n: usize) -> Result<()> {
+        match *self {
+            Sequences::One { cache, pos } => {
+                cache.begin_step(gpu, pos)?;
+                model.step.set(gpu, n, pos);
+            }
+            Sequences::Batch(entries) => {
+                for e in entries {
+                    e.cache.begin_step(gpu, e.pos)?;
+                }
+                model.write_batch_values(entries);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl GpuModel {
@@ -65,15 +103,23 @@ impl GpuModel {
         }
         gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
         let result = self.run_step(cache, n, pos, phase, output)?;
+        self.finish_step(n, pos + n)?;
+        Ok(result)
+    }
+
+    /// After a step of `n` tokens (the longest sequence now `kv_len` long): the profiler's
+    /// figures, and the prefetch of the experts the prerouter heads predicted.
+    pub(super) fn finish_step(&self, n: usize, kv_len: usize) -> Result<()> {
+        let gpu = &*self.gpu;
         if let Some(profiler) = gpu.profiler() {
-            profiler.end_step(gpu, n, pos + n)?;
+            profiler.end_step(gpu, n, kv_len)?;
         }
         if self.prerouter.as_ref().map(|p| p.finish_step(gpu, &self.predicted)).transpose()? == Some(true) {
             if let Some(mut r) = self.residency() {
                 r.prefetch_next_token(gpu);
             }
         }
-        Ok(result)
+        Ok(())
     }
 
     /// Refuses a step of `n` tokens at `pos` on `cache` that the model cannot run: another
@@ -121,9 +167,8 @@ impl GpuModel {
         let mut routing = Routing::PerLayer { all_hit: true, known };
         let rec = self.record_step(
             Pass::new(&self.gpu.device),
-            cache,
+            Sequences::One { cache, pos },
             n,
-            pos,
             phase,
             output,
             TokenSource::Host,
@@ -138,27 +183,25 @@ impl GpuModel {
         Ok(result)
     }
 
-    /// Records a checked step of `n` tokens (from `tokens`) after `rec`, submitting where the
-    /// expert residency needs the routing as `routing` says, and returns the recording of the
-    /// step's end, not yet submitted.
+    /// Records a checked step of `n` tokens (from `tokens`) of `seqs` after `rec`, submitting
+    /// where the expert residency needs the routing as `routing` says, and returns the
+    /// recording of the step's end, not yet submitted.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn record_step(
         &self,
         mut rec: Pass,
-        cache: &SequenceCache,
+        seqs: Sequences<'_>,
         n: usize,
-        pos: usize,
         phase: Phase,
         output: StepOutput<'_>,
         tokens: TokenSource,
         routing: &mut Routing,
     ) -> Result<Pass> {
         let gpu = &*self.gpu;
-        cache.begin_step(gpu, pos)?;
-        self.step.set(gpu, n, pos);
+        seqs.begin(self, gpu, n)?;
         // What acts.argmax will hold once this step has run.
         *self.chain.argmax_of.lock().expect("chain lock") =
-            matches!(output, StepOutput::Argmax).then_some((cache.id(), pos + n));
+            seqs.one().filter(|_| matches!(output, StepOutput::Argmax)).map(|(cache, pos)| (cache.id(), pos + n));
         let logged = matches!(routing, Routing::Logged);
         // A logged step leaves the residency alone until it has been checked.
         let mut residency = self.experts.as_ref().filter(|_| !logged).map(|m| m.lock().expect("expert residency lock"));
@@ -169,12 +212,13 @@ impl GpuModel {
         }
         let prerouter = self.prerouter.as_ref();
         let mut last_end = self.last_step_end.lock().expect("last step lock");
+        let one = seqs.one().map(|(cache, pos)| (cache.id(), pos));
         if let Some(p) = prerouter {
             // The heads' history holds the previous token of this sequence only when the last
-            // step ran on it and ended right here.
-            p.begin_step(gpu, *last_end == Some((cache.id(), pos)));
+            // step ran on it alone and ended right here.
+            p.begin_step(gpu, one.is_some() && *last_end == one);
         }
-        *last_end = Some((cache.id(), pos + n));
+        *last_end = one.map(|(id, pos)| (id, pos + n));
         drop(last_end);
         let mut observer = self.observer.lock().expect("observer lock");
         let observing = observer.is_some();
@@ -193,7 +237,10 @@ impl GpuModel {
             section(l.attn.section());
             l.attn_norm.record(gpu, &mut rec, n);
             l.attn.record_inputs(gpu, &mut rec, n);
-            self.record_attention(cache, i, &mut rec, n, pos + n);
+            match seqs {
+                Sequences::One { cache, pos } => self.record_attention(cache, i, &mut rec, n, pos + n),
+                Sequences::Batch(entries) => self.record_batched_attention(entries, i, &mut rec),
+            }
             l.attn.record_output(gpu, &mut rec, n);
             section(if matches!(l.ffn, Ffn::Dense(_)) { "dense FFN" } else { "MoE FFN" });
             match &l.ffn {
@@ -257,6 +304,8 @@ impl GpuModel {
                     self.lm_head.record(gpu, &mut rec, n);
                     self.token_logprob.record(gpu, &mut rec, n);
                 }
+                // Each sequence's last token has its own row among the step's.
+                StepOutput::Logits if matches!(seqs, Sequences::Batch(_)) => self.lm_head.record(gpu, &mut rec, n),
                 _ => {
                     // The greedy token and the logits are the last token's: its row only.
                     self.lm_head_last.record(gpu, &mut rec, n);

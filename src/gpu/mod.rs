@@ -13,7 +13,7 @@ pub mod profiler;
 pub mod shader;
 mod shader_checks;
 
-pub use buffers::{PendingRead, Readback, StepUniform};
+pub use buffers::{PendingRead, Readback, StepUniform, StepValues};
 pub use context::{AdapterReport, Caps, Gpu, GpuOptions};
 pub use kernel::Kernel;
 pub use memory::GpuMemory;
