@@ -5,6 +5,9 @@ use std::path::PathBuf;
 /// Everything that can go wrong while loading or running a model.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A step this request shared with others failed (the first of them got the cause).
+    #[error("a batched step failed: {0}")]
+    BatchStepFailed(String),
     /// A file could not be read or written.
     #[error("I/O error on {path}: {source}")]
     Io {

@@ -106,7 +106,7 @@ fn batched(m: &GpuModel, prompts: &[(&[u32], usize)]) -> Vec<Run> {
 /// Asserts the batched runs of prompts cut from `prompt` equal their solo runs on `m`.
 fn check(what: &str, m: &GpuModel, prompt: &[u32]) {
     let n = prompt.len();
-    let a = &prompt[..];
+    let a = prompt;
     let b = &prompt[..n - 2];
     let c = &prompt[1..];
     let want: Vec<Run> = [a, b, c].iter().map(|p| solo(m, p)).collect();

@@ -28,9 +28,11 @@ use crate::prerouter::heads_file::HEADS_FILE;
 use crate::store::{ExpertStore, IoMode, OpenOptions as StoreOpenOptions};
 
 mod generation;
+mod scheduler;
 
 pub use super::options::{EngineOptions, ExpertBudget, GenerateOptions, DEFAULT_IO_THREADS};
 pub use generation::{Generation, Score};
+pub use scheduler::{Finished, OnToken, RequestId, Scheduler};
 
 /// A loaded model ready to generate and score.
 pub struct Engine {

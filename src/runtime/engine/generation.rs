@@ -45,7 +45,7 @@ pub struct Score {
 }
 
 impl Engine {
-    fn check_prompt(&self, tokens: &[u32]) -> Result<()> {
+    pub(super) fn check_prompt(&self, tokens: &[u32]) -> Result<()> {
         if tokens.is_empty() {
             return Err(Error::EmptyPrompt);
         }
@@ -216,7 +216,7 @@ impl Engine {
     }
 
     /// Marks a request's start for the expert cache and trace; returns the figures so far.
-    fn begin_request(&self) -> Result<ExpertStats> {
+    pub(super) fn begin_request(&self) -> Result<ExpertStats> {
         match self.model.residency() {
             Some(mut r) => {
                 r.begin_request()?;
@@ -227,7 +227,7 @@ impl Engine {
     }
 
     /// Marks the request's end; returns its expert figures.
-    fn end_request(&self, before: ExpertStats) -> ExpertStats {
+    pub(super) fn end_request(&self, before: ExpertStats) -> ExpertStats {
         match self.model.residency() {
             Some(mut r) => {
                 r.end_request();

@@ -1,0 +1,369 @@
+//! Many requests at once ([`Scheduler`]): up to `parallel` sequences share every step. Requests
+//! join and leave between steps, first come first served; each step carries one decode token
+//! of every running request and, in what is left of the step's `max_batch` tokens, chunks of
+//! the prompts being prefilled (the longest-waiting first), so a long prompt does not stall the
+//! others. Each slot keeps its sequence after a request ends, and a new request goes to the
+//! idle slot sharing the longest prefix with its prompt (a conversation's next turn or a shared
+//! system prompt is not prefilled again).
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::decoder::{BatchEntry, RoutingMode};
+use crate::error::{Error, Result};
+use crate::experts::policy::Phase;
+use crate::experts::residency::ExpertStats;
+use crate::runtime::sampler::Sampler;
+use crate::runtime::session::Session;
+use crate::runtime::stats::Stats;
+use crate::runtime::tokenizer::TextStream;
+use crate::util::peak_rss::peak_rss_bytes;
+
+use super::{Engine, GenerateOptions, Generation};
+
+/// Identifies a request within its [`Scheduler`].
+pub type RequestId = u64;
+
+/// Called with each generated token and its text; returns `false` to end the request there.
+pub type OnToken<'a> = Box<dyn FnMut(u32, &str) -> bool + 'a>;
+
+/// A request that has ended: its generation (the tokens it produced, also when it was
+/// cancelled), or why it failed.
+pub struct Finished {
+    /// The request.
+    pub id: RequestId,
+    /// What it produced.
+    pub result: Result<Generation>,
+}
+
+/// A request waiting for a slot.
+struct Waiting<'a> {
+    id: RequestId,
+    prompt: Vec<u32>,
+    options: GenerateOptions,
+    on_token: OnToken<'a>,
+}
+
+/// A request holding a slot.
+struct Running<'a> {
+    id: RequestId,
+    prompt_len: usize,
+    options: GenerateOptions,
+    on_token: OnToken<'a>,
+    sampler: Sampler,
+    stream: Option<TextStream<'a>>,
+    generated: Vec<u32>,
+    text: String,
+    /// The last generated token, to run in the next step.
+    next: Option<u32>,
+    reused: usize,
+    prefilled: usize,
+    admitted: Instant,
+    first_token: Option<Instant>,
+    experts_before: ExpertStats,
+    cancelled: bool,
+}
+
+/// One of the scheduler's sequences.
+struct Slot<'a> {
+    session: Session,
+    running: Option<Running<'a>>,
+}
+
+/// Runs many requests on one engine, several sequences per step (see the module's doc).
+pub struct Scheduler<'a> {
+    engine: &'a Engine,
+    slots: Vec<Slot<'a>>,
+    waiting: VecDeque<Waiting<'a>>,
+    next_id: RequestId,
+    /// Requests cancelled while waiting, reported by the next step.
+    ended: Vec<Finished>,
+}
+
+/// What a slot runs in a step: its tokens from `pos`, and whether the logits after them are
+/// wanted.
+struct Part {
+    slot: usize,
+    start: usize,
+    end: usize,
+    logits: bool,
+}
+
+impl<'a> Scheduler<'a> {
+    /// A scheduler of `parallel` sequences on `engine`, each with its own caches reserved from
+    /// the engine's KV budget now (an error when they do not all fit).
+    pub fn new(engine: &'a Engine, parallel: usize) -> Result<Scheduler<'a>> {
+        if parallel == 0 {
+            return Err(Error::InvalidArgument("parallel sequences must be at least 1".into()));
+        }
+        if parallel > 1 && engine.routing == RoutingMode::Predicted {
+            return Err(Error::UnsupportedConfig(
+                "parallel sequences with the prerouter as the routing (its heads follow one sequence)".into(),
+            ));
+        }
+        let slots = (0..parallel)
+            .map(|_| Ok(Slot { session: engine.new_session()?, running: None }))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Scheduler { engine, slots, waiting: VecDeque::new(), next_id: 1, ended: Vec::new() })
+    }
+
+    /// Queues a request to generate after `prompt` (the whole sequence: a slot that already
+    /// holds a prefix of it prefills only the rest); `on_token` sees each generated token and
+    /// may end the request. Refused now when the prompt is empty, out of the vocabulary, over
+    /// the context or the sampling values are invalid.
+    pub fn submit(&mut self, prompt: Vec<u32>, options: GenerateOptions, on_token: OnToken<'a>) -> Result<RequestId> {
+        options.sampling.validate()?;
+        self.engine.check_prompt(&prompt)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.waiting.push_back(Waiting { id, prompt, options, on_token });
+        Ok(id)
+    }
+
+    /// Ends request `id` before its next step (its generation so far is reported by the
+    /// next [`Scheduler::step`]); `false` when no such request is queued or running.
+    pub fn cancel(&mut self, id: RequestId) -> bool {
+        if let Some(i) = self.waiting.iter().position(|w| w.id == id) {
+            let w = self.waiting.remove(i).expect("found above");
+            let result = Ok(Generation {
+                prompt_tokens: w.prompt,
+                tokens: Vec::new(),
+                text: String::new(),
+                stats: Stats::default(),
+            });
+            self.ended.push(Finished { id, result });
+            return true;
+        }
+        match self.slots.iter_mut().filter_map(|s| s.running.as_mut()).find(|r| r.id == id) {
+            Some(r) => {
+                r.cancelled = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether nothing is queued, running or left to report.
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.ended.is_empty() && self.slots.iter().all(|s| s.running.is_none())
+    }
+
+    /// Requests running or waiting.
+    pub fn active(&self) -> usize {
+        self.waiting.len() + self.slots.iter().filter(|s| s.running.is_some()).count()
+    }
+
+    /// Admits what fits, runs one step over every running request and returns those that
+    /// ended. A failed step ends every request that took part in it with the error.
+    pub fn step(&mut self) -> Result<Vec<Finished>> {
+        let mut finished = std::mem::take(&mut self.ended);
+        for i in 0..self.slots.len() {
+            if self.slots[i].running.as_ref().is_some_and(|r| r.cancelled) {
+                finished.push(self.finish_running(i, Ok(())));
+            }
+        }
+        self.admit()?;
+        let parts = self.plan();
+        if parts.is_empty() {
+            return Ok(finished);
+        }
+        let decoding = parts.iter().any(|p| self.slots[p.slot].running.as_ref().is_some_and(|r| r.next.is_some()));
+        let phase = if decoding { Phase::Decode } else { Phase::Prefill };
+        let entries: Vec<BatchEntry<'_>> = parts
+            .iter()
+            .map(|p| {
+                let session = &self.slots[p.slot].session;
+                BatchEntry {
+                    cache: &session.cache,
+                    tokens: &session.tokens[p.start..p.end],
+                    pos: p.start,
+                    logits: p.logits,
+                }
+            })
+            .collect();
+        let outputs = self.engine.model.step_batch(&entries, phase);
+        drop(entries);
+        let outputs = match outputs {
+            Ok(o) => o,
+            Err(e) => {
+                // The first request gets the error; the others that shared the step its text.
+                let mut error = Some(e);
+                let text = error.as_ref().map(ToString::to_string).unwrap_or_default();
+                for p in &parts {
+                    let slot = &mut self.slots[p.slot];
+                    // The sequence's caches are in an unknown state: it starts again.
+                    slot.session.truncate(0);
+                    let e = error.take().unwrap_or_else(|| Error::BatchStepFailed(text.clone()));
+                    finished.push(self.finish_running(p.slot, Err(e)));
+                }
+                return Ok(finished);
+            }
+        };
+        for (p, logits) in parts.iter().zip(outputs) {
+            let slot = &mut self.slots[p.slot];
+            slot.session.cached = p.end;
+            let Some(mut logits) = logits else { continue };
+            if let Some(done) = self.engine.take_token(slot, &mut logits) {
+                finished.push(self.finish_running(p.slot, done));
+            }
+        }
+        for i in 0..self.slots.len() {
+            // A request wanting no tokens ends once its prompt is in the cache.
+            let slot = &self.slots[i];
+            let prefilled = slot.session.cached == slot.session.len();
+            if slot.running.as_ref().is_some_and(|r| r.options.max_tokens == 0 && prefilled) {
+                finished.push(self.finish_running(i, Ok(())));
+            }
+        }
+        Ok(finished)
+    }
+
+    /// Runs steps until every request has ended; returns them in the order they ended.
+    pub fn run(&mut self) -> Result<Vec<Finished>> {
+        let mut all = Vec::new();
+        while !self.is_idle() {
+            all.extend(self.step()?);
+        }
+        Ok(all)
+    }
+
+    /// Moves waiting requests into idle slots, each to the one sharing the longest prefix
+    /// with its prompt.
+    fn admit(&mut self) -> Result<()> {
+        let mut busy = self.slots.iter().any(|s| s.running.is_some());
+        while let Some(w) = self.waiting.front() {
+            let shared_with = |s: &Slot| s.session.tokens.iter().zip(&w.prompt).take_while(|(a, b)| a == b).count();
+            let best = (0..self.slots.len())
+                .filter(|&i| self.slots[i].running.is_none())
+                .map(|i| (shared_with(&self.slots[i]), std::cmp::Reverse(i)))
+                .max();
+            let Some((shared, std::cmp::Reverse(i))) = best else { break };
+            let w = self.waiting.pop_front().expect("looked at above");
+            let slot = &mut self.slots[i];
+            // An identical prompt still needs its last token run for the first prediction.
+            let keep = if shared == w.prompt.len() { shared - 1 } else { shared };
+            slot.session.truncate(keep);
+            slot.session.tokens.extend_from_slice(&w.prompt[keep..]);
+            let len = slot.session.len();
+            slot.session.cached = slot.session.cache.resume_point(slot.session.cached.min(len - 1));
+            let reused = slot.session.cached;
+            // The expert cache sees the scheduler's busy spell as one request (its activation
+            // matrix is the union of the running requests').
+            let experts_before = match busy {
+                true => self.engine.expert_stats(),
+                false => self.engine.begin_request()?,
+            };
+            busy = true;
+            let slot = &mut self.slots[i];
+            slot.running = Some(Running {
+                id: w.id,
+                prompt_len: w.prompt.len(),
+                options: w.options,
+                on_token: w.on_token,
+                sampler: Sampler::new(w.options.sampling),
+                stream: self.engine.tokenizer.as_ref().map(TextStream::new),
+                generated: Vec::new(),
+                text: String::new(),
+                next: None,
+                reused,
+                prefilled: len - reused,
+                admitted: Instant::now(),
+                first_token: None,
+                experts_before,
+                cancelled: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// Ends the request running in slot `i` (`outcome`: fine, or the error it failed with) and
+    /// frees the slot, which keeps its sequence for the next request to reuse.
+    fn finish_running(&mut self, i: usize, outcome: Result<()>) -> Finished {
+        let r = self.slots[i].running.take().expect("a running request");
+        let engine = self.engine;
+        let experts = match self.slots.iter().any(|s| s.running.is_some()) {
+            true => engine.expert_stats().since(&r.experts_before),
+            false => engine.end_request(r.experts_before),
+        };
+        let slot = &self.slots[i];
+        let now = Instant::now();
+        let first = r.first_token.unwrap_or(now);
+        let prefill_s = first.duration_since(r.admitted).as_secs_f64();
+        let decode_steps = r.generated.len().saturating_sub(1);
+        let decode_s = now.duration_since(first).as_secs_f64();
+        let prompt_end = r.prompt_len.min(slot.session.len());
+        let result = outcome.map(|()| Generation {
+            prompt_tokens: slot.session.tokens[..prompt_end].to_vec(),
+            tokens: r.generated,
+            text: r.text,
+            stats: Stats {
+                prefill_tokens_per_s: r.prefilled as f64 / prefill_s.max(1e-9),
+                decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
+                decode_waits_per_token: 0.0,
+                prefilled_tokens: r.prefilled,
+                reused_tokens: r.reused,
+                context: engine.context(),
+                kv_bytes_per_token: engine.kv.bytes_per_token,
+                kv_dtype: engine.kv_dtype().name(),
+                peak_rss_bytes: peak_rss_bytes(),
+                gpu_bytes: engine.gpu().bytes_allocated(),
+                experts,
+            },
+        });
+        Finished { id: r.id, result }
+    }
+
+    /// This step's parts: every decode token, then prompt chunks in the order the requests
+    /// came, within `max_batch` tokens.
+    fn plan(&self) -> Vec<Part> {
+        let mut budget = self.engine.model.options().max_batch;
+        let mut parts = Vec::new();
+        let running = || self.slots.iter().enumerate().filter_map(|(i, s)| s.running.as_ref().map(|r| (i, s, r)));
+        for (i, s, _) in running().filter(|(_, _, r)| r.next.is_some()) {
+            let end = s.session.len();
+            parts.push(Part { slot: i, start: end - 1, end, logits: true });
+            budget -= 1;
+        }
+        let mut prefilling: Vec<_> = running().filter(|(_, s, r)| r.next.is_none() && s.session.cached < s.session.len()).collect();
+        prefilling.sort_by_key(|(_, _, r)| r.id);
+        for (i, s, r) in prefilling {
+            if budget == 0 {
+                break;
+            }
+            let (start, len) = (s.session.cached, s.session.len());
+            let end = len.min(start + budget);
+            budget -= end - start;
+            parts.push(Part { slot: i, start, end, logits: end == len && r.options.max_tokens > 0 });
+        }
+        parts
+    }
+}
+
+impl Engine {
+    /// Takes the token sampled from `logits` for the request running in `slot`, as
+    /// [`Engine::generate_in`] does: `Some` with how the request ended, or `None` when it goes
+    /// on (the token runs in the next step).
+    fn take_token(&self, slot: &mut Slot<'_>, logits: &mut [f32]) -> Option<Result<()>> {
+        let r = slot.running.as_mut().expect("a step's part belongs to a running request");
+        let session = &mut slot.session;
+        let t = r.sampler.sample(logits, &session.tokens);
+        r.first_token.get_or_insert_with(Instant::now);
+        r.next = None;
+        if !r.options.ignore_eos && self.spec().eos_token_ids.contains(&t) {
+            return Some(Ok(()));
+        }
+        r.generated.push(t);
+        session.tokens.push(t);
+        let piece = match r.stream.as_mut().map(|s| s.push(t)).transpose() {
+            Ok(p) => p.unwrap_or_default(),
+            Err(e) => return Some(Err(e)),
+        };
+        r.text.push_str(&piece);
+        if !(r.on_token)(t, &piece) || r.generated.len() >= r.options.max_tokens || session.len() > self.context() {
+            return Some(Ok(()));
+        }
+        r.next = Some(t);
+        None
+    }
+
+}

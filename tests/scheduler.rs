@@ -1,0 +1,182 @@
+//! The runtime's [`Scheduler`]: requests of different lengths run together (joining when a slot
+//! frees, leaving when done, long prompts prefilled in chunks beside the others' decode tokens)
+//! each get the tokens they get alone; a slot's sequence is reused by the next request sharing
+//! its prefix; cancellation ends one request without touching the others.
+
+mod common;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use common::{fixtures, gpu, TempDir};
+use moestream::ops::WeightFormat;
+use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, SamplingParams, Scheduler};
+
+fn engine(fixture: &str, max_batch: usize, budget: ExpertBudget) -> (Engine, Vec<u32>) {
+    let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with(fixture)).unwrap();
+    let mut o = EngineOptions::new(&dir).with_format(WeightFormat::F32);
+    o.max_batch = max_batch;
+    o.budget = budget;
+    let prompt = golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens.clone();
+    (Engine::load_on(gpu(), &o).unwrap(), prompt)
+}
+
+/// Four requests cut from `prompt`: different lengths and token limits, one sampled with a seed.
+fn requests(prompt: &[u32]) -> Vec<(Vec<u32>, GenerateOptions)> {
+    let greedy = |max_tokens| GenerateOptions { max_tokens, ignore_eos: true, ..Default::default() };
+    let sampled = GenerateOptions {
+        sampling: SamplingParams { temperature: 0.8, top_p: 0.95, seed: 7, ..SamplingParams::default() },
+        ..greedy(6)
+    };
+    let mut long = prompt.to_vec();
+    long.extend_from_slice(prompt);
+    long.extend_from_slice(&prompt[..3]);
+    vec![
+        (prompt.to_vec(), greedy(8)),
+        (prompt[..prompt.len() - 2].to_vec(), greedy(3)),
+        (long, greedy(6)),
+        (prompt[1..].to_vec(), sampled),
+    ]
+}
+
+/// Each request alone through `generate`.
+fn solo(e: &Engine, reqs: &[(Vec<u32>, GenerateOptions)]) -> Vec<Vec<u32>> {
+    reqs.iter().map(|(p, o)| e.generate(p, o, |_, _| true).unwrap().tokens).collect()
+}
+
+/// The requests through a scheduler of `parallel` slots, all submitted at once; each one's
+/// tokens, and the tokens its callback saw.
+fn scheduled(e: &Engine, parallel: usize, reqs: &[(Vec<u32>, GenerateOptions)]) -> Vec<Vec<u32>> {
+    let mut s = Scheduler::new(e, parallel).unwrap();
+    let seen: Rc<RefCell<HashMap<u64, Vec<u32>>>> = Rc::default();
+    let ids: Vec<u64> = reqs
+        .iter()
+        .map(|(p, o)| {
+            let seen = seen.clone();
+            let id = Rc::new(RefCell::new(0u64));
+            let own = id.clone();
+            let submitted = s
+                .submit(
+                    p.clone(),
+                    *o,
+                    Box::new(move |t, _| {
+                        seen.borrow_mut().entry(*own.borrow()).or_default().push(t);
+                        true
+                    }),
+                )
+                .unwrap();
+            *id.borrow_mut() = submitted;
+            submitted
+        })
+        .collect();
+    let finished = s.run().unwrap();
+    assert_eq!(finished.len(), reqs.len());
+    let mut by_id: HashMap<u64, Vec<u32>> =
+        finished.into_iter().map(|f| (f.id, f.result.unwrap().tokens)).collect();
+    ids.iter()
+        .map(|id| {
+            let tokens = by_id.remove(id).unwrap();
+            assert_eq!(seen.borrow().get(id).cloned().unwrap_or_default(), tokens, "callback saw every token");
+            tokens
+        })
+        .collect()
+}
+
+#[test]
+fn scheduled_requests_get_their_solo_tokens() {
+    // A grouped-attention MoE, a hybrid (linear attention states), MLA, attention sinks and
+    // windows; max_batch 8 puts the long prompt in chunks beside the other requests' decodes.
+    for fixture in ["qwen3_moe", "qwen3_next", "deepseek_v3", "gpt_oss"] {
+        let (e, prompt) = engine(fixture, 8, ExpertBudget::Auto);
+        let reqs = requests(&prompt);
+        let want = solo(&e, &reqs);
+        for parallel in [4, 2, 1] {
+            // With 2 slots, requests wait and join as others leave.
+            assert_eq!(scheduled(&e, parallel, &reqs), want, "{fixture}: {parallel} parallel");
+        }
+    }
+}
+
+#[test]
+fn scheduled_streaming_at_the_smallest_budget_equals_resident() {
+    let (resident, prompt) = engine("mixtral", 64, ExpertBudget::Auto);
+    let reqs = requests(&prompt);
+    let want = solo(&resident, &reqs);
+    drop(resident);
+    let top_k = 2;
+    let (streamed, _) = engine("mixtral", 64, ExpertBudget::Slots(top_k));
+    assert_eq!(scheduled(&streamed, 4, &reqs), want);
+    assert!(streamed.expert_stats().expert_misses > 0);
+}
+
+#[test]
+fn a_slot_keeps_its_sequence_for_the_next_turn() {
+    let (e, prompt) = engine("qwen3_moe", 64, ExpertBudget::Auto);
+    let mut s = Scheduler::new(&e, 2).unwrap();
+    let opts = GenerateOptions { max_tokens: 4, ignore_eos: true, ..Default::default() };
+    s.submit(prompt.clone(), opts, Box::new(|_, _| true)).unwrap();
+    let first = s.run().unwrap().pop().unwrap().result.unwrap();
+    // The next turn: the conversation so far plus new tokens.
+    let mut turn = prompt.clone();
+    turn.extend_from_slice(&first.tokens);
+    turn.extend_from_slice(&[3, 4, 5]);
+    s.submit(turn.clone(), opts, Box::new(|_, _| true)).unwrap();
+    let second = s.run().unwrap().pop().unwrap().result.unwrap();
+    assert_eq!(second.stats.reused_tokens, prompt.len() + first.tokens.len() - 1);
+    assert_eq!(second.stats.prefilled_tokens, 4);
+    assert_eq!(second.tokens, e.generate(&turn, &opts, |_, _| true).unwrap().tokens);
+}
+
+#[test]
+fn cancelling_one_request_leaves_the_others_alone() {
+    let (e, prompt) = engine("qwen3_moe", 64, ExpertBudget::Auto);
+    let opts = GenerateOptions { max_tokens: 10, ignore_eos: true, ..Default::default() };
+    let want = e.generate(&prompt, &opts, |_, _| true).unwrap().tokens;
+    let mut s = Scheduler::new(&e, 3).unwrap();
+    let a = s.submit(prompt.clone(), opts, Box::new(|_, _| true)).unwrap();
+    let b = s.submit(prompt[1..].to_vec(), opts, Box::new(|_, _| true)).unwrap();
+    // A callback that stops its request after two tokens, and a queued request cancelled.
+    let mut count = 0;
+    let c = s
+        .submit(
+            prompt.clone(),
+            opts,
+            Box::new(move |_, _| {
+                count += 1;
+                count < 2
+            }),
+        )
+        .unwrap();
+    let d = s.submit(prompt.clone(), opts, Box::new(|_, _| true)).unwrap();
+    assert!(s.cancel(d));
+    let mut results: HashMap<u64, Vec<u32>> = HashMap::new();
+    for _ in 0..3 {
+        for f in s.step().unwrap() {
+            results.insert(f.id, f.result.unwrap().tokens);
+        }
+    }
+    assert!(s.cancel(b), "b is running");
+    for f in s.run().unwrap() {
+        results.insert(f.id, f.result.unwrap().tokens);
+    }
+    assert_eq!(results[&a], want);
+    assert!(results[&b].len() < 10);
+    assert_eq!(results[&c].len(), 2);
+    assert!(results[&d].is_empty());
+    assert!(!s.cancel(a), "a has ended");
+}
+
+#[test]
+fn bad_requests_are_refused_at_submit() {
+    let (e, prompt) = engine("qwen3_moe", 64, ExpertBudget::Auto);
+    assert!(Scheduler::new(&e, 0).is_err());
+    let mut s = Scheduler::new(&e, 2).unwrap();
+    let opts = GenerateOptions::default();
+    assert!(s.submit(Vec::new(), opts, Box::new(|_, _| true)).is_err());
+    assert!(s.submit(vec![u32::MAX], opts, Box::new(|_, _| true)).is_err());
+    assert!(s.submit(vec![1; e.context() + 1], opts, Box::new(|_, _| true)).is_err());
+    let nan = GenerateOptions { sampling: SamplingParams { temperature: f32::NAN, ..Default::default() }, ..opts };
+    assert!(s.submit(prompt, nan, Box::new(|_, _| true)).is_err());
+    assert!(s.is_idle());
+}
