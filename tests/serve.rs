@@ -47,14 +47,16 @@ impl Server {
             .spawn()
             .expect("moestream serve starts");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut before = Vec::new();
         let url = loop {
             let line = lines.next().expect("serve prints its address").unwrap();
             if let Some(addr) = line.strip_prefix("listening on ") {
                 break addr.trim().to_string();
             }
+            before.push(line);
         };
         // Keep draining stderr so the server never blocks on a full pipe.
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = std::sync::Arc::new(std::sync::Mutex::new(before));
         let sink = log.clone();
         std::thread::spawn(move || lines.map_while(|l| l.ok()).for_each(|l| sink.lock().unwrap().push(l)));
         Server { child, url, log }
@@ -422,4 +424,69 @@ fn model_by_id_any_integer_seed_and_an_access_log() {
     };
     assert_eq!(logged.len(), 3, "{logged:?}");
     assert!(logged[0].contains("prompt tokens") && logged[0].contains("8 generated"), "{logged:?}");
+}
+
+/// The text of a completion reply, streamed (the deltas joined) or not.
+fn reply_text(server: &Server, prompt: &str, max_tokens: u32, stream: bool) -> String {
+    let body = json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true, "stream": stream});
+    let (status, text) = server.post("/v1/completions", &body.to_string());
+    assert_eq!(status, 200, "{text}");
+    match stream {
+        false => serde_json::from_str::<Value>(&text).unwrap()["choices"][0]["text"].as_str().unwrap().to_string(),
+        true => {
+            let (events, done) = sse_events(&text);
+            assert!(done);
+            events.iter().filter_map(|e| e["choices"][0]["text"].as_str()).collect()
+        }
+    }
+}
+
+#[test]
+fn eight_concurrent_clients_get_their_solo_replies() {
+    let server = Server::start_with_env(&[("RUST_LOG", "info")]);
+    let prompts: Vec<(String, u32)> = (0..8)
+        .map(|i| (format!("The story of the {} city began when", ["old", "new", "red", "far"][i % 4]), 12 + i as u32 * 3))
+        .collect();
+    // Alone, one after another.
+    let want: Vec<String> = prompts.iter().map(|(p, n)| reply_text(&server, p, *n, false)).collect();
+    // All at once (half of them streamed), beside a client that disconnects mid-stream.
+    let addr = server.url.strip_prefix("http://").unwrap().to_string();
+    let leaver = std::thread::spawn(move || {
+        let long = json!({"prompt": "Once", "max_tokens": 200, "temperature": 0, "ignore_eos": true, "stream": true})
+            .to_string();
+        let mut tcp = TcpStream::connect(&addr).unwrap();
+        write!(
+            tcp,
+            "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{long}",
+            long.len()
+        )
+        .unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        while !String::from_utf8_lossy(&seen).contains("data: ") {
+            let n = tcp.read(&mut buf).unwrap();
+            assert!(n > 0, "the stream started");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    });
+    let before = (server.metric("moestream_steps_total"), server.metric("moestream_step_sequences_total"));
+    let got: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, (p, n))| {
+                let server = &server;
+                s.spawn(move || reply_text(server, p, *n, i % 2 == 1))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    leaver.join().unwrap();
+    assert_eq!(got, want);
+    // The replies shared steps: over 1.5 sequences per step on average.
+    let steps = server.metric("moestream_steps_total") - before.0;
+    let sequences = server.metric("moestream_step_sequences_total") - before.1;
+    assert!(sequences > 1.5 * steps, "{sequences} sequences in {steps} steps");
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(log.contains("4 requests at once"), "{log}");
 }

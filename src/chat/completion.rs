@@ -43,13 +43,86 @@ pub struct Completion {
     pub generation: Generation,
 }
 
+/// One reply's text as its tokens arrive: end-of-turn tokens and stop strings end it, and only
+/// text certain to be kept is passed on. [`complete`] runs one through `generate_in`; `serve`
+/// runs one per request through the runtime's scheduler.
+pub struct Reply {
+    stop_tokens: Vec<u32>,
+    scanner: StopScanner,
+    text: String,
+    finish: Option<FinishReason>,
+}
+
+impl Reply {
+    /// A reply to `request`.
+    pub fn new(request: &CompletionRequest) -> Reply {
+        Reply {
+            stop_tokens: request.stop_tokens.clone(),
+            scanner: StopScanner::new(&request.stop_strings),
+            text: String::new(),
+            finish: None,
+        }
+    }
+
+    /// Takes generated token `id` and its text `piece`, calling `on_text` with the text now
+    /// certain (it returns `false` to cancel); `false` when the reply has ended.
+    pub fn token(&mut self, id: u32, piece: &str, mut on_text: impl FnMut(&str) -> bool) -> bool {
+        if self.stop_tokens.contains(&id) {
+            self.finish = Some(FinishReason::Stop);
+            return false;
+        }
+        let safe = self.scanner.push(piece);
+        self.text.push_str(&safe);
+        if !safe.is_empty() && !on_text(&safe) {
+            self.finish = Some(FinishReason::Cancelled);
+            return false;
+        }
+        if self.scanner.stopped() {
+            self.finish = Some(FinishReason::Stop);
+            return false;
+        }
+        true
+    }
+
+    /// Ends the reply after `generation` of `request` (whose whole prompt is
+    /// `generation.prompt_tokens`) in a context of `context` positions, passing any text held
+    /// back to `on_text`.
+    pub fn finish(
+        mut self,
+        generation: Generation,
+        request: &CompletionRequest,
+        context: usize,
+        mut on_text: impl FnMut(&str) -> bool,
+    ) -> Completion {
+        let finish_reason = match self.finish {
+            Some(f) => f,
+            None => {
+                let rest = self.scanner.finish();
+                self.text.push_str(&rest);
+                if !rest.is_empty() {
+                    on_text(&rest);
+                }
+                // The engine ends silently at the model's end-of-sequence tokens.
+                let len = generation.prompt_tokens.len() + generation.tokens.len();
+                let ended_by_eos = generation.tokens.len() < request.options.max_tokens && len < context;
+                if ended_by_eos {
+                    FinishReason::Stop
+                } else {
+                    FinishReason::Length
+                }
+            }
+        };
+        Completion { text: self.text, finish_reason, generation }
+    }
+}
+
 /// Generates after `prompt` in `session`, calling `on_text` with each piece of text as it
 /// becomes certain; `on_text` returns `false` to stop (the reply then ends as
 /// [`FinishReason::Cancelled`]).
 ///
 /// The session keeps the longest prefix it shares with `prompt` (a conversation's earlier turns,
 /// the previous reply included) and only the rest is prefilled; afterwards it holds `prompt` and
-/// the reply. This is the single place `chat`, `serve` and the C ABI run a reply through.
+/// the reply. This is the single place `chat` and the C ABI run a reply through.
 pub fn complete(
     engine: &Engine,
     session: &mut Session,
@@ -61,43 +134,9 @@ pub fn complete(
     // An identical prompt still needs its last token run for the first prediction.
     let keep = if shared == prompt.len() { shared.saturating_sub(1) } else { shared };
     session.truncate(keep);
-    let mut scanner = StopScanner::new(&request.stop_strings);
-    let mut text = String::new();
-    let mut finish = None;
-    let mut generation = engine.generate_in(session, &prompt[keep..], &request.options, |id, piece| {
-        if request.stop_tokens.contains(&id) {
-            finish = Some(FinishReason::Stop);
-            return false;
-        }
-        let safe = scanner.push(piece);
-        text.push_str(&safe);
-        if !safe.is_empty() && !on_text(&safe) {
-            finish = Some(FinishReason::Cancelled);
-            return false;
-        }
-        if scanner.stopped() {
-            finish = Some(FinishReason::Stop);
-            return false;
-        }
-        true
-    })?;
-    let finish_reason = match finish {
-        Some(f) => f,
-        None => {
-            let rest = scanner.finish();
-            text.push_str(&rest);
-            if !rest.is_empty() {
-                on_text(&rest);
-            }
-            // The engine ends silently at the model's end-of-sequence tokens.
-            let ended_by_eos = generation.tokens.len() < request.options.max_tokens && session.len() < engine.context();
-            if ended_by_eos {
-                FinishReason::Stop
-            } else {
-                FinishReason::Length
-            }
-        }
-    };
+    let mut reply = Reply::new(request);
+    let mut generation =
+        engine.generate_in(session, &prompt[keep..], &request.options, |id, piece| reply.token(id, piece, &mut on_text))?;
     generation.prompt_tokens = prompt.to_vec();
-    Ok(Completion { text, finish_reason, generation })
+    Ok(reply.finish(generation, request, engine.context(), on_text))
 }

@@ -8,7 +8,7 @@ mod message;
 mod stop;
 mod template;
 
-pub use completion::{complete, Completion, CompletionRequest, FinishReason};
+pub use completion::{complete, Completion, CompletionRequest, FinishReason, Reply};
 pub use message::{ChatMessage, Role};
 pub use stop::{end_of_turn_tokens, StopScanner};
 pub use template::{ChatTemplate, RenderOptions, TEMPLATE_FILE};

@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// A Jinja chat template to use instead of the model's (needed for chat on a model without one).
     #[arg(long, value_name = "FILE")]
     chat_template: Option<std::path::PathBuf>,
+    /// Requests answered at once, each with its own KV cache, sharing every step (default: 4
+    /// where memory allows, else fewer).
+    #[arg(long, short = 'P', value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    parallel: Option<u32>,
 }
 
 /// Runs `serve` until Ctrl-C.
@@ -39,6 +43,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         api_key: a.api_key.filter(|k| !k.is_empty()),
         max_body_bytes,
         chat_template: a.chat_template,
+        parallel: a.parallel.map(|n| n as usize),
     };
     moestream::serve::run(a.model.options()?, options)
 }

@@ -246,15 +246,17 @@ impl OnDisk {
     fn plan(&self, gpu: &Arc<Gpu>, options: &EngineOptions) -> Result<(DecoderOptions, KvPlan)> {
         let OnDisk { spec, ckpt, source, converted, expert_format, dense_format, .. } = self;
         let (spec, expert_format, dense_format) = (spec, *expert_format, *dense_format);
-        // The automatic expert budget leaves room for one sequence of the requested context (by
-        // default the model's maximum up to 4096); the KV budget is what is left after experts.
+        // The automatic expert budget leaves room for `parallel` sequences of the requested
+        // context (by default the model's maximum up to 4096); the KV budget is what is left
+        // after experts.
         let budget_context = options.context.unwrap_or(spec.max_positions.min(4096));
         let activations = memory_plan::activation_bytes(spec, options.max_batch);
         let weights = memory_plan::resident_weight_bytes(ckpt, dense_format, *converted);
         let host_side =
             source.as_ref().map_or(0, |s| memory_plan::host_side_bytes(gpu, options.io_threads, s.read_len()));
-        let resident_bytes =
-            weights + spec.kv_cache_bytes(budget_context, options.kv_dtype, source.is_some()) + activations + host_side;
+        let sequences = options.parallel.max(1) as u64;
+        let caches = sequences * spec.kv_cache_bytes(budget_context, options.kv_dtype, source.is_some());
+        let resident_bytes = weights + caches + activations + host_side;
         let streaming = source
             .as_ref()
             .map(|s| budget_slots(spec, s.layout().slot_bytes, options, gpu, resident_bytes))
@@ -270,7 +272,7 @@ impl OnDisk {
         let fixed = weights + activations + expert_bytes + host_side;
         let kv_memory = options.kv_memory.unwrap_or_else(|| kv_memory_left(memory_plan::free_bytes(gpu), fixed));
         let state_bytes = spec.sequence_state_bytes(streaming.is_some());
-        let kv = plan_kv(spec, options.kv_dtype, options.context, kv_memory, state_bytes)?;
+        let kv = plan_kv(spec, options.kv_dtype, options.context, (kv_memory, sequences), state_bytes)?;
         log::info!(
             "KV cache: {} bytes per token ({}), context {} ({} bytes per session, {} bytes for all sessions)",
             kv.bytes_per_token,

@@ -110,25 +110,27 @@ pub fn check_context(spec: &ArchSpec, requested: Option<usize>) -> Result<()> {
     }
 }
 
-/// The context for KV caches of `budget` bytes in all: `requested` when one sequence fits
-/// (else [`Error::KvCacheTooLarge`]), by default the model's maximum or what fits, whichever
-/// is smaller.
+/// The context for KV caches of `budget` bytes in all, `sequences` of them: `requested` when
+/// that many sequences fit (else [`Error::KvCacheTooLarge`]), by default the model's maximum or
+/// what fits, whichever is smaller.
 /// `state_bytes`: what a sequence takes whatever its length ([`ArchSpec::sequence_state_bytes`]).
 pub fn plan_kv(
     spec: &ArchSpec,
     dtype: KvDtype,
     requested: Option<usize>,
-    budget: u64,
+    (budget, sequences): (u64, u64),
     state_bytes: u64,
 ) -> Result<KvPlan> {
     check_context(spec, requested)?;
     let bytes_per_token = spec.kv_bytes_per_token(dtype);
-    let fits = (budget.saturating_sub(state_bytes) / bytes_per_token.max(1)) as usize;
+    let sequences = sequences.max(1);
+    let fits = ((budget / sequences).saturating_sub(state_bytes) / bytes_per_token.max(1)) as usize;
     let context = match requested {
         Some(n) if n > fits => {
+            let each = if sequences > 1 { format!(" for each of {sequences} sequences") } else { String::new() };
             return Err(Error::KvCacheTooLarge {
-                what: format!("context {n} × {bytes_per_token} bytes per token in {}", dtype.name()),
-                needed: n as u64 * bytes_per_token + state_bytes,
+                what: format!("context {n} × {bytes_per_token} bytes per token in {}{each}", dtype.name()),
+                needed: (n as u64 * bytes_per_token + state_bytes) * sequences,
                 available: budget,
             })
         }
@@ -136,7 +138,7 @@ pub fn plan_kv(
         None if fits == 0 => {
             return Err(Error::KvCacheTooLarge {
                 what: format!("one position ({} KV)", dtype.name()),
-                needed: bytes_per_token + state_bytes,
+                needed: (bytes_per_token + state_bytes) * sequences,
                 available: budget,
             })
         }

@@ -33,8 +33,11 @@ pub struct EngineOptions {
     /// Bytes all sessions' KV caches may take together; `None` = the memory left after
     /// weights, the expert budget and some headroom.
     pub kv_memory: Option<u64>,
-    /// Most prompt tokens per prefill step.
+    /// Most prompt tokens per prefill step (and tokens per batched step).
     pub max_batch: usize,
+    /// Sequences the memory plan makes room for (a [`crate::runtime::Scheduler`]'s slots):
+    /// the automatic expert budget and the default context leave room for this many caches.
+    pub parallel: usize,
     /// Adapter choice and overrides.
     pub gpu: GpuOptions,
     /// GPU memory for routed experts.
@@ -101,6 +104,7 @@ impl EngineOptions {
             mla_cache: MlaCacheKind::Latent,
             kv_memory: None,
             max_batch: 64,
+            parallel: 1,
             gpu: GpuOptions::default(),
             budget: ExpertBudget::Auto,
             policy: PolicyKind::Eamc,

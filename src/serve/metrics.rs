@@ -28,13 +28,17 @@ pub struct Metrics {
     pub last_decode_tokens_per_s: f64,
     /// The engine's expert-cache figures since it was loaded.
     pub experts: ExpertStats,
+    /// Engine steps run.
+    pub steps: u64,
+    /// Sequences those steps carried, summed (over `steps`: the mean batch).
+    pub step_sequences: u64,
 }
 
 impl Metrics {
     /// The Prometheus exposition text.
     pub fn render(&self) -> String {
         let e = &self.experts;
-        let rows: [(&str, &str, &str, f64); 16] = [
+        let rows: [(&str, &str, &str, f64); 18] = [
             ("moestream_requests_total", "counter", "Replies finished.", self.requests as f64),
             ("moestream_requests_failed_total", "counter", "Requests that failed.", self.failed as f64),
             (
@@ -52,6 +56,13 @@ impl Metrics {
             ),
             ("moestream_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens as f64),
             ("moestream_queue_depth", "gauge", "Requests waiting for the engine.", self.queued as f64),
+            ("moestream_steps_total", "counter", "Engine steps run.", self.steps as f64),
+            (
+                "moestream_step_sequences_total",
+                "counter",
+                "Sequences the steps carried, summed (over steps: the mean batch).",
+                self.step_sequences as f64,
+            ),
             (
                 "moestream_prefill_tokens_per_second",
                 "gauge",

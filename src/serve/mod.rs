@@ -2,8 +2,9 @@
 //!
 //! Endpoints: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions` (with
 //! `stream: true` as server-sent events ending in `data: [DONE]`), `GET /health`,
-//! `GET /metrics`. Requests queue first-come first-served on the engine's thread
-//! (`worker`); a client that disconnects stops its reply.
+//! `GET /metrics`. Requests queue first-come first-served on the engine's thread (`worker`),
+//! which answers up to `parallel` of them together, every step carrying a token of each; a
+//! client that disconnects stops its reply.
 
 mod api;
 mod error;
@@ -31,6 +32,8 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// A Jinja chat template to use instead of the model's.
     pub chat_template: Option<std::path::PathBuf>,
+    /// Requests answered at once, each with its own KV cache (`None`: 4 where memory allows).
+    pub parallel: Option<usize>,
 }
 
 impl Default for ServeOptions {
@@ -41,6 +44,7 @@ impl Default for ServeOptions {
             api_key: None,
             max_body_bytes: 1 << 20,
             chat_template: None,
+            parallel: None,
         }
     }
 }
@@ -61,7 +65,8 @@ pub fn run_until(
     listening: impl FnOnce(SocketAddr),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let (worker, model) = worker::Worker::start(engine, options.chat_template.clone())?;
+    let (worker, model) = worker::Worker::start(engine, options.parallel, options.chat_template.clone())?;
+    log::info!("{} requests at once, {} positions each", model.parallel, model.context);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -1,6 +1,10 @@
-//! The engine's thread: requests queue first-come first-served (one engine, one reply at a
-//! time) and stream their text back; a request whose client has gone is skipped or stopped.
+//! The engine's thread: requests queue first-come first-served and run together through the
+//! runtime's [`Scheduler`] (up to `--parallel` at once, each step carrying all of them), their
+//! text streamed back; a request whose client has gone is dropped from the queue or stopped.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
@@ -9,10 +13,10 @@ use tokio::sync::{mpsc as async_mpsc, oneshot};
 
 use super::metrics::Metrics;
 use crate::chat::{
-    complete, end_of_turn_tokens, ChatMessage, ChatTemplate, Completion, CompletionRequest, FinishReason, RenderOptions,
+    end_of_turn_tokens, ChatMessage, ChatTemplate, Completion, CompletionRequest, FinishReason, RenderOptions, Reply,
 };
 use crate::error::{Error, Result};
-use crate::runtime::{Engine, EngineOptions, Session};
+use crate::runtime::{Engine, EngineOptions, Finished, RequestId, Scheduler};
 
 /// What to prompt the model with.
 pub enum Prompt {
@@ -62,6 +66,27 @@ pub struct ModelInfo {
     pub id: String,
     /// Context length in tokens.
     pub context: usize,
+    /// Requests answered at once.
+    pub parallel: usize,
+}
+
+/// Requests answered at once unless `--parallel` says otherwise (llama-server's default too).
+pub const DEFAULT_PARALLEL: usize = 4;
+
+/// Loads the engine for `parallel` sequences, or by default for [`DEFAULT_PARALLEL`], halving
+/// them while their caches do not fit.
+fn load_for(options: &mut EngineOptions, parallel: Option<usize>) -> Result<Engine> {
+    let mut sequences = parallel.unwrap_or(DEFAULT_PARALLEL).max(1);
+    loop {
+        options.parallel = sequences;
+        match Engine::load(options) {
+            Err(Error::KvCacheTooLarge { what, .. }) if parallel.is_none() && sequences > 1 => {
+                log::warn!("{what} does not fit: {} requests at once", sequences / 2);
+                sequences /= 2;
+            }
+            loaded => return loaded,
+        }
+    }
 }
 
 /// The queue into the engine's thread. Dropping it closes the queue and waits for the thread,
@@ -76,9 +101,14 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Loads the engine on its own thread and starts serving the queue; returns when the model is
-    /// loaded (or failed to).
-    pub fn start(options: EngineOptions, chat_template: Option<std::path::PathBuf>) -> Result<(Worker, ModelInfo)> {
+    /// Loads the engine on its own thread and starts serving the queue, `parallel` requests at
+    /// once (`None`: [`DEFAULT_PARALLEL`] where the memory allows, fewer where it does not);
+    /// returns when the model is loaded (or failed to).
+    pub fn start(
+        options: EngineOptions,
+        parallel: Option<usize>,
+        chat_template: Option<std::path::PathBuf>,
+    ) -> Result<(Worker, ModelInfo)> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
         let metrics = Arc::new(Mutex::new(Metrics::default()));
@@ -86,12 +116,17 @@ impl Worker {
         let thread = std::thread::Builder::new()
             .name("moestream-engine".into())
             .spawn(move || {
-                let loaded = Engine::load(&options).and_then(|engine| {
-                    let template = ChatTemplate::with_override(engine.model_dir(), chat_template.as_deref())?;
-                    let session = engine.new_session()?;
-                    Ok((engine, template, session))
-                });
-                let (engine, template, session) = match loaded {
+                let mut options = options;
+                let engine = match load_for(&mut options, parallel) {
+                    Ok(engine) => engine,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let started = ChatTemplate::with_override(engine.model_dir(), chat_template.as_deref())
+                    .and_then(|template| Ok((template, Scheduler::new(&engine, options.parallel.max(1))?)));
+                let (template, scheduler) = match started {
                     Ok(v) => v,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -99,12 +134,18 @@ impl Worker {
                     }
                 };
                 let id = options.model_dir.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
-                let _ = ready_tx.send(Ok(ModelInfo { id, context: engine.context() }));
+                let info = ModelInfo { id, context: engine.context(), parallel: options.parallel.max(1) };
+                let _ = ready_tx.send(Ok(info));
                 let end_of_turn = end_of_turn_tokens(&engine, template.as_ref());
-                let mut server = EngineLoop { engine, session, template, end_of_turn, metrics: shared };
-                for job in queue {
-                    server.run(job);
-                }
+                let mut server = EngineLoop {
+                    engine: &engine,
+                    scheduler,
+                    template,
+                    end_of_turn,
+                    metrics: shared,
+                    replies: HashMap::new(),
+                };
+                server.serve(&queue);
             })
             .map_err(|e| Error::InvalidArgument(format!("cannot start the engine thread: {e}")))?;
         let info = ready_rx.blocking_recv().map_err(|_| Error::InvalidArgument("the engine thread died".into()))??;
@@ -138,53 +179,137 @@ impl Drop for Worker {
     }
 }
 
-/// The engine's side of the queue. Its one session keeps the last request's tokens and KV cache:
-/// a request that extends it (the next turn of the same conversation, or any shared prefix)
-/// prefills only the rest.
-struct EngineLoop {
-    engine: Engine,
-    session: Session,
+/// The engine's side of the queue: the scheduler's slots keep their sequences after a reply, so
+/// a request that extends one (the next turn of a conversation, or any shared prefix) prefills
+/// only the rest.
+struct EngineLoop<'a> {
+    engine: &'a Engine,
+    scheduler: Scheduler<'a>,
     template: Option<ChatTemplate>,
     end_of_turn: Vec<u32>,
     metrics: Arc<Mutex<Metrics>>,
+    replies: HashMap<RequestId, Running>,
 }
 
-impl EngineLoop {
-    fn run(&mut self, mut job: Job) {
+/// A request the scheduler runs: its job and its reply so far (shared with the token callback).
+struct Running {
+    job: Job,
+    reply: Rc<RefCell<Option<Reply>>>,
+}
+
+impl<'a> EngineLoop<'a> {
+    /// Takes jobs from `queue` and runs steps until the queue closes and every reply is done.
+    fn serve(&mut self, queue: &mpsc::Receiver<Job>) {
+        let mut open = true;
+        loop {
+            if self.scheduler.is_idle() {
+                if !open {
+                    return;
+                }
+                // Nothing to run: wait for a job.
+                match queue.recv() {
+                    Ok(job) => self.accept(job),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match queue.try_recv() {
+                    Ok(job) => self.accept(job),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        open = false;
+                        break;
+                    }
+                }
+            }
+            for (&id, r) in &self.replies {
+                if r.job.cancel.load(Ordering::Relaxed) || r.job.events.is_closed() {
+                    self.scheduler.cancel(id);
+                }
+            }
+            let stepped = self.scheduler.step();
+            {
+                let mut m = self.metrics.lock().expect("metrics lock");
+                (m.steps, m.step_sequences) = self.scheduler.step_counts();
+            }
+            match stepped {
+                Ok(finished) => finished.into_iter().for_each(|f| self.finish(f)),
+                Err(e) => {
+                    // Admission failed (the expert trace could not be written): every reply ends.
+                    let text = e.to_string();
+                    for (_, r) in self.replies.drain() {
+                        let _ = r.job.events.send(Event::Done(Err(Error::BatchStepFailed(text.clone()))));
+                    }
+                    self.scheduler = match Scheduler::new(self.engine, 1) {
+                        Ok(s) => s,
+                        Err(_) => return,
+                    };
+                }
+            }
+        }
+    }
+
+    /// Tokenizes and checks `job`'s prompt and queues it on the scheduler, or answers it with
+    /// the error.
+    fn accept(&mut self, mut job: Job) {
         self.metrics.lock().expect("metrics lock").queued -= 1;
         if job.cancel.load(Ordering::Relaxed) || job.events.is_closed() {
             self.metrics.lock().expect("metrics lock").cancelled += 1;
             return;
         }
-        let result = self.prompt_tokens(&job.prompt).and_then(|prompt| {
-            let _ = job.events.send(Event::Started);
-            let room = self.engine.context() - prompt.len();
-            job.request.options.max_tokens = job.request.options.max_tokens.min(room);
-            if matches!(job.prompt, Prompt::Chat { .. }) && !job.request.options.ignore_eos {
-                job.request.stop_tokens = self.end_of_turn.clone();
+        let prompt = match self.prompt_tokens(&job.prompt) {
+            Ok(p) => p,
+            Err(e) => {
+                self.count(None);
+                log::info!("request refused: {e}");
+                let _ = job.events.send(Event::Done(Err(e)));
+                return;
             }
-            complete(&self.engine, &mut self.session, &prompt, &job.request, |piece| {
-                !job.cancel.load(Ordering::Relaxed) && job.events.send(Event::Text(piece.to_string())).is_ok()
+        };
+        let room = self.engine.context() - prompt.len();
+        job.request.options.max_tokens = job.request.options.max_tokens.min(room);
+        if matches!(job.prompt, Prompt::Chat { .. }) && !job.request.options.ignore_eos {
+            job.request.stop_tokens = self.end_of_turn.clone();
+        }
+        let reply = Rc::new(RefCell::new(Some(Reply::new(&job.request))));
+        let (shared, events, cancel) = (reply.clone(), job.events.clone(), job.cancel.clone());
+        let on_token = Box::new(move |id: u32, piece: &str| {
+            let mut reply = shared.borrow_mut();
+            let reply = reply.as_mut().expect("the reply lives until its request ends");
+            reply.token(id, piece, |text| {
+                !cancel.load(Ordering::Relaxed) && events.send(Event::Text(text.to_string())).is_ok()
             })
         });
-        // The request's number in the access log: requests answered or failed so far.
-        let number = {
-            let mut m = self.metrics.lock().expect("metrics lock");
-            match &result {
-                Ok(c) => {
-                    m.requests += 1;
-                    m.cancelled += (c.finish_reason == FinishReason::Cancelled) as u64;
-                    m.prompt_tokens += c.generation.prompt_tokens.len() as u64;
-                    m.reused_tokens += c.generation.stats.reused_tokens as u64;
-                    m.generated_tokens += c.generation.tokens.len() as u64;
-                    m.last_prefill_tokens_per_s = c.generation.stats.prefill_tokens_per_s;
-                    m.last_decode_tokens_per_s = c.generation.stats.decode_tokens_per_s;
-                }
-                Err(_) => m.failed += 1,
+        match self.scheduler.submit(prompt, job.request.options, on_token) {
+            Ok(id) => {
+                let _ = job.events.send(Event::Started);
+                self.replies.insert(id, Running { job, reply });
             }
-            m.experts = self.engine.expert_stats();
-            m.requests + m.failed
-        };
+            Err(e) => {
+                self.count(None);
+                let _ = job.events.send(Event::Done(Err(e)));
+            }
+        }
+    }
+
+    /// Answers the request that `f` ended.
+    fn finish(&mut self, f: Finished) {
+        let Some(Running { job, reply }) = self.replies.remove(&f.id) else { return };
+        let reply = reply.borrow_mut().take().expect("a reply ends once");
+        let events = job.events.clone();
+        let result = f.result.map(|generation| {
+            reply.finish(generation, &job.request, self.engine.context(), |text| {
+                events.send(Event::Text(text.to_string())).is_ok()
+            })
+        });
+        // A reply whose client went away is counted as cancelled.
+        let result = result.map(|mut c| {
+            if job.cancel.load(Ordering::Relaxed) || job.events.is_closed() {
+                c.finish_reason = FinishReason::Cancelled;
+            }
+            c
+        });
+        let number = self.count(Some(&result));
         match &result {
             Ok(c) => {
                 let (g, s) = (&c.generation, &c.generation.stats);
@@ -205,6 +330,25 @@ impl EngineLoop {
         let _ = job.events.send(Event::Done(result.map(Box::new)));
     }
 
+    /// Counts a request's outcome (`None`: refused before it ran) and returns its number in
+    /// the access log: requests answered or failed so far.
+    fn count(&self, result: Option<&Result<Completion>>) -> u64 {
+        let mut m = self.metrics.lock().expect("metrics lock");
+        match result {
+            Some(Ok(c)) => {
+                m.requests += 1;
+                m.cancelled += (c.finish_reason == FinishReason::Cancelled) as u64;
+                m.prompt_tokens += c.generation.prompt_tokens.len() as u64;
+                m.reused_tokens += c.generation.stats.reused_tokens as u64;
+                m.generated_tokens += c.generation.tokens.len() as u64;
+                m.last_prefill_tokens_per_s = c.generation.stats.prefill_tokens_per_s;
+                m.last_decode_tokens_per_s = c.generation.stats.decode_tokens_per_s;
+            }
+            Some(Err(_)) | None => m.failed += 1,
+        }
+        m.experts = self.engine.expert_stats();
+        m.requests + m.failed
+    }
     /// The prompt's tokens, checked to leave room for at least one generated token.
     fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<u32>> {
         let tokens = match prompt {

@@ -78,6 +78,8 @@ pub struct Scheduler<'a> {
     next_id: RequestId,
     /// Requests cancelled while waiting, reported by the next step.
     ended: Vec<Finished>,
+    /// Steps run, and the sequences they carried summed.
+    counts: (u64, u64),
 }
 
 /// What a slot runs in a step: its tokens from `pos`, and whether the logits after them are
@@ -104,7 +106,7 @@ impl<'a> Scheduler<'a> {
         let slots = (0..parallel)
             .map(|_| Ok(Slot { session: engine.new_session()?, running: None }))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Scheduler { engine, slots, waiting: VecDeque::new(), next_id: 1, ended: Vec::new() })
+        Ok(Scheduler { engine, slots, waiting: VecDeque::new(), next_id: 1, ended: Vec::new(), counts: (0, 0) })
     }
 
     /// Queues a request to generate after `prompt` (the whole sequence: a slot that already
@@ -148,6 +150,12 @@ impl<'a> Scheduler<'a> {
         self.waiting.is_empty() && self.ended.is_empty() && self.slots.iter().all(|s| s.running.is_none())
     }
 
+    /// Steps run so far, and the sequences they carried summed (over the steps: the mean
+    /// batch).
+    pub fn step_counts(&self) -> (u64, u64) {
+        self.counts
+    }
+
     /// Requests running or waiting.
     pub fn active(&self) -> usize {
         self.waiting.len() + self.slots.iter().filter(|s| s.running.is_some()).count()
@@ -183,6 +191,7 @@ impl<'a> Scheduler<'a> {
             .collect();
         let outputs = self.engine.model.step_batch(&entries, phase);
         drop(entries);
+        self.counts = (self.counts.0 + 1, self.counts.1 + parts.len() as u64);
         let outputs = match outputs {
             Ok(o) => o,
             Err(e) => {
