@@ -1,9 +1,11 @@
 """The official `openai` Python client against `moestream serve`: models, chat with and without
-streaming, text completions, and a refused request. Run by `.ci/run` after `cargo test`:
+streaming, text completions, concurrent requests from threads (each answered as alone), and a
+refused request. Run by `.ci/run` after `cargo test`:
 
     python tests/openai_client.py target/release/moestream
 """
 
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -52,6 +54,25 @@ def main():
 
         completion = client.completions.create(model="moestream-tiny-moe", prompt="The jury said", max_tokens=8, temperature=0)
         assert completion.choices[0].text and completion.usage.completion_tokens <= 8
+
+        # Six threads at once, answered together (`--parallel` 4 by default), each reply the
+        # one it gets alone at temperature 0.
+        questions = [f"Tell me about the {w} river." for w in ("long", "old", "cold", "wide", "slow", "last")]
+
+        def ask(question, stream=False):
+            chat = [{"role": "user", "content": question}]
+            if not stream:
+                r = client.chat.completions.create(model="moestream-tiny-moe", messages=chat, max_tokens=12, temperature=0)
+                return r.choices[0].message.content
+            chunks = client.chat.completions.create(
+                model="moestream-tiny-moe", messages=chat, max_tokens=12, temperature=0, stream=True
+            )
+            return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+        alone = [ask(q) for q in questions]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(questions)) as pool:
+            together = list(pool.map(lambda iq: ask(iq[1], stream=iq[0] % 2 == 1), enumerate(questions)))
+        assert together == alone, (together, alone)
 
         try:
             client.chat.completions.create(model="moestream-tiny-moe", messages=[{"role": "user", "content": "word " * 400}])
