@@ -10,6 +10,8 @@
 # Needs cmake, a C++ compiler, glslc and the Vulkan and SPIR-V headers (Debian: cmake glslc
 # libvulkan-dev spirv-headers),
 # and pip (PyPI). GGML_NATIVE=OFF so the binaries can be carried to another x86-64 machine.
+# LLAMA_BUILD_SERVER=ON also builds llama-server in both builds (benches/peer/serve_side_by_side.py);
+# VULKAN=0 skips the Vulkan build (e.g. for a CPU-only llama-server).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${1:-target/peer}"
@@ -38,14 +40,19 @@ if "#ifdef VK_EXT_layer_settings\n" + start not in s and start in s and end in s
     s = s[:a] + guarded + s[b:]
     open(path, "w").write(s)
 PY
+SERVER="${LLAMA_BUILD_SERVER:-OFF}"
+SERVER_TARGET=""
+case "$SERVER" in ON|on|1|TRUE|true) SERVER=ON; SERVER_TARGET=llama-server ;; *) SERVER=OFF ;; esac
+if [ "${VULKAN:-1}" != 0 ]; then
 cmake -S "$SRC" -B "$OUT/build" -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=ON -DGGML_NATIVE=OFF \
-  -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build "$OUT/build" -j"$(nproc)" --target llama-bench llama-quantize llama-perplexity test-backend-ops
-echo "built: $OUT/build/bin/{llama-bench,llama-quantize,llama-perplexity,test-backend-ops}"
+  -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER="$SERVER" -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build "$OUT/build" -j"$(nproc)" --target llama-bench llama-quantize llama-perplexity test-backend-ops $SERVER_TARGET
+echo "built: $OUT/build/bin/{llama-bench,llama-quantize,llama-perplexity,test-backend-ops} $SERVER_TARGET"
+fi
 if [ "${CPU_ONLY:-1}" != 0 ]; then
   cmake -S "$SRC" -B "$OUT/build-cpu" -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=OFF -DGGML_NATIVE=OFF \
-    -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$OUT/build-cpu" -j"$(nproc)" --target llama-bench
-  echo "built (CPU only): $OUT/build-cpu/bin/llama-bench"
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER="$SERVER" -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build "$OUT/build-cpu" -j"$(nproc)" --target llama-bench $SERVER_TARGET
+  echo "built (CPU only): $OUT/build-cpu/bin/llama-bench $SERVER_TARGET"
 fi
 echo "llama.cpp's gguf-py and convert_hf_to_gguf.py: $SRC"
