@@ -180,3 +180,30 @@ fn bad_requests_are_refused_at_submit() {
     assert!(s.submit(prompt, nan, Box::new(|_, _| true)).is_err());
     assert!(s.is_idle());
 }
+
+#[test]
+fn n_choices_prefill_once_and_sample_as_alone() {
+    for fixture in ["qwen3_moe", "qwen3_next", "deepseek_v3"] {
+        let (e, prompt) = engine(fixture, 64, ExpertBudget::Auto);
+        let sampled = |seed| GenerateOptions {
+            max_tokens: 6,
+            ignore_eos: true,
+            sampling: SamplingParams { temperature: 1.0, seed, ..SamplingParams::default() },
+        };
+        // Choice i samples with seed 11 + i, as a request of its own would.
+        let want: Vec<Vec<u32>> = (0..3).map(|i| e.generate(&prompt, &sampled(11 + i), |_, _| true).unwrap().tokens).collect();
+        let mut s = Scheduler::new(&e, 4).unwrap();
+        let ids = s.submit_n(prompt.clone(), sampled(11), 3, |_| Box::new(|_, _| true)).unwrap();
+        let mut got: HashMap<u64, moestream::runtime::Generation> =
+            s.run().unwrap().into_iter().map(|f| (f.id, f.result.unwrap())).collect();
+        let runs: Vec<_> = ids.iter().map(|id| got.remove(id).unwrap()).collect();
+        for (i, g) in runs.iter().enumerate() {
+            assert_eq!(g.tokens, want[i], "{fixture}: choice {i}");
+            assert_eq!(g.prompt_tokens, prompt);
+        }
+        // One prefill: the other choices reused the first one's caches.
+        assert_eq!(runs[0].stats.prefilled_tokens, prompt.len());
+        assert!(runs[1..].iter().all(|g| g.stats.prefilled_tokens == 0 && g.stats.reused_tokens == prompt.len()));
+        assert!(s.submit_n(prompt.clone(), sampled(1), 5, |_| Box::new(|_, _| true)).is_err(), "more choices than slots");
+    }
+}

@@ -105,7 +105,7 @@ pub struct GroupedCache {
 pub struct MlaCache {
     store: MlaStore,
     attention: MlaAttention,
-    _buffers: [wgpu::Buffer; 2],
+    buffers: [wgpu::Buffer; 2],
 }
 
 /// How a step's latent gets into an MLA cache.
@@ -119,8 +119,8 @@ enum MlaStore {
 struct GroupedChunk {
     store: KvStore,
     attention: Attention,
-    _k: wgpu::Buffer,
-    _v: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
 }
 
 impl SequenceCache {
@@ -208,6 +208,36 @@ impl SequenceCache {
             true => 0,
             false => cached,
         }
+    }
+}
+
+impl LayerCache {
+    /// The buffers holding the sequence's state.
+    fn buffers(&self) -> Vec<&wgpu::Buffer> {
+        match self {
+            LayerCache::Grouped(g) => g.chunks.iter().flat_map(|c| [&c.k, &c.v]).collect(),
+            LayerCache::Mla(m) => m.buffers.iter().collect(),
+            LayerCache::Linear(l) => vec![&l.window, &l.state],
+        }
+    }
+}
+
+impl GpuModel {
+    /// Makes `to` hold what `from` holds (a sequence forked: `n` choices of one prompt
+    /// prefilled once), by copies on the GPU; both must be this model's.
+    pub fn copy_cache(&self, from: &SequenceCache, to: &SequenceCache) -> Result<()> {
+        if !self.owns(from) || !self.owns(to) || from.id == to.id {
+            return Err(Error::InvalidArgument("a cache copy needs two distinct caches of this model".into()));
+        }
+        let mut encoder = self.gpu.device.create_command_encoder(&Default::default());
+        for (a, b) in from.layers.iter().zip(&to.layers) {
+            for (src, dst) in a.buffers().into_iter().zip(b.buffers()) {
+                encoder.copy_buffer_to_buffer(src, 0, dst, 0, src.size());
+            }
+        }
+        self.gpu.queue.submit([encoder.finish()]);
+        to.state_len.store(from.state_len.load(Ordering::Acquire), Ordering::Release);
+        Ok(())
     }
 }
 
@@ -394,7 +424,7 @@ impl GpuModel {
                 let io = AttentionIo { q: &acts.q, out: &acts.attn, partial: &acts.attn_partial, sinks };
                 let keys = KeyRange { split_len: self.split_len, window };
                 let attention = Attention::new(gpu, &self.step.buffer, io, chunk, heads, keys);
-                GroupedChunk { store, attention, _k: k, _v: v }
+                GroupedChunk { store, attention, k, v }
             })
             .collect();
         GroupedCache { chunks }
@@ -434,7 +464,7 @@ impl GpuModel {
         };
         let io = MlaIo { q: &acts.q, cache, kv_b, out: &acts.attn, partial: &acts.attn_partial };
         let attention = MlaAttention::new(gpu, step, io, heads, m, self.split_len);
-        MlaCache { store, attention, _buffers: [a, b] }
+        MlaCache { store, attention, buffers: [a, b] }
     }
 
     /// Whether `cache` was made by this model (its kernels are bound to this model's buffers).

@@ -4,7 +4,9 @@
 //! the prompts being prefilled (the longest-waiting first), so a long prompt does not stall the
 //! others. Each slot keeps its sequence after a request ends, and a new request goes to the
 //! idle slot sharing the longest prefix with its prompt (a conversation's next turn or a shared
-//! system prompt is not prefilled again).
+//! system prompt is not prefilled again). Several choices of one prompt ([`Scheduler::submit_n`])
+//! prefill it once: the other choices' slots copy its caches and sample their first tokens from
+//! the same logits.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -42,6 +44,8 @@ struct Waiting<'a> {
     prompt: Vec<u32>,
     options: GenerateOptions,
     on_token: OnToken<'a>,
+    /// Further choices of the same prompt: forked from this request once its prompt is in.
+    siblings: Vec<(RequestId, GenerateOptions, OnToken<'a>)>,
 }
 
 /// A request holding a slot.
@@ -62,6 +66,9 @@ struct Running<'a> {
     first_token: Option<Instant>,
     experts_before: ExpertStats,
     cancelled: bool,
+    /// The slot and request this one forks from when its prompt's logits arrive (until then
+    /// its slot only waits).
+    fork_of: Option<(usize, RequestId)>,
 }
 
 /// One of the scheduler's sequences.
@@ -114,27 +121,67 @@ impl<'a> Scheduler<'a> {
     /// may end the request. Refused now when the prompt is empty, out of the vocabulary, over
     /// the context or the sampling values are invalid.
     pub fn submit(&mut self, prompt: Vec<u32>, options: GenerateOptions, on_token: OnToken<'a>) -> Result<RequestId> {
+        let mut once = Some(on_token);
+        let ids = self.submit_n(prompt, options, 1, |_| once.take().expect("one choice"))?;
+        Ok(ids[0])
+    }
+
+    /// Queues `n` choices of one prompt, like [`Scheduler::submit`]: the prompt is prefilled
+    /// once and the choices go on from copies of its caches, choice `i` sampling with the seed
+    /// `options`' plus `i` (at temperature 0 they are all the same); `on_token(i)` makes choice
+    /// `i`'s callback. They run at once, so `n` must not exceed the scheduler's sequences.
+    pub fn submit_n(
+        &mut self,
+        prompt: Vec<u32>,
+        options: GenerateOptions,
+        n: usize,
+        mut on_token: impl FnMut(usize) -> OnToken<'a>,
+    ) -> Result<Vec<RequestId>> {
         options.sampling.validate()?;
         self.engine.check_prompt(&prompt)?;
-        let id = self.next_id;
-        self.next_id += 1;
-        self.waiting.push_back(Waiting { id, prompt, options, on_token });
-        Ok(id)
+        if n == 0 || n > self.slots.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{n} choices of one prompt: 1 to {} (the parallel sequences) allowed",
+                self.slots.len()
+            )));
+        }
+        let ids: Vec<RequestId> = (0..n as u64).map(|i| self.next_id + i).collect();
+        self.next_id += n as u64;
+        let siblings = (1..n)
+            .map(|i| {
+                let mut o = options;
+                o.sampling.seed = o.sampling.seed.wrapping_add(i as u64);
+                (ids[i], o, on_token(i))
+            })
+            .collect();
+        self.waiting.push_back(Waiting { id: ids[0], prompt, options, on_token: on_token(0), siblings });
+        Ok(ids)
     }
 
     /// Ends request `id` before its next step (its generation so far is reported by the
     /// next [`Scheduler::step`]); `false` when no such request is queued or running.
     pub fn cancel(&mut self, id: RequestId) -> bool {
+        let unstarted = |prompt: &[u32]| {
+            Ok(Generation { prompt_tokens: prompt.to_vec(), tokens: Vec::new(), text: String::new(), stats: Stats::default() })
+        };
         if let Some(i) = self.waiting.iter().position(|w| w.id == id) {
-            let w = self.waiting.remove(i).expect("found above");
-            let result = Ok(Generation {
-                prompt_tokens: w.prompt,
-                tokens: Vec::new(),
-                text: String::new(),
-                stats: Stats::default(),
-            });
-            self.ended.push(Finished { id, result });
+            // Its first sibling (if any) takes its place in the queue.
+            let mut w = self.waiting.remove(i).expect("found above");
+            self.ended.push(Finished { id, result: unstarted(&w.prompt) });
+            if !w.siblings.is_empty() {
+                let (id, options, on_token) = w.siblings.remove(0);
+                let next = Waiting { id, prompt: w.prompt, options, on_token, siblings: w.siblings };
+                self.waiting.insert(i, next);
+            }
             return true;
+        }
+        for w in &mut self.waiting {
+            if let Some(j) = w.siblings.iter().position(|s| s.0 == id) {
+                drop(w.siblings.remove(j));
+                let result = unstarted(&w.prompt);
+                self.ended.push(Finished { id, result });
+                return true;
+            }
         }
         match self.slots.iter_mut().filter_map(|s| s.running.as_mut()).find(|r| r.id == id) {
             Some(r) => {
@@ -166,7 +213,12 @@ impl<'a> Scheduler<'a> {
     pub fn step(&mut self) -> Result<Vec<Finished>> {
         let mut finished = std::mem::take(&mut self.ended);
         for i in 0..self.slots.len() {
-            if self.slots[i].running.as_ref().is_some_and(|r| r.cancelled) {
+            let ended = self.slots[i].running.as_ref().is_some_and(|r| {
+                // A choice whose prompt ended before it was forked ends with it.
+                let orphan = r.fork_of.is_some_and(|(slot, id)| self.slots[slot].running.as_ref().is_none_or(|p| p.id != id));
+                r.cancelled || orphan
+            });
+            if ended {
                 finished.push(self.finish_running(i, Ok(())));
             }
         }
@@ -209,10 +261,13 @@ impl<'a> Scheduler<'a> {
             }
         };
         for (p, logits) in parts.iter().zip(outputs) {
-            let slot = &mut self.slots[p.slot];
-            slot.session.cached = p.end;
+            self.slots[p.slot].session.cached = p.end;
             let Some(mut logits) = logits else { continue };
-            if let Some(done) = self.engine.take_token(slot, &mut logits) {
+            let ends = self.fork(p.slot, &logits);
+            for (i, done) in ends {
+                finished.push(self.finish_running(i, done));
+            }
+            if let Some(done) = self.engine.take_token(&mut self.slots[p.slot], &mut logits) {
                 finished.push(self.finish_running(p.slot, done));
             }
         }
@@ -220,11 +275,43 @@ impl<'a> Scheduler<'a> {
             // A request wanting no tokens ends once its prompt is in the cache.
             let slot = &self.slots[i];
             let prefilled = slot.session.cached == slot.session.len();
-            if slot.running.as_ref().is_some_and(|r| r.options.max_tokens == 0 && prefilled) {
+            if slot.running.as_ref().is_some_and(|r| r.options.max_tokens == 0 && r.fork_of.is_none() && prefilled) {
                 finished.push(self.finish_running(i, Ok(())));
             }
         }
         Ok(finished)
+    }
+
+    /// Starts the choices waiting for the request in slot `parent`, whose prompt's `logits`
+    /// just arrived: their slots copy its caches and take their first tokens from the logits.
+    /// Returns those that ended at once.
+    fn fork(&mut self, parent: usize, logits: &[f32]) -> Vec<(usize, Result<()>)> {
+        let Some(parent_id) = self.slots[parent].running.as_ref().filter(|r| r.first_token.is_none()).map(|r| r.id) else {
+            return Vec::new();
+        };
+        let mut ended = Vec::new();
+        for i in 0..self.slots.len() {
+            if self.slots[i].running.as_ref().is_none_or(|r| r.fork_of != Some((parent, parent_id))) {
+                continue;
+            }
+            let (from, to) = (&self.slots[parent].session, &self.slots[i].session);
+            let copied = self.engine.model.copy_cache(&from.cache, &to.cache);
+            let tokens = from.tokens.clone();
+            let slot = &mut self.slots[i];
+            slot.session.tokens = tokens;
+            slot.session.cached = slot.session.len();
+            let r = slot.running.as_mut().expect("checked above");
+            r.fork_of = None;
+            (r.reused, r.prefilled) = (slot.session.len(), 0);
+            if let Err(e) = copied {
+                ended.push((i, Err(e)));
+                continue;
+            }
+            if let Some(done) = self.engine.take_token(slot, &mut logits.to_vec()) {
+                ended.push((i, done));
+            }
+        }
+        ended
     }
 
     /// Runs steps until every request has ended; returns them in the order they ended.
@@ -241,13 +328,19 @@ impl<'a> Scheduler<'a> {
     fn admit(&mut self) -> Result<()> {
         let mut busy = self.slots.iter().any(|s| s.running.is_some());
         while let Some(w) = self.waiting.front() {
+            let idle = self.slots.iter().filter(|s| s.running.is_none()).count();
+            if idle < 1 + w.siblings.len() {
+                // First come, first served: later requests wait too.
+                break;
+            }
             let shared_with = |s: &Slot| s.session.tokens.iter().zip(&w.prompt).take_while(|(a, b)| a == b).count();
             let best = (0..self.slots.len())
                 .filter(|&i| self.slots[i].running.is_none())
                 .map(|i| (shared_with(&self.slots[i]), std::cmp::Reverse(i)))
                 .max();
             let Some((shared, std::cmp::Reverse(i))) = best else { break };
-            let w = self.waiting.pop_front().expect("looked at above");
+            let mut w = self.waiting.pop_front().expect("looked at above");
+            let siblings = std::mem::take(&mut w.siblings);
             let slot = &mut self.slots[i];
             // An identical prompt still needs its last token run for the first prediction.
             let keep = if shared == w.prompt.len() { shared - 1 } else { shared };
@@ -280,7 +373,29 @@ impl<'a> Scheduler<'a> {
                 first_token: None,
                 experts_before,
                 cancelled: false,
+                fork_of: None,
             });
+            for (id, options, on_token) in siblings {
+                let j = (0..self.slots.len()).find(|&j| self.slots[j].running.is_none()).expect("counted above");
+                self.slots[j].running = Some(Running {
+                    id,
+                    prompt_len: w.prompt.len(),
+                    options,
+                    on_token,
+                    sampler: Sampler::new(options.sampling),
+                    stream: self.engine.tokenizer.as_ref().map(TextStream::new),
+                    generated: Vec::new(),
+                    text: String::new(),
+                    next: None,
+                    reused: 0,
+                    prefilled: 0,
+                    admitted: Instant::now(),
+                    first_token: None,
+                    experts_before,
+                    cancelled: false,
+                    fork_of: Some((i, w.id)),
+                });
+            }
         }
         Ok(())
     }
@@ -333,7 +448,9 @@ impl<'a> Scheduler<'a> {
             parts.push(Part { slot: i, start: end - 1, end, logits: true });
             budget -= 1;
         }
-        let mut prefilling: Vec<_> = running().filter(|(_, s, r)| r.next.is_none() && s.session.cached < s.session.len()).collect();
+        let mut prefilling: Vec<_> = running()
+            .filter(|(_, s, r)| r.next.is_none() && r.fork_of.is_none() && s.session.cached < s.session.len())
+            .collect();
         prefilling.sort_by_key(|(_, _, r)| r.id);
         for (i, s, r) in prefilling {
             if budget == 0 {
