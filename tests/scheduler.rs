@@ -72,8 +72,7 @@ fn scheduled(e: &Engine, parallel: usize, reqs: &[(Vec<u32>, GenerateOptions)]) 
         .collect();
     let finished = s.run().unwrap();
     assert_eq!(finished.len(), reqs.len());
-    let mut by_id: HashMap<u64, Vec<u32>> =
-        finished.into_iter().map(|f| (f.id, f.result.unwrap().tokens)).collect();
+    let mut by_id: HashMap<u64, Vec<u32>> = finished.into_iter().map(|f| (f.id, f.result.unwrap().tokens)).collect();
     ids.iter()
         .map(|id| {
             let tokens = by_id.remove(id).unwrap();
@@ -191,7 +190,8 @@ fn n_choices_prefill_once_and_sample_as_alone() {
             sampling: SamplingParams { temperature: 1.0, seed, ..SamplingParams::default() },
         };
         // Choice i samples with seed 11 + i, as a request of its own would.
-        let want: Vec<Vec<u32>> = (0..3).map(|i| e.generate(&prompt, &sampled(11 + i), |_, _| true).unwrap().tokens).collect();
+        let want: Vec<Vec<u32>> =
+            (0..3).map(|i| e.generate(&prompt, &sampled(11 + i), |_, _| true).unwrap().tokens).collect();
         let mut s = Scheduler::new(&e, 4).unwrap();
         let ids = s.submit_n(prompt.clone(), sampled(11), 3, |_| Box::new(|_, _| true)).unwrap();
         let mut got: HashMap<u64, moestream::runtime::Generation> =
@@ -204,6 +204,9 @@ fn n_choices_prefill_once_and_sample_as_alone() {
         // One prefill: the other choices reused the first one's caches.
         assert_eq!(runs[0].stats.prefilled_tokens, prompt.len());
         assert!(runs[1..].iter().all(|g| g.stats.prefilled_tokens == 0 && g.stats.reused_tokens == prompt.len()));
-        assert!(s.submit_n(prompt.clone(), sampled(1), 5, |_| Box::new(|_, _| true)).is_err(), "more choices than slots");
+        assert!(
+            s.submit_n(prompt.clone(), sampled(1), 5, |_| Box::new(|_, _| true)).is_err(),
+            "more choices than slots"
+        );
     }
 }

@@ -283,7 +283,8 @@ fn openai_compatible_server() {
             400,
             "invalid_value",
         ),
-        ("/v1/completions", json!({"prompt": "x", "n": 2}).to_string(), 400, "unsupported_parameter"),
+        ("/v1/completions", json!({"prompt": "x", "n": 0}).to_string(), 400, "invalid_value"),
+        ("/v1/completions", json!({"prompt": "x", "n": 9}).to_string(), 400, "invalid_value"),
         ("/v1/completions", json!({"prompt": "x", "logit_bias": {"5": 1}}).to_string(), 400, "unsupported_parameter"),
         ("/v1/completions", json!({"prompt": "x", "echo": true}).to_string(), 400, "unsupported_parameter"),
         ("/v1/completions", json!({"prompt": ""}).to_string(), 400, "empty_prompt"),
@@ -428,7 +429,8 @@ fn model_by_id_any_integer_seed_and_an_access_log() {
 
 /// The text of a completion reply, streamed (the deltas joined) or not.
 fn reply_text(server: &Server, prompt: &str, max_tokens: u32, stream: bool) -> String {
-    let body = json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true, "stream": stream});
+    let body =
+        json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true, "stream": stream});
     let (status, text) = server.post("/v1/completions", &body.to_string());
     assert_eq!(status, 200, "{text}");
     match stream {
@@ -445,7 +447,9 @@ fn reply_text(server: &Server, prompt: &str, max_tokens: u32, stream: bool) -> S
 fn eight_concurrent_clients_get_their_solo_replies() {
     let server = Server::start_with_env(&[("RUST_LOG", "info")]);
     let prompts: Vec<(String, u32)> = (0..8)
-        .map(|i| (format!("The story of the {} city began when", ["old", "new", "red", "far"][i % 4]), 12 + i as u32 * 3))
+        .map(|i| {
+            (format!("The story of the {} city began when", ["old", "new", "red", "far"][i % 4]), 12 + i as u32 * 3)
+        })
         .collect();
     // Alone, one after another.
     let want: Vec<String> = prompts.iter().map(|(p, n)| reply_text(&server, p, *n, false)).collect();
@@ -489,4 +493,49 @@ fn eight_concurrent_clients_get_their_solo_replies() {
     assert!(sequences > 1.5 * steps, "{sequences} sequences in {steps} steps");
     let log = server.log.lock().unwrap().join("\n");
     assert!(log.contains("4 requests at once"), "{log}");
+}
+
+#[test]
+fn n_choices_of_one_prompt() {
+    let server = Server::start();
+    let body = |n: u32, seed: u64, stream: bool| json!({"prompt": "The river", "max_tokens": 10, "temperature": 0.9, "seed": seed, "ignore_eos": true, "n": n, "stream": stream});
+    // Choice i samples as a one-choice request with seed + i would.
+    let alone: Vec<String> = (0..3)
+        .map(|i| {
+            server.post_json("/v1/completions", body(1, 40 + i, false))["choices"][0]["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let together = server.post_json("/v1/completions", body(3, 40, false));
+    let choices = together["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["text"].as_str().unwrap(), alone[i], "choice {i}");
+    }
+    assert_eq!(together["usage"]["completion_tokens"], 30);
+    // Streamed, each choice's deltas joined by index give the same texts.
+    let (status, text) = server.post("/v1/chat/completions", &json!({
+        "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8, "temperature": 0.9, "seed": 5, "n": 2, "stream": true, "ignore_eos": true
+    }).to_string());
+    assert_eq!(status, 200, "{text}");
+    let (events, done) = sse_events(&text);
+    assert!(done);
+    let mut streamed = [String::new(), String::new()];
+    let mut finished = 0;
+    for e in &events {
+        let c = &e["choices"][0];
+        let i = c["index"].as_u64().unwrap() as usize;
+        streamed[i] += c["delta"]["content"].as_str().unwrap_or("");
+        finished += c["finish_reason"].is_string() as usize;
+    }
+    assert_eq!(finished, 2);
+    let whole = server.post_json("/v1/chat/completions", json!({
+        "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8, "temperature": 0.9, "seed": 5, "n": 2, "ignore_eos": true
+    }));
+    for i in 0..2 {
+        assert_eq!(whole["choices"][i]["message"]["content"].as_str().unwrap(), streamed[i]);
+    }
 }

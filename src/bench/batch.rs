@@ -80,7 +80,9 @@ struct Round {
 pub fn run(engine: &Engine, o: &BatchBenchOptions) -> Result<BatchReport> {
     let most = o.requests.iter().copied().max().unwrap_or(0);
     if most == 0 || o.prompt_tokens == 0 || o.decode_tokens == 0 || o.runs == 0 || o.requests.contains(&0) {
-        return Err(Error::InvalidArgument("bench batch needs request counts, prompt and decode tokens and runs > 0".into()));
+        return Err(Error::InvalidArgument(
+            "bench batch needs request counts, prompt and decode tokens and runs > 0".into(),
+        ));
     }
     let mut scheduler = Scheduler::new(engine, most)?;
     let mut seed = o.seed;

@@ -135,8 +135,8 @@ pub fn complete(
     let keep = if shared == prompt.len() { shared.saturating_sub(1) } else { shared };
     session.truncate(keep);
     let mut reply = Reply::new(request);
-    let mut generation =
-        engine.generate_in(session, &prompt[keep..], &request.options, |id, piece| reply.token(id, piece, &mut on_text))?;
+    let mut generation = engine
+        .generate_in(session, &prompt[keep..], &request.options, |id, piece| reply.token(id, piece, &mut on_text))?;
     generation.prompt_tokens = prompt.to_vec();
     Ok(reply.finish(generation, request, engine.context(), on_text))
 }

@@ -169,7 +169,15 @@ impl GpuModel {
         let mut rec = Pass::new(&gpu.device);
         cache.save_linear_state(rec.encoder());
         let mut routing = Routing::Logged;
-        let mut rec = self.record_step(rec, super::step::Sequences::One { cache, pos }, n, Phase::Decode, output, TokenSource::Host, &mut routing)?;
+        let mut rec = self.record_step(
+            rec,
+            super::step::Sequences::One { cache, pos },
+            n,
+            Phase::Decode,
+            output,
+            TokenSource::Host,
+            &mut routing,
+        )?;
         let moe_layers = &self.moe_layers;
         let k = self.spec.moe.as_ref().map_or(0, |m| m.top_k) * n;
         // The layers' ids were copied into the log as the step ran, and a greedy token goes

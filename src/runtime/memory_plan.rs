@@ -132,7 +132,7 @@ pub fn plan_kv(
                 what: format!("context {n} × {bytes_per_token} bytes per token in {}{each}", dtype.name()),
                 needed: (n as u64 * bytes_per_token + state_bytes) * sequences,
                 available: budget,
-            })
+            });
         }
         Some(n) => n,
         None if fits == 0 => {

@@ -13,7 +13,9 @@ pub mod session;
 pub mod stats;
 pub mod tokenizer;
 
-pub use engine::{Engine, EngineOptions, ExpertBudget, Finished, GenerateOptions, Generation, RequestId, Scheduler, Score};
+pub use engine::{
+    Engine, EngineOptions, ExpertBudget, Finished, GenerateOptions, Generation, OnToken, RequestId, Scheduler, Score,
+};
 pub use memory_plan::KvPlan;
 pub use sampler::SamplingParams;
 pub use session::Session;

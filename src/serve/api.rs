@@ -65,7 +65,7 @@ pub struct Sampling {
     /// Keep generating past end-of-sequence tokens (the vLLM / llama-server extension).
     #[serde(default)]
     pub ignore_eos: bool,
-    /// Must be 1.
+    /// Choices of the reply (at most the server's parallel requests).
     pub n: Option<u32>,
     /// Subtracted from the logits of tokens the sequence holds, in [-2, 2] (OpenAI's).
     pub presence_penalty: Option<f32>,
@@ -142,8 +142,8 @@ fn out_of_range(param: &str, what: &str) -> ApiError {
 impl Sampling {
     /// Checks the fields; returns the token limit asked for (if any), sampling and stop strings.
     pub fn check(&self, seed_if_unset: u64) -> Result<(Option<usize>, SamplingParams, Vec<String>), ApiError> {
-        if self.n.is_some_and(|n| n != 1) {
-            return Err(unsupported("n", "other than 1"));
+        if self.n == Some(0) {
+            return Err(out_of_range("n", "at least 1"));
         }
         if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
             return Err(unsupported("logit_bias", "(non-empty)"));

@@ -142,7 +142,7 @@ async fn chat_completions(State(s): State<Shared>, request: Request) -> Result<R
         variables: req.chat_template_kwargs.unwrap_or_default(),
     };
     let request = completion_request(max_tokens.unwrap_or(usize::MAX), sampling, stop, options.ignore_eos);
-    respond(s, Kind::Chat, prompt, request, options.stream, options.include_usage()).await
+    respond(s, Kind::Chat, prompt, request, &options).await
 }
 
 async fn completions(State(s): State<Shared>, request: Request) -> Result<Response, ApiError> {
@@ -159,7 +159,7 @@ async fn completions(State(s): State<Shared>, request: Request) -> Result<Respon
     };
     let request =
         completion_request(max_tokens.unwrap_or(DEFAULT_COMPLETION_TOKENS), sampling, stop, options.ignore_eos);
-    respond(s, Kind::Text, prompt, request, options.stream, options.include_usage()).await
+    respond(s, Kind::Text, prompt, request, &options).await
 }
 
 fn completion_request(
@@ -231,8 +231,9 @@ impl Reply {
         json!({"id": self.id, "object": self.object(stream), "created": self.created, "model": self.model, "choices": choices})
     }
 
-    /// A streamed piece: `text` (or the opening role delta) and, at the end, the finish reason.
-    fn chunk(&self, text: Option<&str>, finish: Option<FinishReason>) -> Value {
+    /// A streamed piece of choice `index`: `text` (or the opening role delta) and, at the end,
+    /// the finish reason.
+    fn chunk(&self, index: usize, text: Option<&str>, finish: Option<FinishReason>) -> Value {
         let finish = finish.map(finish_reason);
         let choice = match self.kind {
             Kind::Chat => {
@@ -241,24 +242,30 @@ impl Reply {
                     None if finish.is_none() => json!({"role": "assistant", "content": ""}),
                     None => json!({}),
                 };
-                json!({"index": 0, "delta": delta, "finish_reason": finish})
+                json!({"index": index, "delta": delta, "finish_reason": finish})
             }
-            Kind::Text => json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}),
+            Kind::Text => {
+                json!({"index": index, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
+            }
         };
         self.envelope(true, json!([choice]))
     }
 
-    /// The whole reply.
-    fn full(&self, c: &Completion) -> Value {
-        let finish = finish_reason(c.finish_reason);
-        let choice = match self.kind {
-            Kind::Chat => {
-                json!({"index": 0, "message": {"role": "assistant", "content": c.text}, "finish_reason": finish})
-            }
-            Kind::Text => json!({"index": 0, "text": c.text, "logprobs": null, "finish_reason": finish}),
-        };
-        let mut v = self.envelope(false, json!([choice]));
-        v["usage"] = usage(c);
+    /// The whole reply: every choice, in order.
+    fn full(&self, completions: &[Box<Completion>]) -> Value {
+        let choices: Vec<Value> = completions
+            .iter()
+            .enumerate()
+            .map(|(index, c)| {
+                let finish = finish_reason(c.finish_reason);
+                match self.kind {
+                    Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": c.text}, "finish_reason": finish}),
+                    Kind::Text => json!({"index": index, "text": c.text, "logprobs": null, "finish_reason": finish}),
+                }
+            })
+            .collect();
+        let mut v = self.envelope(false, Value::Array(choices));
+        v["usage"] = usage(completions);
         v
     }
 }
@@ -270,8 +277,10 @@ fn finish_reason(f: FinishReason) -> &'static str {
     }
 }
 
-fn usage(c: &Completion) -> Value {
-    let (p, g) = (c.generation.prompt_tokens.len(), c.generation.tokens.len());
+/// Token counts of a reply: the prompt once, the choices' generated tokens together.
+fn usage(choices: &[Box<Completion>]) -> Value {
+    let p = choices.first().map_or(0, |c| c.generation.prompt_tokens.len());
+    let g: usize = choices.iter().map(|c| c.generation.tokens.len()).sum();
     json!({"prompt_tokens": p, "completion_tokens": g, "total_tokens": p + g})
 }
 
@@ -282,27 +291,35 @@ async fn respond(
     kind: Kind,
     prompt: Prompt,
     request: CompletionRequest,
-    stream: bool,
-    include_usage: bool,
+    options: &api::Sampling,
 ) -> Result<Response, ApiError> {
+    let (stream, include_usage) = (options.stream, options.include_usage());
+    let n = options.n.unwrap_or(1) as usize;
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(cancel.clone());
-    s.worker.submit(Job { prompt, request, events: events_tx, cancel });
+    s.worker.submit(Job { prompt, request, n, events: events_tx, cancel });
     match events.recv().await {
         Some(Event::Started) => {}
-        Some(Event::Done(Err(e))) => return Err(e.into()),
+        Some(Event::Done(_, Err(e))) => return Err(e.into()),
         _ => {
             return Err(ApiError::with_status(StatusCode::INTERNAL_SERVER_ERROR, "the engine stopped", "server_error"))
         }
     }
     let reply = Reply::new(kind, &s.model.id);
     if !stream {
+        let mut done: Vec<Option<Box<Completion>>> = (0..n).map(|_| None).collect();
         loop {
             match events.recv().await {
-                Some(Event::Text(_)) | Some(Event::Started) => {}
-                Some(Event::Done(Ok(c))) => return Ok(Json(reply.full(&c)).into_response()),
-                Some(Event::Done(Err(e))) => return Err(e.into()),
+                Some(Event::Text(..)) | Some(Event::Started) => {}
+                Some(Event::Done(i, Ok(c))) => {
+                    done[i] = Some(c);
+                    if done.iter().all(Option::is_some) {
+                        let choices: Vec<Box<Completion>> = done.into_iter().flatten().collect();
+                        return Ok(Json(reply.full(&choices)).into_response());
+                    }
+                }
+                Some(Event::Done(_, Err(e))) => return Err(e.into()),
                 None => {
                     return Err(ApiError::with_status(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -318,26 +335,38 @@ async fn respond(
         // Dropping `events` or `guard` when the client is gone stops the generation.
         let _guard = guard;
         let send = |v: Value| sse_tx.send(Ok(SseEvent::default().data(v.to_string())));
-        if matches!(kind, Kind::Chat) && send(reply.chunk(None, None)).await.is_err() {
-            return;
+        for index in 0..n {
+            if matches!(kind, Kind::Chat) && send(reply.chunk(index, None, None)).await.is_err() {
+                return;
+            }
         }
+        // The choices that ended well, and how many ended at all.
+        let (mut done, mut ended) = (Vec::new(), 0);
         while let Some(event) = events.recv().await {
             let sent = match event {
                 Event::Started => Ok(()),
-                Event::Text(t) => send(reply.chunk(Some(&t), None)).await,
-                Event::Done(Ok(c)) => {
-                    let mut end = send(reply.chunk(None, Some(c.finish_reason))).await;
-                    if end.is_ok() && include_usage {
+                Event::Text(i, t) => send(reply.chunk(i, Some(&t), None)).await,
+                Event::Done(i, Ok(c)) => {
+                    ended += 1;
+                    let mut end = send(reply.chunk(i, None, Some(c.finish_reason))).await;
+                    done.push(c);
+                    if end.is_ok() && include_usage && ended == n {
                         let mut u = reply.envelope(true, json!([]));
-                        u["usage"] = usage(&c);
+                        u["usage"] = usage(&done);
                         end = send(u).await;
                     }
                     end
                 }
-                Event::Done(Err(e)) => send(json!({"error": {"message": e.to_string(), "type": "server_error"}})).await,
+                Event::Done(_, Err(e)) => {
+                    ended += 1;
+                    send(json!({"error": {"message": e.to_string(), "type": "server_error"}})).await
+                }
             };
             if sent.is_err() {
                 return;
+            }
+            if ended == n {
+                break;
             }
         }
         let _ = sse_tx.send(Ok(SseEvent::default().data("[DONE]"))).await;

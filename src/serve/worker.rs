@@ -42,21 +42,24 @@ pub struct Job {
     /// Token limit (capped to the room left in the context), sampling, stop strings; chat
     /// prompts also stop at the template's end-of-turn tokens.
     pub request: CompletionRequest,
+    /// Choices of the reply (the prompt prefilled once, each choice sampled with the seed plus
+    /// its index).
+    pub n: usize,
     /// Where the reply goes.
     pub events: async_mpsc::UnboundedSender<Event>,
     /// Set when the client has gone.
     pub cancel: Arc<AtomicBool>,
 }
 
-/// What a job reports, in order: `Started`, any number of `Text`, then `Done`; or only `Done`
-/// with an error.
+/// What a job reports, in order: `Started`, then for each choice (its index first) any number
+/// of `Text` and one `Done`, the choices' events interleaved; or only one `Done` with an error.
 pub enum Event {
     /// The prompt was accepted and generation begins.
     Started,
-    /// A piece of the reply.
-    Text(String),
-    /// The end (the completion boxed: it is large and sent once).
-    Done(Result<Box<Completion>>),
+    /// A piece of a choice's reply.
+    Text(usize, String),
+    /// A choice's end (the completion boxed: it is large and sent once).
+    Done(usize, Result<Box<Completion>>),
 }
 
 /// What the HTTP side needs to know about the loaded model.
@@ -163,7 +166,7 @@ impl Worker {
         drop(jobs);
         if let Some(job) = refused {
             self.metrics.lock().expect("metrics lock").queued -= 1;
-            let _ = job.events.send(Event::Done(Err(Error::InvalidArgument("the engine has stopped".into()))));
+            let _ = job.events.send(Event::Done(0, Err(Error::InvalidArgument("the engine has stopped".into()))));
         }
     }
 }
@@ -191,9 +194,13 @@ struct EngineLoop<'a> {
     replies: HashMap<RequestId, Running>,
 }
 
-/// A request the scheduler runs: its job and its reply so far (shared with the token callback).
+/// A choice the scheduler runs: its job's request and channels, its index and its reply so far
+/// (shared with the token callback).
 struct Running {
-    job: Job,
+    request: CompletionRequest,
+    events: async_mpsc::UnboundedSender<Event>,
+    cancel: Arc<AtomicBool>,
+    index: usize,
     reply: Rc<RefCell<Option<Reply>>>,
 }
 
@@ -223,7 +230,7 @@ impl<'a> EngineLoop<'a> {
                 }
             }
             for (&id, r) in &self.replies {
-                if r.job.cancel.load(Ordering::Relaxed) || r.job.events.is_closed() {
+                if r.cancel.load(Ordering::Relaxed) || r.events.is_closed() {
                     self.scheduler.cancel(id);
                 }
             }
@@ -238,7 +245,7 @@ impl<'a> EngineLoop<'a> {
                     // Admission failed (the expert trace could not be written): every reply ends.
                     let text = e.to_string();
                     for (_, r) in self.replies.drain() {
-                        let _ = r.job.events.send(Event::Done(Err(Error::BatchStepFailed(text.clone()))));
+                        let _ = r.events.send(Event::Done(r.index, Err(Error::BatchStepFailed(text.clone()))));
                     }
                     self.scheduler = match Scheduler::new(self.engine, 1) {
                         Ok(s) => s,
@@ -262,7 +269,7 @@ impl<'a> EngineLoop<'a> {
             Err(e) => {
                 self.count(None);
                 log::info!("request refused: {e}");
-                let _ = job.events.send(Event::Done(Err(e)));
+                let _ = job.events.send(Event::Done(0, Err(e)));
                 return;
             }
         };
@@ -271,40 +278,46 @@ impl<'a> EngineLoop<'a> {
         if matches!(job.prompt, Prompt::Chat { .. }) && !job.request.options.ignore_eos {
             job.request.stop_tokens = self.end_of_turn.clone();
         }
-        let reply = Rc::new(RefCell::new(Some(Reply::new(&job.request))));
-        let (shared, events, cancel) = (reply.clone(), job.events.clone(), job.cancel.clone());
-        let on_token = Box::new(move |id: u32, piece: &str| {
-            let mut reply = shared.borrow_mut();
-            let reply = reply.as_mut().expect("the reply lives until its request ends");
-            reply.token(id, piece, |text| {
-                !cancel.load(Ordering::Relaxed) && events.send(Event::Text(text.to_string())).is_ok()
+        let replies: Vec<_> = (0..job.n).map(|_| Rc::new(RefCell::new(Some(Reply::new(&job.request))))).collect();
+        let on_token = |index: usize| -> crate::runtime::OnToken<'a> {
+            let (shared, events, cancel) = (replies[index].clone(), job.events.clone(), job.cancel.clone());
+            Box::new(move |id: u32, piece: &str| {
+                let mut reply = shared.borrow_mut();
+                let reply = reply.as_mut().expect("the reply lives until its request ends");
+                reply.token(id, piece, |text| {
+                    !cancel.load(Ordering::Relaxed) && events.send(Event::Text(index, text.to_string())).is_ok()
+                })
             })
-        });
-        match self.scheduler.submit(prompt, job.request.options, on_token) {
-            Ok(id) => {
+        };
+        match self.scheduler.submit_n(prompt, job.request.options, job.n, on_token) {
+            Ok(ids) => {
                 let _ = job.events.send(Event::Started);
-                self.replies.insert(id, Running { job, reply });
+                for (index, (id, reply)) in ids.into_iter().zip(replies).enumerate() {
+                    let mut request = job.request.clone();
+                    request.options.sampling.seed = request.options.sampling.seed.wrapping_add(index as u64);
+                    let (events, cancel) = (job.events.clone(), job.cancel.clone());
+                    self.replies.insert(id, Running { request, events, cancel, index, reply });
+                }
             }
             Err(e) => {
                 self.count(None);
-                let _ = job.events.send(Event::Done(Err(e)));
+                let _ = job.events.send(Event::Done(0, Err(e)));
             }
         }
     }
 
     /// Answers the request that `f` ended.
     fn finish(&mut self, f: Finished) {
-        let Some(Running { job, reply }) = self.replies.remove(&f.id) else { return };
+        let Some(Running { request, events, cancel, index, reply }) = self.replies.remove(&f.id) else { return };
         let reply = reply.borrow_mut().take().expect("a reply ends once");
-        let events = job.events.clone();
         let result = f.result.map(|generation| {
-            reply.finish(generation, &job.request, self.engine.context(), |text| {
-                events.send(Event::Text(text.to_string())).is_ok()
+            reply.finish(generation, &request, self.engine.context(), |text| {
+                events.send(Event::Text(index, text.to_string())).is_ok()
             })
         });
         // A reply whose client went away is counted as cancelled.
         let result = result.map(|mut c| {
-            if job.cancel.load(Ordering::Relaxed) || job.events.is_closed() {
+            if cancel.load(Ordering::Relaxed) || events.is_closed() {
                 c.finish_reason = FinishReason::Cancelled;
             }
             c
@@ -327,7 +340,7 @@ impl<'a> EngineLoop<'a> {
             }
             Err(e) => log::info!("request {number}: failed: {e}"),
         }
-        let _ = job.events.send(Event::Done(result.map(Box::new)));
+        let _ = events.send(Event::Done(index, result.map(Box::new)));
     }
 
     /// Counts a request's outcome (`None`: refused before it ran) and returns its number in

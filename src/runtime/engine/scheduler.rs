@@ -162,7 +162,12 @@ impl<'a> Scheduler<'a> {
     /// next [`Scheduler::step`]); `false` when no such request is queued or running.
     pub fn cancel(&mut self, id: RequestId) -> bool {
         let unstarted = |prompt: &[u32]| {
-            Ok(Generation { prompt_tokens: prompt.to_vec(), tokens: Vec::new(), text: String::new(), stats: Stats::default() })
+            Ok(Generation {
+                prompt_tokens: prompt.to_vec(),
+                tokens: Vec::new(),
+                text: String::new(),
+                stats: Stats::default(),
+            })
         };
         if let Some(i) = self.waiting.iter().position(|w| w.id == id) {
             // Its first sibling (if any) takes its place in the queue.
@@ -215,7 +220,8 @@ impl<'a> Scheduler<'a> {
         for i in 0..self.slots.len() {
             let ended = self.slots[i].running.as_ref().is_some_and(|r| {
                 // A choice whose prompt ended before it was forked ends with it.
-                let orphan = r.fork_of.is_some_and(|(slot, id)| self.slots[slot].running.as_ref().is_none_or(|p| p.id != id));
+                let orphan =
+                    r.fork_of.is_some_and(|(slot, id)| self.slots[slot].running.as_ref().is_none_or(|p| p.id != id));
                 r.cancelled || orphan
             });
             if ended {
@@ -286,7 +292,8 @@ impl<'a> Scheduler<'a> {
     /// just arrived: their slots copy its caches and take their first tokens from the logits.
     /// Returns those that ended at once.
     fn fork(&mut self, parent: usize, logits: &[f32]) -> Vec<(usize, Result<()>)> {
-        let Some(parent_id) = self.slots[parent].running.as_ref().filter(|r| r.first_token.is_none()).map(|r| r.id) else {
+        let Some(parent_id) = self.slots[parent].running.as_ref().filter(|r| r.first_token.is_none()).map(|r| r.id)
+        else {
             return Vec::new();
         };
         let mut ended = Vec::new();
@@ -491,5 +498,4 @@ impl Engine {
         r.next = Some(t);
         None
     }
-
 }
