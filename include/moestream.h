@@ -46,29 +46,6 @@ typedef struct MoestreamEngine MoestreamEngine;
 // A sequence and its KV cache (opaque), usable only with the engine that made it.
 typedef struct MoestreamSession MoestreamSession;
 
-// How to load a model; fill with `moestream_load_options_default`, then set `model_dir`.
-typedef struct MoestreamLoadOptions {
-  // `sizeof(MoestreamLoadOptions)` as the app was compiled (set by the default function).
-  uint32_t struct_size;
-  // Model directory (Hugging Face layout or converted), UTF-8. Required.
-  const char *model_dir;
-  // KV-cache length in tokens; 0 = the model's maximum, at most 4096.
-  uint32_t context;
-  // GPU slots for routed experts; 0 = decided by `expert_memory_bytes`.
-  uint32_t expert_slots;
-  // GPU memory for routed experts in bytes; 0 (with `expert_slots` 0) = every expert if
-  // they fit in memory.
-  uint64_t expert_memory_bytes;
-  // Eviction policy when streaming: `MOESTREAM_POLICY_*`.
-  uint32_t policy;
-  // Prefetcher when streaming: `MOESTREAM_PREFETCH_*`.
-  uint32_t prefetch;
-  // Weight precision for Hugging Face directories: `MOESTREAM_WEIGHTS_*`.
-  uint32_t weights;
-  // GPU adapter by name substring or index; NULL = the best one.
-  const char *adapter;
-} MoestreamLoadOptions;
-
 // How to generate; fill with `moestream_generate_options_default`.
 typedef struct MoestreamGenerateOptions {
   // `sizeof(MoestreamGenerateOptions)` as the app was compiled (set by the default function).
@@ -95,10 +72,13 @@ typedef struct MoestreamGenerateOptions {
   float frequency_penalty;
 } MoestreamGenerateOptions;
 
-// Called with each new piece of text: `token` is its token id (`UINT32_MAX` from
-// `moestream_chat`, whose text pieces may span tokens), `text` the piece (NUL-terminated,
-// `len` bytes, valid during the call; may be empty). Return false to stop generating.
-typedef bool (*MoestreamTokenCallback)(void *user_data, uint32_t token, const char *text, size_t len);
+// Called with each new piece of conversation `index`'s reply (as `MoestreamTokenCallback`,
+// `token` is `UINT32_MAX`); return false to stop that reply (the others go on).
+typedef bool (*MoestreamBatchCallback)(void *user_data,
+                                       uint32_t index,
+                                       uint32_t token,
+                                       const char *text,
+                                       size_t len);
 
 // Figures of one generation. Set `struct_size` to `sizeof(MoestreamStats)` before passing it.
 typedef struct MoestreamStats {
@@ -122,9 +102,60 @@ typedef struct MoestreamStats {
   bool cancelled;
 } MoestreamStats;
 
+// How to load a model; fill with `moestream_load_options_default`, then set `model_dir`.
+typedef struct MoestreamLoadOptions {
+  // `sizeof(MoestreamLoadOptions)` as the app was compiled (set by the default function).
+  uint32_t struct_size;
+  // Model directory (Hugging Face layout or converted), UTF-8. Required.
+  const char *model_dir;
+  // KV-cache length in tokens; 0 = the model's maximum, at most 4096.
+  uint32_t context;
+  // GPU slots for routed experts; 0 = decided by `expert_memory_bytes`.
+  uint32_t expert_slots;
+  // GPU memory for routed experts in bytes; 0 (with `expert_slots` 0) = every expert if
+  // they fit in memory.
+  uint64_t expert_memory_bytes;
+  // Eviction policy when streaming: `MOESTREAM_POLICY_*`.
+  uint32_t policy;
+  // Prefetcher when streaming: `MOESTREAM_PREFETCH_*`.
+  uint32_t prefetch;
+  // Weight precision for Hugging Face directories: `MOESTREAM_WEIGHTS_*`.
+  uint32_t weights;
+  // GPU adapter by name substring or index; NULL = the best one.
+  const char *adapter;
+} MoestreamLoadOptions;
+
+// Called with each new piece of text: `token` is its token id (`UINT32_MAX` from
+// `moestream_chat`, whose text pieces may span tokens), `text` the piece (NUL-terminated,
+// `len` bytes, valid during the call; may be empty). Return false to stop generating.
+typedef bool (*MoestreamTokenCallback)(void *user_data, uint32_t token, const char *text, size_t len);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// Generates the assistant's replies to `count` conversations at once, as `moestream_chat`
+// does for each: `messages_json[i]` is conversation `i`, continued in `sessions[i]` (`sessions`
+// NULL, or an entry NULL: a fresh sequence; a session may appear once). The replies share
+// every step, so together they take less time than one after another. On success returns 0,
+// writes each reply to `replies[i]` (free each with `moestream_string_free`) and, when `stats`
+// is not NULL, each one's figures to `stats[i]` (`struct_size` set by the caller); on failure
+// returns -1 with nothing written (see `moestream_last_error`).
+//
+// # Safety
+// `engine` is a live handle; `sessions` NULL or `count` entries each NULL or a live handle of
+// that engine; `messages_json` `count` NUL-terminated strings; `options` NULL or valid;
+// `replies` room for `count` pointers; `stats` NULL or `count` structs; `callback` safe to call
+// with `user_data`.
+int32_t moestream_chat_batch(struct MoestreamEngine *engine,
+                             uint32_t count,
+                             struct MoestreamSession *const *sessions,
+                             const char *const *messages_json,
+                             const struct MoestreamGenerateOptions *options,
+                             MoestreamBatchCallback callback,
+                             void *user_data,
+                             char **replies,
+                             struct MoestreamStats *stats);
 
 // The message of the last failed call on this thread, or NULL when none failed yet. Valid
 // until the next failing call on the same thread; do not free it.

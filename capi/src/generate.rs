@@ -151,16 +151,8 @@ pub unsafe extern "C" fn moestream_chat(
             sized::caller_size(stats)?;
         }
         let e = engine_ref(engine)?;
-        let messages: Vec<ChatMessage> = serde_json::from_str(str_arg(messages_json, "messages_json")?)
-            .map_err(|err| Error::InvalidArgument(format!("messages_json: {err}")))?;
-        let template = e.template.as_ref().ok_or_else(|| Error::NoChatTemplate(e.engine.model_dir().into()))?;
-        let text = template.render(&messages, &RenderOptions { add_generation_prompt: true, ..Default::default() })?;
-        let prompt = e.engine.encode_raw(&text)?;
-        let request = CompletionRequest {
-            options: generate_options(options)?,
-            stop_tokens: e.end_of_turn.clone(),
-            stop_strings: Vec::new(),
-        };
+        let prompt = chat_prompt(e, messages_json)?;
+        let request = chat_request(e, options)?;
         let mut fresh: Option<Session> = None;
         let session = match session.as_mut() {
             Some(s) => &mut s.session,
@@ -169,6 +161,27 @@ pub unsafe extern "C" fn moestream_chat(
         let c = complete(&e.engine, session, &prompt, &request, |piece| call(callback, user_data, u32::MAX, piece))?;
         write_stats(stats, &c.generation, c.finish_reason == FinishReason::Cancelled)?;
         Ok(owned_string(c.text))
+    })
+}
+
+/// The conversation `messages_json` rendered with `e`'s chat template and tokenized.
+pub(crate) unsafe fn chat_prompt(e: &MoestreamEngine, messages_json: *const c_char) -> Result<Vec<u32>> {
+    let messages: Vec<ChatMessage> = serde_json::from_str(str_arg(messages_json, "messages_json")?)
+        .map_err(|err| Error::InvalidArgument(format!("messages_json: {err}")))?;
+    let template = e.template.as_ref().ok_or_else(|| Error::NoChatTemplate(e.engine.model_dir().into()))?;
+    let text = template.render(&messages, &RenderOptions { add_generation_prompt: true, ..Default::default() })?;
+    e.engine.encode_raw(&text)
+}
+
+/// A reply's request: `options`, ending at `e`'s end-of-turn tokens.
+pub(crate) unsafe fn chat_request(
+    e: &MoestreamEngine,
+    options: *const MoestreamGenerateOptions,
+) -> Result<CompletionRequest> {
+    Ok(CompletionRequest {
+        options: generate_options(options)?,
+        stop_tokens: e.end_of_turn.clone(),
+        stop_strings: Vec::new(),
     })
 }
 
@@ -199,7 +212,7 @@ impl sized::SizedStruct for MoestreamStats {
     const FIRST_SIZE: usize = std::mem::size_of::<Self>();
 }
 
-unsafe fn generate_options(options: *const MoestreamGenerateOptions) -> Result<GenerateOptions> {
+pub(crate) unsafe fn generate_options(options: *const MoestreamGenerateOptions) -> Result<GenerateOptions> {
     if options.is_null() {
         return Ok(GenerateOptions::default());
     }
@@ -228,7 +241,7 @@ unsafe fn call(callback: MoestreamTokenCallback, user_data: *mut c_void, token: 
     f(user_data, token, text.as_ptr(), text.as_bytes().len())
 }
 
-unsafe fn write_stats(stats: *mut MoestreamStats, g: &Generation, cancelled: bool) -> Result<()> {
+pub(crate) unsafe fn write_stats(stats: *mut MoestreamStats, g: &Generation, cancelled: bool) -> Result<()> {
     if stats.is_null() {
         return Ok(());
     }

@@ -1,6 +1,6 @@
 //! The C ABI of moestream: opaque engine and session handles, loading with options, generation
-//! with a cancellable token callback, sessions keeping a conversation's KV cache between calls, chat through the model's template, scoring, and the last error as
-//! a string. Every function catches panics (none crosses the boundary); every allocation it
+//! with a cancellable token callback, sessions keeping a conversation's KV cache between calls, chat through the model's template, several conversations answered
+//! together (`moestream_chat_batch`), scoring, and the last error as a string. Every function catches panics (none crosses the boundary); every allocation it
 //! returns has a matching `*_free`. The header `include/moestream.h` is generated from this
 //! crate by cbindgen and checked by `tests/header.rs`.
 //!
@@ -15,6 +15,7 @@
 //! the library with the same engine or session (other handles are fine). The last error is kept
 //! per thread.
 
+mod batch;
 mod boundary;
 mod engine;
 mod generate;
@@ -22,6 +23,7 @@ mod score;
 mod session;
 mod sized;
 
+pub use batch::{moestream_chat_batch, MoestreamBatchCallback};
 pub use boundary::{moestream_last_error, moestream_string_free, moestream_version};
 pub use engine::{
     moestream_engine_free, moestream_engine_load, moestream_load_options_default, MoestreamEngine, MoestreamLoadOptions,

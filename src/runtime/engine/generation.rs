@@ -95,7 +95,7 @@ impl Engine {
     }
 
     /// Refuses a session made by another engine (its caches are bound to that engine's model).
-    fn check_owner(&self, session: &Session) -> Result<()> {
+    pub(super) fn check_owner(&self, session: &Session) -> Result<()> {
         match self.model.owns(&session.cache) {
             true => Ok(()),
             false => Err(Error::InvalidArgument("the session belongs to another engine".into())),

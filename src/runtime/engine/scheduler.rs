@@ -44,6 +44,8 @@ struct Waiting<'a> {
     prompt: Vec<u32>,
     options: GenerateOptions,
     on_token: OnToken<'a>,
+    /// The slot it must run in ([`Scheduler::submit_to`]), or any.
+    slot: Option<usize>,
     /// Further choices of the same prompt: forked from this request once its prompt is in.
     siblings: Vec<(RequestId, GenerateOptions, OnToken<'a>)>,
 }
@@ -71,9 +73,35 @@ struct Running<'a> {
     fork_of: Option<(usize, RequestId)>,
 }
 
+/// A slot's sequence: the scheduler's own, or one its caller lent it
+/// ([`Scheduler::with_sessions`]).
+enum SlotSession<'a> {
+    Own(Session),
+    Lent(&'a mut Session),
+}
+
+impl std::ops::Deref for SlotSession<'_> {
+    type Target = Session;
+    fn deref(&self) -> &Session {
+        match self {
+            SlotSession::Own(s) => s,
+            SlotSession::Lent(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for SlotSession<'_> {
+    fn deref_mut(&mut self) -> &mut Session {
+        match self {
+            SlotSession::Own(s) => s,
+            SlotSession::Lent(s) => s,
+        }
+    }
+}
+
 /// One of the scheduler's sequences.
 struct Slot<'a> {
-    session: Session,
+    session: SlotSession<'a>,
     running: Option<Running<'a>>,
 }
 
@@ -110,10 +138,32 @@ impl<'a> Scheduler<'a> {
                 "parallel sequences with the prerouter as the routing (its heads follow one sequence)".into(),
             ));
         }
-        let slots = (0..parallel)
-            .map(|_| Ok(Slot { session: engine.new_session()?, running: None }))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Scheduler { engine, slots, waiting: VecDeque::new(), next_id: 1, ended: Vec::new(), counts: (0, 0) })
+        let sessions = (0..parallel).map(|_| Ok(SlotSession::Own(engine.new_session()?))).collect::<Result<_>>()?;
+        Ok(Self::over(engine, sessions))
+    }
+
+    /// A scheduler over the caller's `sessions` (of `engine`), one slot each, in order: a
+    /// request [`Scheduler::submit_to`] slot `i` continues session `i` as
+    /// [`crate::chat::complete`] would (the prefix it shares with the prompt is reused), and
+    /// the sessions hold their conversations when the scheduler is dropped.
+    pub fn with_sessions(engine: &'a Engine, sessions: Vec<&'a mut Session>) -> Result<Scheduler<'a>> {
+        if sessions.is_empty() {
+            return Err(Error::InvalidArgument("a scheduler needs at least one session".into()));
+        }
+        for s in &sessions {
+            engine.check_owner(s)?;
+        }
+        if sessions.len() > 1 && engine.routing == RoutingMode::Predicted {
+            return Err(Error::UnsupportedConfig(
+                "parallel sequences with the prerouter as the routing (its heads follow one sequence)".into(),
+            ));
+        }
+        Ok(Self::over(engine, sessions.into_iter().map(SlotSession::Lent).collect()))
+    }
+
+    fn over(engine: &'a Engine, sessions: Vec<SlotSession<'a>>) -> Scheduler<'a> {
+        let slots = sessions.into_iter().map(|session| Slot { session, running: None }).collect();
+        Scheduler { engine, slots, waiting: VecDeque::new(), next_id: 1, ended: Vec::new(), counts: (0, 0) }
     }
 
     /// Queues a request to generate after `prompt` (the whole sequence: a slot that already
@@ -124,6 +174,23 @@ impl<'a> Scheduler<'a> {
         let mut once = Some(on_token);
         let ids = self.submit_n(prompt, options, 1, |_| once.take().expect("one choice"))?;
         Ok(ids[0])
+    }
+
+    /// [`Scheduler::submit`] into slot `slot` (a session lent by [`Scheduler::with_sessions`]
+    /// continues there): it waits for that slot.
+    pub fn submit_to(
+        &mut self,
+        slot: usize,
+        prompt: Vec<u32>,
+        options: GenerateOptions,
+        on_token: OnToken<'a>,
+    ) -> Result<RequestId> {
+        if slot >= self.slots.len() {
+            return Err(Error::InvalidArgument(format!("slot {slot} of {}", self.slots.len())));
+        }
+        let id = self.submit(prompt, options, on_token)?;
+        self.waiting.back_mut().expect("just queued").slot = Some(slot);
+        Ok(id)
     }
 
     /// Queues `n` choices of one prompt, like [`Scheduler::submit`]: the prompt is prefilled
@@ -154,7 +221,7 @@ impl<'a> Scheduler<'a> {
                 (ids[i], o, on_token(i))
             })
             .collect();
-        self.waiting.push_back(Waiting { id: ids[0], prompt, options, on_token: on_token(0), siblings });
+        self.waiting.push_back(Waiting { id: ids[0], prompt, options, on_token: on_token(0), slot: None, siblings });
         Ok(ids)
     }
 
@@ -175,7 +242,7 @@ impl<'a> Scheduler<'a> {
             self.ended.push(Finished { id, result: unstarted(&w.prompt) });
             if !w.siblings.is_empty() {
                 let (id, options, on_token) = w.siblings.remove(0);
-                let next = Waiting { id, prompt: w.prompt, options, on_token, siblings: w.siblings };
+                let next = Waiting { id, prompt: w.prompt, options, on_token, slot: w.slot, siblings: w.siblings };
                 self.waiting.insert(i, next);
             }
             return true;
@@ -342,7 +409,7 @@ impl<'a> Scheduler<'a> {
             }
             let shared_with = |s: &Slot| s.session.tokens.iter().zip(&w.prompt).take_while(|(a, b)| a == b).count();
             let best = (0..self.slots.len())
-                .filter(|&i| self.slots[i].running.is_none())
+                .filter(|&i| self.slots[i].running.is_none() && w.slot.is_none_or(|pinned| pinned == i))
                 .map(|i| (shared_with(&self.slots[i]), std::cmp::Reverse(i)))
                 .max();
             let Some((shared, std::cmp::Reverse(i))) = best else { break };
