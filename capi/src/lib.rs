@@ -10,7 +10,8 @@
 //! library; a size the library does not know is an error, not a misread.
 //!
 //! Threading: a handle may move between threads but must be used by one thread at a time; calls
-//! on different handles may run at once on different threads. The token callback runs on the
+//! on different handles may run at once on different threads. Several conversations on one
+//! engine run at once through `moestream_chat_batch` (one call, their steps shared). The token callback runs on the
 //! calling thread, inside `moestream_generate` / `moestream_chat`, and must not call back into
 //! the library with the same engine or session (other handles are fine). The last error is kept
 //! per thread.
