@@ -17,7 +17,7 @@ fn main() -> moestream::Result<()> {
     let options = GenerateOptions {
         max_tokens: 40,
         sampling: SamplingParams { temperature: 0.8, top_p: 0.95, seed: 1, ..Default::default() },
-        ignore_eos: false,
+        ..Default::default()
     };
     let mut pieces = 0;
     let generation = engine.generate(&prompt, &options, |_id, piece| {

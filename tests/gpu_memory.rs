@@ -24,7 +24,7 @@ fn needs(options: &EngineOptions) -> (u64, u64, usize) {
     let ckpt = Checkpoint::open(&options.model_dir).unwrap();
     let context = options.context.unwrap();
     let resident = memory_plan::resident_weight_bytes(&ckpt, options.dense, false)
-        + spec.kv_cache_bytes(context, options.kv_dtype, true)
+        + spec.kv_cache_bytes(context, options.kv_dtype)
         + memory_plan::activation_bytes(&spec, options.max_batch);
     let m = spec.moe.as_ref().unwrap();
     let slot = SlotLayout::new(options.experts, spec.hidden, m.expert_intermediate).unwrap().slot_bytes as u64;
@@ -81,7 +81,7 @@ fn an_adapter_too_small_for_top_k_is_a_clear_error() {
     let err = Engine::load_on(gpu_of(resident), &options).err().expect("no memory left for KV");
     assert!(matches!(err, Error::KvCacheTooLarge { .. }), "{err}");
     let spec = ArchSpec::from_dir(&options.model_dir).unwrap();
-    options.kv_memory = Some(spec.kv_cache_bytes(256, options.kv_dtype, true));
+    options.kv_memory = Some(spec.kv_cache_bytes(256, options.kv_dtype));
     let engine = Engine::load_on(gpu_of(resident), &options).unwrap();
     assert_eq!(engine.expert_slots(), Some(2));
 }

@@ -101,8 +101,12 @@ pub fn run(engine: &Engine, o: &ContextBenchOptions) -> Result<ContextReport> {
     let read_gbps =
         kernels::run(engine.gpu(), &KernelBenchOptions { seconds: o.kernel_seconds, ..Default::default() })?.read_gbps;
     let weights = engine.weight_bytes_per_token();
-    let options =
-        GenerateOptions { max_tokens: o.decode_tokens, sampling: SamplingParams::default(), ignore_eos: true };
+    let options = GenerateOptions {
+        max_tokens: o.decode_tokens,
+        sampling: SamplingParams::default(),
+        ignore_eos: true,
+        drafts: None,
+    };
     // Warm-up: pipelines and caches.
     engine.generate(&random_tokens(8, engine.spec().vocab, o.seed), &options, |_, _| true)?;
     let mut depths = Vec::new();

@@ -117,8 +117,12 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
     let engine = load()?;
     let load_s = started.elapsed().as_secs_f64();
     let prompt = random_tokens(o.prompt_tokens, engine.spec().vocab, o.seed);
-    let options =
-        GenerateOptions { max_tokens: o.decode_tokens, sampling: SamplingParams::default(), ignore_eos: true };
+    let options = GenerateOptions {
+        max_tokens: o.decode_tokens,
+        sampling: SamplingParams::default(),
+        ignore_eos: true,
+        drafts: None,
+    };
     engine.generate(&prompt, &options, |_, _| true)?;
     let before = engine.expert_stats();
     let mut prefill = Vec::new();

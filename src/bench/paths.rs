@@ -245,7 +245,12 @@ pub fn run(base: &EngineOptions, o: &PathsBenchOptions) -> Result<PathsReport> {
     let engine = Engine::load(base)?;
     let work = Workload {
         prompt: random_tokens(o.prompt_tokens, engine.spec().vocab, o.seed),
-        options: GenerateOptions { max_tokens: o.decode_tokens, sampling: SamplingParams::default(), ignore_eos: true },
+        options: GenerateOptions {
+            max_tokens: o.decode_tokens,
+            sampling: SamplingParams::default(),
+            ignore_eos: true,
+            drafts: None,
+        },
     };
     let mut paths = Vec::new();
     for path in PATHS.iter().filter(|p| o.only.as_ref().is_none_or(|only| only.iter().any(|n| n == p.name))) {

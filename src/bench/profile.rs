@@ -58,8 +58,12 @@ pub fn run(engine: &Engine, o: &ProfileOptions) -> Result<ProfileReport> {
         .profiler()
         .ok_or_else(|| Error::InvalidArgument("the engine's GPU context was opened without profiling".into()))?;
     let prompt = random_tokens(o.prompt_tokens, engine.spec().vocab, o.seed);
-    let options =
-        GenerateOptions { max_tokens: o.decode_tokens, sampling: SamplingParams::default(), ignore_eos: true };
+    let options = GenerateOptions {
+        max_tokens: o.decode_tokens,
+        sampling: SamplingParams::default(),
+        ignore_eos: true,
+        drafts: None,
+    };
     engine.generate(&prompt, &options, |_, _| true)?;
     profiler.reset();
     let generation = engine.generate(&prompt, &options, |_, _| true)?;

@@ -121,7 +121,12 @@ struct Pass {
 
 /// Runs every prompt on `engine`, in order.
 fn run_requests(engine: &Engine, prompts: &[Vec<u32>], decode_tokens: usize) -> Result<Pass> {
-    let options = GenerateOptions { max_tokens: decode_tokens, sampling: SamplingParams::default(), ignore_eos: true };
+    let options = GenerateOptions {
+        max_tokens: decode_tokens,
+        sampling: SamplingParams::default(),
+        ignore_eos: true,
+        drafts: None,
+    };
     let (mut prefill_n, mut prefill_s, mut decode_n, mut decode_s) = (0.0, 0.0, 0.0, 0.0);
     let mut tokens = Vec::new();
     for p in prompts {

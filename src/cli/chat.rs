@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::model_args::{ModelArgs, PenaltyArgs};
+use super::model_args::{DraftArgs, ModelArgs, PenaltyArgs};
 use moestream::chat::{
     complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role,
 };
@@ -45,6 +45,8 @@ pub struct ChatArgs {
     seed: u64,
     #[command(flatten)]
     penalties: PenaltyArgs,
+    #[command(flatten)]
+    drafts: DraftArgs,
     /// Do not stop at end-of-turn tokens (replies run to --max-tokens; for measurements).
     #[arg(long)]
     ignore_eos: bool,
@@ -87,6 +89,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 ..Default::default()
             }),
             ignore_eos: a.ignore_eos,
+            drafts: a.drafts.drafts()?,
         },
         stop_tokens,
         stop_strings: Vec::new(),

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use clap::Args;
 
-use super::model_args::{parse_tokens, ModelArgs, PenaltyArgs};
+use super::model_args::{parse_tokens, DraftArgs, ModelArgs, PenaltyArgs};
 use moestream::runtime::{GenerateOptions, SamplingParams};
 use moestream::{Engine, Error, Result};
 
@@ -40,6 +40,8 @@ pub struct GenerateArgs {
     seed: u64,
     #[command(flatten)]
     penalties: PenaltyArgs,
+    #[command(flatten)]
+    drafts: DraftArgs,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -73,7 +75,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         }
         _ => unreachable!("clap requires one input"),
     };
-    let options = GenerateOptions { max_tokens: a.max_tokens, sampling, ignore_eos: a.ignore_eos };
+    let options =
+        GenerateOptions { max_tokens: a.max_tokens, sampling, ignore_eos: a.ignore_eos, drafts: a.drafts.drafts()? };
     for (text, prompt) in prompts {
         run_one(&engine, text.as_deref(), &prompt, &options, a.json)?;
     }

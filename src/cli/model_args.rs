@@ -315,3 +315,28 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
         .map(|t| t.trim().parse::<u32>().map_err(|_| Error::InvalidArgument(format!("bad token id {t:?} in --tokens"))))
         .collect()
 }
+
+/// Speculative decoding flags of `generate` and `chat`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DraftArgs {
+    /// Draft up to N tokens a step by prompt lookup (what followed the latest earlier
+    /// occurrence of the last tokens) and verify them in one step; the output is what one
+    /// token a step gives. 0 = off.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub draft_max: usize,
+    /// Longest n-gram the prompt lookup matches.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub draft_ngram: usize,
+}
+
+impl DraftArgs {
+    /// The drafts asked for, checked.
+    pub fn drafts(&self) -> moestream::Result<Option<moestream::runtime::drafts::PromptLookup>> {
+        if self.draft_max == 0 {
+            return Ok(None);
+        }
+        let lookup = moestream::runtime::drafts::PromptLookup { ngram: self.draft_ngram, max_draft: self.draft_max };
+        lookup.validate()?;
+        Ok(Some(lookup))
+    }
+}

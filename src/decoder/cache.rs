@@ -87,9 +87,9 @@ pub struct LinearCache {
     delta: GatedDeltaRule,
     window: wgpu::Buffer,
     state: wgpu::Buffer,
-    /// Copies of `window` and `state` from before an optimistic step, put back when it is
-    /// discarded (only in models whose experts stream).
-    saved: Option<(wgpu::Buffer, wgpu::Buffer)>,
+    /// Copies of `window` and `state` from before an optimistic step or a step of drafts, put
+    /// back when it is discarded or cut back.
+    saved: (wgpu::Buffer, wgpu::Buffer),
 }
 
 /// Keys and values of one grouped-attention layer, split by KV heads into chunks that each fit
@@ -138,7 +138,7 @@ impl SequenceCache {
         &self.layers[i]
     }
 
-    fn has_linear_state(&self) -> bool {
+    pub(super) fn has_linear_state(&self) -> bool {
         self.layers.iter().any(|l| matches!(l, LayerCache::Linear(_)))
     }
 
@@ -169,11 +169,6 @@ impl SequenceCache {
         Ok(())
     }
 
-    /// Whether the linear-attention states (if any) can be put back after a discarded step.
-    pub(super) fn can_restore_linear_state(&self) -> bool {
-        self.layers.iter().all(|l| !matches!(l, LayerCache::Linear(LinearCache { saved: None, .. })))
-    }
-
     /// Records copies of every linear-attention state into its saved copy.
     pub(super) fn save_linear_state(&self, encoder: &mut wgpu::CommandEncoder) {
         self.copy_linear_state(encoder, true);
@@ -186,7 +181,7 @@ impl SequenceCache {
 
     fn copy_linear_state(&self, encoder: &mut wgpu::CommandEncoder, save: bool) {
         for l in &self.layers {
-            if let LayerCache::Linear(LinearCache { window, state, saved: Some((saved_window, saved_state)), .. }) = l {
+            if let LayerCache::Linear(LinearCache { window, state, saved: (saved_window, saved_state), .. }) = l {
                 for (live, copy) in [(window, saved_window), (state, saved_state)] {
                     let (from, to) = if save { (live, copy) } else { (copy, live) };
                     encoder.copy_buffer_to_buffer(from, 0, to, 0, live.size());
@@ -320,8 +315,7 @@ impl GpuModel {
     pub fn new_cache(&self) -> Result<SequenceCache> {
         let spec = &self.spec;
         let (context, dtype) = (self.options.context, self.options.kv_dtype);
-        let streaming = self.residency().is_some_and(|r| r.is_streaming());
-        let bytes = spec.kv_cache_bytes(context, dtype, streaming);
+        let bytes = spec.kv_cache_bytes(context, dtype);
         let gpu = &*self.gpu;
         let heads = self.heads();
         // Checked at load; only grouped layers split into chunks.
@@ -343,11 +337,9 @@ impl GpuModel {
                         spec.window(i),
                         a.sinks.as_ref().map(|s| &s.0),
                     )),
-                    Attn::Linear(a) => LayerCache::Linear(self.linear_cache(
-                        spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"),
-                        a,
-                        streaming,
-                    )),
+                    Attn::Linear(a) => LayerCache::Linear(
+                        self.linear_cache(spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"), a),
+                    ),
                 })
                 .collect()
         });
@@ -362,14 +354,9 @@ impl GpuModel {
     }
 
     /// One Gated DeltaNet layer's zeroed state, the conv reading `a`'s taps and the delta rule
-    /// its decay parameters; with `streaming` experts, also the copy optimistic steps save it
-    /// into (counted in `ArchSpec::sequence_state_bytes`).
-    fn linear_cache(
-        &self,
-        hy: &crate::model::HybridSpec,
-        a: &super::linear::LinearAttn,
-        streaming: bool,
-    ) -> LinearCache {
+    /// its decay parameters, and the copy optimistic steps and drafts save it into (counted in
+    /// `ArchSpec::sequence_state_bytes`).
+    fn linear_cache(&self, hy: &crate::model::HybridSpec, a: &super::linear::LinearAttn) -> LinearCache {
         let gpu = &*self.gpu;
         let acts = &self.acts;
         let c = hy.conv_dim();
@@ -387,9 +374,8 @@ impl GpuModel {
         let offsets = (hy.in_width(), c + hy.value_dim());
         let delta =
             GatedDeltaRule::new(gpu, &self.step.buffer, io, (crate::model::DeltaShape::of(hy), hy.kind), offsets);
-        let saved = streaming.then(|| {
-            (gpu.storage("saved conv window", window.size()), gpu.storage("saved recurrent state", state.size()))
-        });
+        let saved =
+            (gpu.storage("saved conv window", window.size()), gpu.storage("saved recurrent state", state.size()));
         LinearCache { conv, delta, window, state, saved }
     }
 

@@ -5,6 +5,7 @@ mod batch;
 mod build;
 mod cache;
 mod chained;
+mod drafts;
 mod footprint;
 mod grouped;
 mod linear;
@@ -112,6 +113,8 @@ pub enum StepOutput<'a> {
     Argmax,
     /// The full logits of the step's last token.
     Logits,
+    /// The full logits of every token of the step (verifying draft tokens).
+    AllLogits,
     /// `log p(targets[i] | tokens[..=i])` for every token of the step.
     LogProbs(&'a [u32]),
 }
@@ -125,6 +128,8 @@ pub enum StepResult {
     Token(u32),
     /// Logits of the last token.
     Logits(Vec<f32>),
+    /// Logits of every token.
+    AllLogits(Vec<Vec<f32>>),
     /// Per-token log-probabilities.
     LogProbs(Vec<f32>),
 }

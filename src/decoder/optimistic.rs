@@ -144,10 +144,9 @@ impl GpuModel {
     /// tracing), with nothing else needing the host between layers (observer, prerouter), on a
     /// cache whose linear-attention states (if any) can be put back. A profile counts a
     /// discarded step's dispatches with its rerun's, as the time they took.
-    pub(super) fn optimistic_eligible(&self, cache: &SequenceCache, phase: Phase, n: usize) -> bool {
+    pub(super) fn optimistic_eligible(&self, phase: Phase, n: usize) -> bool {
         phase == Phase::Decode
             && n == 1
-            && cache.can_restore_linear_state()
             && self.prerouter.is_none()
             && self.observer.lock().expect("observer lock").is_none()
             && self.residency().is_some_and(|r| r.needs_routing())

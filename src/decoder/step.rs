@@ -149,7 +149,7 @@ impl GpuModel {
         phase: Phase,
         output: StepOutput<'_>,
     ) -> Result<StepResult> {
-        let eligible = self.optimistic_eligible(cache, phase, n);
+        let eligible = self.optimistic_eligible(phase, n);
         let started = std::time::Instant::now();
         let elapsed_ms = || started.elapsed().as_secs_f64() * 1e3;
         let tried = eligible && self.optimism.wants();
@@ -306,6 +306,7 @@ impl GpuModel {
                 }
                 // Each sequence's last token has its own row among the step's.
                 StepOutput::Logits if matches!(seqs, Sequences::Batch(_)) => self.lm_head.record(gpu, &mut rec, n),
+                StepOutput::AllLogits => self.lm_head.record(gpu, &mut rec, n),
                 _ => {
                     // The greedy token and the logits are the last token's: its row only.
                     self.lm_head_last.record(gpu, &mut rec, n);
@@ -410,6 +411,19 @@ impl GpuModel {
                     return Err(Error::NonFiniteOutput { what: "logits", position: last });
                 }
                 StepResult::Logits(logits)
+            }
+            StepOutput::AllLogits => {
+                let mut rows = Vec::with_capacity(n);
+                for i in 0..n {
+                    let mut logits = vec![0f32; v];
+                    let offset = (i * v * 4) as u64;
+                    self.readback.read(gpu, &self.acts.logits, offset, bytemuck::cast_slice_mut(&mut logits))?;
+                    if !logits.iter().all(|l| l.is_finite()) {
+                        return Err(Error::NonFiniteOutput { what: "logits", position: pos + i });
+                    }
+                    rows.push(logits);
+                }
+                StepResult::AllLogits(rows)
             }
             StepOutput::LogProbs(_) => {
                 let mut lp = vec![0f32; n];

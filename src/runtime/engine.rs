@@ -255,7 +255,7 @@ impl OnDisk {
         let host_side =
             source.as_ref().map_or(0, |s| memory_plan::host_side_bytes(gpu, options.io_threads, s.read_len()));
         let sequences = options.parallel.max(1) as u64;
-        let caches = sequences * spec.kv_cache_bytes(budget_context, options.kv_dtype, source.is_some());
+        let caches = sequences * spec.kv_cache_bytes(budget_context, options.kv_dtype);
         let resident_bytes = weights + caches + activations + host_side;
         let streaming = source
             .as_ref()
@@ -271,7 +271,7 @@ impl OnDisk {
         };
         let fixed = weights + activations + expert_bytes + host_side;
         let kv_memory = options.kv_memory.unwrap_or_else(|| kv_memory_left(memory_plan::free_bytes(gpu), fixed));
-        let state_bytes = spec.sequence_state_bytes(streaming.is_some());
+        let state_bytes = spec.sequence_state_bytes();
         let kv = plan_kv(spec, options.kv_dtype, options.context, (kv_memory, sequences), state_bytes)?;
         log::info!(
             "KV cache: {} bytes per token ({}), context {} ({} bytes per session, {} bytes for all sessions)",

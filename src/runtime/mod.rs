@@ -3,6 +3,7 @@
 
 pub mod collect_routing;
 pub mod direct_io;
+pub mod drafts;
 pub mod engine;
 pub mod heap_trim;
 pub mod memory_plan;

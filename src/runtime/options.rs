@@ -131,10 +131,13 @@ pub struct GenerateOptions {
     pub sampling: SamplingParams,
     /// Keep going past end-of-sequence tokens.
     pub ignore_eos: bool,
+    /// Speculative decoding with prompt-lookup drafts, verified exactly (`None`: one token a
+    /// step).
+    pub drafts: Option<crate::runtime::drafts::PromptLookup>,
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { max_tokens: 128, sampling: SamplingParams::default(), ignore_eos: false }
+        GenerateOptions { max_tokens: 128, sampling: SamplingParams::default(), ignore_eos: false, drafts: None }
     }
 }

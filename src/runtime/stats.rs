@@ -18,6 +18,10 @@ pub struct Stats {
     pub prefilled_tokens: usize,
     /// Positions of the session's cache reused without recomputation.
     pub reused_tokens: usize,
+    /// Tokens drafted by prompt lookup (speculative decoding).
+    pub draft_tokens: usize,
+    /// Drafted tokens the verification accepted (each a decode step saved).
+    pub accepted_draft_tokens: usize,
     /// Positions per sequence.
     pub context: usize,
     /// KV-cache bytes per position (every layer's keys and values).

@@ -169,7 +169,7 @@ fn completion_request(
     ignore_eos: bool,
 ) -> CompletionRequest {
     CompletionRequest {
-        options: GenerateOptions { max_tokens, sampling, ignore_eos },
+        options: GenerateOptions { max_tokens, sampling, ignore_eos, drafts: None },
         stop_tokens: Vec::new(),
         stop_strings: stop,
     }

@@ -380,14 +380,14 @@ impl ArchSpec {
 
     /// GPU bytes of one sequence's caches for `context` positions in `dtype`: its KV rows and
     /// its linear-attention states ([`ArchSpec::sequence_state_bytes`]).
-    pub fn kv_cache_bytes(&self, context: usize, dtype: crate::quant::KvDtype, streaming: bool) -> u64 {
-        self.kv_bytes_per_token(dtype) * context as u64 + self.sequence_state_bytes(streaming)
+    pub fn kv_cache_bytes(&self, context: usize, dtype: crate::quant::KvDtype) -> u64 {
+        self.kv_bytes_per_token(dtype) * context as u64 + self.sequence_state_bytes()
     }
 
-    /// GPU bytes of one sequence's linear-attention states, whatever its length: kept twice
-    /// where experts stream (a copy to put back after a discarded optimistic step).
-    pub fn sequence_state_bytes(&self, streaming: bool) -> u64 {
-        self.linear_state_bytes() * if streaming { 2 } else { 1 }
+    /// GPU bytes of one sequence's linear-attention states, whatever its length: kept twice (a
+    /// copy to put back after a discarded optimistic step or rejected draft tokens).
+    pub fn sequence_state_bytes(&self) -> u64 {
+        self.linear_state_bytes() * 2
     }
 
     /// Bytes of one sequence's fixed-size state: the conv windows and recurrent states of the

@@ -1,6 +1,7 @@
 //! Generating and scoring on an [`Engine`]: the default session or a caller's [`Session`],
 //! prefill of what a session's cache does not hold yet, then one-token decode steps.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -126,6 +127,9 @@ impl Engine {
     ) -> Result<Generation> {
         self.check_owner(session)?;
         options.sampling.validate()?;
+        if let Some(d) = &options.drafts {
+            d.validate()?;
+        }
         if session.is_empty() && new_tokens.is_empty() {
             return Err(Error::EmptyPrompt);
         }
@@ -135,7 +139,7 @@ impl Engine {
         let greedy = options.sampling.argmax_on_gpu();
         let want = if greedy { StepOutput::Argmax } else { StepOutput::Logits };
         let mut sampler = Sampler::new(options.sampling);
-        let mut pick = |r: StepResult, history: &[u32]| match r {
+        let pick = |r: StepResult, history: &[u32], sampler: &mut Sampler| match r {
             StepResult::Token(t) => t,
             StepResult::Logits(mut l) => sampler.sample(&mut l, history),
             _ => unreachable!("generate asks for a token or logits"),
@@ -146,17 +150,20 @@ impl Engine {
         let reused = session.cached.min(session.len() - 1);
         let started = Instant::now();
         let first = self.prefill(session, if options.max_tokens > 0 { want } else { StepOutput::None })?;
-        let mut next = if options.max_tokens > 0 { Some(pick(first, &session.tokens)) } else { None };
+        // Tokens decided and not yet taken: the next one, or accepted drafts and the token after.
+        let mut queue: VecDeque<u32> = VecDeque::new();
+        queue.extend((options.max_tokens > 0).then(|| pick(first, &session.tokens, &mut sampler)));
+        let mut drafted = (0, 0);
         let prefill_s = started.elapsed().as_secs_f64();
         let prefilled = session.len() - reused;
         let decode_start = Instant::now();
         let waits_before = self.gpu().waits();
         let eos = &self.spec().eos_token_ids;
-        let chained = greedy && self.chains_decode();
+        let chained = greedy && self.chains_decode() && options.drafts.is_none();
         // With chained steps: the step of the last token pushed, submitted before that token
         // was read (dropped unread when generation ends first).
         let mut ahead: Option<ChainedStep<'_>> = None;
-        while let Some(t) = next.take() {
+        while let Some(t) = queue.pop_front() {
             if !options.ignore_eos && eos.contains(&t) {
                 break;
             }
@@ -171,8 +178,26 @@ impl Engine {
             if !on_token(t, &piece) || tokens.len() >= options.max_tokens || pos + 1 > self.context() {
                 break;
             }
-            next = Some(match chained {
-                false => pick(self.model.step(&session.cache, &[t], pos, Phase::Decode, want)?, &session.tokens),
+            if !queue.is_empty() {
+                // An accepted draft: its step has run.
+                continue;
+            }
+            let room =
+                (options.max_tokens - tokens.len()).min(self.context() - pos).min(self.model.options().max_batch);
+            let draft = options.drafts.map(|d| d.draft(&session.tokens, room - 1)).unwrap_or_default();
+            if !draft.is_empty() {
+                let (accepted, after) = self.verify_drafts(session, &draft, pos, &mut sampler)?;
+                drafted = (drafted.0 + draft.len(), drafted.1 + accepted);
+                queue.extend(&draft[..accepted]);
+                queue.push_back(after);
+                continue;
+            }
+            queue.push_back(match chained {
+                false => pick(
+                    self.model.step(&session.cache, &[t], pos, Phase::Decode, want)?,
+                    &session.tokens,
+                    &mut sampler,
+                ),
                 true => {
                     let current = match ahead.take() {
                         Some(step) => step,
@@ -189,6 +214,8 @@ impl Engine {
             });
             session.cached = pos + 1;
         }
+        // Accepted drafts left untaken (the reply ended first) are not part of the sequence.
+        session.cached = session.cached.min(session.len());
         // A step run on a token that ended the reply is waited for, and counted.
         drop(ahead);
         let decode_s = decode_start.elapsed().as_secs_f64();
@@ -205,6 +232,8 @@ impl Engine {
                 decode_waits_per_token: if decode_steps > 0 { decode_waits / decode_steps as f64 } else { 0.0 },
                 prefilled_tokens: prefilled,
                 reused_tokens: reused,
+                draft_tokens: drafted.0,
+                accepted_draft_tokens: drafted.1,
                 context: self.context(),
                 kv_bytes_per_token: self.kv.bytes_per_token,
                 kv_dtype: self.kv_dtype().name(),
@@ -213,6 +242,41 @@ impl Engine {
                 experts,
             },
         })
+    }
+
+    /// Runs the last token of `session` (at `pos`) and `draft` after it in one step and
+    /// verifies the drafts in order with `sampler`: returns how many were accepted and the token
+    /// after them (the first rejected draft's replacement, or the token after them all). The
+    /// session's cache then holds the last token and the accepted drafts.
+    fn verify_drafts(
+        &self,
+        session: &mut Session,
+        draft: &[u32],
+        pos: usize,
+        sampler: &mut Sampler,
+    ) -> Result<(usize, u32)> {
+        let mut run = vec![session.tokens[pos]];
+        run.extend_from_slice(draft);
+        let rows = self.model.step_drafted(&session.cache, &run, pos)?;
+        let mut history = session.tokens.clone();
+        let mut accepted = 0;
+        let mut after = None;
+        for (row, d) in rows.into_iter().zip(draft.iter().copied().map(Some).chain([None])) {
+            let mut logits = row;
+            let token = match d {
+                Some(d) => sampler.sample_with_draft(&mut logits, &history, d),
+                None => sampler.sample(&mut logits, &history),
+            };
+            if d != Some(token) {
+                after = Some(token);
+                break;
+            }
+            accepted += 1;
+            history.push(token);
+        }
+        self.model.keep_drafted(&session.cache, &run, pos, 1 + accepted)?;
+        session.cached = pos + 1 + accepted;
+        Ok((accepted, after.expect("the last row has no draft, so it always decides")))
     }
 
     /// Marks a request's start for the expert cache and trace; returns the figures so far.

@@ -206,6 +206,9 @@ impl<'a> Scheduler<'a> {
     ) -> Result<Vec<RequestId>> {
         options.sampling.validate()?;
         self.engine.check_prompt(&prompt)?;
+        if options.drafts.is_some() {
+            return Err(Error::UnsupportedConfig("prompt-lookup drafts in scheduled (parallel) requests".into()));
+        }
         if n == 0 || n > self.slots.len() {
             return Err(Error::InvalidArgument(format!(
                 "{n} choices of one prompt: 1 to {} (the parallel sequences) allowed",
@@ -500,6 +503,8 @@ impl<'a> Scheduler<'a> {
                 decode_waits_per_token: 0.0,
                 prefilled_tokens: r.prefilled,
                 reused_tokens: r.reused,
+                draft_tokens: 0,
+                accepted_draft_tokens: 0,
                 context: engine.context(),
                 kv_bytes_per_token: engine.kv.bytes_per_token,
                 kv_dtype: engine.kv_dtype().name(),

@@ -1,0 +1,115 @@
+//! Speculative decoding with prompt-lookup drafts: greedy output token for token the same as one
+//! token a step, on every family (hybrid recurrent states cut back after rejected drafts), GGUF
+//! and MLX, streamed at one layer's top-k of expert slots, and across a session's turns; drafts
+//! are accepted where the text repeats (the bundled model's loops).
+
+mod common;
+
+use std::path::Path;
+
+use common::{fixtures, fixtures_dir, gpu, TempDir};
+use moestream::ops::WeightFormat;
+use moestream::runtime::drafts::PromptLookup;
+use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, SamplingParams};
+
+fn engine(path: &Path, format: Option<WeightFormat>, budget: ExpertBudget, cache: &TempDir) -> Engine {
+    let mut o = EngineOptions::new(path);
+    if let Some(f) = format {
+        o = o.with_format(f);
+    }
+    o.budget = budget;
+    o.cache_dir = Some(cache.path().to_path_buf());
+    Engine::load_on(gpu(), &o).unwrap()
+}
+
+fn options(max_tokens: usize, drafts: Option<PromptLookup>) -> GenerateOptions {
+    GenerateOptions { max_tokens, ignore_eos: true, drafts, ..Default::default() }
+}
+
+const LOOKUP: Option<PromptLookup> = Some(PromptLookup { ngram: 3, max_draft: 4 });
+
+/// A prompt that repeats itself, so that lookups find drafts.
+fn repeating(prompt: &[u32]) -> Vec<u32> {
+    [prompt, prompt, &prompt[..prompt.len() / 2]].concat()
+}
+
+#[test]
+fn greedy_with_drafts_equals_one_token_a_step_on_every_family() {
+    let cache = TempDir::new("drafts");
+    let mut drafted = 0;
+    for (dir, golden) in fixtures() {
+        let prompt = repeating(&golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens);
+        let e = engine(&dir, Some(WeightFormat::F32), ExpertBudget::Auto, &cache);
+        let want = e.generate(&prompt, &options(16, None), |_, _| true).unwrap().tokens;
+        let g = e.generate(&prompt, &options(16, LOOKUP), |_, _| true).unwrap();
+        assert_eq!(g.tokens, want, "{}", golden.architecture);
+        drafted += g.stats.draft_tokens;
+    }
+    assert!(drafted > 0, "repeating prompts found drafts");
+    for file in ["gguf/qwen3_moe-q4km.gguf", "gguf/gpt_oss-mxfp4.gguf", "mlx/olmoe_4bit"] {
+        let e = engine(&fixtures_dir().join(file), None, ExpertBudget::Auto, &cache);
+        let prompt = repeating(&[1, 5, 9, 2, 7, 3, 11, 4]);
+        let want = e.generate(&prompt, &options(12, None), |_, _| true).unwrap().tokens;
+        assert_eq!(e.generate(&prompt, &options(12, LOOKUP), |_, _| true).unwrap().tokens, want, "{file}");
+    }
+}
+
+#[test]
+fn the_bundled_model_accepts_drafts_and_keeps_its_tokens() {
+    let cache = TempDir::new("drafts_bundled");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/moestream-tiny-moe");
+    let e = engine(&dir, None, ExpertBudget::Auto, &cache);
+    let prompt = e.encode("The history of").unwrap();
+    let want = e.generate(&prompt, &options(96, None), |_, _| true).unwrap();
+    let mut seen = Vec::new();
+    let g = e
+        .generate(&prompt, &options(96, LOOKUP), |t, _| {
+            seen.push(t);
+            true
+        })
+        .unwrap();
+    assert_eq!(g.tokens, want.tokens);
+    assert_eq!(seen, g.tokens, "the callback saw every token once, in order");
+    assert!(g.stats.accepted_draft_tokens > 0, "its loops repeat: {:?}", g.stats);
+    assert!(g.stats.accepted_draft_tokens <= g.stats.draft_tokens);
+    // Stopping inside a run of accepted drafts: exactly the tokens asked for.
+    for n in [1, 5, 17] {
+        let g = e.generate(&prompt, &options(n, LOOKUP), |_, _| true).unwrap();
+        assert_eq!(g.tokens, want.tokens[..n]);
+    }
+    // Sampled with drafts: reproducible with a seed.
+    let sampled = |seed| GenerateOptions {
+        sampling: SamplingParams { temperature: 0.7, seed, ..Default::default() },
+        ..options(24, LOOKUP)
+    };
+    let a = e.generate(&prompt, &sampled(5), |_, _| true).unwrap().tokens;
+    assert_eq!(e.generate(&prompt, &sampled(5), |_, _| true).unwrap().tokens, a);
+    let bad = PromptLookup { ngram: 0, max_draft: 4 };
+    assert!(e.generate(&prompt, &options(4, Some(bad)), |_, _| true).is_err());
+}
+
+#[test]
+fn streamed_and_session_turns_with_drafts_equal_plain_decoding() {
+    let cache = TempDir::new("drafts_streamed");
+    for fixture in ["mixtral", "qwen3_next"] {
+        let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with(fixture)).unwrap();
+        let prompt = repeating(&golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens);
+        let top_k = moestream::model::ArchSpec::from_dir(&dir).unwrap().moe.unwrap().top_k;
+        let resident = engine(&dir, Some(WeightFormat::F32), ExpertBudget::Auto, &cache);
+        let want = resident.generate(&prompt, &options(12, None), |_, _| true).unwrap().tokens;
+        // Two turns of a session, one token a step.
+        let mut plain = resident.new_session().unwrap();
+        let first = resident.generate_in(&mut plain, &prompt, &options(8, None), |_, _| true).unwrap().tokens;
+        let second = resident.generate_in(&mut plain, &prompt[..4], &options(8, None), |_, _| true).unwrap().tokens;
+        drop(plain);
+        drop(resident);
+        let streamed = engine(&dir, Some(WeightFormat::F32), ExpertBudget::Slots(top_k), &cache);
+        assert_eq!(streamed.generate(&prompt, &options(12, LOOKUP), |_, _| true).unwrap().tokens, want, "{fixture}");
+        let mut s = streamed.new_session().unwrap();
+        assert_eq!(streamed.generate_in(&mut s, &prompt, &options(8, LOOKUP), |_, _| true).unwrap().tokens, first);
+        assert_eq!(
+            streamed.generate_in(&mut s, &prompt[..4], &options(8, LOOKUP), |_, _| true).unwrap().tokens,
+            second
+        );
+    }
+}
