@@ -16,7 +16,7 @@ fn bundled() -> Engine {
 
 fn generate(e: &Engine, prompt: &[u32], penalties: Penalties, n: usize) -> Vec<u32> {
     let sampling = SamplingParams { penalties, ..Default::default() };
-    let options = GenerateOptions { max_tokens: n, sampling, ignore_eos: true };
+    let options = GenerateOptions { max_tokens: n, sampling, ignore_eos: true, ..Default::default() };
     e.generate(prompt, &options, |_, _| true).unwrap().tokens
 }
 
@@ -63,6 +63,7 @@ fn bad_penalties_are_refused_before_anything_runs() {
             max_tokens: 4,
             sampling: SamplingParams { penalties, ..Default::default() },
             ignore_eos: true,
+            ..Default::default()
         };
         let err = e.generate(&[1, 2, 3], &options, |_, _| panic!("no token before the check")).unwrap_err();
         assert!(err.to_string().contains("penalty"), "{err}");
