@@ -188,6 +188,7 @@ fn n_choices_prefill_once_and_sample_as_alone() {
             max_tokens: 6,
             ignore_eos: true,
             sampling: SamplingParams { temperature: 1.0, seed, ..SamplingParams::default() },
+            ..Default::default()
         };
         // Choice i samples with seed 11 + i, as a request of its own would.
         let want: Vec<Vec<u32>> =
