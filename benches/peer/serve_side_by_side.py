@@ -25,7 +25,7 @@ with the same label is replaced), so several invocations (moestream, llama.cpp C
 Vulkan) collect into one file, and the table printed covers every run in it.
 
 Run the servers one after the other, on an otherwise idle machine: llama.cpp's CPU backend
-spin-waits, and the 1-minute load average is recorded before each concurrency. The server's
+spin-waits, and the 1-minute load average is recorded before and after each concurrency. The server's
 stderr goes to --log (default: a temporary file, path printed). `GGML_VK_VISIBLE_DEVICES=0` (in
 the environment) makes llama.cpp's Vulkan build accept a software adapter such as lavapipe.
 """
@@ -198,6 +198,7 @@ def measure(args):
             rows.append({
                 "concurrency": c,
                 "load_avg_1m_before": load,
+                "load_avg_1m_after": os.getloadavg()[0],
                 "median_aggregate_tokens_per_s": statistics.median(x["aggregate_tokens_per_s"] for x in rounds),
                 "median_latency_s": statistics.median(l for x in rounds for l in x["latencies_s"]),
                 "rounds": rounds,
@@ -225,14 +226,14 @@ def measure(args):
 
 
 def table(runs):
-    lines = ["| server | C | aggregate tok/s (median) | scaling vs C=1 | per-request latency s (median) | load 1m |",
+    lines = ["| server | C | aggregate tok/s (median) | scaling vs C=1 | per-request latency s (median) | load 1m before / after |",
              "|---|---:|---:|---:|---:|---:|"]
     for run in runs:
         for row in run["results"]:
             s = row["scaling_vs_c1"]
             lines.append(f"| {run['label']} | {row['concurrency']} | {row['median_aggregate_tokens_per_s']:.2f} | "
                          f"{'' if s is None else f'{s:.2f}'} | {row['median_latency_s']:.2f} | "
-                         f"{row['load_avg_1m_before']:.2f} |")
+                         f"{row['load_avg_1m_before']:.2f} / {row['load_avg_1m_after']:.2f} |")
     return "\n".join(lines)
 
 
