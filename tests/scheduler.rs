@@ -60,7 +60,7 @@ fn scheduled(e: &Engine, parallel: usize, reqs: &[(Vec<u32>, GenerateOptions)]) 
                 .submit(
                     p.clone(),
                     *o,
-                    Box::new(move |t, _| {
+                    Box::new(move |t, _, _| {
                         seen.borrow_mut().entry(*own.borrow()).or_default().push(t);
                         true
                     }),
@@ -114,13 +114,13 @@ fn a_slot_keeps_its_sequence_for_the_next_turn() {
     let (e, prompt) = engine("qwen3_moe", 64, ExpertBudget::Auto);
     let mut s = Scheduler::new(&e, 2).unwrap();
     let opts = GenerateOptions { max_tokens: 4, ignore_eos: true, ..Default::default() };
-    s.submit(prompt.clone(), opts, Box::new(|_, _| true)).unwrap();
+    s.submit(prompt.clone(), opts, Box::new(|_, _, _| true)).unwrap();
     let first = s.run().unwrap().pop().unwrap().result.unwrap();
     // The next turn: the conversation so far plus new tokens.
     let mut turn = prompt.clone();
     turn.extend_from_slice(&first.tokens);
     turn.extend_from_slice(&[3, 4, 5]);
-    s.submit(turn.clone(), opts, Box::new(|_, _| true)).unwrap();
+    s.submit(turn.clone(), opts, Box::new(|_, _, _| true)).unwrap();
     let second = s.run().unwrap().pop().unwrap().result.unwrap();
     assert_eq!(second.stats.reused_tokens, prompt.len() + first.tokens.len() - 1);
     assert_eq!(second.stats.prefilled_tokens, 4);
@@ -133,21 +133,21 @@ fn cancelling_one_request_leaves_the_others_alone() {
     let opts = GenerateOptions { max_tokens: 10, ignore_eos: true, ..Default::default() };
     let want = e.generate(&prompt, &opts, |_, _| true).unwrap().tokens;
     let mut s = Scheduler::new(&e, 3).unwrap();
-    let a = s.submit(prompt.clone(), opts, Box::new(|_, _| true)).unwrap();
-    let b = s.submit(prompt[1..].to_vec(), opts, Box::new(|_, _| true)).unwrap();
+    let a = s.submit(prompt.clone(), opts, Box::new(|_, _, _| true)).unwrap();
+    let b = s.submit(prompt[1..].to_vec(), opts, Box::new(|_, _, _| true)).unwrap();
     // A callback that stops its request after two tokens, and a queued request cancelled.
     let mut count = 0;
     let c = s
         .submit(
             prompt.clone(),
             opts,
-            Box::new(move |_, _| {
+            Box::new(move |_, _, _| {
                 count += 1;
                 count < 2
             }),
         )
         .unwrap();
-    let d = s.submit(prompt.clone(), opts, Box::new(|_, _| true)).unwrap();
+    let d = s.submit(prompt.clone(), opts, Box::new(|_, _, _| true)).unwrap();
     assert!(s.cancel(d));
     let mut results: HashMap<u64, Vec<u32>> = HashMap::new();
     for _ in 0..3 {
@@ -172,11 +172,11 @@ fn bad_requests_are_refused_at_submit() {
     assert!(Scheduler::new(&e, 0).is_err());
     let mut s = Scheduler::new(&e, 2).unwrap();
     let opts = GenerateOptions::default();
-    assert!(s.submit(Vec::new(), opts, Box::new(|_, _| true)).is_err());
-    assert!(s.submit(vec![u32::MAX], opts, Box::new(|_, _| true)).is_err());
-    assert!(s.submit(vec![1; e.context() + 1], opts, Box::new(|_, _| true)).is_err());
+    assert!(s.submit(Vec::new(), opts, Box::new(|_, _, _| true)).is_err());
+    assert!(s.submit(vec![u32::MAX], opts, Box::new(|_, _, _| true)).is_err());
+    assert!(s.submit(vec![1; e.context() + 1], opts, Box::new(|_, _, _| true)).is_err());
     let nan = GenerateOptions { sampling: SamplingParams { temperature: f32::NAN, ..Default::default() }, ..opts };
-    assert!(s.submit(prompt, nan, Box::new(|_, _| true)).is_err());
+    assert!(s.submit(prompt, nan, Box::new(|_, _, _| true)).is_err());
     assert!(s.is_idle());
 }
 
@@ -194,7 +194,7 @@ fn n_choices_prefill_once_and_sample_as_alone() {
         let want: Vec<Vec<u32>> =
             (0..3).map(|i| e.generate(&prompt, &sampled(11 + i), |_, _| true).unwrap().tokens).collect();
         let mut s = Scheduler::new(&e, 4).unwrap();
-        let ids = s.submit_n(prompt.clone(), sampled(11), 3, |_| Box::new(|_, _| true)).unwrap();
+        let ids = s.submit_n(prompt.clone(), sampled(11), 3, |_| Box::new(|_, _, _| true)).unwrap();
         let mut got: HashMap<u64, moestream::runtime::Generation> =
             s.run().unwrap().into_iter().map(|f| (f.id, f.result.unwrap())).collect();
         let runs: Vec<_> = ids.iter().map(|id| got.remove(id).unwrap()).collect();
@@ -206,7 +206,7 @@ fn n_choices_prefill_once_and_sample_as_alone() {
         assert_eq!(runs[0].stats.prefilled_tokens, prompt.len());
         assert!(runs[1..].iter().all(|g| g.stats.prefilled_tokens == 0 && g.stats.reused_tokens == prompt.len()));
         assert!(
-            s.submit_n(prompt.clone(), sampled(1), 5, |_| Box::new(|_, _| true)).is_err(),
+            s.submit_n(prompt.clone(), sampled(1), 5, |_| Box::new(|_, _, _| true)).is_err(),
             "more choices than slots"
         );
     }

@@ -539,3 +539,56 @@ fn n_choices_of_one_prompt() {
         assert_eq!(whole["choices"][i]["message"]["content"].as_str().unwrap(), streamed[i]);
     }
 }
+
+#[test]
+fn logprobs_of_generated_tokens() {
+    let server = Server::start();
+    // Completions: `logprobs: N` gives tokens, their log-probabilities and the top N.
+    let r = server.post_json(
+        "/v1/completions",
+        json!({"prompt": "The jury said", "max_tokens": 6, "temperature": 0, "ignore_eos": true, "logprobs": 2}),
+    );
+    let lp = &r["choices"][0]["logprobs"];
+    let tokens = lp["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), 6);
+    assert_eq!(
+        tokens.iter().map(|t| t.as_str().unwrap()).collect::<String>(),
+        r["choices"][0]["text"].as_str().unwrap()
+    );
+    for (i, top) in lp["top_logprobs"].as_array().unwrap().iter().enumerate() {
+        let top = top.as_object().unwrap();
+        assert!(!top.is_empty() && top.len() <= 2);
+        let best = top.iter().max_by(|a, b| a.1.as_f64().partial_cmp(&b.1.as_f64()).unwrap()).unwrap();
+        assert_eq!(best.0, tokens[i].as_str().unwrap(), "greedy takes the most likely token");
+        assert!((best.1.as_f64().unwrap() - lp["token_logprobs"][i].as_f64().unwrap()).abs() < 1e-6);
+    }
+    // Chat: `logprobs: true` and `top_logprobs`, whole and streamed.
+    let body = |stream: bool| {
+        json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5, "temperature": 0,
+               "ignore_eos": true, "logprobs": true, "top_logprobs": 3, "stream": stream})
+    };
+    let whole = server.post_json("/v1/chat/completions", body(false));
+    let content = whole["choices"][0]["logprobs"]["content"].as_array().unwrap().clone();
+    assert_eq!(content.len(), 5);
+    assert!(content
+        .iter()
+        .all(|c| c["top_logprobs"].as_array().unwrap().len() == 3 && c["logprob"].as_f64().unwrap() <= 0.0));
+    let (status, text) = server.post("/v1/chat/completions", &body(true).to_string());
+    assert_eq!(status, 200);
+    let (events, _) = sse_events(&text);
+    let streamed: Vec<Value> =
+        events.iter().filter_map(|e| e["choices"][0]["logprobs"]["content"].as_array().cloned()).flatten().collect();
+    assert_eq!(streamed, content, "the stream's pieces carry the same log-probabilities");
+    // Without them asked for: null.
+    let plain = server.post_json("/v1/completions", json!({"prompt": "x", "max_tokens": 2}));
+    assert!(plain["choices"][0]["logprobs"].is_null());
+    for (path, bad) in [
+        ("/v1/completions", json!({"prompt": "x", "logprobs": 21})),
+        ("/v1/completions", json!({"prompt": "x", "logprobs": true})),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "logprobs": 3})),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})),
+    ] {
+        let (status, text) = server.post(path, &bad.to_string());
+        assert_eq!(status, 400, "{bad}: {text}");
+    }
+}

@@ -6,6 +6,7 @@ use std::ffi::{c_char, c_void};
 use std::rc::Rc;
 
 use moestream::chat::{FinishReason, Reply};
+use moestream::runtime::logprobs::TokenLogprob;
 use moestream::runtime::{Scheduler, Session};
 use moestream::{Error, Result};
 
@@ -77,7 +78,7 @@ pub unsafe extern "C" fn moestream_chat_batch(
             let mut ids = Vec::with_capacity(n);
             for (i, prompt) in prompts.iter().enumerate() {
                 let reply = replies_so_far[i].clone();
-                let on_token = Box::new(move |id: u32, piece: &str| {
+                let on_token = Box::new(move |id: u32, piece: &str, _: Option<&TokenLogprob>| {
                     let mut reply = reply.borrow_mut();
                     let reply = reply.as_mut().expect("the reply lives until its request ends");
                     reply.token(id, piece, |text| call_indexed(callback, user_data, i as u32, text))

@@ -231,7 +231,7 @@ pub(crate) unsafe fn generate_options(options: *const MoestreamGenerateOptions) 
         },
     };
     sampling.validate()?;
-    Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, ignore_eos: false, drafts: None })
+    Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, ignore_eos: false, ..Default::default() })
 }
 
 /// Calls the C callback (absent: always go on).

@@ -105,7 +105,7 @@ pub fn run(engine: &Engine, o: &ContextBenchOptions) -> Result<ContextReport> {
         max_tokens: o.decode_tokens,
         sampling: SamplingParams::default(),
         ignore_eos: true,
-        drafts: None,
+        ..Default::default()
     };
     // Warm-up: pipelines and caches.
     engine.generate(&random_tokens(8, engine.spec().vocab, o.seed), &options, |_, _| true)?;

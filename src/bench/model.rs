@@ -121,7 +121,7 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         max_tokens: o.decode_tokens,
         sampling: SamplingParams::default(),
         ignore_eos: true,
-        drafts: None,
+        ..Default::default()
     };
     engine.generate(&prompt, &options, |_, _| true)?;
     let before = engine.expert_stats();

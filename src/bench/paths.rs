@@ -249,7 +249,7 @@ pub fn run(base: &EngineOptions, o: &PathsBenchOptions) -> Result<PathsReport> {
             max_tokens: o.decode_tokens,
             sampling: SamplingParams::default(),
             ignore_eos: true,
-            drafts: None,
+            ..Default::default()
         },
     };
     let mut paths = Vec::new();

@@ -62,7 +62,7 @@ pub fn run(engine: &Engine, o: &ProfileOptions) -> Result<ProfileReport> {
         max_tokens: o.decode_tokens,
         sampling: SamplingParams::default(),
         ignore_eos: true,
-        drafts: None,
+        ..Default::default()
     };
     engine.generate(&prompt, &options, |_, _| true)?;
     profiler.reset();

@@ -125,7 +125,7 @@ fn run_requests(engine: &Engine, prompts: &[Vec<u32>], decode_tokens: usize) -> 
         max_tokens: decode_tokens,
         sampling: SamplingParams::default(),
         ignore_eos: true,
-        drafts: None,
+        ..Default::default()
     };
     let (mut prefill_n, mut prefill_s, mut decode_n, mut decode_s) = (0.0, 0.0, 0.0, 0.0);
     let mut tokens = Vec::new();

@@ -90,6 +90,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             }),
             ignore_eos: a.ignore_eos,
             drafts: a.drafts.drafts()?,
+            logprobs: None,
         },
         stop_tokens,
         stop_strings: Vec::new(),

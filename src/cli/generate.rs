@@ -75,8 +75,13 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         }
         _ => unreachable!("clap requires one input"),
     };
-    let options =
-        GenerateOptions { max_tokens: a.max_tokens, sampling, ignore_eos: a.ignore_eos, drafts: a.drafts.drafts()? };
+    let options = GenerateOptions {
+        max_tokens: a.max_tokens,
+        sampling,
+        ignore_eos: a.ignore_eos,
+        drafts: a.drafts.drafts()?,
+        logprobs: None,
+    };
     for (text, prompt) in prompts {
         run_one(&engine, text.as_deref(), &prompt, &options, a.json)?;
     }

@@ -6,6 +6,7 @@ pub mod direct_io;
 pub mod drafts;
 pub mod engine;
 pub mod heap_trim;
+pub mod logprobs;
 pub mod memory_plan;
 pub mod options;
 pub mod penalties;

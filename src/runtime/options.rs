@@ -134,10 +134,19 @@ pub struct GenerateOptions {
     /// Speculative decoding with prompt-lookup drafts, verified exactly (`None`: one token a
     /// step).
     pub drafts: Option<crate::runtime::drafts::PromptLookup>,
+    /// Report each generated token's log-probability and those of this many most likely
+    /// tokens (0..=20; `None`: no log-probabilities).
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { max_tokens: 128, sampling: SamplingParams::default(), ignore_eos: false, drafts: None }
+        GenerateOptions {
+            max_tokens: 128,
+            sampling: SamplingParams::default(),
+            ignore_eos: false,
+            drafts: None,
+            logprobs: None,
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! The OpenAI request bodies moestream accepts, and their checks. Fields it does not know (and
-//! `model`: the server runs one) are ignored, as OpenAI-compatible servers do; fields it knows but cannot honour (`n > 1`,
-//! `logit_bias`, `logprobs`, structured output, `echo`, `suffix`, `best_of`) are
+//! `model`: the server runs one) are ignored, as OpenAI-compatible servers do; fields it knows but cannot honour (
+//! `logit_bias`, structured output, `echo`, `suffix`, `best_of`) are
 //! refused by name rather than silently ignored.
 
 use serde::Deserialize;
@@ -81,9 +81,11 @@ pub struct Sampling {
     pub top_k: Option<u32>,
     /// Must be empty.
     pub logit_bias: Option<Map<String, Value>>,
-    /// Must be false / absent.
+    /// Chat: `true` for each generated token's log-probability; completions: the number of
+    /// most likely alternatives to report with it (0..=20).
     pub logprobs: Option<Value>,
-    /// Must be absent.
+    /// Chat: alternatives to report with each token's log-probability (0..=20; needs
+    /// `logprobs: true`).
     pub top_logprobs: Option<u32>,
 }
 
@@ -140,6 +142,28 @@ fn out_of_range(param: &str, what: &str) -> ApiError {
 }
 
 impl Sampling {
+    /// The alternatives per token asked for with log-probabilities (`None`: none asked for):
+    /// chat's `logprobs: true` with `top_logprobs`, or the completions API's integer `logprobs`.
+    pub fn logprobs(&self, chat: bool) -> Result<Option<usize>, ApiError> {
+        let max = crate::runtime::logprobs::MAX_TOP_LOGPROBS as u64;
+        let asked = match (&self.logprobs, chat) {
+            (None | Some(Value::Null) | Some(Value::Bool(false)), _) => None,
+            (Some(Value::Bool(true)), true) => Some(self.top_logprobs.unwrap_or(0) as u64),
+            (Some(Value::Number(n)), false) => {
+                Some(n.as_u64().ok_or_else(|| out_of_range("logprobs", "an integer in 0..=20"))?)
+            }
+            (Some(_), true) => return Err(out_of_range("logprobs", "a boolean")),
+            (Some(_), false) => return Err(out_of_range("logprobs", "an integer in 0..=20")),
+        };
+        if self.top_logprobs.is_some() && !(chat && asked.is_some()) {
+            return Err(out_of_range("top_logprobs", "given only with `logprobs: true` (chat)"));
+        }
+        match asked {
+            Some(n) if n > max => Err(out_of_range(if chat { "top_logprobs" } else { "logprobs" }, "at most 20")),
+            other => Ok(other.map(|n| n as usize)),
+        }
+    }
+
     /// Checks the fields; returns the token limit asked for (if any), sampling and stop strings.
     pub fn check(&self, seed_if_unset: u64) -> Result<(Option<usize>, SamplingParams, Vec<String>), ApiError> {
         if self.n == Some(0) {
@@ -147,12 +171,6 @@ impl Sampling {
         }
         if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
             return Err(unsupported("logit_bias", "(non-empty)"));
-        }
-        if self.logprobs.as_ref().is_some_and(|v| !matches!(v, Value::Null | Value::Bool(false))) {
-            return Err(unsupported("logprobs", ""));
-        }
-        if self.top_logprobs.is_some() {
-            return Err(unsupported("top_logprobs", ""));
         }
         let temperature = self.temperature.unwrap_or(1.0);
         if !(0.0..=2.0).contains(&temperature) {

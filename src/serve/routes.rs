@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::api::{self, PromptInput};
 use super::error::ApiError;
-use super::worker::{Event, Job, ModelInfo, Prompt, Worker};
+use super::worker::{Event, Job, ModelInfo, NamedLogprob, Prompt, Worker};
 use crate::chat::{Completion, CompletionRequest, FinishReason};
 use crate::runtime::GenerateOptions;
 
@@ -141,7 +141,8 @@ async fn chat_completions(State(s): State<Shared>, request: Request) -> Result<R
         tools: req.tools,
         variables: req.chat_template_kwargs.unwrap_or_default(),
     };
-    let request = completion_request(max_tokens.unwrap_or(usize::MAX), sampling, stop, options.ignore_eos);
+    let mut request = completion_request(max_tokens.unwrap_or(usize::MAX), sampling, stop, options.ignore_eos);
+    request.options.logprobs = options.logprobs(true)?;
     respond(s, Kind::Chat, prompt, request, &options).await
 }
 
@@ -157,8 +158,9 @@ async fn completions(State(s): State<Shared>, request: Request) -> Result<Respon
         PromptInput::Tokens(t) => Prompt::Tokens(t),
         PromptInput::Texts(mut t) => Prompt::Text(t.remove(0)),
     };
-    let request =
+    let mut request =
         completion_request(max_tokens.unwrap_or(DEFAULT_COMPLETION_TOKENS), sampling, stop, options.ignore_eos);
+    request.options.logprobs = options.logprobs(false)?;
     respond(s, Kind::Text, prompt, request, &options).await
 }
 
@@ -169,7 +171,7 @@ fn completion_request(
     ignore_eos: bool,
 ) -> CompletionRequest {
     CompletionRequest {
-        options: GenerateOptions { max_tokens, sampling, ignore_eos, drafts: None },
+        options: GenerateOptions { max_tokens, sampling, ignore_eos, ..Default::default() },
         stop_tokens: Vec::new(),
         stop_strings: stop,
     }
@@ -199,16 +201,21 @@ enum Kind {
     Text,
 }
 
+/// A choice's end: its completion and its tokens' log-probabilities.
+type Answer = Box<(Completion, Vec<NamedLogprob>)>;
+
 /// Fixed parts of every object of one reply.
 struct Reply {
     kind: Kind,
+    /// Whether log-probabilities were asked for.
+    logprobs: bool,
     id: String,
     created: u64,
     model: String,
 }
 
 impl Reply {
-    fn new(kind: Kind, model: &str) -> Reply {
+    fn new(kind: Kind, model: &str, logprobs: bool) -> Reply {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let prefix = match kind {
@@ -216,7 +223,7 @@ impl Reply {
             Kind::Text => "cmpl",
         };
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        Reply { kind, id: format!("{prefix}-{created:x}{n:04x}"), created, model: model.to_string() }
+        Reply { kind, logprobs, id: format!("{prefix}-{created:x}{n:04x}"), created, model: model.to_string() }
     }
 
     fn object(&self, stream: bool) -> &'static str {
@@ -233,7 +240,14 @@ impl Reply {
 
     /// A streamed piece of choice `index`: `text` (or the opening role delta) and, at the end,
     /// the finish reason.
-    fn chunk(&self, index: usize, text: Option<&str>, finish: Option<FinishReason>) -> Value {
+    fn chunk(
+        &self,
+        index: usize,
+        text: Option<&str>,
+        finish: Option<FinishReason>,
+        logprobs: &[NamedLogprob],
+    ) -> Value {
+        let lp = self.logprobs_object(logprobs);
         let finish = finish.map(finish_reason);
         let choice = match self.kind {
             Kind::Chat => {
@@ -242,30 +256,63 @@ impl Reply {
                     None if finish.is_none() => json!({"role": "assistant", "content": ""}),
                     None => json!({}),
                 };
-                json!({"index": index, "delta": delta, "finish_reason": finish})
+                json!({"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish})
             }
-            Kind::Text => {
-                json!({"index": index, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
-            }
+            Kind::Text => json!({"index": index, "text": text.unwrap_or(""), "logprobs": lp, "finish_reason": finish}),
         };
         self.envelope(true, json!([choice]))
     }
 
+    /// A choice's `logprobs` in this API's shape (null when not asked for).
+    fn logprobs_object(&self, logprobs: &[NamedLogprob]) -> Value {
+        if !self.logprobs {
+            return Value::Null;
+        }
+        match self.kind {
+            Kind::Chat => {
+                let entry =
+                    |token: &str, logprob: f32| json!({"token": token, "logprob": logprob, "bytes": token.as_bytes()});
+                let content: Vec<Value> = logprobs
+                    .iter()
+                    .map(|lp| {
+                        let mut e = entry(&lp.token, lp.logprob);
+                        e["top_logprobs"] = lp.top.iter().map(|(t, l)| entry(t, *l)).collect();
+                        e
+                    })
+                    .collect();
+                json!({"content": content})
+            }
+            Kind::Text => {
+                let tokens: Vec<&str> = logprobs.iter().map(|lp| lp.token.as_str()).collect();
+                let token_logprobs: Vec<f32> = logprobs.iter().map(|lp| lp.logprob).collect();
+                let top: Vec<Value> = logprobs
+                    .iter()
+                    .map(|lp| Value::Object(lp.top.iter().map(|(t, l)| (t.clone(), json!(l))).collect()))
+                    .collect();
+                let offsets: Vec<usize> =
+                    tokens.iter().scan(0, |at, t| Some(std::mem::replace(at, *at + t.len()))).collect();
+                json!({"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets})
+            }
+        }
+    }
+
     /// The whole reply: every choice, in order.
-    fn full(&self, completions: &[Box<Completion>]) -> Value {
-        let choices: Vec<Value> = completions
+    fn full(&self, answers: &[Answer]) -> Value {
+        let choices: Vec<Value> = answers
             .iter()
             .enumerate()
-            .map(|(index, c)| {
+            .map(|(index, a)| {
+                let (c, logprobs) = &**a;
                 let finish = finish_reason(c.finish_reason);
+                let logprobs = self.logprobs_object(logprobs);
                 match self.kind {
-                    Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": c.text}, "finish_reason": finish}),
-                    Kind::Text => json!({"index": index, "text": c.text, "logprobs": null, "finish_reason": finish}),
+                    Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": c.text}, "logprobs": logprobs, "finish_reason": finish}),
+                    Kind::Text => json!({"index": index, "text": c.text, "logprobs": logprobs, "finish_reason": finish}),
                 }
             })
             .collect();
         let mut v = self.envelope(false, Value::Array(choices));
-        v["usage"] = usage(completions);
+        v["usage"] = usage(answers.iter().map(|a| &a.0));
         v
     }
 }
@@ -278,9 +325,12 @@ fn finish_reason(f: FinishReason) -> &'static str {
 }
 
 /// Token counts of a reply: the prompt once, the choices' generated tokens together.
-fn usage(choices: &[Box<Completion>]) -> Value {
-    let p = choices.first().map_or(0, |c| c.generation.prompt_tokens.len());
-    let g: usize = choices.iter().map(|c| c.generation.tokens.len()).sum();
+fn usage<'c>(choices: impl Iterator<Item = &'c Completion>) -> Value {
+    let (mut p, mut g) = (0, 0);
+    for c in choices {
+        p = c.generation.prompt_tokens.len();
+        g += c.generation.tokens.len();
+    }
     json!({"prompt_tokens": p, "completion_tokens": g, "total_tokens": p + g})
 }
 
@@ -295,6 +345,7 @@ async fn respond(
 ) -> Result<Response, ApiError> {
     let (stream, include_usage) = (options.stream, options.include_usage());
     let n = options.n.unwrap_or(1) as usize;
+    let request_logprobs = request.options.logprobs.is_some();
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(cancel.clone());
@@ -306,16 +357,16 @@ async fn respond(
             return Err(ApiError::with_status(StatusCode::INTERNAL_SERVER_ERROR, "the engine stopped", "server_error"))
         }
     }
-    let reply = Reply::new(kind, &s.model.id);
+    let reply = Reply::new(kind, &s.model.id, request_logprobs);
     if !stream {
-        let mut done: Vec<Option<Box<Completion>>> = (0..n).map(|_| None).collect();
+        let mut done: Vec<Option<Answer>> = (0..n).map(|_| None).collect();
         loop {
             match events.recv().await {
                 Some(Event::Text(..)) | Some(Event::Started) => {}
                 Some(Event::Done(i, Ok(c))) => {
                     done[i] = Some(c);
                     if done.iter().all(Option::is_some) {
-                        let choices: Vec<Box<Completion>> = done.into_iter().flatten().collect();
+                        let choices: Vec<Answer> = done.into_iter().flatten().collect();
                         return Ok(Json(reply.full(&choices)).into_response());
                     }
                 }
@@ -336,7 +387,7 @@ async fn respond(
         let _guard = guard;
         let send = |v: Value| sse_tx.send(Ok(SseEvent::default().data(v.to_string())));
         for index in 0..n {
-            if matches!(kind, Kind::Chat) && send(reply.chunk(index, None, None)).await.is_err() {
+            if matches!(kind, Kind::Chat) && send(reply.chunk(index, None, None, &[])).await.is_err() {
                 return;
             }
         }
@@ -345,14 +396,14 @@ async fn respond(
         while let Some(event) = events.recv().await {
             let sent = match event {
                 Event::Started => Ok(()),
-                Event::Text(i, t) => send(reply.chunk(i, Some(&t), None)).await,
-                Event::Done(i, Ok(c)) => {
+                Event::Text(i, t, logprobs) => send(reply.chunk(i, Some(&t), None, &logprobs)).await,
+                Event::Done(i, Ok(a)) => {
                     ended += 1;
-                    let mut end = send(reply.chunk(i, None, Some(c.finish_reason))).await;
-                    done.push(c);
+                    let mut end = send(reply.chunk(i, None, Some(a.0.finish_reason), &[])).await;
+                    done.push(a);
                     if end.is_ok() && include_usage && ended == n {
                         let mut u = reply.envelope(true, json!([]));
-                        u["usage"] = usage(&done);
+                        u["usage"] = usage(done.iter().map(|a| &a.0));
                         end = send(u).await;
                     }
                     end

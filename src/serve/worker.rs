@@ -16,6 +16,7 @@ use crate::chat::{
     end_of_turn_tokens, ChatMessage, ChatTemplate, Completion, CompletionRequest, FinishReason, RenderOptions, Reply,
 };
 use crate::error::{Error, Result};
+use crate::runtime::logprobs::TokenLogprob;
 use crate::runtime::{Engine, EngineOptions, Finished, RequestId, Scheduler};
 
 /// What to prompt the model with.
@@ -56,10 +57,23 @@ pub struct Job {
 pub enum Event {
     /// The prompt was accepted and generation begins.
     Started,
-    /// A piece of a choice's reply.
-    Text(usize, String),
-    /// A choice's end (the completion boxed: it is large and sent once).
-    Done(usize, Result<Box<Completion>>),
+    /// A piece of a choice's reply, with the log-probabilities (when asked for) of the tokens
+    /// taken since the last piece.
+    Text(usize, String, Vec<NamedLogprob>),
+    /// A choice's end (the completion boxed: it is large and sent once), with every generated
+    /// token's log-probabilities when asked for.
+    Done(usize, Result<Box<(Completion, Vec<NamedLogprob>)>>),
+}
+
+/// A generated token's log-probability and the most likely alternatives', each token as text.
+#[derive(Clone, Debug)]
+pub struct NamedLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The most likely tokens' texts and log-probabilities, most likely first.
+    pub top: Vec<(String, f32)>,
 }
 
 /// What the HTTP side needs to know about the loaded model.
@@ -194,6 +208,12 @@ struct EngineLoop<'a> {
     replies: HashMap<RequestId, Running>,
 }
 
+/// `lp` with its tokens as text (empty without a tokenizer).
+fn named(engine: &Engine, lp: &TokenLogprob) -> NamedLogprob {
+    let text = |id: u32| engine.tokenizer().and_then(|t| t.decode(&[id]).ok()).unwrap_or_default();
+    NamedLogprob { token: text(lp.id), logprob: lp.logprob, top: lp.top.iter().map(|&(id, l)| (text(id), l)).collect() }
+}
+
 /// A choice the scheduler runs: its job's request and channels, its index and its reply so far
 /// (shared with the token callback).
 struct Running {
@@ -279,13 +299,19 @@ impl<'a> EngineLoop<'a> {
             job.request.stop_tokens = self.end_of_turn.clone();
         }
         let replies: Vec<_> = (0..job.n).map(|_| Rc::new(RefCell::new(Some(Reply::new(&job.request))))).collect();
+        let engine = self.engine;
         let on_token = |index: usize| -> crate::runtime::OnToken<'a> {
             let (shared, events, cancel) = (replies[index].clone(), job.events.clone(), job.cancel.clone());
-            Box::new(move |id: u32, piece: &str| {
+            // Log-probabilities of tokens whose text has not been sent yet.
+            let mut pending = Vec::new();
+            Box::new(move |id: u32, piece: &str, logprob: Option<&TokenLogprob>| {
+                pending.extend(logprob.map(|lp| named(engine, lp)));
                 let mut reply = shared.borrow_mut();
                 let reply = reply.as_mut().expect("the reply lives until its request ends");
                 reply.token(id, piece, |text| {
-                    !cancel.load(Ordering::Relaxed) && events.send(Event::Text(index, text.to_string())).is_ok()
+                    let logprobs = std::mem::take(&mut pending);
+                    !cancel.load(Ordering::Relaxed)
+                        && events.send(Event::Text(index, text.to_string(), logprobs)).is_ok()
                 })
             })
         };
@@ -312,7 +338,7 @@ impl<'a> EngineLoop<'a> {
         let reply = reply.borrow_mut().take().expect("a reply ends once");
         let result = f.result.map(|generation| {
             reply.finish(generation, &request, self.engine.context(), |text| {
-                events.send(Event::Text(index, text.to_string())).is_ok()
+                events.send(Event::Text(index, text.to_string(), Vec::new())).is_ok()
             })
         });
         // A reply whose client went away is counted as cancelled.
@@ -340,7 +366,12 @@ impl<'a> EngineLoop<'a> {
             }
             Err(e) => log::info!("request {number}: failed: {e}"),
         }
-        let _ = events.send(Event::Done(index, result.map(Box::new)));
+        let engine = self.engine;
+        let answer = result.map(|c| {
+            let logprobs = c.generation.logprobs.iter().map(|lp| named(engine, lp)).collect();
+            Box::new((c, logprobs))
+        });
+        let _ = events.send(Event::Done(index, answer));
     }
 
     /// Counts a request's outcome (`None`: refused before it ran) and returns its number in

@@ -10,6 +10,7 @@ use crate::decoder::{ChainedStep, RoutingMode, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertStats;
+use crate::runtime::logprobs::{token_logprob, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
 use crate::runtime::stats::Stats;
@@ -18,6 +19,35 @@ use crate::util::peak_rss::peak_rss_bytes;
 
 use super::Engine;
 use crate::runtime::options::GenerateOptions;
+
+/// A request's token choice: its sampler, and the log-probabilities of what it picks when they
+/// were asked for.
+pub(super) struct Picker {
+    sampler: Sampler,
+    top: Option<usize>,
+    pub(super) logprobs: Vec<TokenLogprob>,
+}
+
+impl Picker {
+    pub(super) fn new(options: &GenerateOptions) -> Picker {
+        Picker { sampler: Sampler::new(options.sampling), top: options.logprobs, logprobs: Vec::new() }
+    }
+
+    /// The token after `logits` (`history` the sequence so far), drawn as
+    /// [`Sampler::sample`] draws or, where `draft` was proposed, as
+    /// [`Sampler::sample_with_draft`]; its log-probability recorded when asked for.
+    pub(super) fn pick(&mut self, logits: &mut [f32], history: &[u32], draft: Option<u32>) -> u32 {
+        let raw = self.top.map(|_| logits.to_vec());
+        let token = match draft {
+            Some(d) => self.sampler.sample_with_draft(logits, history, d),
+            None => self.sampler.sample(logits, history),
+        };
+        if let (Some(raw), Some(top)) = (raw, self.top) {
+            self.logprobs.push(token_logprob(&raw, token, top));
+        }
+        token
+    }
+}
 
 /// A finished generation.
 #[derive(Clone, Debug, Serialize)]
@@ -28,6 +58,9 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     /// The generated text (empty without a tokenizer).
     pub text: String,
+    /// Each generated token's log-probability and the most likely alternatives', when
+    /// [`GenerateOptions::logprobs`] asked for them.
+    pub logprobs: Vec<crate::runtime::logprobs::TokenLogprob>,
     /// Speed and memory.
     pub stats: Stats,
 }
@@ -43,6 +76,16 @@ pub struct Score {
     pub perplexity: f64,
     /// Expert-cache figures of the scoring pass.
     pub experts: ExpertStats,
+}
+
+/// Refuses more top log-probabilities than [`MAX_TOP_LOGPROBS`].
+pub(super) fn check_logprobs(options: &GenerateOptions) -> Result<()> {
+    match options.logprobs {
+        Some(n) if n > MAX_TOP_LOGPROBS => {
+            Err(Error::InvalidArgument(format!("{n} top log-probabilities per token: at most {MAX_TOP_LOGPROBS}")))
+        }
+        _ => Ok(()),
+    }
 }
 
 impl Engine {
@@ -130,18 +173,20 @@ impl Engine {
         if let Some(d) = &options.drafts {
             d.validate()?;
         }
+        check_logprobs(options)?;
         if session.is_empty() && new_tokens.is_empty() {
             return Err(Error::EmptyPrompt);
         }
         self.check_tokens(new_tokens, session.len())?;
         session.tokens.extend_from_slice(new_tokens);
         let before = self.begin_request()?;
-        let greedy = options.sampling.argmax_on_gpu();
+        // Log-probabilities need the logits on the CPU.
+        let greedy = options.sampling.argmax_on_gpu() && options.logprobs.is_none();
         let want = if greedy { StepOutput::Argmax } else { StepOutput::Logits };
-        let mut sampler = Sampler::new(options.sampling);
-        let pick = |r: StepResult, history: &[u32], sampler: &mut Sampler| match r {
+        let mut picker = Picker::new(options);
+        let pick = |r: StepResult, history: &[u32], picker: &mut Picker| match r {
             StepResult::Token(t) => t,
-            StepResult::Logits(mut l) => sampler.sample(&mut l, history),
+            StepResult::Logits(mut l) => picker.pick(&mut l, history, None),
             _ => unreachable!("generate asks for a token or logits"),
         };
         let mut stream = self.tokenizer.as_ref().map(TextStream::new);
@@ -152,7 +197,7 @@ impl Engine {
         let first = self.prefill(session, if options.max_tokens > 0 { want } else { StepOutput::None })?;
         // Tokens decided and not yet taken: the next one, or accepted drafts and the token after.
         let mut queue: VecDeque<u32> = VecDeque::new();
-        queue.extend((options.max_tokens > 0).then(|| pick(first, &session.tokens, &mut sampler)));
+        queue.extend((options.max_tokens > 0).then(|| pick(first, &session.tokens, &mut picker)));
         let mut drafted = (0, 0);
         let prefill_s = started.elapsed().as_secs_f64();
         let prefilled = session.len() - reused;
@@ -186,18 +231,16 @@ impl Engine {
                 (options.max_tokens - tokens.len()).min(self.context() - pos).min(self.model.options().max_batch);
             let draft = options.drafts.map(|d| d.draft(&session.tokens, room - 1)).unwrap_or_default();
             if !draft.is_empty() {
-                let (accepted, after) = self.verify_drafts(session, &draft, pos, &mut sampler)?;
+                let (accepted, after) = self.verify_drafts(session, &draft, pos, &mut picker)?;
                 drafted = (drafted.0 + draft.len(), drafted.1 + accepted);
                 queue.extend(&draft[..accepted]);
                 queue.push_back(after);
                 continue;
             }
             queue.push_back(match chained {
-                false => pick(
-                    self.model.step(&session.cache, &[t], pos, Phase::Decode, want)?,
-                    &session.tokens,
-                    &mut sampler,
-                ),
+                false => {
+                    pick(self.model.step(&session.cache, &[t], pos, Phase::Decode, want)?, &session.tokens, &mut picker)
+                }
                 true => {
                     let current = match ahead.take() {
                         Some(step) => step,
@@ -222,10 +265,15 @@ impl Engine {
         let decode_steps = tokens.len().saturating_sub(1);
         let decode_waits = (self.gpu().waits() - waits_before) as f64;
         let experts = self.end_request(before);
+        // Tokens decided but not taken (an end-of-sequence token, drafts after the end) have
+        // no place in the reply.
+        let mut logprobs = picker.logprobs;
+        logprobs.truncate(tokens.len());
         Ok(Generation {
             prompt_tokens: new_tokens.to_vec(),
             tokens,
             text,
+            logprobs,
             stats: Stats {
                 prefill_tokens_per_s: prefilled as f64 / prefill_s.max(1e-9),
                 decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
@@ -253,7 +301,7 @@ impl Engine {
         session: &mut Session,
         draft: &[u32],
         pos: usize,
-        sampler: &mut Sampler,
+        picker: &mut Picker,
     ) -> Result<(usize, u32)> {
         let mut run = vec![session.tokens[pos]];
         run.extend_from_slice(draft);
@@ -263,10 +311,7 @@ impl Engine {
         let mut after = None;
         for (row, d) in rows.into_iter().zip(draft.iter().copied().map(Some).chain([None])) {
             let mut logits = row;
-            let token = match d {
-                Some(d) => sampler.sample_with_draft(&mut logits, &history, d),
-                None => sampler.sample(&mut logits, &history),
-            };
+            let token = picker.pick(&mut logits, &history, d);
             if d != Some(token) {
                 after = Some(token);
                 break;

@@ -15,19 +15,21 @@ use crate::decoder::{BatchEntry, RoutingMode};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertStats;
-use crate::runtime::sampler::Sampler;
+use crate::runtime::logprobs::TokenLogprob;
 use crate::runtime::session::Session;
 use crate::runtime::stats::Stats;
 use crate::runtime::tokenizer::TextStream;
 use crate::util::peak_rss::peak_rss_bytes;
 
+use super::generation::Picker;
 use super::{Engine, GenerateOptions, Generation};
 
 /// Identifies a request within its [`Scheduler`].
 pub type RequestId = u64;
 
-/// Called with each generated token and its text; returns `false` to end the request there.
-pub type OnToken<'a> = Box<dyn FnMut(u32, &str) -> bool + 'a>;
+/// Called with each generated token, its text and (when the request asked for them) its
+/// log-probabilities; returns `false` to end the request there.
+pub type OnToken<'a> = Box<dyn FnMut(u32, &str, Option<&TokenLogprob>) -> bool + 'a>;
 
 /// A request that has ended: its generation (the tokens it produced, also when it was
 /// cancelled), or why it failed.
@@ -56,7 +58,7 @@ struct Running<'a> {
     prompt_len: usize,
     options: GenerateOptions,
     on_token: OnToken<'a>,
-    sampler: Sampler,
+    picker: Picker,
     stream: Option<TextStream<'a>>,
     generated: Vec<u32>,
     text: String,
@@ -205,6 +207,7 @@ impl<'a> Scheduler<'a> {
         mut on_token: impl FnMut(usize) -> OnToken<'a>,
     ) -> Result<Vec<RequestId>> {
         options.sampling.validate()?;
+        super::generation::check_logprobs(&options)?;
         self.engine.check_prompt(&prompt)?;
         if options.drafts.is_some() {
             return Err(Error::UnsupportedConfig("prompt-lookup drafts in scheduled (parallel) requests".into()));
@@ -236,6 +239,7 @@ impl<'a> Scheduler<'a> {
                 prompt_tokens: prompt.to_vec(),
                 tokens: Vec::new(),
                 text: String::new(),
+                logprobs: Vec::new(),
                 stats: Stats::default(),
             })
         };
@@ -439,7 +443,7 @@ impl<'a> Scheduler<'a> {
                 prompt_len: w.prompt.len(),
                 options: w.options,
                 on_token: w.on_token,
-                sampler: Sampler::new(w.options.sampling),
+                picker: Picker::new(&w.options),
                 stream: self.engine.tokenizer.as_ref().map(TextStream::new),
                 generated: Vec::new(),
                 text: String::new(),
@@ -459,7 +463,7 @@ impl<'a> Scheduler<'a> {
                     prompt_len: w.prompt.len(),
                     options,
                     on_token,
-                    sampler: Sampler::new(options.sampling),
+                    picker: Picker::new(&options),
                     stream: self.engine.tokenizer.as_ref().map(TextStream::new),
                     generated: Vec::new(),
                     text: String::new(),
@@ -493,10 +497,13 @@ impl<'a> Scheduler<'a> {
         let decode_steps = r.generated.len().saturating_sub(1);
         let decode_s = now.duration_since(first).as_secs_f64();
         let prompt_end = r.prompt_len.min(slot.session.len());
+        let mut logprobs = r.picker.logprobs;
+        logprobs.truncate(r.generated.len());
         let result = outcome.map(|()| Generation {
             prompt_tokens: slot.session.tokens[..prompt_end].to_vec(),
             tokens: r.generated,
             text: r.text,
+            logprobs,
             stats: Stats {
                 prefill_tokens_per_s: r.prefilled as f64 / prefill_s.max(1e-9),
                 decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
@@ -551,7 +558,7 @@ impl Engine {
     fn take_token(&self, slot: &mut Slot<'_>, logits: &mut [f32]) -> Option<Result<()>> {
         let r = slot.running.as_mut().expect("a step's part belongs to a running request");
         let session = &mut slot.session;
-        let t = r.sampler.sample(logits, &session.tokens);
+        let t = r.picker.pick(logits, &session.tokens, None);
         r.first_token.get_or_insert_with(Instant::now);
         r.next = None;
         if !r.options.ignore_eos && self.spec().eos_token_ids.contains(&t) {
@@ -564,7 +571,10 @@ impl Engine {
             Err(e) => return Some(Err(e)),
         };
         r.text.push_str(&piece);
-        if !(r.on_token)(t, &piece) || r.generated.len() >= r.options.max_tokens || session.len() > self.context() {
+        if !(r.on_token)(t, &piece, r.picker.logprobs.last())
+            || r.generated.len() >= r.options.max_tokens
+            || session.len() > self.context()
+        {
             return Some(Ok(()));
         }
         r.next = Some(t);
