@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 
 use common::{fixtures, fixtures_dir, gpu, gpu_layouts, TempDir};
-use moestream::decoder::{BatchEntry, GpuModel, SequenceCache, StepOutput};
+use moestream::decoder::{BatchEntry, GpuModel, Rows, SequenceCache, StepOutput};
 use moestream::experts::policy::Phase;
 use moestream::ops::WeightFormat;
 use moestream::quant::{Int4Scheme, QuantParams};
@@ -91,13 +91,13 @@ fn batched(m: &GpuModel, prompts: &[(&[u32], usize)]) -> Vec<Run> {
             .collect();
         let entries: Vec<BatchEntry> = parts
             .iter()
-            .map(|(i, tokens, pos)| BatchEntry { cache: &members[*i].cache, tokens, pos: *pos, logits: true })
+            .map(|(i, tokens, pos)| BatchEntry { cache: &members[*i].cache, tokens, pos: *pos, logits: Rows::Last })
             .collect();
         let phase = if step == 0 { Phase::Prefill } else { Phase::Decode };
         let out = m.step_batch(&entries, phase).unwrap();
         drop(entries);
         for ((i, _, _), logits) in parts.iter().zip(out) {
-            members[*i].run.push(&logits.unwrap());
+            members[*i].run.push(&logits[0]);
         }
     }
     members.into_iter().map(|mb| mb.run).collect()
@@ -195,7 +195,7 @@ fn streamed_at_the_smallest_budget_batched_equals_resident_solo() {
 }
 
 fn entry<'a>(cache: &'a SequenceCache, tokens: &'a [u32], pos: usize) -> BatchEntry<'a> {
-    BatchEntry { cache, tokens, pos, logits: true }
+    BatchEntry { cache, tokens, pos, logits: Rows::Last }
 }
 
 #[test]

@@ -59,6 +59,25 @@ fn generated_logprobs_are_the_models() {
             assert!(a.id == b.id && (a.logprob - b.logprob).abs() < 1e-4);
             assert_eq!(s.as_ref(), Some(a), "the callback saw each token's log-probabilities");
         }
+        // The prompt's log-probabilities (echo), through the scheduler: the teacher-forced score.
+        let echo = GenerateOptions { max_tokens: 0, prompt_logprobs: true, ..options };
+        let mut s = Scheduler::new(&e, 2).unwrap();
+        s.submit(prompt.clone(), echo, Box::new(|_, _, _| true)).unwrap();
+        let f = s.run().unwrap().pop().unwrap().result.unwrap();
+        drop(s);
+        let scored = e.score(&prompt).unwrap().logprobs;
+        assert_eq!(f.prompt_logprobs.len(), prompt.len() - 1);
+        assert!(f.tokens.is_empty());
+        for (i, lp) in f.prompt_logprobs.iter().enumerate() {
+            assert_eq!(lp.id, prompt[i + 1]);
+            assert!(
+                (lp.logprob - scored[i]).abs() < 1e-4,
+                "{fixture}: prompt token {i}: {} vs {}",
+                lp.logprob,
+                scored[i]
+            );
+        }
+        assert!(e.generate(&prompt, &echo, |_, _| true).is_err(), "generate refuses prompt log-probabilities by name");
         let too_many = GenerateOptions { logprobs: Some(21), ..options };
         assert!(e.generate(&prompt, &too_many, |_, _| true).is_err());
     }

@@ -286,7 +286,12 @@ fn openai_compatible_server() {
         ("/v1/completions", json!({"prompt": "x", "n": 0}).to_string(), 400, "invalid_value"),
         ("/v1/completions", json!({"prompt": "x", "n": 9}).to_string(), 400, "invalid_value"),
         ("/v1/completions", json!({"prompt": "x", "logit_bias": {"5": 1}}).to_string(), 400, "unsupported_parameter"),
-        ("/v1/completions", json!({"prompt": "x", "echo": true}).to_string(), 400, "unsupported_parameter"),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "echo": true, "stream": true}).to_string(),
+            400,
+            "unsupported_parameter",
+        ),
         ("/v1/completions", json!({"prompt": ""}).to_string(), 400, "empty_prompt"),
         ("/v1/completions", json!({"prompt": [999999]}).to_string(), 400, "invalid_token"),
         ("/v1/completions", json!({"prompt": words}).to_string(), 400, "context_length_exceeded"),
@@ -579,6 +584,27 @@ fn logprobs_of_generated_tokens() {
     let streamed: Vec<Value> =
         events.iter().filter_map(|e| e["choices"][0]["logprobs"]["content"].as_array().cloned()).flatten().collect();
     assert_eq!(streamed, content, "the stream's pieces carry the same log-probabilities");
+    // lm-evaluation-harness's loglikelihood request: the prompt echoed with its tokens'
+    // log-probabilities (the first has none), then the generated token's.
+    for max_tokens in [0, 1] {
+        let r = server.post_json(
+            "/v1/completions",
+            json!({"prompt": "The jury said it", "max_tokens": max_tokens, "echo": true, "logprobs": 1, "temperature": 0}),
+        );
+        let c = &r["choices"][0];
+        assert!(c["text"].as_str().unwrap().starts_with("The jury said it"), "{c}");
+        let lps = c["logprobs"]["token_logprobs"].as_array().unwrap();
+        let prompt_tokens = r["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
+        assert_eq!(lps.len(), prompt_tokens + max_tokens);
+        assert!(lps[0].is_null() && c["logprobs"]["top_logprobs"][0].is_null());
+        assert!(lps[1..].iter().all(|l| l.as_f64().unwrap() <= 0.0));
+        for (i, top) in c["logprobs"]["top_logprobs"].as_array().unwrap().iter().enumerate().skip(1) {
+            let best = top.as_object().unwrap().values().next().unwrap().as_f64().unwrap();
+            assert!(lps[i].as_f64().unwrap() <= best + 1e-6, "no token beats the most likely one");
+        }
+    }
+    let (status, _) = server.post("/v1/completions", &json!({"prompt": "x", "echo": true, "stream": true}).to_string());
+    assert_eq!(status, 400, "echo with stream is refused by name");
     // Without them asked for: null.
     let plain = server.post_json("/v1/completions", json!({"prompt": "x", "max_tokens": 2}));
     assert!(plain["choices"][0]["logprobs"].is_null());

@@ -91,6 +91,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             ignore_eos: a.ignore_eos,
             drafts: a.drafts.drafts()?,
             logprobs: None,
+            prompt_logprobs: false,
         },
         stop_tokens,
         stop_strings: Vec::new(),

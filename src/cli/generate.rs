@@ -80,7 +80,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         sampling,
         ignore_eos: a.ignore_eos,
         drafts: a.drafts.drafts()?,
-        logprobs: None,
+        ..Default::default()
     };
     for (text, prompt) in prompts {
         run_one(&engine, text.as_deref(), &prompt, &options, a.json)?;

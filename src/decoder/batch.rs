@@ -12,7 +12,7 @@
 //! rounding where a kernel's form depends on the step's token count).
 
 use super::step::{Routing, Sequences, TokenSource};
-use super::{Activations, Attn, GpuModel, SequenceCache, StepOutput};
+use super::{Activations, Attn, GpuModel, SequenceCache, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::gpu::{Gpu, Pass, StepValues};
@@ -27,8 +27,19 @@ pub struct BatchEntry<'a> {
     pub tokens: &'a [u32],
     /// The position of the first of them.
     pub pos: usize,
-    /// Whether the logits after its last token are wanted.
-    pub logits: bool,
+    /// Which of its tokens' logits are wanted.
+    pub logits: Rows,
+}
+
+/// The logits a batch entry asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows {
+    /// None (a prompt chunk before the last).
+    None,
+    /// After its last token (the next token's).
+    Last,
+    /// After each of its tokens (a prompt's log-probabilities).
+    All,
 }
 
 /// The buffers batched steps use besides the activations: the step values of each sequence
@@ -106,10 +117,10 @@ const VALUES: u64 = size_of::<StepValues>() as u64;
 
 impl GpuModel {
     /// Runs one step over `entries`' tokens (together at most `max_batch`; each sequence at
-    /// most once) and returns, per entry, the logits after its last token where it asked for
-    /// them. Each sequence's caches end up as after a step of its own, and its logits are
+    /// most once) and returns, per entry, the logits it asked for ([`Rows`]; empty for
+    /// none). Each sequence's caches end up as after a step of its own, and its logits are
     /// those that step gives. A single entry is a plain [`GpuModel::step`].
-    pub fn step_batch(&self, entries: &[BatchEntry<'_>], phase: Phase) -> Result<Vec<Option<Vec<f32>>>> {
+    pub fn step_batch(&self, entries: &[BatchEntry<'_>], phase: Phase) -> Result<Vec<Vec<Vec<f32>>>> {
         let n: usize = entries.iter().map(|e| e.tokens.len()).sum();
         if entries.is_empty() || entries.iter().any(|e| e.tokens.is_empty()) || n > self.options.max_batch {
             return Err(Error::InvalidArgument(format!(
@@ -125,13 +136,22 @@ impl GpuModel {
             }
         }
         if let [e] = entries {
-            let output = if e.logits { StepOutput::Logits } else { StepOutput::None };
-            return Ok(vec![self.step(e.cache, e.tokens, e.pos, phase, output)?.into_logits()]);
+            let output = match e.logits {
+                Rows::None => StepOutput::None,
+                Rows::Last => StepOutput::Logits,
+                Rows::All => StepOutput::AllLogits,
+            };
+            return Ok(vec![match self.step(e.cache, e.tokens, e.pos, phase, output)? {
+                StepResult::Logits(l) => vec![l],
+                StepResult::AllLogits(rows) => rows,
+                _ => Vec::new(),
+            }]);
         }
         let gpu = &*self.gpu;
         let tokens: Vec<u32> = entries.iter().flat_map(|e| e.tokens.iter().copied()).collect();
         gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(&tokens));
-        let output = if entries.iter().any(|e| e.logits) { StepOutput::Logits } else { StepOutput::None };
+        let wanted = entries.iter().any(|e| e.logits != Rows::None);
+        let output = if wanted { StepOutput::Logits } else { StepOutput::None };
         let mut routing = Routing::PerLayer { all_hit: true, known: Vec::new() };
         let rec = Pass::new(&gpu.device);
         let rec =
@@ -207,30 +227,34 @@ impl GpuModel {
         }
     }
 
-    /// Reads each entry's logits that it asked for: the row of its last token.
-    fn collect_batch(&self, entries: &[BatchEntry<'_>]) -> Result<Vec<Option<Vec<f32>>>> {
+    /// Reads the logits each entry asked for.
+    fn collect_batch(&self, entries: &[BatchEntry<'_>]) -> Result<Vec<Vec<Vec<f32>>>> {
         let gpu = &*self.gpu;
         let v = self.spec.vocab;
-        if !entries.iter().any(|e| e.logits) {
+        if entries.iter().all(|e| e.logits == Rows::None) {
             gpu.wait()?;
         }
         let mut row0 = 0;
         let mut out = Vec::with_capacity(entries.len());
         for e in entries {
-            row0 += e.tokens.len();
-            out.push(match e.logits {
-                false => None,
-                true => {
-                    let mut logits = vec![0f32; v];
-                    let offset = ((row0 - 1) * v * 4) as u64;
-                    self.readback.read(gpu, &self.acts.logits, offset, bytemuck::cast_slice_mut(&mut logits))?;
-                    if !logits.iter().all(|l| l.is_finite()) {
-                        let position = e.pos + e.tokens.len() - 1;
-                        return Err(Error::NonFiniteOutput { what: "logits", position });
-                    }
-                    Some(logits)
+            let n = e.tokens.len();
+            let rows = match e.logits {
+                Rows::None => 0..0,
+                Rows::Last => n - 1..n,
+                Rows::All => 0..n,
+            };
+            let mut got = Vec::with_capacity(rows.len());
+            for i in rows {
+                let mut logits = vec![0f32; v];
+                let offset = ((row0 + i) * v * 4) as u64;
+                self.readback.read(gpu, &self.acts.logits, offset, bytemuck::cast_slice_mut(&mut logits))?;
+                if !logits.iter().all(|l| l.is_finite()) {
+                    return Err(Error::NonFiniteOutput { what: "logits", position: e.pos + i });
                 }
-            });
+                got.push(logits);
+            }
+            row0 += n;
+            out.push(got);
         }
         Ok(out)
     }

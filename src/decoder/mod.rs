@@ -18,7 +18,7 @@ mod step;
 
 use build::{f32_buf, router_shape, Builder};
 
-pub use batch::BatchEntry;
+pub use batch::{BatchEntry, Rows};
 pub use cache::{GroupedCache, LayerCache, LinearCache, MlaCache, SequenceCache};
 pub use chained::ChainedStep;
 pub use optimistic::OptimisticSteps;

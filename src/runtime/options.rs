@@ -137,6 +137,10 @@ pub struct GenerateOptions {
     /// Report each generated token's log-probability and those of this many most likely
     /// tokens (0..=20; `None`: no log-probabilities).
     pub logprobs: Option<usize>,
+    /// Also report the log-probabilities of the prompt's tokens after the first (with
+    /// `logprobs` alternatives each), the whole prompt computed again; only through the
+    /// [`crate::runtime::Scheduler`].
+    pub prompt_logprobs: bool,
 }
 
 impl Default for GenerateOptions {
@@ -147,6 +151,7 @@ impl Default for GenerateOptions {
             ignore_eos: false,
             drafts: None,
             logprobs: None,
+            prompt_logprobs: false,
         }
     }
 }

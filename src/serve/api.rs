@@ -1,6 +1,6 @@
 //! The OpenAI request bodies moestream accepts, and their checks. Fields it does not know (and
 //! `model`: the server runs one) are ignored, as OpenAI-compatible servers do; fields it knows but cannot honour (
-//! `logit_bias`, structured output, `echo`, `suffix`, `best_of`) are
+//! `logit_bias`, structured output, `echo` with `stream`, `suffix`, `best_of`) are
 //! refused by name rather than silently ignored.
 
 use serde::Deserialize;
@@ -165,7 +165,12 @@ impl Sampling {
     }
 
     /// Checks the fields; returns the token limit asked for (if any), sampling and stop strings.
-    pub fn check(&self, seed_if_unset: u64) -> Result<(Option<usize>, SamplingParams, Vec<String>), ApiError> {
+    /// A limit of 0 tokens is taken only where the prompt is `echo`ed (scored, not continued).
+    pub fn check(
+        &self,
+        seed_if_unset: u64,
+        echo: bool,
+    ) -> Result<(Option<usize>, SamplingParams, Vec<String>), ApiError> {
         if self.n == Some(0) {
             return Err(out_of_range("n", "at least 1"));
         }
@@ -181,7 +186,7 @@ impl Sampling {
             return Err(out_of_range("top_p", "in (0, 1]"));
         }
         let max_tokens = self.max_completion_tokens.or(self.max_tokens);
-        if max_tokens == Some(0) {
+        if max_tokens == Some(0) && !echo {
             return Err(out_of_range(
                 if self.max_completion_tokens.is_some() { "max_completion_tokens" } else { "max_tokens" },
                 "at least 1",
@@ -243,9 +248,9 @@ impl ChatRequest {
 
 impl CompletionRequest {
     /// The checks particular to completions.
-    pub fn check(&self) -> Result<(), ApiError> {
-        if self.echo {
-            return Err(unsupported("echo", ""));
+    pub fn check(&self, stream: bool) -> Result<(), ApiError> {
+        if self.echo && stream {
+            return Err(unsupported("echo", "with `stream`"));
         }
         if self.suffix.is_some() {
             return Err(unsupported("suffix", ""));

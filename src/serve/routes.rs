@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::api::{self, PromptInput};
 use super::error::ApiError;
-use super::worker::{Event, Job, ModelInfo, NamedLogprob, Prompt, Worker};
+use super::worker::{self, Event, Job, ModelInfo, NamedLogprob, Prompt, Worker};
 use crate::chat::{Completion, CompletionRequest, FinishReason};
 use crate::runtime::GenerateOptions;
 
@@ -135,7 +135,7 @@ async fn chat_completions(State(s): State<Shared>, request: Request) -> Result<R
     let req: api::ChatRequest = api::parse(&body)?;
     let options: api::Sampling = api::parse(&body)?;
     req.check()?;
-    let (max_tokens, sampling, stop) = options.check(fresh_seed())?;
+    let (max_tokens, sampling, stop) = options.check(fresh_seed(), false)?;
     let prompt = Prompt::Chat {
         messages: req.messages,
         tools: req.tools,
@@ -143,7 +143,7 @@ async fn chat_completions(State(s): State<Shared>, request: Request) -> Result<R
     };
     let mut request = completion_request(max_tokens.unwrap_or(usize::MAX), sampling, stop, options.ignore_eos);
     request.options.logprobs = options.logprobs(true)?;
-    respond(s, Kind::Chat, prompt, request, &options).await
+    respond(s, Kind::Chat, prompt, request, &options, false).await
 }
 
 async fn completions(State(s): State<Shared>, request: Request) -> Result<Response, ApiError> {
@@ -151,8 +151,8 @@ async fn completions(State(s): State<Shared>, request: Request) -> Result<Respon
     let body = body_bytes(&s, request).await?;
     let req: api::CompletionRequest = api::parse(&body)?;
     let options: api::Sampling = api::parse(&body)?;
-    req.check()?;
-    let (max_tokens, sampling, stop) = options.check(fresh_seed())?;
+    req.check(options.stream)?;
+    let (max_tokens, sampling, stop) = options.check(fresh_seed(), req.echo)?;
     let prompt = match req.prompt {
         PromptInput::Text(t) => Prompt::Text(t),
         PromptInput::Tokens(t) => Prompt::Tokens(t),
@@ -161,7 +161,9 @@ async fn completions(State(s): State<Shared>, request: Request) -> Result<Respon
     let mut request =
         completion_request(max_tokens.unwrap_or(DEFAULT_COMPLETION_TOKENS), sampling, stop, options.ignore_eos);
     request.options.logprobs = options.logprobs(false)?;
-    respond(s, Kind::Text, prompt, request, &options).await
+    // Echo with log-probabilities scores the prompt too (lm-evaluation-harness's loglikelihood).
+    request.options.prompt_logprobs = req.echo && request.options.logprobs.is_some();
+    respond(s, Kind::Text, prompt, request, &options, req.echo).await
 }
 
 fn completion_request(
@@ -202,7 +204,7 @@ enum Kind {
 }
 
 /// A choice's end: its completion and its tokens' log-probabilities.
-type Answer = Box<(Completion, Vec<NamedLogprob>)>;
+type Answer = Box<worker::Answer>;
 
 /// Fixed parts of every object of one reply.
 struct Reply {
@@ -263,6 +265,24 @@ impl Reply {
         self.envelope(true, json!([choice]))
     }
 
+    /// The completions API's `logprobs` of an echoed prompt (`prompt`: each token's text and,
+    /// but the first's, log-probabilities) followed by the generated tokens'.
+    fn echo_logprobs(&self, prompt: &[worker::PromptToken], generated: &[NamedLogprob]) -> Value {
+        let mut v = self.logprobs_object(generated);
+        let top = |lp: &NamedLogprob| Value::Object(lp.top.iter().map(|(t, l)| (t.clone(), json!(l))).collect());
+        let mut tokens: Vec<Value> = prompt.iter().map(|(t, _)| json!(t)).collect();
+        let mut lps: Vec<Value> =
+            prompt.iter().map(|(_, lp)| lp.as_ref().map_or(Value::Null, |lp| json!(lp.logprob))).collect();
+        let mut tops: Vec<Value> = prompt.iter().map(|(_, lp)| lp.as_ref().map_or(Value::Null, top)).collect();
+        tokens.extend(v["tokens"].as_array().cloned().unwrap_or_default());
+        lps.extend(v["token_logprobs"].as_array().cloned().unwrap_or_default());
+        tops.extend(v["top_logprobs"].as_array().cloned().unwrap_or_default());
+        let offsets: Vec<usize> =
+            tokens.iter().scan(0, |at, t| Some(std::mem::replace(at, *at + t.as_str().map_or(0, str::len)))).collect();
+        v = json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets});
+        v
+    }
+
     /// A choice's `logprobs` in this API's shape (null when not asked for).
     fn logprobs_object(&self, logprobs: &[NamedLogprob]) -> Value {
         if !self.logprobs {
@@ -302,17 +322,24 @@ impl Reply {
             .iter()
             .enumerate()
             .map(|(index, a)| {
-                let (c, logprobs) = &**a;
+                let c = &a.completion;
                 let finish = finish_reason(c.finish_reason);
-                let logprobs = self.logprobs_object(logprobs);
+                let logprobs = match &a.echo {
+                    Some((_, prompt)) if self.logprobs => self.echo_logprobs(prompt, &a.logprobs),
+                    _ => self.logprobs_object(&a.logprobs),
+                };
+                let text = match &a.echo {
+                    Some((prompt, _)) => format!("{prompt}{}", c.text),
+                    None => c.text.clone(),
+                };
                 match self.kind {
-                    Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": c.text}, "logprobs": logprobs, "finish_reason": finish}),
-                    Kind::Text => json!({"index": index, "text": c.text, "logprobs": logprobs, "finish_reason": finish}),
+                    Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs, "finish_reason": finish}),
+                    Kind::Text => json!({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}),
                 }
             })
             .collect();
         let mut v = self.envelope(false, Value::Array(choices));
-        v["usage"] = usage(answers.iter().map(|a| &a.0));
+        v["usage"] = usage(answers.iter().map(|a| &a.completion));
         v
     }
 }
@@ -342,6 +369,7 @@ async fn respond(
     prompt: Prompt,
     request: CompletionRequest,
     options: &api::Sampling,
+    echo: bool,
 ) -> Result<Response, ApiError> {
     let (stream, include_usage) = (options.stream, options.include_usage());
     let n = options.n.unwrap_or(1) as usize;
@@ -349,7 +377,7 @@ async fn respond(
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(cancel.clone());
-    s.worker.submit(Job { prompt, request, n, events: events_tx, cancel });
+    s.worker.submit(Job { prompt, request, n, echo, events: events_tx, cancel });
     match events.recv().await {
         Some(Event::Started) => {}
         Some(Event::Done(_, Err(e))) => return Err(e.into()),
@@ -399,11 +427,11 @@ async fn respond(
                 Event::Text(i, t, logprobs) => send(reply.chunk(i, Some(&t), None, &logprobs)).await,
                 Event::Done(i, Ok(a)) => {
                     ended += 1;
-                    let mut end = send(reply.chunk(i, None, Some(a.0.finish_reason), &[])).await;
+                    let mut end = send(reply.chunk(i, None, Some(a.completion.finish_reason), &[])).await;
                     done.push(a);
                     if end.is_ok() && include_usage && ended == n {
                         let mut u = reply.envelope(true, json!([]));
-                        u["usage"] = usage(done.iter().map(|a| &a.0));
+                        u["usage"] = usage(done.iter().map(|a| &a.completion));
                         end = send(u).await;
                     }
                     end

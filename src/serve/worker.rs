@@ -46,6 +46,9 @@ pub struct Job {
     /// Choices of the reply (the prompt prefilled once, each choice sampled with the seed plus
     /// its index).
     pub n: usize,
+    /// Give the prompt back before the reply (with its tokens' log-probabilities when the
+    /// request asks for log-probabilities).
+    pub echo: bool,
     /// Where the reply goes.
     pub events: async_mpsc::UnboundedSender<Event>,
     /// Set when the client has gone.
@@ -62,8 +65,22 @@ pub enum Event {
     Text(usize, String, Vec<NamedLogprob>),
     /// A choice's end (the completion boxed: it is large and sent once), with every generated
     /// token's log-probabilities when asked for.
-    Done(usize, Result<Box<(Completion, Vec<NamedLogprob>)>>),
+    Done(usize, Result<Box<Answer>>),
 }
+
+/// A choice's end.
+pub struct Answer {
+    /// The reply.
+    pub completion: Completion,
+    /// Its generated tokens' log-probabilities (when asked for).
+    pub logprobs: Vec<NamedLogprob>,
+    /// The prompt, when the job asked for it back (`echo`): its text and, when log-probabilities
+    /// were asked for, each of its tokens (the first without a log-probability).
+    pub echo: Option<(String, Vec<PromptToken>)>,
+}
+
+/// An echoed prompt token: its text and (but the first's) log-probabilities.
+pub type PromptToken = (String, Option<NamedLogprob>);
 
 /// A generated token's log-probability and the most likely alternatives', each token as text.
 #[derive(Clone, Debug)]
@@ -208,9 +225,14 @@ struct EngineLoop<'a> {
     replies: HashMap<RequestId, Running>,
 }
 
-/// `lp` with its tokens as text (empty without a tokenizer).
+/// Token `id` as text (empty without a tokenizer).
+fn token_text(engine: &Engine, id: u32) -> String {
+    engine.tokenizer().and_then(|t| t.decode(&[id]).ok()).unwrap_or_default()
+}
+
+/// `lp` with its tokens as text.
 fn named(engine: &Engine, lp: &TokenLogprob) -> NamedLogprob {
-    let text = |id: u32| engine.tokenizer().and_then(|t| t.decode(&[id]).ok()).unwrap_or_default();
+    let text = |id| token_text(engine, id);
     NamedLogprob { token: text(lp.id), logprob: lp.logprob, top: lp.top.iter().map(|&(id, l)| (text(id), l)).collect() }
 }
 
@@ -222,6 +244,8 @@ struct Running {
     cancel: Arc<AtomicBool>,
     index: usize,
     reply: Rc<RefCell<Option<Reply>>>,
+    /// The prompt's text, to give back (`echo`).
+    echo: Option<String>,
 }
 
 impl<'a> EngineLoop<'a> {
@@ -293,6 +317,10 @@ impl<'a> EngineLoop<'a> {
                 return;
             }
         };
+        let echo_text = job.echo.then(|| match &job.prompt {
+            Prompt::Text(text) => text.clone(),
+            _ => self.engine.tokenizer().and_then(|t| t.decode(&prompt).ok()).unwrap_or_default(),
+        });
         let room = self.engine.context() - prompt.len();
         job.request.options.max_tokens = job.request.options.max_tokens.min(room);
         if matches!(job.prompt, Prompt::Chat { .. }) && !job.request.options.ignore_eos {
@@ -322,7 +350,8 @@ impl<'a> EngineLoop<'a> {
                     let mut request = job.request.clone();
                     request.options.sampling.seed = request.options.sampling.seed.wrapping_add(index as u64);
                     let (events, cancel) = (job.events.clone(), job.cancel.clone());
-                    self.replies.insert(id, Running { request, events, cancel, index, reply });
+                    let echo = echo_text.clone();
+                    self.replies.insert(id, Running { request, events, cancel, index, reply, echo });
                 }
             }
             Err(e) => {
@@ -334,7 +363,7 @@ impl<'a> EngineLoop<'a> {
 
     /// Answers the request that `f` ended.
     fn finish(&mut self, f: Finished) {
-        let Some(Running { request, events, cancel, index, reply }) = self.replies.remove(&f.id) else { return };
+        let Some(Running { request, events, cancel, index, reply, echo }) = self.replies.remove(&f.id) else { return };
         let reply = reply.borrow_mut().take().expect("a reply ends once");
         let result = f.result.map(|generation| {
             reply.finish(generation, &request, self.engine.context(), |text| {
@@ -367,9 +396,16 @@ impl<'a> EngineLoop<'a> {
             Err(e) => log::info!("request {number}: failed: {e}"),
         }
         let engine = self.engine;
-        let answer = result.map(|c| {
-            let logprobs = c.generation.logprobs.iter().map(|lp| named(engine, lp)).collect();
-            Box::new((c, logprobs))
+        let answer = result.map(|completion| {
+            let logprobs = completion.generation.logprobs.iter().map(|lp| named(engine, lp)).collect();
+            let echo = echo.map(|text| {
+                let g = &completion.generation;
+                let prompt_lps =
+                    std::iter::once(None).chain(g.prompt_logprobs.iter().map(|lp| Some(named(engine, lp))));
+                let tokens = g.prompt_tokens.iter().zip(prompt_lps).map(|(&id, lp)| (token_text(engine, id), lp));
+                (text, if g.prompt_logprobs.is_empty() { Vec::new() } else { tokens.collect() })
+            });
+            Box::new(Answer { completion, logprobs, echo })
         });
         let _ = events.send(Event::Done(index, answer));
     }

@@ -61,6 +61,9 @@ pub struct Generation {
     /// Each generated token's log-probability and the most likely alternatives', when
     /// [`GenerateOptions::logprobs`] asked for them.
     pub logprobs: Vec<crate::runtime::logprobs::TokenLogprob>,
+    /// The prompt's tokens after the first with their log-probabilities, when
+    /// [`GenerateOptions::prompt_logprobs`] asked for them.
+    pub prompt_logprobs: Vec<crate::runtime::logprobs::TokenLogprob>,
     /// Speed and memory.
     pub stats: Stats,
 }
@@ -174,6 +177,9 @@ impl Engine {
             d.validate()?;
         }
         check_logprobs(options)?;
+        if options.prompt_logprobs {
+            return Err(Error::UnsupportedConfig("prompt log-probabilities outside the scheduler".into()));
+        }
         if session.is_empty() && new_tokens.is_empty() {
             return Err(Error::EmptyPrompt);
         }
@@ -274,6 +280,7 @@ impl Engine {
             tokens,
             text,
             logprobs,
+            prompt_logprobs: Vec::new(),
             stats: Stats {
                 prefill_tokens_per_s: prefilled as f64 / prefill_s.max(1e-9),
                 decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },

@@ -11,11 +11,11 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::decoder::{BatchEntry, RoutingMode};
+use crate::decoder::{BatchEntry, RoutingMode, Rows};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertStats;
-use crate::runtime::logprobs::TokenLogprob;
+use crate::runtime::logprobs::{token_logprob, TokenLogprob};
 use crate::runtime::session::Session;
 use crate::runtime::stats::Stats;
 use crate::runtime::tokenizer::TextStream;
@@ -73,6 +73,8 @@ struct Running<'a> {
     /// The slot and request this one forks from when its prompt's logits arrive (until then
     /// its slot only waits).
     fork_of: Option<(usize, RequestId)>,
+    /// The prompt's tokens' log-probabilities so far (with `prompt_logprobs`).
+    prompt_logprobs: Vec<TokenLogprob>,
 }
 
 /// A slot's sequence: the scheduler's own, or one its caller lent it
@@ -125,7 +127,7 @@ struct Part {
     slot: usize,
     start: usize,
     end: usize,
-    logits: bool,
+    logits: Rows,
 }
 
 impl<'a> Scheduler<'a> {
@@ -212,6 +214,9 @@ impl<'a> Scheduler<'a> {
         if options.drafts.is_some() {
             return Err(Error::UnsupportedConfig("prompt-lookup drafts in scheduled (parallel) requests".into()));
         }
+        if options.prompt_logprobs && n > 1 {
+            return Err(Error::UnsupportedConfig("prompt log-probabilities with several choices".into()));
+        }
         if n == 0 || n > self.slots.len() {
             return Err(Error::InvalidArgument(format!(
                 "{n} choices of one prompt: 1 to {} (the parallel sequences) allowed",
@@ -240,6 +245,7 @@ impl<'a> Scheduler<'a> {
                 tokens: Vec::new(),
                 text: String::new(),
                 logprobs: Vec::new(),
+                prompt_logprobs: Vec::new(),
                 stats: Stats::default(),
             })
         };
@@ -340,9 +346,14 @@ impl<'a> Scheduler<'a> {
                 return Ok(finished);
             }
         };
-        for (p, logits) in parts.iter().zip(outputs) {
+        for (p, mut rows) in parts.iter().zip(outputs) {
             self.slots[p.slot].session.cached = p.end;
-            let Some(mut logits) = logits else { continue };
+            if p.logits == Rows::All {
+                self.take_prompt_logprobs(p, &rows);
+            }
+            let slot = &self.slots[p.slot];
+            let wants_token = slot.running.as_ref().is_some_and(|r| r.options.max_tokens > 0 || r.next.is_some());
+            let Some(mut logits) = rows.pop().filter(|_| p.end == slot.session.len() && wants_token) else { continue };
             let ends = self.fork(p.slot, &logits);
             for (i, done) in ends {
                 finished.push(self.finish_running(i, done));
@@ -360,6 +371,19 @@ impl<'a> Scheduler<'a> {
             }
         }
         Ok(finished)
+    }
+
+    /// Records the log-probabilities of the prompt tokens that `rows` (the logits after each
+    /// token of part `p`) predict.
+    fn take_prompt_logprobs(&mut self, p: &Part, rows: &[Vec<f32>]) {
+        let slot = &mut self.slots[p.slot];
+        let r = slot.running.as_mut().expect("a step's part belongs to a running request");
+        let top = r.options.logprobs.unwrap_or(0);
+        for (i, row) in rows.iter().enumerate() {
+            if let Some(&next) = slot.session.tokens.get(p.start + i + 1).filter(|_| p.start + i + 1 < r.prompt_len) {
+                r.prompt_logprobs.push(token_logprob(row, next, top));
+            }
+        }
     }
 
     /// Starts the choices waiting for the request in slot `parent`, whose prompt's `logits`
@@ -423,8 +447,13 @@ impl<'a> Scheduler<'a> {
             let mut w = self.waiting.pop_front().expect("looked at above");
             let siblings = std::mem::take(&mut w.siblings);
             let slot = &mut self.slots[i];
-            // An identical prompt still needs its last token run for the first prediction.
-            let keep = if shared == w.prompt.len() { shared - 1 } else { shared };
+            // An identical prompt still needs its last token run for the first prediction; a
+            // prompt whose log-probabilities are wanted runs whole.
+            let keep = match (w.options.prompt_logprobs, shared == w.prompt.len()) {
+                (true, _) => 0,
+                (false, true) => shared - 1,
+                (false, false) => shared,
+            };
             slot.session.truncate(keep);
             slot.session.tokens.extend_from_slice(&w.prompt[keep..]);
             let len = slot.session.len();
@@ -455,6 +484,7 @@ impl<'a> Scheduler<'a> {
                 experts_before,
                 cancelled: false,
                 fork_of: None,
+                prompt_logprobs: Vec::new(),
             });
             for (id, options, on_token) in siblings {
                 let j = (0..self.slots.len()).find(|&j| self.slots[j].running.is_none()).expect("counted above");
@@ -475,6 +505,7 @@ impl<'a> Scheduler<'a> {
                     experts_before,
                     cancelled: false,
                     fork_of: Some((i, w.id)),
+                    prompt_logprobs: Vec::new(),
                 });
             }
         }
@@ -504,6 +535,7 @@ impl<'a> Scheduler<'a> {
             tokens: r.generated,
             text: r.text,
             logprobs,
+            prompt_logprobs: r.prompt_logprobs,
             stats: Stats {
                 prefill_tokens_per_s: r.prefilled as f64 / prefill_s.max(1e-9),
                 decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
@@ -531,7 +563,7 @@ impl<'a> Scheduler<'a> {
         let running = || self.slots.iter().enumerate().filter_map(|(i, s)| s.running.as_ref().map(|r| (i, s, r)));
         for (i, s, _) in running().filter(|(_, _, r)| r.next.is_some()) {
             let end = s.session.len();
-            parts.push(Part { slot: i, start: end - 1, end, logits: true });
+            parts.push(Part { slot: i, start: end - 1, end, logits: Rows::Last });
             budget -= 1;
         }
         let mut prefilling: Vec<_> = running()
@@ -545,7 +577,12 @@ impl<'a> Scheduler<'a> {
             let (start, len) = (s.session.cached, s.session.len());
             let end = len.min(start + budget);
             budget -= end - start;
-            parts.push(Part { slot: i, start, end, logits: end == len && r.options.max_tokens > 0 });
+            let logits = match (r.options.prompt_logprobs, end == len && r.options.max_tokens > 0) {
+                (true, _) => Rows::All,
+                (false, true) => Rows::Last,
+                (false, false) => Rows::None,
+            };
+            parts.push(Part { slot: i, start, end, logits });
         }
         parts
     }
