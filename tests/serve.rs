@@ -134,6 +134,25 @@ fn raw_exchange(addr: &str, request: &str) -> (u16, String) {
 }
 
 /// The JSON objects of an SSE body, and whether it ended with `data: [DONE]`.
+/// Posts streamed completion `body` to the server at `addr` by hand and hangs up once the
+/// first event arrives.
+fn leave_mid_stream(addr: &str, body: &str) {
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    write!(
+        tcp,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("data: ") {
+        let n = tcp.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream started");
+        seen.extend_from_slice(&buf[..n]);
+    }
+}
+
 fn sse_events(body: &str) -> (Vec<Value>, bool) {
     let data: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
     let done = data.last() == Some(&"[DONE]");
@@ -241,22 +260,7 @@ fn openai_compatible_server() {
     let long =
         json!({"prompt": "The jury said", "max_tokens": 250, "temperature": 0, "ignore_eos": true, "stream": true})
             .to_string();
-    let addr = server.url.strip_prefix("http://").unwrap();
-    let mut tcp = TcpStream::connect(addr).unwrap();
-    write!(
-        tcp,
-        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{long}",
-        long.len()
-    )
-    .unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 256];
-    while !String::from_utf8_lossy(&seen).contains("data: ") {
-        let n = tcp.read(&mut buf).unwrap();
-        assert!(n > 0, "the stream started");
-        seen.extend_from_slice(&buf[..n]);
-    }
-    drop(tcp);
+    leave_mid_stream(server.url.strip_prefix("http://").unwrap(), &long);
     let deadline = Instant::now() + Duration::from_secs(60);
     while server.metric("moestream_requests_cancelled_total") == cancelled_before {
         assert!(Instant::now() < deadline, "the disconnected request was never cancelled");
@@ -463,20 +467,7 @@ fn eight_concurrent_clients_get_their_solo_replies() {
     let leaver = std::thread::spawn(move || {
         let long = json!({"prompt": "Once", "max_tokens": 200, "temperature": 0, "ignore_eos": true, "stream": true})
             .to_string();
-        let mut tcp = TcpStream::connect(&addr).unwrap();
-        write!(
-            tcp,
-            "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{long}",
-            long.len()
-        )
-        .unwrap();
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 256];
-        while !String::from_utf8_lossy(&seen).contains("data: ") {
-            let n = tcp.read(&mut buf).unwrap();
-            assert!(n > 0, "the stream started");
-            seen.extend_from_slice(&buf[..n]);
-        }
+        leave_mid_stream(&addr, &long);
     });
     let before = (server.metric("moestream_steps_total"), server.metric("moestream_step_sequences_total"));
     let got: Vec<String> = std::thread::scope(|s| {

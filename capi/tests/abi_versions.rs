@@ -8,6 +8,9 @@ use std::ptr::null_mut;
 
 use moestream_c::*;
 
+mod common;
+use common::{last_error, load_bundled};
+
 /// `MoestreamGenerateOptions` as the first header declared it.
 #[repr(C)]
 struct GenerateOptionsV1 {
@@ -17,11 +20,6 @@ struct GenerateOptionsV1 {
     top_p: f32,
     top_k: u32,
     seed: u64,
-}
-
-fn last_error() -> String {
-    // SAFETY: moestream_last_error returns NULL or a NUL-terminated string valid until the next call.
-    unsafe { moestream_last_error().as_ref().map_or("?".into(), |p| CStr::from_ptr(p).to_string_lossy().into()) }
 }
 
 /// Generates with `options` (a pointer to some version of the struct); the text, or the error.
@@ -43,13 +41,7 @@ unsafe fn generate(
 #[test]
 fn older_structs_work_and_unknown_sizes_are_refused() {
     unsafe {
-        let dir = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/moestream-tiny-moe")).unwrap();
-        let mut load = std::mem::MaybeUninit::<MoestreamLoadOptions>::uninit();
-        moestream_load_options_default(load.as_mut_ptr());
-        let mut load = load.assume_init();
-        load.model_dir = dir.as_ptr();
-        let engine = moestream_engine_load(&load);
-        assert!(!engine.is_null(), "load: {}", last_error());
+        let engine = load_bundled();
 
         let mut current = std::mem::MaybeUninit::<MoestreamGenerateOptions>::uninit();
         moestream_generate_options_default(current.as_mut_ptr());

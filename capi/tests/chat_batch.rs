@@ -8,10 +8,8 @@ use std::ptr::{null, null_mut};
 
 use moestream_c::*;
 
-fn last_error() -> String {
-    // SAFETY: moestream_last_error returns NULL or a NUL-terminated string valid until the next call.
-    unsafe { moestream_last_error().as_ref().map_or("?".into(), |p| CStr::from_ptr(p).to_string_lossy().into()) }
-}
+mod common;
+use common::{last_error, load_bundled};
 
 unsafe fn take(text: *mut c_char) -> String {
     assert!(!text.is_null(), "{}", last_error());
@@ -38,13 +36,7 @@ unsafe fn options(max_tokens: u32) -> MoestreamGenerateOptions {
 #[test]
 fn conversations_answered_together_equal_their_solo_replies() {
     unsafe {
-        let dir = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/moestream-tiny-moe")).unwrap();
-        let mut load = std::mem::MaybeUninit::<MoestreamLoadOptions>::uninit();
-        moestream_load_options_default(load.as_mut_ptr());
-        let mut load = load.assume_init();
-        load.model_dir = dir.as_ptr();
-        let engine = moestream_engine_load(&load);
-        assert!(!engine.is_null(), "load: {}", last_error());
+        let engine = load_bundled();
         let o = options(12);
         let conversations: Vec<CString> = ["Who won the race?", "Tell me about the city.", "What did the jury say?"]
             .iter()

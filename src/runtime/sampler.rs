@@ -73,17 +73,25 @@ impl Sampler {
         Sampler { params, rng: SplitMix64::new(params.seed), window: Vec::new() }
     }
 
-    /// Picks a token from `logits`, `history` the sequence so far (what penalties look at).
-    /// The penalties are applied to `logits` in place.
-    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+    /// Applies the penalties to `logits` (`history` the sequence so far); then greedy, the
+    /// argmax (`Ok`), else the candidates sampling draws from (`Err`).
+    fn penalised(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32, Vec<Candidate>> {
         if self.params.penalties.active() {
             self.params.penalties.apply(logits, history, &mut self.window);
         }
-        let logits = &*logits;
-        if self.params.is_greedy() {
-            return argmax(logits);
+        match self.params.is_greedy() {
+            true => Ok(argmax(logits)),
+            false => Err(self.params.candidates(logits)),
         }
-        let candidates = self.params.candidates(logits);
+    }
+
+    /// Picks a token from `logits`, `history` the sequence so far (what penalties look at).
+    /// The penalties are applied to `logits` in place.
+    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        let candidates = match self.penalised(logits, history) {
+            Ok(greedy) => return greedy,
+            Err(candidates) => candidates,
+        };
         let total: f64 = candidates.iter().map(|c| c.weight).sum();
         let mut r = self.rng.next_f64() * total;
         for c in &candidates {
@@ -102,14 +110,10 @@ impl Sampler {
     /// renormalised — together exactly a draw from it. The draft was accepted when the result
     /// is `draft`.
     pub fn sample_with_draft(&mut self, logits: &mut [f32], history: &[u32], draft: u32) -> u32 {
-        if self.params.penalties.active() {
-            self.params.penalties.apply(logits, history, &mut self.window);
-        }
-        let logits = &*logits;
-        if self.params.is_greedy() {
-            return argmax(logits);
-        }
-        let candidates = self.params.candidates(logits);
+        let candidates = match self.penalised(logits, history) {
+            Ok(greedy) => return greedy,
+            Err(candidates) => candidates,
+        };
         let total: f64 = candidates.iter().map(|c| c.weight).sum();
         let drafted = candidates.iter().find(|c| c.id == draft).map_or(0.0, |c| c.weight);
         if self.rng.next_f64() * total < drafted {

@@ -1,0 +1,27 @@
+//! Helpers shared by the C ABI's tests.
+#![allow(dead_code)]
+
+use std::ffi::{CStr, CString};
+
+use moestream_c::*;
+
+/// The calling thread's last error, or "?".
+pub fn last_error() -> String {
+    // SAFETY: moestream_last_error returns NULL or a NUL-terminated string valid until the next call.
+    unsafe { moestream_last_error().as_ref().map_or("?".into(), |p| CStr::from_ptr(p).to_string_lossy().into()) }
+}
+
+/// The bundled model loaded with the default options (a panic naming the error otherwise).
+pub fn load_bundled() -> *mut MoestreamEngine {
+    let dir = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/moestream-tiny-moe")).unwrap();
+    // SAFETY: the default function fills the struct; `dir` outlives the load.
+    unsafe {
+        let mut load = std::mem::MaybeUninit::<MoestreamLoadOptions>::uninit();
+        moestream_load_options_default(load.as_mut_ptr());
+        let mut load = load.assume_init();
+        load.model_dir = dir.as_ptr();
+        let engine = moestream_engine_load(&load);
+        assert!(!engine.is_null(), "load: {}", last_error());
+        engine
+    }
+}
