@@ -211,3 +211,28 @@ fn n_choices_prefill_once_and_sample_as_alone() {
         );
     }
 }
+
+#[test]
+fn batched_steps_build_no_gpu_objects_after_the_first() {
+    // Serve's path: once a scheduler's batched steps have run, later ones (other sequence
+    // counts, prompt chunks beside decodes, forked choices) create no pipeline, shader, bind
+    // group or buffer.
+    let (e, prompt) = engine("qwen3_moe", 8, ExpertBudget::Auto);
+    let mut s = Scheduler::new(&e, 4).unwrap();
+    let mut run = |s: &mut Scheduler| {
+        for (p, o) in requests(&prompt) {
+            s.submit(p, o, Box::new(|_, _, _| true)).unwrap();
+        }
+        s.run().unwrap();
+        s.submit_n(prompt.clone(), GenerateOptions { max_tokens: 4, ..Default::default() }, 3, |_| {
+            Box::new(|_, _, _| true)
+        })
+        .unwrap();
+        s.run().unwrap();
+    };
+    run(&mut s);
+    let before = e.gpu().objects_created();
+    assert!(before.pipelines > 0 && before.buffers > 0, "not counted: {before:?}");
+    run(&mut s);
+    assert_eq!(e.gpu().objects_created(), before, "GPU objects created after the first batched steps");
+}
