@@ -219,7 +219,7 @@ fn batched_steps_build_no_gpu_objects_after_the_first() {
     // group or buffer.
     let (e, prompt) = engine("qwen3_moe", 8, ExpertBudget::Auto);
     let mut s = Scheduler::new(&e, 4).unwrap();
-    let mut run = |s: &mut Scheduler| {
+    let run = |s: &mut Scheduler| {
         for (p, o) in requests(&prompt) {
             s.submit(p, o, Box::new(|_, _, _| true)).unwrap();
         }
