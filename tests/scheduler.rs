@@ -217,7 +217,13 @@ fn batched_steps_build_no_gpu_objects_after_the_first() {
     // Serve's path: once a scheduler's batched steps have run, later ones (other sequence
     // counts, prompt chunks beside decodes, forked choices) create no pipeline, shader, bind
     // group or buffer.
-    let (e, prompt) = engine("qwen3_moe", 8, ExpertBudget::Auto);
+    // A context of its own: the binary's other tests create objects on the shared one.
+    let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with("qwen3_moe")).unwrap();
+    let mut o = EngineOptions::new(&dir).with_format(WeightFormat::F32);
+    o.max_batch = 8;
+    let own = moestream::gpu::Gpu::new(&Default::default()).unwrap();
+    let e = Engine::load_on(own, &o).unwrap();
+    let prompt = golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens.clone();
     let mut s = Scheduler::new(&e, 4).unwrap();
     let run = |s: &mut Scheduler| {
         for (p, o) in requests(&prompt) {

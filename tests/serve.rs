@@ -291,6 +291,19 @@ fn openai_compatible_server() {
         ("/v1/completions", json!({"prompt": "x", "n": 9}).to_string(), 400, "invalid_value"),
         ("/v1/completions", json!({"prompt": "x", "logit_bias": {"5": 1}}).to_string(), 400, "unsupported_parameter"),
         (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}).to_string(),
+            400,
+            "unsupported_parameter",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "f"}}})
+                .to_string(),
+            400,
+            "unsupported_parameter",
+        ),
+        (
             "/v1/completions",
             json!({"prompt": "x", "echo": true, "stream": true}).to_string(),
             400,

@@ -182,6 +182,7 @@ pub(crate) unsafe fn chat_request(
         options: generate_options(options)?,
         stop_tokens: e.end_of_turn.clone(),
         stop_strings: Vec::new(),
+        tool_format: None,
     })
 }
 

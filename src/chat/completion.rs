@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::stop::StopScanner;
+use super::tool_calls::{ToolCall, ToolCallScanner, ToolFormat};
 use crate::error::Result;
 use crate::runtime::{Engine, GenerateOptions, Generation, Session};
 
@@ -17,6 +18,8 @@ pub struct CompletionRequest {
     pub stop_tokens: Vec<u32>,
     /// Strings that end the reply; the text stops before the first one found.
     pub stop_strings: Vec<String>,
+    /// Parse tool calls written in this format out of the reply (`None`: all text).
+    pub tool_format: Option<ToolFormat>,
 }
 
 /// Why a reply ended (the OpenAI API's `finish_reason`).
@@ -29,13 +32,18 @@ pub enum FinishReason {
     Length,
     /// The caller's callback asked to stop.
     Cancelled,
+    /// The reply ended with tool calls.
+    #[serde(rename = "tool_calls")]
+    ToolCalls,
 }
 
 /// A finished reply.
 #[derive(Clone, Debug, Serialize)]
 pub struct Completion {
-    /// The reply's text, without stop strings.
+    /// The reply's text, without stop strings and tool calls.
     pub text: String,
+    /// The tool calls parsed out of it.
+    pub tool_calls: Vec<ToolCall>,
     /// Why it ended.
     pub finish_reason: FinishReason,
     /// The engine's generation: the whole prompt's and the generated token ids, speed,
@@ -49,6 +57,7 @@ pub struct Completion {
 pub struct Reply {
     stop_tokens: Vec<u32>,
     scanner: StopScanner,
+    tools: Option<ToolCallScanner>,
     text: String,
     finish: Option<FinishReason>,
 }
@@ -59,6 +68,7 @@ impl Reply {
         Reply {
             stop_tokens: request.stop_tokens.clone(),
             scanner: StopScanner::new(&request.stop_strings),
+            tools: request.tool_format.map(ToolCallScanner::new),
             text: String::new(),
             finish: None,
         }
@@ -71,7 +81,8 @@ impl Reply {
             self.finish = Some(FinishReason::Stop);
             return false;
         }
-        let safe = self.scanner.push(piece);
+        let passed = self.scanner.push(piece);
+        let safe = self.released(passed);
         self.text.push_str(&safe);
         if !safe.is_empty() && !on_text(&safe) {
             self.finish = Some(FinishReason::Cancelled);
@@ -84,6 +95,14 @@ impl Reply {
         true
     }
 
+    /// `safe` (past the stop strings) less what may be a tool call.
+    fn released(&mut self, safe: String) -> String {
+        match &mut self.tools {
+            Some(t) => t.push(&safe),
+            None => safe,
+        }
+    }
+
     /// Ends the reply after `generation` of `request` (whose whole prompt is
     /// `generation.prompt_tokens`) in a context of `context` positions, passing any text held
     /// back to `on_text`.
@@ -94,10 +113,11 @@ impl Reply {
         context: usize,
         mut on_text: impl FnMut(&str) -> bool,
     ) -> Completion {
-        let finish_reason = match self.finish {
+        let mut finish_reason = match self.finish {
             Some(f) => f,
             None => {
                 let rest = self.scanner.finish();
+                let rest = self.released(rest);
                 self.text.push_str(&rest);
                 if !rest.is_empty() {
                     on_text(&rest);
@@ -112,7 +132,19 @@ impl Reply {
                 }
             }
         };
-        Completion { text: self.text, finish_reason, generation }
+        let mut tool_calls = Vec::new();
+        if let Some(t) = self.tools.take() {
+            let (rest, calls) = t.finish();
+            self.text.push_str(&rest);
+            if !rest.is_empty() {
+                on_text(&rest);
+            }
+            if !calls.is_empty() && finish_reason != FinishReason::Cancelled {
+                finish_reason = FinishReason::ToolCalls;
+            }
+            tool_calls = calls;
+        }
+        Completion { text: self.text, tool_calls, finish_reason, generation }
     }
 }
 
@@ -139,4 +171,52 @@ pub fn complete(
         .generate_in(session, &prompt[keep..], &request.options, |id, piece| reply.token(id, piece, &mut on_text))?;
     generation.prompt_tokens = prompt.to_vec();
     Ok(reply.finish(generation, request, engine.context(), on_text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_with_a_tool_call_ends_as_one() {
+        // Qwen3's format, the text split across tokens as a model writes it; a stop string
+        // elsewhere does not disturb it.
+        let request = CompletionRequest {
+            stop_strings: vec!["STOP".into()],
+            tool_format: Some(ToolFormat::Hermes),
+            ..Default::default()
+        };
+        let mut reply = Reply::new(&request);
+        let mut shown = String::new();
+        let pieces = [
+            "I will",
+            " look.",
+            "\n<tool",
+            "_call>\n{\"name\": \"lookup\",",
+            " \"arguments\": {\"q\": \"x\"}}\n</tool_call>",
+        ];
+        for (i, p) in pieces.iter().enumerate() {
+            assert!(reply.token(i as u32, p, |t| {
+                shown.push_str(t);
+                true
+            }));
+        }
+        let generation = Generation {
+            prompt_tokens: vec![1],
+            tokens: vec![0, 1, 2, 3, 4],
+            text: pieces.concat(),
+            logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
+            stats: Default::default(),
+        };
+        let c = reply.finish(generation, &request, 100, |t| {
+            shown.push_str(t);
+            true
+        });
+        assert_eq!(shown, "I will look.\n");
+        assert_eq!(c.text, "I will look.\n");
+        assert_eq!(c.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(c.tool_calls.len(), 1);
+        assert_eq!((c.tool_calls[0].name.as_str(), c.tool_calls[0].arguments.as_str()), ("lookup", "{\"q\":\"x\"}"));
+    }
 }

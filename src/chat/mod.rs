@@ -1,14 +1,17 @@
 //! Conversations with instruct models: the model's Jinja chat template (rendered the way
-//! transformers' `apply_chat_template` does), messages, end-of-turn tokens and stop strings, and
-//! [`complete`], the one function `chat`, `serve` and the C ABI generate a reply through.
+//! transformers' `apply_chat_template` does), messages, end-of-turn tokens and stop strings, tool
+//! calls parsed out of replies, and [`Reply`], what `chat`, `serve` and the C ABI run a reply
+//! through ([`complete`] on one session).
 
 mod completion;
 mod hf_jinja;
 mod message;
 mod stop;
 mod template;
+mod tool_calls;
 
 pub use completion::{complete, Completion, CompletionRequest, FinishReason, Reply};
 pub use message::{ChatMessage, Role};
 pub use stop::{end_of_turn_tokens, StopScanner};
 pub use template::{ChatTemplate, RenderOptions, TEMPLATE_FILE};
+pub use tool_calls::{ToolCall, ToolCallScanner, ToolFormat};

@@ -95,6 +95,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         },
         stop_tokens,
         stop_strings: Vec::new(),
+        tool_format: None,
     };
     let session = engine.new_session()?;
     let mut chat = Conversation { engine: &engine, session, template, system: a.system, messages: Vec::new(), request };

@@ -96,6 +96,10 @@ pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
     /// Tool schemas, given to the template.
     pub tools: Option<Vec<Value>>,
+    /// `"auto"` (the default: calls the model writes in its template's format come back as
+    /// `tool_calls`) or `"none"` (all text); forcing a call (`"required"`, a named function)
+    /// needs constrained decoding and is refused.
+    pub tool_choice: Option<Value>,
     /// Must be absent or `{"type": "text"}`.
     pub response_format: Option<Value>,
     /// Extra template variables (`enable_thinking`, ...), as vLLM and llama-server accept.
@@ -233,10 +237,27 @@ impl Sampling {
 }
 
 impl ChatRequest {
+    /// Whether tool calls in the reply are parsed: tools were given and `tool_choice` is not
+    /// `"none"`.
+    pub fn parses_tool_calls(&self) -> bool {
+        self.tools.as_ref().is_some_and(|t| !t.is_empty())
+            && self.tool_choice.as_ref().and_then(Value::as_str) != Some("none")
+    }
+
     /// The checks particular to chat.
     pub fn check(&self) -> Result<(), ApiError> {
         if self.messages.is_empty() {
             return Err(out_of_range("messages", "a non-empty list"));
+        }
+        match self.tool_choice.as_ref().and_then(Value::as_str) {
+            _ if self.tool_choice.as_ref().is_none_or(Value::is_null) => {}
+            Some("auto" | "none") => {}
+            Some("required") => {
+                return Err(unsupported("tool_choice", "\"required\" (forcing a call needs constrained decoding)"))
+            }
+            _ => {
+                return Err(unsupported("tool_choice", "naming a function (forcing a call needs constrained decoding)"))
+            }
         }
         match &self.response_format {
             None | Some(Value::Null) => Ok(()),

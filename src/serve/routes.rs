@@ -137,6 +137,7 @@ async fn chat_completions(State(s): State<Shared>, request: Request) -> Result<R
     req.check()?;
     let (max_tokens, sampling, stop) = options.check(fresh_seed(), false)?;
     let prompt = Prompt::Chat {
+        tool_calls: req.parses_tool_calls(),
         messages: req.messages,
         tools: req.tools,
         variables: req.chat_template_kwargs.unwrap_or_default(),
@@ -176,6 +177,7 @@ fn completion_request(
         options: GenerateOptions { max_tokens, sampling, ignore_eos, ..Default::default() },
         stop_tokens: Vec::new(),
         stop_strings: stop,
+        tool_format: None,
     }
 }
 
@@ -333,7 +335,16 @@ impl Reply {
                     None => c.text.clone(),
                 };
                 match self.kind {
-                    Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs, "finish_reason": finish}),
+                    Kind::Chat => {
+                        let mut message = json!({"role": "assistant", "content": text});
+                        if !c.tool_calls.is_empty() {
+                            if text.is_empty() {
+                                message["content"] = Value::Null;
+                            }
+                            message["tool_calls"] = tool_calls_json(&c.tool_calls, false);
+                        }
+                        json!({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish})
+                    }
                     Kind::Text => json!({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}),
                 }
             })
@@ -348,7 +359,23 @@ fn finish_reason(f: FinishReason) -> &'static str {
     match f {
         FinishReason::Length => "length",
         FinishReason::Stop | FinishReason::Cancelled => "stop",
+        FinishReason::ToolCalls => "tool_calls",
     }
+}
+
+/// OpenAI's `tool_calls` of a message, or of a streamed delta (each with its `index`).
+fn tool_calls_json(calls: &[crate::chat::ToolCall], streamed: bool) -> Value {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut v = json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}});
+            if streamed {
+                v["index"] = json!(i);
+            }
+            v
+        })
+        .collect()
 }
 
 /// Token counts of a reply: the prompt once, the choices' generated tokens together.
@@ -427,7 +454,15 @@ async fn respond(
                 Event::Text(i, t, logprobs) => send(reply.chunk(i, Some(&t), None, &logprobs)).await,
                 Event::Done(i, Ok(a)) => {
                     ended += 1;
-                    let mut end = send(reply.chunk(i, None, Some(a.completion.finish_reason), &[])).await;
+                    let mut end = Ok(());
+                    if !a.completion.tool_calls.is_empty() {
+                        let delta = json!({"tool_calls": tool_calls_json(&a.completion.tool_calls, true)});
+                        let calls = json!([{"index": i, "delta": delta, "logprobs": null, "finish_reason": null}]);
+                        end = send(reply.envelope(true, calls)).await;
+                    }
+                    if end.is_ok() {
+                        end = send(reply.chunk(i, None, Some(a.completion.finish_reason), &[])).await;
+                    }
                     done.push(a);
                     if end.is_ok() && include_usage && ended == n {
                         let mut u = reply.envelope(true, json!([]));

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc as async_mpsc, oneshot};
 use super::metrics::Metrics;
 use crate::chat::{
     end_of_turn_tokens, ChatMessage, ChatTemplate, Completion, CompletionRequest, FinishReason, RenderOptions, Reply,
+    ToolFormat,
 };
 use crate::error::{Error, Result};
 use crate::runtime::logprobs::TokenLogprob;
@@ -33,6 +34,8 @@ pub enum Prompt {
         tools: Option<Vec<Value>>,
         /// Extra template variables.
         variables: Map<String, Value>,
+        /// Parse tool calls out of the reply (in the template's format).
+        tool_calls: bool,
     },
 }
 
@@ -326,6 +329,9 @@ impl<'a> EngineLoop<'a> {
         if matches!(job.prompt, Prompt::Chat { .. }) && !job.request.options.ignore_eos {
             job.request.stop_tokens = self.end_of_turn.clone();
         }
+        if let Prompt::Chat { tool_calls: true, .. } = job.prompt {
+            job.request.tool_format = self.template.as_ref().and_then(|t| ToolFormat::of_template(t.source()));
+        }
         let replies: Vec<_> = (0..job.n).map(|_| Rc::new(RefCell::new(Some(Reply::new(&job.request))))).collect();
         let engine = self.engine;
         let on_token = |index: usize| -> crate::runtime::OnToken<'a> {
@@ -434,7 +440,7 @@ impl<'a> EngineLoop<'a> {
         let tokens = match prompt {
             Prompt::Tokens(t) => t.clone(),
             Prompt::Text(text) => self.engine.encode(text)?,
-            Prompt::Chat { messages, tools, variables } => {
+            Prompt::Chat { messages, tools, variables, .. } => {
                 let template = self
                     .template
                     .as_ref()

@@ -1,0 +1,220 @@
+//! Tool calls in a reply, in the format the model's chat template teaches it: text before a
+//! call streams as usual, text from a call's opening tag on is held back and parsed when the
+//! reply ends into OpenAI-style calls (a name and JSON arguments). A block that does not parse
+//! leaves the whole held text as plain content: malformed output degrades to text, never to an
+//! error.
+//!
+//! Formats: Hermes-style `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (Qwen2.5, Qwen3,
+//! Qwen3.5/3.6, Qwen3-Next templates) and GLM-4.5's `<tool_call>NAME<arg_key>K</arg_key>
+//! <arg_value>V</arg_value>…</tool_call>`. Formats whose markers are special tokens the
+//! detokenizer drops (Mistral's `[TOOL_CALLS]`, DeepSeek-V3's tool tokens, gpt-oss's harmony
+//! channels) are not parsed: their calls stay text.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+
+/// How a template's calls are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// `<tool_call>` + a JSON object with `name` and `arguments` + `</tool_call>`.
+    Hermes,
+    /// `<tool_call>` + the name, then `<arg_key>`/`<arg_value>` pairs + `</tool_call>`.
+    Glm,
+}
+
+impl ToolFormat {
+    /// The format a chat template's `source` writes tool calls in, if it is one of these.
+    pub fn of_template(source: &str) -> Option<ToolFormat> {
+        match (source.contains(OPEN), source.contains("<arg_key>")) {
+            (true, true) => Some(ToolFormat::Glm),
+            (true, false) => Some(ToolFormat::Hermes),
+            _ => None,
+        }
+    }
+}
+
+/// One parsed call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ToolCall {
+    /// Unique within the process (`call_N`).
+    pub id: String,
+    /// The function's name.
+    pub name: String,
+    /// Its arguments, a JSON object as text.
+    pub arguments: String,
+}
+
+/// Streams a reply's text, holding back what may be a tool call (see the module's doc).
+pub struct ToolCallScanner {
+    format: ToolFormat,
+    /// Text from the first call's opening tag on (or a possible start of it).
+    held: String,
+}
+
+impl ToolCallScanner {
+    /// A scanner for calls in `format`.
+    pub fn new(format: ToolFormat) -> ToolCallScanner {
+        ToolCallScanner { format, held: String::new() }
+    }
+
+    /// Adds reply text; returns the text now known not to belong to a call.
+    pub fn push(&mut self, piece: &str) -> String {
+        self.held.push_str(piece);
+        if self.held.contains(OPEN) {
+            // From the opening tag on, everything waits for the end.
+            let at = self.held.find(OPEN).expect("just found");
+            return self.held.drain(..at).collect();
+        }
+        // Keep back only a suffix that could begin the tag.
+        let keep = (1..OPEN.len().min(self.held.len() + 1))
+            .rev()
+            .find(|&n| {
+                self.held.is_char_boundary(self.held.len() - n) && OPEN.starts_with(&self.held[self.held.len() - n..])
+            })
+            .unwrap_or(0);
+        let safe = self.held.len() - keep;
+        self.held.drain(..safe).collect()
+    }
+
+    /// Ends the reply: the held text's calls and the text that remains content (all of it
+    /// when a call does not parse).
+    pub fn finish(self) -> (String, Vec<ToolCall>) {
+        match parse_calls(self.format, &self.held) {
+            Some((rest, calls)) if !calls.is_empty() => (rest, calls),
+            _ => (self.held, Vec::new()),
+        }
+    }
+}
+
+/// The calls in `text` (which starts at the first opening tag, or holds none) and the text
+/// around them; `None` when a block does not parse.
+fn parse_calls(format: ToolFormat, text: &str) -> Option<(String, Vec<ToolCall>)> {
+    let mut calls = Vec::new();
+    let mut rest = String::new();
+    let mut tail = text;
+    while let Some(start) = tail.find(OPEN) {
+        rest.push_str(&tail[..start]);
+        let body_start = start + OPEN.len();
+        // A reply cut off inside its last call still has the call's body.
+        let (body, after) = match tail[body_start..].find(CLOSE) {
+            Some(end) => (&tail[body_start..body_start + end], &tail[body_start + end + CLOSE.len()..]),
+            None => (&tail[body_start..], ""),
+        };
+        let (name, arguments) = match format {
+            ToolFormat::Hermes => parse_hermes(body)?,
+            ToolFormat::Glm => parse_glm(body)?,
+        };
+        calls.push(ToolCall { id: next_id(), name, arguments });
+        tail = after;
+    }
+    rest.push_str(tail);
+    Some((rest.trim().to_string(), calls))
+}
+
+/// `{"name": …, "arguments": {…} or "…"}`.
+fn parse_hermes(body: &str) -> Option<(String, String)> {
+    let v: Value = serde_json::from_str(body.trim()).ok()?;
+    let name = v.get("name")?.as_str()?.to_string();
+    let arguments = match v.get("arguments").or_else(|| v.get("parameters")) {
+        None => "{}".to_string(),
+        Some(Value::String(s)) => serde_json::from_str::<Map<String, Value>>(s).ok().map(|_| s.clone())?,
+        Some(a @ Value::Object(_)) => a.to_string(),
+        Some(_) => return None,
+    };
+    Some((name, arguments))
+}
+
+/// `NAME` then `<arg_key>K</arg_key><arg_value>V</arg_value>` pairs; a value that is JSON is
+/// taken as such, any other as a string.
+fn parse_glm(body: &str) -> Option<(String, String)> {
+    let (name, mut pairs) = match body.find("<arg_key>") {
+        Some(at) => (&body[..at], &body[at..]),
+        None => (body, ""),
+    };
+    let name = name.trim();
+    if name.is_empty() || name.contains('<') {
+        return None;
+    }
+    let mut args = Map::new();
+    while !pairs.trim().is_empty() {
+        let key = between(pairs.trim_start(), "<arg_key>", "</arg_key>")?;
+        pairs = &pairs.trim_start()["<arg_key>".len() + key.len() + "</arg_key>".len()..];
+        let value = between(pairs.trim_start(), "<arg_value>", "</arg_value>")?;
+        pairs = &pairs.trim_start()["<arg_value>".len() + value.len() + "</arg_value>".len()..];
+        let v = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string()));
+        args.insert(key.trim().to_string(), v);
+    }
+    Some((name.to_string(), Value::Object(args).to_string()))
+}
+
+/// The text between `open` (at the start of `s`) and the next `close`.
+fn between<'s>(s: &'s str, open: &str, close: &str) -> Option<&'s str> {
+    let inner = s.strip_prefix(open)?;
+    Some(&inner[..inner.find(close)?])
+}
+
+fn next_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("call_{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `text` in pieces of `n` characters; the released text and what `finish` gives.
+    fn scan(format: ToolFormat, text: &str, n: usize) -> (String, String, Vec<(String, String)>) {
+        let mut s = ToolCallScanner::new(format);
+        let chars: Vec<char> = text.chars().collect();
+        let released: String = chars.chunks(n).map(|c| s.push(&c.iter().collect::<String>())).collect();
+        let (rest, calls) = s.finish();
+        (released, rest, calls.into_iter().map(|c| (c.name, c.arguments)).collect())
+    }
+
+    #[test]
+    fn hermes_calls_parse_in_every_split() {
+        // As Qwen3's template teaches it.
+        let text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+        for n in 1..=text.len() {
+            let (released, rest, calls) = scan(ToolFormat::Hermes, text, n);
+            assert_eq!(released, "Let me check.\n", "split {n}");
+            assert_eq!(rest, "");
+            assert_eq!(
+                calls,
+                vec![("get_weather".into(), "{\"city\":\"Paris\",\"days\":2}".into()), ("now".into(), "{}".into())]
+            );
+        }
+    }
+
+    #[test]
+    fn glm_calls_parse_in_every_split() {
+        let text = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>";
+        for n in 1..=text.len() {
+            let (released, rest, calls) = scan(ToolFormat::Glm, text, n);
+            assert_eq!((released.as_str(), rest.as_str()), ("", ""), "split {n}");
+            assert_eq!(calls, vec![("get_weather".into(), "{\"city\":\"Paris\",\"days\":2}".into())]);
+        }
+    }
+
+    #[test]
+    fn text_without_calls_streams_and_bad_calls_stay_text() {
+        let (released, rest, calls) = scan(ToolFormat::Hermes, "a < b and <tool but no call", 3);
+        assert_eq!(format!("{released}{rest}"), "a < b and <tool but no call");
+        assert!(calls.is_empty());
+        let bad = "ok <tool_call>{\"name\": 5}</tool_call>";
+        let (released, rest, calls) = scan(ToolFormat::Hermes, bad, 4);
+        assert_eq!((released.as_str(), rest.as_str()), ("ok ", "<tool_call>{\"name\": 5}</tool_call>"));
+        assert!(calls.is_empty());
+        // Cut off before the closing tag: the call still parses.
+        let (_, _, calls) = scan(ToolFormat::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}", 5);
+        assert_eq!(calls, vec![("f".into(), "{\"x\":1}".into())]);
+        assert_eq!(ToolFormat::of_template("…<tool_call>…<arg_key>…"), Some(ToolFormat::Glm));
+        assert_eq!(ToolFormat::of_template("{{ '<tool_call>' }}"), Some(ToolFormat::Hermes));
+        assert_eq!(ToolFormat::of_template("[TOOL_CALLS]"), None);
+    }
+}
