@@ -183,6 +183,7 @@ pub(crate) unsafe fn chat_request(
         stop_tokens: e.end_of_turn.clone(),
         stop_strings: Vec::new(),
         tool_format: None,
+        reasoning: None,
     })
 }
 

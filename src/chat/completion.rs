@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::reasoning::{Part, ReasoningScanner};
 use super::stop::StopScanner;
 use super::tool_calls::{ToolCall, ToolCallScanner, ToolFormat};
 use crate::error::Result;
@@ -20,6 +21,9 @@ pub struct CompletionRequest {
     pub stop_strings: Vec<String>,
     /// Parse tool calls written in this format out of the reply (`None`: all text).
     pub tool_format: Option<ToolFormat>,
+    /// Keep `<think>` reasoning apart from the content: `Some(inside)`, `inside` when the
+    /// prompt leaves the reply inside the reasoning (`None`: all content).
+    pub reasoning: Option<bool>,
 }
 
 /// Why a reply ended (the OpenAI API's `finish_reason`).
@@ -40,8 +44,10 @@ pub enum FinishReason {
 /// A finished reply.
 #[derive(Clone, Debug, Serialize)]
 pub struct Completion {
-    /// The reply's text, without stop strings and tool calls.
+    /// The reply's text, without stop strings, tool calls and reasoning.
     pub text: String,
+    /// The reasoning kept apart from it (empty unless asked for).
+    pub reasoning: String,
     /// The tool calls parsed out of it.
     pub tool_calls: Vec<ToolCall>,
     /// Why it ended.
@@ -58,7 +64,9 @@ pub struct Reply {
     stop_tokens: Vec<u32>,
     scanner: StopScanner,
     tools: Option<ToolCallScanner>,
+    thinking: Option<ReasoningScanner>,
     text: String,
+    reasoning: String,
     finish: Option<FinishReason>,
 }
 
@@ -69,22 +77,49 @@ impl Reply {
             stop_tokens: request.stop_tokens.clone(),
             scanner: StopScanner::new(&request.stop_strings),
             tools: request.tool_format.map(ToolCallScanner::new),
+            thinking: request.reasoning.map(ReasoningScanner::new),
             text: String::new(),
+            reasoning: String::new(),
             finish: None,
         }
     }
 
-    /// Takes generated token `id` and its text `piece`, calling `on_text` with the text now
+    /// Takes generated token `id` and its text `piece`, calling `on_text` with the content now
     /// certain (it returns `false` to cancel); `false` when the reply has ended.
     pub fn token(&mut self, id: u32, piece: &str, mut on_text: impl FnMut(&str) -> bool) -> bool {
+        self.token_parts(id, piece, |part, text| part == Part::Reasoning || on_text(text))
+    }
+
+    /// [`Reply::token`] telling reasoning from content: `on_part` gets each certain piece with
+    /// its part.
+    pub fn token_parts(&mut self, id: u32, piece: &str, mut on_part: impl FnMut(Part, &str) -> bool) -> bool {
         if self.stop_tokens.contains(&id) {
             self.finish = Some(FinishReason::Stop);
             return false;
         }
-        let passed = self.scanner.push(piece);
-        let safe = self.released(passed);
-        self.text.push_str(&safe);
-        if !safe.is_empty() && !on_text(&safe) {
+        let parts = match &mut self.thinking {
+            Some(t) => t.push(piece),
+            None => vec![(Part::Content, piece.to_string())],
+        };
+        parts.into_iter().all(|(part, text)| self.take(part, &text, &mut on_part))
+    }
+
+    /// Takes `text` of `part`: reasoning as it is, content past the stop strings and tool calls;
+    /// `false` when the reply has ended.
+    fn take(&mut self, part: Part, text: &str, on_part: &mut impl FnMut(Part, &str) -> bool) -> bool {
+        let safe = match part {
+            Part::Reasoning => {
+                self.reasoning.push_str(text);
+                text.to_string()
+            }
+            Part::Content => {
+                let passed = self.scanner.push(text);
+                let safe = self.released(passed);
+                self.text.push_str(&safe);
+                safe
+            }
+        };
+        if !safe.is_empty() && !on_part(part, &safe) {
             self.finish = Some(FinishReason::Cancelled);
             return false;
         }
@@ -104,15 +139,32 @@ impl Reply {
     }
 
     /// Ends the reply after `generation` of `request` (whose whole prompt is
-    /// `generation.prompt_tokens`) in a context of `context` positions, passing any text held
-    /// back to `on_text`.
+    /// `generation.prompt_tokens`) in a context of `context` positions, passing any content
+    /// held back to `on_text`.
     pub fn finish(
-        mut self,
+        self,
         generation: Generation,
         request: &CompletionRequest,
         context: usize,
         mut on_text: impl FnMut(&str) -> bool,
     ) -> Completion {
+        self.finish_parts(generation, request, context, |part, text| part == Part::Reasoning || on_text(text))
+    }
+
+    /// [`Reply::finish`] telling reasoning from content.
+    pub fn finish_parts(
+        mut self,
+        generation: Generation,
+        request: &CompletionRequest,
+        context: usize,
+        mut on_part: impl FnMut(Part, &str) -> bool,
+    ) -> Completion {
+        if let Some((part, text)) = self.thinking.take().and_then(ReasoningScanner::finish) {
+            if self.finish.is_none() {
+                self.take(part, &text, &mut on_part);
+            }
+        }
+        let mut on_text = |text: &str| on_part(Part::Content, text);
         let mut finish_reason = match self.finish {
             Some(f) => f,
             None => {
@@ -144,7 +196,7 @@ impl Reply {
             }
             tool_calls = calls;
         }
-        Completion { text: self.text, tool_calls, finish_reason, generation }
+        Completion { text: self.text, reasoning: self.reasoning, tool_calls, finish_reason, generation }
     }
 }
 
@@ -218,5 +270,40 @@ mod tests {
         assert_eq!(c.finish_reason, FinishReason::ToolCalls);
         assert_eq!(c.tool_calls.len(), 1);
         assert_eq!((c.tool_calls[0].name.as_str(), c.tool_calls[0].arguments.as_str()), ("lookup", "{\"q\":\"x\"}"));
+    }
+
+    #[test]
+    fn reasoning_is_kept_apart_from_the_answer() {
+        // Qwen3 thinking, then answering with a stop string that reasoning text does not trip.
+        let request =
+            CompletionRequest { stop_strings: vec!["END".into()], reasoning: Some(false), ..Default::default() };
+        let mut reply = Reply::new(&request);
+        let mut parts: Vec<(Part, String)> = Vec::new();
+        for (i, p) in
+            ["<th", "ink>\nI should say E", "ND-less hi.\n</thi", "nk>\n\nHi", " there END ignored"].iter().enumerate()
+        {
+            reply.token_parts(i as u32, p, |part, t| {
+                parts.push((part, t.to_string()));
+                true
+            });
+        }
+        let generation = Generation {
+            prompt_tokens: vec![1],
+            tokens: vec![0; 5],
+            text: String::new(),
+            logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
+            stats: Default::default(),
+        };
+        let c = reply.finish_parts(generation, &request, 100, |part, t| {
+            parts.push((part, t.to_string()));
+            true
+        });
+        assert_eq!(c.reasoning, "\nI should say END-less hi.\n");
+        assert_eq!(c.text, "Hi there ");
+        assert_eq!(c.finish_reason, FinishReason::Stop);
+        let streamed =
+            |want: Part| parts.iter().filter(|(p, _)| *p == want).map(|(_, t)| t.as_str()).collect::<String>();
+        assert_eq!((streamed(Part::Reasoning), streamed(Part::Content)), (c.reasoning.clone(), c.text.clone()));
     }
 }

@@ -6,12 +6,14 @@
 mod completion;
 mod hf_jinja;
 mod message;
+mod reasoning;
 mod stop;
 mod template;
 mod tool_calls;
 
 pub use completion::{complete, Completion, CompletionRequest, FinishReason, Reply};
 pub use message::{ChatMessage, Role};
+pub use reasoning::{thinking_start, Part, ReasoningScanner};
 pub use stop::{end_of_turn_tokens, StopScanner};
 pub use template::{ChatTemplate, RenderOptions, TEMPLATE_FILE};
 pub use tool_calls::{ToolCall, ToolCallScanner, ToolFormat};

@@ -96,6 +96,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         stop_tokens,
         stop_strings: Vec::new(),
         tool_format: None,
+        reasoning: None,
     };
     let session = engine.new_session()?;
     let mut chat = Conversation { engine: &engine, session, template, system: a.system, messages: Vec::new(), request };

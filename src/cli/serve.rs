@@ -31,6 +31,17 @@ pub struct ServeArgs {
     /// where memory allows, else fewer).
     #[arg(long, short = 'P', value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     parallel: Option<u32>,
+    /// Where a thinking model's `<think>` reasoning goes: `auto` keeps it apart from the answer
+    /// (`reasoning_content`, as llama-server and vLLM), `none` leaves it in the content.
+    #[arg(long, value_enum, default_value = "auto")]
+    reasoning_format: ReasoningFormat,
+}
+
+/// `--reasoning-format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ReasoningFormat {
+    Auto,
+    None,
 }
 
 /// Runs `serve` until Ctrl-C.
@@ -44,6 +55,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_body_bytes,
         chat_template: a.chat_template,
         parallel: a.parallel.map(|n| n as usize),
+        split_reasoning: a.reasoning_format == ReasoningFormat::Auto,
     };
     moestream::serve::run(a.model.options()?, options)
 }

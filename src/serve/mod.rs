@@ -34,6 +34,8 @@ pub struct ServeOptions {
     pub chat_template: Option<std::path::PathBuf>,
     /// Requests answered at once, each with its own KV cache (`None`: 4 where memory allows).
     pub parallel: Option<usize>,
+    /// Keep a thinking model's `<think>` reasoning apart from the answer (`reasoning_content`).
+    pub split_reasoning: bool,
 }
 
 impl Default for ServeOptions {
@@ -45,6 +47,7 @@ impl Default for ServeOptions {
             max_body_bytes: 1 << 20,
             chat_template: None,
             parallel: None,
+            split_reasoning: true,
         }
     }
 }
@@ -65,7 +68,8 @@ pub fn run_until(
     listening: impl FnOnce(SocketAddr),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let (worker, model) = worker::Worker::start(engine, options.parallel, options.chat_template.clone())?;
+    let (worker, model) =
+        worker::Worker::start(engine, options.parallel, options.chat_template.clone(), options.split_reasoning)?;
     log::info!("{} requests at once, {} positions each", model.parallel, model.context);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -178,6 +178,7 @@ fn completion_request(
         stop_tokens: Vec::new(),
         stop_strings: stop,
         tool_format: None,
+        reasoning: None,
     }
 }
 
@@ -337,6 +338,9 @@ impl Reply {
                 match self.kind {
                     Kind::Chat => {
                         let mut message = json!({"role": "assistant", "content": text});
+                        if !c.reasoning.is_empty() {
+                            message["reasoning_content"] = json!(c.reasoning);
+                        }
                         if !c.tool_calls.is_empty() {
                             if text.is_empty() {
                                 message["content"] = Value::Null;
@@ -417,7 +421,7 @@ async fn respond(
         let mut done: Vec<Option<Answer>> = (0..n).map(|_| None).collect();
         loop {
             match events.recv().await {
-                Some(Event::Text(..)) | Some(Event::Started) => {}
+                Some(Event::Text(..)) | Some(Event::Reasoning(..)) | Some(Event::Started) => {}
                 Some(Event::Done(i, Ok(c))) => {
                     done[i] = Some(c);
                     if done.iter().all(Option::is_some) {
@@ -452,6 +456,11 @@ async fn respond(
             let sent = match event {
                 Event::Started => Ok(()),
                 Event::Text(i, t, logprobs) => send(reply.chunk(i, Some(&t), None, &logprobs)).await,
+                Event::Reasoning(i, t) => {
+                    let delta = json!({"reasoning_content": t});
+                    let choice = json!([{"index": i, "delta": delta, "logprobs": null, "finish_reason": null}]);
+                    send(reply.envelope(true, choice)).await
+                }
                 Event::Done(i, Ok(a)) => {
                     ended += 1;
                     let mut end = Ok(());

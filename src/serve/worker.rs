@@ -13,8 +13,8 @@ use tokio::sync::{mpsc as async_mpsc, oneshot};
 
 use super::metrics::Metrics;
 use crate::chat::{
-    end_of_turn_tokens, ChatMessage, ChatTemplate, Completion, CompletionRequest, FinishReason, RenderOptions, Reply,
-    ToolFormat,
+    end_of_turn_tokens, thinking_start, ChatMessage, ChatTemplate, Completion, CompletionRequest, FinishReason, Part,
+    RenderOptions, Reply, ToolFormat,
 };
 use crate::error::{Error, Result};
 use crate::runtime::logprobs::TokenLogprob;
@@ -66,6 +66,8 @@ pub enum Event {
     /// A piece of a choice's reply, with the log-probabilities (when asked for) of the tokens
     /// taken since the last piece.
     Text(usize, String, Vec<NamedLogprob>),
+    /// A piece of a choice's reasoning (`reasoning_content`).
+    Reasoning(usize, String),
     /// A choice's end (the completion boxed: it is large and sent once), with every generated
     /// token's log-probabilities when asked for.
     Done(usize, Result<Box<Answer>>),
@@ -145,6 +147,7 @@ impl Worker {
         options: EngineOptions,
         parallel: Option<usize>,
         chat_template: Option<std::path::PathBuf>,
+        split_reasoning: bool,
     ) -> Result<(Worker, ModelInfo)> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -178,6 +181,7 @@ impl Worker {
                     engine: &engine,
                     scheduler,
                     template,
+                    split_reasoning,
                     end_of_turn,
                     metrics: shared,
                     replies: HashMap::new(),
@@ -223,6 +227,8 @@ struct EngineLoop<'a> {
     engine: &'a Engine,
     scheduler: Scheduler<'a>,
     template: Option<ChatTemplate>,
+    /// Keep `<think>` reasoning apart (`reasoning_content`) where the template thinks in tags.
+    split_reasoning: bool,
     end_of_turn: Vec<u32>,
     metrics: Arc<Mutex<Metrics>>,
     replies: HashMap<RequestId, Running>,
@@ -311,7 +317,7 @@ impl<'a> EngineLoop<'a> {
             self.metrics.lock().expect("metrics lock").cancelled += 1;
             return;
         }
-        let prompt = match self.prompt_tokens(&job.prompt) {
+        let (prompt, rendered) = match self.prompt_tokens(&job.prompt) {
             Ok(p) => p,
             Err(e) => {
                 self.count(None);
@@ -332,6 +338,9 @@ impl<'a> EngineLoop<'a> {
         if let Prompt::Chat { tool_calls: true, .. } = job.prompt {
             job.request.tool_format = self.template.as_ref().and_then(|t| ToolFormat::of_template(t.source()));
         }
+        if let (true, Some(t), Some(rendered)) = (self.split_reasoning, &self.template, &rendered) {
+            job.request.reasoning = thinking_start(t.source(), rendered);
+        }
         let replies: Vec<_> = (0..job.n).map(|_| Rc::new(RefCell::new(Some(Reply::new(&job.request))))).collect();
         let engine = self.engine;
         let on_token = |index: usize| -> crate::runtime::OnToken<'a> {
@@ -342,10 +351,12 @@ impl<'a> EngineLoop<'a> {
                 pending.extend(logprob.map(|lp| named(engine, lp)));
                 let mut reply = shared.borrow_mut();
                 let reply = reply.as_mut().expect("the reply lives until its request ends");
-                reply.token(id, piece, |text| {
-                    let logprobs = std::mem::take(&mut pending);
-                    !cancel.load(Ordering::Relaxed)
-                        && events.send(Event::Text(index, text.to_string(), logprobs)).is_ok()
+                reply.token_parts(id, piece, |part, text| {
+                    let event = match part {
+                        Part::Reasoning => Event::Reasoning(index, text.to_string()),
+                        Part::Content => Event::Text(index, text.to_string(), std::mem::take(&mut pending)),
+                    };
+                    !cancel.load(Ordering::Relaxed) && events.send(event).is_ok()
                 })
             })
         };
@@ -372,8 +383,12 @@ impl<'a> EngineLoop<'a> {
         let Some(Running { request, events, cancel, index, reply, echo }) = self.replies.remove(&f.id) else { return };
         let reply = reply.borrow_mut().take().expect("a reply ends once");
         let result = f.result.map(|generation| {
-            reply.finish(generation, &request, self.engine.context(), |text| {
-                events.send(Event::Text(index, text.to_string(), Vec::new())).is_ok()
+            reply.finish_parts(generation, &request, self.engine.context(), |part, text| {
+                let event = match part {
+                    Part::Reasoning => Event::Reasoning(index, text.to_string()),
+                    Part::Content => Event::Text(index, text.to_string(), Vec::new()),
+                };
+                events.send(event).is_ok()
             })
         });
         // A reply whose client went away is counted as cancelled.
@@ -436,7 +451,8 @@ impl<'a> EngineLoop<'a> {
         m.requests + m.failed
     }
     /// The prompt's tokens, checked to leave room for at least one generated token.
-    fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<u32>> {
+    fn prompt_tokens(&self, prompt: &Prompt) -> Result<(Vec<u32>, Option<String>)> {
+        let mut rendered = None;
         let tokens = match prompt {
             Prompt::Tokens(t) => t.clone(),
             Prompt::Text(text) => self.engine.encode(text)?,
@@ -447,7 +463,8 @@ impl<'a> EngineLoop<'a> {
                     .ok_or_else(|| Error::NoChatTemplate(self.engine.model_dir().to_path_buf()))?;
                 let options =
                     RenderOptions { add_generation_prompt: true, tools: tools.clone(), variables: variables.clone() };
-                self.engine.encode_raw(&template.render(messages, &options)?)?
+                let text = template.render(messages, &options)?;
+                self.engine.encode_raw(rendered.insert(text))?
             }
         };
         if tokens.is_empty() {
@@ -456,6 +473,6 @@ impl<'a> EngineLoop<'a> {
         if tokens.len() >= self.engine.context() {
             return Err(Error::ContextOverflow { requested: tokens.len() + 1, context: self.engine.context() });
         }
-        Ok(tokens)
+        Ok((tokens, rendered))
     }
 }

@@ -165,6 +165,7 @@ fn chat_once(engine: &Engine, messages: &[ChatMessage], options: &RenderOptions)
         stop_tokens,
         stop_strings: vec!["<|im_end|>".into()],
         tool_format: None,
+        reasoning: None,
     };
     text(complete(engine, &mut session, &tokens, &request, |_| true)).map(|_| ())
 }
