@@ -3,6 +3,8 @@
 //! reply may start inside the reasoning when the template's generation prompt already opened
 //! it. A tag split across pieces is held back until it is whole.
 
+use super::stop::partial_marker_len;
+
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
 
@@ -66,13 +68,7 @@ impl ReasoningScanner {
                     self.skip_blank = self.part == Part::Content;
                 }
                 None => {
-                    let keep = (1..tag.len().min(self.held.len() + 1))
-                        .rev()
-                        .find(|&n| {
-                            let at = self.held.len() - n;
-                            self.held.is_char_boundary(at) && tag.starts_with(&self.held[at..])
-                        })
-                        .unwrap_or(0);
+                    let keep = partial_marker_len(&self.held, [tag].into_iter());
                     let safe: String = self.held.drain(..self.held.len() - keep).collect();
                     self.emit(&mut out, safe);
                     return out;

@@ -63,15 +63,7 @@ impl StopScanner {
             self.pending.clear();
             return out;
         }
-        // Hold back the longest tail that is a proper prefix of some stop string.
-        let hold = (1..=self.pending.len())
-            .rev()
-            .filter(|&n| self.pending.is_char_boundary(self.pending.len() - n))
-            .find(|&n| {
-                let tail = &self.pending[self.pending.len() - n..];
-                self.stops.iter().any(|s| s.len() > n && s.starts_with(tail))
-            })
-            .unwrap_or(0);
+        let hold = partial_marker_len(&self.pending, self.stops.iter().map(String::as_str));
         let out = self.pending[..self.pending.len() - hold].to_string();
         self.pending.drain(..self.pending.len() - hold);
         out
@@ -86,6 +78,19 @@ impl StopScanner {
     pub fn finish(&mut self) -> String {
         std::mem::take(&mut self.pending)
     }
+}
+
+/// Bytes at the end of `text` that could begin one of `markers`: its longest tail that is a
+/// proper prefix of one, held back until the next piece tells.
+pub(super) fn partial_marker_len<'m>(text: &str, markers: impl Iterator<Item = &'m str> + Clone) -> usize {
+    (1..=text.len())
+        .rev()
+        .filter(|&n| text.is_char_boundary(text.len() - n))
+        .find(|&n| {
+            let tail = &text[text.len() - n..];
+            markers.clone().any(|m| m.len() > n && m.starts_with(tail))
+        })
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::stop::partial_marker_len;
+
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
 
@@ -71,13 +73,7 @@ impl ToolCallScanner {
             return self.held.drain(..at).collect();
         }
         // Keep back only a suffix that could begin the tag.
-        let keep = (1..OPEN.len().min(self.held.len() + 1))
-            .rev()
-            .find(|&n| {
-                self.held.is_char_boundary(self.held.len() - n) && OPEN.starts_with(&self.held[self.held.len() - n..])
-            })
-            .unwrap_or(0);
-        let safe = self.held.len() - keep;
+        let safe = self.held.len() - partial_marker_len(&self.held, [OPEN].into_iter());
         self.held.drain(..safe).collect()
     }
 
