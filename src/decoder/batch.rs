@@ -122,9 +122,9 @@ impl GpuModel {
     /// those that step gives. A single entry is a plain [`GpuModel::step`].
     pub fn step_batch(&self, entries: &[BatchEntry<'_>], phase: Phase) -> Result<Vec<Vec<Vec<f32>>>> {
         let n: usize = entries.iter().map(|e| e.tokens.len()).sum();
-        if entries.is_empty() || entries.iter().any(|e| e.tokens.is_empty()) || n > self.options.max_batch {
+        if entries.is_empty() || n > self.options.max_batch {
             return Err(Error::InvalidArgument(format!(
-                "a batched step of {} sequences and {n} tokens (each sequence 1 or more, together at most {})",
+                "a batched step of {} sequences and {n} tokens (together at most {})",
                 entries.len(),
                 self.options.max_batch
             )));
@@ -229,33 +229,26 @@ impl GpuModel {
 
     /// Reads the logits each entry asked for.
     fn collect_batch(&self, entries: &[BatchEntry<'_>]) -> Result<Vec<Vec<Vec<f32>>>> {
-        let gpu = &*self.gpu;
-        let v = self.spec.vocab;
-        if entries.iter().all(|e| e.logits == Rows::None) {
-            gpu.wait()?;
-        }
+        // Each entry's wanted rows (row of the step, position), all read together.
         let mut row0 = 0;
-        let mut out = Vec::with_capacity(entries.len());
-        for e in entries {
-            let n = e.tokens.len();
-            let rows = match e.logits {
-                Rows::None => 0..0,
-                Rows::Last => n - 1..n,
-                Rows::All => 0..n,
-            };
-            let mut got = Vec::with_capacity(rows.len());
-            for i in rows {
-                let mut logits = vec![0f32; v];
-                let offset = ((row0 + i) * v * 4) as u64;
-                self.readback.read(gpu, &self.acts.logits, offset, bytemuck::cast_slice_mut(&mut logits))?;
-                if !logits.iter().all(|l| l.is_finite()) {
-                    return Err(Error::NonFiniteOutput { what: "logits", position: e.pos + i });
-                }
-                got.push(logits);
-            }
-            row0 += n;
-            out.push(got);
+        let wanted: Vec<Vec<(usize, usize)>> = entries
+            .iter()
+            .map(|e| {
+                let n = e.tokens.len();
+                let rows = match e.logits {
+                    Rows::None => 0..0,
+                    Rows::Last => n - 1..n,
+                    Rows::All => 0..n,
+                };
+                row0 += n;
+                rows.map(|i| (row0 - n + i, e.pos + i)).collect()
+            })
+            .collect();
+        let all: Vec<(usize, usize)> = wanted.iter().flatten().copied().collect();
+        if all.is_empty() {
+            self.gpu.wait()?;
         }
-        Ok(out)
+        let mut logits = self.read_logit_rows(&all)?.into_iter();
+        Ok(wanted.iter().map(|rows| logits.by_ref().take(rows.len()).collect()).collect())
     }
 }

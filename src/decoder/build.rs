@@ -464,7 +464,7 @@ impl GpuModel {
         let argmax = Argmax::new(&gpu, &step.buffer, &acts.logits, &acts.argmax, spec.vocab);
         let token_logprob =
             TokenLogprob::new(&gpu, &step.buffer, &acts.logits, &acts.targets, &acts.logprobs, spec.vocab);
-        let readback = Readback::new(&gpu, f(spec.vocab.max(b)));
+        let readback = Readback::new(&gpu, f((spec.vocab * super::step::LOGIT_ROWS).max(b)));
         let routing_readback = Readback::new(&gpu, f(b * top_k));
         let routing_log = Readback::new(&gpu, f(moe_layers.len() * top_k + 1));
         let chain = super::chained::ChainStaging::new(&gpu);

@@ -6,7 +6,7 @@
 
 use super::step::{Routing, Sequences, TokenSource};
 use super::{GpuModel, SequenceCache, StepOutput, StepResult};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::experts::policy::Phase;
 use crate::gpu::Pass;
 
@@ -16,9 +16,6 @@ impl GpuModel {
     /// [`GpuModel::keep_drafted`] can cut the step back.
     pub fn step_drafted(&self, cache: &SequenceCache, tokens: &[u32], pos: usize) -> Result<Vec<Vec<f32>>> {
         let n = tokens.len();
-        if n == 0 || n > self.options.max_batch {
-            return Err(Error::InvalidArgument(format!("step of {n} tokens (1..={} allowed)", self.options.max_batch)));
-        }
         self.check_step(cache, tokens, n, pos)?;
         let gpu = &*self.gpu;
         gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));

@@ -13,6 +13,10 @@ use crate::experts::residency::ExpertResidency;
 use crate::gpu::Pass;
 use crate::ops::experts::ExpertFfn;
 
+/// Rows of logits read back with one wait ([`GpuModel::read_logit_rows`]; the readback holds
+/// this many).
+pub(super) const LOGIT_ROWS: usize = 8;
+
 /// How a step's MoE routing reaches the expert residency.
 #[derive(Clone, Debug)]
 pub(super) enum Routing {
@@ -87,9 +91,6 @@ impl GpuModel {
         output: StepOutput<'_>,
     ) -> Result<StepResult> {
         let n = tokens.len();
-        if n == 0 || n > self.options.max_batch {
-            return Err(Error::InvalidArgument(format!("step of {n} tokens (1..={} allowed)", self.options.max_batch)));
-        }
         self.check_step(cache, tokens, n, pos)?;
         let gpu = &*self.gpu;
         if let StepOutput::LogProbs(targets) = output {
@@ -122,10 +123,13 @@ impl GpuModel {
         Ok(())
     }
 
-    /// Refuses a step of `n` tokens at `pos` on `cache` that the model cannot run: another
-    /// model's cache, past the context, one of `tokens` (those the host gives) out of the
-    /// vocabulary.
+    /// Refuses a step of `n` tokens at `pos` on `cache` that the model cannot run: none or more
+    /// than `max_batch`, another model's cache, past the context, one of `tokens` (those the
+    /// host gives) out of the vocabulary.
     pub(super) fn check_step(&self, cache: &SequenceCache, tokens: &[u32], n: usize, pos: usize) -> Result<()> {
+        if n == 0 || n > self.options.max_batch {
+            return Err(Error::InvalidArgument(format!("step of {n} tokens (1..={} allowed)", self.options.max_batch)));
+        }
         if !self.owns(cache) {
             return Err(Error::InvalidArgument("the sequence cache belongs to another model".into()));
         }
@@ -392,7 +396,6 @@ impl GpuModel {
     pub(super) fn collect(&self, n: usize, pos: usize, output: StepOutput<'_>) -> Result<StepResult> {
         let gpu = &*self.gpu;
         let last = pos + n - 1;
-        let v = self.spec.vocab;
         Ok(match output {
             StepOutput::None => {
                 gpu.wait()?;
@@ -404,26 +407,11 @@ impl GpuModel {
                 StepResult::Token(Self::greedy_token(u32::from_le_bytes(id), last)?)
             }
             StepOutput::Logits => {
-                let mut logits = vec![0f32; v];
-                let offset = ((n - 1) * v * 4) as u64;
-                self.readback.read(gpu, &self.acts.logits, offset, bytemuck::cast_slice_mut(&mut logits))?;
-                if !logits.iter().all(|l| l.is_finite()) {
-                    return Err(Error::NonFiniteOutput { what: "logits", position: last });
-                }
-                StepResult::Logits(logits)
+                StepResult::Logits(self.read_logit_rows(&[(n - 1, last)])?.pop().expect("one row asked for"))
             }
             StepOutput::AllLogits => {
-                let mut rows = Vec::with_capacity(n);
-                for i in 0..n {
-                    let mut logits = vec![0f32; v];
-                    let offset = (i * v * 4) as u64;
-                    self.readback.read(gpu, &self.acts.logits, offset, bytemuck::cast_slice_mut(&mut logits))?;
-                    if !logits.iter().all(|l| l.is_finite()) {
-                        return Err(Error::NonFiniteOutput { what: "logits", position: pos + i });
-                    }
-                    rows.push(logits);
-                }
-                StepResult::AllLogits(rows)
+                let rows: Vec<(usize, usize)> = (0..n).map(|i| (i, pos + i)).collect();
+                StepResult::AllLogits(self.read_logit_rows(&rows)?)
             }
             StepOutput::LogProbs(_) => {
                 let mut lp = vec![0f32; n];
@@ -434,6 +422,33 @@ impl GpuModel {
                 StepResult::LogProbs(lp)
             }
         })
+    }
+
+    /// The logits of `rows` (each a row of `acts.logits` and the position it follows) read
+    /// back, [`LOGIT_ROWS`] in one copy and wait; NaN or infinite logits are
+    /// [`Error::NonFiniteOutput`].
+    pub(super) fn read_logit_rows(&self, rows: &[(usize, usize)]) -> Result<Vec<Vec<f32>>> {
+        let (gpu, v) = (&*self.gpu, self.spec.vocab);
+        let row_bytes = (v * 4) as u64;
+        let mut out = Vec::with_capacity(rows.len());
+        for chunk in rows.chunks(LOGIT_ROWS) {
+            let mut rec = Pass::new(&gpu.device);
+            for (k, &(row, _)) in chunk.iter().enumerate() {
+                let (from, to) = (row as u64 * row_bytes, k as u64 * row_bytes);
+                self.readback.record_copy_at(rec.encoder(), &self.acts.logits, from, row_bytes, to)?;
+            }
+            let submission = rec.submit(&gpu.queue);
+            let mut flat = vec![0f32; chunk.len() * v];
+            let read = self.readback.map(chunk.len() as u64 * row_bytes);
+            read.finish(gpu, Some(submission), bytemuck::cast_slice_mut(&mut flat))?;
+            for (&(_, position), logits) in chunk.iter().zip(flat.chunks_exact(v)) {
+                if !logits.iter().all(|l| l.is_finite()) {
+                    return Err(Error::NonFiniteOutput { what: "logits", position });
+                }
+                out.push(logits.to_vec());
+            }
+        }
+        Ok(out)
     }
 
     /// The greedy token `id` the argmax kernel wrote for position `last`; it writes
