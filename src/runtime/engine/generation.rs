@@ -20,6 +20,22 @@ use crate::util::peak_rss::peak_rss_bytes;
 use super::Engine;
 use crate::runtime::options::GenerateOptions;
 
+/// What one request did, for its [`Stats`] ([`Engine::request_stats`]).
+pub(super) struct RequestFigures {
+    /// Positions prefilled, and those reused from the cache.
+    pub(super) prefilled: usize,
+    pub(super) reused: usize,
+    /// Seconds from the request's start to its first token.
+    pub(super) prefill_s: f64,
+    /// Decode steps after the first token, the seconds they took and the GPU waits in them.
+    pub(super) decode_steps: usize,
+    pub(super) decode_s: f64,
+    pub(super) decode_waits: f64,
+    /// Tokens drafted and accepted.
+    pub(super) drafted: (usize, usize),
+    pub(super) experts: ExpertStats,
+}
+
 /// A request's token choice: its sampler, and the log-probabilities of what it picks when they
 /// were asked for.
 pub(super) struct Picker {
@@ -281,22 +297,39 @@ impl Engine {
             text,
             logprobs,
             prompt_logprobs: Vec::new(),
-            stats: Stats {
-                prefill_tokens_per_s: prefilled as f64 / prefill_s.max(1e-9),
-                decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
-                decode_waits_per_token: if decode_steps > 0 { decode_waits / decode_steps as f64 } else { 0.0 },
-                prefilled_tokens: prefilled,
-                reused_tokens: reused,
-                draft_tokens: drafted.0,
-                accepted_draft_tokens: drafted.1,
-                context: self.context(),
-                kv_bytes_per_token: self.kv.bytes_per_token,
-                kv_dtype: self.kv_dtype().name(),
-                peak_rss_bytes: peak_rss_bytes(),
-                gpu_bytes: self.gpu().bytes_allocated(),
+            stats: self.request_stats(RequestFigures {
+                prefilled,
+                reused,
+                prefill_s,
+                decode_steps,
+                decode_s,
+                decode_waits,
+                drafted,
                 experts,
-            },
+            }),
         })
+    }
+
+    /// A request's [`Stats`]: its `figures` and the engine's.
+    pub(super) fn request_stats(&self, figures: RequestFigures) -> Stats {
+        let RequestFigures { prefilled, reused, prefill_s, decode_steps, decode_s, decode_waits, drafted, experts } =
+            figures;
+        let per_step = |x: f64| if decode_steps > 0 { x / decode_steps as f64 } else { 0.0 };
+        Stats {
+            prefill_tokens_per_s: prefilled as f64 / prefill_s.max(1e-9),
+            decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
+            decode_waits_per_token: per_step(decode_waits),
+            prefilled_tokens: prefilled,
+            reused_tokens: reused,
+            draft_tokens: drafted.0,
+            accepted_draft_tokens: drafted.1,
+            context: self.context(),
+            kv_bytes_per_token: self.kv.bytes_per_token,
+            kv_dtype: self.kv_dtype().name(),
+            peak_rss_bytes: peak_rss_bytes(),
+            gpu_bytes: self.gpu().bytes_allocated(),
+            experts,
+        }
     }
 
     /// Runs the last token of `session` (at `pos`) and `draft` after it in one step and

@@ -14,14 +14,15 @@ use std::time::Instant;
 use crate::decoder::{BatchEntry, RoutingMode, Rows};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
-use crate::experts::residency::ExpertStats;
 use crate::runtime::logprobs::{token_logprob, TokenLogprob};
 use crate::runtime::session::Session;
 use crate::runtime::stats::Stats;
-use crate::runtime::tokenizer::TextStream;
-use crate::util::peak_rss::peak_rss_bytes;
 
-use super::generation::Picker;
+mod slot;
+
+use slot::{Running, Slot, SlotSession};
+
+use super::generation::RequestFigures;
 use super::{Engine, GenerateOptions, Generation};
 
 /// Identifies a request within its [`Scheduler`].
@@ -52,63 +53,6 @@ struct Waiting<'a> {
     siblings: Vec<(RequestId, GenerateOptions, OnToken<'a>)>,
 }
 
-/// A request holding a slot.
-struct Running<'a> {
-    id: RequestId,
-    prompt_len: usize,
-    options: GenerateOptions,
-    on_token: OnToken<'a>,
-    picker: Picker,
-    stream: Option<TextStream<'a>>,
-    generated: Vec<u32>,
-    text: String,
-    /// The last generated token, to run in the next step.
-    next: Option<u32>,
-    reused: usize,
-    prefilled: usize,
-    admitted: Instant,
-    first_token: Option<Instant>,
-    experts_before: ExpertStats,
-    cancelled: bool,
-    /// The slot and request this one forks from when its prompt's logits arrive (until then
-    /// its slot only waits).
-    fork_of: Option<(usize, RequestId)>,
-    /// The prompt's tokens' log-probabilities so far (with `prompt_logprobs`).
-    prompt_logprobs: Vec<TokenLogprob>,
-}
-
-/// A slot's sequence: the scheduler's own, or one its caller lent it
-/// ([`Scheduler::with_sessions`]).
-enum SlotSession<'a> {
-    Own(Session),
-    Lent(&'a mut Session),
-}
-
-impl std::ops::Deref for SlotSession<'_> {
-    type Target = Session;
-    fn deref(&self) -> &Session {
-        match self {
-            SlotSession::Own(s) => s,
-            SlotSession::Lent(s) => s,
-        }
-    }
-}
-
-impl std::ops::DerefMut for SlotSession<'_> {
-    fn deref_mut(&mut self) -> &mut Session {
-        match self {
-            SlotSession::Own(s) => s,
-            SlotSession::Lent(s) => s,
-        }
-    }
-}
-
-/// One of the scheduler's sequences.
-struct Slot<'a> {
-    session: SlotSession<'a>,
-    running: Option<Running<'a>>,
-}
-
 /// Runs many requests on one engine, several sequences per step (see the module's doc).
 pub struct Scheduler<'a> {
     engine: &'a Engine,
@@ -137,11 +81,7 @@ impl<'a> Scheduler<'a> {
         if parallel == 0 {
             return Err(Error::InvalidArgument("parallel sequences must be at least 1".into()));
         }
-        if parallel > 1 && engine.routing == RoutingMode::Predicted {
-            return Err(Error::UnsupportedConfig(
-                "parallel sequences with the prerouter as the routing (its heads follow one sequence)".into(),
-            ));
-        }
+        Self::refuse_predicted_routing(engine, parallel)?;
         let sessions = (0..parallel).map(|_| Ok(SlotSession::Own(engine.new_session()?))).collect::<Result<_>>()?;
         Ok(Self::over(engine, sessions))
     }
@@ -157,12 +97,19 @@ impl<'a> Scheduler<'a> {
         for s in &sessions {
             engine.check_owner(s)?;
         }
-        if sessions.len() > 1 && engine.routing == RoutingMode::Predicted {
-            return Err(Error::UnsupportedConfig(
-                "parallel sequences with the prerouter as the routing (its heads follow one sequence)".into(),
-            ));
-        }
+        Self::refuse_predicted_routing(engine, sessions.len())?;
         Ok(Self::over(engine, sessions.into_iter().map(SlotSession::Lent).collect()))
+    }
+
+    /// Several sequences cannot share steps where the prerouter is the routing (its heads
+    /// follow one sequence).
+    fn refuse_predicted_routing(engine: &Engine, sequences: usize) -> Result<()> {
+        match sequences > 1 && engine.routing == RoutingMode::Predicted {
+            true => Err(Error::UnsupportedConfig(
+                "parallel sequences with the prerouter as the routing (its heads follow one sequence)".into(),
+            )),
+            false => Ok(()),
+        }
     }
 
     fn over(engine: &'a Engine, sessions: Vec<SlotSession<'a>>) -> Scheduler<'a> {
@@ -288,11 +235,6 @@ impl<'a> Scheduler<'a> {
         self.counts
     }
 
-    /// Requests running or waiting.
-    pub fn active(&self) -> usize {
-        self.waiting.len() + self.slots.iter().filter(|s| s.running.is_some()).count()
-    }
-
     /// Admits what fits, runs one step over every running request and returns those that
     /// ended. A failed step ends every request that took part in it with the error.
     pub fn step(&mut self) -> Result<Vec<Finished>> {
@@ -358,7 +300,7 @@ impl<'a> Scheduler<'a> {
             for (i, done) in ends {
                 finished.push(self.finish_running(i, done));
             }
-            if let Some(done) = self.engine.take_token(&mut self.slots[p.slot], &mut logits) {
+            if let Some(done) = self.slots[p.slot].take_token(self.engine, &mut logits) {
                 finished.push(self.finish_running(p.slot, done));
             }
         }
@@ -412,7 +354,7 @@ impl<'a> Scheduler<'a> {
                 ended.push((i, Err(e)));
                 continue;
             }
-            if let Some(done) = self.engine.take_token(slot, &mut logits.to_vec()) {
+            if let Some(done) = slot.take_token(self.engine, &mut logits.to_vec()) {
                 ended.push((i, done));
             }
         }
@@ -466,48 +408,18 @@ impl<'a> Scheduler<'a> {
                 false => self.engine.begin_request()?,
             };
             busy = true;
-            let slot = &mut self.slots[i];
-            slot.running = Some(Running {
-                id: w.id,
-                prompt_len: w.prompt.len(),
-                options: w.options,
-                on_token: w.on_token,
-                picker: Picker::new(&w.options),
-                stream: self.engine.tokenizer.as_ref().map(TextStream::new),
-                generated: Vec::new(),
-                text: String::new(),
-                next: None,
-                reused,
-                prefilled: len - reused,
-                admitted: Instant::now(),
-                first_token: None,
-                experts_before,
-                cancelled: false,
-                fork_of: None,
-                prompt_logprobs: Vec::new(),
-            });
+            let start = |id, options, on_token| {
+                Running::new(self.engine, id, w.prompt.len(), options, on_token, experts_before)
+            };
+            let mut running = start(w.id, w.options, w.on_token);
+            (running.reused, running.prefilled) = (reused, len - reused);
             for (id, options, on_token) in siblings {
-                let j = (0..self.slots.len()).find(|&j| self.slots[j].running.is_none()).expect("counted above");
-                self.slots[j].running = Some(Running {
-                    id,
-                    prompt_len: w.prompt.len(),
-                    options,
-                    on_token,
-                    picker: Picker::new(&options),
-                    stream: self.engine.tokenizer.as_ref().map(TextStream::new),
-                    generated: Vec::new(),
-                    text: String::new(),
-                    next: None,
-                    reused: 0,
-                    prefilled: 0,
-                    admitted: Instant::now(),
-                    first_token: None,
-                    experts_before,
-                    cancelled: false,
-                    fork_of: Some((i, w.id)),
-                    prompt_logprobs: Vec::new(),
-                });
+                let j =
+                    (0..self.slots.len()).find(|&j| j != i && self.slots[j].running.is_none()).expect("counted above");
+                let sibling = Running { fork_of: Some((i, w.id)), ..start(id, options, on_token) };
+                self.slots[j].running = Some(sibling);
             }
+            self.slots[i].running = Some(running);
         }
         Ok(())
     }
@@ -536,21 +448,17 @@ impl<'a> Scheduler<'a> {
             text: r.text,
             logprobs,
             prompt_logprobs: r.prompt_logprobs,
-            stats: Stats {
-                prefill_tokens_per_s: r.prefilled as f64 / prefill_s.max(1e-9),
-                decode_tokens_per_s: if decode_steps > 0 { decode_steps as f64 / decode_s.max(1e-9) } else { 0.0 },
-                decode_waits_per_token: 0.0,
-                prefilled_tokens: r.prefilled,
-                reused_tokens: r.reused,
-                draft_tokens: 0,
-                accepted_draft_tokens: 0,
-                context: engine.context(),
-                kv_bytes_per_token: engine.kv.bytes_per_token,
-                kv_dtype: engine.kv_dtype().name(),
-                peak_rss_bytes: peak_rss_bytes(),
-                gpu_bytes: engine.gpu().bytes_allocated(),
+            stats: engine.request_stats(RequestFigures {
+                prefilled: r.prefilled,
+                reused: r.reused,
+                prefill_s,
+                decode_steps,
+                decode_s,
+                // Steps are shared: their waits are no one request's.
+                decode_waits: 0.0,
+                drafted: (0, 0),
                 experts,
-            },
+            }),
         });
         Finished { id: r.id, result }
     }
@@ -585,36 +493,5 @@ impl<'a> Scheduler<'a> {
             parts.push(Part { slot: i, start, end, logits });
         }
         parts
-    }
-}
-
-impl Engine {
-    /// Takes the token sampled from `logits` for the request running in `slot`, as
-    /// [`Engine::generate_in`] does: `Some` with how the request ended, or `None` when it goes
-    /// on (the token runs in the next step).
-    fn take_token(&self, slot: &mut Slot<'_>, logits: &mut [f32]) -> Option<Result<()>> {
-        let r = slot.running.as_mut().expect("a step's part belongs to a running request");
-        let session = &mut slot.session;
-        let t = r.picker.pick(logits, &session.tokens, None);
-        r.first_token.get_or_insert_with(Instant::now);
-        r.next = None;
-        if !r.options.ignore_eos && self.spec().eos_token_ids.contains(&t) {
-            return Some(Ok(()));
-        }
-        r.generated.push(t);
-        session.tokens.push(t);
-        let piece = match r.stream.as_mut().map(|s| s.push(t)).transpose() {
-            Ok(p) => p.unwrap_or_default(),
-            Err(e) => return Some(Err(e)),
-        };
-        r.text.push_str(&piece);
-        if !(r.on_token)(t, &piece, r.picker.logprobs.last())
-            || r.generated.len() >= r.options.max_tokens
-            || session.len() > self.context()
-        {
-            return Some(Ok(()));
-        }
-        r.next = Some(t);
-        None
     }
 }

@@ -1,0 +1,134 @@
+//! A scheduler's slots: each holds a sequence (its own or a caller's) and the request running
+//! in it, with what that request has produced so far.
+
+use std::time::Instant;
+
+use super::{OnToken, RequestId};
+use crate::error::Result;
+use crate::experts::residency::ExpertStats;
+use crate::runtime::engine::generation::Picker;
+use crate::runtime::engine::{Engine, GenerateOptions};
+use crate::runtime::logprobs::TokenLogprob;
+use crate::runtime::session::Session;
+use crate::runtime::tokenizer::TextStream;
+
+/// A request holding a slot.
+pub(super) struct Running<'a> {
+    pub(super) id: RequestId,
+    pub(super) prompt_len: usize,
+    pub(super) options: GenerateOptions,
+    pub(super) on_token: OnToken<'a>,
+    pub(super) picker: Picker,
+    pub(super) stream: Option<TextStream<'a>>,
+    pub(super) generated: Vec<u32>,
+    pub(super) text: String,
+    /// The last generated token, to run in the next step.
+    pub(super) next: Option<u32>,
+    pub(super) reused: usize,
+    pub(super) prefilled: usize,
+    pub(super) admitted: Instant,
+    pub(super) first_token: Option<Instant>,
+    pub(super) experts_before: ExpertStats,
+    pub(super) cancelled: bool,
+    /// The slot and request this one forks from when its prompt's logits arrive (until then
+    /// its slot only waits).
+    pub(super) fork_of: Option<(usize, RequestId)>,
+    /// The prompt's tokens' log-probabilities so far (with `prompt_logprobs`).
+    pub(super) prompt_logprobs: Vec<TokenLogprob>,
+}
+
+impl<'a> Running<'a> {
+    /// Request `id` (a prompt of `prompt_len` tokens) admitted now, the expert figures at its
+    /// start `experts_before`.
+    pub(super) fn new(
+        engine: &'a Engine,
+        id: RequestId,
+        prompt_len: usize,
+        options: GenerateOptions,
+        on_token: OnToken<'a>,
+        experts_before: ExpertStats,
+    ) -> Running<'a> {
+        Running {
+            id,
+            prompt_len,
+            options,
+            on_token,
+            picker: Picker::new(&options),
+            stream: engine.tokenizer.as_ref().map(TextStream::new),
+            generated: Vec::new(),
+            text: String::new(),
+            next: None,
+            reused: 0,
+            prefilled: 0,
+            admitted: Instant::now(),
+            first_token: None,
+            experts_before,
+            cancelled: false,
+            fork_of: None,
+            prompt_logprobs: Vec::new(),
+        }
+    }
+}
+
+/// A slot's sequence: the scheduler's own, or one its caller lent it
+/// ([`Scheduler::with_sessions`]).
+pub(super) enum SlotSession<'a> {
+    Own(Session),
+    Lent(&'a mut Session),
+}
+
+impl std::ops::Deref for SlotSession<'_> {
+    type Target = Session;
+    fn deref(&self) -> &Session {
+        match self {
+            SlotSession::Own(s) => s,
+            SlotSession::Lent(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for SlotSession<'_> {
+    fn deref_mut(&mut self) -> &mut Session {
+        match self {
+            SlotSession::Own(s) => s,
+            SlotSession::Lent(s) => s,
+        }
+    }
+}
+
+/// One of the scheduler's sequences.
+pub(super) struct Slot<'a> {
+    pub(super) session: SlotSession<'a>,
+    pub(super) running: Option<Running<'a>>,
+}
+
+impl Slot<'_> {
+    /// Takes the token sampled from `logits` for the request running in `slot`, as
+    /// [`Engine::generate_in`] does: `Some` with how the request ended, or `None` when it goes
+    /// on (the token runs in the next step).
+    pub(super) fn take_token(&mut self, engine: &Engine, logits: &mut [f32]) -> Option<Result<()>> {
+        let r = self.running.as_mut().expect("a step's part belongs to a running request");
+        let session = &mut self.session;
+        let t = r.picker.pick(logits, &session.tokens, None);
+        r.first_token.get_or_insert_with(Instant::now);
+        r.next = None;
+        if !r.options.ignore_eos && engine.spec().eos_token_ids.contains(&t) {
+            return Some(Ok(()));
+        }
+        r.generated.push(t);
+        session.tokens.push(t);
+        let piece = match r.stream.as_mut().map(|s| s.push(t)).transpose() {
+            Ok(p) => p.unwrap_or_default(),
+            Err(e) => return Some(Err(e)),
+        };
+        r.text.push_str(&piece);
+        if !(r.on_token)(t, &piece, r.picker.logprobs.last())
+            || r.generated.len() >= r.options.max_tokens
+            || session.len() > engine.context()
+        {
+            return Some(Ok(()));
+        }
+        r.next = Some(t);
+        None
+    }
+}
