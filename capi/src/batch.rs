@@ -10,7 +10,7 @@ use moestream::runtime::logprobs::TokenLogprob;
 use moestream::runtime::{Scheduler, Session};
 use moestream::{Error, Result};
 
-use crate::boundary::{guard, owned_string};
+use crate::boundary::{c_text, guard, owned_string};
 use crate::engine::engine_ref;
 use crate::engine::MoestreamEngine;
 use crate::generate::{chat_prompt, chat_request, write_stats, MoestreamGenerateOptions, MoestreamStats};
@@ -111,6 +111,6 @@ pub unsafe extern "C" fn moestream_chat_batch(
 /// Calls the batch callback for conversation `index` (absent: always go on).
 unsafe fn call_indexed(callback: MoestreamBatchCallback, user_data: *mut c_void, index: u32, piece: &str) -> bool {
     let Some(f) = callback else { return true };
-    let text = std::ffi::CString::new(piece.replace('\0', "")).unwrap_or_default();
+    let text = c_text(piece);
     f(user_data, index, u32::MAX, text.as_ptr(), text.as_bytes().len())
 }

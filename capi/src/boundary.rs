@@ -41,7 +41,12 @@ pub(crate) unsafe fn str_arg<'a>(s: *const c_char, what: &str) -> Result<&'a str
 
 /// A string handed to C, to be released with [`moestream_string_free`].
 pub(crate) fn owned_string(s: String) -> *mut c_char {
-    CString::new(s.replace('\0', "")).unwrap_or_default().into_raw()
+    c_text(&s).into_raw()
+}
+
+/// `text` as a C string (NUL bytes, which C cannot hold, dropped).
+pub(crate) fn c_text(text: &str) -> CString {
+    CString::new(text.replace('\0', "")).unwrap_or_default()
 }
 
 /// The message of the last failed call on this thread, or NULL when none failed yet. Valid

@@ -1,13 +1,13 @@
 //! Generation: a raw prompt (token callback) or a conversation through the chat template.
 
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::{c_char, c_void};
 
 use moestream::chat::{complete, ChatMessage, CompletionRequest, FinishReason, RenderOptions};
 use moestream::runtime::penalties::Penalties;
 use moestream::runtime::{GenerateOptions, Generation, SamplingParams, Session};
 use moestream::{Error, Result};
 
-use crate::boundary::{guard, owned_string, str_arg};
+use crate::boundary::{c_text, guard, owned_string, str_arg};
 use crate::engine::{engine_ref, MoestreamEngine};
 use crate::session::MoestreamSession;
 use crate::sized::{self, read_sized, write_sized};
@@ -239,7 +239,7 @@ pub(crate) unsafe fn generate_options(options: *const MoestreamGenerateOptions) 
 /// Calls the C callback (absent: always go on).
 unsafe fn call(callback: MoestreamTokenCallback, user_data: *mut c_void, token: u32, piece: &str) -> bool {
     let Some(f) = callback else { return true };
-    let text = CString::new(piece.replace('\0', "")).unwrap_or_default();
+    let text = c_text(piece);
     f(user_data, token, text.as_ptr(), text.as_bytes().len())
 }
 
