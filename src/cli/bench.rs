@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use super::model_args::{base_options, default_model, DirectIoArg, Dtype, KvDtypeArg, ModelArgs, Routing};
-use moestream::bench::batch::{self, BatchBenchOptions};
 use moestream::bench::context::{self, ContextBenchOptions};
 use moestream::bench::kernels::{self, KernelBenchOptions};
 use moestream::bench::model::{self, ModelBenchOptions};
@@ -47,32 +46,7 @@ enum BenchCommand {
     Context(ContextArgs),
     /// Many requests at once through the scheduler: aggregate tok/s, latency and bytes read
     /// per generated token at each count of concurrent requests.
-    Batch(BatchArgs),
-}
-
-/// Flags of `bench batch`.
-#[derive(Args, Debug)]
-struct BatchArgs {
-    #[command(flatten)]
-    model: ModelArgs,
-    /// Counts of requests submitted together, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
-    requests: Vec<usize>,
-    /// Prompt length of each request (seeded random ids, different per request).
-    #[arg(long, default_value_t = 16)]
-    prompt_tokens: usize,
-    /// Tokens each request generates (end-of-sequence ignored).
-    #[arg(long, default_value_t = 32)]
-    decode_tokens: usize,
-    /// Timed rounds after a warm-up round (each round runs every count once, in turn).
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    /// Seed of the prompts' ids.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
+    Batch(super::bench_batch::BatchArgs),
 }
 
 /// Flags of `bench context`.
@@ -315,7 +289,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         BenchCommand::Ssd(s) => run_ssd(s),
         BenchCommand::Profile(p) => run_profile(p),
         BenchCommand::Context(c) => run_context(c),
-        BenchCommand::Batch(b) => run_batch(b),
+        BenchCommand::Batch(b) => super::bench_batch::run(b),
     }
 }
 
@@ -452,31 +426,6 @@ fn run_profile(a: ProfileArgs) -> Result<()> {
         r.decode_tokens_per_s,
         r.timing.name(),
         if r.shader_checks { "with every naga check" } else { "without naga's index clamps and loop counters" }
-    );
-    print!("{}", r.markdown());
-    Ok(())
-}
-
-fn run_batch(a: BatchArgs) -> Result<()> {
-    let mut options = a.model.options()?;
-    options.parallel = a.requests.iter().copied().max().unwrap_or(1);
-    let engine = moestream::Engine::load(&options)?;
-    let o = BatchBenchOptions {
-        requests: a.requests.clone(),
-        prompt_tokens: a.prompt_tokens,
-        decode_tokens: a.decode_tokens,
-        runs: a.runs,
-        seed: a.seed,
-    };
-    let r = batch::run(&engine, &o)?;
-    if a.json {
-        print_json(&r);
-        return Ok(());
-    }
-    let slots = r.expert_slots.map_or("every expert resident".to_string(), |s| format!("{s} expert slots"));
-    println!(
-        "{} on {}, {slots}: requests of {} prompt tokens generating {} each\n",
-        r.model, r.adapter, r.prompt_tokens, r.decode_tokens
     );
     print!("{}", r.markdown());
     Ok(())

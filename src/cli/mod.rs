@@ -1,6 +1,7 @@
 //! Subcommands and their flags (the stable CLI contract).
 
 mod bench;
+mod bench_batch;
 mod bench_paths;
 mod chat;
 mod convert;
