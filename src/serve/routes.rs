@@ -271,19 +271,8 @@ impl Reply {
     /// The completions API's `logprobs` of an echoed prompt (`prompt`: each token's text and,
     /// but the first's, log-probabilities) followed by the generated tokens'.
     fn echo_logprobs(&self, prompt: &[worker::PromptToken], generated: &[NamedLogprob]) -> Value {
-        let mut v = self.logprobs_object(generated);
-        let top = |lp: &NamedLogprob| Value::Object(lp.top.iter().map(|(t, l)| (t.clone(), json!(l))).collect());
-        let mut tokens: Vec<Value> = prompt.iter().map(|(t, _)| json!(t)).collect();
-        let mut lps: Vec<Value> =
-            prompt.iter().map(|(_, lp)| lp.as_ref().map_or(Value::Null, |lp| json!(lp.logprob))).collect();
-        let mut tops: Vec<Value> = prompt.iter().map(|(_, lp)| lp.as_ref().map_or(Value::Null, top)).collect();
-        tokens.extend(v["tokens"].as_array().cloned().unwrap_or_default());
-        lps.extend(v["token_logprobs"].as_array().cloned().unwrap_or_default());
-        tops.extend(v["top_logprobs"].as_array().cloned().unwrap_or_default());
-        let offsets: Vec<usize> =
-            tokens.iter().scan(0, |at, t| Some(std::mem::replace(at, *at + t.as_str().map_or(0, str::len)))).collect();
-        v = json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets});
-        v
+        let prompt = prompt.iter().map(|(token, lp)| (token.as_str(), lp.as_ref()));
+        completion_logprobs(prompt.chain(generated.iter().map(|lp| (lp.token.as_str(), Some(lp)))))
     }
 
     /// A choice's `logprobs` in this API's shape (null when not asked for).
@@ -305,17 +294,7 @@ impl Reply {
                     .collect();
                 json!({"content": content})
             }
-            Kind::Text => {
-                let tokens: Vec<&str> = logprobs.iter().map(|lp| lp.token.as_str()).collect();
-                let token_logprobs: Vec<f32> = logprobs.iter().map(|lp| lp.logprob).collect();
-                let top: Vec<Value> = logprobs
-                    .iter()
-                    .map(|lp| Value::Object(lp.top.iter().map(|(t, l)| (t.clone(), json!(l))).collect()))
-                    .collect();
-                let offsets: Vec<usize> =
-                    tokens.iter().scan(0, |at, t| Some(std::mem::replace(at, *at + t.len()))).collect();
-                json!({"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets})
-            }
+            Kind::Text => completion_logprobs(logprobs.iter().map(|lp| (lp.token.as_str(), Some(lp)))),
         }
     }
 
@@ -365,6 +344,22 @@ fn finish_reason(f: FinishReason) -> &'static str {
         FinishReason::Stop | FinishReason::Cancelled => "stop",
         FinishReason::ToolCalls => "tool_calls",
     }
+}
+
+/// The completions API's `logprobs` of `tokens` (each with its log-probabilities, or none for
+/// a prompt's first): parallel lists of the tokens, their log-probabilities, the alternatives'
+/// and each token's offset in the text.
+fn completion_logprobs<'t>(tokens: impl Iterator<Item = (&'t str, Option<&'t NamedLogprob>)>) -> Value {
+    let (mut texts, mut lps, mut tops, mut offsets) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut at = 0;
+    for (token, lp) in tokens {
+        texts.push(json!(token));
+        lps.push(lp.map_or(Value::Null, |lp| json!(lp.logprob)));
+        tops.push(lp.map_or(Value::Null, |lp| lp.top.iter().map(|(t, l)| (t.clone(), json!(l))).collect()));
+        offsets.push(at);
+        at += token.len();
+    }
+    json!({"tokens": texts, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
 }
 
 /// OpenAI's `tool_calls` of a message, or of a streamed delta (each with its `index`).
