@@ -333,7 +333,7 @@ impl Engine {
     }
 
     /// Runs the last token of `session` (at `pos`) and `draft` after it in one step and
-    /// verifies the drafts in order with `sampler`: returns how many were accepted and the token
+    /// verifies the drafts in order with `picker`: returns how many were accepted and the token
     /// after them (the first rejected draft's replacement, or the token after them all). The
     /// session's cache then holds the last token and the accepted drafts.
     fn verify_drafts(
@@ -343,24 +343,35 @@ impl Engine {
         pos: usize,
         picker: &mut Picker,
     ) -> Result<(usize, u32)> {
-        let mut run = vec![session.tokens[pos]];
-        run.extend_from_slice(draft);
-        let rows = self.model.step_drafted(&session.cache, &run, pos)?;
-        let mut history = session.tokens.clone();
+        // The drafts ride on the sequence while they are checked (row i's history is the
+        // sequence and the first i drafts), then come off: the caller takes those accepted.
+        let len = session.tokens.len();
+        session.tokens.extend_from_slice(draft);
+        let checked = self.check_drafts(session, pos, len, picker);
+        session.tokens.truncate(len);
+        let (accepted, after) = checked?;
+        session.cached = pos + 1 + accepted;
+        Ok((accepted, after))
+    }
+
+    /// Runs `session.tokens[pos..]` (the last token of the first `len` and the drafts after
+    /// them) in one step and walks the rows with `picker`, then cuts the step back to what was
+    /// accepted: the number of drafts accepted and the token after them.
+    fn check_drafts(&self, session: &Session, pos: usize, len: usize, picker: &mut Picker) -> Result<(usize, u32)> {
+        let run = &session.tokens[pos..];
+        let rows = self.model.step_drafted(&session.cache, run, pos)?;
         let mut accepted = 0;
         let mut after = None;
-        for (row, d) in rows.into_iter().zip(draft.iter().copied().map(Some).chain([None])) {
-            let mut logits = row;
-            let token = picker.pick(&mut logits, &history, d);
-            if d != Some(token) {
+        for (i, mut logits) in rows.into_iter().enumerate() {
+            let draft = session.tokens.get(len + i).copied();
+            let token = picker.pick(&mut logits, &session.tokens[..len + i], draft);
+            if draft != Some(token) {
                 after = Some(token);
                 break;
             }
             accepted += 1;
-            history.push(token);
         }
-        self.model.keep_drafted(&session.cache, &run, pos, 1 + accepted)?;
-        session.cached = pos + 1 + accepted;
+        self.model.keep_drafted(&session.cache, run, pos, 1 + accepted)?;
         Ok((accepted, after.expect("the last row has no draft, so it always decides")))
     }
 
