@@ -218,7 +218,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         // Keys past `end` re-read the last one (their weight is 0).
         var chunk_of: array<u32, TEAM>;
         for (var k = 0u; k < TEAM; k++) {
-            chunk_of[k] = (row0 + min(j0 + k, end - 1u)) * cpr;
+            chunk_of[k] = (row0 + cache_row(min(j0 + k, end - 1u))) * cpr;
         }
         var part: array<Slots, TEAM>;
         for (var k = 0u; k < TEAM; k++) {

@@ -55,6 +55,16 @@ struct Chunk {
 // One value per query slot.
 alias Slots = array<f32, QT>;
 
+// The row of position j in the cache of KV head 0 of the chunk: RING (a sliding-window layer
+// keeping its window and a step) wraps positions around the `context` rows.
+fn cache_row(j: u32) -> u32 {
+//#if RING
+    return j % p.context;
+//#else
+    return j;
+//#endif
+}
+
 // Chunk i of the cache (chunk c of row r is i = r * head_dim / 8 + c).
 fn k_chunk(i: u32) -> Chunk {
 //#if F16

@@ -103,7 +103,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         for (var b = 0u; b < KPL; b++) {
             let j = j0 + LANES * b + lane;
-            let kb = (row0 + min(j, end - 1u)) * cpr;
+            let kb = (row0 + cache_row(min(j, end - 1u))) * cpr;
             var dot_s: Slots;
             for (var s = 0u; s < QT; s++) {
                 dot_s[s] = 0.0;
@@ -129,7 +129,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
         for (var b = 0u; b < KPL; b++) {
-            let vb = (row0 + min(j0 + LANES * b + lane, end - 1u)) * cpr;
+            let vb = (row0 + cache_row(min(j0 + LANES * b + lane, end - 1u))) * cpr;
             var w: Slots;
             for (var s = 0u; s < QT; s++) {
                 w[s] = select(0.0, exp(sc[b][s] - m[s]), sc[b][s] > -1.0e30);

@@ -9,6 +9,8 @@
 // kernel computes it: keys are rotated as they are stored (each dim from its pair's two values)
 // and the query heads of the chunk's KV heads rotated in place in `q`, by further invocations
 // per (token, query head, pair).
+// RING (a sliding-window layer keeping its window and a step): position j goes to row
+// j % context.
 //#include common
 
 struct Params {
@@ -73,11 +75,20 @@ fn key_at(base: u32, d: u32, t: u32) -> f32 {
     return k[base + d];
 }
 
+// The cache row of token t of the step (of head 0 of the chunk).
+fn cache_row(t: u32) -> u32 {
+//#if RING
+    return (step.pos + t) % p.context;
+//#else
+    return step.pos + t;
+//#endif
+}
+
 // Stores pair `pair` of key head `h` (of the chunk) of token `t`; `store_v` the same for values.
 fn store_k(t: u32, h: u32, pair: u32) {
     let pairs = p.k_dim / 2u;
     let base = (t * p.n_kv_heads + p.kv_head0 + h) * p.k_dim;
-    let dst = (h * p.context + step.pos + t) * pairs + pair;
+    let dst = (h * p.context + cache_row(t)) * pairs + pair;
     let k0 = key_at(base, 2u * pair, t);
     let k1 = key_at(base, 2u * pair + 1u, t);
 //#if F16
@@ -91,7 +102,7 @@ fn store_k(t: u32, h: u32, pair: u32) {
 fn store_v(t: u32, h: u32, pair: u32) {
     let pairs = p.v_dim / 2u;
     let src = (t * p.n_kv_heads + p.kv_head0 + h) * p.v_dim + 2u * pair;
-    let dst = (h * p.context + step.pos + t) * pairs + pair;
+    let dst = (h * p.context + cache_row(t)) * pairs + pair;
 //#if F16
     v_cache[dst] = pack2x16float(vec2<f32>(v[src], v[src + 1u]));
 //#else

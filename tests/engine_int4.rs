@@ -30,6 +30,7 @@ fn check(format: WeightFormat, prompt_names: &[&str]) {
             kv_dtype: moestream::ops::KvDtype::F32,
             kv_budget: u64::MAX,
             max_batch: 64,
+            window_rings: true,
             streaming: None,
         };
         let reference = ReferenceModel::load(&dir).unwrap().rounded_like(&decoder).unwrap();

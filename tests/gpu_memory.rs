@@ -7,7 +7,7 @@ use std::sync::Arc;
 use moestream::experts::arena::SlotLayout;
 use moestream::gpu::memory::{GpuMemory, MemorySource};
 use moestream::gpu::{Gpu, GpuOptions};
-use moestream::model::{ArchSpec, Checkpoint};
+use moestream::model::{ArchSpec, CacheShape, Checkpoint};
 use moestream::ops::WeightFormat;
 use moestream::runtime::memory_plan;
 use moestream::runtime::ExpertBudget;
@@ -24,12 +24,16 @@ fn needs(options: &EngineOptions) -> (u64, u64, usize) {
     let ckpt = Checkpoint::open(&options.model_dir).unwrap();
     let context = options.context.unwrap();
     let resident = memory_plan::resident_weight_bytes(&ckpt, options.dense, false)
-        + spec.kv_cache_bytes(context, options.kv_dtype)
+        + spec.kv_cache_bytes(shape(options, context), options.kv_dtype)
         + memory_plan::activation_bytes(&spec, options.max_batch);
     let m = spec.moe.as_ref().unwrap();
     let slot = SlotLayout::new(options.experts, spec.hidden, m.expert_intermediate).unwrap().slot_bytes as u64;
     let host_side = memory_plan::host_side_bytes(&gpu_of(1 << 30), options.io_threads, slot as usize);
     (resident + host_side, slot, spec.layers * m.num_experts)
+}
+
+fn shape(options: &EngineOptions, context: usize) -> CacheShape {
+    CacheShape { context, max_step: options.max_batch, rings: options.window_rings }
 }
 
 fn gpu_of(bytes: u64) -> Arc<Gpu> {
@@ -81,7 +85,7 @@ fn an_adapter_too_small_for_top_k_is_a_clear_error() {
     let err = Engine::load_on(gpu_of(resident), &options).err().expect("no memory left for KV");
     assert!(matches!(err, Error::KvCacheTooLarge { .. }), "{err}");
     let spec = ArchSpec::from_dir(&options.model_dir).unwrap();
-    options.kv_memory = Some(spec.kv_cache_bytes(256, options.kv_dtype));
+    options.kv_memory = Some(spec.kv_cache_bytes(shape(&options, 256), options.kv_dtype));
     let engine = Engine::load_on(gpu_of(resident), &options).unwrap();
     assert_eq!(engine.expert_slots(), Some(2));
 }

@@ -64,16 +64,16 @@ fn deepseek_v2_lite_hub_config_and_its_kv_figure() {
     });
     let spec = moestream::model::ArchSpec::from_config(&cfg).unwrap();
     let m = spec.mla().unwrap();
-    assert_eq!(spec.kv_bytes_per_token(KvDtype::F32), (512 + 64) * 4 * 27);
-    assert_eq!(spec.kv_bytes_per_token(KvDtype::F16), (512 + 64) * 2 * 27);
+    assert_eq!(spec.kv_bytes_per_token(KvDtype::F32, true), (512 + 64) * 4 * 27);
+    assert_eq!(spec.kv_bytes_per_token(KvDtype::F16, true), (512 + 64) * 2 * 27);
     let decompressed = (16 * (m.qk_head_dim() + m.v_head_dim) * 4 * 27) as u64;
-    assert_eq!((spec.kv_bytes_per_token(KvDtype::F32), decompressed), (62_208, 552_960));
+    assert_eq!((spec.kv_bytes_per_token(KvDtype::F32, true), decompressed), (62_208, 552_960));
     // `--mla-cache decompressed` caches exactly that.
     let mut d = spec.clone();
     if let moestream::model::AttentionKind::Mla(m) = &mut d.attention {
         m.cache = moestream::model::MlaCacheKind::Decompressed;
     }
-    assert_eq!(d.kv_bytes_per_token(KvDtype::F32), 552_960);
+    assert_eq!(d.kv_bytes_per_token(KvDtype::F32, true), 552_960);
     // mscale == mscale_all_dim: the softmax scale is 192^-0.5 times mscale(40, 0.707)^2.
     let mscale = 0.1 * 0.707 * 40f32.ln() + 1.0;
     assert!((m.softmax_scale - mscale * mscale / 192f32.sqrt()).abs() < 1e-6);

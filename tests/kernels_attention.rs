@@ -117,7 +117,7 @@ fn check_in(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64, kerne
         .collect();
     let dtype = layout.dtype;
     fn chunk(c: &(usize, usize, wgpu::Buffer, wgpu::Buffer), context: usize, dtype: KvDtype) -> KvChunk<'_> {
-        KvChunk { k: &c.2, v: &c.3, kv_head0: c.0, heads: c.1, context, dtype }
+        KvChunk { k: &c.2, v: &c.3, kv_head0: c.0, heads: c.1, context, dtype, ring: false }
     }
     // Every cache row (NaN ones included) written by kv_store.
     step.set(&gpu, ctx, 0);

@@ -317,7 +317,7 @@ fn store_with_rope(
     let stores: Vec<_> = caches
         .iter()
         .map(|(h0, n, ck, cv)| {
-            let chunk = KvChunk { k: ck, v: cv, kv_head0: *h0, heads: *n, context, dtype };
+            let chunk = KvChunk { k: ck, v: cv, kv_head0: *h0, heads: *n, context, dtype, ring: false };
             KvStore::new(&gpu, &step.buffer, (&kb, &vb), chunk, kh, (hd, hd), fused.then_some(rope))
         })
         .collect();

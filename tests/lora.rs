@@ -160,6 +160,7 @@ fn check(fixture: &str, format: WeightFormat, peft: &Peft) {
         kv_dtype: KvDtype::F32,
         kv_budget: u64::MAX,
         max_batch: 64,
+        window_rings: true,
         streaming: None,
     };
     let base = ReferenceModel::load(&dir).unwrap().rounded_like(&decoder).unwrap();

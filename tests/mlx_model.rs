@@ -75,6 +75,7 @@ fn check_engine(dir: &std::path::Path, hf: &str) {
         kv_dtype: KvDtype::F32,
         kv_budget: u64::MAX,
         max_batch: 64,
+        window_rings: true,
         streaming: None,
     };
     let reference = ReferenceModel::load(dir).unwrap().rounded_like(&decoder).unwrap();

@@ -77,7 +77,7 @@ pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<Atten
     let kernels: Vec<Attention> = caches
         .iter()
         .map(|(k, v)| {
-            let chunk = KvChunk { k, v, kv_head0: 0, heads: heads.n_kv_heads, context: kv_len, dtype };
+            let chunk = KvChunk { k, v, kv_head0: 0, heads: heads.n_kv_heads, context: kv_len, dtype, ring: false };
             let io = AttentionIo { q: &q, out: &out, partial: &partial, sinks: None };
             Attention::new(gpu, &step.buffer, io, chunk, heads, KeyRange { split_len: split, window: None })
         })

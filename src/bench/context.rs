@@ -3,7 +3,9 @@
 //! For each depth `d`: a prompt of `d` seeded random ids (prefill tokens/s), then `decode_tokens`
 //! greedy tokens after it (decode tokens/s at depth ≈ d). The roofline of a decode step at depth
 //! `d` is the bytes it must read — the weights one token touches
-//! ([`crate::Engine::weight_bytes_per_token`]) plus `d` positions of KV cache — divided by the
+//! ([`crate::Engine::weight_bytes_per_token`]) plus the keys and values it attends
+//! ([`crate::model::ArchSpec::kv_bytes_attended`]: `d` positions, a windowed layer's window) —
+//! divided by the
 //! compute-read bandwidth `bench kernels` measures on the same adapter in the same run.
 //!
 //! With `prefill_last: Some(n)` only the last `n` tokens of each prompt are computed: a new
@@ -18,6 +20,7 @@ use serde::Serialize;
 use super::kernels::{self, KernelBenchOptions};
 use super::workload::random_tokens;
 use crate::error::{Error, Result};
+use crate::model::CacheShape;
 use crate::runtime::{GenerateOptions, SamplingParams};
 use crate::Engine;
 
@@ -48,7 +51,8 @@ pub struct DepthReport {
     pub prefill_tokens_per_s: f64,
     /// Generated tokens per second after the prompt.
     pub decode_tokens_per_s: f64,
-    /// KV-cache bytes the prompt fills.
+    /// Bytes of one sequence's caches at this depth (sliding-window rings and linear-attention
+    /// states included).
     pub kv_bytes: u64,
     /// Bytes one decode step reads at this depth: weights plus the KV cache.
     pub bytes_per_token: u64,
@@ -69,7 +73,7 @@ pub struct ContextReport {
     pub model: String,
     /// The engine's context (KV-cache positions).
     pub context: usize,
-    /// KV-cache bytes per position, all layers.
+    /// Bytes a sequence's KV cache grows by per position (the layers without a window ring).
     pub kv_bytes_per_token: u64,
     /// Weight bytes one decode token reads.
     pub weight_bytes_per_token: u64,
@@ -82,6 +86,7 @@ pub struct ContextReport {
 /// Runs the sweep on `engine`.
 pub fn run(engine: &Engine, o: &ContextBenchOptions) -> Result<ContextReport> {
     let kv_bytes_per_token = engine.kv_plan().bytes_per_token;
+    let (shape, dtype) = (engine.model().options().cache_shape(), engine.model().options().kv_dtype);
     if o.depths.is_empty() || o.decode_tokens == 0 {
         return Err(Error::InvalidArgument("bench context needs depths and decode tokens".into()));
     }
@@ -120,9 +125,9 @@ pub fn run(engine: &Engine, o: &ContextBenchOptions) -> Result<ContextReport> {
             }
             None => engine.generate(&prompt, &options, |_, _| true)?,
         };
-        let kv_bytes = depth as u64 * kv_bytes_per_token;
+        let kv_bytes = engine.spec().kv_cache_bytes(CacheShape { context: depth, ..shape }, dtype);
         // The decode steps read from depth to depth + decode_tokens positions: their middle.
-        let bytes_per_token = weights + (depth as u64 + o.decode_tokens as u64 / 2) * kv_bytes_per_token;
+        let bytes_per_token = weights + engine.spec().kv_bytes_attended(depth + o.decode_tokens / 2, dtype);
         let roofline_ms = bytes_per_token as f64 / (read_gbps * 1e6);
         let step_ms = 1e3 / g.stats.decode_tokens_per_s.max(1e-9);
         depths.push(DepthReport {

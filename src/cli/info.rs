@@ -4,9 +4,10 @@ use clap::Args;
 
 use super::model_args::{check_exists, default_model};
 use moestream::model::gguf::GgufModel;
-use moestream::model::{ArchSpec, AttentionKind, Checkpoint, LinearKind, MlaCacheKind};
+use moestream::model::{ArchSpec, AttentionKind, CacheShape, Checkpoint, LinearKind, MlaCacheKind};
 use moestream::ops::KvDtype;
 use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
+use moestream::runtime::options::DEFAULT_MAX_BATCH;
 use moestream::Result;
 
 /// Flags of `info`.
@@ -37,7 +38,7 @@ fn decompressed_kv_f16(spec: &ArchSpec) -> Option<u64> {
         AttentionKind::Mla(m) => m.cache = MlaCacheKind::Decompressed,
         AttentionKind::Grouped => return None,
     }
-    Some(d.kv_bytes_per_token(KvDtype::F16))
+    Some(d.kv_bytes_per_token(KvDtype::F16, true))
 }
 
 /// How a hybrid model's linear-attention layers are named for users.
@@ -74,7 +75,12 @@ pub fn run(a: InfoArgs) -> Result<()> {
         .as_ref()
         .and_then(|h| h.metrics.as_deref())
         .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok().and_then(|v| v["mean_recall"].as_f64()));
-    let (kv_f16, kv_f32) = (spec.kv_bytes_per_token(KvDtype::F16), spec.kv_bytes_per_token(KvDtype::F32));
+    let (kv_f16, kv_f32) = (spec.kv_bytes_per_token(KvDtype::F16, true), spec.kv_bytes_per_token(KvDtype::F32, true));
+    // One sequence at the model's maximum context, with the default sliding-window rings and
+    // with every position kept (`--swa-full`).
+    let longest = CacheShape { context: spec.max_positions, max_step: DEFAULT_MAX_BATCH, rings: true };
+    let at_max = spec.kv_cache_bytes(longest, KvDtype::F16);
+    let at_max_full = spec.kv_cache_bytes(CacheShape { rings: false, ..longest }, KvDtype::F16);
     let linear_layers = (0..spec.layers).filter(|&i| spec.is_linear_layer(i)).count();
     let info = serde_json::json!({
         "architecture": spec.family.hf_name(),
@@ -85,6 +91,8 @@ pub fn run(a: InfoArgs) -> Result<()> {
         "kv_bytes_per_token_f16": kv_f16,
         "kv_bytes_per_token_f32": kv_f32,
         "kv_bytes_per_token_decompressed_f16": decompressed_kv_f16(&spec),
+        "kv_bytes_per_sequence_at_max_f16": at_max,
+        "kv_bytes_per_sequence_at_max_f16_swa_full": at_max_full,
         "linear_attention": spec.hybrid.as_ref().map(|h| serde_json::json!({
             "kind": linear_kind_name(h.kind),
             "layers": linear_layers,
@@ -122,9 +130,9 @@ pub fn run(a: InfoArgs) -> Result<()> {
             );
         }
         println!(
-            "context           {} max ({} MiB of KV cache per sequence at the max, default dtype)",
+            "context           {} max ({} MiB of caches per sequence at the max, default dtype)",
             spec.max_positions,
-            (kv_f16 * spec.max_positions as u64) >> 20
+            at_max >> 20
         );
         if let Some(h) = &spec.hybrid {
             println!(
@@ -137,7 +145,12 @@ pub fn run(a: InfoArgs) -> Result<()> {
         let windowed: Vec<String> =
             (0..spec.layers).filter_map(|i| spec.window(i).map(|w| format!("{i}: {w}"))).collect();
         if !windowed.is_empty() {
-            println!("sliding window    keys per layer {} (the cache keeps every position)", windowed.join(", "));
+            println!(
+                "sliding window    keys per layer {}: rings of the window + {} positions ({} MiB at the max with --swa-full, which keeps every position)",
+                windowed.join(", "),
+                DEFAULT_MAX_BATCH - 1,
+                at_max_full >> 20
+            );
         }
         if let Some(m) = &spec.moe {
             println!(

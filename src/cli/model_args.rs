@@ -148,6 +148,10 @@ pub struct ModelArgs {
     /// decompressed keys and values (more memory; for comparison).
     #[arg(long, value_enum, default_value = "latent")]
     pub mla_cache: MlaCacheArg,
+    /// Keep every position in sliding-window layers (gpt-oss) instead of a ring of the window:
+    /// more memory, but rolling a session back past the ring does not recompute it.
+    #[arg(long)]
+    pub swa_full: bool,
     /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
     #[arg(long)]
     pub adapter: Option<String>,
@@ -216,6 +220,7 @@ impl ModelArgs {
         let mut o = base_options(&self.dir(), self.dtype)?;
         o.context = self.context;
         o.kv_dtype = self.kv_dtype.dtype();
+        o.window_rings = !self.swa_full;
         o.mla_cache = match self.mla_cache {
             MlaCacheArg::Latent => MlaCacheKind::Latent,
             MlaCacheArg::Decompressed => MlaCacheKind::Decompressed,

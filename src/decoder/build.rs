@@ -362,7 +362,7 @@ impl GpuModel {
         let top_k = moe.as_ref().map_or(1, |m| m.top_k);
         let f = |n: usize| (n * 4) as u64;
         let heads = partial_heads(spec);
-        cache::check_layout(spec, options.context, options.kv_dtype, gpu.caps.max_binding)?;
+        cache::check_layout(spec, options.cache_shape(), options.kv_dtype, gpu.caps.max_binding)?;
         let split_len = split_len(&gpu, heads, options.context);
         let acts = Activations::allocate(&gpu, spec, b, partial_bytes(heads, options.context, split_len));
         let step = StepUniform::new(&gpu);

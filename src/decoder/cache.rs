@@ -5,9 +5,15 @@
 //!
 //! Each layer's cache is a [`LayerCache`], one variant per attention kind: grouped keys/values,
 //! MLA's latent cache, and Gated DeltaNet's fixed-size state (conv window + recurrent state).
+//! A sliding-window layer keeps a ring of its window and a step
+//! ([`crate::model::CacheShape::positions`]) unless the options keep every position.
 //!
-//! A recurrent state cannot be rolled back (no checkpoints are kept): a step must continue
-//! where the state ends, or start the sequence again at position 0 (which zeroes it).
+//! What can be rolled back: keys and values of full layers, always (a step writes over what
+//! it replaces); a ring, while it still holds the window before the step (a step at `pos`
+//! needs the keys of `pos + 1 - window .. pos`, and the ring has since written as far as the
+//! furthest step reached); a recurrent state, never (no checkpoints are kept): a step must
+//! continue where the state ends. Anything else starts the sequence again at position 0
+//! (which zeroes the states).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,7 +22,7 @@ use super::{Attn, GpuModel};
 use crate::error::{Error, Result};
 use crate::gpu::context::counting_allocations;
 use crate::gpu::{Gpu, Pass};
-use crate::model::{ArchSpec, MlaCacheKind, MlaSpec};
+use crate::model::{ArchSpec, CacheShape, MlaCacheKind, MlaSpec};
 use crate::ops::attention::{is_split, Attention, AttentionIo, Heads, KeyRange};
 use crate::ops::causal_conv1d::{CausalConv1d, ConvShape};
 use crate::ops::gated_delta_rule::{DeltaIo, GatedDeltaRule};
@@ -68,6 +74,26 @@ pub struct SequenceCache {
     allocation: (Arc<Gpu>, u64),
     /// Positions the linear-attention states hold (`usize::MAX` after a failed step: unknown).
     state_len: AtomicUsize,
+    /// The sliding windows of the rings shorter than the context, with their positions.
+    rings: Vec<Ring>,
+    /// One past the furthest position any step wrote since the sequence last started at 0
+    /// (what the rings have overwritten follows from it).
+    written_end: AtomicUsize,
+}
+
+/// A sliding-window layer's ring: its window and the positions it keeps.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Ring {
+    window: usize,
+    positions: usize,
+}
+
+impl Ring {
+    /// Whether a step at `pos` finds the keys it needs (`pos + 1 - window .. pos`) in a ring
+    /// that has written as far as `written_end`: the ring holds `written_end - positions ..`.
+    fn holds_window_before(&self, pos: usize, written_end: usize) -> bool {
+        (pos + 1).saturating_sub(self.window) + self.positions >= written_end
+    }
 }
 
 /// One layer's sequence state, by attention kind.
@@ -142,10 +168,28 @@ impl SequenceCache {
         self.layers.iter().any(|l| matches!(l, LayerCache::Linear(_)))
     }
 
-    /// Checks that a step at `pos` can run on the linear-attention states (it continues
-    /// them, or starts again at 0: then they are zeroed) and marks them unknown until
-    /// [`SequenceCache::end_step`].
-    pub(super) fn begin_step(&self, gpu: &Gpu, pos: usize) -> Result<()> {
+    /// Checks that a step of `n` tokens at `pos` can run on the sequence's rings and
+    /// linear-attention states (it finds the window it needs, continues the states, or starts
+    /// again at 0: then they are zeroed), records how far it writes, and marks the states
+    /// unknown until [`SequenceCache::end_step`].
+    pub(super) fn begin_step(&self, gpu: &Gpu, pos: usize, n: usize) -> Result<()> {
+        let written = self.written_end.load(Ordering::Acquire);
+        if pos > 0 {
+            if let Some(r) = self.rings.iter().find(|r| !r.holds_window_before(pos, written)) {
+                return Err(Error::InvalidArgument(format!(
+                    "a step at position {pos} needs keys that a sliding-window ring of {} positions has written over (it reached position {written}): restart the sequence at 0",
+                    r.positions
+                )));
+            }
+        }
+        self.check_linear_state(gpu, pos)?;
+        let end = if pos == 0 { pos + n } else { written.max(pos + n) };
+        self.written_end.store(end, Ordering::Release);
+        Ok(())
+    }
+
+    /// [`SequenceCache::begin_step`]'s linear-attention part.
+    fn check_linear_state(&self, gpu: &Gpu, pos: usize) -> Result<()> {
         if !self.has_linear_state() {
             return Ok(());
         }
@@ -195,13 +239,35 @@ impl SequenceCache {
         self.state_len.store(len, Ordering::Release);
     }
 
+    /// Takes the linear-attention states as holding `len` positions without computing them
+    /// (benchmarks of a step at a depth, whose cost does not depend on what the states hold).
+    pub(crate) fn assume_held(&self, len: usize) {
+        self.state_len.store(len, Ordering::Release);
+    }
+
     /// Where a sequence whose first `cached` positions are wanted from the cache can resume:
-    /// `cached`, or 0 when linear-attention states hold other positions (they cannot be
-    /// rolled back, so the sequence is recomputed).
+    /// `cached`, or 0 (the sequence is recomputed, and the log says why) when linear-attention
+    /// states hold other positions or a ring no longer holds the window before `cached`.
     pub fn resume_point(&self, cached: usize) -> usize {
-        match self.has_linear_state() && self.state_len.load(Ordering::Acquire) != cached {
-            true => 0,
-            false => cached,
+        let written = self.written_end.load(Ordering::Acquire);
+        let why = if cached == 0 {
+            None
+        } else if self.has_linear_state() && self.state_len.load(Ordering::Acquire) != cached {
+            Some("linear-attention states cannot be rolled back".to_string())
+        } else {
+            self.rings.iter().find(|r| !r.holds_window_before(cached, written)).map(|r| {
+                format!(
+                    "its sliding-window ring of {} positions has written over the keys before it (pass --swa-full to keep every position)",
+                    r.positions
+                )
+            })
+        };
+        match why {
+            Some(why) => {
+                log::info!("resuming a sequence at position {cached} recomputes it from position 0: {why}");
+                0
+            }
+            None => cached,
         }
     }
 }
@@ -232,6 +298,7 @@ impl GpuModel {
         }
         self.gpu.queue.submit([encoder.finish()]);
         to.state_len.store(from.state_len.load(Ordering::Acquire), Ordering::Release);
+        to.written_end.store(from.written_end.load(Ordering::Acquire), Ordering::Release);
         Ok(())
     }
 }
@@ -283,9 +350,10 @@ fn heads_per_chunk(heads: Heads, context: usize, dtype: KvDtype, max_binding: u6
     Ok(n.min(heads.n_kv_heads))
 }
 
-/// Checks that one layer's caches of `context` positions can be laid out within the binding
-/// limit: grouped keys/values split by KV heads, or MLA's latent rows in one buffer.
-pub(super) fn check_layout(spec: &ArchSpec, context: usize, dtype: KvDtype, max_binding: u64) -> Result<()> {
+/// Checks that every layer's caches of `shape` can be laid out within the binding limit:
+/// grouped keys/values split by KV heads, or MLA's latent rows in one buffer.
+pub(super) fn check_layout(spec: &ArchSpec, shape: CacheShape, dtype: KvDtype, max_binding: u64) -> Result<()> {
+    let context = (0..spec.layers).map(|i| shape.positions(spec.window(i))).max().unwrap_or(0);
     match spec.mla() {
         Some(m) => {
             let (what, width) = match m.cache {
@@ -314,16 +382,14 @@ impl GpuModel {
     /// (a [`Error::KvCacheTooLarge`] when it does not fit, before anything is allocated).
     pub fn new_cache(&self) -> Result<SequenceCache> {
         let spec = &self.spec;
-        let (context, dtype) = (self.options.context, self.options.kv_dtype);
-        let bytes = spec.kv_cache_bytes(context, dtype);
-        let gpu = &*self.gpu;
-        let heads = self.heads();
-        // Checked at load; only grouped layers split into chunks.
-        let per_chunk = match spec.mla() {
-            Some(_) => 1,
-            None => heads_per_chunk(heads, context, dtype, gpu.caps.max_binding)?,
-        };
+        let (shape, dtype) = (self.options.cache_shape(), self.options.kv_dtype);
+        let bytes = spec.kv_cache_bytes(shape, dtype);
         self.kv_ledger.reserve(bytes)?;
+        let mut rings: Vec<Ring> = (0..spec.layers)
+            .filter_map(|i| spec.window(i).map(|window| Ring { window, positions: shape.positions(Some(window)) }))
+            .filter(|r| r.positions < shape.context)
+            .collect();
+        rings.dedup();
         let (layers, allocated) = counting_allocations(|| {
             self.layers
                 .iter()
@@ -332,11 +398,9 @@ impl GpuModel {
                     Attn::Mla(a) => {
                         LayerCache::Mla(self.mla_cache(spec.mla().expect("MLA layers imply an MLA spec"), &a.kv_b))
                     }
-                    Attn::Grouped(a) => LayerCache::Grouped(self.grouped_cache(
-                        per_chunk,
-                        spec.window(i),
-                        a.sinks.as_ref().map(|s| &s.0),
-                    )),
+                    Attn::Grouped(a) => {
+                        LayerCache::Grouped(self.grouped_cache(spec.window(i), a.sinks.as_ref().map(|s| &s.0)))
+                    }
                     Attn::Linear(a) => LayerCache::Linear(
                         self.linear_cache(spec.hybrid.as_ref().expect("linear layers imply a hybrid spec"), a),
                     ),
@@ -350,6 +414,8 @@ impl GpuModel {
             ledger: self.kv_ledger.clone(),
             allocation: (self.gpu.clone(), allocated),
             state_len: AtomicUsize::new(0),
+            rings,
+            written_end: AtomicUsize::new(0),
         })
     }
 
@@ -379,14 +445,17 @@ impl GpuModel {
         LinearCache { conv, delta, window, state, saved }
     }
 
-    /// One grouped layer's cache, `per_chunk` KV heads per chunk, its attention seeing the last
-    /// `window` keys when set, with the layer's attention `sinks` when it has them. The cache
-    /// keeps every position (windowed layers too), so rolling a session back never needs keys a
-    /// ring would have overwritten.
-    fn grouped_cache(&self, per_chunk: usize, window: Option<usize>, sinks: Option<&wgpu::Buffer>) -> GroupedCache {
+    /// One grouped layer's cache, its attention seeing the last `window` keys when set (kept in
+    /// a ring as the options' [`CacheShape`] says), with the layer's attention `sinks` when it
+    /// has them; split into chunks of KV heads that each fit a binding (checked at load).
+    fn grouped_cache(&self, window: Option<usize>, sinks: Option<&wgpu::Buffer>) -> GroupedCache {
         let gpu = &*self.gpu;
-        let (context, dtype) = (self.options.context, self.options.kv_dtype);
+        let shape = self.options.cache_shape();
+        let (context, dtype) = (shape.positions(window), self.options.kv_dtype);
+        let ring = context < shape.context;
         let heads = self.heads();
+        let per_chunk =
+            heads_per_chunk(heads, context, dtype, gpu.caps.max_binding).expect("the cache layout is checked at load");
         let acts = &self.acts;
         let chunks = (0..heads.n_kv_heads)
             .step_by(per_chunk)
@@ -395,7 +464,7 @@ impl GpuModel {
                 let chunk_bytes = (n * context * heads.head_dim * dtype.bytes()) as u64;
                 let k = gpu.storage("k cache", chunk_bytes);
                 let v = gpu.storage("v cache", chunk_bytes);
-                let chunk = KvChunk { k: &k, v: &v, kv_head0, heads: n, context, dtype };
+                let chunk = KvChunk { k: &k, v: &v, kv_head0, heads: n, context, dtype, ring };
                 let (cos, sin) = &self.rope_tables;
                 let rope = StoreRope { tables: (cos, sin), q: &acts.q, n_heads: heads.n_heads, spec: &self.spec.rope };
                 let store = KvStore::new(
@@ -437,7 +506,7 @@ impl GpuModel {
         let (store, cache) = match m.cache {
             MlaCacheKind::Latent => {
                 // The latent is one "head" of `rank` keys, the rotary key one of `rope` values.
-                let chunk = KvChunk { k: &a, v: &b, kv_head0: 0, heads: 1, context, dtype };
+                let chunk = KvChunk { k: &a, v: &b, kv_head0: 0, heads: 1, context, dtype, ring: false };
                 let store = KvStore::new(gpu, step, (&acts.k, &acts.v), chunk, 1, (rank, rope), None);
                 (MlaStore::Latent(store), MlaCacheView::Latent(LatentCache { c: &a, k_rope: &b, dtype }))
             }

@@ -39,7 +39,7 @@ use crate::gpu::context::counting_allocations;
 use crate::gpu::{Gpu, Pass, Readback, StepUniform};
 use crate::model::layer_weights::{self, AttentionBlock, FfnWeights, MlpWeights};
 use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
-use crate::model::{ArchSpec, Checkpoint, HostTensor, MlaCacheKind, MoeSpec, QkNorm, RoutingKind};
+use crate::model::{ArchSpec, CacheShape, Checkpoint, HostTensor, MlaCacheKind, MoeSpec, QkNorm, RoutingKind};
 use crate::ops::argmax::Argmax;
 use crate::ops::attention::{partial_bytes, split_len, Heads};
 use crate::ops::attention_merge::AttentionMerge;
@@ -71,6 +71,8 @@ pub struct DecoderOptions {
     pub kv_budget: u64,
     /// Most tokens one step processes (prefill chunk).
     pub max_batch: usize,
+    /// Sliding-window layers keep a ring of their window and a step, not every position.
+    pub window_rings: bool,
     /// Stream experts through a slot budget; `None` keeps every expert resident.
     pub streaming: Option<StreamingOptions>,
 }
@@ -92,6 +94,11 @@ pub struct StreamingOptions {
 }
 
 impl DecoderOptions {
+    /// How each sequence's caches are laid out.
+    pub fn cache_shape(&self) -> CacheShape {
+        CacheShape { context: self.context, max_step: self.max_batch, rings: self.window_rings }
+    }
+
     /// The format of the matrix with role `label`: routed experts use `experts`; embeddings
     /// and routers are never int4 (lookups and routing decisions stay precise, f16 instead);
     /// everything else (attention, dense and shared FFNs, lm_head) uses `dense`.

@@ -63,12 +63,12 @@ impl Sequences<'_> {
     fn begin(&self, model: &GpuModel, gpu: &crate::gpu::Gpu, n: usize) -> Result<()> {
         match *self {
             Sequences::One { cache, pos } => {
-                cache.begin_step(gpu, pos)?;
+                cache.begin_step(gpu, pos, n)?;
                 model.step.set(gpu, n, pos);
             }
             Sequences::Batch(entries) => {
                 for e in entries {
-                    e.cache.begin_step(gpu, e.pos)?;
+                    e.cache.begin_step(gpu, e.pos, e.tokens.len())?;
                 }
                 model.write_batch_values(entries);
             }

@@ -13,7 +13,7 @@ pub mod names;
 pub mod weights;
 
 pub use config::{
-    ArchSpec, AttentionKind, DeltaShape, ExpertAct, Family, GateAct, HybridSpec, LinearKind, MlaCacheKind, MlaSpec,
-    MoeSpec, QkNorm, RopeScaling, RopeSpec, RoutingKind,
+    ArchSpec, AttentionKind, CacheShape, DeltaShape, ExpertAct, Family, GateAct, HybridSpec, LinearKind, MlaCacheKind,
+    MlaSpec, MoeSpec, QkNorm, RopeScaling, RopeSpec, RoutingKind,
 };
 pub use weights::{Checkpoint, HostTensor};

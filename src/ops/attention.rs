@@ -222,7 +222,7 @@ impl Attention {
         let kernel = |dest: &wgpu::Buffer, split: bool| {
             let slots = if split { split_queries(group) } else { QUERIES_PER_TEAM };
             let (shader, mut defines) = layout_shader(gpu, layout, slots, heads.head_dim);
-            defines.extend(super::kv_store::dtype_defines(chunk.dtype));
+            defines.extend(chunk.defines());
             defines.extend(head_dim_define(heads.head_dim));
             defines.extend(queries_define(slots));
             let mut bindings = vec![io.q.into(), chunk.k.into(), chunk.v.into(), dest.into()];

@@ -19,7 +19,8 @@ pub(crate) fn dtype_defines(dtype: KvDtype) -> &'static [&'static str] {
 }
 
 /// One chunk of a layer's KV cache: KV heads `kv_head0 .. kv_head0 + heads`, `context`
-/// positions each, in `k` and `v` (each within the binding limit).
+/// positions each, in `k` and `v` (each within the binding limit). A ring holds position `j`
+/// in row `j % context` (a sliding-window layer keeping only its window and a step).
 #[derive(Clone, Copy)]
 pub struct KvChunk<'a> {
     /// Keys.
@@ -34,6 +35,17 @@ pub struct KvChunk<'a> {
     pub context: usize,
     /// Element type.
     pub dtype: KvDtype,
+    /// Positions wrap around the `context` rows.
+    pub ring: bool,
+}
+
+impl KvChunk<'_> {
+    /// The shader defines of the chunk's element type and layout.
+    pub(crate) fn defines(&self) -> Vec<&'static str> {
+        let mut defines = dtype_defines(self.dtype).to_vec();
+        defines.extend(self.ring.then_some("RING"));
+        defines
+    }
 }
 
 /// A grouped-attention layer's RoPE, which its cache store applies ([`KvStore::new`]): keys
@@ -79,7 +91,7 @@ impl KvStore {
             chunk.context as u32,
         ];
         let mut storage: Vec<Slice> = vec![k.into(), v.into(), chunk.k.into(), chunk.v.into()];
-        let mut defines = dtype_defines(chunk.dtype).to_vec();
+        let mut defines = chunk.defines();
         // Per token: the chunk's f32 rows read and their cached copies written.
         let elements = (chunk.heads * (k_dim + v_dim)) as u64;
         let mut per_token = elements * (4 + chunk.dtype.bytes() as u64);

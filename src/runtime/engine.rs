@@ -22,7 +22,7 @@ use crate::experts::trace::TraceHeader;
 use crate::gpu::Gpu;
 use crate::model::gguf::GgufModel;
 use crate::model::lora::LoraAdapter;
-use crate::model::{ArchSpec, AttentionKind, Checkpoint};
+use crate::model::{ArchSpec, AttentionKind, CacheShape, Checkpoint};
 use crate::ops::{KvDtype, WeightFormat};
 use crate::prerouter::heads_file::HEADS_FILE;
 use crate::store::{ExpertStore, IoMode, OpenOptions as StoreOpenOptions};
@@ -255,7 +255,8 @@ impl OnDisk {
         let host_side =
             source.as_ref().map_or(0, |s| memory_plan::host_side_bytes(gpu, options.io_threads, s.read_len()));
         let sequences = options.parallel.max(1) as u64;
-        let caches = sequences * spec.kv_cache_bytes(budget_context, options.kv_dtype);
+        let shape = |context| CacheShape { context, max_step: options.max_batch, rings: options.window_rings };
+        let caches = sequences * spec.kv_cache_bytes(shape(budget_context), options.kv_dtype);
         let resident_bytes = weights + caches + activations + host_side;
         let streaming = source
             .as_ref()
@@ -271,8 +272,7 @@ impl OnDisk {
         };
         let fixed = weights + activations + expert_bytes + host_side;
         let kv_memory = options.kv_memory.unwrap_or_else(|| kv_memory_left(memory_plan::free_bytes(gpu), fixed));
-        let state_bytes = spec.sequence_state_bytes();
-        let kv = plan_kv(spec, options.kv_dtype, options.context, (kv_memory, sequences), state_bytes)?;
+        let kv = plan_kv(spec, options.kv_dtype, options.context, (kv_memory, sequences), shape(spec.max_positions))?;
         log::info!(
             "KV cache: {} bytes per token ({}), context {} ({} bytes per session, {} bytes for all sessions)",
             kv.bytes_per_token,
@@ -288,6 +288,7 @@ impl OnDisk {
             kv_dtype: options.kv_dtype,
             kv_budget: kv.budget,
             max_batch: options.max_batch,
+            window_rings: options.window_rings,
             streaming: streaming.map(|slots| StreamingOptions {
                 slots,
                 policy: options.policy,

@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::{ArchSpec, Checkpoint};
+use crate::model::{ArchSpec, CacheShape, Checkpoint};
 use crate::ops::{KvDtype, WeightFormat};
 
 /// Whether a checkpoint tensor is one routed expert's weight (streamed, not resident).
@@ -86,7 +86,7 @@ fn headroom(free: u64) -> u64 {
 pub struct KvPlan {
     /// Positions per sequence.
     pub context: usize,
-    /// Bytes of KV cache per position over all layers ([`ArchSpec::kv_bytes_per_token`]).
+    /// Bytes a sequence's KV cache grows by per position ([`ArchSpec::kv_bytes_per_token`]).
     pub bytes_per_token: u64,
     /// Bytes the caches of all live sequences may take together.
     pub budget: u64,
@@ -110,27 +110,35 @@ pub fn check_context(spec: &ArchSpec, requested: Option<usize>) -> Result<()> {
     }
 }
 
-/// The context for KV caches of `budget` bytes in all, `sequences` of them: `requested` when
-/// that many sequences fit (else [`Error::KvCacheTooLarge`]), by default the model's maximum or
-/// what fits, whichever is smaller.
-/// `state_bytes`: what a sequence takes whatever its length ([`ArchSpec::sequence_state_bytes`]).
+/// The context for KV caches of `budget` bytes in all, `sequences` of them, laid out as `shape`
+/// says (its context ignored): `requested` when that many sequences fit (else
+/// [`Error::KvCacheTooLarge`]), by default the model's maximum or what fits, whichever is
+/// smaller. What a sequence takes whatever its length (sliding-window rings, linear-attention
+/// states) comes off each sequence's share first.
 pub fn plan_kv(
     spec: &ArchSpec,
     dtype: KvDtype,
     requested: Option<usize>,
     (budget, sequences): (u64, u64),
-    state_bytes: u64,
+    shape: CacheShape,
 ) -> Result<KvPlan> {
     check_context(spec, requested)?;
-    let bytes_per_token = spec.kv_bytes_per_token(dtype);
+    let bytes_per_token = spec.kv_bytes_per_token(dtype, shape.rings);
+    let fixed = spec.kv_fixed_bytes(shape, dtype);
     let sequences = sequences.max(1);
-    let fits = ((budget / sequences).saturating_sub(state_bytes) / bytes_per_token.max(1)) as usize;
+    let share = budget / sequences;
+    let fits = match bytes_per_token {
+        // Nothing grows (every cached layer a ring): any context fits once the rings do.
+        0 if share >= fixed => usize::MAX,
+        0 => 0,
+        b => (share.saturating_sub(fixed) / b) as usize,
+    };
     let context = match requested {
         Some(n) if n > fits => {
             let each = if sequences > 1 { format!(" for each of {sequences} sequences") } else { String::new() };
             return Err(Error::KvCacheTooLarge {
                 what: format!("context {n} × {bytes_per_token} bytes per token in {}{each}", dtype.name()),
-                needed: (n as u64 * bytes_per_token + state_bytes) * sequences,
+                needed: (n as u64 * bytes_per_token + fixed) * sequences,
                 available: budget,
             });
         }
@@ -138,7 +146,7 @@ pub fn plan_kv(
         None if fits == 0 => {
             return Err(Error::KvCacheTooLarge {
                 what: format!("one position ({} KV)", dtype.name()),
-                needed: (bytes_per_token + state_bytes) * sequences,
+                needed: (bytes_per_token + fixed) * sequences,
                 available: budget,
             })
         }

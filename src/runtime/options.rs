@@ -35,6 +35,10 @@ pub struct EngineOptions {
     pub kv_memory: Option<u64>,
     /// Most prompt tokens per prefill step (and tokens per batched step).
     pub max_batch: usize,
+    /// Sliding-window layers keep a ring of `window + max_batch - 1` positions (the default);
+    /// `false` keeps every position there too (llama.cpp's `--swa-full`): more memory, but a
+    /// session rolled back past the ring resumes without recomputing its prompt.
+    pub window_rings: bool,
     /// Sequences the memory plan makes room for (a [`crate::runtime::Scheduler`]'s slots):
     /// the automatic expert budget and the default context leave room for this many caches.
     pub parallel: usize,
@@ -81,6 +85,9 @@ pub enum ExpertBudget {
     Bytes(u64),
 }
 
+/// Most tokens per step by default (prefill chunks, batched steps).
+pub const DEFAULT_MAX_BATCH: usize = 64;
+
 /// Reader threads by default: NVMe drives want several requests in flight.
 pub const DEFAULT_IO_THREADS: usize = 4;
 
@@ -103,7 +110,8 @@ impl EngineOptions {
             kv_dtype: KvDtype::F16,
             mla_cache: MlaCacheKind::Latent,
             kv_memory: None,
-            max_batch: 64,
+            max_batch: DEFAULT_MAX_BATCH,
+            window_rings: true,
             parallel: 1,
             gpu: GpuOptions::default(),
             budget: ExpertBudget::Auto,

@@ -108,11 +108,6 @@ impl HybridSpec {
     pub fn is_linear(&self, i: usize) -> bool {
         self.linear_layers.get(i).copied().unwrap_or(false)
     }
-
-    /// Layers with a KV cache (gated full attention).
-    pub fn full_attention_layers(&self) -> usize {
-        self.linear_layers.iter().filter(|l| !**l).count()
-    }
 }
 
 /// Parses the hybrid block of a Qwen3-Next / Qwen3.5-MoE text config or of a Ling config

@@ -4,6 +4,7 @@
 //! `window` (which layers attend through a sliding window).
 
 mod attention;
+mod cache_size;
 mod fields;
 mod gpt_oss;
 mod hybrid;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use attention::{AttentionKind, MlaCacheKind, MlaSpec};
+pub use cache_size::CacheShape;
 pub use hybrid::{HybridSpec, LinearKind, MAX_CONV_KERNEL, MAX_LINEAR_KEY_DIM};
 pub use linear_shapes::{DeltaShape, GateAct};
 pub use moe::{ExpertAct, MoeSpec};
@@ -364,38 +366,6 @@ impl ArchSpec {
             AttentionKind::Mla(m) => Some(m),
             AttentionKind::Grouped => None,
         }
-    }
-
-    /// Bytes one sequence's cache holds per token over all layers with caches in `dtype`: every
-    /// key and value head for grouped attention; for MLA what [`MlaSpec::cached_width`] says.
-    /// The one KV-size computation: sessions, the KV budget, the expert budget and `info` use it.
-    pub fn kv_bytes_per_token(&self, dtype: crate::quant::KvDtype) -> u64 {
-        let per_layer = match &self.attention {
-            AttentionKind::Mla(m) => m.cached_width(self.heads) * dtype.bytes(),
-            AttentionKind::Grouped => 2 * self.kv_dim() * dtype.bytes(),
-        };
-        let cached_layers = self.hybrid.as_ref().map_or(self.layers, HybridSpec::full_attention_layers);
-        (per_layer * cached_layers) as u64
-    }
-
-    /// GPU bytes of one sequence's caches for `context` positions in `dtype`: its KV rows and
-    /// its linear-attention states ([`ArchSpec::sequence_state_bytes`]).
-    pub fn kv_cache_bytes(&self, context: usize, dtype: crate::quant::KvDtype) -> u64 {
-        self.kv_bytes_per_token(dtype) * context as u64 + self.sequence_state_bytes()
-    }
-
-    /// GPU bytes of one sequence's linear-attention states, whatever its length: kept twice (a
-    /// copy to put back after a discarded optimistic step or rejected draft tokens).
-    pub fn sequence_state_bytes(&self) -> u64 {
-        self.linear_state_bytes() * 2
-    }
-
-    /// Bytes of one sequence's fixed-size state: the conv windows and recurrent states of the
-    /// linear-attention layers (f32), 0 for other models.
-    pub fn linear_state_bytes(&self) -> u64 {
-        self.hybrid
-            .as_ref()
-            .map_or(0, |h| (h.state_floats() * 4 * h.linear_layers.iter().filter(|l| **l).count()) as u64)
     }
 
     /// Whether layer `i` is a linear-attention (Gated DeltaNet or KDA) layer.

@@ -214,7 +214,8 @@ impl Engine {
         let mut stream = self.tokenizer.as_ref().map(TextStream::new);
         let mut text = String::new();
         let mut tokens = Vec::new();
-        let reused = session.cached.min(session.len() - 1);
+        session.cached = session.cache.resume_point(session.cached.min(session.len() - 1));
+        let reused = session.cached;
         let started = Instant::now();
         let first = self.prefill(session, if options.max_tokens > 0 { want } else { StepOutput::None })?;
         // Tokens decided and not yet taken: the next one, or accepted drafts and the token after.
