@@ -78,7 +78,9 @@ fn main() -> moestream::Result<()> {
             }
         };
         let (view, store) = match cache {
-            MlaCacheKind::Latent => (MlaCacheView::Latent(LatentCache { c: &a, k_rope: &b, dtype }), None),
+            MlaCacheKind::Latent => {
+                (MlaCacheView::Latent(LatentCache { c: &a, k_rope: &b, context: kv_len, dtype }), None)
+            }
             MlaCacheKind::Decompressed => {
                 let d = DecompressedCache { k: &a, v: &b, context: kv_len, dtype };
                 let input = DecompressIn { c: &c, k_rope: &kr, kv_b: &kv_b };
@@ -120,7 +122,7 @@ fn main() -> moestream::Result<()> {
             run()?;
         }
         let ms = start.elapsed().as_secs_f64() * 1e3 / steps as f64;
-        let kv_bytes = m.cached_width(HEADS) * dtype.bytes();
+        let kv_bytes = m.cached_row_bytes(HEADS, dtype);
         println!(
             "{:<13} KV bytes/token/layer {kv_bytes:>6}  KV MiB at depth {depth}: {:>6.1}  decode attention {ms:>8.2} ms/layer ({} splits of {split})",
             format!("{cache:?}"),

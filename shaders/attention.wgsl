@@ -216,9 +216,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row0 = slots.kv_local * p.context;
     for (var j0 = first; j0 < end; j0 += TEAM) {
         // Keys past `end` re-read the last one (their weight is 0).
-        var chunk_of: array<u32, TEAM>;
+        var row_of: array<u32, TEAM>;
         for (var k = 0u; k < TEAM; k++) {
-            chunk_of[k] = (row0 + cache_row(min(j0 + k, end - 1u))) * cpr;
+            row_of[k] = row0 + cache_row(min(j0 + k, end - 1u));
         }
         var part: array<Slots, TEAM>;
         for (var k = 0u; k < TEAM; k++) {
@@ -226,9 +226,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 part[k][s] = 0.0;
             }
             for (var i = 0u; i < CH; i++) {
-                let kc = k_chunk(chunk_of[k] + min(lane + TEAM * i, cpr - 1u));
+                let c = min(lane + TEAM * i, cpr - 1u);
+                let kc = k_chunk(row_of[k], c);
+                let ks = k_scale(row_of[k], c);
                 for (var s = 0u; s < QT; s++) {
-                    part[k][s] += dot(qr[s][i].lo, kc.lo) + dot(qr[s][i].hi, kc.hi);
+                    part[k][s] += (dot(qr[s][i].lo, kc.lo) + dot(qr[s][i].hi, kc.hi)) * ks;
                 }
             }
         }
@@ -256,9 +258,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var weights = team_all(lid, pj);
         for (var k = 0u; k < TEAM; k++) {
             for (var i = 0u; i < CH; i++) {
-                let vc = v_chunk(chunk_of[k] + min(lane + TEAM * i, cpr - 1u));
+                let c = min(lane + TEAM * i, cpr - 1u);
+                let vc = v_chunk(row_of[k], c);
+                let vs = v_scale(row_of[k], c);
                 for (var s = 0u; s < QT; s++) {
-                    let w = weights[k][s];
+                    let w = weights[k][s] * vs;
                     acc[s][i] = Chunk(acc[s][i].lo + w * vc.lo, acc[s][i].hi + w * vc.hi);
                 }
             }

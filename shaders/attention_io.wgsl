@@ -20,15 +20,25 @@ struct Params {
     context: u32,
     split_len: u32,
     window: u32,
+    // Q8: 8-dim chunks per block and scales per word of the cache's rows.
+    q8_chunks_per_block: u32,
+    q8_scales_per_word: u32,
 }
 
 //#include words16
 
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;
+//#if Q8
+// The cache in 8-byte loads: each row's int8 codes (a chunk's eight in one load), then each
+// row's f16 scales (Q8Rows; four to a load).
+@group(0) @binding(3) var<storage, read> k_cache: array<vec2<u32>>;
+@group(0) @binding(4) var<storage, read> v_cache: array<vec2<u32>>;
+//#else
 // The cache in 16-byte loads (words16): eight f16 values or four f32 ones.
 @group(0) @binding(3) var<storage, read> k_cache: array<Words16>;
 @group(0) @binding(4) var<storage, read> v_cache: array<Words16>;
+//#endif
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 //#if SINKS
 @group(0) @binding(6) var<storage, read> sinks: array<f32>;
@@ -65,22 +75,81 @@ fn cache_row(j: u32) -> u32 {
 //#endif
 }
 
-// Chunk i of the cache (chunk c of row r is i = r * head_dim / 8 + c).
-fn k_chunk(i: u32) -> Chunk {
+// Chunk c of cache row r (of every KV head of the chunk, head-major), before its scale
+// (`k_scale`: 1 but for q8_0 codes, whose block scale multiplies their dot products and
+// weights, not each value).
+fn k_chunk(r: u32, c: u32) -> Chunk {
+    let i = r * (p.head_dim / 8u) + c;
 //#if F16
     return f16_chunk(words_of(k_cache[i]));
 //#else
+//#if Q8
+    return q8_chunk(k_cache[i]);
+//#else
     return f32_chunk(words_of(k_cache[2u * i]), words_of(k_cache[2u * i + 1u]));
+//#endif
 //#endif
 }
 
-fn v_chunk(i: u32) -> Chunk {
+fn v_chunk(r: u32, c: u32) -> Chunk {
+    let i = r * (p.head_dim / 8u) + c;
 //#if F16
     return f16_chunk(words_of(v_cache[i]));
 //#else
+//#if Q8
+    return q8_chunk(v_cache[i]);
+//#else
     return f32_chunk(words_of(v_cache[2u * i]), words_of(v_cache[2u * i + 1u]));
 //#endif
+//#endif
 }
+
+// The scale of chunk c of cache row r's keys (1 but for q8_0).
+fn k_scale(r: u32, c: u32) -> f32 {
+//#if Q8
+    let s = q8_scale(r, c);
+    return unpack2x16float(k_cache[s.x][s.y])[s.z];
+//#else
+    return 1.0;
+//#endif
+}
+
+fn v_scale(r: u32, c: u32) -> f32 {
+//#if Q8
+    let s = q8_scale(r, c);
+    return unpack2x16float(v_cache[s.x][s.y])[s.z];
+//#else
+    return 1.0;
+//#endif
+}
+
+//#if Q8
+// Where the scale of chunk c of row r is: its 8-byte load (after every row's codes), word and
+// half. A row's scales fill whole words (Q8Rows); Q8_B32 (blocks of 32, two scales a word: head
+// dims that are multiples of 64) by shifts, so a row's chunks of one block share one load.
+fn q8_scale(r: u32, c: u32) -> vec3<u32> {
+//#if Q8_B32
+    let word = r * (p.head_dim / 64u) + (c >> 3u);
+    let half = (c >> 2u) & 1u;
+//#else
+    let block = (r * (p.head_dim / 8u) + c) / p.q8_chunks_per_block;
+    let word = block / p.q8_scales_per_word;
+    let half = block % p.q8_scales_per_word;
+//#endif
+    let codes = p.chunk_heads * p.context * p.head_dim / 8u;
+    return vec3<u32>(codes + word / 2u, word % 2u, half);
+}
+
+// Eight int8 codes.
+fn q8_chunk(codes: vec2<u32>) -> Chunk {
+    return Chunk(i8x4(codes.x), i8x4(codes.y));
+}
+
+// Four int8 codes of a word (byte 0 first) as f32.
+fn i8x4(w: u32) -> vec4<f32> {
+    return vec4<f32>(unpack4xI8(w));
+}
+//#endif
 
 // Eight f16 values packed in four words.
 fn f16_chunk(w: vec4<u32>) -> Chunk {

@@ -103,15 +103,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         for (var b = 0u; b < KPL; b++) {
             let j = j0 + LANES * b + lane;
-            let kb = (row0 + cache_row(min(j, end - 1u))) * cpr;
+            let kr = row0 + cache_row(min(j, end - 1u));
             var dot_s: Slots;
             for (var s = 0u; s < QT; s++) {
                 dot_s[s] = 0.0;
             }
             for (var c = 0u; c < HC; c++) {
-                let kc = k_chunk(kb + min(c, cpr - 1u));
+                let kc = k_chunk(kr, min(c, cpr - 1u));
+                let ks = k_scale(kr, min(c, cpr - 1u));
                 for (var s = 0u; s < QT; s++) {
-                    dot_s[s] += dot(qr[s][c].lo, kc.lo) + dot(qr[s][c].hi, kc.hi);
+                    dot_s[s] += (dot(qr[s][c].lo, kc.lo) + dot(qr[s][c].hi, kc.hi)) * ks;
                 }
             }
             for (var s = 0u; s < QT; s++) {
@@ -129,16 +130,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
         for (var b = 0u; b < KPL; b++) {
-            let vb = (row0 + cache_row(min(j0 + LANES * b + lane, end - 1u))) * cpr;
+            let vr = row0 + cache_row(min(j0 + LANES * b + lane, end - 1u));
             var w: Slots;
             for (var s = 0u; s < QT; s++) {
                 w[s] = select(0.0, exp(sc[b][s] - m[s]), sc[b][s] > -1.0e30);
                 l[s] += w[s];
             }
             for (var c = 0u; c < HC; c++) {
-                let vc = v_chunk(vb + min(c, cpr - 1u));
+                let vc = v_chunk(vr, min(c, cpr - 1u));
+                let vs = v_scale(vr, min(c, cpr - 1u));
                 for (var s = 0u; s < QT; s++) {
-                    acc[s][c] = Chunk(acc[s][c].lo + w[s] * vc.lo, acc[s][c].hi + w[s] * vc.hi);
+                    let ws = w[s] * vs;
+                    acc[s][c] = Chunk(acc[s][c].lo + ws * vc.lo, acc[s][c].hi + ws * vc.hi);
                 }
             }
         }

@@ -11,6 +11,10 @@
 // per (token, query head, pair).
 // RING (a sliding-window layer keeping its window and a step): position j goes to row
 // j % context.
+// Q8 (q8_0, KvDtype::Q8_0, layout quant::kv_dtype::Q8Rows): every row's int8 codes, then every
+// row's f16 scales, a row's scales filling whole words; one invocation per (token, head, scale
+// word of the wider row): the word's blocks (two, or a row's only one) of keys and of values,
+// each block's scale max |x| / 127 and codes round(x / scale), halves away from zero.
 //#include common
 
 struct Params {
@@ -20,6 +24,11 @@ struct Params {
     kv_head0: u32,
     chunk_heads: u32,
     context: u32,
+    // Q8: values per block and scales per word of key and of value rows.
+    k_block: u32,
+    k_spw: u32,
+    v_block: u32,
+    v_spw: u32,
 //#if ROPE
     // ROPE: the rotary width (from each head's first value) and pair layout, and the layout of
     // the chunk's query heads in `q` (the first one's offset folded into `offset`).
@@ -40,8 +49,13 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
 //#else
+//#if Q8
+@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
+@group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
+//#else
 @group(0) @binding(4) var<storage, read_write> k_cache: array<f32>;
 @group(0) @binding(5) var<storage, read_write> v_cache: array<f32>;
+//#endif
 //#endif
 //#if ROPE
 @group(0) @binding(6) var<storage, read> cos_table: array<f32>;
@@ -84,6 +98,67 @@ fn cache_row(t: u32) -> u32 {
 //#endif
 }
 
+//#if Q8
+// Dim d of the key (`is_key`, as cached) or value head starting at `base` of token t.
+fn input_at(is_key: bool, base: u32, d: u32, t: u32) -> f32 {
+    if (is_key) {
+        return key_at(base, d, t);
+    }
+    return v[base + d];
+}
+
+// A block's scale: max |x| / 127 over its `len` values from dim `d0` (keys or values).
+fn block_scale(is_key: bool, base: u32, d0: u32, len: u32, t: u32) -> f32 {
+    var amax = 0.0;
+    for (var d = d0; d < d0 + len; d++) {
+        amax = max(amax, abs(input_at(is_key, base, d, t)));
+    }
+    return amax / 127.0;
+}
+
+// Four codes of dims d .. d + 4 at `inv` = 1 / scale, one byte each (two's complement).
+fn codes4(is_key: bool, base: u32, d: u32, t: u32, inv: f32) -> u32 {
+    var w = 0u;
+    for (var i = 0u; i < 4u; i++) {
+        let x = input_at(is_key, base, d + i, t) * inv;
+        let c = i32(min(floor(abs(x) + 0.5), 127.0)) * select(1, -1, x < 0.0);
+        w |= (bitcast<u32>(c) & 0xffu) << (8u * i);
+    }
+    return w;
+}
+
+// Quantizes scale word `u` of the key (`is_key`) or value row of head h of token t: the
+// codes of its blocks (two, or the row's only one) and their scales.
+fn store_q8(is_key: bool, t: u32, h: u32, u: u32) {
+    let dim = select(p.v_dim, p.k_dim, is_key);
+    let block = select(p.v_block, p.k_block, is_key);
+    let spw = select(p.v_spw, p.k_spw, is_key);
+    let base = (t * p.n_kv_heads + p.kv_head0 + h) * dim;
+    let row = h * p.context + cache_row(t);
+    var scales = 0u;
+    for (var b = 0u; b < spw; b++) {
+        let d0 = (u * spw + b) * block;
+        let scale = block_scale(is_key, base, d0, block, t);
+        let inv = select(0.0, 1.0 / scale, scale > 0.0);
+        for (var d = d0; d < d0 + block; d += 4u) {
+            let w = codes4(is_key, base, d, t, inv);
+            if (is_key) {
+                k_cache[(row * dim + d) / 4u] = w;
+            } else {
+                v_cache[(row * dim + d) / 4u] = w;
+            }
+        }
+        scales |= (pack2x16float(vec2<f32>(scale, 0.0)) & 0xffffu) << (16u * b);
+    }
+    // After every row's codes, each row's scale words.
+    let at = p.chunk_heads * p.context * dim / 4u + row * (dim / block / spw) + u;
+    if (is_key) {
+        k_cache[at] = scales;
+    } else {
+        v_cache[at] = scales;
+    }
+}
+//#else
 // Stores pair `pair` of key head `h` (of the chunk) of token `t`; `store_v` the same for values.
 fn store_k(t: u32, h: u32, pair: u32) {
     let pairs = p.k_dim / 2u;
@@ -110,10 +185,16 @@ fn store_v(t: u32, h: u32, pair: u32) {
     v_cache[2u * dst + 1u] = v[src + 1u];
 //#endif
 }
+//#endif
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+//#if Q8
+    // Scale words of the wider row: the units of a (token, head).
+    let pairs = max(p.k_dim / p.k_block / p.k_spw, p.v_dim / p.v_block / p.v_spw);
+//#else
     let pairs = max(p.k_dim, p.v_dim) / 2u;
+//#endif
     let i = group_index(wid, nwg) * 64u + lid;
     let stores = step.n_tokens * p.chunk_heads * pairs;
     if (i >= stores) {
@@ -130,10 +211,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let pair = i % pairs;
     let h = (i / pairs) % p.chunk_heads;
     let t = i / (pairs * p.chunk_heads);
+//#if Q8
+    if (pair < p.k_dim / p.k_block / p.k_spw) {
+        store_q8(true, t, h, pair);
+    }
+    if (pair < p.v_dim / p.v_block / p.v_spw) {
+        store_q8(false, t, h, pair);
+    }
+//#else
     if (pair < p.k_dim / 2u) {
         store_k(t, h, pair);
     }
     if (pair < p.v_dim / 2u) {
         store_v(t, h, pair);
     }
+//#endif
 }

@@ -14,7 +14,10 @@
 // set, split of split_len keys), writing each head's partial (max, sum, unnormalised accumulator
 // over the value width: rank for the latent cache, v decompressed) for mla_merge (latent) or
 // attention_merge (decompressed). Key width (rank + rope, or nope + rope) <= 640, value width
-// <= 512. F16: the caches hold two halves per u32, unpacked in f32 arithmetic.
+// <= 512. F16: the caches hold two halves per u32, unpacked in f32 arithmetic. Q8 (latent cache
+// only): each cache holds its rows' int8 codes, then their f16 scales (quant::kv_dtype::Q8Rows).
+// The latent and rotary-key caches hold `context` rows each (the decompressed ones `context`
+// per head).
 //#include common
 //#include reduce4
 
@@ -27,6 +30,11 @@ struct Params {
     scale: f32,
     split_len: u32,
     context: u32,
+    // Q8: values per block and scales per word of latent rows, then of rotary-key rows.
+    q8_block_a: u32,
+    q8_spw_a: u32,
+    q8_block_b: u32,
+    q8_spw_b: u32,
 }
 
 @group(0) @binding(1) var<uniform> p: Params;
@@ -35,8 +43,13 @@ struct Params {
 @group(0) @binding(3) var<storage, read> cache_a: array<u32>;
 @group(0) @binding(4) var<storage, read> cache_b: array<u32>;
 //#else
+//#if Q8
+@group(0) @binding(3) var<storage, read> cache_a: array<u32>;
+@group(0) @binding(4) var<storage, read> cache_b: array<u32>;
+//#else
 @group(0) @binding(3) var<storage, read> cache_a: array<f32>;
 @group(0) @binding(4) var<storage, read> cache_b: array<f32>;
+//#endif
 //#endif
 //#if DECOMPRESSED
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
@@ -50,7 +63,12 @@ fn a_at(i: u32) -> f32 {
 //#if F16
     return unpack2x16float(cache_a[i / 2u])[i % 2u];
 //#else
+//#if Q8
+    let s = q8_scale(i, p.context * p.rank, p.q8_block_a, p.q8_spw_a);
+    return q8_code(cache_a[i / 4u], i) * unpack2x16float(cache_a[s.x])[s.y];
+//#else
     return cache_a[i];
+//#endif
 //#endif
 }
 
@@ -58,9 +76,27 @@ fn b_at(i: u32) -> f32 {
 //#if F16
     return unpack2x16float(cache_b[i / 2u])[i % 2u];
 //#else
+//#if Q8
+    let s = q8_scale(i, p.context * p.rope, p.q8_block_b, p.q8_spw_b);
+    return q8_code(cache_b[i / 4u], i) * unpack2x16float(cache_b[s.x])[s.y];
+//#else
     return cache_b[i];
 //#endif
+//#endif
 }
+
+//#if Q8
+// Code i of a cache as f32, from its word.
+fn q8_code(w: u32, i: u32) -> f32 {
+    return f32(bitcast<i32>(w << (24u - 8u * (i % 4u))) >> 24u);
+}
+
+// Where element i's scale is in a cache of `values` codes: its word and half.
+fn q8_scale(i: u32, values: u32, block: u32, spw: u32) -> vec2<u32> {
+    let b = i / block;
+    return vec2<u32>(values / 4u + b / spw, b % spw);
+}
+//#endif
 
 const QT: u32 = 4u;
 

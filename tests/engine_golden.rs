@@ -90,7 +90,7 @@ fn f16_kv_cache_stays_close() {
                 continue;
             }
             // Past the bound: the engine must then be what an f16 cache makes of the model.
-            let model = ReferenceModel::load(&dir).unwrap().with_f16_kv();
+            let model = ReferenceModel::load(&dir).unwrap().with_kv_dtype(KvDtype::F16);
             let logprobs = model.log_probs(&p.tokens).unwrap();
             let greedy = model.greedy(&p.tokens, p.greedy.len()).unwrap();
             let ref_err = max_abs_diff(&logprobs, &p.logprobs);

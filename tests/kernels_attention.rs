@@ -59,6 +59,20 @@ fn round_f16(x: &mut [f32]) {
     }
 }
 
+/// `x` as a cache of `dtype` holds it, rows of `width` values (a head).
+fn round_cache(x: &mut [f32], dtype: KvDtype, width: usize) {
+    match dtype {
+        KvDtype::F32 => {}
+        KvDtype::F16 => round_f16(x),
+        KvDtype::Q8_0 => {
+            for row in x.chunks_mut(width) {
+                let q = KvDtype::q8_round_trip(row);
+                row.copy_from_slice(&q);
+            }
+        }
+    }
+}
+
 fn check(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64) {
     check_in(heads, t, pos, layout, seed, KernelLayout::Default);
 }
@@ -74,10 +88,8 @@ fn check_in(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64, kerne
     let q = rng.vec(t * q_width, -3.0, 3.0);
     let mut k = rng.vec(ctx * kv_width, -1.0, 1.0);
     let mut v = rng.vec(ctx * kv_width, -1.0, 1.0);
-    if layout.dtype == KvDtype::F16 {
-        round_f16(&mut k);
-        round_f16(&mut v);
-    }
+    round_cache(&mut k, layout.dtype, hd);
+    round_cache(&mut v, layout.dtype, hd);
     for x in k[kv_len * kv_width..].iter_mut().chain(v[kv_len * kv_width..].iter_mut()) {
         *x = f32::NAN;
     }
@@ -111,7 +123,7 @@ fn check_in(heads: Heads, t: usize, pos: usize, layout: Layout, seed: u64, kerne
         .step_by(per_chunk)
         .map(|h0| {
             let n = per_chunk.min(n_kv_heads - h0);
-            let bytes = (n * ctx * hd * layout.dtype.bytes()) as u64;
+            let bytes = (n * ctx * layout.dtype.row_bytes(hd)) as u64;
             (h0, n, gpu.storage("k cache", bytes), gpu.storage("v cache", bytes))
         })
         .collect();
@@ -243,6 +255,24 @@ fn f16_cache_decode_prefill_and_split() {
             check(h, t, pos, f16, seed);
         }
     }
+}
+
+#[test]
+fn q8_cache_decode_prefill_and_split() {
+    // Blocks of 32 (head dims 64, 128, 256), half rows (48: blocks of 24, 16: of 8) and one
+    // block a row (40, 8); grouped and one query head per KV head; chunked KV heads (the scales
+    // follow each chunk's codes); windows.
+    let mut seed = 450;
+    for h in [heads(6, 2, 64), heads(4, 1, 128), heads(2, 1, 256), heads(3, 3, 48), heads(4, 2, 16), heads(2, 2, 40)] {
+        for (t, pos) in [(1usize, 0usize), (1, 63), (1, 64), (1, 200), (17, 0), (9, 55)] {
+            for (chunk_heads, window) in [(usize::MAX, None), (1, Some(20))] {
+                seed += 1;
+                let layout = Layout { dtype: KvDtype::Q8_0, chunk_heads, split_len: 64, window, sinks: false };
+                check(h, t, pos, layout, seed);
+            }
+        }
+    }
+    check(heads(2, 1, 8), 5, 30, Layout { dtype: KvDtype::Q8_0, ..F32 }, 499);
 }
 
 #[test]
@@ -380,7 +410,7 @@ struct MlaCase {
     split_len: usize,
 }
 
-/// `x` as a cache of `dtype` (f16: two halves per u32).
+/// `x` as a cache of `dtype` (f16: two halves per u32; q8_0 caches are written by `kv_store`).
 fn cache_buffer(gpu: &moestream::gpu::Gpu, x: &[f32], dtype: KvDtype) -> wgpu::Buffer {
     match dtype {
         KvDtype::F32 => upload_f32(gpu, x),
@@ -388,6 +418,7 @@ fn cache_buffer(gpu: &moestream::gpu::Gpu, x: &[f32], dtype: KvDtype) -> wgpu::B
             let halves: Vec<u16> = x.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
             gpu.upload("f16 cache", bytemuck::cast_slice(&halves))
         }
+        KvDtype::Q8_0 => unreachable!("q8_0 caches are written by kv_store"),
     }
 }
 
@@ -399,7 +430,31 @@ fn read_cache(gpu: &moestream::gpu::Gpu, b: &wgpu::Buffer, n: usize, dtype: KvDt
             .iter()
             .flat_map(|&w| [w as u16, (w >> 16) as u16].map(|h| half::f16::from_bits(h).to_f32()))
             .collect(),
+        KvDtype::Q8_0 => unreachable!("the decompressed MLA cache has no q8_0 form"),
     }
+}
+
+/// Latent rows `lat` and rotary keys `kr` (`ctx` of each) quantized into q8_0 caches by the
+/// cache store, as the decoder writes them; `lat` and `kr` then rounded as the caches hold them.
+fn q8_latent_cache(
+    gpu: &moestream::gpu::Gpu,
+    step: &StepUniform,
+    (lat, kr): (&mut [f32], &mut [f32]),
+    (rank, rope, ctx): (usize, usize, usize),
+) -> (wgpu::Buffer, wgpu::Buffer) {
+    let dtype = KvDtype::Q8_0;
+    let (a, b) = (
+        gpu.storage("q8 latents", (ctx * dtype.row_bytes(rank)) as u64),
+        gpu.storage("q8 rotary keys", (ctx * dtype.row_bytes(rope)) as u64),
+    );
+    let (lb, kb) = (upload_f32(gpu, lat), upload_f32(gpu, kr));
+    let chunk = KvChunk { k: &a, v: &b, kv_head0: 0, heads: 1, context: ctx, dtype, ring: false };
+    let store = KvStore::new(gpu, &step.buffer, (&lb, &kb), chunk, 1, (rank, rope), None);
+    step.set(gpu, ctx, 0);
+    submit(gpu, |pass| store.record(gpu, pass, ctx));
+    round_cache(lat, dtype, rank);
+    round_cache(kr, dtype, rope);
+    (a, b)
 }
 
 /// `x` laid out `[a, b, d]` as `[b, a, d]`.
@@ -452,6 +507,7 @@ fn check_mla(c: MlaCase, seed: u64) {
 
     let gpu = gpu();
     let step = StepUniform::new(&gpu);
+    let mut q8 = (dtype == KvDtype::Q8_0).then(|| q8_latent_cache(&gpu, &step, (&mut lat, &mut kr), (rank, rope, ctx)));
     let (qb, wb) = (upload_f32(&gpu, &q), upload_f32(&gpu, &kv_b));
     let ob = upload_f32(&gpu, &vec![-555.0; t * heads * v]);
     let value_width = match cache {
@@ -464,7 +520,8 @@ fn check_mla(c: MlaCase, seed: u64) {
     let (a, b, keys, values) = match cache {
         MlaCacheKind::Latent => {
             let (keys, values) = decompress(&lat, &kr, &kv_b, s, len);
-            (cache_buffer(&gpu, &lat, dtype), cache_buffer(&gpu, &kr, dtype), keys, values)
+            let (a, b) = q8.take().unwrap_or_else(|| (cache_buffer(&gpu, &lat, dtype), cache_buffer(&gpu, &kr, dtype)));
+            (a, b, keys, values)
         }
         MlaCacheKind::Decompressed => {
             let (k_n, v_n) = (heads * ctx * qk, heads * ctx * v);
@@ -513,7 +570,7 @@ fn check_mla(c: MlaCase, seed: u64) {
         }
     };
     let view = match cache {
-        MlaCacheKind::Latent => MlaCacheView::Latent(LatentCache { c: &a, k_rope: &b, dtype }),
+        MlaCacheKind::Latent => MlaCacheView::Latent(LatentCache { c: &a, k_rope: &b, context: ctx, dtype }),
         MlaCacheKind::Decompressed => {
             MlaCacheView::Decompressed(DecompressedCache { k: &a, v: &b, context: ctx, dtype })
         }
@@ -570,6 +627,37 @@ fn mla_matches_decompressed_reference() {
                 check_mla(c, seed);
             }
         }
+    }
+}
+
+/// MLA attention over q8_0 latent caches written by the cache store: blocks of 32 (rank 512,
+/// rope 64), half rows (rank 48, 32) and one block a row (rank 40, rope 8); decode single and
+/// split, prefill across key tiles.
+#[test]
+fn mla_over_a_q8_latent_cache() {
+    use moestream::model::MlaCacheKind;
+    let mut seed = 1200;
+    for &(heads, rank, rope, t, pos, split_len) in &[
+        (4usize, 32usize, 8usize, 1usize, 70usize, 256usize),
+        (3, 40, 16, 9, 60, 256),
+        (2, 512, 64, 1, 5, 256),
+        (5, 48, 8, 1, 150, 64),
+        (6, 64, 8, 5, 130, 256),
+    ] {
+        seed += 1;
+        let c = MlaCase {
+            heads,
+            rank,
+            nope: 16,
+            rope,
+            v: 24,
+            t,
+            pos,
+            dtype: KvDtype::Q8_0,
+            cache: MlaCacheKind::Latent,
+            split_len,
+        };
+        check_mla(c, seed);
     }
 }
 

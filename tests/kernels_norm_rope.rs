@@ -306,7 +306,7 @@ fn store_with_rope(
     let (cos, sin) = spec.tables(context);
     let (cb, sb) = (upload_f32(&gpu, &cos), upload_f32(&gpu, &sin));
     let (qb, kb, vb) = (upload_f32(&gpu, q), upload_f32(&gpu, k), upload_f32(&gpu, v));
-    let words = per_chunk * context * hd * dtype.bytes() / 4;
+    let words = per_chunk * context * dtype.row_bytes(hd) / 4;
     let caches: Vec<_> = (0..kh)
         .step_by(per_chunk)
         .map(|h0| {

@@ -2,7 +2,8 @@
 //! 8192 (`tests/fixtures/long_context`, made by `make_long_context.py` with transformers),
 //! prefilled in chunks of 64 and decoded with split-K attention (18 splits of 256 keys).
 //! f32 KV cache: every log-prob and the last position's distribution within 1e-3, greedy tokens
-//! exact. f16 KV cache: within 1e-2, greedy tokens exact. No step allocates GPU memory: what the
+//! exact. f16 KV cache: within 1e-2, greedy tokens exact. q8_0 KV cache (6.1e-2 measured):
+//! within 0.1, greedy tokens exact. No step allocates GPU memory: what the
 //! engine holds after the long prompt is what it held before.
 
 mod common;
@@ -29,7 +30,7 @@ fn golden() -> LongGolden {
 fn prompt_past_4096_tokens_matches_transformers() {
     let g = golden();
     assert!(g.tokens.len() > 4096);
-    for (kv_dtype, tol) in [(KvDtype::F32, 1e-3), (KvDtype::F16, 1e-2)] {
+    for (kv_dtype, tol) in [(KvDtype::F32, 1e-3), (KvDtype::F16, 1e-2), (KvDtype::Q8_0, 0.1)] {
         let mut o = EngineOptions::new(fixtures_dir().join("long_context")).with_format(WeightFormat::F32);
         o.kv_dtype = kv_dtype;
         let e = Engine::load_on(gpu(), &o).unwrap();

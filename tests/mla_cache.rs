@@ -39,7 +39,7 @@ fn latent_and_decompressed_caches_agree() {
             let spec = latent.spec();
             let m = spec.mla().expect("an MLA fixture");
             let layers = spec.layers as u64;
-            let bytes = dtype.bytes() as u64;
+            let bytes = dtype.row_bytes(1) as u64;
             assert_eq!(latent.kv_plan().bytes_per_token, layers * (m.kv_lora_rank + m.qk_rope_head_dim) as u64 * bytes);
             let per_head = (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) as u64;
             assert_eq!(decompressed.kv_plan().bytes_per_token, layers * spec.heads as u64 * per_head * bytes, "{what}");

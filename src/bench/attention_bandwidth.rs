@@ -1,6 +1,6 @@
 //! Decode attention bandwidth: one token's split-K attention (split pass + merge) over an f16
-//! KV cache of a given depth, timed like the matvecs of [`super::kernels`] and counted in KV
-//! bytes read (every cached key and value once), so it compares directly with the read
+//! or q8_0 KV cache of a given depth, timed like the matvecs of [`super::kernels`] and counted
+//! in KV bytes read (every cached key and value once), so it compares directly with the read
 //! roofline: a decode step's attention costs what its cache bytes cost when this ratio is ~1.
 
 use serde::Serialize;
@@ -22,6 +22,8 @@ pub const BENCH_HEADS: Heads = Heads { n_heads: 32, n_kv_heads: 4, head_dim: 128
 pub struct AttentionBandwidth {
     /// Cached positions the token attends to.
     pub kv_len: usize,
+    /// The cache's element type.
+    pub dtype: &'static str,
     /// Query heads, KV heads, head dimension.
     pub heads: [usize; 3],
     /// KV-cache bytes read per second (10^9).
@@ -32,8 +34,8 @@ pub struct AttentionBandwidth {
     pub bytes: u64,
 }
 
-/// Times decode attention of `o.attention_heads` over `kv_len` positions of an f16 cache.
-pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<AttentionBandwidth> {
+/// Times decode attention of `o.attention_heads` over `kv_len` positions of a `dtype` cache.
+pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize, dtype: KvDtype) -> Result<AttentionBandwidth> {
     let heads = o.attention_heads;
     if kv_len == 0 {
         return Err(crate::Error::InvalidArgument("bench kernels needs --kv-len > 0".into()));
@@ -49,8 +51,7 @@ pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<Atten
             heads.n_heads, heads.n_kv_heads, heads.head_dim
         )));
     }
-    let dtype = KvDtype::F16;
-    let side_bytes = (kv_len * heads.n_kv_heads * heads.head_dim * dtype.bytes()) as u64;
+    let side_bytes = (kv_len * heads.n_kv_heads * dtype.row_bytes(heads.head_dim)) as u64;
     if side_bytes > gpu.caps.max_binding {
         return Err(crate::Error::InvalidArgument(format!(
             "--kv-len {kv_len}: {side_bytes} bytes of keys exceed one binding ({} bytes)",
@@ -61,11 +62,19 @@ pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<Atten
     let mut rng = SplitMix64::new(3);
     let x: Vec<f32> = (0..heads.n_heads * heads.head_dim).map(|_| rng.next_signed()).collect();
     let q = gpu.upload("bench attention q", bytemuck::cast_slice(&x));
-    // Random f16 values in (-1, 1), laid out as the cache packs them (element 2i low).
+    // Random values in (-1, 1) as the cache holds them: f16 pairs, or q8_0's random codes
+    // followed by scales of 1/127 (the speed does not depend on the values).
     let mut random_buffer = |label: &str| {
-        let halves = side_bytes as usize / 2;
-        let data: Vec<half::f16> = (0..halves).map(|_| half::f16::from_f32(rng.next_signed())).collect();
-        gpu.upload(label, bytemuck::cast_slice(&data))
+        let halves: Vec<half::f16> = match dtype {
+            KvDtype::Q8_0 => {
+                let codes = kv_len * heads.n_kv_heads * heads.head_dim / 2;
+                let scales = side_bytes as usize / 2 - codes;
+                let code_pairs = (0..codes).map(|_| half::f16::from_bits(rng.next_u64() as u16 & 0x7f7f));
+                code_pairs.chain((0..scales).map(|_| half::f16::from_f32(1.0 / 127.0))).collect()
+            }
+            _ => (0..side_bytes as usize / 2).map(|_| half::f16::from_f32(rng.next_signed())).collect(),
+        };
+        gpu.upload(label, bytemuck::cast_slice(&halves))
     };
     let caches: Vec<(wgpu::Buffer, wgpu::Buffer)> =
         (0..replicas(o, bytes)).map(|_| (random_buffer("bench k"), random_buffer("bench v"))).collect();
@@ -93,6 +102,7 @@ pub fn measure(gpu: &Gpu, o: &KernelBenchOptions, kv_len: usize) -> Result<Atten
     })?;
     Ok(AttentionBandwidth {
         kv_len,
+        dtype: dtype.name(),
         heads: [heads.n_heads, heads.n_kv_heads, heads.head_dim],
         gbps: bytes as f64 / seconds / 1e9,
         us: seconds * 1e6,

@@ -29,7 +29,7 @@ use crate::model::HostTensor;
 use crate::ops::attention::Heads;
 use crate::ops::matmul::{MatMul, MatMulOut};
 use crate::ops::matrix::MatrixChunk;
-use crate::ops::{GpuMatrix, WeightFormat};
+use crate::ops::{GpuMatrix, KvDtype, WeightFormat};
 use crate::quant::{Int4Layout, Int4Matrix, QuantParams};
 use crate::util::rng::SplitMix64;
 
@@ -117,6 +117,10 @@ pub struct KernelReport {
     pub attention: AttentionBandwidth,
     /// `attention.gbps / read_gbps`: 1 when decode attention costs what its cache bytes cost.
     pub attention_vs_read: f64,
+    /// The same over a q8_0 cache (about half the bytes).
+    pub attention_q8_0: AttentionBandwidth,
+    /// Microseconds of decode attention over the q8_0 cache per microsecond over the f16 one.
+    pub attention_q8_0_vs_f16_time: f64,
 }
 
 /// Seconds per operation and bytes per operation of one kernel.
@@ -158,7 +162,8 @@ pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
         Some(u64s) if u64s.seconds < read_vec4.seconds => u64s,
         _ => &read_vec4,
     };
-    let attention = attention_bandwidth::measure(gpu, o, o.kv_len)?;
+    let attention = attention_bandwidth::measure(gpu, o, o.kv_len, KvDtype::F16)?;
+    let attention_q8_0 = attention_bandwidth::measure(gpu, o, o.kv_len, KvDtype::Q8_0)?;
     Ok(KernelReport {
         adapter: gpu.adapter.name.clone(),
         backend: gpu.adapter.backend.clone(),
@@ -183,7 +188,9 @@ pub fn run(gpu: &Gpu, o: &KernelBenchOptions) -> Result<KernelReport> {
         read_us: read.seconds * 1e6,
         int4_bytes,
         attention_vs_read: attention.gbps / read.gbps(),
+        attention_q8_0_vs_f16_time: attention_q8_0.us / attention.us,
         attention,
+        attention_q8_0,
     })
 }
 

@@ -113,7 +113,7 @@ struct KernelsArgs {
     /// Seconds of timed dispatches per kernel.
     #[arg(long, default_value_t = 1.5)]
     seconds: f64,
-    /// Cached positions of the decode-attention measurement (f16 cache).
+    /// Cached positions of the decode-attention measurement (f16 and q8_0 caches).
     #[arg(long, default_value_t = 16384)]
     kv_len: usize,
     /// Head layout of the decode-attention measurement: query heads, KV heads, head dim
@@ -327,6 +327,7 @@ fn run_kernels(a: KernelsArgs) -> Result<()> {
         ("copy", r.copy_gbps, r.copy_us),
         ("read", r.read_gbps, r.read_us),
         ("attn", r.attention.gbps, r.attention.us),
+        ("attn q8", r.attention_q8_0.gbps, r.attention_q8_0.us),
     ] {
         println!("{name:<8} {gbps:>10.2} {us:>10.1} {:>10.2} {:>10.2}", gbps / r.copy_gbps, gbps / r.read_gbps);
     }
@@ -344,8 +345,8 @@ fn run_kernels(a: KernelsArgs) -> Result<()> {
     }
     let [q, kv, hd] = r.attention.heads;
     println!(
-        "attn: one decode token over {} positions of an f16 KV cache ({q} query heads sharing {kv} KV heads of {hd}), counting {} cache bytes",
-        r.attention.kv_len, r.attention.bytes
+        "attn: one decode token over {} positions of an f16 KV cache ({q} query heads sharing {kv} KV heads of {hd}), counting {} cache bytes; attn q8: the same over q8_0 ({} bytes), {:.2}x the f16 time",
+        r.attention.kv_len, r.attention.bytes, r.attention_q8_0.bytes, r.attention_q8_0_vs_f16_time
     );
     Ok(())
 }

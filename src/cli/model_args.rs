@@ -34,6 +34,9 @@ pub enum KvDtypeArg {
     F16,
     /// Single precision: bit-comparable with the f32 reference.
     F32,
+    /// 8-bit blocks of 32 with an f16 scale (llama.cpp's q8_0): about half f16's memory.
+    #[value(name = "q8_0")]
+    Q8_0,
 }
 
 impl KvDtypeArg {
@@ -42,6 +45,7 @@ impl KvDtypeArg {
         match self {
             KvDtypeArg::F16 => KvDtype::F16,
             KvDtypeArg::F32 => KvDtype::F32,
+            KvDtypeArg::Q8_0 => KvDtype::Q8_0,
         }
     }
 }

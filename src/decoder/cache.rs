@@ -340,7 +340,7 @@ impl LayerCache {
 
 /// KV heads per chunk so that one chunk's keys fit `max_binding` bytes.
 fn heads_per_chunk(heads: Heads, context: usize, dtype: KvDtype, max_binding: u64) -> Result<usize> {
-    let per_head = (context * heads.head_dim * dtype.bytes()) as u64;
+    let per_head = (context * dtype.row_bytes(heads.head_dim)) as u64;
     let n = (max_binding / per_head.max(1)) as usize;
     if n == 0 {
         return Err(Error::UnsupportedConfig(format!(
@@ -351,16 +351,33 @@ fn heads_per_chunk(heads: Heads, context: usize, dtype: KvDtype, max_binding: u6
 }
 
 /// Checks that every layer's caches of `shape` can be laid out within the binding limit:
-/// grouped keys/values split by KV heads, or MLA's latent rows in one buffer.
+/// grouped keys/values split by KV heads, or MLA's latent rows in one buffer; and that q8_0
+/// applies (grouped heads and MLA latents; rows of a multiple of 8 values).
 pub(super) fn check_layout(spec: &ArchSpec, shape: CacheShape, dtype: KvDtype, max_binding: u64) -> Result<()> {
+    if dtype == KvDtype::Q8_0 {
+        if let Some(m) = spec.mla() {
+            if m.cache == MlaCacheKind::Decompressed {
+                return Err(Error::UnsupportedConfig(
+                    "--kv-dtype q8_0 with --mla-cache decompressed is not implemented (q8_0 quantizes the latent)"
+                        .into(),
+                ));
+            }
+            if !m.kv_lora_rank.is_multiple_of(8) || !m.qk_rope_head_dim.is_multiple_of(8) {
+                return Err(Error::UnsupportedConfig(format!(
+                    "--kv-dtype q8_0 needs kv_lora_rank and qk_rope_head_dim multiples of 8 (they are {} and {})",
+                    m.kv_lora_rank, m.qk_rope_head_dim
+                )));
+            }
+        }
+    }
     let context = (0..spec.layers).map(|i| shape.positions(spec.window(i))).max().unwrap_or(0);
     match spec.mla() {
         Some(m) => {
-            let (what, width) = match m.cache {
-                MlaCacheKind::Latent => ("latent", m.kv_lora_rank),
-                MlaCacheKind::Decompressed => ("decompressed key", spec.heads * m.qk_head_dim()),
+            let (what, row) = match m.cache {
+                MlaCacheKind::Latent => ("latent", dtype.row_bytes(m.kv_lora_rank)),
+                MlaCacheKind::Decompressed => ("decompressed key", spec.heads * dtype.row_bytes(m.qk_head_dim())),
             };
-            let bytes = (context * width * dtype.bytes()) as u64;
+            let bytes = (context * row) as u64;
             if bytes > max_binding {
                 return Err(Error::UnsupportedConfig(format!(
                     "a context of {context} positions needs a {bytes}-byte MLA {what} cache, over the binding limit {max_binding}"
@@ -461,7 +478,7 @@ impl GpuModel {
             .step_by(per_chunk)
             .map(|kv_head0| {
                 let n = per_chunk.min(heads.n_kv_heads - kv_head0);
-                let chunk_bytes = (n * context * heads.head_dim * dtype.bytes()) as u64;
+                let chunk_bytes = (n * context * dtype.row_bytes(heads.head_dim)) as u64;
                 let k = gpu.storage("k cache", chunk_bytes);
                 let v = gpu.storage("v cache", chunk_bytes);
                 let chunk = KvChunk { k: &k, v: &v, kv_head0, heads: n, context, dtype, ring };
@@ -495,12 +512,12 @@ impl GpuModel {
         let acts = &self.acts;
         let (a, b) = match m.cache {
             MlaCacheKind::Latent => (
-                gpu.storage("mla latent cache", (context * rank * dtype.bytes()) as u64),
-                gpu.storage("mla rope key cache", (context * rope * dtype.bytes()) as u64),
+                gpu.storage("mla latent cache", (context * dtype.row_bytes(rank)) as u64),
+                gpu.storage("mla rope key cache", (context * dtype.row_bytes(rope)) as u64),
             ),
             MlaCacheKind::Decompressed => (
-                gpu.storage("mla key cache", (heads * context * m.qk_head_dim() * dtype.bytes()) as u64),
-                gpu.storage("mla value cache", (heads * context * m.v_head_dim * dtype.bytes()) as u64),
+                gpu.storage("mla key cache", (heads * context * dtype.row_bytes(m.qk_head_dim())) as u64),
+                gpu.storage("mla value cache", (heads * context * dtype.row_bytes(m.v_head_dim)) as u64),
             ),
         };
         let (store, cache) = match m.cache {
@@ -508,7 +525,7 @@ impl GpuModel {
                 // The latent is one "head" of `rank` keys, the rotary key one of `rope` values.
                 let chunk = KvChunk { k: &a, v: &b, kv_head0: 0, heads: 1, context, dtype, ring: false };
                 let store = KvStore::new(gpu, step, (&acts.k, &acts.v), chunk, 1, (rank, rope), None);
-                (MlaStore::Latent(store), MlaCacheView::Latent(LatentCache { c: &a, k_rope: &b, dtype }))
+                (MlaStore::Latent(store), MlaCacheView::Latent(LatentCache { c: &a, k_rope: &b, context, dtype }))
             }
             MlaCacheKind::Decompressed => {
                 let cache = DecompressedCache { k: &a, v: &b, context, dtype };

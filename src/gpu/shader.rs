@@ -179,9 +179,28 @@ impl Gpu {
 pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("embed", &["F16", "INT4", "INT4_SYM", "G64", "TILES"]),
     ("rms_norm", &["OUT", "ADD_PAIRS", "PAIR", "ONE_SUBGROUP", "WIDE_ROW"]),
-    ("kv_store", &["F16", "ROPE"]),
-    ("attention", &["F16", "SPLIT", "SINKS", "ONE_TEAM", "SHARED_REDUCE", "HD128", "HD256", "QT2", "WORDS64"]),
-    ("attention_keys", &["F16", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2", "WORDS64"]),
+    ("kv_store", &["F16", "Q8", "ROPE", "RING"]),
+    (
+        "attention",
+        &[
+            "F16",
+            "Q8",
+            "Q8_B32",
+            "RING",
+            "SPLIT",
+            "SINKS",
+            "ONE_TEAM",
+            "SHARED_REDUCE",
+            "HD128",
+            "HD256",
+            "QT2",
+            "WORDS64",
+        ],
+    ),
+    (
+        "attention_keys",
+        &["F16", "Q8", "Q8_B32", "RING", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2", "WORDS64"],
+    ),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "TILES", "BIAS", "ACCUMULATE", "SPLIT_OUT"]),
     (
         "matvec",
@@ -212,7 +231,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("token_logprob", &["ONE_SUBGROUP"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID", "GROUPS", "ONE_SUBGROUP"]),
     ("prerouter_heads", &["SCORES"]),
-    ("mla_attention", &["F16", "SPLIT", "DECOMPRESSED"]),
+    ("mla_attention", &["F16", "Q8", "SPLIT", "DECOMPRESSED"]),
     ("mla_decompress", &["F16"]),
     ("gated_delta_rule", &["KDA", "SAFE_GATE"]),
 ];
@@ -246,6 +265,12 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
         }
         // ONE_SUBGROUP is the CPU layout with subgroups (ops::one_subgroup_layout).
         if set.contains(&"ONE_SUBGROUP") && !set.contains(&"SUBGROUPS") {
+            continue;
+        }
+        // One cache element type at a time; q8_0 MLA caches hold the latent only; Q8_B32 is a
+        // q8_0 layout.
+        let q8 = set.contains(&"Q8");
+        if q8 && (set.contains(&"F16") || set.contains(&"DECOMPRESSED")) || set.contains(&"Q8_B32") && !q8 {
             continue;
         }
         // PAIR normalises in place (RmsNorm::pair).

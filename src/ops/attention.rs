@@ -9,6 +9,8 @@ use super::matmul::DecodeLayout;
 use super::params;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
+use crate::quant::kv_dtype::Q8Rows;
+use crate::quant::KvDtype;
 
 /// Head layout of an attention layer.
 #[derive(Clone, Copy, Debug)]
@@ -197,6 +199,7 @@ impl Attention {
         assert!(heads.head_dim <= 256 && heads.head_dim.is_multiple_of(8), "head_dim is checked at load");
         let group = heads.n_heads / heads.n_kv_heads;
         let scale = 1.0 / (heads.head_dim as f32).sqrt();
+        let q8 = Q8Rows::of(heads.head_dim);
         let p = params(&[
             heads.n_heads as u32,
             group as u32,
@@ -207,13 +210,15 @@ impl Attention {
             chunk.context as u32,
             keys.split_len as u32,
             keys.window.map_or(0, |w| w.min(u32::MAX as usize) as u32),
+            (q8.block / 8) as u32,
+            q8.scales_per_word() as u32,
         ]);
         // Per cached position the chunk's keys and values in the cache's element type; per query
         // token its query and output (the split pass writes partials instead, about as many).
         let traffic = Traffic {
             fixed: 0,
             per_token: 8 * (chunk.heads * group * heads.head_dim) as u64,
-            per_position: 2 * (chunk.heads * heads.head_dim * chunk.dtype.bytes()) as u64,
+            per_position: 2 * (chunk.heads * chunk.dtype.row_bytes(heads.head_dim)) as u64,
         };
         let teams = match layout {
             DecodeLayout::LaneRows => 1,
@@ -223,6 +228,9 @@ impl Attention {
             let slots = if split { split_queries(group) } else { QUERIES_PER_TEAM };
             let (shader, mut defines) = layout_shader(gpu, layout, slots, heads.head_dim);
             defines.extend(chunk.defines());
+            if chunk.dtype == KvDtype::Q8_0 && q8.block == 32 {
+                defines.push("Q8_B32");
+            }
             defines.extend(head_dim_define(heads.head_dim));
             defines.extend(queries_define(slots));
             let mut bindings = vec![io.q.into(), chunk.k.into(), chunk.v.into(), dest.into()];

@@ -8,6 +8,7 @@ use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::RopeSpec;
 
+use crate::quant::kv_dtype::Q8Rows;
 pub use crate::quant::KvDtype;
 
 /// The shader define selecting `dtype` in the cache kernels.
@@ -15,7 +16,15 @@ pub(crate) fn dtype_defines(dtype: KvDtype) -> &'static [&'static str] {
     match dtype {
         KvDtype::F16 => &["F16"],
         KvDtype::F32 => &[],
+        KvDtype::Q8_0 => &["Q8"],
     }
+}
+
+/// The q8_0 layout words of rows of `width` values for the cache kernels' parameters: values
+/// per block and scales per word (unused by other element types).
+pub(crate) fn q8_words(width: usize) -> [u32; 2] {
+    let rows = Q8Rows::of(width);
+    [rows.block as u32, rows.scales_per_word() as u32]
 }
 
 /// One chunk of a layer's KV cache: KV heads `kv_head0 .. kv_head0 + heads`, `context`
@@ -90,12 +99,19 @@ impl KvStore {
             chunk.heads as u32,
             chunk.context as u32,
         ];
+        words.extend(q8_words(k_dim));
+        words.extend(q8_words(v_dim));
         let mut storage: Vec<Slice> = vec![k.into(), v.into(), chunk.k.into(), chunk.v.into()];
         let mut defines = chunk.defines();
         // Per token: the chunk's f32 rows read and their cached copies written.
-        let elements = (chunk.heads * (k_dim + v_dim)) as u64;
-        let mut per_token = elements * (4 + chunk.dtype.bytes() as u64);
-        let mut pairs_per_token = chunk.heads * k_dim.max(v_dim) / 2;
+        let rows_written = chunk.dtype.row_bytes(k_dim) + chunk.dtype.row_bytes(v_dim);
+        let mut per_token = (chunk.heads * (4 * (k_dim + v_dim) + rows_written)) as u64;
+        // Invocations per token: a pair of dims, or (q8_0) a scale word's blocks, of the wider row.
+        let units = match chunk.dtype {
+            KvDtype::Q8_0 => Q8Rows::of(k_dim).scale_words().max(Q8Rows::of(v_dim).scale_words()),
+            _ => k_dim.max(v_dim) / 2,
+        };
+        let mut pairs_per_token = chunk.heads * units;
         if let Some(r) = rope {
             // The query heads of the chunk's KV heads (grouped: k_dim is the head dim).
             let group = r.n_heads / n_kv_heads;

@@ -32,6 +32,8 @@ pub struct LatentCache<'a> {
     pub c: &'a wgpu::Buffer,
     /// Rotary keys.
     pub k_rope: &'a wgpu::Buffer,
+    /// Positions held.
+    pub context: usize,
     /// Element type of both.
     pub dtype: KvDtype,
 }
@@ -112,25 +114,33 @@ impl MlaAttention {
         assert!(m.kv_lora_rank <= MAX_RANK && m.qk_rope_head_dim <= MAX_ROPE, "MLA limits are checked at load");
         let (rank, qk, v) = (m.kv_lora_rank, m.qk_head_dim(), m.v_head_dim);
         let (dtype, context, decompressed) = match io.cache {
-            MlaCacheView::Latent(c) => (c.dtype, 0, false),
+            MlaCacheView::Latent(c) => (c.dtype, c.context, false),
             MlaCacheView::Decompressed(c) => (c.dtype, c.context, true),
         };
-        let p = params(&[
-            n_heads as u32,
-            rank as u32,
-            m.qk_nope_head_dim as u32,
-            m.qk_rope_head_dim as u32,
-            v as u32,
-            m.softmax_scale.to_bits(),
-            split_len as u32,
-            context as u32,
-        ]);
+        let p = params(
+            &[
+                n_heads as u32,
+                rank as u32,
+                m.qk_nope_head_dim as u32,
+                m.qk_rope_head_dim as u32,
+                v as u32,
+                m.softmax_scale.to_bits(),
+                split_len as u32,
+                context as u32,
+            ]
+            .into_iter()
+            .chain(super::kv_store::q8_words(rank))
+            .chain(super::kv_store::q8_words(m.qk_rope_head_dim))
+            .collect::<Vec<_>>(),
+        );
         // Per cached position: the latent and rotary key, or every head's key and value. Per
         // query token its query and output, and with the latent cache `kv_b` (folded into the
         // query, applied to the output).
         let (per_position, weights) = match decompressed {
-            false => (dtype.bytes() * (rank + m.qk_rope_head_dim), n_heads * (m.qk_nope_head_dim + v) * rank),
-            true => (dtype.bytes() * n_heads * (qk + v), 0),
+            false => {
+                (dtype.row_bytes(rank) + dtype.row_bytes(m.qk_rope_head_dim), n_heads * (m.qk_nope_head_dim + v) * rank)
+            }
+            true => (n_heads * (dtype.row_bytes(qk) + dtype.row_bytes(v)), 0),
         };
         let traffic = Traffic {
             fixed: 0,

@@ -47,7 +47,7 @@ impl MlaDecompress {
             cache.context as u32,
         ]);
         // Per token: its latent and rotary key, `kv_b`, and every head's key and value written.
-        let written = n_heads * (m.qk_head_dim() + v) * cache.dtype.bytes();
+        let written = n_heads * (cache.dtype.row_bytes(m.qk_head_dim()) + cache.dtype.row_bytes(v));
         let traffic = Traffic {
             fixed: 0,
             per_token: (4 * (rank + m.qk_rope_head_dim + n_heads * (nope + v) * rank) + written) as u64,

@@ -1,5 +1,7 @@
 //! The f32 key/value cache of the reference forward pass.
 
+use crate::quant::KvDtype;
+
 /// Keys and values of every layer for the positions processed so far, each layer stored as
 /// `[positions, k_dim]` and `[positions, v_dim]` row-major. MLA layers cache their decompressed
 /// per-head keys and values here (the reference's plain form; the GPU caches the latent).
@@ -12,8 +14,18 @@ pub struct KvCache {
     /// Per layer, a Gated DeltaNet layer's state (conv window + recurrent state; empty for
     /// other layers).
     states: Vec<Vec<f32>>,
-    /// Whether keys and values are rounded to f16 as they are cached.
-    f16: bool,
+    /// What keys and values are rounded to as they are cached, row by row of `row` values
+    /// (`row` 0: MLA, whose latent rows are rounded instead, [`KvCache::round_latent`]).
+    round: (KvDtype, usize),
+}
+
+/// `x` as a cache of `dtype` holds it, in rows of `row` values.
+fn rounded(x: &[f32], dtype: KvDtype, row: usize) -> Vec<f32> {
+    match dtype {
+        KvDtype::F32 => x.to_vec(),
+        KvDtype::F16 => x.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
+        KvDtype::Q8_0 => x.chunks(row).flat_map(KvDtype::q8_round_trip).collect(),
+    }
 }
 
 impl KvCache {
@@ -25,15 +37,28 @@ impl KvCache {
             keys: vec![Vec::new(); layers],
             values: vec![Vec::new(); layers],
             states: vec![Vec::new(); layers],
-            f16: false,
+            round: (KvDtype::F32, 1),
         }
     }
 
-    /// Rounds every key and value to f16 as it is cached, as the GPU's f16 KV cache holds
-    /// them (grouped attention; an MLA GPU cache holds the latent instead of these keys).
-    pub fn with_f16_rounding(mut self) -> KvCache {
-        self.f16 = true;
+    /// Rounds every key and value to `dtype` as it is cached, as the GPU's cache of that type
+    /// holds them, rows of `row` values (a head) at a time; `row` 0 (MLA, whose GPU cache holds
+    /// the latent, not these keys) rounds nothing here, the latent through
+    /// [`KvCache::round_latent`] instead.
+    pub fn with_rounding(mut self, dtype: KvDtype, row: usize) -> KvCache {
+        self.round = (dtype, row);
         self
+    }
+
+    /// Rounds an MLA layer's normalised latent `c` and rotated key `k_rope` as the GPU's latent
+    /// cache holds them (each a row of its own), before they are decompressed into the keys and
+    /// values this cache holds.
+    pub fn round_latent(&self, c: &mut [f32], k_rope: &mut [f32]) {
+        let dtype = self.round.0;
+        for x in [c, k_rope] {
+            let r = rounded(x, dtype, x.len());
+            x.copy_from_slice(&r);
+        }
     }
 
     /// Gives every Gated DeltaNet layer of `spec` a zeroed state.
@@ -54,10 +79,16 @@ impl KvCache {
     /// Appends one position's key and value rows to layer `layer`.
     pub fn push(&mut self, layer: usize, k: &[f32], v: &[f32]) {
         assert!(k.len() == self.k_dim && v.len() == self.v_dim, "KvCache::push: row width");
-        let f16 = self.f16;
-        let round = |x: &f32| if f16 { half::f16::from_f32(*x).to_f32() } else { *x };
-        self.keys[layer].extend(k.iter().map(round));
-        self.values[layer].extend(v.iter().map(round));
+        match self.round {
+            (dtype, row) if row > 0 => {
+                self.keys[layer].extend(rounded(k, dtype, row));
+                self.values[layer].extend(rounded(v, dtype, row));
+            }
+            _ => {
+                self.keys[layer].extend_from_slice(k);
+                self.values[layer].extend_from_slice(v);
+            }
+        }
     }
 
     /// Positions cached in layer `layer`.

@@ -131,6 +131,7 @@ fn mla(
     rms_norm(&ckv[..rank], &w.kv_norm.data, MLA_NORM_EPS, &mut c);
     let k_rope = &mut ckv[rank..];
     rope(k_rope, 1, rope_dim, pos, &spec.rope);
+    cache.round_latent(&mut c, k_rope);
     for head in q.chunks_exact_mut(qk) {
         rope(&mut head[nope..], 1, rope_dim, pos, &spec.rope);
     }

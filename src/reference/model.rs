@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::model::layer_weights::{self, LayerWeights, MlpWeights};
 use crate::model::lora::LoraAdapter;
 use crate::model::{ArchSpec, Checkpoint, HostTensor};
+use crate::quant::KvDtype;
 
 /// A whole model held in host memory as f32, run on the CPU one token at a time.
 ///
@@ -20,8 +21,8 @@ pub struct ReferenceModel {
     pub(super) layers: Vec<LayerWeights>,
     /// `experts[layer][expert]`; empty for dense layers.
     pub(super) experts: Vec<Vec<MlpWeights>>,
-    /// Whether sessions round keys and values to f16 as they cache them.
-    pub(super) f16_kv: bool,
+    /// What sessions round keys and values to as they cache them.
+    pub(super) kv_dtype: KvDtype,
 }
 
 impl ReferenceModel {
@@ -45,7 +46,7 @@ impl ReferenceModel {
             };
             experts.push((0..n).map(|e| layer_weights::expert(ck, &spec, i, e)).collect::<Result<Vec<_>>>()?);
         }
-        Ok(ReferenceModel { spec, embed, final_norm, lm_head, layers, experts, f16_kv: false })
+        Ok(ReferenceModel { spec, embed, final_norm, lm_head, layers, experts, kv_dtype: KvDtype::F32 })
     }
 
     /// The model with `adapter` merged into its weights ([`LoraAdapter::merge_into`]), to
@@ -56,11 +57,12 @@ impl ReferenceModel {
         Ok(self)
     }
 
-    /// The same model with every session's keys and values rounded to f16 as they are cached
-    /// (see [`crate::reference::KvCache::with_f16_rounding`]): what an f16 KV cache alone does
-    /// to the output.
-    pub fn with_f16_kv(mut self) -> ReferenceModel {
-        self.f16_kv = true;
+    /// The same model with every session's cache rounded to `dtype` as the GPU's cache of that
+    /// type holds it (see [`crate::reference::KvCache::with_rounding`]): grouped attention's
+    /// keys and values head by head, MLA's latent and rotary key before they are decompressed.
+    /// What that KV cache alone does to the output.
+    pub fn with_kv_dtype(mut self, dtype: KvDtype) -> ReferenceModel {
+        self.kv_dtype = dtype;
         self
     }
 

@@ -31,10 +31,7 @@ impl<'m> ReferenceSession<'m> {
         let cache = KvCache::new(spec.layers, kv_widths(spec).0, kv_widths(spec).1).with_linear_states(spec);
         ReferenceSession {
             model,
-            cache: match model.f16_kv {
-                true => cache.with_f16_rounding(),
-                false => cache,
-            },
+            cache: cache.with_rounding(model.kv_dtype, if spec.mla().is_some() { 0 } else { spec.head_dim }),
             pos: 0,
             routing: vec![Vec::new(); spec.layers],
         }

@@ -66,12 +66,15 @@ impl MlaSpec {
         self.kv_lora_rank + self.qk_rope_head_dim
     }
 
-    /// Values cached per position and layer: the latent and the shared rotary key, or with
-    /// [`MlaCacheKind::Decompressed`] every head's key and value for `n_heads` heads.
-    pub fn cached_width(&self, n_heads: usize) -> usize {
+    /// Bytes cached per position and layer in `dtype`: the latent and the shared rotary key
+    /// (rows of their own), or with [`MlaCacheKind::Decompressed`] every head's key and value
+    /// for `n_heads` heads.
+    pub fn cached_row_bytes(&self, n_heads: usize, dtype: crate::quant::KvDtype) -> usize {
         match self.cache {
-            MlaCacheKind::Latent => self.latent_width(),
-            MlaCacheKind::Decompressed => n_heads * (self.qk_head_dim() + self.v_head_dim),
+            MlaCacheKind::Latent => dtype.row_bytes(self.kv_lora_rank) + dtype.row_bytes(self.qk_rope_head_dim),
+            MlaCacheKind::Decompressed => {
+                n_heads * (dtype.row_bytes(self.qk_head_dim()) + dtype.row_bytes(self.v_head_dim))
+            }
         }
     }
 }

@@ -32,14 +32,13 @@ impl CacheShape {
 }
 
 impl ArchSpec {
-    /// Bytes one position takes in one cached layer in `dtype`: every key and value head for
-    /// grouped attention; for MLA what [`super::MlaSpec::cached_width`] says.
+    /// Bytes one position takes in one cached layer in `dtype`: a row per key and value head
+    /// for grouped attention; for MLA what [`super::MlaSpec::cached_row_bytes`] says.
     pub fn kv_row_bytes(&self, dtype: KvDtype) -> u64 {
-        let width = match &self.attention {
-            AttentionKind::Mla(m) => m.cached_width(self.heads),
-            AttentionKind::Grouped => 2 * self.kv_dim(),
-        };
-        (width * dtype.bytes()) as u64
+        (match &self.attention {
+            AttentionKind::Mla(m) => m.cached_row_bytes(self.heads, dtype),
+            AttentionKind::Grouped => 2 * self.kv_heads * dtype.row_bytes(self.head_dim),
+        }) as u64
     }
 
     /// The layers with a KV cache (every layer but linear-attention ones), with their windows.
