@@ -70,8 +70,10 @@ fn q8_takes_about_half_the_bytes_of_f16() {
         println!("{fixture}: {q8} bytes per position and layer in q8_0, {f16} in f16 ({ratio:.3})");
         assert!(ratio < 0.7, "{fixture}: q8_0 {ratio:.3} of f16");
         let e = engine(&fixtures_dir().join(fixture), 256);
-        let bytes = e.new_session().unwrap().cache_bytes();
-        assert_eq!(bytes, spec.kv_cache_bytes(e.model().options().cache_shape(), KvDtype::Q8_0), "{fixture}");
+        // What a session holds: the formula's bytes, its buffers padded to 16 bytes.
+        let held = e.new_session().unwrap().cache_bytes();
+        let formula = spec.kv_cache_bytes(e.model().options().cache_shape(), KvDtype::Q8_0);
+        assert!((0..32 * spec.layers as u64).contains(&(held - formula)), "{fixture}: {held} vs {formula}");
     }
 }
 

@@ -174,3 +174,37 @@ fn a_step_needing_overwritten_keys_is_refused() {
     m.step(&cache, &long[60..61], 60, Phase::Decode, StepOutput::Logits).unwrap();
     m.step(&cache, &long[..8], 0, Phase::Prefill, StepOutput::None).unwrap();
 }
+
+#[test]
+fn bench_kv_size_reports_what_a_session_allocates() {
+    // The same GGUF file llama.cpp would load: its metadata only.
+    let gguf = fixtures_dir().join("gguf/gpt_oss-mxfp4.gguf");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_moestream"))
+        .args(["bench", "kv-size", "-m", gguf.to_str().unwrap(), "--contexts", "1200", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    let total = |dtype: &str, rings: bool| {
+        let row = rows.iter().find(|r| r["dtype"] == dtype && r["rings"] == rings).unwrap();
+        row["total_bytes"].as_u64().unwrap()
+    };
+    for (dtype, kv) in [("f16", KvDtype::F16), ("q8_0", KvDtype::Q8_0)] {
+        for rings in [true, false] {
+            let mut o = EngineOptions::new(&gguf);
+            o.context = Some(1200);
+            o.kv_dtype = kv;
+            o.window_rings = rings;
+            let e = Engine::load_on(gpu(), &o).unwrap();
+            let before = e.gpu().bytes_allocated();
+            let session = e.new_session().unwrap();
+            // What the session holds: the formula's bytes, each buffer padded to 16 bytes.
+            let held = session.cache_bytes();
+            assert_eq!(e.gpu().bytes_allocated() - before, held, "{dtype}, rings {rings}: allocated");
+            let buffers = 2 * e.spec().layers as u64;
+            assert!((0..16 * buffers).contains(&(held - total(dtype, rings))), "{dtype}, rings {rings}: {held}");
+        }
+    }
+    assert!(total("q8_0", true) < total("f16", true) && total("f16", true) < total("f16", false));
+}

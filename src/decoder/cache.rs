@@ -424,10 +424,18 @@ impl GpuModel {
                 })
                 .collect()
         });
+        // Buffers are padded to 16 bytes (a q8_0 cache's rows need not fill them): the ledger
+        // holds what was allocated.
+        let padding = allocated.saturating_sub(bytes);
+        if let Err(e) = self.kv_ledger.reserve(padding) {
+            self.kv_ledger.release(bytes);
+            self.gpu.release_allocation(allocated);
+            return Err(e);
+        }
         Ok(SequenceCache {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             layers,
-            bytes,
+            bytes: bytes + padding,
             ledger: self.kv_ledger.clone(),
             allocation: (self.gpu.clone(), allocated),
             state_len: AtomicUsize::new(0),

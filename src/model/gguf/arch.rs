@@ -182,6 +182,15 @@ pub fn expert_types(m: &GgufModel, layers: usize) -> Vec<Option<[GgmlType; 2]>> 
         .collect()
 }
 
+/// The architecture of the model at `path`: a GGUF file's metadata, else a directory's
+/// config.json.
+pub fn spec_at(path: &std::path::Path) -> Result<ArchSpec> {
+    match is_gguf(path) {
+        true => spec_from_gguf(&GgufModel::open(path)?),
+        false => ArchSpec::from_dir(path),
+    }
+}
+
 /// Whether `path` names a GGUF file (by extension).
 pub fn is_gguf(path: &std::path::Path) -> bool {
     path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
