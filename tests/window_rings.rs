@@ -190,13 +190,15 @@ fn bench_kv_size_reports_what_a_session_allocates() {
         let row = rows.iter().find(|r| r["dtype"] == dtype && r["rings"] == rings).unwrap();
         row["total_bytes"].as_u64().unwrap()
     };
+    // A context of its own: other tests of this binary allocate on the shared one meanwhile.
+    let own = moestream::gpu::Gpu::new(&Default::default()).unwrap();
     for (dtype, kv) in [("f16", KvDtype::F16), ("q8_0", KvDtype::Q8_0)] {
         for rings in [true, false] {
             let mut o = EngineOptions::new(&gguf);
             o.context = Some(1200);
             o.kv_dtype = kv;
             o.window_rings = rings;
-            let e = Engine::load_on(gpu(), &o).unwrap();
+            let e = Engine::load_on(own.clone(), &o).unwrap();
             let before = e.gpu().bytes_allocated();
             let session = e.new_session().unwrap();
             // What the session holds: the formula's bytes, each buffer padded to 16 bytes.
