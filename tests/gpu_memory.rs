@@ -33,7 +33,7 @@ fn needs(options: &EngineOptions) -> (u64, u64, usize) {
 }
 
 fn shape(options: &EngineOptions, context: usize) -> CacheShape {
-    CacheShape { context, max_step: options.max_batch, rings: options.window_rings }
+    CacheShape { context, max_step: options.max_batch, rings: options.window_rings, state_copy: false }
 }
 
 fn gpu_of(bytes: u64) -> Arc<Gpu> {

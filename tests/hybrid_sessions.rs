@@ -51,3 +51,33 @@ fn appended_turns_and_rollbacks(fixture: &str) {
     let err = common::max_abs_diff(&scored.logprobs, tail);
     assert!(err < 1e-3, "{fixture}: scored continuation differs by {err}");
 }
+
+#[test]
+fn states_are_held_once_until_drafts_need_their_copy() {
+    use moestream::decoder::StepOutput;
+    use moestream::experts::policy::Phase;
+    use moestream::model::{ArchSpec, CacheShape};
+    let e = engine("qwen3_next");
+    let m = e.model();
+    let spec = ArchSpec::from_dir(&fixtures_dir().join("qwen3_next")).unwrap();
+    // A resident model: each state once, as llama.cpp holds it; plain steps make no copy.
+    let shape = CacheShape { state_copy: false, ..m.options().cache_shape() };
+    let once = spec.kv_cache_bytes(shape, m.options().kv_dtype);
+    let prompt: Vec<u32> = (1..30).collect();
+    let cache = m.new_cache().unwrap();
+    assert_eq!(cache.bytes(), once);
+    m.step(&cache, &prompt, 0, Phase::Prefill, StepOutput::None).unwrap();
+    assert_eq!(cache.bytes(), once, "plain steps make no copy");
+    // A step of drafts saves the states first: its copies are made then, from the KV budget,
+    // and cutting the step back to one kept token equals running that token alone.
+    let drafted = [40, 41, 42];
+    m.step_drafted(&cache, &drafted, prompt.len()).unwrap();
+    assert_eq!(cache.bytes(), once + spec.linear_state_bytes(), "one copy of every state");
+    m.keep_drafted(&cache, &drafted, prompt.len(), 1).unwrap();
+    let after = m.step(&cache, &[43], prompt.len() + 1, Phase::Decode, StepOutput::Logits).unwrap();
+    let fresh = m.new_cache().unwrap();
+    m.step(&fresh, &[&prompt[..], &[40]].concat(), 0, Phase::Prefill, StepOutput::None).unwrap();
+    let want = m.step(&fresh, &[43], prompt.len() + 1, Phase::Decode, StepOutput::Logits).unwrap();
+    let (a, b) = (after.into_logits().unwrap(), want.into_logits().unwrap());
+    assert!(common::max_abs_diff(&a, &b) < 1e-4, "drafts cut back vs the kept token alone");
+}

@@ -80,13 +80,13 @@ fn caches_are_as_small_as_the_rings() {
             (ring.new_session().unwrap().cache_bytes(), full.new_session().unwrap().cache_bytes());
         assert_eq!(ring_bytes, want, "{fixture}: ring cache bytes");
         assert_eq!(full_bytes, row * 1200 * spec.layers as u64, "{fixture}: --swa-full cache bytes");
-        let shape = CacheShape { context: 1200, max_step: 64, rings: true };
+        let shape = CacheShape { context: 1200, max_step: 64, rings: true, state_copy: false };
         assert_eq!(spec.kv_cache_bytes(shape, KvDtype::F32), ring_bytes, "{fixture}: the plan's figure");
         println!("{fixture}: {ring_bytes} bytes with rings, {full_bytes} keeping every position");
     }
     // gpt-oss: half the layers windowed, so about half the cache at this context.
     let spec = ArchSpec::from_dir(&fixtures_dir().join("gpt_oss")).unwrap();
-    let shape = CacheShape { context: 32768, max_step: 64, rings: true };
+    let shape = CacheShape { context: 32768, max_step: 64, rings: true, state_copy: false };
     let ratio = spec.kv_cache_bytes(shape, KvDtype::F16) as f64
         / spec.kv_cache_bytes(CacheShape { rings: false, ..shape }, KvDtype::F16) as f64;
     assert!(ratio <= 0.55, "gpt-oss at 32K: rings take {ratio:.3} of every position");

@@ -7,8 +7,8 @@
 
 With --moestream, `moestream bench kv-size` sizes moestream's caches for the same GGUF files
 (from their metadata, by the formula the engine allocates with: sliding-window rings of
-window + 63 positions, q8_0 rows of int8 codes and an f16 scale per 32, linear-attention states
-kept twice: the live one and the copy a discarded optimistic step or rejected drafts restore),
+window + 63 positions, q8_0 rows of int8 codes and an f16 scale per 32, each linear-attention
+state once, as a resident model holds it),
 and the table gains moestream's figure and its ratio to llama.cpp's.
 
 A KV cache's size depends only on the attention geometry (layer count, KV heads, head sizes,

@@ -2,7 +2,9 @@
 //! contexts, in each KV element type, with sliding-window rings and keeping every position
 //! (`--swa-full`): computed from the architecture alone (config.json or GGUF metadata) by the
 //! formula the engine allocates with ([`ArchSpec::kv_cache_bytes`]), so a shape-only GGUF that
-//! llama.cpp also loads (`benches/peer/kv_sizes.py`) compares the two engines' caches.
+//! llama.cpp also loads (`benches/peer/kv_sizes.py`) compares the two engines' caches. Resident
+//! models hold each linear-attention state once (a streaming one also keeps a copy for its
+//! optimistic steps).
 
 use serde::Serialize;
 
@@ -48,7 +50,7 @@ pub fn run(spec: &ArchSpec, model: &str, contexts: &[usize], max_step: usize) ->
     for &context in contexts {
         for dtype in [KvDtype::F16, KvDtype::Q8_0] {
             for &rings in ring_settings {
-                let shape = CacheShape { context, max_step, rings };
+                let shape = CacheShape { context, max_step, rings, state_copy: false };
                 let bytes_per_token = spec.kv_bytes_per_token(dtype, rings);
                 let total_bytes = spec.kv_cache_bytes(shape, dtype);
                 rows.push(KvSizeRow {

@@ -78,7 +78,8 @@ pub fn run(a: InfoArgs) -> Result<()> {
     let (kv_f16, kv_f32) = (spec.kv_bytes_per_token(KvDtype::F16, true), spec.kv_bytes_per_token(KvDtype::F32, true));
     // One sequence at the model's maximum context, with the default sliding-window rings and
     // with every position kept (`--swa-full`).
-    let longest = CacheShape { context: spec.max_positions, max_step: DEFAULT_MAX_BATCH, rings: true };
+    let longest =
+        CacheShape { context: spec.max_positions, max_step: DEFAULT_MAX_BATCH, rings: true, state_copy: false };
     let at_max = spec.kv_cache_bytes(longest, KvDtype::F16);
     let at_max_full = spec.kv_cache_bytes(CacheShape { rings: false, ..longest }, KvDtype::F16);
     let linear_layers = (0..spec.layers).filter(|&i| spec.is_linear_layer(i)).count();

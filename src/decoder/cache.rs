@@ -16,7 +16,7 @@
 //! (which zeroes the states).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::{Attn, GpuModel};
 use crate::error::{Error, Result};
@@ -44,7 +44,7 @@ impl KvLedger {
     }
 
     /// Reserves `bytes`, or says why not (before anything is allocated).
-    fn reserve(&self, bytes: u64) -> Result<()> {
+    pub(super) fn reserve(&self, bytes: u64) -> Result<()> {
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
             let available = self.limit.saturating_sub(used);
@@ -58,7 +58,7 @@ impl KvLedger {
         }
     }
 
-    fn release(&self, bytes: u64) {
+    pub(super) fn release(&self, bytes: u64) {
         self.used.fetch_sub(bytes, Ordering::AcqRel);
     }
 }
@@ -67,11 +67,13 @@ impl KvLedger {
 /// ([`GpuModel::new_cache`]).
 pub struct SequenceCache {
     id: u64,
-    layers: Vec<LayerCache>,
-    bytes: u64,
-    ledger: Arc<KvLedger>,
+    pub(super) layers: Vec<LayerCache>,
+    /// Bytes reserved from the ledger (what the buffers took), given back on drop.
+    pub(super) bytes: AtomicU64,
+    pub(super) ledger: Arc<KvLedger>,
     /// The context the caches were allocated on and the bytes they took, given back on drop.
-    allocation: (Arc<Gpu>, u64),
+    pub(super) gpu: Arc<Gpu>,
+    pub(super) allocated: AtomicU64,
     /// Positions the linear-attention states hold (`usize::MAX` after a failed step: unknown).
     state_len: AtomicUsize,
     /// The sliding windows of the rings shorter than the context, with their positions.
@@ -111,11 +113,11 @@ pub enum LayerCache {
 pub struct LinearCache {
     conv: CausalConv1d,
     delta: GatedDeltaRule,
-    window: wgpu::Buffer,
-    state: wgpu::Buffer,
+    pub(super) window: wgpu::Buffer,
+    pub(super) state: wgpu::Buffer,
     /// Copies of `window` and `state` from before an optimistic step or a step of drafts, put
-    /// back when it is discarded or cut back.
-    saved: (wgpu::Buffer, wgpu::Buffer),
+    /// back when it is discarded or cut back; made when first needed (`super::state_copy`).
+    pub(super) saved: OnceLock<(wgpu::Buffer, wgpu::Buffer)>,
 }
 
 /// Keys and values of one grouped-attention layer, split by KV heads into chunks that each fit
@@ -157,7 +159,7 @@ impl SequenceCache {
 
     /// GPU bytes held.
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.bytes.load(Ordering::Acquire)
     }
 
     pub(super) fn layer(&self, i: usize) -> &LayerCache {
@@ -211,27 +213,6 @@ impl SequenceCache {
         }
         self.state_len.store(usize::MAX, Ordering::Release);
         Ok(())
-    }
-
-    /// Records copies of every linear-attention state into its saved copy.
-    pub(super) fn save_linear_state(&self, encoder: &mut wgpu::CommandEncoder) {
-        self.copy_linear_state(encoder, true);
-    }
-
-    /// Records copies of every saved linear-attention state back (after a discarded step).
-    pub(super) fn restore_linear_state(&self, encoder: &mut wgpu::CommandEncoder) {
-        self.copy_linear_state(encoder, false);
-    }
-
-    fn copy_linear_state(&self, encoder: &mut wgpu::CommandEncoder, save: bool) {
-        for l in &self.layers {
-            if let LayerCache::Linear(LinearCache { window, state, saved: (saved_window, saved_state), .. }) = l {
-                for (live, copy) in [(window, saved_window), (state, saved_state)] {
-                    let (from, to) = if save { (live, copy) } else { (copy, live) };
-                    encoder.copy_buffer_to_buffer(from, 0, to, 0, live.size());
-                }
-            }
-        }
     }
 
     /// Records that the linear-attention states now hold `len` positions.
@@ -305,8 +286,8 @@ impl GpuModel {
 
 impl Drop for SequenceCache {
     fn drop(&mut self) {
-        self.ledger.release(self.bytes);
-        self.allocation.0.release_allocation(self.allocation.1);
+        self.ledger.release(self.bytes());
+        self.gpu.release_allocation(self.allocated.load(Ordering::Acquire));
     }
 }
 
@@ -400,7 +381,8 @@ impl GpuModel {
     pub fn new_cache(&self) -> Result<SequenceCache> {
         let spec = &self.spec;
         let (shape, dtype) = (self.options.cache_shape(), self.options.kv_dtype);
-        let bytes = spec.kv_cache_bytes(shape, dtype);
+        // The state copies are made below, reserving their own bytes.
+        let bytes = spec.kv_cache_bytes(CacheShape { state_copy: false, ..shape }, dtype);
         self.kv_ledger.reserve(bytes)?;
         let mut rings: Vec<Ring> = (0..spec.layers)
             .filter_map(|i| spec.window(i).map(|window| Ring { window, positions: shape.positions(Some(window)) }))
@@ -432,21 +414,25 @@ impl GpuModel {
             self.gpu.release_allocation(allocated);
             return Err(e);
         }
-        Ok(SequenceCache {
+        let cache = SequenceCache {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             layers,
-            bytes: bytes + padding,
+            bytes: AtomicU64::new(bytes + padding),
             ledger: self.kv_ledger.clone(),
-            allocation: (self.gpu.clone(), allocated),
+            gpu: self.gpu.clone(),
+            allocated: AtomicU64::new(allocated),
             state_len: AtomicUsize::new(0),
             rings,
             written_end: AtomicUsize::new(0),
-        })
+        };
+        if shape.state_copy {
+            cache.ensure_state_copies()?;
+        }
+        Ok(cache)
     }
 
     /// One Gated DeltaNet layer's zeroed state, the conv reading `a`'s taps and the delta rule
-    /// its decay parameters, and the copy optimistic steps and drafts save it into (counted in
-    /// `ArchSpec::sequence_state_bytes`).
+    /// its decay parameters (its copy is made when needed: `super::state_copy`).
     fn linear_cache(&self, hy: &crate::model::HybridSpec, a: &super::linear::LinearAttn) -> LinearCache {
         let gpu = &*self.gpu;
         let acts = &self.acts;
@@ -465,9 +451,7 @@ impl GpuModel {
         let offsets = (hy.in_width(), c + hy.value_dim());
         let delta =
             GatedDeltaRule::new(gpu, &self.step.buffer, io, (crate::model::DeltaShape::of(hy), hy.kind), offsets);
-        let saved =
-            (gpu.storage("saved conv window", window.size()), gpu.storage("saved recurrent state", state.size()));
-        LinearCache { conv, delta, window, state, saved }
+        LinearCache { conv, delta, window, state, saved: OnceLock::new() }
     }
 
     /// One grouped layer's cache, its attention seeing the last `window` keys when set (kept in

@@ -2,7 +2,8 @@
 //! every token's logits, and can then be cut back to the tokens the verification accepted. The
 //! grouped and MLA caches need nothing for that (rows past the kept positions are written again
 //! before any attention reads them); linear-attention states, which hold the whole step, are
-//! copied aside before it, put back and run again over the kept tokens.
+//! copied aside before it (into copies made at the first such step, `super::state_copy`), put
+//! back and run again over the kept tokens.
 
 use super::step::{Routing, Sequences, TokenSource};
 use super::{GpuModel, SequenceCache, StepOutput, StepResult};
@@ -18,6 +19,7 @@ impl GpuModel {
         let n = tokens.len();
         self.check_step(cache, tokens, n, pos)?;
         let gpu = &*self.gpu;
+        cache.ensure_state_copies()?;
         gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
         let mut rec = Pass::new(&gpu.device);
         cache.save_linear_state(rec.encoder());

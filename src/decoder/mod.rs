@@ -14,6 +14,7 @@ mod moe;
 mod optimistic;
 mod prerouter;
 mod projection;
+mod state_copy;
 mod step;
 
 use build::{f32_buf, router_shape, Builder};
@@ -96,7 +97,12 @@ pub struct StreamingOptions {
 impl DecoderOptions {
     /// How each sequence's caches are laid out.
     pub fn cache_shape(&self) -> CacheShape {
-        CacheShape { context: self.context, max_step: self.max_batch, rings: self.window_rings }
+        CacheShape {
+            context: self.context,
+            max_step: self.max_batch,
+            rings: self.window_rings,
+            state_copy: self.streaming.is_some(),
+        }
     }
 
     /// The format of the matrix with role `label`: routed experts use `experts`; embeddings

@@ -165,6 +165,8 @@ impl GpuModel {
         output: StepOutput<'_>,
     ) -> Result<std::result::Result<StepResult, Vec<u32>>> {
         let gpu = &*self.gpu;
+        // Made with the cache when the model streams; a no-op then.
+        cache.ensure_state_copies()?;
         let mut rec = Pass::new(&gpu.device);
         cache.save_linear_state(rec.encoder());
         let mut routing = Routing::Logged;

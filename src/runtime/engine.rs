@@ -255,7 +255,14 @@ impl OnDisk {
         let host_side =
             source.as_ref().map_or(0, |s| memory_plan::host_side_bytes(gpu, options.io_threads, s.read_len()));
         let sequences = options.parallel.max(1) as u64;
-        let shape = |context| CacheShape { context, max_step: options.max_batch, rings: options.window_rings };
+        // A model that may stream experts keeps copies of its linear-attention states for
+        // optimistic steps (whether it streams is decided below, from what is left).
+        let shape = |context| CacheShape {
+            context,
+            max_step: options.max_batch,
+            rings: options.window_rings,
+            state_copy: source.is_some(),
+        };
         let caches = sequences * spec.kv_cache_bytes(shape(budget_context), options.kv_dtype);
         let resident_bytes = weights + caches + activations + host_side;
         let streaming = source

@@ -19,6 +19,9 @@ pub struct CacheShape {
     pub max_step: usize,
     /// Sliding-window layers keep a ring of their window and a step; `false`: every position.
     pub rings: bool,
+    /// Each linear-attention state is kept twice (the copy an optimistic step restores: models
+    /// that stream experts); else once, its copy made only for drafts.
+    pub state_copy: bool,
 }
 
 impl CacheShape {
@@ -54,10 +57,11 @@ impl ArchSpec {
     }
 
     /// GPU bytes of one sequence's caches of `shape` in `dtype`: its KV rows (rings included)
-    /// and its linear-attention states ([`ArchSpec::sequence_state_bytes`]).
+    /// and its linear-attention states (and their copies with `shape.state_copy`).
     pub fn kv_cache_bytes(&self, shape: CacheShape, dtype: KvDtype) -> u64 {
         let rows: usize = self.cached_layer_windows().map(|w| shape.positions(w)).sum();
-        rows as u64 * self.kv_row_bytes(dtype) + self.sequence_state_bytes()
+        let states = self.linear_state_bytes() * if shape.state_copy { 2 } else { 1 };
+        rows as u64 * self.kv_row_bytes(dtype) + states
     }
 
     /// GPU bytes of one sequence's caches that do not grow with its context: the rings at their
@@ -75,12 +79,6 @@ impl ArchSpec {
         rows as u64 * self.kv_row_bytes(dtype)
     }
 
-    /// GPU bytes of one sequence's linear-attention states, whatever its length: kept twice (a
-    /// copy to put back after a discarded optimistic step or rejected draft tokens).
-    pub fn sequence_state_bytes(&self) -> u64 {
-        self.linear_state_bytes() * 2
-    }
-
     /// Bytes of one sequence's fixed-size state: the conv windows and recurrent states of the
     /// linear-attention layers (f32), 0 for other models.
     pub fn linear_state_bytes(&self) -> u64 {
@@ -96,7 +94,7 @@ mod tests {
 
     #[test]
     fn rings_keep_the_window_and_a_step() {
-        let ring = CacheShape { context: 32768, max_step: 64, rings: true };
+        let ring = CacheShape { context: 32768, max_step: 64, rings: true, state_copy: false };
         assert_eq!(ring.positions(Some(128)), 191);
         assert_eq!(ring.positions(None), 32768);
         assert_eq!(CacheShape { context: 100, ..ring }.positions(Some(128)), 100);
