@@ -40,6 +40,16 @@
 // `MoestreamLoadOptions.weights`: int4 (converted once into the cache).
 #define MOESTREAM_WEIGHTS_INT4 2
 
+// `MoestreamLoadOptions.kv_cache_type`: 16-bit floats (default).
+#define MOESTREAM_KV_F16 0
+
+// `MoestreamLoadOptions.kv_cache_type`: 32-bit floats.
+#define MOESTREAM_KV_F32 1
+
+// `MoestreamLoadOptions.kv_cache_type`: llama.cpp's q8_0 (int8 in blocks of 32 with an f16
+// scale): about half f16's memory.
+#define MOESTREAM_KV_Q8_0 2
+
 // A loaded model (opaque).
 typedef struct MoestreamEngine MoestreamEngine;
 
@@ -123,6 +133,11 @@ typedef struct MoestreamLoadOptions {
   uint32_t weights;
   // GPU adapter by name substring or index; NULL = the best one.
   const char *adapter;
+  // KV-cache element type: `MOESTREAM_KV_*` (added in the second version of this struct).
+  uint32_t kv_cache_type;
+  // Sliding-window layers keep every position instead of a ring of their window (more
+  // memory; a session rolled back past the ring then resumes without recomputing).
+  bool swa_full;
 } MoestreamLoadOptions;
 
 // Called with each new piece of text: `token` is its token id (`UINT32_MAX` from

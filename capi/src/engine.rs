@@ -5,7 +5,7 @@ use std::ffi::c_char;
 use moestream::chat::{end_of_turn_tokens, ChatTemplate};
 use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
-use moestream::ops::WeightFormat;
+use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;
 use moestream::runtime::{EngineOptions, ExpertBudget};
 use moestream::{Engine, Error, Result};
@@ -34,6 +34,14 @@ pub const MOESTREAM_WEIGHTS_F32: u32 = 1;
 /// `MoestreamLoadOptions.weights`: int4 (converted once into the cache).
 pub const MOESTREAM_WEIGHTS_INT4: u32 = 2;
 
+/// `MoestreamLoadOptions.kv_cache_type`: 16-bit floats (default).
+pub const MOESTREAM_KV_F16: u32 = 0;
+/// `MoestreamLoadOptions.kv_cache_type`: 32-bit floats.
+pub const MOESTREAM_KV_F32: u32 = 1;
+/// `MoestreamLoadOptions.kv_cache_type`: llama.cpp's q8_0 (int8 in blocks of 32 with an f16
+/// scale): about half f16's memory.
+pub const MOESTREAM_KV_Q8_0: u32 = 2;
+
 /// How to load a model; fill with `moestream_load_options_default`, then set `model_dir`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -57,6 +65,11 @@ pub struct MoestreamLoadOptions {
     pub weights: u32,
     /// GPU adapter by name substring or index; NULL = the best one.
     pub adapter: *const c_char,
+    /// KV-cache element type: `MOESTREAM_KV_*` (added in the second version of this struct).
+    pub kv_cache_type: u32,
+    /// Sliding-window layers keep every position instead of a ring of their window (more
+    /// memory; a session rolled back past the ring then resumes without recomputing).
+    pub swa_full: bool,
 }
 
 /// A loaded model (opaque).
@@ -89,12 +102,14 @@ fn default_load_options() -> MoestreamLoadOptions {
         prefetch: MOESTREAM_PREFETCH_EAMC,
         weights: MOESTREAM_WEIGHTS_F16,
         adapter: std::ptr::null(),
+        kv_cache_type: MOESTREAM_KV_F16,
+        swa_full: false,
     }
 }
 
 impl SizedStruct for MoestreamLoadOptions {
     const NAME: &'static str = "MoestreamLoadOptions";
-    const FIRST_SIZE: usize = std::mem::size_of::<Self>();
+    const FIRST_SIZE: usize = std::mem::offset_of!(Self, kv_cache_type);
 }
 
 /// Loads a model; NULL on failure (see `moestream_last_error`). Free with
@@ -145,6 +160,13 @@ unsafe fn engine_options(o: &MoestreamLoadOptions) -> Result<EngineOptions> {
         MOESTREAM_PREFETCH_PREROUTER_EAMC => PrefetchKind::PrerouterEamc,
         p => return Err(Error::InvalidArgument(format!("prefetch {p} is not a MOESTREAM_PREFETCH_* value"))),
     };
+    options.kv_dtype = match o.kv_cache_type {
+        MOESTREAM_KV_F16 => KvDtype::F16,
+        MOESTREAM_KV_F32 => KvDtype::F32,
+        MOESTREAM_KV_Q8_0 => KvDtype::Q8_0,
+        k => return Err(Error::InvalidArgument(format!("kv_cache_type {k} is not a MOESTREAM_KV_* value"))),
+    };
+    options.window_rings = !o.swa_full;
     if !o.adapter.is_null() {
         options.gpu.adapter = Some(str_arg(o.adapter, "adapter")?.to_string());
     }

@@ -27,7 +27,8 @@ mod sized;
 pub use batch::{moestream_chat_batch, MoestreamBatchCallback};
 pub use boundary::{moestream_last_error, moestream_string_free, moestream_version};
 pub use engine::{
-    moestream_engine_free, moestream_engine_load, moestream_load_options_default, MoestreamEngine, MoestreamLoadOptions,
+    moestream_engine_free, moestream_engine_load, moestream_load_options_default, MoestreamEngine,
+    MoestreamLoadOptions, MOESTREAM_KV_F16, MOESTREAM_KV_F32, MOESTREAM_KV_Q8_0,
 };
 pub use generate::{
     moestream_chat, moestream_generate, moestream_generate_options_default, MoestreamGenerateOptions, MoestreamStats,

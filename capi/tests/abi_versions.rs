@@ -78,3 +78,57 @@ fn older_structs_work_and_unknown_sizes_are_refused() {
         moestream_engine_free(engine);
     }
 }
+
+/// `MoestreamLoadOptions` as the first header declared it (it ended at `adapter`).
+#[repr(C)]
+struct LoadOptionsV1 {
+    struct_size: u32,
+    model_dir: *const c_char,
+    context: u32,
+    expert_slots: u32,
+    expert_memory_bytes: u64,
+    policy: u32,
+    prefetch: u32,
+    weights: u32,
+    adapter: *const c_char,
+}
+
+#[test]
+fn load_options_of_the_first_version_and_the_kv_cache_type() {
+    let dir = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/moestream-tiny-moe")).unwrap();
+    unsafe {
+        let mut current = std::mem::MaybeUninit::<MoestreamLoadOptions>::uninit();
+        moestream_load_options_default(current.as_mut_ptr());
+        let mut current = current.assume_init();
+        current.model_dir = dir.as_ptr();
+        let v1 = LoadOptionsV1 {
+            struct_size: std::mem::size_of::<LoadOptionsV1>() as u32,
+            model_dir: dir.as_ptr(),
+            context: 0,
+            expert_slots: 0,
+            expert_memory_bytes: 0,
+            policy: current.policy,
+            prefetch: current.prefetch,
+            weights: current.weights,
+            adapter: std::ptr::null(),
+        };
+        assert!(v1.struct_size < current.struct_size, "the struct grew since its first version");
+        let mut options = std::mem::MaybeUninit::<MoestreamGenerateOptions>::uninit();
+        moestream_generate_options_default(options.as_mut_ptr());
+        let mut options = options.assume_init();
+        options.max_tokens = 6;
+        let old = moestream_engine_load(&v1 as *const LoadOptionsV1 as *const MoestreamLoadOptions);
+        assert!(!old.is_null(), "an app built against the first header: {}", last_error());
+        let want = generate(old, &options, null_mut()).unwrap();
+        moestream_engine_free(old);
+        // A q8_0 cache: the bundled model's greedy tokens.
+        current.kv_cache_type = MOESTREAM_KV_Q8_0;
+        let q8 = moestream_engine_load(&current);
+        assert!(!q8.is_null(), "q8_0: {}", last_error());
+        assert_eq!(generate(q8, &options, null_mut()).unwrap(), want, "q8_0 KV cache");
+        moestream_engine_free(q8);
+        current.kv_cache_type = 7;
+        assert!(moestream_engine_load(&current).is_null());
+        assert!(last_error().contains("kv_cache_type 7"), "{}", last_error());
+    }
+}
