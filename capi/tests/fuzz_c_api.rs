@@ -127,12 +127,24 @@ struct LoadMutant {
     prefetch: u32,
     weights: u32,
     adapter: Text,
+    kv_cache_type: u32,
 }
 
 fn load_mutants() -> impl Strategy<Value = LoadMutant> {
     let bytes = prop::sample::select(vec![0u64, 1, 4096, 1 << 40, u64::MAX]);
-    (prop::bool::weighted(0.1), texts(), u32s(), u32s(), bytes, u32s(), u32s(), u32s(), texts()).prop_map(
-        |(options_null, model_dir, context, expert_slots, expert_memory_bytes, policy, prefetch, weights, adapter)| {
+    (prop::bool::weighted(0.1), texts(), u32s(), u32s(), bytes, u32s(), u32s(), u32s(), texts(), u32s()).prop_map(
+        |(
+            options_null,
+            model_dir,
+            context,
+            expert_slots,
+            expert_memory_bytes,
+            policy,
+            prefetch,
+            weights,
+            adapter,
+            kv_cache_type,
+        )| {
             LoadMutant {
                 options_null,
                 model_dir,
@@ -143,6 +155,7 @@ fn load_mutants() -> impl Strategy<Value = LoadMutant> {
                 prefetch,
                 weights,
                 adapter,
+                kv_cache_type,
             }
         },
     )
@@ -167,6 +180,7 @@ fn hostile_load_options() {
             o.prefetch = m.prefetch;
             o.weights = m.weights;
             o.adapter = ptr(&adapter);
+            o.kv_cache_type = m.kv_cache_type;
             o
         };
         let options: *const MoestreamLoadOptions = if m.options_null { null() } else { &o };

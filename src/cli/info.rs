@@ -75,7 +75,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         .as_ref()
         .and_then(|h| h.metrics.as_deref())
         .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok().and_then(|v| v["mean_recall"].as_f64()));
-    let (kv_f16, kv_f32) = (spec.kv_bytes_per_token(KvDtype::F16, true), spec.kv_bytes_per_token(KvDtype::F32, true));
+    let [kv_f16, kv_f32, kv_q8] = [KvDtype::F16, KvDtype::F32, KvDtype::Q8_0].map(|d| spec.kv_bytes_per_token(d, true));
     // One sequence at the model's maximum context, with the default sliding-window rings and
     // with every position kept (`--swa-full`).
     let longest =
@@ -91,6 +91,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         "max_context": spec.max_positions,
         "kv_bytes_per_token_f16": kv_f16,
         "kv_bytes_per_token_f32": kv_f32,
+        "kv_bytes_per_token_q8_0": kv_q8,
         "kv_bytes_per_token_decompressed_f16": decompressed_kv_f16(&spec),
         "kv_bytes_per_sequence_at_max_f16": at_max,
         "kv_bytes_per_sequence_at_max_f16_swa_full": at_max_full,
@@ -113,6 +114,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
             "mean_recall": recall,
         })),
     });
+    let windowed: Vec<String> = (0..spec.layers).filter_map(|i| spec.window(i).map(|w| format!("{i}: {w}"))).collect();
     if a.json {
         println!("{info:#}");
     } else {
@@ -122,8 +124,9 @@ pub fn run(a: InfoArgs) -> Result<()> {
         println!("heads             {} (kv {}, head_dim {})", spec.heads, spec.kv_heads, spec.head_dim);
         println!("vocab             {}", spec.vocab);
         println!(
-            "KV cache          {kv_f16} bytes/token with --kv-dtype f16 (default), {kv_f32} with f32 ({})",
-            kv_cache_kind(&spec)
+            "KV cache          {kv_f16} bytes/token with --kv-dtype f16 (default), {kv_f32} with f32, {kv_q8} with q8_0 ({}{})",
+            kv_cache_kind(&spec),
+            if windowed.is_empty() { "" } else { "; layers without a sliding window" }
         );
         if let Some(d) = decompressed_kv_f16(&spec) {
             println!(
@@ -143,8 +146,6 @@ pub fn run(a: InfoArgs) -> Result<()> {
                 spec.linear_state_bytes().div_ceil(1024)
             );
         }
-        let windowed: Vec<String> =
-            (0..spec.layers).filter_map(|i| spec.window(i).map(|w| format!("{i}: {w}"))).collect();
         if !windowed.is_empty() {
             println!(
                 "sliding window    keys per layer {}: rings of the window + {} positions ({} MiB at the max with --swa-full, which keeps every position)",
