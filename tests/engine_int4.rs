@@ -31,6 +31,7 @@ fn check(format: WeightFormat, prompt_names: &[&str]) {
             kv_budget: u64::MAX,
             max_batch: 64,
             window_rings: true,
+            state_snapshots: 0,
             streaming: None,
         };
         let reference = ReferenceModel::load(&dir).unwrap().rounded_like(&decoder).unwrap();

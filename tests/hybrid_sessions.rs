@@ -1,6 +1,7 @@
 //! Sessions on the hybrid linear-attention models (Qwen3-Next's Gated DeltaNet, Ling's KDA and
 //! MLA): a recurrent state cannot be rolled back, so appending a turn continues it and a
-//! rollback recomputes the sequence from position 0; both must give exactly what a fresh run of
+//! rollback resumes from the nearest snapshot of the states (or recomputes the sequence from
+//! position 0); each must give exactly what a fresh run of
 //! the whole sequence gives.
 
 mod common;
@@ -80,4 +81,43 @@ fn states_are_held_once_until_drafts_need_their_copy() {
     let want = m.step(&fresh, &[43], prompt.len() + 1, Phase::Decode, StepOutput::Logits).unwrap();
     let (a, b) = (after.into_logits().unwrap(), want.into_logits().unwrap());
     assert!(common::max_abs_diff(&a, &b) < 1e-4, "drafts cut back vs the kept token alone");
+}
+
+#[test]
+fn rollbacks_resume_from_the_nearest_state_snapshot() {
+    for snapshots in [2, 0] {
+        let mut o = EngineOptions::new(fixtures_dir().join("qwen3_next")).with_format(WeightFormat::F32);
+        o.context = Some(512);
+        o.state_snapshots = snapshots;
+        let e = Engine::load_on(gpu(), &o).unwrap();
+        let greedy = GenerateOptions { max_tokens: 5, ignore_eos: true, ..Default::default() };
+        // Turn 1: 150 tokens, prefilled in chunks of 64: its last chunk starts at 128.
+        let (turn1, turn2): (Vec<u32>, Vec<u32>) = ((1..151).collect(), (200..300).map(|t| t % 380).collect());
+        let mut s = e.new_session().unwrap();
+        e.generate_in(&mut s, &turn1, &greedy, |_, _| true).unwrap();
+        let one_state = s.cache_bytes();
+        // Turn 2: 100 more tokens after the reply; the cache holds 154 (the last reply token is
+        // not run), so its chunks start at 154 and 218.
+        e.generate_in(&mut s, &turn2, &greedy, |_, _| true).unwrap();
+        // Regenerate turn 2's reply: from the snapshot at 218, not from 0.
+        let end2 = turn1.len() + 5 + turn2.len();
+        s.truncate(end2);
+        let again = e.generate_in(&mut s, &[], &greedy, |_, _| true).unwrap();
+        let fresh = e.generate(&s.tokens()[..end2], &greedy, |_, _| true).unwrap();
+        assert_eq!(again.tokens, fresh.tokens, "snapshots {snapshots}: regenerated reply");
+        assert_eq!(again.stats.reused_tokens, if snapshots > 0 { 218 } else { 0 }, "snapshots {snapshots}");
+        // Back into turn 1's reply: the snapshot at 128.
+        s.truncate(152);
+        let back = e.generate_in(&mut s, &[], &greedy, |_, _| true).unwrap();
+        let fresh = e.generate(&s.tokens()[..152], &greedy, |_, _| true).unwrap();
+        assert_eq!(back.tokens, fresh.tokens, "snapshots {snapshots}: after the rollback into turn 1");
+        assert_eq!(back.stats.reused_tokens, if snapshots > 0 { 128 } else { 0 }, "snapshots {snapshots}");
+        // Before every snapshot: from 0.
+        s.truncate(100);
+        let start = e.generate_in(&mut s, &[], &greedy, |_, _| true).unwrap();
+        assert_eq!(start.stats.reused_tokens, 0);
+        // Each snapshot holds the states once, from the KV budget.
+        let spec = e.spec();
+        assert!(s.cache_bytes() <= one_state + snapshots as u64 * spec.linear_state_bytes());
+    }
 }

@@ -161,6 +161,7 @@ fn check(fixture: &str, format: WeightFormat, peft: &Peft) {
         kv_budget: u64::MAX,
         max_batch: 64,
         window_rings: true,
+        state_snapshots: 0,
         streaming: None,
     };
     let base = ReferenceModel::load(&dir).unwrap().rounded_like(&decoder).unwrap();

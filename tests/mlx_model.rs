@@ -76,6 +76,7 @@ fn check_engine(dir: &std::path::Path, hf: &str) {
         kv_budget: u64::MAX,
         max_batch: 64,
         window_rings: true,
+        state_snapshots: 0,
         streaming: None,
     };
     let reference = ReferenceModel::load(dir).unwrap().rounded_like(&decoder).unwrap();

@@ -156,6 +156,11 @@ pub struct ModelArgs {
     /// more memory, but rolling a session back past the ring does not recompute it.
     #[arg(long)]
     pub swa_full: bool,
+    /// Snapshots of a hybrid model's linear-attention states kept per sequence, so a
+    /// rolled-back conversation resumes from the nearest one instead of recomputing from the
+    /// start (each the size of the states).
+    #[arg(long, default_value_t = moestream::runtime::options::DEFAULT_STATE_SNAPSHOTS)]
+    pub state_snapshots: usize,
     /// GPU adapter by name substring or index (see `moestream devices`); env MOESTREAM_ADAPTER.
     #[arg(long)]
     pub adapter: Option<String>,
@@ -225,6 +230,7 @@ impl ModelArgs {
         o.context = self.context;
         o.kv_dtype = self.kv_dtype.dtype();
         o.window_rings = !self.swa_full;
+        o.state_snapshots = self.state_snapshots;
         o.mla_cache = match self.mla_cache {
             MlaCacheArg::Latent => MlaCacheKind::Latent,
             MlaCacheArg::Decompressed => MlaCacheKind::Decompressed,

@@ -11,12 +11,13 @@
 //! What can be rolled back: keys and values of full layers, always (a step writes over what
 //! it replaces); a ring, while it still holds the window before the step (a step at `pos`
 //! needs the keys of `pos + 1 - window .. pos`, and the ring has since written as far as the
-//! furthest step reached); a recurrent state, never (no checkpoints are kept): a step must
-//! continue where the state ends. Anything else starts the sequence again at position 0
-//! (which zeroes the states).
+//! furthest step reached); a recurrent state, only to one of its snapshots
+//! (`super::state_copy`, put back by [`SequenceCache::resume_point`]): a step must continue
+//! where the state ends. Anything else starts the sequence again at position 0 (which zeroes
+//! the states).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{Attn, GpuModel};
 use crate::error::{Error, Result};
@@ -75,9 +76,12 @@ pub struct SequenceCache {
     pub(super) gpu: Arc<Gpu>,
     pub(super) allocated: AtomicU64,
     /// Positions the linear-attention states hold (`usize::MAX` after a failed step: unknown).
-    state_len: AtomicUsize,
+    pub(super) state_len: AtomicUsize,
     /// The sliding windows of the rings shorter than the context, with their positions.
     rings: Vec<Ring>,
+    /// Snapshots of the linear-attention states (`super::state_copy`), at most `snapshot_limit`.
+    pub(super) snapshots: Mutex<Vec<super::state_copy::Snapshot>>,
+    pub(super) snapshot_limit: usize,
     /// One past the furthest position any step wrote since the sequence last started at 0
     /// (what the rings have overwritten follows from it).
     written_end: AtomicUsize,
@@ -185,6 +189,7 @@ impl SequenceCache {
             }
         }
         self.check_linear_state(gpu, pos)?;
+        self.free_snapshots_past(pos);
         let end = if pos == 0 { pos + n } else { written.max(pos + n) };
         self.written_end.store(end, Ordering::Release);
         Ok(())
@@ -227,29 +232,32 @@ impl SequenceCache {
     }
 
     /// Where a sequence whose first `cached` positions are wanted from the cache can resume:
-    /// `cached`, or 0 (the sequence is recomputed, and the log says why) when linear-attention
-    /// states hold other positions or a ring no longer holds the window before `cached`.
+    /// `cached`; where linear-attention states hold other positions, the latest snapshot of
+    /// them at or before `cached` (put back now); else 0 (the sequence is recomputed, and the
+    /// log says why), also when a ring no longer holds the window before the point.
     pub fn resume_point(&self, cached: usize) -> usize {
-        let written = self.written_end.load(Ordering::Acquire);
-        let why = if cached == 0 {
-            None
-        } else if self.has_linear_state() && self.state_len.load(Ordering::Acquire) != cached {
-            Some("linear-attention states cannot be rolled back".to_string())
-        } else {
-            self.rings.iter().find(|r| !r.holds_window_before(cached, written)).map(|r| {
-                format!(
-                    "its sliding-window ring of {} positions has written over the keys before it (pass --swa-full to keep every position)",
-                    r.positions
-                )
-            })
-        };
-        match why {
-            Some(why) => {
-                log::info!("resuming a sequence at position {cached} recomputes it from position 0: {why}");
-                0
-            }
-            None => cached,
+        if cached == 0 {
+            return 0;
         }
+        let written = self.written_end.load(Ordering::Acquire);
+        let ring_over = |p: usize| self.rings.iter().find(|r| !r.holds_window_before(p, written)).copied();
+        let states_held = !self.has_linear_state() || self.state_len.load(Ordering::Acquire) == cached;
+        let why = match (states_held, ring_over(cached)) {
+            (true, None) => return cached,
+            (false, _) => match self.restore_snapshot(cached, |p| ring_over(p).is_none()) {
+                Some(p) => {
+                    log::info!("resuming a sequence at position {cached}: from a snapshot of its linear-attention states at {p}");
+                    return p;
+                }
+                None => "linear-attention states hold other positions and no snapshot of them fits".to_string(),
+            },
+            (true, Some(r)) => format!(
+                "its sliding-window ring of {} positions has written over the keys before it (pass --swa-full to keep every position)",
+                r.positions
+            ),
+        };
+        log::info!("resuming a sequence at position {cached} recomputes it from position 0: {why}");
+        0
     }
 }
 
@@ -279,6 +287,7 @@ impl GpuModel {
         }
         self.gpu.queue.submit([encoder.finish()]);
         to.state_len.store(from.state_len.load(Ordering::Acquire), Ordering::Release);
+        to.free_snapshots_past(0);
         to.written_end.store(from.written_end.load(Ordering::Acquire), Ordering::Release);
         Ok(())
     }
@@ -423,6 +432,8 @@ impl GpuModel {
             allocated: AtomicU64::new(allocated),
             state_len: AtomicUsize::new(0),
             rings,
+            snapshots: Mutex::new(Vec::new()),
+            snapshot_limit: self.options.state_snapshots,
             written_end: AtomicUsize::new(0),
         };
         if shape.state_copy {

@@ -74,6 +74,8 @@ pub struct DecoderOptions {
     pub max_batch: usize,
     /// Sliding-window layers keep a ring of their window and a step, not every position.
     pub window_rings: bool,
+    /// Snapshots of the linear-attention states each sequence may keep (`state_copy`).
+    pub state_snapshots: usize,
     /// Stream experts through a slot budget; `None` keeps every expert resident.
     pub streaming: Option<StreamingOptions>,
 }

@@ -296,6 +296,7 @@ impl OnDisk {
             kv_budget: kv.budget,
             max_batch: options.max_batch,
             window_rings: options.window_rings,
+            state_snapshots: options.state_snapshots,
             streaming: streaming.map(|slots| StreamingOptions {
                 slots,
                 policy: options.policy,

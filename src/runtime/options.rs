@@ -39,6 +39,11 @@ pub struct EngineOptions {
     /// `false` keeps every position there too (llama.cpp's `--swa-full`): more memory, but a
     /// session rolled back past the ring resumes without recomputing its prompt.
     pub window_rings: bool,
+    /// Snapshots of a hybrid model's linear-attention states each sequence may keep (taken
+    /// where a prompt's last chunk starts), so a rolled-back sequence resumes from the nearest
+    /// one instead of position 0; each takes the states' bytes from the KV budget when first
+    /// taken (llama.cpp's `--ctx-checkpoints`). 0: none.
+    pub state_snapshots: usize,
     /// Sequences the memory plan makes room for (a [`crate::runtime::Scheduler`]'s slots):
     /// the automatic expert budget and the default context leave room for this many caches.
     pub parallel: usize,
@@ -88,6 +93,10 @@ pub enum ExpertBudget {
 /// Most tokens per step by default (prefill chunks, batched steps).
 pub const DEFAULT_MAX_BATCH: usize = 64;
 
+/// Snapshots of the linear-attention states per sequence by default: a regenerated answer and
+/// the turn before it resume without recomputing the conversation.
+pub const DEFAULT_STATE_SNAPSHOTS: usize = 2;
+
 /// Reader threads by default: NVMe drives want several requests in flight.
 pub const DEFAULT_IO_THREADS: usize = 4;
 
@@ -112,6 +121,7 @@ impl EngineOptions {
             kv_memory: None,
             max_batch: DEFAULT_MAX_BATCH,
             window_rings: true,
+            state_snapshots: DEFAULT_STATE_SNAPSHOTS,
             parallel: 1,
             gpu: GpuOptions::default(),
             budget: ExpertBudget::Auto,

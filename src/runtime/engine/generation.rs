@@ -151,6 +151,10 @@ impl Engine {
             let start = session.cached;
             let end = (start + b).min(len);
             let output = if end == len { last } else { StepOutput::None };
+            if end == len {
+                // Where the prompt's last chunk starts: a regenerated reply resumes here.
+                session.cache.snapshot_states(start);
+            }
             result = self.model.step(&session.cache, &session.tokens[start..end], start, Phase::Prefill, output)?;
             session.cached = end;
         }

@@ -256,6 +256,13 @@ impl<'a> Scheduler<'a> {
             return Ok(finished);
         }
         let decoding = parts.iter().any(|p| self.slots[p.slot].running.as_ref().is_some_and(|r| r.next.is_some()));
+        for p in &parts {
+            let (session, prefilling) = (&self.slots[p.slot].session, self.slots[p.slot].running.as_ref());
+            if p.end == session.len() && prefilling.is_some_and(|r| r.next.is_none()) {
+                // Where the prompt's last chunk starts: a regenerated reply resumes here.
+                session.cache.snapshot_states(p.start);
+            }
+        }
         let phase = if decoding { Phase::Decode } else { Phase::Prefill };
         let entries: Vec<BatchEntry<'_>> = parts
             .iter()
