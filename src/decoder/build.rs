@@ -499,7 +499,7 @@ impl GpuModel {
             attention_merge,
             batch,
             allocated: 0,
-            kv_ledger: cache::KvLedger::new(options.kv_budget),
+            kv_ledger: super::kv_ledger::KvLedger::new(options.kv_budget),
             last_step_end: Mutex::new(None),
             _buffers: buffers,
             matrices,

@@ -19,6 +19,8 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::kv_ledger::KvLedger;
+use super::ring::Ring;
 use super::{Attn, GpuModel};
 use crate::error::{Error, Result};
 use crate::gpu::context::counting_allocations;
@@ -30,39 +32,6 @@ use crate::ops::gated_delta_rule::{DeltaIo, GatedDeltaRule};
 use crate::ops::kv_store::{KvChunk, KvDtype, KvStore, StoreRope};
 use crate::ops::mla_attention::{DecompressedCache, LatentCache, MlaAttention, MlaCacheView, MlaIo};
 use crate::ops::mla_decompress::{DecompressIn, MlaDecompress};
-
-/// GPU memory set aside for the caches of every live sequence: caches reserve their bytes when
-/// created and give them back when dropped.
-#[derive(Debug)]
-pub(super) struct KvLedger {
-    limit: u64,
-    used: AtomicU64,
-}
-
-impl KvLedger {
-    pub(super) fn new(limit: u64) -> Arc<KvLedger> {
-        Arc::new(KvLedger { limit, used: AtomicU64::new(0) })
-    }
-
-    /// Reserves `bytes`, or says why not (before anything is allocated).
-    pub(super) fn reserve(&self, bytes: u64) -> Result<()> {
-        let mut used = self.used.load(Ordering::Relaxed);
-        loop {
-            let available = self.limit.saturating_sub(used);
-            if bytes > available {
-                return Err(Error::KvCacheTooLarge { what: "one more sequence".into(), needed: bytes, available });
-            }
-            match self.used.compare_exchange(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return Ok(()),
-                Err(now) => used = now,
-            }
-        }
-    }
-
-    pub(super) fn release(&self, bytes: u64) {
-        self.used.fetch_sub(bytes, Ordering::AcqRel);
-    }
-}
 
 /// A sequence's caches for every layer, bound to the model that made it
 /// ([`GpuModel::new_cache`]).
@@ -85,21 +54,6 @@ pub struct SequenceCache {
     /// One past the furthest position any step wrote since the sequence last started at 0
     /// (what the rings have overwritten follows from it).
     written_end: AtomicUsize,
-}
-
-/// A sliding-window layer's ring: its window and the positions it keeps.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Ring {
-    window: usize,
-    positions: usize,
-}
-
-impl Ring {
-    /// Whether a step at `pos` finds the keys it needs (`pos + 1 - window .. pos`) in a ring
-    /// that has written as far as `written_end`: the ring holds `written_end - positions ..`.
-    fn holds_window_before(&self, pos: usize, written_end: usize) -> bool {
-        (pos + 1).saturating_sub(self.window) + self.positions >= written_end
-    }
 }
 
 /// One layer's sequence state, by attention kind.
@@ -393,11 +347,7 @@ impl GpuModel {
         // The state copies are made below, reserving their own bytes.
         let bytes = spec.kv_cache_bytes(CacheShape { state_copy: false, ..shape }, dtype);
         self.kv_ledger.reserve(bytes)?;
-        let mut rings: Vec<Ring> = (0..spec.layers)
-            .filter_map(|i| spec.window(i).map(|window| Ring { window, positions: shape.positions(Some(window)) }))
-            .filter(|r| r.positions < shape.context)
-            .collect();
-        rings.dedup();
+        let rings = Ring::all(spec, shape);
         let (layers, allocated) = counting_allocations(|| {
             self.layers
                 .iter()

@@ -8,12 +8,14 @@ mod chained;
 mod drafts;
 mod footprint;
 mod grouped;
+mod kv_ledger;
 mod linear;
 mod mla;
 mod moe;
 mod optimistic;
 mod prerouter;
 mod projection;
+mod ring;
 mod state_copy;
 mod step;
 
@@ -311,7 +313,7 @@ pub struct GpuModel {
     rope_tables: (wgpu::Buffer, wgpu::Buffer),
     /// GPU bytes the model allocated, given back to the context when it is dropped.
     allocated: u64,
-    kv_ledger: Arc<cache::KvLedger>,
+    kv_ledger: Arc<kv_ledger::KvLedger>,
     /// The sequence and position the last step ended at (the prerouter's history belongs to it).
     last_step_end: Mutex<Option<(u64, usize)>>,
     /// Keeps every weight and cache buffer alive for the bind groups.
