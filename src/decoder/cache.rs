@@ -210,7 +210,7 @@ impl SequenceCache {
                 r.positions
             ),
         };
-        log::info!("resuming a sequence at position {cached} recomputes it from position 0: {why}");
+        log::warn!("resuming a sequence at position {cached} recomputes it from position 0: {why}");
         0
     }
 }
