@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use common::child::run_child_test;
 
+use moestream::ops::KvDtype;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
 use moestream::util::peak_rss::{current_rss_bytes, peak_rss_bytes};
 
@@ -40,6 +41,8 @@ fn models() -> Vec<(&'static str, EngineOptions)> {
         ("mla", fixture("deepseek_v3")),
         ("linear", fixture("qwen3_next")),
         ("sliding-window", fixture("gpt_oss")),
+        // Rings written over and q8_0 rows quantized every step.
+        ("sliding-window-q8", EngineOptions { kv_dtype: KvDtype::Q8_0, max_batch: 4, ..fixture("gpt_oss") }),
     ]
 }
 
