@@ -38,16 +38,18 @@ use crate::ops::mla_decompress::{DecompressIn, MlaDecompress};
 pub struct SequenceCache {
     id: u64,
     pub(super) layers: Vec<LayerCache>,
-    /// Bytes reserved from the ledger (what the buffers took), given back on drop.
+    /// What the buffers took: reserved from the ledger and counted on `gpu`, both given back
+    /// on drop.
     pub(super) bytes: AtomicU64,
     pub(super) ledger: Arc<KvLedger>,
-    /// The context the caches were allocated on and the bytes they took, given back on drop.
+    /// The context the caches were allocated on.
     pub(super) gpu: Arc<Gpu>,
-    pub(super) allocated: AtomicU64,
     /// Positions the linear-attention states hold (`usize::MAX` after a failed step: unknown).
     pub(super) state_len: AtomicUsize,
     /// The sliding windows of the rings shorter than the context, with their positions.
     rings: Vec<Ring>,
+    /// The linear-attention states' saved copy (`super::state_copy`), made when first needed.
+    pub(super) saved: OnceLock<super::state_copy::StateCopy>,
     /// Snapshots of the linear-attention states (`super::state_copy`), at most `snapshot_limit`.
     pub(super) snapshots: Mutex<Vec<super::state_copy::Snapshot>>,
     pub(super) snapshot_limit: usize,
@@ -73,9 +75,6 @@ pub struct LinearCache {
     delta: GatedDeltaRule,
     pub(super) window: wgpu::Buffer,
     pub(super) state: wgpu::Buffer,
-    /// Copies of `window` and `state` from before an optimistic step or a step of drafts, put
-    /// back when it is discarded or cut back; made when first needed (`super::state_copy`).
-    pub(super) saved: OnceLock<(wgpu::Buffer, wgpu::Buffer)>,
 }
 
 /// Keys and values of one grouped-attention layer, split by KV heads into chunks that each fit
@@ -134,19 +133,23 @@ impl SequenceCache {
     /// unknown until [`SequenceCache::end_step`].
     pub(super) fn begin_step(&self, gpu: &Gpu, pos: usize, n: usize) -> Result<()> {
         let written = self.written_end.load(Ordering::Acquire);
-        if pos > 0 {
-            if let Some(r) = self.rings.iter().find(|r| !r.holds_window_before(pos, written)) {
-                return Err(Error::InvalidArgument(format!(
-                    "a step at position {pos} needs keys that a sliding-window ring of {} positions has written over (it reached position {written}): restart the sequence at 0",
-                    r.positions
-                )));
-            }
+        if let Some(r) = self.ring_written_over(pos).filter(|_| pos > 0) {
+            return Err(Error::InvalidArgument(format!(
+                "a step at position {pos} needs keys that a sliding-window ring of {} positions has written over (it reached position {written}): restart the sequence at 0",
+                r.positions
+            )));
         }
         self.check_linear_state(gpu, pos)?;
         self.free_snapshots_past(pos);
         let end = if pos == 0 { pos + n } else { written.max(pos + n) };
         self.written_end.store(end, Ordering::Release);
         Ok(())
+    }
+
+    /// A ring that no longer holds the window a step at `pos` needs, if any.
+    fn ring_written_over(&self, pos: usize) -> Option<Ring> {
+        let written = self.written_end.load(Ordering::Acquire);
+        self.rings.iter().find(|r| !r.holds_window_before(pos, written)).copied()
     }
 
     /// [`SequenceCache::begin_step`]'s linear-attention part.
@@ -174,14 +177,10 @@ impl SequenceCache {
         Ok(())
     }
 
-    /// Records that the linear-attention states now hold `len` positions.
-    pub(super) fn end_step(&self, len: usize) {
-        self.state_len.store(len, Ordering::Release);
-    }
-
-    /// Takes the linear-attention states as holding `len` positions without computing them
-    /// (benchmarks of a step at a depth, whose cost does not depend on what the states hold).
-    pub(crate) fn assume_held(&self, len: usize) {
+    /// Records that the linear-attention states now hold `len` positions (also how a benchmark
+    /// takes them as holding positions it did not compute, whose values a step's cost does
+    /// not depend on).
+    pub(crate) fn end_step(&self, len: usize) {
         self.state_len.store(len, Ordering::Release);
     }
 
@@ -193,12 +192,10 @@ impl SequenceCache {
         if cached == 0 {
             return 0;
         }
-        let written = self.written_end.load(Ordering::Acquire);
-        let ring_over = |p: usize| self.rings.iter().find(|r| !r.holds_window_before(p, written)).copied();
         let states_held = !self.has_linear_state() || self.state_len.load(Ordering::Acquire) == cached;
-        let why = match (states_held, ring_over(cached)) {
+        let why = match (states_held, self.ring_written_over(cached)) {
             (true, None) => return cached,
-            (false, _) => match self.restore_snapshot(cached, |p| ring_over(p).is_none()) {
+            (false, _) => match self.restore_snapshot(cached, |p| self.ring_written_over(p).is_none()) {
                 Some(p) => {
                     log::info!("resuming a sequence at position {cached}: from a snapshot of its linear-attention states at {p}");
                     return p;
@@ -250,7 +247,7 @@ impl GpuModel {
 impl Drop for SequenceCache {
     fn drop(&mut self) {
         self.ledger.release(self.bytes());
-        self.gpu.release_allocation(self.allocated.load(Ordering::Acquire));
+        self.gpu.release_allocation(self.bytes());
     }
 }
 
@@ -366,7 +363,8 @@ impl GpuModel {
                 .collect()
         });
         // Buffers are padded to 16 bytes (a q8_0 cache's rows need not fill them): the ledger
-        // holds what was allocated.
+        // holds what was allocated, never less than the formula.
+        debug_assert!(allocated >= bytes, "buffers are at least the formula's bytes");
         let padding = allocated.saturating_sub(bytes);
         if let Err(e) = self.kv_ledger.reserve(padding) {
             self.kv_ledger.release(bytes);
@@ -379,9 +377,9 @@ impl GpuModel {
             bytes: AtomicU64::new(bytes + padding),
             ledger: self.kv_ledger.clone(),
             gpu: self.gpu.clone(),
-            allocated: AtomicU64::new(allocated),
             state_len: AtomicUsize::new(0),
             rings,
+            saved: OnceLock::new(),
             snapshots: Mutex::new(Vec::new()),
             snapshot_limit: self.options.state_snapshots,
             written_end: AtomicUsize::new(0),
@@ -412,7 +410,7 @@ impl GpuModel {
         let offsets = (hy.in_width(), c + hy.value_dim());
         let delta =
             GatedDeltaRule::new(gpu, &self.step.buffer, io, (crate::model::DeltaShape::of(hy), hy.kind), offsets);
-        LinearCache { conv, delta, window, state, saved: OnceLock::new() }
+        LinearCache { conv, delta, window, state }
     }
 
     /// One grouped layer's cache, its attention seeing the last `window` keys when set (kept in

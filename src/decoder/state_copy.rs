@@ -18,12 +18,15 @@ use super::cache::{LayerCache, LinearCache, SequenceCache};
 use crate::error::Result;
 use crate::gpu::context::counting_allocations;
 
-/// Every linear-attention state of a sequence as it was when it held `pos` positions.
+/// A copy of every linear-attention state of a sequence: per linear layer, its conv window and
+/// recurrent state.
+pub(super) type StateCopy = Vec<(wgpu::Buffer, wgpu::Buffer)>;
+
+/// The states as they were when they held `pos` positions.
 pub(super) struct Snapshot {
     /// Positions the copied states hold; `None`: free.
     pos: Option<usize>,
-    /// Per linear layer, its conv window and recurrent state.
-    copies: Vec<(wgpu::Buffer, wgpu::Buffer)>,
+    copy: StateCopy,
 }
 
 impl SequenceCache {
@@ -35,55 +38,61 @@ impl SequenceCache {
         })
     }
 
-    /// Gives every linear-attention state its copy unless it has one, reserving the bytes from
-    /// the KV budget ([`crate::Error::KvCacheTooLarge`] when they do not fit).
-    pub(super) fn ensure_state_copies(&self) -> Result<()> {
-        let missing: Vec<&LinearCache> = self.linear_layers().filter(|l| l.saved.get().is_none()).collect();
-        let bytes: u64 = missing.iter().map(|l| l.window.size() + l.state.size()).sum();
-        if bytes == 0 {
-            return Ok(());
-        }
+    /// New buffers for a copy of every state, their bytes reserved from the KV budget
+    /// ([`crate::Error::KvCacheTooLarge`] when they do not fit) and held by the cache.
+    fn allocate_state_copy(&self, what: &str) -> Result<StateCopy> {
+        let bytes: u64 = self.linear_layers().map(|l| l.window.size() + l.state.size()).sum();
         self.ledger.reserve(bytes)?;
         let gpu = &self.gpu;
-        let ((), allocated) = counting_allocations(|| {
-            for l in missing {
-                let copy =
-                    (gpu.storage("saved conv window", l.window.size()), gpu.storage("saved state", l.state.size()));
-                l.saved.get_or_init(|| copy);
-            }
+        let (copy, allocated) = counting_allocations(|| {
+            self.linear_layers()
+                .map(|l| (gpu.storage(what, l.window.size()), gpu.storage(what, l.state.size())))
+                .collect()
         });
+        debug_assert_eq!(allocated, bytes, "state buffers are whole multiples of 16 bytes");
         self.bytes.fetch_add(bytes, Ordering::AcqRel);
-        self.allocated.fetch_add(allocated, Ordering::AcqRel);
+        Ok(copy)
+    }
+
+    /// Records copies of every state into `copy` (`into_copy`) or back from it.
+    fn record_state_copy(&self, encoder: &mut wgpu::CommandEncoder, copy: &StateCopy, into_copy: bool) {
+        for (l, (window, state)) in self.linear_layers().zip(copy) {
+            for (live, copied) in [(&l.window, window), (&l.state, state)] {
+                let (from, to) = if into_copy { (live, copied) } else { (copied, live) };
+                encoder.copy_buffer_to_buffer(from, 0, to, 0, live.size());
+            }
+        }
+    }
+
+    /// Gives the states their saved copy unless they have one, reserving its bytes from the KV
+    /// budget.
+    pub(super) fn ensure_state_copies(&self) -> Result<()> {
+        if self.saved.get().is_none() && self.has_linear_state() {
+            let copy = self.allocate_state_copy("saved linear-attention state")?;
+            let _ = self.saved.set(copy);
+        }
         Ok(())
     }
 
-    /// Allocates one more snapshot's buffers from the KV budget, or `None` when it is spent.
-    fn new_snapshot(&self) -> Option<Snapshot> {
-        let bytes: u64 = self.linear_layers().map(|l| l.window.size() + l.state.size()).sum();
-        if let Err(e) = self.ledger.reserve(bytes) {
-            log::debug!("no state snapshot: {e}");
-            return None;
+    /// Records copies of every linear-attention state into the saved copy (made beforehand by
+    /// [`SequenceCache::ensure_state_copies`]; nothing without linear layers).
+    pub(super) fn save_linear_state(&self, encoder: &mut wgpu::CommandEncoder) {
+        if let Some(copy) = self.saved.get() {
+            self.record_state_copy(encoder, copy, true);
         }
-        let gpu = &self.gpu;
-        let (copies, allocated) = counting_allocations(|| {
-            self.linear_layers()
-                .map(|l| {
-                    (
-                        gpu.storage("snapshot conv window", l.window.size()),
-                        gpu.storage("snapshot state", l.state.size()),
-                    )
-                })
-                .collect()
-        });
-        self.bytes.fetch_add(bytes, Ordering::AcqRel);
-        self.allocated.fetch_add(allocated, Ordering::AcqRel);
-        Some(Snapshot { pos: None, copies })
+    }
+
+    /// Records copies of every saved linear-attention state back (after a discarded step).
+    pub(super) fn restore_linear_state(&self, encoder: &mut wgpu::CommandEncoder) {
+        if let Some(copy) = self.saved.get() {
+            self.record_state_copy(encoder, copy, false);
+        }
     }
 
     /// Takes a snapshot of the linear-attention states, which must hold `pos` positions (else,
     /// or without linear layers or snapshots allowed, nothing happens).
     pub fn snapshot_states(&self, pos: usize) {
-        if self.snapshot_limit == 0 || pos == 0 || self.linear_layers().next().is_none() {
+        if self.snapshot_limit == 0 || pos == 0 || !self.has_linear_state() {
             return;
         }
         if self.state_len.load(Ordering::Acquire) != pos {
@@ -95,26 +104,25 @@ impl SequenceCache {
         }
         let slot = match snapshots.iter().position(|s| s.pos.is_none()) {
             Some(free) => free,
-            None if snapshots.len() < self.snapshot_limit => match self.new_snapshot() {
-                Some(s) => {
-                    snapshots.push(s);
+            None if snapshots.len() < self.snapshot_limit => match self.allocate_state_copy("state snapshot") {
+                Ok(copy) => {
+                    snapshots.push(Snapshot { pos: None, copy });
                     snapshots.len() - 1
                 }
-                None => return,
+                Err(e) => {
+                    log::debug!("no state snapshot: {e}");
+                    return;
+                }
             },
             None => (0..snapshots.len()).min_by_key(|&i| snapshots[i].pos).expect("at least one snapshot"),
         };
         let mut encoder = self.gpu.device.create_command_encoder(&Default::default());
-        for (l, (window, state)) in self.linear_layers().zip(&snapshots[slot].copies) {
-            encoder.copy_buffer_to_buffer(&l.window, 0, window, 0, l.window.size());
-            encoder.copy_buffer_to_buffer(&l.state, 0, state, 0, l.state.size());
-        }
+        self.record_state_copy(&mut encoder, &snapshots[slot].copy, true);
         self.gpu.queue.submit([encoder.finish()]);
         snapshots[slot].pos = Some(pos);
     }
 
-    /// Frees the snapshots past `pos` (a step at `pos` writes over what they continued), or
-    /// every one.
+    /// Frees the snapshots past `pos` (a step at `pos` writes over what they continued).
     pub(super) fn free_snapshots_past(&self, pos: usize) {
         for s in self.snapshots.lock().expect("snapshots lock").iter_mut() {
             if s.pos.is_some_and(|p| p > pos) {
@@ -129,34 +137,10 @@ impl SequenceCache {
         let snapshots = self.snapshots.lock().expect("snapshots lock");
         let best = snapshots.iter().filter(|s| s.pos.is_some_and(|p| p <= limit && usable(p))).max_by_key(|s| s.pos)?;
         let mut encoder = self.gpu.device.create_command_encoder(&Default::default());
-        for (l, (window, state)) in self.linear_layers().zip(&best.copies) {
-            encoder.copy_buffer_to_buffer(window, 0, &l.window, 0, l.window.size());
-            encoder.copy_buffer_to_buffer(state, 0, &l.state, 0, l.state.size());
-        }
+        self.record_state_copy(&mut encoder, &best.copy, false);
         self.gpu.queue.submit([encoder.finish()]);
         let pos = best.pos.expect("a taken snapshot");
         self.state_len.store(pos, Ordering::Release);
         Some(pos)
-    }
-
-    /// Records copies of every linear-attention state into its copy (made beforehand by
-    /// [`SequenceCache::ensure_state_copies`]).
-    pub(super) fn save_linear_state(&self, encoder: &mut wgpu::CommandEncoder) {
-        self.copy_linear_state(encoder, true);
-    }
-
-    /// Records copies of every saved linear-attention state back (after a discarded step).
-    pub(super) fn restore_linear_state(&self, encoder: &mut wgpu::CommandEncoder) {
-        self.copy_linear_state(encoder, false);
-    }
-
-    fn copy_linear_state(&self, encoder: &mut wgpu::CommandEncoder, save: bool) {
-        for l in self.linear_layers() {
-            let (saved_window, saved_state) = l.saved.get().expect("state copies are made before a step saves them");
-            for (live, copy) in [(&l.window, saved_window), (&l.state, saved_state)] {
-                let (from, to) = if save { (live, copy) } else { (copy, live) };
-                encoder.copy_buffer_to_buffer(from, 0, to, 0, live.size());
-            }
-        }
     }
 }

@@ -47,7 +47,7 @@ impl Session {
     pub(crate) fn assume_cached(&mut self, tokens: &[u32]) {
         self.tokens = tokens.to_vec();
         self.cached = tokens.len();
-        self.cache.assume_held(tokens.len());
+        self.cache.end_step(tokens.len());
     }
 
     /// GPU bytes of the session's caches.
