@@ -4,12 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::model_args::{
-    base_options, check_exists, default_model, DirectIoArg, Dtype, KvDtypeArg, ModelArgs, Routing,
-};
+use super::model_args::{base_options, default_model, DirectIoArg, Dtype, KvDtypeArg, ModelArgs, Routing};
 use moestream::bench::context::{self, ContextBenchOptions};
 use moestream::bench::kernels::{self, KernelBenchOptions};
-use moestream::bench::kv_size;
 use moestream::bench::model::{self, ModelBenchOptions};
 use moestream::bench::profile::{self, ProfileOptions};
 use moestream::bench::ssd::{self, SsdBenchOptions};
@@ -19,7 +16,6 @@ use moestream::experts::predictor::PrefetchKind;
 use moestream::gpu::profiler::ProfileTiming;
 use moestream::gpu::{Gpu, GpuOptions};
 use moestream::ops::attention::Heads;
-use moestream::runtime::options::DEFAULT_MAX_BATCH;
 use moestream::runtime::ExpertBudget;
 use moestream::{Error, Result};
 
@@ -50,24 +46,10 @@ enum BenchCommand {
     Context(ContextArgs),
     /// One sequence's cache bytes at given contexts in f16 and q8_0, with sliding-window rings
     /// and without, from the model's architecture alone (config.json or GGUF metadata).
-    KvSize(KvSizeArgs),
+    KvSize(super::bench_kv_size::KvSizeArgs),
     /// Many requests at once through the scheduler: aggregate tok/s, latency and bytes read
     /// per generated token at each count of concurrent requests.
     Batch(super::bench_batch::BatchArgs),
-}
-
-/// Flags of `bench kv-size`.
-#[derive(Args, Debug)]
-struct KvSizeArgs {
-    /// Model directory (config.json) or GGUF file; defaults to the bundled model.
-    #[arg(short, long)]
-    model: Option<PathBuf>,
-    /// Contexts (positions per sequence), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "32768,131072")]
-    contexts: Vec<usize>,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
 }
 
 /// Flags of `bench context`.
@@ -310,7 +292,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         BenchCommand::Ssd(s) => run_ssd(s),
         BenchCommand::Profile(p) => run_profile(p),
         BenchCommand::Context(c) => run_context(c),
-        BenchCommand::KvSize(k) => run_kv_size(k),
+        BenchCommand::KvSize(k) => super::bench_kv_size::run(k),
         BenchCommand::Batch(b) => super::bench_batch::run(b),
     }
 }
@@ -477,20 +459,6 @@ fn run_context(a: ContextArgs) -> Result<()> {
         r.weight_bytes_per_token as f64 / 1e6,
         r.read_gbps
     );
-    print!("{}", r.markdown());
-    Ok(())
-}
-
-fn run_kv_size(a: KvSizeArgs) -> Result<()> {
-    let path = a.model.unwrap_or_else(default_model);
-    check_exists(&path)?;
-    let spec = moestream::model::gguf::arch::spec_at(&path)?;
-    let r = kv_size::run(&spec, &path.display().to_string(), &a.contexts, DEFAULT_MAX_BATCH);
-    if a.json {
-        print_json(&r);
-        return Ok(());
-    }
-    println!("{} ({}): one sequence's caches, rings of window + {}\n", r.model, r.architecture, r.max_step - 1);
     print!("{}", r.markdown());
     Ok(())
 }

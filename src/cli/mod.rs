@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_batch;
+mod bench_kv_size;
 mod bench_paths;
 mod chat;
 mod convert;
