@@ -204,11 +204,24 @@ struct MoestreamEngine *moestream_engine_load(const struct MoestreamLoadOptions 
 // `engine` is NULL or a handle from `moestream_engine_load`, not yet freed.
 void moestream_engine_free(struct MoestreamEngine *engine);
 
-// Fills `options` with the defaults: 128 tokens, greedy.
+// Fills `options` with the defaults: 128 tokens, greedy (reproducible whatever the model; the
+// model's recommended sampling: `moestream_generate_options_for_model`).
 //
 // # Safety
 // `options` is NULL or points to writable memory for one `MoestreamGenerateOptions`.
 void moestream_generate_options_default(struct MoestreamGenerateOptions *options);
+
+// Fills `options` with the sampling the engine's model recommends (its
+// `generation_config.json`, or a GGUF's `general.sampling.*` keys) over llama.cpp's defaults
+// (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.1 over 64 tokens), what
+// the `moestream` command and server sample with; 128 tokens, seed 0. Returns 0, or -1 (see
+// `moestream_last_error`) when `engine` or `options` is NULL.
+//
+// # Safety
+// `engine` is NULL or a live handle; `options` NULL or writable memory for one
+// `MoestreamGenerateOptions`.
+int32_t moestream_generate_options_for_model(const struct MoestreamEngine *engine,
+                                             struct MoestreamGenerateOptions *options);
 
 // Generates after `prompt`, calling `callback` per token. Without a session (NULL) the prompt
 // starts a new sequence (tokenized with the model's special tokens); with one, it is appended to

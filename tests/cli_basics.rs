@@ -1,7 +1,7 @@
-//! The command line as a llama.cpp user tries it, through the binary: short flags, sampling
-//! values checked before anything runs, a missing path named as missing, `info` on GGUF and MLX
-//! models, a prompt over the context refused before anything is printed, and output cut short
-//! by a closed pipe ending the command quietly.
+//! The command line as a llama.cpp user tries it, through the binary: short flags, the model's
+//! sampling defaults and seeds, sampling values checked before anything runs, a missing path
+//! named as missing, `info` on GGUF and MLX models, a prompt over the context refused before
+//! anything is printed, and output cut short by a closed pipe ending the command quietly.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -27,6 +27,27 @@ fn short_flags_generate_on_the_bundled_model() {
     let stdout = text(&out.stdout);
     assert!(stdout.starts_with("The history of") && stdout.len() > "The history of".len(), "{stdout:?}");
     assert!(text(&out.stderr).contains("4 generated"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn sampling_takes_the_models_defaults_and_repeats_with_a_seed() {
+    let bundled = root().join("models/moestream-tiny-moe");
+    let run = |model: &Path, extra: &[&str]| {
+        let mut args = vec!["generate", "-m", model.to_str().unwrap(), "-p", "The history of", "-n", "12", "-c", "64"];
+        args.extend(extra);
+        let out = moestream(&args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    // The bundled model's generation_config.json states llama.cpp's settings: no flags but a seed
+    // sample as those flags spelled out do.
+    let defaults = run(&bundled, &["-s", "5"]);
+    assert_eq!(defaults, run(&bundled, &["--seed", "5"]), "a seed repeats");
+    let spelled = ["--seed", "5", "--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05"];
+    assert_eq!(defaults, run(&bundled, &[&spelled[..], &["--repeat-penalty", "1.1"]].concat()));
+    // A model whose generation_config.json says `do_sample: false` is greedy without flags.
+    let greedy_model = root().join("tests/fixtures/qwen3_moe");
+    assert_eq!(run(&greedy_model, &[]), run(&greedy_model, &["--temperature", "0", "--repeat-penalty", "1.1"]));
 }
 
 #[test]

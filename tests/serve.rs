@@ -245,6 +245,13 @@ fn openai_compatible_server() {
     let a = server.post_json("/v1/completions", sampled.clone());
     let b = server.post_json("/v1/completions", sampled);
     assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
+    // Absent sampling fields take the model's defaults (the bundled model's generation_config.json:
+    // llama.cpp's settings), not OpenAI's temperature 1.
+    let unset = json!({"prompt": "The jury said", "max_tokens": 12, "seed": 42, "ignore_eos": true});
+    let spelled = json!({"prompt": "The jury said", "max_tokens": 12, "seed": 42, "ignore_eos": true,
+                         "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.1});
+    let unset = server.post_json("/v1/completions", unset)["choices"][0]["text"].clone();
+    assert_eq!(unset, server.post_json("/v1/completions", spelled)["choices"][0]["text"]);
 
     // Concurrent requests queue on the one engine and each gets its own, correct reply.
     std::thread::scope(|s| {

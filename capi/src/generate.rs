@@ -72,7 +72,8 @@ pub struct MoestreamStats {
     pub cancelled: bool,
 }
 
-/// Fills `options` with the defaults: 128 tokens, greedy.
+/// Fills `options` with the defaults: 128 tokens, greedy (reproducible whatever the model; the
+/// model's recommended sampling: `moestream_generate_options_for_model`).
 ///
 /// # Safety
 /// `options` is NULL or points to writable memory for one `MoestreamGenerateOptions`.
@@ -81,6 +82,40 @@ pub unsafe extern "C" fn moestream_generate_options_default(options: *mut Moestr
     if let Some(o) = options.as_mut() {
         *o = default_generate_options();
     }
+}
+
+/// Fills `options` with the sampling the engine's model recommends (its
+/// `generation_config.json`, or a GGUF's `general.sampling.*` keys) over llama.cpp's defaults
+/// (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.1 over 64 tokens), what
+/// the `moestream` command and server sample with; 128 tokens, seed 0. Returns 0, or -1 (see
+/// `moestream_last_error`) when `engine` or `options` is NULL.
+///
+/// # Safety
+/// `engine` is NULL or a live handle; `options` NULL or writable memory for one
+/// `MoestreamGenerateOptions`.
+#[no_mangle]
+pub unsafe extern "C" fn moestream_generate_options_for_model(
+    engine: *const MoestreamEngine,
+    options: *mut MoestreamGenerateOptions,
+) -> i32 {
+    guard(-1, || {
+        let e = engine_ref(engine)?;
+        let o = options.as_mut().ok_or_else(|| Error::InvalidArgument("options is NULL".into()))?;
+        let d = e.engine.sampling_defaults();
+        *o = MoestreamGenerateOptions {
+            temperature: d.temperature,
+            top_p: d.top_p,
+            top_k: d.top_k as u32,
+            seed: d.seed,
+            min_p: d.min_p,
+            repeat_penalty: d.penalties.repeat,
+            repeat_last_n: d.penalties.last_n as u32,
+            presence_penalty: d.penalties.presence,
+            frequency_penalty: d.penalties.frequency,
+            ..default_generate_options()
+        };
+        Ok(0)
+    })
 }
 
 /// Generates after `prompt`, calling `callback` per token. Without a session (NULL) the prompt

@@ -31,8 +31,8 @@ pub use engine::{
     MoestreamLoadOptions, MOESTREAM_KV_F16, MOESTREAM_KV_F32, MOESTREAM_KV_Q8_0,
 };
 pub use generate::{
-    moestream_chat, moestream_generate, moestream_generate_options_default, MoestreamGenerateOptions, MoestreamStats,
-    MoestreamTokenCallback,
+    moestream_chat, moestream_generate, moestream_generate_options_default, moestream_generate_options_for_model,
+    MoestreamGenerateOptions, MoestreamStats, MoestreamTokenCallback,
 };
 pub use score::{moestream_score, moestream_tokenize};
 pub use session::{

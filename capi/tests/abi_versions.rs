@@ -1,7 +1,8 @@
 //! The options structs' `struct_size` in use: an app compiled against the first version of
 //! `MoestreamGenerateOptions` (which ended at `seed`) still generates, with the appended fields
 //! at their defaults, and the same tokens as the current struct; a struct larger than this
-//! library's, and figures too small to be any version, are refused by name before anything runs.
+//! library's, and figures too small to be any version, are refused by name before anything runs;
+//! `moestream_generate_options_for_model` fills the model's recommended sampling.
 
 use std::ffi::{c_char, CStr, CString};
 use std::ptr::null_mut;
@@ -75,6 +76,21 @@ fn older_structs_work_and_unknown_sizes_are_refused() {
         stats.struct_size = std::mem::size_of::<MoestreamStats>() as u32;
         generate(engine, &current, &mut stats).unwrap();
         assert_eq!(stats.generated_tokens, 6);
+
+        // The model's recommended sampling (the bundled model's generation_config.json), a
+        // struct of the current size that generates; NULLs refused.
+        let mut model = std::mem::zeroed::<MoestreamGenerateOptions>();
+        assert_eq!(moestream_generate_options_for_model(engine, &mut model), 0, "{}", last_error());
+        assert_eq!(model.struct_size, current.struct_size);
+        let got = (model.temperature, model.top_k, model.top_p, model.min_p, model.repeat_penalty, model.repeat_last_n);
+        assert_eq!(got, (0.8, 40, 0.95, 0.05, 1.1, 64));
+        model.max_tokens = 6;
+        model.seed = 7;
+        let sampled = generate(engine, &model, null_mut()).unwrap();
+        assert_eq!(generate(engine, &model, null_mut()).unwrap(), sampled, "seeded sampling repeats");
+        assert_eq!(moestream_generate_options_for_model(engine, std::ptr::null_mut()), -1);
+        assert!(last_error().contains("options is NULL"), "{}", last_error());
+        assert_eq!(moestream_generate_options_for_model(std::ptr::null(), &mut model), -1);
         moestream_engine_free(engine);
     }
 }

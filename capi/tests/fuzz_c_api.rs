@@ -434,6 +434,7 @@ fn null_everywhere_is_an_error_or_a_no_op() {
             checked(true, || !moestream_engine_load(null()).is_null()),
             checked(false, || !moestream_session_new(null_mut()).is_null()),
             checked(false, || moestream_session_truncate(null_mut(), 0) == 0),
+            checked(false, || moestream_generate_options_for_model(null(), null_mut()) == 0),
             checked(false, || {
                 !moestream_generate(null_mut(), null_mut(), null(), null(), None, null_mut(), null_mut()).is_null()
             }),

@@ -391,8 +391,11 @@ def stage_export(a):
     write_json(a.out / "config.json", cj)
     os.chmod(a.out / "model.safetensors", 0o644)
     fix_tokenizer_config(a.out)
+    # The sampling an engine uses when told nothing (llama.cpp's and Ollama's settings): a model
+    # this small loops when greedy.
     GenerationConfig(
-        bos_token_id=0, eos_token_id=0, pad_token_id=0, do_sample=False, max_new_tokens=64
+        bos_token_id=0, eos_token_id=0, pad_token_id=0, max_new_tokens=64,
+        do_sample=True, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repetition_penalty=1.1,
     ).save_pretrained(str(a.out))
     mb = (a.out / "model.safetensors").stat().st_size / 1e6
     print(f"wrote {a.out}/model.safetensors ({mb:.1f} MB, {len(hub)} tensors)")

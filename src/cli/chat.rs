@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::model_args::{DraftArgs, ModelArgs, PenaltyArgs};
+use super::model_args::{DraftArgs, ModelArgs, SamplingArgs};
 use moestream::chat::{
     complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role,
 };
-use moestream::runtime::{GenerateOptions, SamplingParams, Session};
+use moestream::runtime::{GenerateOptions, Session};
 use moestream::{Engine, Error, Result};
 
 /// Flags of `chat`.
@@ -31,20 +31,9 @@ pub struct ChatArgs {
     /// Most tokens per reply.
     #[arg(long, default_value_t = 512)]
     max_tokens: usize,
-    /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.7)]
-    temperature: f32,
-    /// Keep the k most likely tokens (0 = all).
-    #[arg(long, default_value_t = 0)]
-    top_k: usize,
-    /// Nucleus sampling threshold.
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    /// Random seed (each reply advances it).
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Sampling flags; the seed, given or fresh, advances by one each reply.
     #[command(flatten)]
-    penalties: PenaltyArgs,
+    sampling: SamplingArgs,
     #[command(flatten)]
     drafts: DraftArgs,
     /// Do not stop at end-of-turn tokens (replies run to --max-tokens; for measurements).
@@ -68,6 +57,7 @@ struct Conversation<'a> {
 
 /// Runs `chat` until end of input or `/quit`.
 pub fn run(a: ChatArgs) -> Result<()> {
+    a.sampling.validate()?;
     let engine = a.model.load()?;
     let template = ChatTemplate::with_override(engine.model_dir(), a.chat_template.as_deref())?
         .ok_or_else(|| Error::NoChatTemplate(a.model.dir()))?;
@@ -81,13 +71,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let request = CompletionRequest {
         options: GenerateOptions {
             max_tokens: a.max_tokens,
-            sampling: a.penalties.sampling(SamplingParams {
-                temperature: a.temperature,
-                top_k: a.top_k,
-                top_p: a.top_p,
-                seed: a.seed,
-                ..Default::default()
-            }),
+            sampling: a.sampling.sampling(&engine),
             ignore_eos: a.ignore_eos,
             drafts: a.drafts.drafts()?,
             logprobs: None,

@@ -4,8 +4,8 @@ use std::io::Write;
 
 use clap::Args;
 
-use super::model_args::{parse_tokens, DraftArgs, ModelArgs, PenaltyArgs};
-use moestream::runtime::{GenerateOptions, SamplingParams};
+use super::model_args::{parse_tokens, DraftArgs, ModelArgs, SamplingArgs};
+use moestream::runtime::GenerateOptions;
 use moestream::{Engine, Error, Result};
 
 /// Flags of `generate`.
@@ -26,20 +26,8 @@ pub struct GenerateArgs {
     /// Most tokens to generate.
     #[arg(short = 'n', long, default_value_t = 128)]
     max_tokens: usize,
-    /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    temperature: f32,
-    /// Keep the k most likely tokens (0 = all).
-    #[arg(long, default_value_t = 0)]
-    top_k: usize,
-    /// Nucleus sampling threshold, in (0, 1].
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    top_p: f32,
-    /// Random seed.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
     #[command(flatten)]
-    penalties: PenaltyArgs,
+    sampling: SamplingArgs,
     #[command(flatten)]
     drafts: DraftArgs,
     /// Do not stop at end-of-sequence tokens.
@@ -52,15 +40,8 @@ pub struct GenerateArgs {
 
 /// Runs `generate`.
 pub fn run(a: GenerateArgs) -> Result<()> {
-    let base = SamplingParams {
-        temperature: a.temperature,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        seed: a.seed,
-        ..Default::default()
-    };
-    let sampling = a.penalties.sampling(base);
-    sampling.validate()?;
+    a.sampling.validate()?;
+    let drafts = a.drafts.drafts()?;
     let engine = a.model.load()?;
     let prompts: Vec<(Option<String>, Vec<u32>)> = match (&a.prompt, &a.tokens, &a.prompt_file) {
         (_, Some(t), _) => vec![(None, parse_tokens(t)?)],
@@ -77,9 +58,9 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     };
     let options = GenerateOptions {
         max_tokens: a.max_tokens,
-        sampling,
+        sampling: a.sampling.sampling(&engine),
         ignore_eos: a.ignore_eos,
-        drafts: a.drafts.drafts()?,
+        drafts,
         ..Default::default()
     };
     for (text, prompt) in prompts {

@@ -12,8 +12,8 @@ use moestream::model::MlaCacheKind;
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;
 use moestream::runtime::direct_io::DirectIo;
-use moestream::runtime::penalties::Penalties;
-use moestream::runtime::{EngineOptions, ExpertBudget, SamplingParams};
+use moestream::runtime::sampling_defaults::fresh_seed;
+use moestream::runtime::{EngineOptions, ExpertBudget, SamplingOverrides, SamplingParams};
 use moestream::{Engine, Error, Result};
 
 /// Weight precision on the GPU.
@@ -291,36 +291,70 @@ pub fn check_exists(path: &std::path::Path) -> Result<()> {
     }
 }
 
-/// The flags that shape sampling beyond temperature, top-k and top-p (`generate`, `chat`).
+/// Sampling flags (`generate`, `chat`). Each left out takes the model's default
+/// ([`Engine::sampling_defaults`]: its `generation_config.json` or GGUF recommendation over
+/// llama.cpp's temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.1).
 #[derive(Args, Debug)]
-pub struct PenaltyArgs {
-    /// Drop tokens below this fraction of the most likely one's probability (0 = off).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub min_p: f32,
-    /// Repetition penalty on the last --repeat-last-n tokens (1 = off; llama.cpp's).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub repeat_penalty: f32,
-    /// Tokens the penalties look back over.
-    #[arg(long, default_value_t = 64)]
-    pub repeat_last_n: usize,
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 = greedy. [default: the model's, else 0.8]
+    #[arg(long, visible_alias = "temp", allow_negative_numbers = true)]
+    pub temperature: Option<f32>,
+    /// Keep the k most likely tokens; 0 = all. [default: the model's, else 40]
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Nucleus sampling threshold, in (0, 1]. [default: the model's, else 0.95]
+    #[arg(long, allow_negative_numbers = true)]
+    pub top_p: Option<f32>,
+    /// Drop tokens below this fraction of the most likely one's probability; 0 = off.
+    /// [default: the model's, else 0.05]
+    #[arg(long, allow_negative_numbers = true)]
+    pub min_p: Option<f32>,
+    /// Repetition penalty on the last --repeat-last-n tokens; 1 = off (llama.cpp's).
+    /// [default: the model's, else 1.1]
+    #[arg(long, allow_negative_numbers = true)]
+    pub repeat_penalty: Option<f32>,
+    /// Tokens the penalties look back over. [default: 64]
+    #[arg(long)]
+    pub repeat_last_n: Option<usize>,
     /// Subtracted from the logit of every token already there, in [-2, 2] (OpenAI's).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub presence_penalty: f32,
-    /// Subtracted per occurrence, in [-2, 2] (OpenAI's).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub frequency_penalty: f32,
+    /// [default: 0]
+    #[arg(long, allow_negative_numbers = true)]
+    pub presence_penalty: Option<f32>,
+    /// Subtracted per occurrence, in [-2, 2] (OpenAI's). [default: 0]
+    #[arg(long, allow_negative_numbers = true)]
+    pub frequency_penalty: Option<f32>,
+    /// Random seed, for output that repeats run to run. [default: a fresh one each run]
+    #[arg(long, short = 's')]
+    pub seed: Option<u64>,
 }
 
-impl PenaltyArgs {
-    /// `base` (temperature, top-k, top-p, seed) with these flags.
-    pub fn sampling(&self, base: SamplingParams) -> SamplingParams {
-        let penalties = Penalties {
-            repeat: self.repeat_penalty,
-            last_n: self.repeat_last_n,
-            presence: self.presence_penalty,
-            frequency: self.frequency_penalty,
-        };
-        SamplingParams { min_p: self.min_p, penalties, ..base }
+impl SamplingArgs {
+    /// The flags given, as overrides of the model's defaults.
+    pub fn overrides(&self) -> SamplingOverrides {
+        SamplingOverrides {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed: Some(self.seed.unwrap_or_else(fresh_seed)),
+        }
+    }
+
+    /// Refuses bad values before a model is loaded (each is checked on its own, so llama.cpp's
+    /// defaults stand in for the model's).
+    pub fn validate(&self) -> Result<()> {
+        self.overrides().over(SamplingParams::llama_cpp()).validate()
+    }
+
+    /// The sampling to run `engine` with: these flags over its defaults. Logged at info.
+    pub fn sampling(&self, engine: &Engine) -> SamplingParams {
+        let sampling = self.overrides().over(engine.sampling_defaults());
+        log::info!("sampling: {sampling:?}");
+        sampling
     }
 }
 

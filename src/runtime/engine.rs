@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use super::heap_trim::{self, TrimOnDrop};
 use super::memory_plan::{self, kv_memory_left, plan_kv, KvPlan};
+use super::sampler::SamplingParams;
+use super::sampling_defaults::{self, SamplingOverrides};
 use super::session::Session;
 use super::tokenizer::Tokenizer;
 use crate::convert::{
@@ -49,6 +51,8 @@ pub struct Engine {
     /// ([`GpuModel::submit_chained`]): by default on hardware adapters, not on software ones;
     /// `MOESTREAM_CHAINED_DECODE=on|off` decides instead.
     chained_decode: AtomicBool,
+    /// What the CLI, `serve` and the C API sample with where the caller names nothing.
+    sampling_defaults: SamplingParams,
     /// Last, so that it runs after the model (and its GPU context, when this engine held the
     /// last reference) has been freed.
     _trim: TrimOnDrop,
@@ -138,6 +142,8 @@ struct OnDisk {
     ckpt: Arc<Checkpoint>,
     /// Where routed experts are read from (in the CPU layout's tiles where kernels read them so).
     source: Option<Arc<dyn ExpertSource>>,
+    /// The sampling the model recommends, over llama.cpp's defaults.
+    sampling: SamplingParams,
 }
 
 impl OnDisk {
@@ -187,6 +193,10 @@ impl OnDisk {
             },
         };
         let lora = options.lora.as_deref().map(|d| LoraAdapter::load(d, &spec)).transpose()?;
+        let sampling = match (&gguf, converted.as_ref().and_then(|m| m.gguf.as_ref())) {
+            (Some(g), Some(path)) => SamplingOverrides::from_gguf(g).model_defaults(&path.display().to_string()),
+            _ => sampling_defaults::from_model_dir(dir),
+        };
         let mut tokenizer = None;
         let ckpt = Arc::new(match gguf {
             Some(g) => {
@@ -238,6 +248,7 @@ impl OnDisk {
             tokenizer,
             ckpt,
             source,
+            sampling,
         })
     }
 
@@ -373,7 +384,7 @@ impl Engine {
         heap_trim::keep_large_blocks_mapped();
         let disk = OnDisk::read(&gpu, options, wrap)?;
         let (decoder, kv) = disk.plan(&gpu, options)?;
-        let OnDisk { dir, spec, ckpt, source, lora, mut tokenizer, .. } = disk;
+        let OnDisk { dir, spec, ckpt, source, lora, mut tokenizer, sampling, .. } = disk;
         let mut model =
             gpu.clone().catch_out_of_memory(|| GpuModel::load(gpu, &spec, &ckpt, source, decoder, lora.as_ref()))?;
         attach_to_model(&mut model, &spec, &dir, options)?;
@@ -395,6 +406,7 @@ impl Engine {
             kv,
             default_session: Mutex::new(None),
             chained_decode: AtomicBool::new(chained_decode),
+            sampling_defaults: sampling,
             _trim: TrimOnDrop,
         })
     }
@@ -462,6 +474,14 @@ impl Engine {
     /// ([`Error::KvCacheTooLarge`] when it does not fit beside the live sessions).
     pub fn new_session(&self) -> Result<Session> {
         Ok(Session::new(self.model.new_cache()?))
+    }
+
+    /// The sampling to use where the caller names none: the model's recommendation
+    /// (`generation_config.json`, or a GGUF's `general.sampling.*`) over llama.cpp's defaults
+    /// ([`SamplingParams::llama_cpp`]). [`SamplingParams::default`], what the library's own
+    /// options start from, stays greedy.
+    pub fn sampling_defaults(&self) -> SamplingParams {
+        self.sampling_defaults
     }
 
     /// The tokenizer, when the model directory has one.

@@ -11,6 +11,7 @@ pub mod memory_plan;
 pub mod options;
 pub mod penalties;
 pub mod sampler;
+pub mod sampling_defaults;
 pub mod session;
 pub mod stats;
 pub mod tokenizer;
@@ -20,5 +21,6 @@ pub use engine::{
 };
 pub use memory_plan::KvPlan;
 pub use sampler::SamplingParams;
+pub use sampling_defaults::SamplingOverrides;
 pub use session::Session;
 pub use stats::Stats;

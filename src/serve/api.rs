@@ -8,8 +8,7 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use crate::chat::ChatMessage;
-use crate::runtime::penalties::Penalties;
-use crate::runtime::SamplingParams;
+use crate::runtime::{SamplingOverrides, SamplingParams};
 
 /// `stop`: one string or a list of up to four.
 #[derive(Clone, Debug, Deserialize)]
@@ -49,7 +48,8 @@ pub struct Sampling {
     pub max_tokens: Option<u32>,
     /// The newer name of `max_tokens`.
     pub max_completion_tokens: Option<u32>,
-    /// 0..=2; 0 is greedy. Default 1, as OpenAI.
+    /// 0..=2; 0 is greedy. Absent, this and every sampling field below take the model's
+    /// default ([`crate::runtime::Engine::sampling_defaults`]), as vLLM and llama-server do.
     pub temperature: Option<f32>,
     /// Nucleus threshold, (0, 1].
     pub top_p: Option<f32>,
@@ -73,7 +73,7 @@ pub struct Sampling {
     pub frequency_penalty: Option<f32>,
     /// llama.cpp's repetition penalty (> 0; 1 is off), over `repeat_last_n` tokens.
     pub repeat_penalty: Option<f32>,
-    /// Tokens the penalties look back over (default 64, as llama-server).
+    /// Tokens the penalties look back over (64 unless the model says otherwise).
     pub repeat_last_n: Option<u32>,
     /// Drop tokens below this fraction of the most likely one's probability, in [0, 1).
     pub min_p: Option<f32>,
@@ -168,10 +168,12 @@ impl Sampling {
         }
     }
 
-    /// Checks the fields; returns the token limit asked for (if any), sampling and stop strings.
+    /// Checks the fields; returns the token limit asked for (if any), the sampling (the fields
+    /// given over `defaults`, the model's) and stop strings.
     /// A limit of 0 tokens is taken only where the prompt is `echo`ed (scored, not continued).
     pub fn check(
         &self,
+        defaults: &SamplingParams,
         seed_if_unset: u64,
         echo: bool,
     ) -> Result<(Option<usize>, SamplingParams, Vec<String>), ApiError> {
@@ -181,12 +183,10 @@ impl Sampling {
         if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
             return Err(unsupported("logit_bias", "(non-empty)"));
         }
-        let temperature = self.temperature.unwrap_or(1.0);
-        if !(0.0..=2.0).contains(&temperature) {
+        if self.temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
             return Err(out_of_range("temperature", "between 0 and 2"));
         }
-        let top_p = self.top_p.unwrap_or(1.0);
-        if !(top_p > 0.0 && top_p <= 1.0) {
+        if self.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
             return Err(out_of_range("top_p", "in (0, 1]"));
         }
         let max_tokens = self.max_completion_tokens.or(self.max_tokens);
@@ -202,20 +202,18 @@ impl Sampling {
             Some(Stop::Many(v)) if v.len() <= 4 => v.clone(),
             Some(Stop::Many(_)) => return Err(out_of_range("stop", "at most 4 strings")),
         };
-        let penalties = Penalties {
-            repeat: self.repeat_penalty.unwrap_or(1.0),
-            last_n: self.repeat_last_n.map_or(64, |n| n as usize),
-            presence: self.presence_penalty.unwrap_or(0.0),
-            frequency: self.frequency_penalty.unwrap_or(0.0),
+        let overrides = SamplingOverrides {
+            temperature: self.temperature,
+            top_k: self.top_k.map(|k| k as usize),
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n.map(|n| n as usize),
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed: Some(self.seed_or(seed_if_unset)),
         };
-        let sampling = SamplingParams {
-            temperature,
-            top_k: self.top_k.unwrap_or(0) as usize,
-            top_p,
-            seed: self.seed_or(seed_if_unset),
-            min_p: self.min_p.unwrap_or(0.0),
-            penalties,
-        };
+        let sampling = overrides.over(*defaults);
         // The library's own checks (min-p, penalties), as every API gets them.
         sampling.validate().map_err(|e| ApiError::invalid(e.to_string(), None, "invalid_value"))?;
         Ok((max_tokens.map(|m| m as usize), sampling, stop))

@@ -20,6 +20,7 @@ use super::api::{self, PromptInput};
 use super::error::ApiError;
 use super::worker::{self, Event, Job, ModelInfo, NamedLogprob, Prompt, Worker};
 use crate::chat::{Completion, CompletionRequest, FinishReason};
+use crate::runtime::sampling_defaults::fresh_seed;
 use crate::runtime::GenerateOptions;
 
 /// What every handler shares.
@@ -135,7 +136,7 @@ async fn chat_completions(State(s): State<Shared>, request: Request) -> Result<R
     let req: api::ChatRequest = api::parse(&body)?;
     let options: api::Sampling = api::parse(&body)?;
     req.check()?;
-    let (max_tokens, sampling, stop) = options.check(fresh_seed(), false)?;
+    let (max_tokens, sampling, stop) = options.check(&s.model.sampling, fresh_seed(), false)?;
     let prompt = Prompt::Chat {
         tool_calls: req.parses_tool_calls(),
         messages: req.messages,
@@ -153,7 +154,7 @@ async fn completions(State(s): State<Shared>, request: Request) -> Result<Respon
     let req: api::CompletionRequest = api::parse(&body)?;
     let options: api::Sampling = api::parse(&body)?;
     req.check(options.stream)?;
-    let (max_tokens, sampling, stop) = options.check(fresh_seed(), req.echo)?;
+    let (max_tokens, sampling, stop) = options.check(&s.model.sampling, fresh_seed(), req.echo)?;
     let prompt = match req.prompt {
         PromptInput::Text(t) => Prompt::Text(t),
         PromptInput::Tokens(t) => Prompt::Tokens(t),
@@ -183,12 +184,6 @@ fn completion_request(
 }
 
 /// A seed for requests that give none, so that their samples differ.
-fn fresh_seed() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    nanos ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(32)
-}
-
 /// Sets the job's cancel flag when dropped: when the handler's future is dropped (the client
 /// went away) or the stream's task ends.
 struct CancelOnDrop(Arc<AtomicBool>);

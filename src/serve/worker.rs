@@ -18,7 +18,7 @@ use crate::chat::{
 };
 use crate::error::{Error, Result};
 use crate::runtime::logprobs::TokenLogprob;
-use crate::runtime::{Engine, EngineOptions, Finished, RequestId, Scheduler};
+use crate::runtime::{Engine, EngineOptions, Finished, RequestId, SamplingParams, Scheduler};
 
 /// What to prompt the model with.
 pub enum Prompt {
@@ -107,6 +107,8 @@ pub struct ModelInfo {
     pub context: usize,
     /// Requests answered at once.
     pub parallel: usize,
+    /// What a request's absent sampling fields take ([`Engine::sampling_defaults`]).
+    pub sampling: SamplingParams,
 }
 
 /// Requests answered at once unless `--parallel` says otherwise (llama-server's default too).
@@ -174,7 +176,12 @@ impl Worker {
                     }
                 };
                 let id = options.model_dir.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
-                let info = ModelInfo { id, context: engine.context(), parallel: options.parallel.max(1) };
+                let info = ModelInfo {
+                    id,
+                    context: engine.context(),
+                    parallel: options.parallel.max(1),
+                    sampling: engine.sampling_defaults(),
+                };
                 let _ = ready_tx.send(Ok(info));
                 let end_of_turn = end_of_turn_tokens(&engine, template.as_ref());
                 let mut server = EngineLoop {
