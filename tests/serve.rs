@@ -288,12 +288,7 @@ fn openai_compatible_server() {
         ("/v1/completions", json!({"prompt": "x", "temperature": 5}).to_string(), 400, "invalid_value"),
         ("/v1/completions", json!({"prompt": "x", "top_p": 0}).to_string(), 400, "invalid_value"),
         ("/v1/completions", json!({"prompt": "x", "max_tokens": 0}).to_string(), 400, "invalid_value"),
-        (
-            "/v1/completions",
-            json!({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}).to_string(),
-            400,
-            "invalid_value",
-        ),
+        ("/v1/completions", json!({"prompt": [[1, 2], [3]]}).to_string(), 400, "unsupported_parameter"),
         ("/v1/completions", json!({"prompt": "x", "n": 0}).to_string(), 400, "invalid_value"),
         ("/v1/completions", json!({"prompt": "x", "n": 9}).to_string(), 400, "invalid_value"),
         ("/v1/completions", json!({"prompt": "x", "logit_bias": {"5": 1}}).to_string(), 400, "unsupported_parameter"),
@@ -614,6 +609,30 @@ fn logprobs_of_generated_tokens() {
             assert!(lps[i].as_f64().unwrap() <= best + 1e-6, "no token beats the most likely one");
         }
     }
+    // A one-token prompt echoes its token (null log-probability), also given as lm-eval's
+    // default shape, a batch of one token-id list.
+    let ids = server.post_json("/v1/completions", json!({"prompt": "The", "max_tokens": 1, "temperature": 0}))["usage"]
+        ["prompt_tokens"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(ids, 1, "\"The\" is one token of the bundled model");
+    for prompt in [json!("The"), json!([[474]])] {
+        for max_tokens in [0, 1] {
+            let r = server.post_json(
+                "/v1/completions",
+                json!({"prompt": prompt, "max_tokens": max_tokens, "echo": true, "logprobs": 1, "temperature": 0}),
+            );
+            let lp = &r["choices"][0]["logprobs"];
+            assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), 1 + max_tokens, "{prompt} {max_tokens}: {lp}");
+            assert!(lp["token_logprobs"][0].is_null() && lp["tokens"][0] == "The", "{lp}");
+        }
+    }
+    // More stop strings than OpenAI's 4 (evaluation harnesses add the end-of-text string), not
+    // more than 16.
+    let stops = |n: usize| (0..n).map(|i| format!("<stop{i}>")).collect::<Vec<_>>();
+    server.post_json("/v1/completions", json!({"prompt": "x", "max_tokens": 2, "stop": stops(16)}));
+    let (status, text) = server.post("/v1/completions", &json!({"prompt": "x", "stop": stops(17)}).to_string());
+    assert!(status == 400 && text.contains("at most 16"), "{status} {text}");
     let (status, _) = server.post("/v1/completions", &json!({"prompt": "x", "echo": true, "stream": true}).to_string());
     assert_eq!(status, 400, "echo with stream is refused by name");
     // Without them asked for: null.

@@ -57,9 +57,14 @@ pub struct SamplingOverrides {
 }
 
 impl SamplingOverrides {
-    /// `base` with the fields set here replaced.
+    /// `base` with the fields set here replaced. A temperature of 0 set here is plain greedy
+    /// decoding: `base`'s penalties are dropped unless set here too (`--temperature 0` is the
+    /// argmax, as evaluation harnesses expect, whatever penalty the model recommends).
     pub fn over(&self, base: SamplingParams) -> SamplingParams {
-        let p = base.penalties;
+        let p = match self.temperature == Some(0.0) {
+            true => Penalties { repeat: 1.0, presence: 0.0, frequency: 0.0, ..base.penalties },
+            false => base.penalties,
+        };
         SamplingParams {
             temperature: self.temperature.unwrap_or(base.temperature),
             top_k: self.top_k.unwrap_or(base.top_k),
@@ -197,5 +202,11 @@ mod tests {
         let p = o.over(SamplingParams::llama_cpp());
         assert_eq!((p.temperature, p.seed, p.penalties.last_n, p.top_k), (0.0, 9, 8, 40));
         assert_eq!(SamplingOverrides::default().over(SamplingParams::llama_cpp()), SamplingParams::llama_cpp());
+        // A caller's temperature 0 is the plain argmax unless it names a penalty too.
+        let greedy =
+            SamplingOverrides { temperature: Some(0.0), ..Default::default() }.over(SamplingParams::llama_cpp());
+        assert!(greedy.argmax_on_gpu());
+        let penalised = SamplingOverrides { temperature: Some(0.0), repeat_penalty: Some(1.1), ..Default::default() };
+        assert_eq!(penalised.over(SamplingParams::llama_cpp()).penalties.repeat, 1.1);
     }
 }

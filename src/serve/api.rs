@@ -20,7 +20,11 @@ pub enum Stop {
     Many(Vec<String>),
 }
 
-/// `prompt` of `/v1/completions`: text, one-element list of text, or token ids.
+/// Most stop strings a request may give: OpenAI takes 4, but evaluation harnesses add the
+/// end-of-text string to a task's own (vLLM and llama-server take any number).
+pub const MAX_STOP_STRINGS: usize = 16;
+
+/// `prompt` of `/v1/completions`: text, token ids, or a one-element list of either.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(untagged)]
 pub enum PromptInput {
@@ -30,6 +34,8 @@ pub enum PromptInput {
     Tokens(Vec<u32>),
     /// A batch of texts (only one is supported).
     Texts(Vec<String>),
+    /// A batch of token-id lists (only one is supported), as lm-evaluation-harness sends.
+    TokenLists(Vec<Vec<u32>>),
 }
 
 /// `stream_options`.
@@ -199,8 +205,8 @@ impl Sampling {
         let stop = match &self.stop {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s.clone()],
-            Some(Stop::Many(v)) if v.len() <= 4 => v.clone(),
-            Some(Stop::Many(_)) => return Err(out_of_range("stop", "at most 4 strings")),
+            Some(Stop::Many(v)) if v.len() <= MAX_STOP_STRINGS => v.clone(),
+            Some(Stop::Many(_)) => return Err(out_of_range("stop", &format!("at most {MAX_STOP_STRINGS} strings"))),
         };
         let overrides = SamplingOverrides {
             temperature: self.temperature,
@@ -277,10 +283,13 @@ impl CompletionRequest {
         if self.best_of.is_some_and(|b| b != 1) {
             return Err(unsupported("best_of", "other than 1"));
         }
-        if let PromptInput::Texts(t) = &self.prompt {
-            if t.len() != 1 {
-                return Err(unsupported("prompt", "as a batch of several prompts"));
-            }
+        let batch = match &self.prompt {
+            PromptInput::Texts(t) => Some(t.len()),
+            PromptInput::TokenLists(t) => Some(t.len()),
+            _ => None,
+        };
+        if batch.is_some_and(|n| n != 1) {
+            return Err(unsupported("prompt", "as a batch of several prompts"));
         }
         Ok(())
     }

@@ -159,6 +159,7 @@ async fn completions(State(s): State<Shared>, request: Request) -> Result<Respon
         PromptInput::Text(t) => Prompt::Text(t),
         PromptInput::Tokens(t) => Prompt::Tokens(t),
         PromptInput::Texts(mut t) => Prompt::Text(t.remove(0)),
+        PromptInput::TokenLists(mut t) => Prompt::Tokens(t.remove(0)),
     };
     let mut request =
         completion_request(max_tokens.unwrap_or(DEFAULT_COMPLETION_TOKENS), sampling, stop, options.ignore_eos);

@@ -431,7 +431,8 @@ impl<'a> EngineLoop<'a> {
                 let prompt_lps =
                     std::iter::once(None).chain(g.prompt_logprobs.iter().map(|lp| Some(named(engine, lp))));
                 let tokens = g.prompt_tokens.iter().zip(prompt_lps).map(|(&id, lp)| (token_text(engine, id), lp));
-                (text, if g.prompt_logprobs.is_empty() { Vec::new() } else { tokens.collect() })
+                // Every prompt token, the first (no log-probability) too, when they were asked for.
+                (text, if request.options.prompt_logprobs { tokens.collect() } else { Vec::new() })
             });
             Box::new(Answer { completion, logprobs, echo })
         });

@@ -10,9 +10,8 @@ only on a crash:
   the same continuation after the same context (lm-eval's own tokenization) within 1e-3, and its
   acc / acc_norm are what those reference log-probabilities give;
 - every generation equals `moestream generate --temperature 0` on the same prompt, cut at the
-  task's first stop string (the server, like the CLI, takes the model's generation_config.json
-  defaults for what the request leaves out, so temperature 0 here need not be the argmax where
-  those defaults hold a repetition penalty).
+  task's first stop string (a request's temperature 0 is the plain argmax on both, whatever
+  penalty the model's generation_config.json recommends).
 
 Run by `.ci/run` after the `openai` client check, from a venv holding `lm-eval[api]` and
 `transformers` (no torch):
@@ -43,11 +42,6 @@ def lm_eval_args(url, output):
             "model=moestream-tiny-moe",
             f"tokenizer={MODEL}",
             "tokenizer_backend=huggingface",
-            # lm-eval's default sends `prompt` as a batch of token-id lists ([[ids]]), which
-            # moestream refuses (it takes text, a one-text list or one list of ids); as text,
-            # the server re-tokenizes what lm-eval decoded, and the check below compares with
-            # the tokens lm-eval itself counted the context with.
-            "tokenized_requests=False",
             "max_retries=1",
             "timeout=120",
         ]
