@@ -1,18 +1,19 @@
 //! `moestream chat`: a terminal conversation through the model's chat template.
 //!
-//! Lines are user turns; `/reset`, `/system TEXT`, `/save FILE`, `/help` and `/quit` are
-//! commands. Replies stream as they are generated and end at the template's end-of-turn tokens;
-//! the session's KV cache keeps the conversation, so each turn prefills only what is new;
-//! Ctrl-C stops the reply (at the prompt it exits). Piped input works the same, without the
-//! prompt marker.
+//! Turns are typed at a line editor (history saved per model; a trailing `\` or a `"""` block
+//! for several lines) or piped; `/reset`, `/system TEXT`, `/save FILE`, `/load FILE`, `/help`
+//! and `/quit` are commands. Replies stream as they are generated and end at the template's
+//! end-of-turn tokens; the session's KV cache keeps the conversation, so each turn prefills only
+//! what is new; Ctrl-C stops the reply (at the prompt it clears the line; Ctrl-D exits).
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use clap::Args;
 
+use super::chat_input::ChatInput;
 use super::model_args::{DraftArgs, ModelArgs, SamplingArgs};
 use moestream::chat::{
     complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role,
@@ -101,26 +102,23 @@ pub fn run(a: ChatArgs) -> Result<()> {
         .map_err(|e| Error::InvalidArgument(format!("cannot install the Ctrl-C handler: {e}")))?;
     }
 
-    let interactive = std::io::stdin().is_terminal();
-    if interactive {
+    let history = moestream::convert::default_cache_root().join("chat-history").join(format!(
+        "{}.txt",
+        moestream::convert::model_key(&std::fs::canonicalize(engine.model_dir()).unwrap_or(a.model.dir()), &[])
+    ));
+    let mut input = ChatInput::open(Some(history));
+    if input.interactive() {
         eprintln!(
-            "Chatting with {} — /help for commands, Ctrl-C stops a reply, Ctrl-D exits.",
+            "Chatting with {} — /help for commands, Ctrl-C stops a reply, Ctrl-D exits; end a line with \\ \
+             or open a \"\"\" block for several lines.",
             engine.model_dir().display()
         );
     }
-    let mut lines = std::io::stdin().lock().lines();
-    loop {
-        if interactive {
-            print!("> ");
-            std::io::stdout().flush().ok();
-        }
-        let Some(line) = lines.next() else { break };
-        let line = line.map_err(|e| Error::io("<stdin>", e))?;
-        let line = line.trim_end_matches(['\r', '\n']);
-        if line.trim().is_empty() {
+    while let Some(text) = input.next_turn()? {
+        if text.trim().is_empty() {
             continue;
         }
-        match command(line) {
+        match command(&text) {
             Some(("/quit" | "/exit", _)) => break,
             Some(("/reset", _)) => {
                 chat.reset();
@@ -135,12 +133,16 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 Ok(()) => eprintln!("[saved {} messages to {file}]", chat.messages.len()),
                 Err(e) => eprintln!("error: {e}"),
             },
+            Some(("/load", file)) if !file.is_empty() => match chat.load(Path::new(file)) {
+                Ok(()) => eprintln!("[loaded {} messages from {file}]", chat.messages.len()),
+                Err(e) => eprintln!("error: {e}"),
+            },
             Some(("/help", _)) => eprintln!("{HELP}"),
             Some((unknown, _)) => eprintln!("error: unknown command {unknown}; {HELP}"),
             None => {
                 stop.store(false, Ordering::SeqCst);
                 generating.store(true, Ordering::SeqCst);
-                let result = chat.reply(line, &stop);
+                let result = chat.reply(&text, &stop);
                 generating.store(false, Ordering::SeqCst);
                 if let Err(e) = result {
                     eprintln!("error: {e}");
@@ -153,7 +155,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
 
 /// What `/help` prints.
 const HELP: &str = "commands: /reset (forget the conversation), /system TEXT (new system message, clears), \
-                    /save FILE (write the conversation as JSON), /quit";
+                    /save FILE (write the conversation as JSON), /load FILE (continue a saved conversation), /quit";
 
 /// `("/name", "rest")` for a command line, `None` for a message.
 fn command(line: &str) -> Option<(&str, &str)> {
@@ -226,6 +228,21 @@ impl Conversation<'_> {
             if stop.load(Ordering::SeqCst) { ", stopped" } else { "" },
         );
         Ok(c.text)
+    }
+
+    /// Continues the conversation `/save` wrote to `path` (`{"messages": [...]}`, the OpenAI
+    /// shape); its system message, if any, becomes this chat's.
+    fn load(&mut self, path: &Path) -> Result<()> {
+        #[derive(serde::Deserialize)]
+        struct Saved {
+            messages: Vec<ChatMessage>,
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let saved: Saved = serde_json::from_str(&text)
+            .map_err(|e| Error::InvalidArgument(format!("{}: not a saved conversation ({e})", path.display())))?;
+        self.system = saved.messages.iter().find(|m| m.role == Role::System).map(|m| m.content.clone());
+        self.messages = saved.messages;
+        Ok(())
     }
 
     /// Writes `{"messages": [...]}` (the OpenAI shape) to `path`.

@@ -5,6 +5,7 @@ mod bench_batch;
 mod bench_kv_size;
 mod bench_paths;
 mod chat;
+mod chat_input;
 mod convert;
 mod devices;
 mod generate;

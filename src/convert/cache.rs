@@ -29,6 +29,13 @@ pub fn default_cache_root() -> PathBuf {
 /// converted again into the same directory, replacing the stale copy instead of leaving it
 /// behind.
 fn cache_dir(src_canonical: &Path, cache_root: &Path, options: Option<&ConvertOptions>) -> PathBuf {
+    let parts: Vec<String> = options.iter().flat_map(|o| [o.experts.name(), o.dense.name()]).collect();
+    cache_root.join(model_key(src_canonical, &parts))
+}
+
+/// A file name standing for the model at `src_canonical` (and `parts`, such as formats): its
+/// own name made safe, then a hash of its path and the parts (`name-0123456789abcdef`).
+pub fn model_key(src_canonical: &Path, parts: &[String]) -> String {
     let base: String = src_canonical
         .file_name()
         .map(|n| {
@@ -41,10 +48,10 @@ fn cache_dir(src_canonical: &Path, cache_root: &Path, options: Option<&ConvertOp
         .filter(|n: &String| !n.is_empty() && !n.starts_with('.'))
         .unwrap_or_else(|| "model".into());
     let mut hash = fnv1a(FNV_OFFSET, src_canonical.as_os_str().as_encoded_bytes());
-    for part in options.iter().flat_map(|o| [o.experts.name(), o.dense.name()]) {
+    for part in parts {
         hash = fnv1a(fnv1a(hash, &[0]), part.as_bytes());
     }
-    cache_root.join(format!("{base}-{hash:016x}"))
+    format!("{base}-{hash:016x}")
 }
 
 /// Whether `dir` holds a finished conversion of a source with `fingerprint`, in `options`

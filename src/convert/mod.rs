@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-pub use cache::{cached_conversion, default_cache_root};
+pub use cache::{cached_conversion, default_cache_root, model_key};
 pub use fingerprint::source_fingerprint;
 pub use manifest::{
     ExpertsEntry, FileEntry, ModelManifest, SourceInfo, MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION,
