@@ -34,6 +34,7 @@ pub fn trim() {
 }
 
 /// Largest block the allocator takes from its heaps, and the free top a heap keeps: 1 MiB.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const THRESHOLD: i32 = 1 << 20;
 
 /// Pins glibc's mmap and trim thresholds at 1 MiB (once per process): blocks of 1 MiB and more
