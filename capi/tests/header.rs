@@ -43,3 +43,17 @@ fn header_declares_each_function_once() {
     let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "declared more than once: {twice:?}");
 }
+
+#[test]
+fn header_states_which_thread_may_call_what() {
+    let header = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../include/moestream.h")).unwrap();
+    let text = header.replace("\n * ", " ");
+    for rule in [
+        "used by one thread at a time",
+        "moestream_last_error is per thread",
+        "Callbacks run on the calling thread",
+        "must not call the library with the same engine or its sessions",
+    ] {
+        assert!(text.contains(rule), "the header's opening comment says {rule:?}");
+    }
+}
