@@ -89,6 +89,13 @@ typedef struct MoestreamGenerateOptions {
   float presence_penalty;
   // OpenAI's frequency penalty, in [-2, 2]; 0 = off.
   float frequency_penalty;
+  // The text must be JSON valid against this JSON schema (NUL-terminated JSON text); NULL =
+  // no schema. At most one of `json_schema`, `regex` and `lark_grammar`.
+  const char *json_schema;
+  // The text must match this regular expression, whole; NULL = none.
+  const char *regex;
+  // The text must follow this Lark grammar (llguidance's dialect); NULL = none.
+  const char *lark_grammar;
 } MoestreamGenerateOptions;
 
 // Called with each new piece of conversation `index`'s reply (as `MoestreamTokenCallback`,

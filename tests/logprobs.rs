@@ -30,11 +30,11 @@ fn generated_logprobs_are_the_models() {
         }
         // Without the option, none; with drafts and through the scheduler, the same figures.
         assert!(e
-            .generate(&prompt, &GenerateOptions { logprobs: None, ..options }, |_, _| true)
+            .generate(&prompt, &GenerateOptions { logprobs: None, ..options.clone() }, |_, _| true)
             .unwrap()
             .logprobs
             .is_empty());
-        let drafted = GenerateOptions { drafts: Some(PromptLookup::default()), ..options };
+        let drafted = GenerateOptions { drafts: Some(PromptLookup::default()), ..options.clone() };
         let d = e.generate(&[prompt.clone(), prompt.clone()].concat(), &drafted, |_, _| true).unwrap();
         let plain = e.generate(&[prompt.clone(), prompt.clone()].concat(), &options, |_, _| true).unwrap();
         assert_eq!(d.tokens, plain.tokens);
@@ -45,7 +45,7 @@ fn generated_logprobs_are_the_models() {
         let mut s = Scheduler::new(&e, 2).unwrap();
         s.submit(
             prompt.clone(),
-            options,
+            options.clone(),
             Box::new(|_, _, lp| {
                 seen.push(lp.cloned());
                 true
@@ -60,9 +60,9 @@ fn generated_logprobs_are_the_models() {
             assert_eq!(s.as_ref(), Some(a), "the callback saw each token's log-probabilities");
         }
         // The prompt's log-probabilities (echo), through the scheduler: the teacher-forced score.
-        let echo = GenerateOptions { max_tokens: 0, prompt_logprobs: true, ..options };
+        let echo = GenerateOptions { max_tokens: 0, prompt_logprobs: true, ..options.clone() };
         let mut s = Scheduler::new(&e, 2).unwrap();
-        s.submit(prompt.clone(), echo, Box::new(|_, _, _| true)).unwrap();
+        s.submit(prompt.clone(), echo.clone(), Box::new(|_, _, _| true)).unwrap();
         let f = s.run().unwrap().pop().unwrap().result.unwrap();
         drop(s);
         let scored = e.score(&prompt).unwrap().logprobs;
@@ -78,7 +78,7 @@ fn generated_logprobs_are_the_models() {
             );
         }
         assert!(e.generate(&prompt, &echo, |_, _| true).is_err(), "generate refuses prompt log-probabilities by name");
-        let too_many = GenerateOptions { logprobs: Some(21), ..options };
+        let too_many = GenerateOptions { logprobs: Some(21), ..options.clone() };
         assert!(e.generate(&prompt, &too_many, |_, _| true).is_err());
     }
 }

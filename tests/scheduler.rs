@@ -59,7 +59,7 @@ fn scheduled(e: &Engine, parallel: usize, reqs: &[(Vec<u32>, GenerateOptions)]) 
             let submitted = s
                 .submit(
                     p.clone(),
-                    *o,
+                    o.clone(),
                     Box::new(move |t, _, _| {
                         seen.borrow_mut().entry(*own.borrow()).or_default().push(t);
                         true
@@ -114,13 +114,13 @@ fn a_slot_keeps_its_sequence_for_the_next_turn() {
     let (e, prompt) = engine("qwen3_moe", 64, ExpertBudget::Auto);
     let mut s = Scheduler::new(&e, 2).unwrap();
     let opts = GenerateOptions { max_tokens: 4, ignore_eos: true, ..Default::default() };
-    s.submit(prompt.clone(), opts, Box::new(|_, _, _| true)).unwrap();
+    s.submit(prompt.clone(), opts.clone(), Box::new(|_, _, _| true)).unwrap();
     let first = s.run().unwrap().pop().unwrap().result.unwrap();
     // The next turn: the conversation so far plus new tokens.
     let mut turn = prompt.clone();
     turn.extend_from_slice(&first.tokens);
     turn.extend_from_slice(&[3, 4, 5]);
-    s.submit(turn.clone(), opts, Box::new(|_, _, _| true)).unwrap();
+    s.submit(turn.clone(), opts.clone(), Box::new(|_, _, _| true)).unwrap();
     let second = s.run().unwrap().pop().unwrap().result.unwrap();
     assert_eq!(second.stats.reused_tokens, prompt.len() + first.tokens.len() - 1);
     assert_eq!(second.stats.prefilled_tokens, 4);
@@ -133,14 +133,14 @@ fn cancelling_one_request_leaves_the_others_alone() {
     let opts = GenerateOptions { max_tokens: 10, ignore_eos: true, ..Default::default() };
     let want = e.generate(&prompt, &opts, |_, _| true).unwrap().tokens;
     let mut s = Scheduler::new(&e, 3).unwrap();
-    let a = s.submit(prompt.clone(), opts, Box::new(|_, _, _| true)).unwrap();
-    let b = s.submit(prompt[1..].to_vec(), opts, Box::new(|_, _, _| true)).unwrap();
+    let a = s.submit(prompt.clone(), opts.clone(), Box::new(|_, _, _| true)).unwrap();
+    let b = s.submit(prompt[1..].to_vec(), opts.clone(), Box::new(|_, _, _| true)).unwrap();
     // A callback that stops its request after two tokens, and a queued request cancelled.
     let mut count = 0;
     let c = s
         .submit(
             prompt.clone(),
-            opts,
+            opts.clone(),
             Box::new(move |_, _, _| {
                 count += 1;
                 count < 2
@@ -172,9 +172,9 @@ fn bad_requests_are_refused_at_submit() {
     assert!(Scheduler::new(&e, 0).is_err());
     let mut s = Scheduler::new(&e, 2).unwrap();
     let opts = GenerateOptions::default();
-    assert!(s.submit(Vec::new(), opts, Box::new(|_, _, _| true)).is_err());
-    assert!(s.submit(vec![u32::MAX], opts, Box::new(|_, _, _| true)).is_err());
-    assert!(s.submit(vec![1; e.context() + 1], opts, Box::new(|_, _, _| true)).is_err());
+    assert!(s.submit(Vec::new(), opts.clone(), Box::new(|_, _, _| true)).is_err());
+    assert!(s.submit(vec![u32::MAX], opts.clone(), Box::new(|_, _, _| true)).is_err());
+    assert!(s.submit(vec![1; e.context() + 1], opts.clone(), Box::new(|_, _, _| true)).is_err());
     let nan = GenerateOptions { sampling: SamplingParams { temperature: f32::NAN, ..Default::default() }, ..opts };
     assert!(s.submit(prompt, nan, Box::new(|_, _, _| true)).is_err());
     assert!(s.is_idle());

@@ -26,21 +26,17 @@ impl Server {
     }
 
     fn start_with_env(env: &[(&str, &str)]) -> Server {
+        Self::start_with(env, &[])
+    }
+
+    /// A server with `env` and the further command-line `args`.
+    fn start_with(env: &[(&str, &str)], args: &[&str]) -> Server {
         let model = concat!(env!("CARGO_MANIFEST_DIR"), "/models/moestream-tiny-moe");
+        let context: &[&str] = if args.contains(&"--context") { &[] } else { &["--context", "256"] };
         let mut child = Command::new(env!("CARGO_BIN_EXE_moestream"))
-            .args([
-                "serve",
-                "--port",
-                "0",
-                "--context",
-                "256",
-                "--max-body",
-                "64KiB",
-                "--api-key",
-                KEY,
-                "--model",
-                model,
-            ])
+            .args(["serve", "--port", "0", "--max-body", "64KiB", "--api-key", KEY, "--model", model])
+            .args(context)
+            .args(args)
             .envs(env.iter().copied())
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
@@ -296,14 +292,14 @@ fn openai_compatible_server() {
             "/v1/chat/completions",
             json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}).to_string(),
             400,
-            "unsupported_parameter",
+            "invalid_value",
         ),
         (
             "/v1/chat/completions",
             json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "f"}}})
                 .to_string(),
             400,
-            "unsupported_parameter",
+            "invalid_value",
         ),
         (
             "/v1/completions",
@@ -336,8 +332,7 @@ fn openai_compatible_server() {
         ),
         (
             "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})
-                .to_string(),
+            json!({"messages": [{"role": "user", "content": "x"}], "grammar": "root ::= \"a\""}).to_string(),
             400,
             "unsupported_parameter",
         ),
@@ -646,5 +641,95 @@ fn logprobs_of_generated_tokens() {
     ] {
         let (status, text) = server.post(path, &bad.to_string());
         assert_eq!(status, 400, "{bad}: {text}");
+    }
+}
+
+#[test]
+fn structured_outputs_and_forced_tool_calls() {
+    // Qwen3's real template, which writes Hermes-style `<tool_call>` calls.
+    let template = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/chat_templates/Qwen-Qwen3-0.6B.jinja");
+    let server = Server::start_with(&[], &["--chat-template", template, "--context", "2048"]);
+    let schema = json!({"type": "object", "properties": {"verdict": {"enum": ["guilty", "not guilty"]},
+                        "votes": {"type": "integer", "minimum": 0, "maximum": 12}},
+                        "required": ["verdict", "votes"], "additionalProperties": false});
+    let ask = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "What did the jury say?"}], "max_tokens": 200,
+                              "temperature": 0.7, "seed": 3});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        server.post_json("/v1/chat/completions", body)
+    };
+    // OpenAI's response_format, llama-server's json_schema and vLLM's guided_json: JSON that
+    // follows the schema.
+    for extra in [
+        json!({"response_format": {"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema, "strict": true}}}),
+        json!({"json_schema": schema}),
+        json!({"guided_json": schema}),
+    ] {
+        let r = ask(extra.clone());
+        let content = r["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+        let value: Value = serde_json::from_str(&content).unwrap_or_else(|e| panic!("{extra}: {content:?}: {e}"));
+        assert!(value["verdict"] == "guilty" || value["verdict"] == "not guilty", "{content}");
+        assert!(value["votes"].as_u64().is_some_and(|v| v <= 12), "{content}");
+        assert_eq!(r["choices"][0]["finish_reason"], "stop", "{r}");
+    }
+    let r = ask(json!({"guided_choice": ["yes", "no"]}));
+    assert!(["yes", "no"].contains(&r["choices"][0]["message"]["content"].as_str().unwrap()), "{r}");
+    // Any object (unbounded: a model this small may write until the token limit).
+    let r = ask(json!({"response_format": {"type": "json_object"}}));
+    assert!(r["choices"][0]["message"]["content"].as_str().unwrap().starts_with('{'), "{r}");
+
+    // tool_choice "required" and a named function: a call comes back as tool_calls, its
+    // arguments valid for the function's parameters.
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                        "required": ["city"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+         "properties": {"a": {"type": "integer", "minimum": -99, "maximum": 99}, "b": {"type": "integer", "minimum": -99, "maximum": 99}},
+         "required": ["a", "b"], "additionalProperties": false}}}
+    ]);
+    for (choice, names) in [
+        (json!("required"), vec!["get_weather", "add"]),
+        (json!({"type": "function", "function": {"name": "add"}}), vec!["add"]),
+    ] {
+        for stream in [false, true] {
+            let body = json!({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": tools,
+                              "tool_choice": choice, "max_tokens": 200, "seed": 1, "stream": stream});
+            let (status, text) = server.post("/v1/chat/completions", &body.to_string());
+            assert_eq!(status, 200, "{text}");
+            let calls = match stream {
+                false => serde_json::from_str::<Value>(&text).unwrap()["choices"][0]["message"]["tool_calls"].clone(),
+                true => {
+                    let (events, _) = sse_events(&text);
+                    events
+                        .iter()
+                        .find_map(|e| e["choices"][0]["delta"].get("tool_calls").cloned())
+                        .unwrap_or(Value::Null)
+                }
+            };
+            let call = &calls[0]["function"];
+            let name = call["name"].as_str().unwrap_or_else(|| panic!("{choice} {stream}: {text}"));
+            assert!(names.contains(&name), "{name}");
+            let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+            match name {
+                "add" => assert!(args["a"].is_i64() && args["b"].is_i64(), "{args}"),
+                _ => assert!(args["city"].is_string(), "{args}"),
+            }
+        }
+    }
+
+    // Refusals name the field.
+    for (body, field) in [
+        (json!({"grammar": "root ::= \"a\""}), "grammar"),
+        (json!({"json_schema": {"type": "wat"}}), "JSON schema"),
+        (json!({"guided_regex": "(", "max_tokens": 2}), "regex"),
+        (json!({"tool_choice": "required"}), "tool_choice"),
+        (json!({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}}), "nope"),
+        (json!({"tools": tools, "tool_choice": "required", "json_schema": schema}), "tool_choice"),
+    ] {
+        let mut full = json!({"messages": [{"role": "user", "content": "x"}]});
+        full.as_object_mut().unwrap().extend(body.as_object().unwrap().clone());
+        let (status, text) = server.post("/v1/chat/completions", &full.to_string());
+        assert!(status == 400 && text.contains(field), "{body}: {status} {text}");
     }
 }

@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_void};
 
 use moestream::chat::{complete, ChatMessage, CompletionRequest, FinishReason, RenderOptions};
 use moestream::runtime::penalties::Penalties;
-use moestream::runtime::{GenerateOptions, Generation, SamplingParams, Session};
+use moestream::runtime::{Constraint, GenerateOptions, Generation, SamplingParams, Session};
 use moestream::{Error, Result};
 
 use crate::boundary::{c_text, guard, owned_string, str_arg};
@@ -46,6 +46,14 @@ pub struct MoestreamGenerateOptions {
     pub presence_penalty: f32,
     /// OpenAI's frequency penalty, in [-2, 2]; 0 = off.
     pub frequency_penalty: f32,
+    // Appended in the third version.
+    /// The text must be JSON valid against this JSON schema (NUL-terminated JSON text); NULL =
+    /// no schema. At most one of `json_schema`, `regex` and `lark_grammar`.
+    pub json_schema: *const c_char,
+    /// The text must match this regular expression, whole; NULL = none.
+    pub regex: *const c_char,
+    /// The text must follow this Lark grammar (llguidance's dialect); NULL = none.
+    pub lark_grammar: *const c_char,
 }
 
 /// Figures of one generation. Set `struct_size` to `sizeof(MoestreamStats)` before passing it.
@@ -235,6 +243,9 @@ fn default_generate_options() -> MoestreamGenerateOptions {
         repeat_last_n: 64,
         presence_penalty: 0.0,
         frequency_penalty: 0.0,
+        json_schema: std::ptr::null(),
+        regex: std::ptr::null(),
+        lark_grammar: std::ptr::null(),
     }
 }
 
@@ -268,7 +279,29 @@ pub(crate) unsafe fn generate_options(options: *const MoestreamGenerateOptions) 
         },
     };
     sampling.validate()?;
-    Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, ignore_eos: false, ..Default::default() })
+    let constraint = constraint(&o)?;
+    Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, constraint, ..Default::default() })
+}
+
+/// The constraint the options' `json_schema`, `regex` or `lark_grammar` asks for.
+unsafe fn constraint(o: &MoestreamGenerateOptions) -> Result<Option<Constraint>> {
+    let given = [o.json_schema, o.regex, o.lark_grammar].iter().filter(|p| !p.is_null()).count();
+    if given > 1 {
+        return Err(Error::InvalidArgument("give one of json_schema, regex and lark_grammar".into()));
+    }
+    if !o.json_schema.is_null() {
+        let text = str_arg(o.json_schema, "json_schema")?;
+        let schema =
+            serde_json::from_str(text).map_err(|e| Error::InvalidArgument(format!("json_schema is not JSON: {e}")))?;
+        return Ok(Some(Constraint::JsonSchema(schema)));
+    }
+    if !o.regex.is_null() {
+        return Ok(Some(Constraint::Regex(str_arg(o.regex, "regex")?.to_string())));
+    }
+    if !o.lark_grammar.is_null() {
+        return Ok(Some(Constraint::Lark(str_arg(o.lark_grammar, "lark_grammar")?.to_string())));
+    }
+    Ok(None)
 }
 
 /// Calls the C callback (absent: always go on).

@@ -88,6 +88,17 @@ fn older_structs_work_and_unknown_sizes_are_refused() {
         model.seed = 7;
         let sampled = generate(engine, &model, null_mut()).unwrap();
         assert_eq!(generate(engine, &model, null_mut()).unwrap(), sampled, "seeded sampling repeats");
+        // The third version's constraint: JSON valid against a schema; two at once refused.
+        let schema = CString::new(r#"{"enum": ["guilty", "not guilty"]}"#).unwrap();
+        let mut constrained = model;
+        constrained.json_schema = schema.as_ptr();
+        constrained.max_tokens = 20;
+        let text = generate(engine, &constrained, null_mut()).unwrap();
+        assert!(text == "\"guilty\"" || text == "\"not guilty\"", "{text:?}");
+        let regex = CString::new("[a-z]+").unwrap();
+        constrained.regex = regex.as_ptr();
+        let e = generate(engine, &constrained, null_mut()).unwrap_err();
+        assert!(e.contains("one of json_schema, regex and lark_grammar"), "{e}");
         assert_eq!(moestream_generate_options_for_model(engine, std::ptr::null_mut()), -1);
         assert!(last_error().contains("options is NULL"), "{}", last_error());
         assert_eq!(moestream_generate_options_for_model(std::ptr::null(), &mut model), -1);

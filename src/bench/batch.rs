@@ -93,7 +93,7 @@ pub fn run(engine: &Engine, o: &BatchBenchOptions) -> Result<BatchReport> {
         for _ in 0..n {
             seed += 1;
             let prompt = random_tokens(o.prompt_tokens, engine.spec().vocab, seed);
-            scheduler.submit(prompt, options, Box::new(|_, _, _| true))?;
+            scheduler.submit(prompt, options.clone(), Box::new(|_, _, _| true))?;
         }
         let mut latencies = Vec::with_capacity(n);
         let mut generated = 0;

@@ -219,8 +219,10 @@ pub fn complete(
     let keep = if shared == prompt.len() { shared.saturating_sub(1) } else { shared };
     session.truncate(keep);
     let mut reply = Reply::new(request);
-    let mut generation = engine
-        .generate_in(session, &prompt[keep..], &request.options, |id, piece| reply.token(id, piece, &mut on_text))?;
+    // A constraint may end the reply where the template's end-of-turn tokens go.
+    let options = GenerateOptions { end_tokens: request.stop_tokens.clone(), ..request.options.clone() };
+    let mut generation =
+        engine.generate_in(session, &prompt[keep..], &options, |id, piece| reply.token(id, piece, &mut on_text))?;
     generation.prompt_tokens = prompt.to_vec();
     Ok(reply.finish(generation, request, engine.context(), on_text))
 }

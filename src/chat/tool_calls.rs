@@ -13,7 +13,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+use crate::runtime::constraint::bounded_whitespace;
+use crate::runtime::Constraint;
 
 use super::stop::partial_marker_len;
 
@@ -36,6 +40,41 @@ impl ToolFormat {
             (true, true) => Some(ToolFormat::Glm),
             (true, false) => Some(ToolFormat::Hermes),
             _ => None,
+        }
+    }
+
+    /// The constraint that makes a reply one call in this format (`tool_choice` `"required"`,
+    /// or a named function): to the tool called `name`, or to any of `tools` (OpenAI tool
+    /// objects, whose `parameters` schemas shape the arguments).
+    pub fn forced_call(self, tools: &[Value], name: Option<&str>) -> Result<Constraint> {
+        let calls: Vec<Value> = tools
+            .iter()
+            .filter_map(|t| t.get("function"))
+            .filter(|f| name.is_none_or(|n| f.get("name").and_then(Value::as_str) == Some(n)))
+            .map(|f| {
+                let parameters = f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
+                json!({
+                    "type": "object",
+                    "properties": {"name": {"const": f.get("name").cloned().unwrap_or_default()}, "arguments": parameters},
+                    "required": ["name", "arguments"],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        if calls.is_empty() {
+            return Err(Error::InvalidArgument(match name {
+                Some(n) => format!("tool_choice names {n:?}, which is not among the tools"),
+                None => "tool_choice \"required\" with no function tools".into(),
+            }));
+        }
+        match self {
+            ToolFormat::Hermes => {
+                let schema = bounded_whitespace(json!({"anyOf": calls}));
+                Ok(Constraint::Lark(format!("start: \"{OPEN}\\n\" %json {schema} \"\\n{CLOSE}\"")))
+            }
+            ToolFormat::Glm => Err(Error::UnsupportedConfig(
+                "forcing a tool call (tool_choice \"required\" or a named function) in GLM-4.5's format".into(),
+            )),
         }
     }
 }

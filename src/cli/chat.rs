@@ -75,8 +75,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             sampling: a.sampling.sampling(&engine),
             ignore_eos: a.ignore_eos,
             drafts: a.drafts.drafts()?,
-            logprobs: None,
-            prompt_logprobs: false,
+            ..Default::default()
         },
         stop_tokens,
         stop_strings: Vec::new(),

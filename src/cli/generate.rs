@@ -5,7 +5,7 @@ use std::io::Write;
 use clap::Args;
 
 use super::model_args::{parse_tokens, DraftArgs, ModelArgs, SamplingArgs};
-use moestream::runtime::GenerateOptions;
+use moestream::runtime::{Constraint, GenerateOptions};
 use moestream::{Engine, Error, Result};
 
 /// Flags of `generate`.
@@ -30,6 +30,15 @@ pub struct GenerateArgs {
     sampling: SamplingArgs,
     #[command(flatten)]
     drafts: DraftArgs,
+    /// The text must be JSON valid against this schema (inline JSON, or a file holding it).
+    #[arg(long, value_name = "SCHEMA|FILE", group = "constraint")]
+    json_schema: Option<String>,
+    /// The text must match this regular expression, whole.
+    #[arg(long, value_name = "REGEX", group = "constraint")]
+    regex: Option<String>,
+    /// The text must follow this Lark grammar (llguidance's dialect; a file).
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    grammar: Option<std::path::PathBuf>,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -42,6 +51,7 @@ pub struct GenerateArgs {
 pub fn run(a: GenerateArgs) -> Result<()> {
     a.sampling.validate()?;
     let drafts = a.drafts.drafts()?;
+    let constraint = constraint(&a)?;
     let engine = a.model.load()?;
     let prompts: Vec<(Option<String>, Vec<u32>)> = match (&a.prompt, &a.tokens, &a.prompt_file) {
         (_, Some(t), _) => vec![(None, parse_tokens(t)?)],
@@ -61,12 +71,34 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         sampling: a.sampling.sampling(&engine),
         ignore_eos: a.ignore_eos,
         drafts,
+        constraint,
         ..Default::default()
     };
     for (text, prompt) in prompts {
         run_one(&engine, text.as_deref(), &prompt, &options, a.json)?;
     }
     Ok(())
+}
+
+/// The constraint the flags ask for.
+fn constraint(a: &GenerateArgs) -> Result<Option<Constraint>> {
+    if let Some(schema) = &a.json_schema {
+        let text = match schema.trim_start().starts_with(['{', '[']) || schema.trim() == "true" {
+            true => schema.clone(),
+            false => std::fs::read_to_string(schema).map_err(|e| Error::io(schema, e))?,
+        };
+        let value = serde_json::from_str(&text)
+            .map_err(|e| Error::InvalidArgument(format!("--json-schema: not JSON ({e})")))?;
+        return Ok(Some(Constraint::JsonSchema(value)));
+    }
+    if let Some(rx) = &a.regex {
+        return Ok(Some(Constraint::Regex(rx.clone())));
+    }
+    if let Some(path) = &a.grammar {
+        let lark = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        return Ok(Some(Constraint::Lark(lark)));
+    }
+    Ok(None)
 }
 
 /// Generates for one prompt, streaming text (or printing one JSON object). The prompt's text is

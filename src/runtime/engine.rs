@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use super::constraint::Grammars;
 use super::heap_trim::{self, TrimOnDrop};
 use super::memory_plan::{self, kv_memory_left, plan_kv, KvPlan};
 use super::sampler::SamplingParams;
@@ -53,6 +54,8 @@ pub struct Engine {
     chained_decode: AtomicBool,
     /// What the CLI, `serve` and the C API sample with where the caller names nothing.
     sampling_defaults: SamplingParams,
+    /// The constraint compiler, built at the first constrained request (its error kept).
+    grammars: OnceLock<std::result::Result<Arc<Grammars>, String>>,
     /// Last, so that it runs after the model (and its GPU context, when this engine held the
     /// last reference) has been freed.
     _trim: TrimOnDrop,
@@ -407,6 +410,7 @@ impl Engine {
             default_session: Mutex::new(None),
             chained_decode: AtomicBool::new(chained_decode),
             sampling_defaults: sampling,
+            grammars: OnceLock::new(),
             _trim: TrimOnDrop,
         })
     }
@@ -482,6 +486,16 @@ impl Engine {
     /// options start from, stays greedy.
     pub fn sampling_defaults(&self) -> SamplingParams {
         self.sampling_defaults
+    }
+
+    /// Compiles constraints for this model (built on first use: the vocabulary's token trie).
+    pub fn grammars(&self) -> Result<Arc<Grammars>> {
+        let built = self.grammars.get_or_init(|| {
+            let tokenizer = self.tokenizer.as_ref().ok_or("constrained decoding needs the model's tokenizer")?;
+            let eos = self.spec().eos_token_ids.first().copied().unwrap_or(0);
+            Grammars::new(tokenizer, self.spec().vocab, eos).map(Arc::new).map_err(|e| e.to_string())
+        });
+        built.clone().map_err(Error::InvalidArgument)
     }
 
     /// The tokenizer, when the model directory has one.

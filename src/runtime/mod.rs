@@ -2,6 +2,7 @@
 //! stats.
 
 pub mod collect_routing;
+pub mod constraint;
 pub mod direct_io;
 pub mod drafts;
 pub mod engine;
@@ -16,6 +17,7 @@ pub mod session;
 pub mod stats;
 pub mod tokenizer;
 
+pub use constraint::Constraint;
 pub use engine::{
     Engine, EngineOptions, ExpertBudget, Finished, GenerateOptions, Generation, OnToken, RequestId, Scheduler, Score,
 };

@@ -141,7 +141,7 @@ impl EngineOptions {
 }
 
 /// What `generate` should do.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct GenerateOptions {
     /// Most tokens to generate.
     pub max_tokens: usize,
@@ -159,6 +159,12 @@ pub struct GenerateOptions {
     /// `logprobs` alternatives each), the whole prompt computed again; only through the
     /// [`crate::runtime::Scheduler`].
     pub prompt_logprobs: bool,
+    /// What the generated text must match (a JSON schema, regex or grammar); `None`: anything.
+    /// Needs the logits on the CPU each token; not with drafts.
+    pub constraint: Option<crate::runtime::Constraint>,
+    /// Tokens besides the model's end-of-sequence ids that end the text for the caller, such as
+    /// a chat template's end of turn: a constraint allows them where its grammar may end.
+    pub end_tokens: Vec<u32>,
 }
 
 impl Default for GenerateOptions {
@@ -170,6 +176,8 @@ impl Default for GenerateOptions {
             drafts: None,
             logprobs: None,
             prompt_logprobs: false,
+            constraint: None,
+            end_tokens: Vec::new(),
         }
     }
 }

@@ -54,6 +54,17 @@ impl Tokenizer {
         self.inner.token_to_id(token)
     }
 
+    /// The tokenizer as a `tokenizer.json` document (what constrained decoding reads each
+    /// token's bytes from).
+    pub fn to_json(&self) -> Result<String> {
+        self.inner.to_string(false).map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    /// The `tokenizers` crate's tokenizer underneath.
+    pub(crate) fn hf(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
     /// Text of `ids`, skipping special tokens.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.inner.decode(ids, true).map_err(|e| Error::Tokenizer(e.to_string()))

@@ -103,11 +103,9 @@ pub struct ChatRequest {
     /// Tool schemas, given to the template.
     pub tools: Option<Vec<Value>>,
     /// `"auto"` (the default: calls the model writes in its template's format come back as
-    /// `tool_calls`) or `"none"` (all text); forcing a call (`"required"`, a named function)
-    /// needs constrained decoding and is refused.
+    /// `tool_calls`), `"none"` (all text), `"required"` (a call to one of the tools, forced by
+    /// constrained decoding) or `{"type": "function", "function": {"name": ...}}` (that one).
     pub tool_choice: Option<Value>,
-    /// Must be absent or `{"type": "text"}`.
-    pub response_format: Option<Value>,
     /// Extra template variables (`enable_thinking`, ...), as vLLM and llama-server accept.
     pub chat_template_kwargs: Option<Map<String, Value>>,
 }
@@ -253,21 +251,31 @@ impl ChatRequest {
         if self.messages.is_empty() {
             return Err(out_of_range("messages", "a non-empty list"));
         }
-        match self.tool_choice.as_ref().and_then(Value::as_str) {
-            _ if self.tool_choice.as_ref().is_none_or(Value::is_null) => {}
-            Some("auto" | "none") => {}
-            Some("required") => {
-                return Err(unsupported("tool_choice", "\"required\" (forcing a call needs constrained decoding)"))
-            }
-            _ => {
-                return Err(unsupported("tool_choice", "naming a function (forcing a call needs constrained decoding)"))
-            }
+        self.forced_call().map(drop)
+    }
+
+    /// The call `tool_choice` forces: `None` for `"auto"`, `"none"` or none given, `Some(None)`
+    /// for `"required"` (any of the tools), `Some(Some(name))` for a named function.
+    pub fn forced_call(&self) -> Result<Option<Option<String>>, ApiError> {
+        let forced = match &self.tool_choice {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::String(s)) if s == "auto" || s == "none" => return Ok(None),
+            Some(Value::String(s)) if s == "required" => None,
+            Some(choice) => match choice.pointer("/function/name").and_then(Value::as_str) {
+                Some(name) if choice.get("type").and_then(Value::as_str) == Some("function") => Some(name.to_string()),
+                _ => {
+                    return Err(out_of_range(
+                        "tool_choice",
+                        "\"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                    ))
+                }
+            },
+        };
+        let tools = self.tools.as_deref().unwrap_or_default();
+        if tools.is_empty() {
+            return Err(out_of_range("tool_choice", "\"auto\" or \"none\" without `tools`"));
         }
-        match &self.response_format {
-            None | Some(Value::Null) => Ok(()),
-            Some(f) if f.get("type").and_then(Value::as_str) == Some("text") => Ok(()),
-            Some(_) => Err(unsupported("response_format", "other than {\"type\": \"text\"}")),
-        }
+        Ok(Some(forced))
     }
 }
 

@@ -10,6 +10,7 @@ mod api;
 mod error;
 mod metrics;
 mod routes;
+mod structured;
 mod worker;
 
 use std::future::Future;

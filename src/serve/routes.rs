@@ -18,6 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::api::{self, PromptInput};
 use super::error::ApiError;
+use super::structured::Structured;
 use super::worker::{self, Event, Job, ModelInfo, NamedLogprob, Prompt, Worker};
 use crate::chat::{Completion, CompletionRequest, FinishReason};
 use crate::runtime::sampling_defaults::fresh_seed;
@@ -135,8 +136,31 @@ async fn chat_completions(State(s): State<Shared>, request: Request) -> Result<R
     let body = body_bytes(&s, request).await?;
     let req: api::ChatRequest = api::parse(&body)?;
     let options: api::Sampling = api::parse(&body)?;
+    let structured: Structured = api::parse(&body)?;
     req.check()?;
     let (max_tokens, sampling, stop) = options.check(&s.model.sampling, fresh_seed(), false)?;
+    let constraint = match (structured.constraint()?, req.forced_call()?) {
+        (constraint, None) => constraint,
+        (None, Some(name)) => {
+            let format = s.model.tool_format.ok_or_else(|| {
+                ApiError::invalid(
+                    "`tool_choice` forcing a call: the model's chat template writes tool calls in no format moestream \
+                     parses"
+                        .to_string(),
+                    Some("tool_choice"),
+                    "unsupported_parameter",
+                )
+            })?;
+            Some(format.forced_call(req.tools.as_deref().unwrap_or_default(), name.as_deref())?)
+        }
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "`tool_choice` forcing a call and a structured `response_format` at once".to_string(),
+                Some("tool_choice"),
+                "invalid_value",
+            ))
+        }
+    };
     let prompt = Prompt::Chat {
         tool_calls: req.parses_tool_calls(),
         messages: req.messages,
@@ -145,6 +169,7 @@ async fn chat_completions(State(s): State<Shared>, request: Request) -> Result<R
     };
     let mut request = completion_request(max_tokens.unwrap_or(usize::MAX), sampling, stop, options.ignore_eos);
     request.options.logprobs = options.logprobs(true)?;
+    request.options.constraint = constraint;
     respond(s, Kind::Chat, prompt, request, &options, false).await
 }
 
@@ -153,6 +178,7 @@ async fn completions(State(s): State<Shared>, request: Request) -> Result<Respon
     let body = body_bytes(&s, request).await?;
     let req: api::CompletionRequest = api::parse(&body)?;
     let options: api::Sampling = api::parse(&body)?;
+    let constraint = api::parse::<Structured>(&body)?.constraint()?;
     req.check(options.stream)?;
     let (max_tokens, sampling, stop) = options.check(&s.model.sampling, fresh_seed(), req.echo)?;
     let prompt = match req.prompt {
@@ -166,6 +192,7 @@ async fn completions(State(s): State<Shared>, request: Request) -> Result<Respon
     request.options.logprobs = options.logprobs(false)?;
     // Echo with log-probabilities scores the prompt too (lm-evaluation-harness's loglikelihood).
     request.options.prompt_logprobs = req.echo && request.options.logprobs.is_some();
+    request.options.constraint = constraint;
     respond(s, Kind::Text, prompt, request, &options, req.echo).await
 }
 

@@ -109,6 +109,9 @@ pub struct ModelInfo {
     pub parallel: usize,
     /// What a request's absent sampling fields take ([`Engine::sampling_defaults`]).
     pub sampling: SamplingParams,
+    /// How the chat template writes tool calls (what a forced call follows), if it writes any
+    /// moestream parses.
+    pub tool_format: Option<ToolFormat>,
 }
 
 /// Requests answered at once unless `--parallel` says otherwise (llama-server's default too).
@@ -181,6 +184,7 @@ impl Worker {
                     context: engine.context(),
                     parallel: options.parallel.max(1),
                     sampling: engine.sampling_defaults(),
+                    tool_format: template.as_ref().and_then(|t| ToolFormat::of_template(t.source())),
                 };
                 let _ = ready_tx.send(Ok(info));
                 let end_of_turn = end_of_turn_tokens(&engine, template.as_ref());
@@ -342,6 +346,7 @@ impl<'a> EngineLoop<'a> {
         if matches!(job.prompt, Prompt::Chat { .. }) && !job.request.options.ignore_eos {
             job.request.stop_tokens = self.end_of_turn.clone();
         }
+        job.request.options.end_tokens = job.request.stop_tokens.clone();
         if let Prompt::Chat { tool_calls: true, .. } = job.prompt {
             job.request.tool_format = self.template.as_ref().and_then(|t| ToolFormat::of_template(t.source()));
         }
@@ -367,7 +372,7 @@ impl<'a> EngineLoop<'a> {
                 })
             })
         };
-        match self.scheduler.submit_n(prompt, job.request.options, job.n, on_token) {
+        match self.scheduler.submit_n(prompt, job.request.options.clone(), job.n, on_token) {
             Ok(ids) => {
                 let _ = job.events.send(Event::Started);
                 for (index, (id, reply)) in ids.into_iter().zip(replies).enumerate() {

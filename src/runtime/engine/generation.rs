@@ -10,6 +10,7 @@ use crate::decoder::{ChainedStep, RoutingMode, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertStats;
+use crate::runtime::constraint::ConstraintState;
 use crate::runtime::logprobs::{token_logprob, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
@@ -42,26 +43,59 @@ pub(super) struct Picker {
     sampler: Sampler,
     top: Option<usize>,
     pub(super) logprobs: Vec<TokenLogprob>,
+    /// Where the request is in its constraint's grammar.
+    constraint: Option<ConstraintState>,
 }
 
 impl Picker {
-    pub(super) fn new(options: &GenerateOptions) -> Picker {
-        Picker { sampler: Sampler::new(options.sampling), top: options.logprobs, logprobs: Vec::new() }
+    /// The picker of a request with `options` on `engine` (a constraint that does not compile
+    /// is an error).
+    pub(super) fn new(engine: &Engine, options: &GenerateOptions) -> Result<Picker> {
+        let constraint = match &options.constraint {
+            None => None,
+            Some(c) => {
+                let mut stops = engine.spec().eos_token_ids.clone();
+                stops.extend(&options.end_tokens);
+                Some(engine.grammars()?.start(c, &stops)?)
+            }
+        };
+        Ok(Picker { sampler: Sampler::new(options.sampling), top: options.logprobs, logprobs: Vec::new(), constraint })
     }
 
     /// The token after `logits` (`history` the sequence so far), drawn as
     /// [`Sampler::sample`] draws or, where `draft` was proposed, as
-    /// [`Sampler::sample_with_draft`]; its log-probability recorded when asked for.
-    pub(super) fn pick(&mut self, logits: &mut [f32], history: &[u32], draft: Option<u32>) -> u32 {
+    /// [`Sampler::sample_with_draft`], among what the constraint allows; its log-probability
+    /// (before the constraint) recorded when asked for.
+    pub(super) fn pick(&mut self, logits: &mut [f32], history: &[u32], draft: Option<u32>) -> Result<u32> {
         let raw = self.top.map(|_| logits.to_vec());
+        if let Some(c) = &mut self.constraint {
+            c.mask(logits)?;
+        }
         let token = match draft {
             Some(d) => self.sampler.sample_with_draft(logits, history, d),
             None => self.sampler.sample(logits, history),
         };
+        if let Some(c) = &mut self.constraint {
+            c.accept(token)?;
+        }
         if let (Some(raw), Some(top)) = (raw, self.top) {
             self.logprobs.push(token_logprob(&raw, token, top));
         }
-        token
+        Ok(token)
+    }
+
+    /// Runs `step` (a GPU step whose logits this picker takes next) while the constraint's mask
+    /// for them is computed on another thread.
+    pub(super) fn while_masking<T>(&mut self, step: impl FnOnce() -> T) -> Result<T> {
+        let Some(c) = &mut self.constraint else { return Ok(step()) };
+        std::thread::scope(|s| {
+            let masking = s.spawn(|| c.prepare());
+            let out = step();
+            masking
+                .join()
+                .map_err(|_| Error::InvalidArgument("constrained decoding: the mask thread panicked".into()))??;
+            Ok(out)
+        })
     }
 }
 
@@ -195,6 +229,9 @@ impl Engine {
         options.sampling.validate()?;
         if let Some(d) = &options.drafts {
             d.validate()?;
+            if options.constraint.is_some() {
+                return Err(Error::UnsupportedConfig("drafts with a constraint (JSON schema, regex, grammar)".into()));
+            }
         }
         check_logprobs(options)?;
         if options.prompt_logprobs {
@@ -207,11 +244,11 @@ impl Engine {
         session.tokens.extend_from_slice(new_tokens);
         let before = self.begin_request()?;
         // Log-probabilities need the logits on the CPU.
-        let greedy = options.sampling.argmax_on_gpu() && options.logprobs.is_none();
+        let greedy = options.sampling.argmax_on_gpu() && options.logprobs.is_none() && options.constraint.is_none();
         let want = if greedy { StepOutput::Argmax } else { StepOutput::Logits };
-        let mut picker = Picker::new(options);
+        let mut picker = Picker::new(self, options)?;
         let pick = |r: StepResult, history: &[u32], picker: &mut Picker| match r {
-            StepResult::Token(t) => t,
+            StepResult::Token(t) => Ok(t),
             StepResult::Logits(mut l) => picker.pick(&mut l, history, None),
             _ => unreachable!("generate asks for a token or logits"),
         };
@@ -224,7 +261,9 @@ impl Engine {
         let first = self.prefill(session, if options.max_tokens > 0 { want } else { StepOutput::None })?;
         // Tokens decided and not yet taken: the next one, or accepted drafts and the token after.
         let mut queue: VecDeque<u32> = VecDeque::new();
-        queue.extend((options.max_tokens > 0).then(|| pick(first, &session.tokens, &mut picker)));
+        if options.max_tokens > 0 {
+            queue.push_back(pick(first, &session.tokens, &mut picker)?);
+        }
         let mut drafted = (0, 0);
         let prefill_s = started.elapsed().as_secs_f64();
         let prefilled = session.len() - reused;
@@ -266,7 +305,9 @@ impl Engine {
             }
             queue.push_back(match chained {
                 false => {
-                    pick(self.model.step(&session.cache, &[t], pos, Phase::Decode, want)?, &session.tokens, &mut picker)
+                    let step =
+                        picker.while_masking(|| self.model.step(&session.cache, &[t], pos, Phase::Decode, want))?;
+                    pick(step?, &session.tokens, &mut picker)?
                 }
                 true => {
                     let current = match ahead.take() {
@@ -369,7 +410,7 @@ impl Engine {
         let mut after = None;
         for (i, mut logits) in rows.into_iter().enumerate() {
             let draft = session.tokens.get(len + i).copied();
-            let token = picker.pick(&mut logits, &session.tokens[..len + i], draft);
+            let token = picker.pick(&mut logits, &session.tokens[..len + i], draft)?;
             if draft != Some(token) {
                 after = Some(token);
                 break;

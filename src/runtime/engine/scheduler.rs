@@ -22,7 +22,7 @@ mod slot;
 
 use slot::{Running, Slot, SlotSession};
 
-use super::generation::RequestFigures;
+use super::generation::{Picker, RequestFigures};
 use super::{Engine, GenerateOptions, Generation};
 
 /// Identifies a request within its [`Scheduler`].
@@ -46,12 +46,16 @@ struct Waiting<'a> {
     id: RequestId,
     prompt: Vec<u32>,
     options: GenerateOptions,
+    picker: Picker,
     on_token: OnToken<'a>,
     /// The slot it must run in ([`Scheduler::submit_to`]), or any.
     slot: Option<usize>,
     /// Further choices of the same prompt: forked from this request once its prompt is in.
-    siblings: Vec<(RequestId, GenerateOptions, OnToken<'a>)>,
+    siblings: Vec<Choice<'a>>,
 }
+
+/// A further choice of a waiting prompt: its id, options, token picker and callback.
+type Choice<'a> = (RequestId, GenerateOptions, Picker, OnToken<'a>);
 
 /// Runs many requests on one engine, several sequences per step (see the module's doc).
 pub struct Scheduler<'a> {
@@ -172,14 +176,17 @@ impl<'a> Scheduler<'a> {
         }
         let ids: Vec<RequestId> = (0..n as u64).map(|i| self.next_id + i).collect();
         self.next_id += n as u64;
+        // Each choice's picker is made now, so a constraint that does not compile is refused here.
+        let picker = Picker::new(self.engine, &options)?;
         let siblings = (1..n)
             .map(|i| {
-                let mut o = options;
+                let mut o = options.clone();
                 o.sampling.seed = o.sampling.seed.wrapping_add(i as u64);
-                (ids[i], o, on_token(i))
+                Ok((ids[i], o.clone(), Picker::new(self.engine, &o)?, on_token(i)))
             })
-            .collect();
-        self.waiting.push_back(Waiting { id: ids[0], prompt, options, on_token: on_token(0), slot: None, siblings });
+            .collect::<Result<_>>()?;
+        let on_token = on_token(0);
+        self.waiting.push_back(Waiting { id: ids[0], prompt, options, picker, on_token, slot: None, siblings });
         Ok(ids)
     }
 
@@ -201,8 +208,9 @@ impl<'a> Scheduler<'a> {
             let mut w = self.waiting.remove(i).expect("found above");
             self.ended.push(Finished { id, result: unstarted(&w.prompt) });
             if !w.siblings.is_empty() {
-                let (id, options, on_token) = w.siblings.remove(0);
-                let next = Waiting { id, prompt: w.prompt, options, on_token, slot: w.slot, siblings: w.siblings };
+                let (id, options, picker, on_token) = w.siblings.remove(0);
+                let next =
+                    Waiting { id, prompt: w.prompt, options, picker, on_token, slot: w.slot, siblings: w.siblings };
                 self.waiting.insert(i, next);
             }
             return true;
@@ -415,15 +423,15 @@ impl<'a> Scheduler<'a> {
                 false => self.engine.begin_request()?,
             };
             busy = true;
-            let start = |id, options, on_token| {
-                Running::new(self.engine, id, w.prompt.len(), options, on_token, experts_before)
+            let start = |id, options, picker, on_token| {
+                Running::new(self.engine, id, w.prompt.len(), (options, picker), on_token, experts_before)
             };
-            let mut running = start(w.id, w.options, w.on_token);
+            let mut running = start(w.id, w.options, w.picker, w.on_token);
             (running.reused, running.prefilled) = (reused, len - reused);
-            for (id, options, on_token) in siblings {
+            for (id, options, picker, on_token) in siblings {
                 let j =
                     (0..self.slots.len()).find(|&j| j != i && self.slots[j].running.is_none()).expect("counted above");
-                let sibling = Running { fork_of: Some((i, w.id)), ..start(id, options, on_token) };
+                let sibling = Running { fork_of: Some((i, w.id)), ..start(id, options, picker, on_token) };
                 self.slots[j].running = Some(sibling);
             }
             self.slots[i].running = Some(running);

@@ -44,7 +44,7 @@ impl<'a> Running<'a> {
         engine: &'a Engine,
         id: RequestId,
         prompt_len: usize,
-        options: GenerateOptions,
+        (options, picker): (GenerateOptions, Picker),
         on_token: OnToken<'a>,
         experts_before: ExpertStats,
     ) -> Running<'a> {
@@ -53,7 +53,7 @@ impl<'a> Running<'a> {
             prompt_len,
             options,
             on_token,
-            picker: Picker::new(&options),
+            picker,
             stream: engine.tokenizer.as_ref().map(TextStream::new),
             generated: Vec::new(),
             text: String::new(),
@@ -109,7 +109,10 @@ impl Slot<'_> {
     pub(super) fn take_token(&mut self, engine: &Engine, logits: &mut [f32]) -> Option<Result<()>> {
         let r = self.running.as_mut().expect("a step's part belongs to a running request");
         let session = &mut self.session;
-        let t = r.picker.pick(logits, &session.tokens, None);
+        let t = match r.picker.pick(logits, &session.tokens, None) {
+            Ok(t) => t,
+            Err(e) => return Some(Err(e)),
+        };
         r.first_token.get_or_insert_with(Instant::now);
         r.next = None;
         if !r.options.ignore_eos && engine.spec().eos_token_ids.contains(&t) {
