@@ -1,16 +1,20 @@
 """The official `openai` Python client against `moestream serve`: models, chat with and without
-streaming, text completions, concurrent requests from threads (each answered as alone), and a
-refused request. Run by `.ci/run` after `cargo test`:
+streaming, text completions, concurrent requests from threads (each answered as alone), a
+refused request, the SDK's tool-calling loop with a forced call, and `chat.completions.parse`
+with a pydantic model (structured outputs). Run by `.ci/run` after `cargo test`:
 
     python tests/openai_client.py target/release/moestream
 """
 
 import concurrent.futures
+import json
 import os
 import subprocess
 import sys
+import typing
 
 import openai
+import pydantic
 
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "moestream-tiny-moe")
 
@@ -91,5 +95,88 @@ def main():
         server.wait(timeout=30)
 
 
+def start(binary, *args):
+    """`moestream serve` on the bundled model with `args`; the process and the client."""
+    server = subprocess.Popen(
+        [binary, "serve", "--port", "0", "--api-key", "sk-local", "--model", MODEL, *args],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = None
+    for line in server.stderr:
+        if line.startswith("listening on "):
+            url = line.split()[-1]
+            break
+    assert url, "moestream serve did not start"
+    return server, openai.OpenAI(base_url=url + "/v1", api_key="sk-local", max_retries=0)
+
+
+class Verdict(pydantic.BaseModel):
+    """What `parse` asks for: its JSON schema (strict) goes to the server as response_format."""
+
+    verdict: typing.Literal["guilty", "not guilty"]
+    votes: pydantic.conint(ge=0, le=12)
+
+
+def get_weather(city):
+    """The tool the loop below runs."""
+    return {"city": city, "sky": "clear"}
+
+
+def tools_and_structured_outputs(binary):
+    """The SDK's tool-calling loop (a forced call, executed here, its result sent back) and
+    `chat.completions.parse` with a pydantic model, on the bundled model through Qwen3's real
+    chat template (which writes Hermes `<tool_call>` calls); with random-ish small-model weights
+    the shapes come from constrained decoding."""
+    template = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "chat_templates", "Qwen-Qwen3-0.6B.jinja")
+    server, client = start(binary, "--context", "2048", "--chat-template", template)
+    try:
+        tools = [{
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "The weather in a city",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string", "maxLength": 24}},
+                    "required": ["city"],
+                    "additionalProperties": False,
+                },
+            },
+        }]
+        messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+        first = client.chat.completions.create(
+            model="moestream-tiny-moe", messages=messages, tools=tools, tool_choice="required", max_tokens=300, seed=1
+        )
+        choice = first.choices[0]
+        assert choice.finish_reason == "tool_calls", first
+        call = choice.message.tool_calls[0]
+        assert call.function.name == "get_weather", call
+        result = get_weather(**json.loads(call.function.arguments))
+        messages.append(choice.message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
+        second = client.chat.completions.create(
+            model="moestream-tiny-moe", messages=messages, tools=tools, tool_choice="none", max_tokens=16, temperature=0
+        )
+        assert second.choices[0].message.tool_calls is None and second.choices[0].message.content, second
+        assert second.usage.prompt_tokens > first.usage.prompt_tokens, "the tool result went into the prompt"
+
+        parsed = client.chat.completions.parse(
+            model="moestream-tiny-moe",
+            messages=[{"role": "user", "content": "What did the jury decide?"}],
+            response_format=Verdict,
+            max_tokens=300,
+            seed=2,
+        )
+        verdict = parsed.choices[0].message.parsed
+        assert isinstance(verdict, Verdict), parsed
+        return call.function.arguments, verdict
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 if __name__ == "__main__":
     main()
+    arguments, verdict = tools_and_structured_outputs(sys.argv[1] if len(sys.argv) > 1 else "target/release/moestream")
+    print(f"openai client tool loop and parse: ok (get_weather({arguments}), {verdict!r})")
