@@ -115,3 +115,41 @@ fn a_model_without_a_template_takes_one_from_the_command_line() {
     let (ok, stderr) = run(&["--chat-template", "/no/such/template.jinja"]);
     assert!(!ok && stderr.contains("/no/such/template.jinja does not exist"), "{stderr}");
 }
+
+#[test]
+fn tools_from_a_file_give_shown_calls_that_a_tool_result_answers() {
+    let dir = std::env::temp_dir().join(format!("moestream-chat-tools-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (tools, saved) = (dir.join("tools.json"), dir.join("conversation.json"));
+    let schema = r#"{"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+                     "required": ["city"], "additionalProperties": false}"#;
+    let tool = format!(r#"[{{"type": "function", "function": {{"name": "get_weather", "parameters": {schema}}}}}]"#);
+    std::fs::write(&tools, tool).unwrap();
+    let template = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/chat_templates/Qwen-Qwen3-0.6B.jinja");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_moestream"))
+        .args(["chat", "--context", "2048", "--max-tokens", "200", "-s", "1", "--chat-template", template])
+        .arg("--tools")
+        .arg(&tools)
+        .args(["--tool-choice", "get_weather"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let script = format!("Weather in Paris?\n/tool {{\"sky\": \"clear\"}}\n/save {}\n", saved.display());
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Both replies were forced calls (--tool-choice names the function), shown on stderr.
+    let shown: Vec<&str> = stderr.lines().filter(|l| l.starts_with("[tool call call_")).collect();
+    assert_eq!(shown.len(), 2, "{stderr}");
+    assert!(shown.iter().all(|l| l.contains(": get_weather({\"city\":")), "{stderr}");
+    let conversation: Value = serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    let m = conversation["messages"].as_array().unwrap();
+    assert_eq!(m.len(), 4, "{conversation}");
+    assert_eq!(m[1]["tool_calls"][0]["function"]["name"], "get_weather");
+    assert_eq!((m[2]["role"].as_str(), m[2]["content"].as_str()), (Some("tool"), Some("{\"sky\": \"clear\"}")));
+    assert_eq!(m[2]["tool_call_id"], m[1]["tool_calls"][0]["id"]);
+    std::fs::remove_dir_all(&dir).ok();
+}

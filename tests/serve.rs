@@ -718,6 +718,19 @@ fn structured_outputs_and_forced_tool_calls() {
         }
     }
 
+    // Llama 3.2's real template: a call is the whole reply, `{"name": ..., "parameters": ...}`.
+    let llama =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/chat_templates/meta-llama-Llama-3.2-3B-Instruct.jinja");
+    let llama = Server::start_with(&[], &["--chat-template", llama, "--context", "2048"]);
+    let body = json!({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": tools,
+                      "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_tokens": 200, "seed": 1});
+    let r = llama.post_json("/v1/chat/completions", body);
+    let call = &r["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "get_weather", "{r}");
+    assert!(serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap()["city"].is_string(), "{r}");
+    assert_eq!(r["choices"][0]["finish_reason"], "tool_calls", "{r}");
+    drop(llama);
+
     // Refusals name the field.
     for (body, field) in [
         (json!({"grammar": "root ::= \"a\""}), "grammar"),

@@ -5,8 +5,9 @@
 //! error.
 //!
 //! Formats: Hermes-style `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (Qwen2.5, Qwen3,
-//! Qwen3.5/3.6, Qwen3-Next templates) and GLM-4.5's `<tool_call>NAME<arg_key>K</arg_key>
-//! <arg_value>V</arg_value>…</tool_call>`. Formats whose markers are special tokens the
+//! Qwen3.5/3.6, Qwen3-Next templates), GLM-4.5's `<tool_call>NAME<arg_key>K</arg_key>
+//! <arg_value>V</arg_value>…</tool_call>` and Llama 3.x's JSON calls (the whole reply one
+//! `{"name": …, "parameters": {…}}` object). Formats whose markers are special tokens the
 //! detokenizer drops (Mistral's `[TOOL_CALLS]`, DeepSeek-V3's tool tokens, gpt-oss's harmony
 //! channels) are not parsed: their calls stay text.
 
@@ -31,7 +32,13 @@ pub enum ToolFormat {
     Hermes,
     /// `<tool_call>` + the name, then `<arg_key>`/`<arg_value>` pairs + `</tool_call>`.
     Glm,
+    /// The whole reply one JSON object `{"name": …, "parameters": {…}}` (Llama 3.1/3.2/3.3's
+    /// JSON tool calling).
+    Llama3Json,
 }
+
+/// What Llama 3.x templates tell the model a call looks like.
+const LLAMA3_CALL: &str = r#"{"name": function name, "parameters": dictionary of argument name"#;
 
 impl ToolFormat {
     /// The format a chat template's `source` writes tool calls in, if it is one of these.
@@ -39,6 +46,7 @@ impl ToolFormat {
         match (source.contains(OPEN), source.contains("<arg_key>")) {
             (true, true) => Some(ToolFormat::Glm),
             (true, false) => Some(ToolFormat::Hermes),
+            _ if source.contains(LLAMA3_CALL) => Some(ToolFormat::Llama3Json),
             _ => None,
         }
     }
@@ -47,6 +55,8 @@ impl ToolFormat {
     /// or a named function): to the tool called `name`, or to any of `tools` (OpenAI tool
     /// objects, whose `parameters` schemas shape the arguments).
     pub fn forced_call(self, tools: &[Value], name: Option<&str>) -> Result<Constraint> {
+        // Hermes calls name their arguments `arguments`, Llama 3's `parameters`.
+        let key = if self == ToolFormat::Llama3Json { "parameters" } else { "arguments" };
         let calls: Vec<Value> = tools
             .iter()
             .filter_map(|t| t.get("function"))
@@ -55,8 +65,8 @@ impl ToolFormat {
                 let parameters = f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
                 json!({
                     "type": "object",
-                    "properties": {"name": {"const": f.get("name").cloned().unwrap_or_default()}, "arguments": parameters},
-                    "required": ["name", "arguments"],
+                    "properties": {"name": {"const": f.get("name").cloned().unwrap_or_default()}, key: parameters},
+                    "required": ["name", key],
                     "additionalProperties": false,
                 })
             })
@@ -72,6 +82,7 @@ impl ToolFormat {
                 let schema = bounded_whitespace(json!({"anyOf": calls}));
                 Ok(Constraint::Lark(format!("start: \"{OPEN}\\n\" %json {schema} \"\\n{CLOSE}\"")))
             }
+            ToolFormat::Llama3Json => Ok(Constraint::JsonSchema(bounded_whitespace(json!({"anyOf": calls})))),
             ToolFormat::Glm => Err(Error::UnsupportedConfig(
                 "forcing a tool call (tool_choice \"required\" or a named function) in GLM-4.5's format".into(),
             )),
@@ -95,17 +106,28 @@ pub struct ToolCallScanner {
     format: ToolFormat,
     /// Text from the first call's opening tag on (or a possible start of it).
     held: String,
+    /// Llama 3: the reply did not open with `{`, so it is text.
+    text_only: bool,
 }
 
 impl ToolCallScanner {
     /// A scanner for calls in `format`.
     pub fn new(format: ToolFormat) -> ToolCallScanner {
-        ToolCallScanner { format, held: String::new() }
+        ToolCallScanner { format, held: String::new(), text_only: false }
     }
 
     /// Adds reply text; returns the text now known not to belong to a call.
     pub fn push(&mut self, piece: &str) -> String {
         self.held.push_str(piece);
+        if self.format == ToolFormat::Llama3Json {
+            // A call is the whole reply: held while it may be one, all text once it cannot.
+            let start = self.held.trim_start();
+            self.text_only |= !(start.is_empty() || start.starts_with('{'));
+            return match self.text_only {
+                true => std::mem::take(&mut self.held),
+                false => String::new(),
+            };
+        }
         if self.held.contains(OPEN) {
             // From the opening tag on, everything waits for the end.
             let at = self.held.find(OPEN).expect("just found");
@@ -119,6 +141,12 @@ impl ToolCallScanner {
     /// Ends the reply: the held text's calls and the text that remains content (all of it
     /// when a call does not parse).
     pub fn finish(self) -> (String, Vec<ToolCall>) {
+        if self.format == ToolFormat::Llama3Json {
+            return match parse_hermes(&self.held) {
+                Some((name, arguments)) => (String::new(), vec![ToolCall { id: next_id(), name, arguments }]),
+                None => (self.held, Vec::new()),
+            };
+        }
         match parse_calls(self.format, &self.held) {
             Some((rest, calls)) if !calls.is_empty() => (rest, calls),
             _ => (self.held, Vec::new()),
@@ -141,7 +169,7 @@ fn parse_calls(format: ToolFormat, text: &str) -> Option<(String, Vec<ToolCall>)
             None => (&tail[body_start..], ""),
         };
         let (name, arguments) = match format {
-            ToolFormat::Hermes => parse_hermes(body)?,
+            ToolFormat::Hermes | ToolFormat::Llama3Json => parse_hermes(body)?,
             ToolFormat::Glm => parse_glm(body)?,
         };
         calls.push(ToolCall { id: next_id(), name, arguments });
@@ -151,7 +179,7 @@ fn parse_calls(format: ToolFormat, text: &str) -> Option<(String, Vec<ToolCall>)
     Some((rest.trim().to_string(), calls))
 }
 
-/// `{"name": …, "arguments": {…} or "…"}`.
+/// `{"name": …, "arguments": {…} or "…"}` (or `"parameters"`, Llama 3's name).
 fn parse_hermes(body: &str) -> Option<(String, String)> {
     let v: Value = serde_json::from_str(body.trim()).ok()?;
     let name = v.get("name")?.as_str()?.to_string();
@@ -212,6 +240,27 @@ mod tests {
     }
 
     #[test]
+    fn llama3_json_calls_parse_in_every_split() {
+        // As Llama 3.2's template writes an assistant's call.
+        let call = r#"{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}"#;
+        for n in 1..=call.len() {
+            let (released, rest, calls) = scan(ToolFormat::Llama3Json, call, n);
+            assert_eq!((released.as_str(), rest.as_str()), ("", ""), "split {n}");
+            assert_eq!(calls, vec![("get_weather".into(), r#"{"city":"Paris","days":2}"#.into())], "split {n}");
+        }
+        // Text is text, streamed as it comes once it cannot be a call; a brace that is no call
+        // comes back whole at the end.
+        let text = "It is sunny {mostly}.";
+        for n in 1..=text.len() {
+            let (released, rest, calls) = scan(ToolFormat::Llama3Json, text, n);
+            assert_eq!((format!("{released}{rest}"), calls.len()), (text.to_string(), 0), "split {n}");
+            assert_eq!(released, text, "split {n}: released as it came");
+        }
+        let (released, rest, calls) = scan(ToolFormat::Llama3Json, "{not json", 3);
+        assert_eq!((released.as_str(), rest.as_str(), calls.len()), ("", "{not json", 0));
+    }
+
+    #[test]
     fn hermes_calls_parse_in_every_split() {
         // As Qwen3's template teaches it.
         let text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
@@ -251,5 +300,13 @@ mod tests {
         assert_eq!(ToolFormat::of_template("…<tool_call>…<arg_key>…"), Some(ToolFormat::Glm));
         assert_eq!(ToolFormat::of_template("{{ '<tool_call>' }}"), Some(ToolFormat::Hermes));
         assert_eq!(ToolFormat::of_template("[TOOL_CALLS]"), None);
+        // The real templates (tests/fixtures/chat_templates).
+        let real = |name: &str| {
+            let path = format!("{}/tests/fixtures/chat_templates/{name}.jinja", env!("CARGO_MANIFEST_DIR"));
+            ToolFormat::of_template(&std::fs::read_to_string(path).unwrap())
+        };
+        assert_eq!(real("meta-llama-Llama-3.2-3B-Instruct"), Some(ToolFormat::Llama3Json));
+        assert_eq!(real("Qwen-Qwen3-0.6B"), Some(ToolFormat::Hermes));
+        assert_eq!(real("mistralai-Mistral-Nemo-Instruct-2407"), None);
     }
 }

@@ -16,10 +16,12 @@ use clap::Args;
 use super::chat_input::ChatInput;
 use super::model_args::{DraftArgs, ModelArgs, SamplingArgs};
 use moestream::chat::{
-    complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role,
+    complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role, ToolCall,
+    ToolFormat,
 };
 use moestream::runtime::{GenerateOptions, Session};
 use moestream::{Engine, Error, Result};
+use serde_json::{json, Value};
 
 /// Flags of `chat`.
 #[derive(Args, Debug)]
@@ -43,6 +45,14 @@ pub struct ChatArgs {
     /// A Jinja chat template to use instead of the model's (needed for a model without one).
     #[arg(long, value_name = "FILE")]
     chat_template: Option<std::path::PathBuf>,
+    /// Tools the model may call: a JSON file of OpenAI tool objects (a list, or `{"tools":
+    /// [...]}`), given to the template; calls are shown and kept, `/tool RESULT` answers one.
+    #[arg(long, value_name = "FILE")]
+    tools: Option<std::path::PathBuf>,
+    /// With --tools: `auto` (the model decides), `required` (every reply is a call, by
+    /// constrained decoding) or a function's name (a call to it).
+    #[arg(long, value_name = "CHOICE", default_value = "auto", requires = "tools")]
+    tool_choice: String,
 }
 
 /// The conversation so far and how to extend it. The session keeps the KV cache of the turns so
@@ -54,6 +64,8 @@ struct Conversation<'a> {
     system: Option<String>,
     messages: Vec<ChatMessage>,
     request: CompletionRequest,
+    /// Tool schemas given to the template (`--tools`).
+    tools: Option<Vec<Value>>,
 }
 
 /// Runs `chat` until end of input or `/quit`.
@@ -82,8 +94,32 @@ pub fn run(a: ChatArgs) -> Result<()> {
         tool_format: None,
         reasoning: None,
     };
+    let mut request = request;
+    let tools = a.tools.as_deref().map(read_tools).transpose()?;
+    if let Some(tools) = &tools {
+        let format = ToolFormat::of_template(template.source());
+        request.tool_format = format;
+        let forced = match a.tool_choice.as_str() {
+            "auto" => None,
+            "required" => Some(None),
+            name => Some(Some(name)),
+        };
+        match (format, forced) {
+            (None, None) => {
+                log::warn!("the chat template writes tool calls in no format moestream parses: they stay text")
+            }
+            (None, Some(_)) => {
+                return Err(Error::InvalidArgument(
+                    "--tool-choice: the chat template writes tool calls in no format moestream parses".into(),
+                ))
+            }
+            (Some(f), Some(name)) => request.options.constraint = Some(f.forced_call(tools, name)?),
+            (Some(_), None) => {}
+        }
+    }
     let session = engine.new_session()?;
-    let mut chat = Conversation { engine: &engine, session, template, system: a.system, messages: Vec::new(), request };
+    let mut chat =
+        Conversation { engine: &engine, session, template, system: a.system, messages: Vec::new(), request, tools };
     chat.reset();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -136,12 +172,27 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 Ok(()) => eprintln!("[loaded {} messages from {file}]", chat.messages.len()),
                 Err(e) => eprintln!("error: {e}"),
             },
+            Some(("/tool", result)) if !result.is_empty() => {
+                let Some(id) = chat.last_call_id() else {
+                    eprintln!("error: /tool answers a tool call, and the last reply made none");
+                    continue;
+                };
+                let mut message = ChatMessage::new(Role::Tool, result);
+                message.extra.insert("tool_call_id".into(), Value::from(id));
+                stop.store(false, Ordering::SeqCst);
+                generating.store(true, Ordering::SeqCst);
+                let outcome = chat.turn(message, &stop);
+                generating.store(false, Ordering::SeqCst);
+                if let Err(e) = outcome {
+                    eprintln!("error: {e}");
+                }
+            }
             Some(("/help", _)) => eprintln!("{HELP}"),
             Some((unknown, _)) => eprintln!("error: unknown command {unknown}; {HELP}"),
             None => {
                 stop.store(false, Ordering::SeqCst);
                 generating.store(true, Ordering::SeqCst);
-                let result = chat.reply(&text, &stop);
+                let result = chat.turn(ChatMessage::new(Role::User, text.as_str()), &stop);
                 generating.store(false, Ordering::SeqCst);
                 if let Err(e) = result {
                     eprintln!("error: {e}");
@@ -154,7 +205,27 @@ pub fn run(a: ChatArgs) -> Result<()> {
 
 /// What `/help` prints.
 const HELP: &str = "commands: /reset (forget the conversation), /system TEXT (new system message, clears), \
-                    /save FILE (write the conversation as JSON), /load FILE (continue a saved conversation), /quit";
+                    /save FILE (write the conversation as JSON), /load FILE (continue a saved conversation), \
+                    /tool RESULT (answer the last tool call, with --tools), /quit";
+
+/// The tools in `path`: a JSON list of OpenAI tool objects, or `{"tools": [...]}`.
+fn read_tools(path: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let bad = |why: String| Error::InvalidArgument(format!("--tools {}: {why}", path.display()));
+    let value: Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON ({e})")))?;
+    let tools = match value {
+        Value::Array(tools) => tools,
+        Value::Object(mut o) => match o.remove("tools") {
+            Some(Value::Array(tools)) => tools,
+            _ => return Err(bad("an object without a `tools` list".into())),
+        },
+        _ => return Err(bad("not a list of tools".into())),
+    };
+    match tools.iter().all(|t| t.pointer("/function/name").is_some_and(Value::is_string)) {
+        true => Ok(tools),
+        false => Err(bad("each tool needs `function.name`".into())),
+    }
+}
 
 /// `("/name", "rest")` for a command line, `None` for a message.
 fn command(line: &str) -> Option<(&str, &str)> {
@@ -175,14 +246,23 @@ impl Conversation<'_> {
         self.messages = self.system.iter().map(|s| ChatMessage::new(Role::System, s.clone())).collect();
     }
 
-    /// Adds the user's turn, streams the reply to stdout and keeps it in the history. A reply
-    /// stopped by Ctrl-C is kept as far as it got; a turn that fails is dropped.
-    fn reply(&mut self, text: &str, stop: &AtomicBool) -> Result<()> {
-        self.messages.push(ChatMessage::new(Role::User, text));
+    /// Adds `message` (the user's turn, or a tool's result), streams the reply to stdout (its
+    /// tool calls to stderr) and keeps it in the history. A reply stopped by Ctrl-C is kept as
+    /// far as it got; a turn that fails is dropped.
+    fn turn(&mut self, message: ChatMessage, stop: &AtomicBool) -> Result<()> {
+        self.messages.push(message);
         let result = self.generate(stop);
         match result {
-            Ok(reply) => {
-                self.messages.push(ChatMessage::new(Role::Assistant, reply));
+            Ok((text, calls)) => {
+                let mut reply = ChatMessage::new(Role::Assistant, text);
+                if !calls.is_empty() {
+                    let calls: Vec<Value> = calls
+                        .iter()
+                        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                        .collect();
+                    reply.extra.insert("tool_calls".into(), Value::Array(calls));
+                }
+                self.messages.push(reply);
                 self.request.options.sampling.seed = self.request.options.sampling.seed.wrapping_add(1);
                 Ok(())
             }
@@ -193,8 +273,15 @@ impl Conversation<'_> {
         }
     }
 
-    fn generate(&mut self, stop: &AtomicBool) -> Result<String> {
-        let options = RenderOptions { add_generation_prompt: true, ..Default::default() };
+    /// The id of the last reply's last tool call, if it made any.
+    fn last_call_id(&self) -> Option<String> {
+        let last = self.messages.last().filter(|m| m.role == Role::Assistant)?;
+        let calls = last.extra.get("tool_calls")?.as_array()?;
+        Some(calls.last()?.get("id")?.as_str()?.to_string())
+    }
+
+    fn generate(&mut self, stop: &AtomicBool) -> Result<(String, Vec<ToolCall>)> {
+        let options = RenderOptions { add_generation_prompt: true, tools: self.tools.clone(), ..Default::default() };
         let text = self.template.render(&self.messages, &options)?;
         let tokenizer = self.engine.tokenizer().expect("checked at start");
         let prompt = tokenizer.encode_raw(&text)?;
@@ -212,6 +299,9 @@ impl Conversation<'_> {
         })?;
         writeln!(out).ok();
         drop(out);
+        for call in &c.tool_calls {
+            eprintln!("[tool call {}: {}({})]", call.id, call.name, call.arguments);
+        }
         let s = &c.generation.stats;
         let e = &s.experts;
         let experts =
@@ -226,7 +316,7 @@ impl Conversation<'_> {
             s.decode_tokens_per_s,
             if stop.load(Ordering::SeqCst) { ", stopped" } else { "" },
         );
-        Ok(c.text)
+        Ok((c.text, c.tool_calls))
     }
 
     /// Continues the conversation `/save` wrote to `path` (`{"messages": [...]}`, the OpenAI
