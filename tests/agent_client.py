@@ -9,7 +9,6 @@ and sends the result back. Run by `.ci/run` after the `openai` client check:
 """
 
 import os
-import subprocess
 import sys
 import typing
 
@@ -19,8 +18,9 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
+from openai_client import start  # noqa: E402 (a sibling script: the server's start)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODEL = os.path.join(HERE, "..", "models", "moestream-tiny-moe")
 TEMPLATE = os.path.join(HERE, "fixtures", "chat_templates", "Qwen-Qwen3-0.6B.jinja")
 
 
@@ -31,19 +31,8 @@ class Verdict(pydantic.BaseModel):
 
 def main():
     binary = sys.argv[1] if len(sys.argv) > 1 else "target/release/moestream"
-    server = subprocess.Popen(
-        [binary, "serve", "--port", "0", "--api-key", "sk-local", "--model", MODEL, "--context", "2048",
-         "--chat-template", TEMPLATE],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server, url = start(binary, "--context", "2048", "--chat-template", TEMPLATE)
     try:
-        url = None
-        for line in server.stderr:
-            if line.startswith("listening on "):
-                url = line.split()[-1]
-                break
-        assert url, "moestream serve did not start"
         model = OpenAIChatModel("moestream-tiny-moe", provider=OpenAIProvider(base_url=url + "/v1", api_key="sk-local"))
         agent = Agent(model, output_type=Verdict, model_settings={"max_tokens": 300, "seed": 3})
         counted = []

@@ -21,18 +21,8 @@ MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models",
 
 def main():
     binary = sys.argv[1] if len(sys.argv) > 1 else "target/release/moestream"
-    server = subprocess.Popen(
-        [binary, "serve", "--port", "0", "--context", "256", "--api-key", "sk-local", "--model", MODEL],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server, url = start(binary, "--context", "256")
     try:
-        url = None
-        for line in server.stderr:
-            if line.startswith("listening on "):
-                url = line.split()[-1]
-                break
-        assert url, "moestream serve did not start"
         client = openai.OpenAI(base_url=url + "/v1", api_key="sk-local", max_retries=0)
 
         models = client.models.list()
@@ -96,19 +86,18 @@ def main():
 
 
 def start(binary, *args):
-    """`moestream serve` on the bundled model with `args`; the process and the client."""
+    """`moestream serve` on the bundled model with `args` (API key `sk-local`): the process and
+    its URL."""
     server = subprocess.Popen(
         [binary, "serve", "--port", "0", "--api-key", "sk-local", "--model", MODEL, *args],
         stderr=subprocess.PIPE,
         text=True,
     )
-    url = None
     for line in server.stderr:
         if line.startswith("listening on "):
-            url = line.split()[-1]
-            break
-    assert url, "moestream serve did not start"
-    return server, openai.OpenAI(base_url=url + "/v1", api_key="sk-local", max_retries=0)
+            return server, line.split()[-1]
+    server.kill()
+    raise AssertionError("moestream serve did not start")
 
 
 class Verdict(pydantic.BaseModel):
@@ -129,8 +118,9 @@ def tools_and_structured_outputs(binary):
     chat template (which writes Hermes `<tool_call>` calls); with random-ish small-model weights
     the shapes come from constrained decoding."""
     template = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "chat_templates", "Qwen-Qwen3-0.6B.jinja")
-    server, client = start(binary, "--context", "2048", "--chat-template", template)
+    server, url = start(binary, "--context", "2048", "--chat-template", template)
     try:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="sk-local", max_retries=0)
         tools = [{
             "type": "function",
             "function": {
