@@ -21,6 +21,9 @@ pub struct CompletionRequest {
     pub stop_strings: Vec<String>,
     /// Parse tool calls written in this format out of the reply (`None`: all text).
     pub tool_format: Option<ToolFormat>,
+    /// Special tokens whose own text the reply reads in their place (the detokenizer drops
+    /// them): the tool format's markers ([`ToolFormat::marker_tokens`]).
+    pub markers: Vec<(u32, String)>,
     /// Keep `<think>` reasoning apart from the content: `Some(inside)`, `inside` when the
     /// prompt leaves the reply inside the reasoning (`None`: all content).
     pub reasoning: Option<bool>,
@@ -62,6 +65,7 @@ pub struct Completion {
 /// runs one per request through the runtime's scheduler.
 pub struct Reply {
     stop_tokens: Vec<u32>,
+    markers: Vec<(u32, String)>,
     scanner: StopScanner,
     tools: Option<ToolCallScanner>,
     thinking: Option<ReasoningScanner>,
@@ -75,6 +79,7 @@ impl Reply {
     pub fn new(request: &CompletionRequest) -> Reply {
         Reply {
             stop_tokens: request.stop_tokens.clone(),
+            markers: request.markers.clone(),
             scanner: StopScanner::new(&request.stop_strings),
             tools: request.tool_format.map(ToolCallScanner::new),
             thinking: request.reasoning.map(ReasoningScanner::new),
@@ -97,6 +102,7 @@ impl Reply {
             self.finish = Some(FinishReason::Stop);
             return false;
         }
+        let piece = self.markers.iter().find(|(m, _)| *m == id).map_or(piece, |(_, text)| text.as_str());
         let parts = match &mut self.thinking {
             Some(t) => t.push(piece),
             None => vec![(Part::Content, piece.to_string())],
@@ -272,6 +278,39 @@ mod tests {
         assert_eq!(c.finish_reason, FinishReason::ToolCalls);
         assert_eq!(c.tool_calls.len(), 1);
         assert_eq!((c.tool_calls[0].name.as_str(), c.tool_calls[0].arguments.as_str()), ("lookup", "{\"q\":\"x\"}"));
+    }
+
+    #[test]
+    fn a_marker_token_the_detokenizer_drops_is_read_as_its_text() {
+        // Mistral: `[TOOL_CALLS]` is special, so its piece comes empty; the reply reads its text.
+        let request = CompletionRequest {
+            tool_format: Some(ToolFormat::Mistral),
+            markers: vec![(7, "[TOOL_CALLS]".into())],
+            ..Default::default()
+        };
+        let mut reply = Reply::new(&request);
+        let mut shown = String::new();
+        let pieces = [(3, "Checking."), (7, ""), (4, "[{\"name\": \"now\", "), (5, "\"arguments\": {}}]")];
+        for (id, p) in pieces {
+            assert!(reply.token(id, p, |t| {
+                shown.push_str(t);
+                true
+            }));
+        }
+        let generation = Generation {
+            prompt_tokens: vec![1],
+            tokens: pieces.iter().map(|(id, _)| *id).collect(),
+            text: String::new(),
+            logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
+            stats: Default::default(),
+        };
+        let c = reply.finish(generation, &request, 100, |t| {
+            shown.push_str(t);
+            true
+        });
+        assert_eq!((shown.as_str(), c.finish_reason), ("Checking.", FinishReason::ToolCalls));
+        assert_eq!((c.tool_calls[0].name.as_str(), c.tool_calls[0].arguments.as_str()), ("now", "{}"));
     }
 
     #[test]

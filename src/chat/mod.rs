@@ -10,6 +10,7 @@ mod reasoning;
 mod stop;
 mod template;
 mod tool_calls;
+mod tool_markers;
 
 pub use completion::{complete, Completion, CompletionRequest, FinishReason, Reply};
 pub use message::{ChatMessage, Role};

@@ -7,9 +7,8 @@
 //! Formats: Hermes-style `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (Qwen2.5, Qwen3,
 //! Qwen3.5/3.6, Qwen3-Next templates), GLM-4.5's `<tool_call>NAME<arg_key>K</arg_key>
 //! <arg_value>V</arg_value>…</tool_call>` and Llama 3.x's JSON calls (the whole reply one
-//! `{"name": …, "parameters": {…}}` object). Formats whose markers are special tokens the
-//! detokenizer drops (Mistral's `[TOOL_CALLS]`, DeepSeek-V3's tool tokens, gpt-oss's harmony
-//! channels) are not parsed: their calls stay text.
+//! `{"name": …, "parameters": {…}}` object); Mistral's and DeepSeek-V3's calls between special
+//! tokens in `tool_markers.rs`. gpt-oss's harmony channels are not parsed: their calls stay text.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -21,6 +20,10 @@ use crate::runtime::constraint::bounded_whitespace;
 use crate::runtime::Constraint;
 
 use super::stop::partial_marker_len;
+use super::tool_markers::{
+    marker_tokens, parse_deepseek, parse_mistral, DEEPSEEK_CALLS, DEEPSEEK_MARKERS, MISTRAL_CALLS, MISTRAL_MARKERS,
+};
+use crate::runtime::tokenizer::Tokenizer;
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
@@ -35,6 +38,10 @@ pub enum ToolFormat {
     /// The whole reply one JSON object `{"name": …, "parameters": {…}}` (Llama 3.1/3.2/3.3's
     /// JSON tool calling).
     Llama3Json,
+    /// Mistral's `[TOOL_CALLS]` special token, then the calls ([`super::tool_markers`]).
+    Mistral,
+    /// DeepSeek-V3's tool-call special tokens ([`super::tool_markers`]).
+    DeepSeek,
 }
 
 /// What Llama 3.x templates tell the model a call looks like.
@@ -43,11 +50,36 @@ const LLAMA3_CALL: &str = r#"{"name": function name, "parameters": dictionary of
 impl ToolFormat {
     /// The format a chat template's `source` writes tool calls in, if it is one of these.
     pub fn of_template(source: &str) -> Option<ToolFormat> {
+        if source.contains(MISTRAL_CALLS) {
+            return Some(ToolFormat::Mistral);
+        }
+        if source.contains(DEEPSEEK_CALLS) {
+            return Some(ToolFormat::DeepSeek);
+        }
         match (source.contains(OPEN), source.contains("<arg_key>")) {
             (true, true) => Some(ToolFormat::Glm),
             (true, false) => Some(ToolFormat::Hermes),
             _ if source.contains(LLAMA3_CALL) => Some(ToolFormat::Llama3Json),
             _ => None,
+        }
+    }
+
+    /// What opens a call (Llama 3's calls open with the reply).
+    fn open(self) -> &'static str {
+        match self {
+            ToolFormat::Mistral => MISTRAL_CALLS,
+            ToolFormat::DeepSeek => DEEPSEEK_CALLS,
+            ToolFormat::Hermes | ToolFormat::Glm | ToolFormat::Llama3Json => OPEN,
+        }
+    }
+
+    /// The special tokens of this format's calls in `tokenizer`'s vocabulary, with their text:
+    /// a reply must see them ([`super::CompletionRequest::markers`]), the detokenizer drops them.
+    pub fn marker_tokens(self, tokenizer: &Tokenizer) -> Vec<(u32, String)> {
+        match self {
+            ToolFormat::Mistral => marker_tokens(MISTRAL_MARKERS, tokenizer),
+            ToolFormat::DeepSeek => marker_tokens(DEEPSEEK_MARKERS, tokenizer),
+            ToolFormat::Hermes | ToolFormat::Glm | ToolFormat::Llama3Json => Vec::new(),
         }
     }
 
@@ -83,9 +115,14 @@ impl ToolFormat {
                 Ok(Constraint::Lark(format!("start: \"{OPEN}\\n\" %json {schema} \"\\n{CLOSE}\"")))
             }
             ToolFormat::Llama3Json => Ok(Constraint::JsonSchema(bounded_whitespace(json!({"anyOf": calls})))),
-            ToolFormat::Glm => Err(Error::UnsupportedConfig(
-                "forcing a tool call (tool_choice \"required\" or a named function) in GLM-4.5's format".into(),
-            )),
+            ToolFormat::Glm | ToolFormat::Mistral | ToolFormat::DeepSeek => Err(Error::UnsupportedConfig(format!(
+                "forcing a tool call (tool_choice \"required\" or a named function) in {}'s format",
+                match self {
+                    ToolFormat::Glm => "GLM-4.5",
+                    ToolFormat::Mistral => "Mistral",
+                    _ => "DeepSeek-V3",
+                }
+            ))),
         }
     }
 }
@@ -128,13 +165,13 @@ impl ToolCallScanner {
                 false => String::new(),
             };
         }
-        if self.held.contains(OPEN) {
+        let open = self.format.open();
+        if let Some(at) = self.held.find(open) {
             // From the opening tag on, everything waits for the end.
-            let at = self.held.find(OPEN).expect("just found");
             return self.held.drain(..at).collect();
         }
         // Keep back only a suffix that could begin the tag.
-        let safe = self.held.len() - partial_marker_len(&self.held, [OPEN].into_iter());
+        let safe = self.held.len() - partial_marker_len(&self.held, [open].into_iter());
         self.held.drain(..safe).collect()
     }
 
@@ -145,6 +182,20 @@ impl ToolCallScanner {
             return match parse_hermes(&self.held) {
                 Some((name, arguments)) => (String::new(), vec![ToolCall { id: next_id(), name, arguments }]),
                 None => (self.held, Vec::new()),
+            };
+        }
+        let marked = match self.format {
+            ToolFormat::Mistral => Some(parse_mistral(&self.held)),
+            ToolFormat::DeepSeek => Some(parse_deepseek(&self.held)),
+            _ => None,
+        };
+        if let Some(calls) = marked {
+            return match calls {
+                Some(calls) if !calls.is_empty() => (
+                    String::new(),
+                    calls.into_iter().map(|(name, arguments)| ToolCall { id: next_id(), name, arguments }).collect(),
+                ),
+                _ => (self.held, Vec::new()),
             };
         }
         match parse_calls(self.format, &self.held) {
@@ -169,8 +220,8 @@ fn parse_calls(format: ToolFormat, text: &str) -> Option<(String, Vec<ToolCall>)
             None => (&tail[body_start..], ""),
         };
         let (name, arguments) = match format {
-            ToolFormat::Hermes | ToolFormat::Llama3Json => parse_hermes(body)?,
             ToolFormat::Glm => parse_glm(body)?,
+            _ => parse_hermes(body)?,
         };
         calls.push(ToolCall { id: next_id(), name, arguments });
         tail = after;
@@ -240,6 +291,23 @@ mod tests {
     }
 
     #[test]
+    fn marker_calls_parse_in_every_split() {
+        let mistral = r#"Let me check.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]"#;
+        let deepseek = "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>\
+                        {\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+        for (format, text) in [(ToolFormat::Mistral, mistral), (ToolFormat::DeepSeek, deepseek)] {
+            for n in 1..=text.chars().count() {
+                let (released, rest, calls) = scan(format, text, n);
+                assert_eq!((released.as_str(), rest.as_str()), ("Let me check.", ""), "{format:?} split {n}");
+                assert_eq!(calls, vec![("get_weather".into(), r#"{"city":"Paris"}"#.into())], "{format:?} split {n}");
+            }
+        }
+        // A block that does not parse stays text.
+        let (released, rest, calls) = scan(ToolFormat::Mistral, "a[TOOL_CALLS]nope", 4);
+        assert_eq!((released + &rest, calls.len()), ("a[TOOL_CALLS]nope".to_string(), 0));
+    }
+
+    #[test]
     fn llama3_json_calls_parse_in_every_split() {
         // As Llama 3.2's template writes an assistant's call.
         let call = r#"{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}"#;
@@ -299,7 +367,7 @@ mod tests {
         assert_eq!(calls, vec![("f".into(), "{\"x\":1}".into())]);
         assert_eq!(ToolFormat::of_template("…<tool_call>…<arg_key>…"), Some(ToolFormat::Glm));
         assert_eq!(ToolFormat::of_template("{{ '<tool_call>' }}"), Some(ToolFormat::Hermes));
-        assert_eq!(ToolFormat::of_template("[TOOL_CALLS]"), None);
+        assert_eq!(ToolFormat::of_template("[TOOL_CALLS]"), Some(ToolFormat::Mistral));
         // The real templates (tests/fixtures/chat_templates).
         let real = |name: &str| {
             let path = format!("{}/tests/fixtures/chat_templates/{name}.jinja", env!("CARGO_MANIFEST_DIR"));
@@ -307,6 +375,7 @@ mod tests {
         };
         assert_eq!(real("meta-llama-Llama-3.2-3B-Instruct"), Some(ToolFormat::Llama3Json));
         assert_eq!(real("Qwen-Qwen3-0.6B"), Some(ToolFormat::Hermes));
-        assert_eq!(real("mistralai-Mistral-Nemo-Instruct-2407"), None);
+        assert_eq!(real("mistralai-Mistral-Nemo-Instruct-2407"), Some(ToolFormat::Mistral));
+        assert_eq!(real("deepseek-ai-DeepSeek-V3.1"), Some(ToolFormat::DeepSeek));
     }
 }

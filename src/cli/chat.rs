@@ -92,6 +92,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         stop_tokens,
         stop_strings: Vec::new(),
         tool_format: None,
+        markers: Vec::new(),
         reasoning: None,
     };
     let mut request = request;
@@ -99,6 +100,9 @@ pub fn run(a: ChatArgs) -> Result<()> {
     if let Some(tools) = &tools {
         let format = ToolFormat::of_template(template.source());
         request.tool_format = format;
+        if let (Some(format), Some(tokenizer)) = (format, engine.tokenizer()) {
+            request.markers = format.marker_tokens(tokenizer);
+        }
         let forced = match a.tool_choice.as_str() {
             "auto" => None,
             "required" => Some(None),

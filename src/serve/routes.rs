@@ -207,6 +207,7 @@ fn completion_request(
         stop_tokens: Vec::new(),
         stop_strings: stop,
         tool_format: None,
+        markers: Vec::new(),
         reasoning: None,
     }
 }

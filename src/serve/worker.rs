@@ -349,6 +349,9 @@ impl<'a> EngineLoop<'a> {
         job.request.options.end_tokens = job.request.stop_tokens.clone();
         if let Prompt::Chat { tool_calls: true, .. } = job.prompt {
             job.request.tool_format = self.template.as_ref().and_then(|t| ToolFormat::of_template(t.source()));
+            if let (Some(format), Some(tokenizer)) = (job.request.tool_format, self.engine.tokenizer()) {
+                job.request.markers = format.marker_tokens(tokenizer);
+            }
         }
         if let (true, Some(t), Some(rendered)) = (self.split_reasoning, &self.template, &rendered) {
             job.request.reasoning = thinking_start(t.source(), rendered);
