@@ -164,8 +164,7 @@ fn chat_once(engine: &Engine, messages: &[ChatMessage], options: &RenderOptions)
         options: GenerateOptions { max_tokens: 3, ..GenerateOptions::default() },
         stop_tokens,
         stop_strings: vec!["<|im_end|>".into()],
-        tool_format: None,
-        reasoning: None,
+        ..Default::default()
     };
     text(complete(engine, &mut session, &tokens, &request, |_| true)).map(|_| ())
 }
