@@ -226,7 +226,9 @@ pub(crate) unsafe fn chat_request(
         stop_tokens: e.end_of_turn.clone(),
         stop_strings: Vec::new(),
         tool_format: None,
+        markers: Vec::new(),
         reasoning: None,
+        harmony: false,
     })
 }
 

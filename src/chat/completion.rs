@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::harmony::HarmonyScanner;
 use super::reasoning::{Part, ReasoningScanner};
 use super::stop::StopScanner;
 use super::tool_calls::{ToolCall, ToolCallScanner, ToolFormat};
@@ -27,6 +28,10 @@ pub struct CompletionRequest {
     /// Keep `<think>` reasoning apart from the content: `Some(inside)`, `inside` when the
     /// prompt leaves the reply inside the reasoning (`None`: all content).
     pub reasoning: Option<bool>,
+    /// The reply is gpt-oss harmony messages ([`super::harmony`]): its `analysis` channel is
+    /// reasoning, `final` the content, commentary to `functions.NAME` tool calls (needs the
+    /// harmony markers in [`CompletionRequest::markers`]).
+    pub harmony: bool,
 }
 
 /// Why a reply ended (the OpenAI API's `finish_reason`).
@@ -69,6 +74,7 @@ pub struct Reply {
     scanner: StopScanner,
     tools: Option<ToolCallScanner>,
     thinking: Option<ReasoningScanner>,
+    harmony: Option<HarmonyScanner>,
     text: String,
     reasoning: String,
     finish: Option<FinishReason>,
@@ -83,6 +89,7 @@ impl Reply {
             scanner: StopScanner::new(&request.stop_strings),
             tools: request.tool_format.map(ToolCallScanner::new),
             thinking: request.reasoning.map(ReasoningScanner::new),
+            harmony: request.harmony.then(HarmonyScanner::default),
             text: String::new(),
             reasoning: String::new(),
             finish: None,
@@ -103,9 +110,10 @@ impl Reply {
             return false;
         }
         let piece = self.markers.iter().find(|(m, _)| *m == id).map_or(piece, |(_, text)| text.as_str());
-        let parts = match &mut self.thinking {
-            Some(t) => t.push(piece),
-            None => vec![(Part::Content, piece.to_string())],
+        let parts = match (&mut self.harmony, &mut self.thinking) {
+            (Some(h), _) => h.push(piece),
+            (None, Some(t)) => t.push(piece),
+            (None, None) => vec![(Part::Content, piece.to_string())],
         };
         parts.into_iter().all(|(part, text)| self.take(part, &text, &mut on_part))
     }
@@ -170,6 +178,18 @@ impl Reply {
                 self.take(part, &text, &mut on_part);
             }
         }
+        let mut harmony_calls = Vec::new();
+        if let Some(h) = self.harmony.take() {
+            let (parts, calls) = h.finish();
+            // Held text (a possible marker's start) is the reply's unless it was cancelled; after
+            // a stop string the stop scanner drops it.
+            if self.finish != Some(FinishReason::Cancelled) {
+                for (part, text) in parts {
+                    self.take(part, &text, &mut on_part);
+                }
+            }
+            harmony_calls = calls.into_iter().map(|(name, arguments)| ToolCall::new(name, arguments)).collect();
+        }
         let mut on_text = |text: &str| on_part(Part::Content, text);
         let mut finish_reason = match self.finish {
             Some(f) => f,
@@ -190,7 +210,10 @@ impl Reply {
                 }
             }
         };
-        let mut tool_calls = Vec::new();
+        let mut tool_calls = harmony_calls;
+        if !tool_calls.is_empty() && finish_reason != FinishReason::Cancelled {
+            finish_reason = FinishReason::ToolCalls;
+        }
         if let Some(t) = self.tools.take() {
             let (rest, calls) = t.finish();
             self.text.push_str(&rest);
@@ -310,6 +333,65 @@ mod tests {
             true
         });
         assert_eq!((shown.as_str(), c.finish_reason), ("Checking.", FinishReason::ToolCalls));
+        assert_eq!((c.tool_calls[0].name.as_str(), c.tool_calls[0].arguments.as_str()), ("now", "{}"));
+    }
+
+    #[test]
+    fn a_harmony_reply_splits_into_reasoning_answer_and_calls() {
+        // gpt-oss: the markers are special tokens (empty pieces); `<|call|>` ends the turn.
+        let markers: Vec<(u32, String)> = ["<|channel|>", "<|message|>", "<|end|>", "<|start|>"]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (100 + i as u32, m.to_string()))
+            .collect();
+        let request = CompletionRequest { harmony: true, markers, stop_tokens: vec![200], ..Default::default() };
+        let run = |tokens: &[(u32, &str)]| {
+            let mut reply = Reply::new(&request);
+            let mut parts: Vec<(Part, String)> = Vec::new();
+            for &(id, piece) in tokens {
+                if !reply.token_parts(id, piece, |p, t| {
+                    parts.push((p, t.to_string()));
+                    true
+                }) {
+                    break;
+                }
+            }
+            let generation = Generation {
+                prompt_tokens: vec![1],
+                tokens: tokens.iter().map(|(id, _)| *id).collect(),
+                text: String::new(),
+                logprobs: Vec::new(),
+                prompt_logprobs: Vec::new(),
+                stats: Default::default(),
+            };
+            let c = reply.finish_parts(generation, &request, 1000, |p, t| {
+                parts.push((p, t.to_string()));
+                true
+            });
+            (parts, c)
+        };
+        let (parts, c) = run(&[
+            (100, ""),
+            (1, "analysis"),
+            (101, ""),
+            (2, "Greeted."),
+            (102, ""),
+            (103, ""),
+            (3, "assistant"),
+            (100, ""),
+            (4, "final"),
+            (101, ""),
+            (5, "Hi"),
+            (6, " there"),
+        ]);
+        assert_eq!(
+            (c.reasoning.as_str(), c.text.as_str(), c.finish_reason),
+            ("Greeted.", "Hi there", FinishReason::Stop)
+        );
+        assert_eq!(parts[0], (Part::Reasoning, "Greeted.".to_string()), "reasoning streams as such");
+        let (_, c) =
+            run(&[(100, ""), (1, "commentary to=functions.now "), (7, "json"), (101, ""), (8, "{}"), (200, "")]);
+        assert_eq!((c.text.as_str(), c.finish_reason), ("", FinishReason::ToolCalls));
         assert_eq!((c.tool_calls[0].name.as_str(), c.tool_calls[0].arguments.as_str()), ("now", "{}"));
     }
 

@@ -4,6 +4,7 @@
 //! through ([`complete`] on one session).
 
 mod completion;
+mod harmony;
 mod hf_jinja;
 mod message;
 mod reasoning;
@@ -13,8 +14,10 @@ mod tool_calls;
 mod tool_markers;
 
 pub use completion::{complete, Completion, CompletionRequest, FinishReason, Reply};
+pub use harmony::{is_harmony, HarmonyScanner, HARMONY_MARKERS};
 pub use message::{ChatMessage, Role};
 pub use reasoning::{thinking_start, Part, ReasoningScanner};
 pub use stop::{end_of_turn_tokens, StopScanner};
 pub use template::{ChatTemplate, RenderOptions, TEMPLATE_FILE};
 pub use tool_calls::{ToolCall, ToolCallScanner, ToolFormat};
+pub use tool_markers::marker_tokens;

@@ -138,6 +138,13 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+impl ToolCall {
+    /// A call to `name` with `arguments` (JSON text), given the next id.
+    pub fn new(name: String, arguments: String) -> ToolCall {
+        ToolCall { id: next_id(), name, arguments }
+    }
+}
+
 /// Streams a reply's text, holding back what may be a tool call (see the module's doc).
 pub struct ToolCallScanner {
     format: ToolFormat,

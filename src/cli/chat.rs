@@ -16,8 +16,8 @@ use clap::Args;
 use super::chat_input::ChatInput;
 use super::model_args::{DraftArgs, ModelArgs, SamplingArgs};
 use moestream::chat::{
-    complete, end_of_turn_tokens, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role, ToolCall,
-    ToolFormat,
+    complete, end_of_turn_tokens, is_harmony, marker_tokens, ChatMessage, ChatTemplate, CompletionRequest,
+    RenderOptions, Role, ToolCall, ToolFormat, HARMONY_MARKERS,
 };
 use moestream::runtime::{GenerateOptions, Session};
 use moestream::{Engine, Error, Result};
@@ -94,14 +94,22 @@ pub fn run(a: ChatArgs) -> Result<()> {
         tool_format: None,
         markers: Vec::new(),
         reasoning: None,
+        harmony: false,
     };
     let mut request = request;
+    // gpt-oss: only the final channel is shown (its analysis is reasoning, its calls calls).
+    if is_harmony(template.source()) {
+        let markers = marker_tokens(HARMONY_MARKERS, engine.tokenizer().expect("checked above"));
+        // Without the marker tokens in its vocabulary the model writes no harmony.
+        request.harmony = markers.len() == HARMONY_MARKERS.len();
+        request.markers.extend(markers);
+    }
     let tools = a.tools.as_deref().map(read_tools).transpose()?;
     if let Some(tools) = &tools {
         let format = ToolFormat::of_template(template.source());
         request.tool_format = format;
         if let (Some(format), Some(tokenizer)) = (format, engine.tokenizer()) {
-            request.markers = format.marker_tokens(tokenizer);
+            request.markers.extend(format.marker_tokens(tokenizer));
         }
         let forced = match a.tool_choice.as_str() {
             "auto" => None,

@@ -209,6 +209,7 @@ fn completion_request(
         tool_format: None,
         markers: Vec::new(),
         reasoning: None,
+        harmony: false,
     }
 }
 

@@ -13,8 +13,8 @@ use tokio::sync::{mpsc as async_mpsc, oneshot};
 
 use super::metrics::Metrics;
 use crate::chat::{
-    end_of_turn_tokens, thinking_start, ChatMessage, ChatTemplate, Completion, CompletionRequest, FinishReason, Part,
-    RenderOptions, Reply, ToolFormat,
+    end_of_turn_tokens, is_harmony, marker_tokens, thinking_start, ChatMessage, ChatTemplate, Completion,
+    CompletionRequest, FinishReason, Part, RenderOptions, Reply, ToolFormat, HARMONY_MARKERS,
 };
 use crate::error::{Error, Result};
 use crate::runtime::logprobs::TokenLogprob;
@@ -350,11 +350,18 @@ impl<'a> EngineLoop<'a> {
         if let Prompt::Chat { tool_calls: true, .. } = job.prompt {
             job.request.tool_format = self.template.as_ref().and_then(|t| ToolFormat::of_template(t.source()));
             if let (Some(format), Some(tokenizer)) = (job.request.tool_format, self.engine.tokenizer()) {
-                job.request.markers = format.marker_tokens(tokenizer);
+                job.request.markers.extend(format.marker_tokens(tokenizer));
             }
         }
         if let (true, Some(t), Some(rendered)) = (self.split_reasoning, &self.template, &rendered) {
             job.request.reasoning = thinking_start(t.source(), rendered);
+            // gpt-oss: channels split the reply (reasoning, answer, calls), read from their markers.
+            if let (true, Some(tokenizer)) = (is_harmony(t.source()), self.engine.tokenizer()) {
+                let markers = marker_tokens(HARMONY_MARKERS, tokenizer);
+                // Without the marker tokens in its vocabulary the model writes no harmony.
+                job.request.harmony = markers.len() == HARMONY_MARKERS.len();
+                job.request.markers.extend(markers);
+            }
         }
         let replies: Vec<_> = (0..job.n).map(|_| Rc::new(RefCell::new(Some(Reply::new(&job.request))))).collect();
         let engine = self.engine;

@@ -1,0 +1,190 @@
+//! gpt-oss's harmony replies: messages of the form `<|channel|>CHANNEL[ to=RECIPIENT][
+//! <|constrain|>json]<|message|>TEXT` separated by `<|end|><|start|>assistant`. The `analysis`
+//! channel is reasoning, `final` the answer, `commentary` to a `functions.NAME` recipient a tool
+//! call (its text the JSON arguments; the recipient may also come before the channel, in the
+//! `<|start|>assistant to=…` header), other commentary the answer's. The markers are special
+//! tokens the detokenizer drops: the reply reads their text ([`super::CompletionRequest::markers`]).
+//! A reply that never opens a message (no harmony) is content, released at its end.
+
+use super::reasoning::Part;
+use super::stop::partial_marker_len;
+
+/// Opens a message's channel name.
+const CHANNEL: &str = "<|channel|>";
+/// Opens a message's text.
+const MESSAGE: &str = "<|message|>";
+/// Ends a message.
+const END: &str = "<|end|>";
+/// Opens the next message's header.
+const START: &str = "<|start|>";
+/// What a message's text may end at.
+const ENDS: [&str; 3] = [END, START, CHANNEL];
+/// The special tokens of harmony replies (their text must reach the scanner).
+pub const HARMONY_MARKERS: &[&str] = &[CHANNEL, MESSAGE, END, START, "<|constrain|>"];
+
+/// Whether a chat template writes harmony messages.
+pub fn is_harmony(template_source: &str) -> bool {
+    template_source.contains(CHANNEL) && template_source.contains(MESSAGE)
+}
+
+/// Splits a harmony reply as it streams (see the module's doc).
+#[derive(Default)]
+pub struct HarmonyScanner {
+    /// Text not yet placed: a header being read, or a message's possible end marker.
+    pending: String,
+    /// The message being read, once its header is complete.
+    message: Option<Message>,
+    /// Whether any message was opened.
+    opened: bool,
+    /// Calls: the function's name and its JSON arguments.
+    calls: Vec<(String, String)>,
+}
+
+/// A message whose text is being read.
+struct Message {
+    /// Reasoning or content (`None`: a tool call's arguments, kept apart).
+    part: Option<Part>,
+    /// The function a call goes to.
+    function: Option<String>,
+    /// A call's arguments so far.
+    arguments: String,
+}
+
+impl HarmonyScanner {
+    /// Adds reply text; returns the pieces now known, each with its part.
+    pub fn push(&mut self, piece: &str) -> Vec<(Part, String)> {
+        self.pending.push_str(piece);
+        let mut out = Vec::new();
+        loop {
+            match &mut self.message {
+                None => {
+                    let Some(at) = self.pending.find(MESSAGE) else { break };
+                    let header: String = self.pending.drain(..at + MESSAGE.len()).collect();
+                    self.message = Some(Message::from_header(&header[..at]));
+                    self.opened = true;
+                }
+                Some(m) => {
+                    let end = ENDS.iter().filter_map(|e| self.pending.find(e)).min();
+                    let upto = end.unwrap_or(self.pending.len() - partial_marker_len(&self.pending, ENDS.into_iter()));
+                    let text: String = self.pending.drain(..upto).collect();
+                    m.take(text, &mut out);
+                    if end.is_none() {
+                        break;
+                    }
+                    // The message ended: what follows is the next header.
+                    let m = self.message.take().expect("a message was being read");
+                    if let Some(function) = m.function {
+                        self.calls.push((function, m.arguments.trim().to_string()));
+                    }
+                    if self.pending.starts_with(END) {
+                        self.pending.drain(..END.len());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Ends the reply: its last pieces and the tool calls. A reply that opened no message is
+    /// all content.
+    pub fn finish(mut self) -> (Vec<(Part, String)>, Vec<(String, String)>) {
+        let mut out = Vec::new();
+        match self.message.take() {
+            Some(mut m) => {
+                m.take(std::mem::take(&mut self.pending), &mut out);
+                if let Some(function) = m.function {
+                    self.calls.push((function, m.arguments.trim().to_string()));
+                }
+            }
+            None if !self.opened && !self.pending.is_empty() => out.push((Part::Content, self.pending)),
+            None => {}
+        }
+        (out, self.calls)
+    }
+}
+
+impl Message {
+    /// The message a header (`<|channel|>final`, `assistant to=functions.f<|channel|>commentary
+    /// <|constrain|>json`, …) opens.
+    fn from_header(header: &str) -> Message {
+        let channel = header
+            .rsplit(CHANNEL)
+            .next()
+            .filter(|_| header.contains(CHANNEL))
+            .and_then(|c| c.split_whitespace().next())
+            .unwrap_or("final");
+        let function = header
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("to=functions."))
+            .map(|f| f.split("<|").next().unwrap_or(f).to_string())
+            .filter(|f| !f.is_empty());
+        let part = match (channel, &function) {
+            (_, Some(_)) => None,
+            ("analysis", None) => Some(Part::Reasoning),
+            _ => Some(Part::Content),
+        };
+        Message { part, function, arguments: String::new() }
+    }
+
+    /// Places `text` of this message: released with its part, or kept as a call's arguments.
+    fn take(&mut self, text: String, out: &mut Vec<(Part, String)>) {
+        match self.part {
+            _ if text.is_empty() => {}
+            Some(part) => out.push((part, text)),
+            None => self.arguments.push_str(&text),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `text` in pieces of `n` characters; the reasoning, the content and the calls.
+    fn scan(text: &str, n: usize) -> (String, String, Vec<(String, String)>) {
+        let mut s = HarmonyScanner::default();
+        let chars: Vec<char> = text.chars().collect();
+        let mut parts: Vec<(Part, String)> =
+            chars.chunks(n).flat_map(|c| s.push(&c.iter().collect::<String>())).collect();
+        let (rest, calls) = s.finish();
+        parts.extend(rest);
+        let of = |p: Part| parts.iter().filter(|(q, _)| *q == p).map(|(_, t)| t.as_str()).collect::<String>();
+        (of(Part::Reasoning), of(Part::Content), calls)
+    }
+
+    #[test]
+    fn reasoning_answer_and_calls_in_every_split() {
+        let answer =
+            "<|channel|>analysis<|message|>The user greets.<|end|><|start|>assistant<|channel|>final<|message|>Hello!";
+        let call = "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary \
+                    to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}";
+        let call_in_header = "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant \
+                              to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"Paris\"}";
+        for n in 1..=answer.chars().count() {
+            assert_eq!(scan(answer, n), ("The user greets.".into(), "Hello!".into(), vec![]), "split {n}");
+        }
+        for text in [call, call_in_header] {
+            for n in 1..=text.chars().count() {
+                let want = (
+                    "Need weather.".into(),
+                    String::new(),
+                    vec![("get_weather".into(), "{\"city\":\"Paris\"}".into())],
+                );
+                assert_eq!(scan(text, n), want, "split {n}: {text}");
+            }
+        }
+        // Not harmony at all: content, at the end.
+        assert_eq!(scan("plain words", 3), (String::new(), "plain words".into(), vec![]));
+        // A preamble on the commentary channel without a recipient is content.
+        let preamble =
+            "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>final<|message|>Done.";
+        assert_eq!(scan(preamble, 5), (String::new(), "Checking.Done.".into(), vec![]));
+    }
+
+    #[test]
+    fn gpt_oss_template_is_harmony() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/chat_templates/openai-gpt-oss-120b.jinja");
+        assert!(is_harmony(&std::fs::read_to_string(path).unwrap()));
+        assert!(!is_harmony("{{ '<tool_call>' }}"));
+    }
+}
