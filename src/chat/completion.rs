@@ -260,6 +260,18 @@ pub fn complete(
 mod tests {
     use super::*;
 
+    /// A generation of `tokens` (after a one-token prompt) reading `text`.
+    fn generation(tokens: Vec<u32>, text: String) -> Generation {
+        Generation {
+            prompt_tokens: vec![1],
+            tokens,
+            text,
+            logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
+            stats: Default::default(),
+        }
+    }
+
     #[test]
     fn a_reply_with_a_tool_call_ends_as_one() {
         // Qwen3's format, the text split across tokens as a model writes it; a stop string
@@ -284,14 +296,7 @@ mod tests {
                 true
             }));
         }
-        let generation = Generation {
-            prompt_tokens: vec![1],
-            tokens: vec![0, 1, 2, 3, 4],
-            text: pieces.concat(),
-            logprobs: Vec::new(),
-            prompt_logprobs: Vec::new(),
-            stats: Default::default(),
-        };
+        let generation = generation(vec![0, 1, 2, 3, 4], pieces.concat());
         let c = reply.finish(generation, &request, 100, |t| {
             shown.push_str(t);
             true
@@ -320,14 +325,7 @@ mod tests {
                 true
             }));
         }
-        let generation = Generation {
-            prompt_tokens: vec![1],
-            tokens: pieces.iter().map(|(id, _)| *id).collect(),
-            text: String::new(),
-            logprobs: Vec::new(),
-            prompt_logprobs: Vec::new(),
-            stats: Default::default(),
-        };
+        let generation = generation(pieces.iter().map(|(id, _)| *id).collect(), String::new());
         let c = reply.finish(generation, &request, 100, |t| {
             shown.push_str(t);
             true
@@ -356,14 +354,7 @@ mod tests {
                     break;
                 }
             }
-            let generation = Generation {
-                prompt_tokens: vec![1],
-                tokens: tokens.iter().map(|(id, _)| *id).collect(),
-                text: String::new(),
-                logprobs: Vec::new(),
-                prompt_logprobs: Vec::new(),
-                stats: Default::default(),
-            };
+            let generation = generation(tokens.iter().map(|(id, _)| *id).collect(), String::new());
             let c = reply.finish_parts(generation, &request, 1000, |p, t| {
                 parts.push((p, t.to_string()));
                 true
@@ -410,14 +401,7 @@ mod tests {
                 true
             });
         }
-        let generation = Generation {
-            prompt_tokens: vec![1],
-            tokens: vec![0; 5],
-            text: String::new(),
-            logprobs: Vec::new(),
-            prompt_logprobs: Vec::new(),
-            stats: Default::default(),
-        };
+        let generation = generation(vec![0; 5], String::new());
         let c = reply.finish_parts(generation, &request, 100, |part, t| {
             parts.push((part, t.to_string()));
             true
