@@ -22,6 +22,12 @@ const ENDS: [&str; 3] = [END, START, CHANNEL];
 /// The special tokens of harmony replies (their text must reach the scanner).
 pub const HARMONY_MARKERS: &[&str] = &[CHANNEL, MESSAGE, END, START, "<|constrain|>"];
 
+/// Text released with the part it belongs to.
+pub type Pieces = Vec<(Part, String)>;
+
+/// A call: the function's name and its JSON arguments.
+pub type Call = (String, String);
+
 /// Whether a chat template writes harmony messages.
 pub fn is_harmony(template_source: &str) -> bool {
     template_source.contains(CHANNEL) && template_source.contains(MESSAGE)
@@ -36,8 +42,8 @@ pub struct HarmonyScanner {
     message: Option<Message>,
     /// Whether any message was opened.
     opened: bool,
-    /// Calls: the function's name and its JSON arguments.
-    calls: Vec<(String, String)>,
+    /// The calls so far.
+    calls: Vec<Call>,
 }
 
 /// A message whose text is being read.
@@ -52,7 +58,7 @@ struct Message {
 
 impl HarmonyScanner {
     /// Adds reply text; returns the pieces now known, each with its part.
-    pub fn push(&mut self, piece: &str) -> Vec<(Part, String)> {
+    pub fn push(&mut self, piece: &str) -> Pieces {
         self.pending.push_str(piece);
         let mut out = Vec::new();
         loop {
@@ -87,7 +93,7 @@ impl HarmonyScanner {
 
     /// Ends the reply: its last pieces and the tool calls. A reply that opened no message is
     /// all content.
-    pub fn finish(mut self) -> (Vec<(Part, String)>, Vec<(String, String)>) {
+    pub fn finish(mut self) -> (Pieces, Vec<Call>) {
         let mut out = Vec::new();
         match self.message.take() {
             Some(mut m) => {
@@ -127,7 +133,7 @@ impl Message {
     }
 
     /// Places `text` of this message: released with its part, or kept as a call's arguments.
-    fn take(&mut self, text: String, out: &mut Vec<(Part, String)>) {
+    fn take(&mut self, text: String, out: &mut Pieces) {
         match self.part {
             _ if text.is_empty() => {}
             Some(part) => out.push((part, text)),
