@@ -16,7 +16,7 @@ mod tool_markers;
 pub use completion::{complete, Completion, CompletionRequest, FinishReason, Reply};
 pub use harmony::{is_harmony, HarmonyScanner, HARMONY_MARKERS};
 pub use message::{ChatMessage, Role};
-pub use reasoning::{thinking_start, Part, ReasoningScanner};
+pub use reasoning::{thinking_start, Part, ReasoningScanner, THINK_MARKERS};
 pub use stop::{end_of_turn_tokens, StopScanner};
 pub use template::{ChatTemplate, RenderOptions, TEMPLATE_FILE};
 pub use tool_calls::{ToolCall, ToolCallScanner, ToolFormat};

@@ -7,6 +7,9 @@ use super::stop::partial_marker_len;
 
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
+/// The reasoning tags, which some vocabularies hold as special tokens the detokenizer drops
+/// (GLM-4.5's): a reply reads their text ([`super::CompletionRequest::markers`]).
+pub const THINK_MARKERS: &[&str] = &[OPEN, CLOSE];
 
 /// Which part of a reply a piece of text belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

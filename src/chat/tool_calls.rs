@@ -76,10 +76,15 @@ impl ToolFormat {
     /// The special tokens of this format's calls in `tokenizer`'s vocabulary, with their text:
     /// a reply must see them ([`super::CompletionRequest::markers`]), the detokenizer drops them.
     pub fn marker_tokens(self, tokenizer: &Tokenizer) -> Vec<(u32, String)> {
+        // Tags that are plain tokens read the same either way; GLM-4.5's are special tokens.
         match self {
             ToolFormat::Mistral => marker_tokens(MISTRAL_MARKERS, tokenizer),
             ToolFormat::DeepSeek => marker_tokens(DEEPSEEK_MARKERS, tokenizer),
-            ToolFormat::Hermes | ToolFormat::Glm | ToolFormat::Llama3Json => Vec::new(),
+            ToolFormat::Hermes => marker_tokens(&[OPEN, CLOSE], tokenizer),
+            ToolFormat::Glm => {
+                marker_tokens(&[OPEN, CLOSE, "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"], tokenizer)
+            }
+            ToolFormat::Llama3Json => Vec::new(),
         }
     }
 

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc as async_mpsc, oneshot};
 use super::metrics::Metrics;
 use crate::chat::{
     end_of_turn_tokens, is_harmony, marker_tokens, thinking_start, ChatMessage, ChatTemplate, Completion,
-    CompletionRequest, FinishReason, Part, RenderOptions, Reply, ToolFormat, HARMONY_MARKERS,
+    CompletionRequest, FinishReason, Part, RenderOptions, Reply, ToolFormat, HARMONY_MARKERS, THINK_MARKERS,
 };
 use crate::error::{Error, Result};
 use crate::runtime::logprobs::TokenLogprob;
@@ -355,6 +355,9 @@ impl<'a> EngineLoop<'a> {
         }
         if let (true, Some(t), Some(rendered)) = (self.split_reasoning, &self.template, &rendered) {
             job.request.reasoning = thinking_start(t.source(), rendered);
+            if let (Some(_), Some(tokenizer)) = (job.request.reasoning, self.engine.tokenizer()) {
+                job.request.markers.extend(marker_tokens(THINK_MARKERS, tokenizer));
+            }
             // gpt-oss: channels split the reply (reasoning, answer, calls), read from their markers.
             if let (true, Some(tokenizer)) = (is_harmony(t.source()), self.engine.tokenizer()) {
                 let markers = marker_tokens(HARMONY_MARKERS, tokenizer);
