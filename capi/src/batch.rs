@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use moestream::chat::{FinishReason, Reply};
 use moestream::runtime::logprobs::TokenLogprob;
-use moestream::runtime::{GenerateOptions, Scheduler, Session};
+use moestream::runtime::{Scheduler, Session};
 use moestream::{Error, Result};
 
 use crate::boundary::{c_text, guard, owned_string};
@@ -83,9 +83,7 @@ pub unsafe extern "C" fn moestream_chat_batch(
                     let reply = reply.as_mut().expect("the reply lives until its request ends");
                     reply.token(id, piece, |text| call_indexed(callback, user_data, i as u32, text))
                 });
-                // A constraint may end a reply where the template's end-of-turn tokens go.
-                let options = GenerateOptions { end_tokens: request.stop_tokens.clone(), ..request.options.clone() };
-                ids.push(scheduler.submit_to(i, prompt.clone(), options, on_token)?);
+                ids.push(scheduler.submit_to(i, prompt.clone(), request.generate_options(), on_token)?);
             }
             let mut done: Vec<Option<_>> = (0..n).map(|_| None).collect();
             for f in scheduler.run()? {

@@ -3,11 +3,13 @@
 
 use serde::Serialize;
 
-use super::harmony::HarmonyScanner;
-use super::reasoning::{Part, ReasoningScanner};
+use super::harmony::{HarmonyScanner, HARMONY_MARKERS};
+use super::reasoning::{Part, ReasoningScanner, THINK_MARKERS};
 use super::stop::StopScanner;
 use super::tool_calls::{ToolCall, ToolCallScanner, ToolFormat};
+use super::tool_markers::marker_tokens;
 use crate::error::Result;
+use crate::runtime::tokenizer::Tokenizer;
 use crate::runtime::{Engine, GenerateOptions, Generation, Session};
 
 /// How to generate one reply.
@@ -32,6 +34,30 @@ pub struct CompletionRequest {
     /// reasoning, `final` the content, commentary to `functions.NAME` tool calls (needs the
     /// harmony markers in [`CompletionRequest::markers`]).
     pub harmony: bool,
+}
+
+impl CompletionRequest {
+    /// Fills [`CompletionRequest::markers`] from `tokenizer` for what the request reads: its
+    /// tool format's tags, the `<think>` tags when it splits reasoning, and harmony's markers
+    /// for a template that writes harmony (`harmony_template`), which turns harmony on where the
+    /// vocabulary holds them (without them the model writes no harmony).
+    pub fn read_markers(&mut self, tokenizer: &Tokenizer, harmony_template: bool) {
+        self.markers = self.tool_format.map(|f| f.marker_tokens(tokenizer)).unwrap_or_default();
+        if self.reasoning.is_some() {
+            self.markers.extend(marker_tokens(THINK_MARKERS, tokenizer));
+        }
+        if harmony_template {
+            let harmony = marker_tokens(HARMONY_MARKERS, tokenizer);
+            self.harmony = harmony.len() == HARMONY_MARKERS.len();
+            self.markers.extend(harmony);
+        }
+    }
+
+    /// The options to generate with: [`CompletionRequest::options`] whose constraint may end the
+    /// reply where the template's end-of-turn tokens go.
+    pub fn generate_options(&self) -> GenerateOptions {
+        GenerateOptions { end_tokens: self.stop_tokens.clone(), ..self.options.clone() }
+    }
 }
 
 /// Why a reply ended (the OpenAI API's `finish_reason`).
@@ -248,8 +274,7 @@ pub fn complete(
     let keep = if shared == prompt.len() { shared.saturating_sub(1) } else { shared };
     session.truncate(keep);
     let mut reply = Reply::new(request);
-    // A constraint may end the reply where the template's end-of-turn tokens go.
-    let options = GenerateOptions { end_tokens: request.stop_tokens.clone(), ..request.options.clone() };
+    let options = request.generate_options();
     let mut generation =
         engine.generate_in(session, &prompt[keep..], &options, |id, piece| reply.token(id, piece, &mut on_text))?;
     generation.prompt_tokens = prompt.to_vec();

@@ -14,10 +14,9 @@ mod tool_calls;
 mod tool_markers;
 
 pub use completion::{complete, Completion, CompletionRequest, FinishReason, Reply};
-pub use harmony::{is_harmony, HarmonyScanner, HARMONY_MARKERS};
+pub use harmony::{is_harmony, HarmonyScanner};
 pub use message::{ChatMessage, Role};
-pub use reasoning::{thinking_start, Part, ReasoningScanner, THINK_MARKERS};
+pub use reasoning::{thinking_start, Part, ReasoningScanner};
 pub use stop::{end_of_turn_tokens, StopScanner};
 pub use template::{ChatTemplate, RenderOptions, TEMPLATE_FILE};
 pub use tool_calls::{ToolCall, ToolCallScanner, ToolFormat};
-pub use tool_markers::marker_tokens;

@@ -16,8 +16,8 @@ use clap::Args;
 use super::chat_input::ChatInput;
 use super::model_args::{DraftArgs, ModelArgs, SamplingArgs};
 use moestream::chat::{
-    complete, end_of_turn_tokens, is_harmony, marker_tokens, ChatMessage, ChatTemplate, CompletionRequest,
-    RenderOptions, Role, ToolCall, ToolFormat, HARMONY_MARKERS,
+    complete, end_of_turn_tokens, is_harmony, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role,
+    ToolCall, ToolFormat,
 };
 use moestream::runtime::{GenerateOptions, Session};
 use moestream::{Engine, Error, Result};
@@ -97,20 +97,10 @@ pub fn run(a: ChatArgs) -> Result<()> {
         harmony: false,
     };
     let mut request = request;
-    // gpt-oss: only the final channel is shown (its analysis is reasoning, its calls calls).
-    if is_harmony(template.source()) {
-        let markers = marker_tokens(HARMONY_MARKERS, engine.tokenizer().expect("checked above"));
-        // Without the marker tokens in its vocabulary the model writes no harmony.
-        request.harmony = markers.len() == HARMONY_MARKERS.len();
-        request.markers.extend(markers);
-    }
     let tools = a.tools.as_deref().map(read_tools).transpose()?;
     if let Some(tools) = &tools {
         let format = ToolFormat::of_template(template.source());
         request.tool_format = format;
-        if let (Some(format), Some(tokenizer)) = (format, engine.tokenizer()) {
-            request.markers.extend(format.marker_tokens(tokenizer));
-        }
         let forced = match a.tool_choice.as_str() {
             "auto" => None,
             "required" => Some(None),
@@ -129,6 +119,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
             (Some(_), None) => {}
         }
     }
+    // gpt-oss: only the final channel is shown (its analysis is reasoning, its calls calls).
+    request.read_markers(engine.tokenizer().expect("checked above"), is_harmony(template.source()));
     let session = engine.new_session()?;
     let mut chat =
         Conversation { engine: &engine, session, template, system: a.system, messages: Vec::new(), request, tools };
@@ -165,25 +157,34 @@ pub fn run(a: ChatArgs) -> Result<()> {
         if text.trim().is_empty() {
             continue;
         }
-        match command(&text) {
+        // The message a turn sends: the person's text, or a tool's result.
+        let message = match command(&text) {
             Some(("/quit" | "/exit", _)) => break,
             Some(("/reset", _)) => {
                 chat.reset();
                 eprintln!("[conversation cleared]");
+                continue;
             }
             Some(("/system", text)) => {
                 chat.system = (!text.is_empty()).then(|| text.to_string());
                 chat.reset();
                 eprintln!("[system message set; conversation cleared]");
+                continue;
             }
-            Some(("/save", file)) if !file.is_empty() => match chat.save(Path::new(file)) {
-                Ok(()) => eprintln!("[saved {} messages to {file}]", chat.messages.len()),
-                Err(e) => eprintln!("error: {e}"),
-            },
-            Some(("/load", file)) if !file.is_empty() => match chat.load(Path::new(file)) {
-                Ok(()) => eprintln!("[loaded {} messages from {file}]", chat.messages.len()),
-                Err(e) => eprintln!("error: {e}"),
-            },
+            Some(("/save", file)) if !file.is_empty() => {
+                match chat.save(Path::new(file)) {
+                    Ok(()) => eprintln!("[saved {} messages to {file}]", chat.messages.len()),
+                    Err(e) => eprintln!("error: {e}"),
+                }
+                continue;
+            }
+            Some(("/load", file)) if !file.is_empty() => {
+                match chat.load(Path::new(file)) {
+                    Ok(()) => eprintln!("[loaded {} messages from {file}]", chat.messages.len()),
+                    Err(e) => eprintln!("error: {e}"),
+                }
+                continue;
+            }
             Some(("/tool", result)) if !result.is_empty() => {
                 let Some(id) = chat.last_call_id() else {
                     eprintln!("error: /tool answers a tool call, and the last reply made none");
@@ -191,25 +192,24 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 };
                 let mut message = ChatMessage::new(Role::Tool, result);
                 message.extra.insert("tool_call_id".into(), Value::from(id));
-                stop.store(false, Ordering::SeqCst);
-                generating.store(true, Ordering::SeqCst);
-                let outcome = chat.turn(message, &stop);
-                generating.store(false, Ordering::SeqCst);
-                if let Err(e) = outcome {
-                    eprintln!("error: {e}");
-                }
+                message
             }
-            Some(("/help", _)) => eprintln!("{HELP}"),
-            Some((unknown, _)) => eprintln!("error: unknown command {unknown}; {HELP}"),
-            None => {
-                stop.store(false, Ordering::SeqCst);
-                generating.store(true, Ordering::SeqCst);
-                let result = chat.turn(ChatMessage::new(Role::User, text.as_str()), &stop);
-                generating.store(false, Ordering::SeqCst);
-                if let Err(e) = result {
-                    eprintln!("error: {e}");
-                }
+            Some(("/help", _)) => {
+                eprintln!("{HELP}");
+                continue;
             }
+            Some((unknown, _)) => {
+                eprintln!("error: unknown command {unknown}; {HELP}");
+                continue;
+            }
+            None => ChatMessage::new(Role::User, text.as_str()),
+        };
+        stop.store(false, Ordering::SeqCst);
+        generating.store(true, Ordering::SeqCst);
+        let result = chat.turn(message, &stop);
+        generating.store(false, Ordering::SeqCst);
+        if let Err(e) = result {
+            eprintln!("error: {e}");
         }
     }
     Ok(())

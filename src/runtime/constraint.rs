@@ -92,7 +92,7 @@ impl Grammars {
     /// `eos` the token llguidance treats as the end (a constrained request's stop tokens all
     /// count as it).
     pub fn new(tokenizer: &Tokenizer, vocab: usize, eos: u32) -> Result<Grammars> {
-        let json: Value = serde_json::from_str(&tokenizer.to_json()?)
+        let json = serde_json::to_value(tokenizer.hf())
             .map_err(|e| Error::Tokenizer(format!("tokenizer JSON for constrained decoding: {e}")))?;
         let mut words = llguidance::token_bytes_from_tokenizer_json(&json)
             .map_err(|e| Error::Tokenizer(format!("token bytes for constrained decoding: {e}")))?;

@@ -54,13 +54,8 @@ impl Tokenizer {
         self.inner.token_to_id(token)
     }
 
-    /// The tokenizer as a `tokenizer.json` document (what constrained decoding reads each
-    /// token's bytes from).
-    pub fn to_json(&self) -> Result<String> {
-        self.inner.to_string(false).map_err(|e| Error::Tokenizer(e.to_string()))
-    }
-
-    /// The `tokenizers` crate's tokenizer underneath.
+    /// The `tokenizers` crate's tokenizer underneath (constrained decoding reads each token's
+    /// bytes from its `tokenizer.json` form).
     pub(crate) fn hf(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }

@@ -13,8 +13,8 @@ use tokio::sync::{mpsc as async_mpsc, oneshot};
 
 use super::metrics::Metrics;
 use crate::chat::{
-    end_of_turn_tokens, is_harmony, marker_tokens, thinking_start, ChatMessage, ChatTemplate, Completion,
-    CompletionRequest, FinishReason, Part, RenderOptions, Reply, ToolFormat, HARMONY_MARKERS, THINK_MARKERS,
+    end_of_turn_tokens, is_harmony, thinking_start, ChatMessage, ChatTemplate, Completion, CompletionRequest,
+    FinishReason, Part, RenderOptions, Reply, ToolFormat,
 };
 use crate::error::{Error, Result};
 use crate::runtime::logprobs::TokenLogprob;
@@ -346,25 +346,17 @@ impl<'a> EngineLoop<'a> {
         if matches!(job.prompt, Prompt::Chat { .. }) && !job.request.options.ignore_eos {
             job.request.stop_tokens = self.end_of_turn.clone();
         }
-        job.request.options.end_tokens = job.request.stop_tokens.clone();
         if let Prompt::Chat { tool_calls: true, .. } = job.prompt {
             job.request.tool_format = self.template.as_ref().and_then(|t| ToolFormat::of_template(t.source()));
-            if let (Some(format), Some(tokenizer)) = (job.request.tool_format, self.engine.tokenizer()) {
-                job.request.markers.extend(format.marker_tokens(tokenizer));
-            }
         }
+        let mut harmony = false;
         if let (true, Some(t), Some(rendered)) = (self.split_reasoning, &self.template, &rendered) {
             job.request.reasoning = thinking_start(t.source(), rendered);
-            if let (Some(_), Some(tokenizer)) = (job.request.reasoning, self.engine.tokenizer()) {
-                job.request.markers.extend(marker_tokens(THINK_MARKERS, tokenizer));
-            }
-            // gpt-oss: channels split the reply (reasoning, answer, calls), read from their markers.
-            if let (true, Some(tokenizer)) = (is_harmony(t.source()), self.engine.tokenizer()) {
-                let markers = marker_tokens(HARMONY_MARKERS, tokenizer);
-                // Without the marker tokens in its vocabulary the model writes no harmony.
-                job.request.harmony = markers.len() == HARMONY_MARKERS.len();
-                job.request.markers.extend(markers);
-            }
+            // gpt-oss: channels split the reply (reasoning, answer, calls).
+            harmony = is_harmony(t.source());
+        }
+        if let Some(tokenizer) = self.engine.tokenizer() {
+            job.request.read_markers(tokenizer, harmony);
         }
         let replies: Vec<_> = (0..job.n).map(|_| Rc::new(RefCell::new(Some(Reply::new(&job.request))))).collect();
         let engine = self.engine;
@@ -385,7 +377,7 @@ impl<'a> EngineLoop<'a> {
                 })
             })
         };
-        match self.scheduler.submit_n(prompt, job.request.options.clone(), job.n, on_token) {
+        match self.scheduler.submit_n(prompt, job.request.generate_options(), job.n, on_token) {
             Ok(ids) => {
                 let _ = job.events.send(Event::Started);
                 for (index, (id, reply)) in ids.into_iter().zip(replies).enumerate() {

@@ -182,7 +182,8 @@ impl<'a> Scheduler<'a> {
             .map(|i| {
                 let mut o = options.clone();
                 o.sampling.seed = o.sampling.seed.wrapping_add(i as u64);
-                Ok((ids[i], o.clone(), Picker::new(self.engine, &o)?, on_token(i)))
+                let picker = Picker::new(self.engine, &o)?;
+                Ok((ids[i], o, picker, on_token(i)))
             })
             .collect::<Result<_>>()?;
         let on_token = on_token(0);
