@@ -12,6 +12,7 @@
 // dot products with the old state (k . S and q . S against the decayed k and q), then updated
 // in place: out = (q * d) . S_old + (q . k) delta, so the state is written once per token.
 //#include common
+//#include delta_gates
 
 struct Params {
     k_heads: u32,
@@ -41,13 +42,6 @@ var<workgroup> ds: array<f32, 256>;
 var<workgroup> qds: array<f32, 256>;
 var<workgroup> kds: array<f32, 256>;
 var<workgroup> red: array<f32, 64>;
-
-fn softplus(x: f32) -> f32 {
-    if (x > 20.0) {
-        return x;
-    }
-    return log(1.0 + exp(x));
-}
 
 // The sum of every invocation's `v` (all invocations must call it).
 fn workgroup_sum(lid: u32, v: f32) -> f32 {
@@ -97,17 +91,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 //#if KDA
         for (var i = lid; i < p.dk; i += 64u) {
             let x = proj[decay_in + h * p.dk + i] + decay_params[p.v_heads + h * p.dk + i];
-//#if SAFE_GATE
-            let d = exp(p.lower_bound / (1.0 + exp(-a_exp * x)));
-//#else
-            let d = exp(-a_exp * softplus(x));
-//#endif
+            let d = exp(log_decay(x, a_exp, p.lower_bound));
             ds[i] = d;
             qds[i] = qs[i] * d;
             kds[i] = ks[i] * d;
         }
 //#else
-        let head_decay = exp(-a_exp * softplus(proj[decay_in + h] + decay_params[p.v_heads + h]));
+        let head_decay = exp(log_decay(proj[decay_in + h] + decay_params[p.v_heads + h], a_exp, 0.0));
         for (var i = lid; i < p.dk; i += 64u) {
             ds[i] = head_decay;
             qds[i] = qs[i] * head_decay;
@@ -115,7 +105,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
 //#endif
         workgroupBarrier();
-        let beta = 1.0 / (1.0 + exp(-proj[gates + h]));
+        let beta = delta_beta(proj[gates + h]);
         for (var j = lid; j < p.dv; j += 64u) {
             var k_dot = 0.0;
             var q_dot = 0.0;

@@ -9,12 +9,13 @@
 
 mod common;
 
-use common::{assert_close, gpu, read_f32, submit, upload_f32, Rng};
+use common::{assert_close, gpu, gpu_sequential_delta_rule, read_f32, submit, upload_f32, Rng};
+use moestream::gpu::Gpu;
 use moestream::gpu::StepUniform;
 use moestream::model::LinearKind;
 use moestream::ops::causal_conv1d::{CausalConv1d, ConvShape};
 use moestream::ops::gate_mul::{GateMul, GateRows};
-use moestream::ops::gated_delta_rule::{DeltaIo, GatedDeltaRule};
+use moestream::ops::gated_delta_rule::{chunk_scratch_bytes, ChunkScratch, DeltaIo, GatedDeltaRule};
 use moestream::reference::ops::{self as refops, DeltaGates, DeltaShape, GateAct};
 
 #[test]
@@ -47,10 +48,18 @@ fn causal_conv1d_matches_reference_across_steps() {
     }
 }
 
-/// The delta rule of `kind` on heads of `shape` against the reference over steps of 6, 1 and 3
-/// tokens.
-fn delta_rule_matches_reference(shape: DeltaShape, kind: LinearKind, seed: u64) {
-    let gpu = gpu();
+/// Steps token by token (1), chunked within one chunk (6, 3), over whole and partial chunks (70,
+/// 33), and a hybrid fixture's long prompt in one step (1100).
+const CHUNKED_STEPS: &[usize] = &[6, 1, 70, 3, 1, 33, 1100];
+
+/// Steps of the token-by-token kernel. Its steps stay under 200 tokens: on lavapipe it writes
+/// zeros from about the 201st token of one dispatch on (a step of 300 fails; decode runs it one
+/// token per dispatch and longer steps take the chunked form).
+const SEQUENTIAL_STEPS: &[usize] = &[6, 1, 70, 3, 1, 33, 150];
+
+/// The delta rule of `kind` on heads of `shape` against the reference over `steps` (their
+/// token counts), the state carried from one to the next.
+fn delta_rule_matches_reference(gpu: &Gpu, shape: DeltaShape, kind: LinearKind, seed: u64, steps: &[usize]) {
     let (kd, vd, nv) = (shape.k_heads * shape.dk, shape.v_heads * shape.dv, shape.v_heads);
     let conv_dim = 2 * kd + vd;
     // The decay inputs: one per value head, KDA's one per key channel.
@@ -60,25 +69,27 @@ fn delta_rule_matches_reference(shape: DeltaShape, kind: LinearKind, seed: u64) 
     let mut rng = Rng::new(seed);
     let decay = [rng.vec(nv, 0.0, 2.5), rng.vec(na, -1.0, 1.0)].concat();
     let mut state = vec![0.0f32; nv * shape.dk * shape.dv];
-    let step = StepUniform::new(&gpu);
-    let max_n = 6;
-    let convb = upload_f32(&gpu, &vec![0.0; max_n * conv_dim]);
-    let projb = upload_f32(&gpu, &vec![0.0; max_n * width]);
-    let decayb = upload_f32(&gpu, &decay);
-    let stateb = upload_f32(&gpu, &state);
-    let outb = upload_f32(&gpu, &vec![0.0; max_n * vd]);
-    let io = DeltaIo { conv: &convb, proj: &projb, decay_params: &decayb, state: &stateb, out: &outb };
-    let op = GatedDeltaRule::new(&gpu, &step.buffer, io, (shape, kind), (width, gate_offset));
+    let step = StepUniform::new(gpu);
+    let max_n = steps.iter().copied().max().unwrap();
+    let convb = upload_f32(gpu, &vec![0.0; max_n * conv_dim]);
+    let projb = upload_f32(gpu, &vec![0.0; max_n * width]);
+    let decayb = upload_f32(gpu, &decay);
+    let stateb = upload_f32(gpu, &state);
+    let outb = upload_f32(gpu, &vec![0.0; max_n * vd]);
+    let scratch = gpu.storage("chunks", chunk_scratch_bytes(shape, max_n));
+    let chunks = Some(ChunkScratch { buffer: &scratch, max_tokens: max_n });
+    let io = DeltaIo { conv: &convb, proj: &projb, decay_params: &decayb, state: &stateb, out: &outb, chunks };
+    let op = GatedDeltaRule::new(gpu, &step.buffer, io, (shape, kind), (width, gate_offset));
     let mut pos = 0;
-    for n in [6, 1, 3] {
+    for &n in steps {
         let conv = rng.vec(n * conv_dim, -1.0, 1.0);
         // a spans softplus' linear branch (> 20) too.
         let mut proj = rng.vec(n * width, -3.0, 3.0);
         proj[gate_offset + nv] = 25.0;
         gpu.queue.write_buffer(&convb, 0, bytemuck::cast_slice(&conv));
         gpu.queue.write_buffer(&projb, 0, bytemuck::cast_slice(&proj));
-        step.set(&gpu, n, pos);
-        submit(&gpu, |pass| op.record(&gpu, pass));
+        step.set(gpu, n, pos);
+        submit(gpu, |pass| op.record(gpu, pass, n));
         let mut want = vec![0.0f32; n * vd];
         for t in 0..n {
             let c = &conv[t * conv_dim..(t + 1) * conv_dim];
@@ -87,8 +98,8 @@ fn delta_rule_matches_reference(shape: DeltaShape, kind: LinearKind, seed: u64) 
             let qkv = (&c[..kd], &c[kd..2 * kd], &c[2 * kd..]);
             refops::gated_delta_step(shape, qkv, gates, &mut state, &mut want[t * vd..(t + 1) * vd]);
         }
-        assert_close(&format!("{kind:?} out"), &read_f32(&gpu, &outb, n * vd), &want, 1e-4);
-        assert_close(&format!("{kind:?} state"), &read_f32(&gpu, &stateb, state.len()), &state, 1e-4);
+        assert_close(&format!("{kind:?} out"), &read_f32(gpu, &outb, n * vd), &want, 1e-4);
+        assert_close(&format!("{kind:?} state"), &read_f32(gpu, &stateb, state.len()), &state, 1e-4);
         pos += n;
     }
 }
@@ -96,7 +107,17 @@ fn delta_rule_matches_reference(shape: DeltaShape, kind: LinearKind, seed: u64) 
 #[test]
 fn gated_delta_rule_matches_reference_across_steps() {
     let shape = DeltaShape { k_heads: 2, v_heads: 4, dk: 72, dv: 80 };
-    delta_rule_matches_reference(shape, LinearKind::GatedDeltaNet, 12);
+    delta_rule_matches_reference(&gpu(), shape, LinearKind::GatedDeltaNet, 12, CHUNKED_STEPS);
+}
+
+#[test]
+fn sequential_delta_rule_matches_reference_across_steps() {
+    // The token-by-token kernel over steps of several tokens (the chunked form's fallback).
+    let gpu = gpu_sequential_delta_rule();
+    let shape = DeltaShape { k_heads: 2, v_heads: 4, dk: 72, dv: 80 };
+    delta_rule_matches_reference(&gpu, shape, LinearKind::GatedDeltaNet, 16, SEQUENTIAL_STEPS);
+    let kda = DeltaShape { k_heads: 3, v_heads: 3, ..shape };
+    delta_rule_matches_reference(&gpu, kda, LinearKind::Kda { lower_bound: Some(-5.0) }, 17, SEQUENTIAL_STEPS);
 }
 
 #[test]
@@ -104,8 +125,8 @@ fn kda_matches_reference_across_steps() {
     // KDA: one decay per key channel, as many key as value heads; the safe gate (Ling's
     // default, bounded below by -5) and the softplus one.
     let shape = DeltaShape { k_heads: 3, v_heads: 3, dk: 72, dv: 80 };
-    delta_rule_matches_reference(shape, LinearKind::Kda { lower_bound: Some(-5.0) }, 14);
-    delta_rule_matches_reference(shape, LinearKind::Kda { lower_bound: None }, 15);
+    delta_rule_matches_reference(&gpu(), shape, LinearKind::Kda { lower_bound: Some(-5.0) }, 14, CHUNKED_STEPS);
+    delta_rule_matches_reference(&gpu(), shape, LinearKind::Kda { lower_bound: None }, 15, CHUNKED_STEPS);
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! (attention of each kind, dense or routed FFN, norms, the head), within the binding limits.
 
 use super::*;
+use crate::model::DeltaShape;
+use crate::ops::gated_delta_rule::chunk_scratch_bytes;
 
 /// The router top-k's shape for `m`, with the layer's correction bias for sigmoid routing.
 pub(super) fn router_shape<'a>(m: &MoeSpec, bias: Option<&'a [f32]>) -> RouterShape<'a> {
@@ -244,6 +246,10 @@ impl Activations {
             lin: gpu.storage("linear attention in", f(b * hybrid_widths[0].max(spec.q_dim()))),
             conv: gpu.storage("linear attention conv", f(b * hybrid_widths[1])),
             core: gpu.storage("linear attention core", f(b * hybrid_widths[2])),
+            delta_chunks: gpu.storage(
+                "delta rule chunks",
+                spec.hybrid.as_ref().map_or(4, |hy| chunk_scratch_bytes(DeltaShape::of(hy), b)),
+            ),
             attn_partial: gpu.storage("attention partials", partials),
             gu: gpu.storage("gu", f(b * 2 * inter_max)),
             mh: gpu.storage("mh", f(b * inter_max)),

@@ -28,7 +28,7 @@ use crate::gpu::{Gpu, Pass};
 use crate::model::{ArchSpec, CacheShape, MlaCacheKind, MlaSpec};
 use crate::ops::attention::{is_split, Attention, AttentionIo, Heads, KeyRange};
 use crate::ops::causal_conv1d::{CausalConv1d, ConvShape};
-use crate::ops::gated_delta_rule::{DeltaIo, GatedDeltaRule};
+use crate::ops::gated_delta_rule::{ChunkScratch, DeltaIo, GatedDeltaRule};
 use crate::ops::kv_store::{KvChunk, KvDtype, KvStore, StoreRope};
 use crate::ops::mla_attention::{DecompressedCache, LatentCache, MlaAttention, MlaCacheView, MlaIo};
 use crate::ops::mla_decompress::{DecompressIn, MlaDecompress};
@@ -273,7 +273,7 @@ impl LayerCache {
             }
             LayerCache::Linear(l) => {
                 l.conv.record(gpu, pass);
-                l.delta.record(gpu, pass);
+                l.delta.record(gpu, pass, n);
             }
         }
     }
@@ -406,6 +406,7 @@ impl GpuModel {
             decay_params: &a.decay_params,
             state: &state,
             out: &acts.core,
+            chunks: Some(ChunkScratch { buffer: &acts.delta_chunks, max_tokens: self.options.max_batch }),
         };
         let offsets = (hy.in_width(), c + hy.value_dim());
         let delta =

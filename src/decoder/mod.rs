@@ -242,6 +242,8 @@ struct Activations {
     conv: wgpu::Buffer,
     /// Gated DeltaNet's delta-rule output, before the gated norm.
     core: wgpu::Buffer,
+    /// The chunked delta rule's scratch ([`crate::ops::gated_delta_rule::chunk_scratch_bytes`]).
+    delta_chunks: wgpu::Buffer,
     attn: wgpu::Buffer,
     /// Split decode attention's partials (see [`partial_bytes`]).
     attn_partial: wgpu::Buffer,

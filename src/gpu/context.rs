@@ -77,6 +77,9 @@ pub struct GpuOptions {
     /// Prefill dense matrices through the decode matvec even on a GPU ([`Caps::tiled_prefill`]
     /// off; `tiled_prefill` wins when both are set).
     pub matvec_prefill: bool,
+    /// Run the delta rule token by token in steps of several tokens too
+    /// ([`Caps::chunked_delta_rule`] off): tests and `bench` compare the two forms.
+    pub sequential_delta_rule: bool,
 }
 
 /// Capabilities the kernels adapt to.
@@ -116,6 +119,10 @@ pub struct Caps {
     /// How routed experts prefill where `MOESTREAM_EXPERT_PREFILL` says (read when the context
     /// opens).
     pub expert_prefill: Option<ExpertPrefill>,
+    /// Steps of several tokens run the gated delta rule in its chunked form
+    /// (`ops::gated_delta_rule`), unless [`GpuOptions::sequential_delta_rule`] or
+    /// `MOESTREAM_DELTA_RULE=sequential` keep it token by token.
+    pub chunked_delta_rule: bool,
     /// Kernels keep naga's bounds and loop checks (see `gpu/shader_checks.rs`): everywhere
     /// except on Vulkan adapters that bound buffer accesses themselves, or with
     /// `MOESTREAM_SHADER_CHECKS=on` / [`GpuOptions::shader_checks`].
@@ -361,6 +368,8 @@ impl Gpu {
                 .unwrap_or(options.tiled_prefill || (!cpu_layouts && !options.matvec_prefill)),
             decode_layout: LayoutChoice::from_env()?.or(options.decode_layout),
             expert_prefill: ExpertPrefill::from_env()?.or(options.expert_prefill),
+            chunked_delta_rule: env_choice("MOESTREAM_DELTA_RULE", &[("chunked", true), ("sequential", false)])?
+                .unwrap_or(!options.sequential_delta_rule),
             shader_checks: shader_checks::keep_checks(report.driver_bounds_buffers, options.shader_checks)?,
             words64: cpu_layouts
                 && required_features.contains(wgpu::Features::SHADER_INT64)

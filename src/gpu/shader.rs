@@ -63,7 +63,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     shader!("moe_combine"),
     shader!("swiglu"),
     shader!("causal_conv1d"),
+    shader!("delta_gates"),
     shader!("gated_delta_rule"),
+    shader!("delta_chunk_prep"),
+    shader!("delta_chunk_state"),
     shader!("gate_mul"),
     shader!("argmax"),
     shader!("token_logprob"),
@@ -88,6 +91,7 @@ pub fn kernel_names() -> impl Iterator<Item = &'static str> {
                 | "attention_io"
                 | "rope_pairs"
                 | "router_choice"
+                | "delta_gates"
         ) && !n.starts_with("weights_")
     })
 }
@@ -234,6 +238,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("mla_attention", &["F16", "Q8", "SPLIT", "DECOMPRESSED"]),
     ("mla_decompress", &["F16"]),
     ("gated_delta_rule", &["KDA", "SAFE_GATE"]),
+    ("delta_chunk_prep", &["KDA", "SAFE_GATE"]),
 ];
 
 /// The flags of the decode expert kernels (`expert_gate_up`, `expert_down`).

@@ -6,6 +6,8 @@ pub mod argmax;
 pub mod attention;
 pub mod attention_merge;
 pub mod causal_conv1d;
+pub mod delta_chunk_prep;
+pub mod delta_chunk_state;
 pub mod embed;
 pub mod experts;
 pub mod gate_mul;

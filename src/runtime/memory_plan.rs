@@ -5,7 +5,8 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::{ArchSpec, CacheShape, Checkpoint};
+use crate::model::{ArchSpec, CacheShape, Checkpoint, DeltaShape};
+use crate::ops::gated_delta_rule::chunk_scratch_bytes;
 use crate::ops::{KvDtype, WeightFormat};
 
 /// Whether a checkpoint tensor is one routed expert's weight (streamed, not resident).
@@ -43,12 +44,13 @@ pub fn resident_weight_bytes(ckpt: &Checkpoint, dense: WeightFormat, converted: 
         .sum()
 }
 
-/// GPU bytes of the activation buffers for `max_batch` tokens (logits dominate), with slack for
-/// the per-kernel scratch buffers.
+/// GPU bytes of the activation buffers for `max_batch` tokens (logits dominate), the chunked
+/// delta rule's scratch on hybrid models, with slack for the per-kernel scratch buffers.
 pub fn activation_bytes(spec: &ArchSpec, max_batch: usize) -> u64 {
     let inter = spec.dense_intermediate.max(spec.moe.as_ref().map_or(0, |m| m.top_k * m.expert_intermediate));
     let per_token = 2 * spec.vocab + 8 * spec.hidden + 3 * spec.q_dim() + 3 * inter;
-    (max_batch * per_token * 4) as u64 + (16 << 20)
+    let delta_chunks = spec.hybrid.as_ref().map_or(0, |hy| chunk_scratch_bytes(DeltaShape::of(hy), max_batch));
+    (max_batch * per_token * 4) as u64 + delta_chunks + (16 << 20)
 }
 
 /// Host memory a streamed model uses beside its buffers where the adapter's memory is host

@@ -155,6 +155,13 @@ pub fn gpu_tiled_prefill() -> std::sync::Arc<Gpu> {
     opened_once(&GPU, GpuOptions { tiled_prefill: true, ..Default::default() })
 }
 
+/// The adapter with the delta rule token by token in steps of several tokens too
+/// ([`moestream::gpu::Caps::chunked_delta_rule`] off).
+pub fn gpu_sequential_delta_rule() -> std::sync::Arc<Gpu> {
+    static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
+    opened_once(&GPU, GpuOptions { sequential_delta_rule: true, ..Default::default() })
+}
+
 /// A GPU with subgroup operations disabled, so the shared-memory fallback kernels run.
 pub fn gpu_no_subgroups() -> std::sync::Arc<Gpu> {
     static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
