@@ -96,6 +96,12 @@ typedef struct MoestreamGenerateOptions {
   const char *regex;
   // The text must follow this Lark grammar (llguidance's dialect); NULL = none.
   const char *lark_grammar;
+  // Speculative decoding by prompt lookup: up to this many tokens drafted a step (what
+  // followed the latest earlier occurrence of the last tokens) and verified in one step, the
+  // output what one token a step gives; 0 = off (not with a constraint).
+  uint32_t draft_max;
+  // Longest n-gram the prompt lookup matches (1 to 32).
+  uint32_t draft_ngram;
 } MoestreamGenerateOptions;
 
 // Called with each new piece of conversation `index`'s reply (as `MoestreamTokenCallback`,
@@ -126,6 +132,10 @@ typedef struct MoestreamStats {
   uint64_t expert_misses;
   // Whether the callback stopped the generation.
   bool cancelled;
+  // Draft tokens proposed (`draft_max`).
+  uint32_t draft_tokens;
+  // Of those, the tokens the verification accepted.
+  uint32_t accepted_draft_tokens;
 } MoestreamStats;
 
 // How to load a model; fill with `moestream_load_options_default`, then set `model_dir`.

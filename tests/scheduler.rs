@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use common::{fixtures, gpu};
 use moestream::ops::WeightFormat;
+use moestream::runtime::drafts::PromptLookup;
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, SamplingParams, Scheduler};
 
 fn engine(fixture: &str, max_batch: usize, budget: ExpertBudget) -> (Engine, Vec<u32>) {
@@ -98,6 +99,38 @@ fn scheduled_requests_get_their_solo_tokens() {
 }
 
 #[test]
+fn scheduled_requests_with_drafts_get_their_plain_tokens() {
+    // Each sequence drafts on its own by prompt lookup in what is left of the step (max_batch 8:
+    // drafts compete with the long prompt's chunks) and gets the tokens one token a step gives
+    // (greedy: sampling with drafts follows the same distribution, not the same draws), on a
+    // grouped-attention MoE, a hybrid (states cut back after rejected drafts), MLA.
+    let lookup = Some(PromptLookup { ngram: 3, max_draft: 4 });
+    for fixture in ["qwen3_moe", "qwen3_next", "deepseek_v3"] {
+        let (e, prompt) = engine(fixture, 8, ExpertBudget::Auto);
+        // Repeating prompts, so that lookups find drafts.
+        let reqs: Vec<_> = requests(&[&prompt[..], &prompt[..]].concat())
+            .into_iter()
+            .filter(|(_, o)| o.sampling.temperature == 0.0)
+            .map(|(p, o)| (p, GenerateOptions { max_tokens: o.max_tokens + 8, ..o }))
+            .collect();
+        let want = solo(&e, &reqs);
+        let drafted: Vec<_> =
+            reqs.iter().map(|(p, o)| (p.clone(), GenerateOptions { drafts: lookup, ..o.clone() })).collect();
+        for parallel in [4, 2] {
+            assert_eq!(scheduled(&e, parallel, &drafted), want, "{fixture}: {parallel} parallel with drafts");
+        }
+        let mut s = Scheduler::new(&e, 2).unwrap();
+        for (p, o) in &drafted {
+            s.submit(p.clone(), o.clone(), Box::new(|_, _, _| true)).unwrap();
+        }
+        let stats: Vec<_> = s.run().unwrap().into_iter().map(|f| f.result.unwrap().stats).collect();
+        let (proposed, accepted) =
+            stats.iter().fold((0, 0), |(d, a), s| (d + s.draft_tokens, a + s.accepted_draft_tokens));
+        assert!(proposed > 0 && accepted <= proposed, "{fixture}: {proposed} drafted, {accepted} accepted");
+    }
+}
+
+#[test]
 fn scheduled_streaming_at_the_smallest_budget_equals_resident() {
     let (resident, prompt) = engine("mixtral", 64, ExpertBudget::Auto);
     let reqs = requests(&prompt);
@@ -175,6 +208,8 @@ fn bad_requests_are_refused_at_submit() {
     assert!(s.submit(Vec::new(), opts.clone(), Box::new(|_, _, _| true)).is_err());
     assert!(s.submit(vec![u32::MAX], opts.clone(), Box::new(|_, _, _| true)).is_err());
     assert!(s.submit(vec![1; e.context() + 1], opts.clone(), Box::new(|_, _, _| true)).is_err());
+    let bad_drafts = GenerateOptions { drafts: Some(PromptLookup { ngram: 0, max_draft: 4 }), ..opts.clone() };
+    assert!(s.submit(prompt.clone(), bad_drafts, Box::new(|_, _, _| true)).is_err());
     let nan = GenerateOptions { sampling: SamplingParams { temperature: f32::NAN, ..Default::default() }, ..opts };
     assert!(s.submit(prompt, nan, Box::new(|_, _, _| true)).is_err());
     assert!(s.is_idle());

@@ -502,6 +502,39 @@ fn eight_concurrent_clients_get_their_solo_replies() {
 }
 
 #[test]
+fn drafts_give_the_replies_of_one_token_a_step() {
+    // `--draft-max`: each of four concurrent requests drafts by prompt lookup on its own; the
+    // replies are what a server without drafts gives, and the bundled model's loops accept
+    // drafts (counted in /metrics).
+    let prompts = ["The history of", "Once upon a time", "The story of the old city began when", "In the year"];
+    let plain = Server::start();
+    let want: Vec<String> = prompts.iter().map(|p| reply_text(&plain, p, 48, false)).collect();
+    drop(plain);
+    let server = Server::start_with(&[], &["--draft-max", "4"]);
+    let got: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let server = &server;
+                s.spawn(move || reply_text(server, p, 48, i % 2 == 1))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(got, want);
+    let (drafted, accepted) =
+        (server.metric("moestream_draft_tokens_total"), server.metric("moestream_accepted_draft_tokens_total"));
+    assert!(accepted > 0.0 && accepted <= drafted, "{accepted} of {drafted} drafts accepted");
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/models/moestream-tiny-moe");
+    let bad = Command::new(env!("CARGO_BIN_EXE_moestream"))
+        .args(["serve", "--model", model, "--port", "0", "--draft-max", "40"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("draft length 40"));
+}
+
+#[test]
 fn n_choices_of_one_prompt() {
     let server = Server::start();
     let body = |n: u32, seed: u64, stream: bool| json!({"prompt": "The river", "max_tokens": 10, "temperature": 0.9, "seed": seed, "ignore_eos": true, "n": n, "stream": stream});

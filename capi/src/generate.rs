@@ -3,6 +3,7 @@
 use std::ffi::{c_char, c_void};
 
 use moestream::chat::{complete, ChatMessage, CompletionRequest, FinishReason, RenderOptions};
+use moestream::runtime::drafts::PromptLookup;
 use moestream::runtime::penalties::Penalties;
 use moestream::runtime::{Constraint, GenerateOptions, Generation, SamplingParams, Session};
 use moestream::{Error, Result};
@@ -54,6 +55,13 @@ pub struct MoestreamGenerateOptions {
     pub regex: *const c_char,
     /// The text must follow this Lark grammar (llguidance's dialect); NULL = none.
     pub lark_grammar: *const c_char,
+    // Appended in the fourth version.
+    /// Speculative decoding by prompt lookup: up to this many tokens drafted a step (what
+    /// followed the latest earlier occurrence of the last tokens) and verified in one step, the
+    /// output what one token a step gives; 0 = off (not with a constraint).
+    pub draft_max: u32,
+    /// Longest n-gram the prompt lookup matches (1 to 32).
+    pub draft_ngram: u32,
 }
 
 /// Figures of one generation. Set `struct_size` to `sizeof(MoestreamStats)` before passing it.
@@ -78,6 +86,11 @@ pub struct MoestreamStats {
     pub expert_misses: u64,
     /// Whether the callback stopped the generation.
     pub cancelled: bool,
+    // Appended in the second version.
+    /// Draft tokens proposed (`draft_max`).
+    pub draft_tokens: u32,
+    /// Of those, the tokens the verification accepted.
+    pub accepted_draft_tokens: u32,
 }
 
 /// Fills `options` with the defaults: 128 tokens, greedy (reproducible whatever the model; the
@@ -248,6 +261,8 @@ fn default_generate_options() -> MoestreamGenerateOptions {
         json_schema: std::ptr::null(),
         regex: std::ptr::null(),
         lark_grammar: std::ptr::null(),
+        draft_max: 0,
+        draft_ngram: 3,
     }
 }
 
@@ -259,7 +274,9 @@ impl sized::SizedStruct for MoestreamGenerateOptions {
 
 impl sized::SizedStruct for MoestreamStats {
     const NAME: &'static str = "MoestreamStats";
-    const FIRST_SIZE: usize = std::mem::size_of::<Self>();
+    // The first version ended with `cancelled` (padded to 8 bytes: the draft figures of the
+    // second fall into that padding and past it).
+    const FIRST_SIZE: usize = std::mem::offset_of!(Self, draft_tokens);
 }
 
 pub(crate) unsafe fn generate_options(options: *const MoestreamGenerateOptions) -> Result<GenerateOptions> {
@@ -282,7 +299,12 @@ pub(crate) unsafe fn generate_options(options: *const MoestreamGenerateOptions) 
     };
     sampling.validate()?;
     let constraint = constraint(&o)?;
-    Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, constraint, ..Default::default() })
+    let drafts = match o.draft_max {
+        0 => None,
+        n => Some(PromptLookup { ngram: o.draft_ngram as usize, max_draft: n as usize }),
+    };
+    // Draft sizes, and drafts with a constraint, are checked where they are used.
+    Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, constraint, drafts, ..Default::default() })
 }
 
 /// The constraint the options' `json_schema`, `regex` or `lark_grammar` asks for.
@@ -329,6 +351,8 @@ pub(crate) unsafe fn write_stats(stats: *mut MoestreamStats, g: &Generation, can
             expert_hits: g.stats.experts.expert_hits,
             expert_misses: g.stats.experts.expert_misses,
             cancelled,
+            draft_tokens: g.stats.draft_tokens as u32,
+            accepted_draft_tokens: g.stats.accepted_draft_tokens as u32,
         },
     )
 }

@@ -99,6 +99,24 @@ fn older_structs_work_and_unknown_sizes_are_refused() {
         constrained.regex = regex.as_ptr();
         let e = generate(engine, &constrained, null_mut()).unwrap_err();
         assert!(e.contains("one of json_schema, regex and lark_grammar"), "{e}");
+        // The fourth version's drafts: greedy text as without them, counted in the figures
+        // (the bundled model's loops accept drafts); sizes out of range refused.
+        let mut plain = current;
+        plain.max_tokens = 48;
+        let want = generate(engine, &plain, null_mut()).unwrap();
+        let mut drafted = plain;
+        drafted.draft_max = 4;
+        stats.struct_size = std::mem::size_of::<MoestreamStats>() as u32;
+        assert_eq!(generate(engine, &drafted, &mut stats).unwrap(), want);
+        assert!(stats.accepted_draft_tokens > 0 && stats.accepted_draft_tokens <= stats.draft_tokens);
+        drafted.draft_max = 40;
+        let e = generate(engine, &drafted, null_mut()).unwrap_err();
+        assert!(e.contains("draft length 40"), "{e}");
+        // Figures of the first version (which ended at `cancelled`) are still filled.
+        let mut stats_v1 = std::mem::zeroed::<MoestreamStats>();
+        stats_v1.struct_size = (std::mem::offset_of!(MoestreamStats, cancelled) + 1).next_multiple_of(8) as u32;
+        generate(engine, &plain, &mut stats_v1).unwrap();
+        assert_eq!(stats_v1.generated_tokens, 48);
         assert_eq!(moestream_generate_options_for_model(engine, std::ptr::null_mut()), -1);
         assert!(last_error().contains("options is NULL"), "{}", last_error());
         assert_eq!(moestream_generate_options_for_model(std::ptr::null(), &mut model), -1);

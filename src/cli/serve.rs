@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::model_args::ModelArgs;
+use super::model_args::{DraftArgs, ModelArgs};
 use moestream::gpu::memory::parse_bytes;
 use moestream::serve::ServeOptions;
 use moestream::{Error, Result};
@@ -35,6 +35,8 @@ pub struct ServeArgs {
     /// (`reasoning_content`, as llama-server and vLLM), `none` leaves it in the content.
     #[arg(long, value_enum, default_value = "auto")]
     reasoning_format: ReasoningFormat,
+    #[command(flatten)]
+    drafts: DraftArgs,
 }
 
 /// `--reasoning-format`.
@@ -56,6 +58,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         chat_template: a.chat_template,
         parallel: a.parallel.map(|n| n as usize),
         split_reasoning: a.reasoning_format == ReasoningFormat::Auto,
+        drafts: a.drafts.drafts()?,
     };
     moestream::serve::run(a.model.options()?, options)
 }

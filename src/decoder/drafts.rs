@@ -37,7 +37,22 @@ impl GpuModel {
         Ok(rows)
     }
 
-    /// Keeps only the first `kept` of the `tokens` that [`GpuModel::step_drafted`] just ran at
+    /// Saves `cache`'s linear-attention states (nothing without them) before a batched step
+    /// ([`GpuModel::step_batch`]) runs drafts on it, so that [`GpuModel::keep_drafted`] can cut
+    /// that step back.
+    pub fn save_states_for_drafts(&self, cache: &SequenceCache) -> Result<()> {
+        if !cache.has_linear_state() {
+            return Ok(());
+        }
+        cache.ensure_state_copies()?;
+        let mut encoder = self.gpu.device.create_command_encoder(&Default::default());
+        cache.save_linear_state(&mut encoder);
+        self.gpu.queue.submit([encoder.finish()]);
+        Ok(())
+    }
+
+    /// Keeps only the first `kept` of the `tokens` that [`GpuModel::step_drafted`] (or a batched
+    /// step after [`GpuModel::save_states_for_drafts`]) just ran at
     /// `pos` on `cache`: linear-attention states go back to before that step and run the kept
     /// tokens again; other caches need nothing.
     pub fn keep_drafted(&self, cache: &SequenceCache, tokens: &[u32], pos: usize, kept: usize) -> Result<()> {

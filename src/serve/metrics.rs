@@ -32,13 +32,17 @@ pub struct Metrics {
     pub steps: u64,
     /// Sequences those steps carried, summed (over `steps`: the mean batch).
     pub step_sequences: u64,
+    /// Prompt-lookup draft tokens proposed (`serve --draft-max`).
+    pub draft_tokens: u64,
+    /// Of those, the tokens the verification accepted.
+    pub accepted_draft_tokens: u64,
 }
 
 impl Metrics {
     /// The Prometheus exposition text.
     pub fn render(&self) -> String {
         let e = &self.experts;
-        let rows: [(&str, &str, &str, f64); 18] = [
+        let rows: [(&str, &str, &str, f64); 20] = [
             ("moestream_requests_total", "counter", "Replies finished.", self.requests as f64),
             ("moestream_requests_failed_total", "counter", "Requests that failed.", self.failed as f64),
             (
@@ -55,6 +59,13 @@ impl Metrics {
                 self.reused_tokens as f64,
             ),
             ("moestream_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens as f64),
+            ("moestream_draft_tokens_total", "counter", "Draft tokens proposed.", self.draft_tokens as f64),
+            (
+                "moestream_accepted_draft_tokens_total",
+                "counter",
+                "Draft tokens the verification accepted.",
+                self.accepted_draft_tokens as f64,
+            ),
             ("moestream_queue_depth", "gauge", "Requests waiting for the engine.", self.queued as f64),
             ("moestream_steps_total", "counter", "Engine steps run.", self.steps as f64),
             (

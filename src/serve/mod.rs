@@ -37,6 +37,9 @@ pub struct ServeOptions {
     pub parallel: Option<usize>,
     /// Keep a thinking model's `<think>` reasoning apart from the answer (`reasoning_content`).
     pub split_reasoning: bool,
+    /// Prompt-lookup drafts for every request that has no constraint (`None`: one token a
+    /// step), as llama-server's `--draft-max`.
+    pub drafts: Option<crate::runtime::drafts::PromptLookup>,
 }
 
 impl Default for ServeOptions {
@@ -49,6 +52,7 @@ impl Default for ServeOptions {
             chat_template: None,
             parallel: None,
             split_reasoning: true,
+            drafts: None,
         }
     }
 }
@@ -69,8 +73,7 @@ pub fn run_until(
     listening: impl FnOnce(SocketAddr),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let (worker, model) =
-        worker::Worker::start(engine, options.parallel, options.chat_template.clone(), options.split_reasoning)?;
+    let (worker, model) = worker::Worker::start(engine, &options)?;
     log::info!("{} requests at once, {} positions each", model.parallel, model.context);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

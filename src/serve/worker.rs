@@ -12,11 +12,13 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc as async_mpsc, oneshot};
 
 use super::metrics::Metrics;
+use super::ServeOptions;
 use crate::chat::{
     end_of_turn_tokens, is_harmony, thinking_start, ChatMessage, ChatTemplate, Completion, CompletionRequest,
     FinishReason, Part, RenderOptions, Reply, ToolFormat,
 };
 use crate::error::{Error, Result};
+use crate::runtime::drafts::PromptLookup;
 use crate::runtime::logprobs::TokenLogprob;
 use crate::runtime::{Engine, EngineOptions, Finished, RequestId, SamplingParams, Scheduler};
 
@@ -145,15 +147,12 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Loads the engine on its own thread and starts serving the queue, `parallel` requests at
-    /// once (`None`: [`DEFAULT_PARALLEL`] where the memory allows, fewer where it does not);
-    /// returns when the model is loaded (or failed to).
-    pub fn start(
-        options: EngineOptions,
-        parallel: Option<usize>,
-        chat_template: Option<std::path::PathBuf>,
-        split_reasoning: bool,
-    ) -> Result<(Worker, ModelInfo)> {
+    /// Loads the engine on its own thread and starts serving the queue as `serve` says:
+    /// `parallel` requests at once (`None`: [`DEFAULT_PARALLEL`] where the memory allows, fewer
+    /// where it does not), its chat template, reasoning split and drafts; returns when the
+    /// model is loaded (or failed to).
+    pub fn start(options: EngineOptions, serve: &ServeOptions) -> Result<(Worker, ModelInfo)> {
+        let ServeOptions { parallel, chat_template, split_reasoning, drafts, .. } = serve.clone();
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
         let metrics = Arc::new(Mutex::new(Metrics::default()));
@@ -193,6 +192,7 @@ impl Worker {
                     scheduler,
                     template,
                     split_reasoning,
+                    drafts,
                     end_of_turn,
                     metrics: shared,
                     replies: HashMap::new(),
@@ -240,6 +240,8 @@ struct EngineLoop<'a> {
     template: Option<ChatTemplate>,
     /// Keep `<think>` reasoning apart (`reasoning_content`) where the template thinks in tags.
     split_reasoning: bool,
+    /// Prompt-lookup drafts for the requests without a constraint.
+    drafts: Option<PromptLookup>,
     end_of_turn: Vec<u32>,
     metrics: Arc<Mutex<Metrics>>,
     replies: HashMap<RequestId, Running>,
@@ -377,7 +379,11 @@ impl<'a> EngineLoop<'a> {
                 })
             })
         };
-        match self.scheduler.submit_n(prompt, job.request.generate_options(), job.n, on_token) {
+        let mut options = job.request.generate_options();
+        if options.constraint.is_none() {
+            options.drafts = self.drafts;
+        }
+        match self.scheduler.submit_n(prompt, options, job.n, on_token) {
             Ok(ids) => {
                 let _ = job.events.send(Event::Started);
                 for (index, (id, reply)) in ids.into_iter().zip(replies).enumerate() {
@@ -460,6 +466,8 @@ impl<'a> EngineLoop<'a> {
                 m.prompt_tokens += c.generation.prompt_tokens.len() as u64;
                 m.reused_tokens += c.generation.stats.reused_tokens as u64;
                 m.generated_tokens += c.generation.tokens.len() as u64;
+                m.draft_tokens += c.generation.stats.draft_tokens as u64;
+                m.accepted_draft_tokens += c.generation.stats.accepted_draft_tokens as u64;
                 m.last_prefill_tokens_per_s = c.generation.stats.prefill_tokens_per_s;
                 m.last_decode_tokens_per_s = c.generation.stats.decode_tokens_per_s;
             }

@@ -132,6 +132,17 @@ pub struct Score {
 }
 
 /// Refuses more top log-probabilities than [`MAX_TOP_LOGPROBS`].
+/// Refuses drafts of sizes out of range, or with a constraint.
+pub(super) fn check_drafts(options: &GenerateOptions) -> Result<()> {
+    if let Some(d) = &options.drafts {
+        d.validate()?;
+        if options.constraint.is_some() {
+            return Err(Error::UnsupportedConfig("drafts with a constraint (JSON schema, regex, grammar)".into()));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn check_logprobs(options: &GenerateOptions) -> Result<()> {
     match options.logprobs {
         Some(n) if n > MAX_TOP_LOGPROBS => {
@@ -227,12 +238,7 @@ impl Engine {
     ) -> Result<Generation> {
         self.check_owner(session)?;
         options.sampling.validate()?;
-        if let Some(d) = &options.drafts {
-            d.validate()?;
-            if options.constraint.is_some() {
-                return Err(Error::UnsupportedConfig("drafts with a constraint (JSON schema, regex, grammar)".into()));
-            }
-        }
+        check_drafts(options)?;
         check_logprobs(options)?;
         if options.prompt_logprobs {
             return Err(Error::UnsupportedConfig("prompt log-probabilities outside the scheduler".into()));

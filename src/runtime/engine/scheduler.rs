@@ -70,12 +70,13 @@ pub struct Scheduler<'a> {
 }
 
 /// What a slot runs in a step: its tokens from `pos`, and whether the logits after them are
-/// wanted.
+/// wanted; a decode token may take drafts after it (then every row's logits are wanted).
 struct Part {
     slot: usize,
     start: usize,
     end: usize,
     logits: Rows,
+    drafts: Vec<u32>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -162,9 +163,7 @@ impl<'a> Scheduler<'a> {
         options.sampling.validate()?;
         super::generation::check_logprobs(&options)?;
         self.engine.check_prompt(&prompt)?;
-        if options.drafts.is_some() {
-            return Err(Error::UnsupportedConfig("prompt-lookup drafts in scheduled (parallel) requests".into()));
-        }
+        super::generation::check_drafts(&options)?;
         if options.prompt_logprobs && n > 1 {
             return Err(Error::UnsupportedConfig("prompt log-probabilities with several choices".into()));
         }
@@ -273,19 +272,27 @@ impl<'a> Scheduler<'a> {
             }
         }
         let phase = if decoding { Phase::Decode } else { Phase::Prefill };
+        // Drafts ride on their sequences for the step (row i's history is the sequence and
+        // the first i drafts); a hybrid model's states are saved first, to be cut back.
+        let mut saved = Ok(());
+        for p in parts.iter().filter(|p| !p.drafts.is_empty()) {
+            let session = &mut self.slots[p.slot].session;
+            session.tokens.extend_from_slice(&p.drafts);
+            saved = saved.and_then(|()| self.engine.model.save_states_for_drafts(&session.cache));
+        }
         let entries: Vec<BatchEntry<'_>> = parts
             .iter()
             .map(|p| {
                 let session = &self.slots[p.slot].session;
                 BatchEntry {
                     cache: &session.cache,
-                    tokens: &session.tokens[p.start..p.end],
+                    tokens: &session.tokens[p.start..p.end + p.drafts.len()],
                     pos: p.start,
                     logits: p.logits,
                 }
             })
             .collect();
-        let outputs = self.engine.model.step_batch(&entries, phase);
+        let outputs = saved.and_then(|()| self.engine.model.step_batch(&entries, phase));
         drop(entries);
         self.counts = (self.counts.0 + 1, self.counts.1 + parts.len() as u64);
         let outputs = match outputs {
@@ -297,6 +304,8 @@ impl<'a> Scheduler<'a> {
                 for p in &parts {
                     let slot = &mut self.slots[p.slot];
                     // The sequence's caches are in an unknown state: it starts again.
+                    let len = slot.session.len() - p.drafts.len();
+                    slot.session.tokens.truncate(len);
                     slot.session.truncate(0);
                     let e = error.take().unwrap_or_else(|| Error::BatchStepFailed(text.clone()));
                     finished.push(self.finish_running(p.slot, Err(e)));
@@ -305,6 +314,12 @@ impl<'a> Scheduler<'a> {
             }
         };
         for (p, mut rows) in parts.iter().zip(outputs) {
+            if !p.drafts.is_empty() {
+                if let Some(done) = self.slots[p.slot].take_drafted(self.engine, p.start, &p.drafts, rows) {
+                    finished.push(self.finish_running(p.slot, done));
+                }
+                continue;
+            }
             self.slots[p.slot].session.cached = p.end;
             if p.logits == Rows::All {
                 self.take_prompt_logprobs(p, &rows);
@@ -472,23 +487,31 @@ impl<'a> Scheduler<'a> {
                 decode_s,
                 // Steps are shared: their waits are no one request's.
                 decode_waits: 0.0,
-                drafted: (0, 0),
+                drafted: r.drafted,
                 experts,
             }),
         });
         Finished { id: r.id, result }
     }
 
-    /// This step's parts: every decode token, then prompt chunks in the order the requests
-    /// came, within `max_batch` tokens.
+    /// This step's parts: every decode token, with the drafts its request looks up in what is
+    /// left of the step (first come, first served), then prompt chunks in the order the
+    /// requests came, within `max_batch` tokens.
     fn plan(&self) -> Vec<Part> {
         let mut budget = self.engine.model.options().max_batch;
         let mut parts = Vec::new();
         let running = || self.slots.iter().enumerate().filter_map(|(i, s)| s.running.as_ref().map(|r| (i, s, r)));
-        for (i, s, _) in running().filter(|(_, _, r)| r.next.is_some()) {
+        let decoding: Vec<_> = running().filter(|(_, _, r)| r.next.is_some()).collect();
+        budget -= decoding.len();
+        for (i, s, r) in decoding {
             let end = s.session.len();
-            parts.push(Part { slot: i, start: end - 1, end, logits: Rows::Last });
-            budget -= 1;
+            // Room for drafts: tokens still wanted after the next one, the context, the step.
+            let wanted = r.options.max_tokens - r.generated.len() - 1;
+            let room = wanted.min(self.engine.context() - end).min(budget);
+            let drafts = r.options.drafts.map(|d| d.draft(&s.session.tokens, room)).unwrap_or_default();
+            budget -= drafts.len();
+            let logits = if drafts.is_empty() { Rows::Last } else { Rows::All };
+            parts.push(Part { slot: i, start: end - 1, end, logits, drafts });
         }
         let mut prefilling: Vec<_> = running()
             .filter(|(_, s, r)| r.next.is_none() && r.fork_of.is_none() && s.session.cached < s.session.len())
@@ -506,7 +529,7 @@ impl<'a> Scheduler<'a> {
                 (false, true) => Rows::Last,
                 (false, false) => Rows::None,
             };
-            parts.push(Part { slot: i, start, end, logits });
+            parts.push(Part { slot: i, start, end, logits, drafts: Vec::new() });
         }
         parts
     }

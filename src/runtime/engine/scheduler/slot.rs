@@ -35,6 +35,8 @@ pub(super) struct Running<'a> {
     pub(super) fork_of: Option<(usize, RequestId)>,
     /// The prompt's tokens' log-probabilities so far (with `prompt_logprobs`).
     pub(super) prompt_logprobs: Vec<TokenLogprob>,
+    /// Draft tokens proposed and accepted so far.
+    pub(super) drafted: (usize, usize),
 }
 
 impl<'a> Running<'a> {
@@ -66,6 +68,7 @@ impl<'a> Running<'a> {
             cancelled: false,
             fork_of: None,
             prompt_logprobs: Vec::new(),
+            drafted: (0, 0),
         }
     }
 }
@@ -108,11 +111,64 @@ impl Slot<'_> {
     /// on (the token runs in the next step).
     pub(super) fn take_token(&mut self, engine: &Engine, logits: &mut [f32]) -> Option<Result<()>> {
         let r = self.running.as_mut().expect("a step's part belongs to a running request");
+        match r.picker.pick(logits, &self.session.tokens, None) {
+            Ok(t) => self.take(engine, t),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Verifies the `drafts` that rode on the sequence's last step after its last token, at
+    /// `pos` (`rows`: the logits after that token and after each draft), as
+    /// [`Engine::generate_in`] does: takes the accepted drafts and the token after them, and
+    /// cuts the step back to what was accepted. `Some` when the request ended.
+    pub(super) fn take_drafted(
+        &mut self,
+        engine: &Engine,
+        pos: usize,
+        drafts: &[u32],
+        rows: Vec<Vec<f32>>,
+    ) -> Option<Result<()>> {
+        let r = self.running.as_mut().expect("a step's part belongs to a running request");
         let session = &mut self.session;
-        let t = match r.picker.pick(logits, &session.tokens, None) {
-            Ok(t) => t,
-            Err(e) => return Some(Err(e)),
-        };
+        let len = session.len() - drafts.len();
+        let mut accepted = 0;
+        let mut after = None;
+        for (i, mut logits) in rows.into_iter().enumerate() {
+            let draft = drafts.get(i).copied();
+            match r.picker.pick(&mut logits, &session.tokens[..len + i], draft) {
+                Ok(t) if Some(t) == draft => accepted += 1,
+                Ok(t) => {
+                    after = Some(t);
+                    break;
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        r.drafted = (r.drafted.0 + drafts.len(), r.drafted.1 + accepted);
+        let kept = engine.model.keep_drafted(&session.cache, &session.tokens[pos..], pos, 1 + accepted);
+        session.tokens.truncate(len);
+        session.cached = pos + 1 + accepted;
+        if let Err(e) = kept {
+            // The sequence's states are in an unknown state: it starts again.
+            session.truncate(0);
+            return Some(Err(e));
+        }
+        let after = after.expect("the last row has no draft, so it always decides");
+        for &t in drafts[..accepted].iter().chain([&after]) {
+            if let Some(done) = self.take(engine, t) {
+                // Accepted drafts left untaken are not part of the sequence.
+                self.session.cached = self.session.cached.min(self.session.len());
+                return Some(done);
+            }
+        }
+        None
+    }
+
+    /// Takes token `t` for the request running here: `Some` with how the request ended, or
+    /// `None` when it goes on (the token runs in the next step, unless its step has run).
+    fn take(&mut self, engine: &Engine, t: u32) -> Option<Result<()>> {
+        let r = self.running.as_mut().expect("a step's part belongs to a running request");
+        let session = &mut self.session;
         r.first_token.get_or_insert_with(Instant::now);
         r.next = None;
         if !r.options.ignore_eos && engine.spec().eos_token_ids.contains(&t) {
@@ -125,7 +181,8 @@ impl Slot<'_> {
             Err(e) => return Some(Err(e)),
         };
         r.text.push_str(&piece);
-        if !(r.on_token)(t, &piece, r.picker.logprobs.last())
+        // One pick per token taken (a draft's own, or this token's).
+        if !(r.on_token)(t, &piece, r.picker.logprobs.get(r.generated.len() - 1))
             || r.generated.len() >= r.options.max_tokens
             || session.len() > engine.context()
         {
