@@ -138,6 +138,11 @@ typedef struct MoestreamStats {
   uint32_t accepted_draft_tokens;
 } MoestreamStats;
 
+// Called with each new piece of text: `token` is its token id (`UINT32_MAX` from
+// `moestream_chat`, whose text pieces may span tokens), `text` the piece (NUL-terminated,
+// `len` bytes, valid during the call; may be empty). Return false to stop generating.
+typedef bool (*MoestreamTokenCallback)(void *user_data, uint32_t token, const char *text, size_t len);
+
 // How to load a model; fill with `moestream_load_options_default`, then set `model_dir`.
 typedef struct MoestreamLoadOptions {
   // `sizeof(MoestreamLoadOptions)` as the app was compiled (set by the default function).
@@ -165,11 +170,6 @@ typedef struct MoestreamLoadOptions {
   // memory; a session rolled back past the ring then resumes without recomputing).
   bool swa_full;
 } MoestreamLoadOptions;
-
-// Called with each new piece of text: `token` is its token id (`UINT32_MAX` from
-// `moestream_chat`, whose text pieces may span tokens), `text` the piece (NUL-terminated,
-// `len` bytes, valid during the call; may be empty). Return false to stop generating.
-typedef bool (*MoestreamTokenCallback)(void *user_data, uint32_t token, const char *text, size_t len);
 
 #ifdef __cplusplus
 extern "C" {
@@ -210,6 +210,29 @@ void moestream_string_free(char *s);
 
 // The library's version, e.g. "0.1.0" (static; do not free).
 const char *moestream_version(void);
+
+// Replies to the chat request `request_json`, OpenAI's shape: `{"messages": [...], "tools":
+// [...], "tool_choice": "auto" | "none" | "required" | {"type": "function", "function":
+// {"name": ...}}}` (`tools` and `tool_choice` optional; messages as `moestream_chat`'s, an
+// assistant message may carry its `tool_calls` and a `"tool"` message answers one). Returns
+// the reply as an assistant message in JSON (free with `moestream_string_free`), or NULL on
+// failure: `{"role": "assistant", "content": "...", "reasoning_content": "..." (a thinking
+// model's, when its template writes `<think>` or gpt-oss's analysis channel), "tool_calls":
+// [{"id", "type": "function", "function": {"name", "arguments"}}] (calls the model wrote in its
+// template's format; with `tool_choice` `"required"` or a named function the reply is such a
+// call, by constrained decoding), "finish_reason": "stop" | "length" | "tool_calls" |
+// "cancelled"}`. `callback` gets the content as it is generated (`token` is `UINT32_MAX`); the
+// session is used as by `moestream_chat`.
+//
+// # Safety
+// As `moestream_chat`; `request_json` NUL-terminated.
+char *moestream_chat_message(struct MoestreamEngine *engine,
+                             struct MoestreamSession *session,
+                             const char *request_json,
+                             const struct MoestreamGenerateOptions *options,
+                             MoestreamTokenCallback callback,
+                             void *user_data,
+                             struct MoestreamStats *stats);
 
 // Fills `options` with the defaults (no model directory).
 //

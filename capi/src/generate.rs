@@ -329,7 +329,7 @@ unsafe fn constraint(o: &MoestreamGenerateOptions) -> Result<Option<Constraint>>
 }
 
 /// Calls the C callback (absent: always go on).
-unsafe fn call(callback: MoestreamTokenCallback, user_data: *mut c_void, token: u32, piece: &str) -> bool {
+pub(crate) unsafe fn call(callback: MoestreamTokenCallback, user_data: *mut c_void, token: u32, piece: &str) -> bool {
     let Some(f) = callback else { return true };
     let text = c_text(piece);
     f(user_data, token, text.as_ptr(), text.as_bytes().len())

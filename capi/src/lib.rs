@@ -18,6 +18,7 @@
 
 mod batch;
 mod boundary;
+mod chat_message;
 mod engine;
 mod generate;
 mod score;
@@ -26,6 +27,7 @@ mod sized;
 
 pub use batch::{moestream_chat_batch, MoestreamBatchCallback};
 pub use boundary::{moestream_last_error, moestream_string_free, moestream_version};
+pub use chat_message::moestream_chat_message;
 pub use engine::{
     moestream_engine_free, moestream_engine_load, moestream_load_options_default, MoestreamEngine,
     MoestreamLoadOptions, MOESTREAM_KV_F16, MOESTREAM_KV_F32, MOESTREAM_KV_Q8_0,

@@ -11,6 +11,7 @@ mod reasoning;
 mod stop;
 mod template;
 mod tool_calls;
+mod tool_choice;
 mod tool_markers;
 
 pub use completion::{complete, Completion, CompletionRequest, FinishReason, Reply};
@@ -20,3 +21,4 @@ pub use reasoning::{thinking_start, Part, ReasoningScanner};
 pub use stop::{end_of_turn_tokens, StopScanner};
 pub use template::{ChatTemplate, RenderOptions, TEMPLATE_FILE};
 pub use tool_calls::{ToolCall, ToolCallScanner, ToolFormat};
+pub use tool_choice::ToolChoice;

@@ -17,7 +17,7 @@ use super::chat_input::ChatInput;
 use super::model_args::{DraftArgs, ModelArgs, SamplingArgs};
 use moestream::chat::{
     complete, end_of_turn_tokens, is_harmony, ChatMessage, ChatTemplate, CompletionRequest, RenderOptions, Role,
-    ToolCall, ToolFormat,
+    ToolCall, ToolChoice,
 };
 use moestream::runtime::{GenerateOptions, Session};
 use moestream::{Engine, Error, Result};
@@ -49,8 +49,8 @@ pub struct ChatArgs {
     /// [...]}`), given to the template; calls are shown and kept, `/tool RESULT` answers one.
     #[arg(long, value_name = "FILE")]
     tools: Option<std::path::PathBuf>,
-    /// With --tools: `auto` (the model decides), `required` (every reply is a call, by
-    /// constrained decoding) or a function's name (a call to it).
+    /// With --tools: `auto` (the model decides), `none` (replies stay text), `required` (every
+    /// reply is a call, by constrained decoding) or a function's name (a call to it).
     #[arg(long, value_name = "CHOICE", default_value = "auto", requires = "tools")]
     tool_choice: String,
 }
@@ -99,25 +99,11 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let mut request = request;
     let tools = a.tools.as_deref().map(read_tools).transpose()?;
     if let Some(tools) = &tools {
-        let format = ToolFormat::of_template(template.source());
-        request.tool_format = format;
-        let forced = match a.tool_choice.as_str() {
-            "auto" => None,
-            "required" => Some(None),
-            name => Some(Some(name)),
-        };
-        match (format, forced) {
-            (None, None) => {
-                log::warn!("the chat template writes tool calls in no format moestream parses: they stay text")
-            }
-            (None, Some(_)) => {
-                return Err(Error::InvalidArgument(
-                    "--tool-choice: the chat template writes tool calls in no format moestream parses".into(),
-                ))
-            }
-            (Some(f), Some(name)) => request.options.constraint = Some(f.forced_call(tools, name)?),
-            (Some(_), None) => {}
-        }
+        let choice = ToolChoice::from_flag(&a.tool_choice)?;
+        request.use_tools(template.source(), tools, &choice).map_err(|e| match e {
+            Error::InvalidArgument(why) => Error::InvalidArgument(format!("--tool-choice: {why}")),
+            e => e,
+        })?;
     }
     // gpt-oss: only the final channel is shown (its analysis is reasoning, its calls calls).
     request.read_markers(engine.tokenizer().expect("checked above"), is_harmony(template.source()));
