@@ -8,6 +8,7 @@ use common::TempDir;
 
 use moestream::bench::model::{self, ModelBenchOptions};
 use moestream::ops::WeightFormat;
+use moestream::runtime::drafts::PromptLookup;
 use moestream::{Engine, EngineOptions};
 
 fn options() -> ModelBenchOptions {
@@ -18,6 +19,9 @@ fn options() -> ModelBenchOptions {
         seed: 1,
         compare_chained: false,
         compare_optimistic: false,
+        drafts: None,
+        temperature: 0.0,
+        prompt_repeats: 1,
     }
 }
 
@@ -39,6 +43,28 @@ fn the_report_names_the_weight_formats_that_ran() {
         assert_eq!((r.prompt_tokens, r.decode_tokens, r.runs), (6, 3, 1));
         assert!(r.prefill_tokens_per_s > 0.0 && r.decode_tokens_per_s > 0.0, "{r:?}");
     }
+}
+
+#[test]
+fn drafts_are_compared_with_their_acceptance() {
+    // A repeated prompt on the bundled model (its greedy text loops): drafts are proposed and
+    // accepted, each verify step gives at least one token, both modes decode the same count.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/moestream-tiny-moe");
+    let o = ModelBenchOptions {
+        decode_tokens: 48,
+        runs: 2,
+        prompt_repeats: 3,
+        drafts: Some(PromptLookup { ngram: 3, max_draft: 4 }),
+        ..options()
+    };
+    let r = model::run(|| Engine::load(&EngineOptions::new(&dir)), &o).unwrap();
+    let d = r.drafts.expect("drafts asked for");
+    assert!(d.accepted_draft_tokens > 0 && d.accepted_draft_tokens <= d.draft_tokens, "{d:?}");
+    assert!((1.0..=5.0).contains(&d.tokens_per_verify_step), "{d:?}");
+    assert_eq!((d.decode.on_runs.len(), d.decode.off_runs.len()), (2, 2));
+    assert!(d.decode.on_runs.iter().chain(&d.decode.off_runs).all(|s| *s > 0.0), "{d:?}");
+    let bad = ModelBenchOptions { temperature: f32::NAN, ..o };
+    assert!(model::run(|| Engine::load(&EngineOptions::new(&dir)), &bad).is_err());
 }
 
 /// `bench paths`: each path the default takes on this adapter is compared (both phases, a ratio

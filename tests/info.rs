@@ -1,7 +1,8 @@
 //! `moestream info` prints the KV-cache bytes per token: for MLA the latent
 //! (`kv_lora_rank + qk_rope_head_dim` f32 values per layer), for grouped attention every key and
 //! value head (in the `--kv-dtype`, f16 by default, or f32); each layer's sliding window; MXFP4 experts as stored;
-//! a hybrid model's linear-attention layers and their fixed per-sequence state.
+//! a hybrid model's linear-attention layers and their fixed per-sequence state; the MTP layers a
+//! checkpoint ships.
 
 use std::path::Path;
 
@@ -34,6 +35,23 @@ fn kv_bytes_per_token_by_attention_kind() {
     assert_eq!(glm["kv_bytes_per_token_f32"], 2 * 2 * 16 * 4 * 3);
     assert_eq!(glm["kv_bytes_per_token_f16"], 2 * 2 * 16 * 2 * 3);
     assert!(glm["kv_bytes_per_token_decompressed_f16"].is_null());
+}
+
+#[test]
+fn multi_token_prediction_layers_are_reported() {
+    // DeepSeek-V3's and GLM-4.5's fixtures ship one MTP ("nextn") layer; Qwen3-Next's config
+    // names none, Ling's says 0.
+    for (fixture, mtp) in [("deepseek_v3", 1), ("glm4_moe", 1), ("qwen3_next", 0), ("ling", 0), ("mixtral", 0)] {
+        assert_eq!(info(fixture)["mtp_layers"], mtp, "{fixture}");
+    }
+    // A GGUF file's `nextn_predict_layers` (the GLM-4.5 fixture's, as llama.cpp converts it).
+    let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf/glm4_moe-bf16.gguf");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_moestream"))
+        .args(["info", "--model", gguf.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["mtp_layers"], 1);
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! End-to-end speed of one model: a prefill of seeded random token ids, then a greedy decode
-//! (end-of-sequence ignored), once to warm up and then `runs` times; medians are reported.
+//! End-to-end speed of one model: a prefill of seeded random token ids, then a decode (greedy
+//! unless a temperature is given; end-of-sequence ignored), once to warm up and then `runs`
+//! times; medians are reported.
 
 use std::time::Instant;
 
@@ -11,6 +12,8 @@ use crate::convert::{is_converted, ModelManifest};
 use crate::decoder::OptimisticSteps;
 use crate::error::Result;
 use crate::experts::residency::ExpertStats;
+use crate::runtime::drafts::PromptLookup;
+use crate::runtime::stats::Stats;
 use crate::runtime::{GenerateOptions, SamplingParams};
 use crate::Engine;
 
@@ -30,6 +33,36 @@ pub struct ModelBenchOptions {
     /// Also time streaming decode with optimistic steps always against never
     /// ([`crate::decoder::OptimisticSteps`]).
     pub compare_optimistic: bool,
+    /// Also time decode with these prompt-lookup drafts against one token a step
+    /// ([`DraftsComparison`]).
+    pub drafts: Option<PromptLookup>,
+    /// Sampling temperature of every run (0: greedy).
+    pub temperature: f32,
+    /// The prompt is its random block this many times over (a prompt that repeats itself is
+    /// what prompt lookup drafts from: quotes, code edits).
+    pub prompt_repeats: usize,
+}
+
+/// Decode with prompt-lookup drafts (on) against one token a step (off), in turn, with what
+/// the drafts did.
+#[derive(Clone, Debug, Serialize)]
+pub struct DraftsComparison {
+    /// Decode speeds, on and off.
+    #[serde(flatten)]
+    pub decode: DecodeComparison,
+    /// Drafts proposed over the runs with them.
+    pub draft_tokens: usize,
+    /// Of those, accepted.
+    pub accepted_draft_tokens: usize,
+    /// `accepted_draft_tokens / draft_tokens`.
+    pub acceptance_rate: f64,
+    /// Tokens each verify step produced, on average: its accepted drafts and the token after
+    /// them.
+    pub tokens_per_verify_step: f64,
+    /// Expert bytes read from the store per generated token with drafts (streaming only).
+    pub bytes_read_per_token_on: f64,
+    /// The same without.
+    pub bytes_read_per_token_off: f64,
 }
 
 /// Decode with a setting on against off, `runs` of each, one after the other in turn (their
@@ -103,6 +136,8 @@ pub struct ModelReport {
     /// With `compare_optimistic`, where experts stream: optimistic steps always (on) against
     /// never (off), in turn.
     pub optimistic: Option<DecodeComparison>,
+    /// With `drafts`: decode with them (on) against one token a step (off), in turn.
+    pub drafts: Option<DraftsComparison>,
     /// Expert-cache figures over the timed runs.
     #[serde(flatten)]
     pub experts: ExpertStats,
@@ -116,13 +151,10 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
     let started = Instant::now();
     let engine = load()?;
     let load_s = started.elapsed().as_secs_f64();
-    let prompt = random_tokens(o.prompt_tokens, engine.spec().vocab, o.seed);
-    let options = GenerateOptions {
-        max_tokens: o.decode_tokens,
-        sampling: SamplingParams::default(),
-        ignore_eos: true,
-        ..Default::default()
-    };
+    let prompt = random_tokens(o.prompt_tokens, engine.spec().vocab, o.seed).repeat(o.prompt_repeats.max(1));
+    let sampling = SamplingParams { temperature: o.temperature, seed: o.seed, ..Default::default() };
+    sampling.validate()?;
+    let options = GenerateOptions { max_tokens: o.decode_tokens, sampling, ignore_eos: true, ..Default::default() };
     engine.generate(&prompt, &options, |_, _| true)?;
     let before = engine.expert_stats();
     let mut prefill = Vec::new();
@@ -159,6 +191,7 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         }
         false => None,
     };
+    let drafts = o.drafts.map(|d| compare_drafts(&engine, &prompt, &options, d, o.runs)).transpose()?;
     let weights = weights_report(&engine)?;
     Ok(ModelReport {
         adapter: engine.gpu().adapter.name.clone(),
@@ -178,6 +211,7 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         chained_decode: engine.chains_decode(),
         chained,
         optimistic,
+        drafts,
         experts: engine.expert_stats().since(&before),
     })
 }
@@ -192,22 +226,55 @@ fn compare(
 ) -> Result<DecodeComparison> {
     let run_with = |setting| {
         set(setting);
-        let stats = engine.generate(prompt, options, |_, _| true)?.stats;
-        Ok((stats.decode_tokens_per_s, stats.decode_waits_per_token))
+        Ok(engine.generate(prompt, options, |_, _| true)?.stats)
     };
-    let (on_runs, off_runs) = in_turn(runs, || run_with(true), || run_with(false))?;
-    let (on, on_waits): (Vec<f64>, Vec<f64>) = on_runs.into_iter().unzip();
-    let (off, off_waits): (Vec<f64>, Vec<f64>) = off_runs.into_iter().unzip();
-    let (a, b) = (median(&on), median(&off));
-    Ok(DecodeComparison {
+    Ok(decode_comparison(in_turn(runs, || run_with(true), || run_with(false))?))
+}
+
+/// Decode with `drafts` against without, `runs` of each in turn.
+fn compare_drafts(
+    engine: &Engine,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    drafts: PromptLookup,
+    runs: usize,
+) -> Result<DraftsComparison> {
+    let with = GenerateOptions { drafts: Some(drafts), ..options.clone() };
+    let run_with = |o: &GenerateOptions| Ok(engine.generate(prompt, o, |_, _| true)?.stats);
+    let (on, off) = in_turn(runs, || run_with(&with), || run_with(options))?;
+    let sum = |runs: &[Stats], f: fn(&Stats) -> usize| runs.iter().map(f).sum::<usize>();
+    let (proposed, accepted, steps) =
+        (sum(&on, |s| s.draft_tokens), sum(&on, |s| s.accepted_draft_tokens), sum(&on, |s| s.draft_steps));
+    let per_token = |runs: &[Stats]| {
+        runs.iter().map(|s| s.experts.bytes_read).sum::<u64>() as f64 / (runs.len() * options.max_tokens) as f64
+    };
+    let (bytes_read_per_token_on, bytes_read_per_token_off) = (per_token(&on), per_token(&off));
+    Ok(DraftsComparison {
+        decode: decode_comparison((on, off)),
+        draft_tokens: proposed,
+        accepted_draft_tokens: accepted,
+        acceptance_rate: accepted as f64 / proposed.max(1) as f64,
+        tokens_per_verify_step: (accepted + steps) as f64 / steps.max(1) as f64,
+        bytes_read_per_token_on,
+        bytes_read_per_token_off,
+    })
+}
+
+/// The medians of runs with a setting on and off.
+fn decode_comparison((on, off): (Vec<Stats>, Vec<Stats>)) -> DecodeComparison {
+    let speeds = |runs: &[Stats]| runs.iter().map(|s| s.decode_tokens_per_s).collect::<Vec<_>>();
+    let waits = |runs: &[Stats]| median(&runs.iter().map(|s| s.decode_waits_per_token).collect::<Vec<_>>());
+    let (on_runs, off_runs) = (speeds(&on), speeds(&off));
+    let (a, b) = (median(&on_runs), median(&off_runs));
+    DecodeComparison {
         on_tokens_per_s: a,
         off_tokens_per_s: b,
         ratio: a / b,
-        on_runs: on,
-        off_runs: off,
-        on_waits_per_token: median(&on_waits),
-        off_waits_per_token: median(&off_waits),
-    })
+        on_runs,
+        off_runs,
+        on_waits_per_token: waits(&on),
+        off_waits_per_token: waits(&off),
+    }
 }
 
 /// The weight formats `engine` loaded.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::model_args::{base_options, default_model, DirectIoArg, Dtype, KvDtypeArg, ModelArgs, Routing};
+use super::model_args::{base_options, default_model, DirectIoArg, DraftArgs, Dtype, KvDtypeArg, ModelArgs, Routing};
 use moestream::bench::context::{self, ContextBenchOptions};
 use moestream::bench::kernels::{self, KernelBenchOptions};
 use moestream::bench::model::{self, ModelBenchOptions};
@@ -157,6 +157,16 @@ struct ModelBenchArgs {
     /// against never, run by run in turn.
     #[arg(long)]
     compare_optimistic: bool,
+    // With `--draft-max N`: also decode with prompt-lookup drafts against one token a step, run
+    // by run in turn, with the acceptance rate and tokens per verify step.
+    #[command(flatten)]
+    drafts: DraftArgs,
+    /// Sampling temperature of every run (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// The prompt is its random block this many times over (what prompt lookup drafts from).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    prompt_repeats: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -363,6 +373,9 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
         seed: a.seed,
         compare_chained: a.compare_chained,
         compare_optimistic: a.compare_optimistic,
+        drafts: a.drafts.drafts()?,
+        temperature: a.temperature,
+        prompt_repeats: a.prompt_repeats as usize,
     };
     let r = model::run(|| a.model.load(), &o)?;
     if a.json {
@@ -397,6 +410,20 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
             "every expert has a slot (give --expert-slots below the total)",
         ),
     ];
+    if let Some(d) = &r.drafts {
+        let c = &d.decode;
+        println!(
+            "drafts     {:>8.1} tok/s vs {:.1} one token a step: {:.3}x  ({} of {} drafts accepted, {:.2} tokens per verify step; MB read per token {:.2} vs {:.2})",
+            c.on_tokens_per_s,
+            c.off_tokens_per_s,
+            c.ratio,
+            d.accepted_draft_tokens,
+            d.draft_tokens,
+            d.tokens_per_verify_step,
+            d.bytes_read_per_token_on / 1e6,
+            d.bytes_read_per_token_off / 1e6
+        );
+    }
     for (name, asked, c, off, why_not) in compared {
         if asked && c.is_none() {
             println!("{name:<10} not compared: {why_not}");

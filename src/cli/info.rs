@@ -100,6 +100,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
             "layers": linear_layers,
             "state_bytes_per_sequence": spec.linear_state_bytes(),
         })),
+        "mtp_layers": spec.mtp_layers,
         "moe_layers": moe_layers,
         "experts_per_layer": experts,
         "params_per_expert": expert_params,
@@ -144,6 +145,12 @@ pub fn run(a: InfoArgs) -> Result<()> {
                 spec.layers,
                 linear_kind_name(h.kind),
                 spec.linear_state_bytes().div_ceil(1024)
+            );
+        }
+        if spec.mtp_layers > 0 {
+            println!(
+                "MTP layers        {} (multi-token prediction, not run: speculative decoding drafts by prompt lookup, --draft-max)",
+                spec.mtp_layers
             );
         }
         if !windowed.is_empty() {

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::model::DeltaShape;
-use crate::ops::gated_delta_rule::chunk_scratch_bytes;
+use crate::ops::gated_delta_rule::{chunk_scratch_bytes, CHUNK};
 
 /// The router top-k's shape for `m`, with the layer's correction bias for sigmoid routing.
 pub(super) fn router_shape<'a>(m: &MoeSpec, bias: Option<&'a [f32]>) -> RouterShape<'a> {
@@ -361,7 +361,13 @@ impl GpuModel {
             ));
         }
         let h = spec.hidden;
-        let max_batch = options.max_batch.clamp(1, (gpu.caps.max_binding / (spec.vocab as u64 * 4)).max(1) as usize);
+        // Within a binding: the step's logits, and the chunked delta rule's scratch.
+        let logits_fit = (gpu.caps.max_binding / (spec.vocab as u64 * 4)).max(1) as usize;
+        let chunks_fit = spec.hybrid.as_ref().map_or(usize::MAX, |hy| {
+            let per_chunk = chunk_scratch_bytes(DeltaShape::of(hy), CHUNK);
+            (gpu.caps.max_binding / per_chunk).max(1) as usize * CHUNK
+        });
+        let max_batch = options.max_batch.clamp(1, logits_fit.min(chunks_fit));
         let options = DecoderOptions { max_batch, ..options };
         let b = max_batch;
         let moe = spec.moe.clone();

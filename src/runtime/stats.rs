@@ -22,6 +22,8 @@ pub struct Stats {
     pub draft_tokens: usize,
     /// Drafted tokens the verification accepted (each a decode step saved).
     pub accepted_draft_tokens: usize,
+    /// Steps that verified drafts (each carried its drafts after a decode token).
+    pub draft_steps: usize,
     /// Positions per sequence.
     pub context: usize,
     /// KV-cache bytes per position (every layer's keys and values).

@@ -183,6 +183,11 @@ pub struct ArchSpec {
     /// gpt-oss) that joins the softmax denominator.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attention_sinks: bool,
+    /// Multi-token-prediction ("nextn") layers the checkpoint ships after its decoder layers
+    /// (`num_nextn_predict_layers`: DeepSeek-V3, GLM-4.5, Ling; `mtp_num_hidden_layers`:
+    /// Qwen3-Next, Qwen3.5; GGUF `nextn_predict_layers`). Not run: `info` reports them.
+    #[serde(default)]
+    pub mtp_layers: usize,
 }
 
 fn eos_ids(cfg: &Value) -> Vec<u32> {
@@ -336,6 +341,10 @@ impl ArchSpec {
             hybrid: hybrid::parse(cfg, family, layers)?,
             o_bias: family == Family::GptOss && qkv_bias,
             attention_sinks: family == Family::GptOss,
+            mtp_layers: match opt_usize(cfg, "num_nextn_predict_layers")? {
+                Some(n) => n,
+                None => opt_usize(cfg, "mtp_num_hidden_layers")?.unwrap_or(0),
+            },
         };
         spec.check_limits()?;
         Ok(spec)

@@ -140,6 +140,7 @@ pub fn spec_from_gguf(m: &GgufModel) -> Result<ArchSpec> {
         hybrid: None,
         o_bias: false,
         attention_sinks: false,
+        mtp_layers: opt_n("nextn_predict_layers").unwrap_or(0),
     };
     spec.check_limits()?;
     Ok(spec)

@@ -62,6 +62,7 @@ fn common(k: &Keys, hf_arch: &str, layers: u64) -> Result<Value> {
         "max_position_embeddings": k.num("context_length").unwrap_or(4096),
         "tie_word_embeddings": k.m.info("output.weight").is_none(),
         "hidden_act": "silu",
+        "num_nextn_predict_layers": k.num("nextn_predict_layers").unwrap_or(0),
     });
     if let Some(eos) = k.m.get("tokenizer.ggml.eos_token_id").and_then(GgufValue::as_u64) {
         cfg["eos_token_id"] = json!(eos);

@@ -32,9 +32,25 @@ pub(super) struct RequestFigures {
     pub(super) decode_steps: usize,
     pub(super) decode_s: f64,
     pub(super) decode_waits: f64,
-    /// Tokens drafted and accepted.
-    pub(super) drafted: (usize, usize),
+    /// Drafts proposed, accepted and the steps that verified them.
+    pub(super) drafted: DraftCounts,
     pub(super) experts: ExpertStats,
+}
+
+/// A request's drafts so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct DraftCounts {
+    proposed: usize,
+    accepted: usize,
+    steps: usize,
+}
+
+impl DraftCounts {
+    /// Counts a step that verified `proposed` drafts and accepted `accepted` of them.
+    pub(super) fn count(&mut self, proposed: usize, accepted: usize) {
+        (self.proposed, self.accepted, self.steps) =
+            (self.proposed + proposed, self.accepted + accepted, self.steps + 1);
+    }
 }
 
 /// A request's token choice: its sampler, and the log-probabilities of what it picks when they
@@ -270,7 +286,7 @@ impl Engine {
         if options.max_tokens > 0 {
             queue.push_back(pick(first, &session.tokens, &mut picker)?);
         }
-        let mut drafted = (0, 0);
+        let mut drafted = DraftCounts::default();
         let prefill_s = started.elapsed().as_secs_f64();
         let prefilled = session.len() - reused;
         let decode_start = Instant::now();
@@ -304,7 +320,7 @@ impl Engine {
             let draft = options.drafts.map(|d| d.draft(&session.tokens, room - 1)).unwrap_or_default();
             if !draft.is_empty() {
                 let (accepted, after) = self.verify_drafts(session, &draft, pos, &mut picker)?;
-                drafted = (drafted.0 + draft.len(), drafted.1 + accepted);
+                drafted.count(draft.len(), accepted);
                 queue.extend(&draft[..accepted]);
                 queue.push_back(after);
                 continue;
@@ -373,8 +389,9 @@ impl Engine {
             decode_waits_per_token: per_step(decode_waits),
             prefilled_tokens: prefilled,
             reused_tokens: reused,
-            draft_tokens: drafted.0,
-            accepted_draft_tokens: drafted.1,
+            draft_tokens: drafted.proposed,
+            accepted_draft_tokens: drafted.accepted,
+            draft_steps: drafted.steps,
             context: self.context(),
             kv_bytes_per_token: self.kv.bytes_per_token,
             kv_dtype: self.kv_dtype().name(),

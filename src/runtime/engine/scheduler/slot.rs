@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::{OnToken, RequestId};
 use crate::error::Result;
 use crate::experts::residency::ExpertStats;
-use crate::runtime::engine::generation::Picker;
+use crate::runtime::engine::generation::{DraftCounts, Picker};
 use crate::runtime::engine::{Engine, GenerateOptions};
 use crate::runtime::logprobs::TokenLogprob;
 use crate::runtime::session::Session;
@@ -35,8 +35,8 @@ pub(super) struct Running<'a> {
     pub(super) fork_of: Option<(usize, RequestId)>,
     /// The prompt's tokens' log-probabilities so far (with `prompt_logprobs`).
     pub(super) prompt_logprobs: Vec<TokenLogprob>,
-    /// Draft tokens proposed and accepted so far.
-    pub(super) drafted: (usize, usize),
+    /// Its drafts so far.
+    pub(super) drafted: DraftCounts,
 }
 
 impl<'a> Running<'a> {
@@ -68,7 +68,7 @@ impl<'a> Running<'a> {
             cancelled: false,
             fork_of: None,
             prompt_logprobs: Vec::new(),
-            drafted: (0, 0),
+            drafted: DraftCounts::default(),
         }
     }
 }
@@ -144,7 +144,7 @@ impl Slot<'_> {
                 Err(e) => return Some(Err(e)),
             }
         }
-        r.drafted = (r.drafted.0 + drafts.len(), r.drafted.1 + accepted);
+        r.drafted.count(drafts.len(), accepted);
         let kept = engine.model.keep_drafted(&session.cache, &session.tokens[pos..], pos, 1 + accepted);
         session.tokens.truncate(len);
         session.cached = pos + 1 + accepted;
