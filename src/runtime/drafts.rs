@@ -55,9 +55,76 @@ impl PromptLookup {
     }
 }
 
+/// How many drafts a request proposes next, from how its drafts fared: a verify step costs more
+/// than a plain one wherever the step is not bound by weight reads (and on a streamed model reads
+/// the rejected drafts' experts), so after a step that accepted none the request pauses
+/// drafting for a number of steps that doubles with each such step (up to 16), and the most it
+/// drafts follows what was accepted. The output is the same either way (greedy: token for
+/// token; sampling: the same distribution).
+#[derive(Clone, Copy, Debug)]
+pub struct DraftPacing {
+    max: usize,
+    limit: usize,
+    paused: usize,
+    backoff: usize,
+}
+
+impl DraftPacing {
+    /// Pacing for drafts of up to `max` tokens.
+    pub fn new(max: usize) -> DraftPacing {
+        DraftPacing { max, limit: max, paused: 0, backoff: 0 }
+    }
+
+    /// The most tokens to draft at this step (0 while paused; each call is one step).
+    pub fn allowance(&mut self) -> usize {
+        if self.paused > 0 {
+            self.paused -= 1;
+            return 0;
+        }
+        self.limit
+    }
+
+    /// Records a verify step that accepted `accepted` of `proposed` drafts.
+    pub fn record(&mut self, proposed: usize, accepted: usize) {
+        if accepted == 0 {
+            self.backoff = (self.backoff * 2).clamp(1, 16);
+            self.paused = self.backoff;
+            self.limit = (self.limit / 2).max(1);
+        } else {
+            self.backoff = 0;
+            // All accepted: one more next time; else what was accepted and one.
+            self.limit = if accepted == proposed { self.limit + 1 } else { accepted + 1 }.min(self.max);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::PromptLookup;
+    use super::{DraftPacing, PromptLookup};
+
+    #[test]
+    fn pacing_backs_off_after_rejections_and_recovers() {
+        let mut p = DraftPacing::new(4);
+        assert_eq!(p.allowance(), 4);
+        p.record(4, 0);
+        // Paused one step, then at most 2.
+        assert_eq!((p.allowance(), p.allowance()), (0, 2));
+        p.record(2, 0);
+        assert_eq!((p.allowance(), p.allowance(), p.allowance()), (0, 0, 1));
+        p.record(1, 1);
+        assert_eq!(p.allowance(), 2);
+        p.record(2, 2);
+        p.record(3, 3);
+        p.record(4, 4);
+        assert_eq!(p.allowance(), 4, "never above the maximum");
+        p.record(4, 1);
+        assert_eq!(p.allowance(), 2);
+        for _ in 0..10 {
+            p.record(1, 0);
+        }
+        let paused = (0..40).take_while(|_| p.allowance() == 0).count();
+        assert_eq!(paused, 16, "the pause doubles up to 16 steps");
+    }
 
     #[test]
     fn drafts_follow_the_latest_longest_match() {

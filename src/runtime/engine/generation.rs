@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertStats;
 use crate::runtime::constraint::ConstraintState;
+use crate::runtime::drafts::DraftPacing;
 use crate::runtime::logprobs::{token_logprob, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
@@ -287,6 +288,7 @@ impl Engine {
             queue.push_back(pick(first, &session.tokens, &mut picker)?);
         }
         let mut drafted = DraftCounts::default();
+        let mut pacing = options.drafts.map(|d| DraftPacing::new(d.max_draft));
         let prefill_s = started.elapsed().as_secs_f64();
         let prefilled = session.len() - reused;
         let decode_start = Instant::now();
@@ -317,10 +319,14 @@ impl Engine {
             }
             let room =
                 (options.max_tokens - tokens.len()).min(self.context() - pos).min(self.model.options().max_batch);
-            let draft = options.drafts.map(|d| d.draft(&session.tokens, room - 1)).unwrap_or_default();
+            let draft = match (options.drafts, pacing.as_mut()) {
+                (Some(d), Some(p)) => d.draft(&session.tokens, (room - 1).min(p.allowance())),
+                _ => Vec::new(),
+            };
             if !draft.is_empty() {
                 let (accepted, after) = self.verify_drafts(session, &draft, pos, &mut picker)?;
                 drafted.count(draft.len(), accepted);
+                pacing.iter_mut().for_each(|p| p.record(draft.len(), accepted));
                 queue.extend(&draft[..accepted]);
                 queue.push_back(after);
                 continue;

@@ -14,6 +14,7 @@ use std::time::Instant;
 use crate::decoder::{BatchEntry, RoutingMode, Rows};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
+use crate::runtime::drafts::DraftPacing;
 use crate::runtime::logprobs::{token_logprob, TokenLogprob};
 use crate::runtime::session::Session;
 use crate::runtime::stats::Stats;
@@ -497,7 +498,14 @@ impl<'a> Scheduler<'a> {
     /// This step's parts: every decode token, with the drafts its request looks up in what is
     /// left of the step (first come, first served), then prompt chunks in the order the
     /// requests came, within `max_batch` tokens.
-    fn plan(&self) -> Vec<Part> {
+    fn plan(&mut self) -> Vec<Part> {
+        // The drafts each decoding request may propose at this step (its pacing counts it).
+        let allowances: Vec<usize> = (self.slots.iter_mut())
+            .map(|s| match s.running.as_mut() {
+                Some(r) if r.next.is_some() => r.pacing.as_mut().map_or(0, DraftPacing::allowance),
+                _ => 0,
+            })
+            .collect();
         let mut budget = self.engine.model.options().max_batch;
         let mut parts = Vec::new();
         let running = || self.slots.iter().enumerate().filter_map(|(i, s)| s.running.as_ref().map(|r| (i, s, r)));
@@ -507,7 +515,7 @@ impl<'a> Scheduler<'a> {
             let end = s.session.len();
             // Room for drafts: tokens still wanted after the next one, the context, the step.
             let wanted = r.options.max_tokens - r.generated.len() - 1;
-            let room = wanted.min(self.engine.context() - end).min(budget);
+            let room = wanted.min(self.engine.context() - end).min(budget).min(allowances[i]);
             let drafts = r.options.drafts.map(|d| d.draft(&s.session.tokens, room)).unwrap_or_default();
             budget -= drafts.len();
             let logits = if drafts.is_empty() { Rows::Last } else { Rows::All };

@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::{OnToken, RequestId};
 use crate::error::Result;
 use crate::experts::residency::ExpertStats;
+use crate::runtime::drafts::DraftPacing;
 use crate::runtime::engine::generation::{DraftCounts, Picker};
 use crate::runtime::engine::{Engine, GenerateOptions};
 use crate::runtime::logprobs::TokenLogprob;
@@ -35,8 +36,9 @@ pub(super) struct Running<'a> {
     pub(super) fork_of: Option<(usize, RequestId)>,
     /// The prompt's tokens' log-probabilities so far (with `prompt_logprobs`).
     pub(super) prompt_logprobs: Vec<TokenLogprob>,
-    /// Its drafts so far.
+    /// Its drafts so far, and how many it proposes next (with drafts).
     pub(super) drafted: DraftCounts,
+    pub(super) pacing: Option<DraftPacing>,
 }
 
 impl<'a> Running<'a> {
@@ -50,6 +52,7 @@ impl<'a> Running<'a> {
         on_token: OnToken<'a>,
         experts_before: ExpertStats,
     ) -> Running<'a> {
+        let pacing = options.drafts.map(|d| DraftPacing::new(d.max_draft));
         Running {
             id,
             prompt_len,
@@ -69,6 +72,7 @@ impl<'a> Running<'a> {
             fork_of: None,
             prompt_logprobs: Vec::new(),
             drafted: DraftCounts::default(),
+            pacing,
         }
     }
 }
@@ -145,6 +149,7 @@ impl Slot<'_> {
             }
         }
         r.drafted.count(drafts.len(), accepted);
+        r.pacing.iter_mut().for_each(|p| p.record(drafts.len(), accepted));
         let kept = engine.model.keep_drafted(&session.cache, &session.tokens[pos..], pos, 1 + accepted);
         session.tokens.truncate(len);
         session.cached = pos + 1 + accepted;
