@@ -173,11 +173,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 dotv += qk4[d] * vec4<f32>(a_at(kb.x + d), a_at(kb.y + d), a_at(kb.z + d), a_at(kb.w + d));
             }
 //#else
-            for (var r = 0u; r < p.rank; r++) {
-                dotv += qk4[r] * a_at(j * p.rank + r);
+            // Four dims an iteration (then the rest): lavapipe stops an invocation's loops
+            // after 65535 iterations in all, and this loop runs once per key tile.
+            let lb = j * p.rank;
+            var r = 0u;
+            for (; r + 3u < p.rank; r += 4u) {
+                dotv += qk4[r] * a_at(lb + r) + qk4[r + 1u] * a_at(lb + r + 1u) + qk4[r + 2u] * a_at(lb + r + 2u)
+                    + qk4[r + 3u] * a_at(lb + r + 3u);
             }
-            for (var i = 0u; i < p.rope; i++) {
-                dotv += qk4[p.rank + i] * b_at(j * p.rope + i);
+            for (; r < p.rank; r++) {
+                dotv += qk4[r] * a_at(lb + r);
+            }
+            let rb = j * p.rope;
+            var i = 0u;
+            for (; i + 3u < p.rope; i += 4u) {
+                dotv += qk4[p.rank + i] * b_at(rb + i) + qk4[p.rank + i + 1u] * b_at(rb + i + 1u)
+                    + qk4[p.rank + i + 2u] * b_at(rb + i + 2u) + qk4[p.rank + i + 3u] * b_at(rb + i + 3u);
+            }
+            for (; i < p.rope; i++) {
+                dotv += qk4[p.rank + i] * b_at(rb + i);
             }
 //#endif
             s = dotv * p.scale;
@@ -194,14 +208,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let r = lid + c * 64u;
             if (r < v_width) {
                 var a = acc[c] * corr;
-                for (var jj = 0u; jj < n_here; jj++) {
 //#if DECOMPRESSED
+                for (var jj = 0u; jj < n_here; jj++) {
                     let vb = (hs * p.context + vec4<u32>(tile + jj)) * p.v_dim + vec4<u32>(r);
                     a += probs[jj] * vec4<f32>(b_at(vb.x), b_at(vb.y), b_at(vb.z), b_at(vb.w));
-//#else
-                    a += probs[jj] * a_at((tile + jj) * p.rank + r);
-//#endif
                 }
+//#else
+                // Four keys an iteration (then the rest), as above.
+                var jj = 0u;
+                for (; jj + 3u < n_here; jj += 4u) {
+                    let at = (tile + jj) * p.rank + r;
+                    a += probs[jj] * a_at(at) + probs[jj + 1u] * a_at(at + p.rank) + probs[jj + 2u] * a_at(at + 2u * p.rank)
+                        + probs[jj + 3u] * a_at(at + 3u * p.rank);
+                }
+                for (; jj < n_here; jj++) {
+                    a += probs[jj] * a_at((tile + jj) * p.rank + r);
+                }
+//#endif
                 acc[c] = a;
             }
         }

@@ -630,6 +630,37 @@ fn mla_matches_decompressed_reference() {
     }
 }
 
+/// MLA prefill over 5000 positions at DeepSeek's latent width (rank 512, rope 64): each query's
+/// workgroup walks every key, and lavapipe stops an invocation's loops after 65535 iterations
+/// in all, so the per-key-tile loops take four dims (and four keys) an iteration (at one an
+/// iteration this case was garbage past ~3.5K positions).
+#[test]
+fn mla_prefill_over_a_long_latent_cache() {
+    use moestream::model::MlaCacheKind;
+    for (dtype, seed) in [(KvDtype::F16, 1300), (KvDtype::Q8_0, 1301)] {
+        let c = MlaCase {
+            heads: 2,
+            rank: 512,
+            nope: 128,
+            rope: 64,
+            v: 128,
+            t: 4,
+            pos: 5000,
+            dtype,
+            cache: MlaCacheKind::Latent,
+            split_len: 256,
+        };
+        check_mla(c, seed);
+    }
+    // The limit the engine holds MLA prefill to on software adapters covers this case and not
+    // the 13,000 positions that were measured wrong.
+    let spec = moestream::model::ArchSpec::from_dir(&common::fixtures_dir().join("deepseek_v3")).unwrap();
+    let mut m = spec.mla().unwrap().clone();
+    (m.kv_lora_rank, m.qk_rope_head_dim) = (512, 64);
+    let limit = moestream::ops::mla_attention::software_key_limit(&m);
+    assert!((5004..13000).contains(&limit), "{limit}");
+}
+
 /// MLA attention over q8_0 latent caches written by the cache store: blocks of 32 (rank 512,
 /// rope 64), half rows (rank 48, 32) and one block a row (rank 40, rope 8); decode single and
 /// split, prefill across key tiles.

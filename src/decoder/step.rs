@@ -136,6 +136,17 @@ impl GpuModel {
         if pos + n > self.options.context {
             return Err(Error::ContextOverflow { requested: pos + n, context: self.options.context });
         }
+        if let Some(m) = self.spec.mla().filter(|_| self.gpu.adapter.software && n > 1) {
+            let limit = crate::ops::mla_attention::software_key_limit(m);
+            if pos + n > limit {
+                return Err(Error::UnsupportedConfig(format!(
+                    "a step of {n} tokens over {} positions of MLA attention on a software adapter: past {limit} positions \
+                     its kernel would pass lavapipe's limit of 65535 loop iterations per shader invocation and give wrong \
+                     results (decode one token at a time goes on; use a GPU for longer prompts)",
+                    pos + n
+                )));
+            }
+        }
         match tokens.iter().find(|&&t| t as usize >= self.spec.vocab) {
             Some(&bad) => Err(Error::TokenOutOfRange { id: bad, vocab: self.spec.vocab }),
             None => Ok(()),

@@ -21,6 +21,25 @@ pub const MAX_ROPE: usize = 128;
 /// `nope + rope` up to 640, value width up to 512).
 pub const MAX_DECOMPRESSED_DIM: usize = 512;
 
+/// Loop iterations one shader invocation may run on software adapters: lavapipe (llvmpipe)
+/// stops an invocation's loops after 65535 iterations in all.
+const SOFTWARE_LOOP_LIMIT: usize = 65535;
+
+/// The most keys one query's single pass (every step of several tokens, and decode within one
+/// split) may walk on a software adapter before its loops pass [`SOFTWARE_LOOP_LIMIT`]: per
+/// tile of 64 keys the latent kernel loops over a quarter of `rank + rope` dims and eight value
+/// columns of 64 keys four at a time (the decompressed one over `nope + rope` dims and 64 keys
+/// one at a time), with a fifth to spare for the rest of the kernel. Rank 512 and rope 64
+/// (DeepSeek, Kimi, Ling) give 10,240 keys; measured on lavapipe: 10,000 exact, 13,000 not.
+pub fn software_key_limit(m: &MlaSpec) -> usize {
+    let (rank, rope) = (m.kv_lora_rank, m.qk_rope_head_dim);
+    let per_tile = match m.cache {
+        crate::model::MlaCacheKind::Latent => rank.div_ceil(4) + 3 + rope.div_ceil(4) + 3 + 8 * (16 + 4) + 16,
+        crate::model::MlaCacheKind::Decompressed => m.qk_nope_head_dim + rope + 8 * (64 + 1) + 16,
+    };
+    SOFTWARE_LOOP_LIMIT * 4 / 5 / per_tile * 64
+}
+
 /// Query heads one workgroup takes (`QT` in the shader): they share each latent load.
 const HEADS_PER_GROUP: usize = 4;
 
