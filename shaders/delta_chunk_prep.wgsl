@@ -15,23 +15,6 @@
 //#include common
 //#include delta_gates
 
-struct Params {
-    k_heads: u32,
-    v_heads: u32,
-    dk: u32,
-    dv: u32,
-    in_stride: u32,
-    conv_stride: u32,
-    gate_offset: u32,
-    // The safe KDA gate's lower bound of g.
-    lower_bound: f32,
-    // Chunks the scratch holds.
-    chunks: u32,
-}
-
-const CHUNK: u32 = 32u;
-
-@group(0) @binding(1) var<uniform> p: Params;
 // f32 as vec4 (dk, dv and so the row stride are multiples of 4).
 @group(0) @binding(2) var<storage, read> conv: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> proj: array<f32>;

@@ -3,31 +3,14 @@
 // one workgroup per (value head h, block of 64 columns of its state S [dk, dv]):
 //   V = U - W S;   out = Qg S + Aqk V;   S = D S + Kd^T V   (D per key channel).
 // The columns of S never mix (every product above keeps them apart), so each invocation owns
-// one column j: S[:, j] and V[:, j] stay in its own registers, four rows to a vec4, and every
+// two columns, j and j + 64: their S and V stay in its registers, four rows to a vec4, and every
 // scratch value it reads is the same for all invocations (one broadcast load, four values at a
-// time); no workgroup memory, no barriers. (A
-// dispatch per chunk rather than a loop over them also keeps each invocation's loop iterations
-// bounded: lavapipe stops any invocation's loops after 65535 iterations in all.)
+// time, feeding both columns); no workgroup memory, no barriers. A dispatch per chunk rather than
+// a loop over them keeps each invocation's loop iterations bounded (lavapipe stops an
+// invocation's loops after 65535 iterations in all).
 //#include common
+//#include delta_gates
 
-struct Params {
-    k_heads: u32,
-    v_heads: u32,
-    dk: u32,
-    dv: u32,
-    in_stride: u32,
-    conv_stride: u32,
-    gate_offset: u32,
-    lower_bound: f32,
-    // Chunks the scratch holds.
-    chunks: u32,
-    // The chunk this dispatch runs.
-    chunk: u32,
-}
-
-const CHUNK: u32 = 32u;
-
-@group(0) @binding(1) var<uniform> p: Params;
 // f32 as vec4 (dk and dv are multiples of 4, so is every offset into it but U's).
 @group(0) @binding(2) var<storage, read> scratch: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> state: array<f32>;

@@ -14,19 +14,6 @@
 //#include common
 //#include delta_gates
 
-struct Params {
-    k_heads: u32,
-    v_heads: u32,
-    dk: u32,
-    dv: u32,
-    in_stride: u32,
-    conv_stride: u32,
-    gate_offset: u32,
-    // The safe KDA gate's lower bound of g.
-    lower_bound: f32,
-}
-
-@group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> conv: array<f32>;
 @group(0) @binding(3) var<storage, read> proj: array<f32>;
 // A_log [v_heads] then dt_bias [v_heads] (KDA: [v_heads * dk]).

@@ -3,15 +3,13 @@
 
 use std::ffi::{c_char, c_void};
 
-use moestream::chat::{complete, is_harmony, thinking_start, ChatMessage, RenderOptions, ToolChoice};
+use moestream::chat::{is_harmony, thinking_start, ChatMessage, RenderOptions, ToolChoice};
 use moestream::Error;
 use serde_json::{json, Value};
 
 use crate::boundary::{guard, owned_string, str_arg};
 use crate::engine::{engine_ref, MoestreamEngine};
-use crate::generate::{
-    call, chat_request, write_stats, MoestreamGenerateOptions, MoestreamStats, MoestreamTokenCallback,
-};
+use crate::generate::{chat_request, complete_in, MoestreamGenerateOptions, MoestreamStats, MoestreamTokenCallback};
 use crate::session::MoestreamSession;
 use crate::sized;
 
@@ -69,13 +67,7 @@ pub unsafe extern "C" fn moestream_chat_message(
         }
         request.reasoning = thinking_start(template.source(), &text);
         request.read_markers(tokenizer, is_harmony(template.source()));
-        let mut fresh = None;
-        let session = match session.as_mut() {
-            Some(s) => &mut s.session,
-            None => fresh.insert(e.engine.new_session()?),
-        };
-        let c = complete(&e.engine, session, &prompt, &request, |piece| call(callback, user_data, u32::MAX, piece))?;
-        write_stats(stats, &c.generation, c.finish_reason == moestream::chat::FinishReason::Cancelled)?;
+        let c = complete_in(e, session, &prompt, &request, (callback, user_data), stats)?;
         let mut message = json!({"role": "assistant", "content": c.text, "finish_reason": c.finish_reason});
         if !c.reasoning.is_empty() {
             message["reasoning_content"] = json!(c.reasoning);

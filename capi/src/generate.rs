@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_void};
 
-use moestream::chat::{complete, ChatMessage, CompletionRequest, FinishReason, RenderOptions};
+use moestream::chat::{complete, ChatMessage, Completion, CompletionRequest, FinishReason, RenderOptions};
 use moestream::runtime::drafts::PromptLookup;
 use moestream::runtime::penalties::Penalties;
 use moestream::runtime::{Constraint, GenerateOptions, Generation, SamplingParams, Session};
@@ -209,15 +209,29 @@ pub unsafe extern "C" fn moestream_chat(
         let e = engine_ref(engine)?;
         let prompt = chat_prompt(e, messages_json)?;
         let request = chat_request(e, options)?;
-        let mut fresh: Option<Session> = None;
-        let session = match session.as_mut() {
-            Some(s) => &mut s.session,
-            None => fresh.insert(e.engine.new_session()?),
-        };
-        let c = complete(&e.engine, session, &prompt, &request, |piece| call(callback, user_data, u32::MAX, piece))?;
-        write_stats(stats, &c.generation, c.finish_reason == FinishReason::Cancelled)?;
+        let c = complete_in(e, session, &prompt, &request, (callback, user_data), stats)?;
         Ok(owned_string(c.text))
     })
+}
+
+/// Completes `request` after `prompt` in `session` (NULL: a fresh sequence), the text to
+/// `callback` as it comes, the figures to `stats`.
+pub(crate) unsafe fn complete_in(
+    e: &MoestreamEngine,
+    session: *mut MoestreamSession,
+    prompt: &[u32],
+    request: &CompletionRequest,
+    (callback, user_data): (MoestreamTokenCallback, *mut c_void),
+    stats: *mut MoestreamStats,
+) -> Result<Completion> {
+    let mut fresh: Option<Session> = None;
+    let session = match session.as_mut() {
+        Some(s) => &mut s.session,
+        None => fresh.insert(e.engine.new_session()?),
+    };
+    let c = complete(&e.engine, session, prompt, request, |piece| call(callback, user_data, u32::MAX, piece))?;
+    write_stats(stats, &c.generation, c.finish_reason == FinishReason::Cancelled)?;
+    Ok(c)
 }
 
 /// The conversation `messages_json` rendered with `e`'s chat template and tokenized.
@@ -329,7 +343,7 @@ unsafe fn constraint(o: &MoestreamGenerateOptions) -> Result<Option<Constraint>>
 }
 
 /// Calls the C callback (absent: always go on).
-pub(crate) unsafe fn call(callback: MoestreamTokenCallback, user_data: *mut c_void, token: u32, piece: &str) -> bool {
+unsafe fn call(callback: MoestreamTokenCallback, user_data: *mut c_void, token: u32, piece: &str) -> bool {
     let Some(f) = callback else { return true };
     let text = c_text(piece);
     f(user_data, token, text.as_ptr(), text.as_bytes().len())

@@ -89,8 +89,7 @@ impl DeltaKernelParams {
         }
     }
 
-    /// The shaders' `Params`, `chunk` last (the token-by-token kernel reads the first eight
-    /// words, the chunk transform nine).
+    /// The shaders' `Params` (shaders/delta_gates.wgsl), `chunk` last.
     pub fn words(&self, layout: ChunkLayout, chunk: usize) -> Vec<u8> {
         let DeltaShape { k_heads, v_heads, dk, dv } = self.shape;
         let lower_bound = match self.kind {
