@@ -496,3 +496,19 @@ fn threads_give_byte_identical_output() {
         }
     }
 }
+
+#[test]
+fn architecture_hashes_stay_what_earlier_stores_were_built_for() {
+    // A store records its model's architecture hash; a hash that moves makes every converted
+    // model and cache a user has fail with "re-convert the model". These are the hashes the
+    // stores of this and earlier versions carry (a field that does not change the stored
+    // experts, such as the MTP layers, stays out of them).
+    for (name, want) in [
+        ("qwen3_moe", 0x7bd8_4711_6818_793a_u64),
+        ("deepseek_v3", 0xbece_e459_5174_9168),
+        ("glm4_moe", 0x2a41_4396_24d0_2a77),
+    ] {
+        let spec = moestream::model::ArchSpec::from_dir(&fixture(name)).unwrap();
+        assert_eq!(spec.hash(), want, "{name}: {:#x}", spec.hash());
+    }
+}

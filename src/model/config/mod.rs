@@ -185,8 +185,10 @@ pub struct ArchSpec {
     pub attention_sinks: bool,
     /// Multi-token-prediction ("nextn") layers the checkpoint ships after its decoder layers
     /// (`num_nextn_predict_layers`: DeepSeek-V3, GLM-4.5, Ling; `mtp_num_hidden_layers`:
-    /// Qwen3-Next, Qwen3.5; GGUF `nextn_predict_layers`). Not run: `info` reports them.
-    #[serde(default)]
+    /// Qwen3-Next, Qwen3.5; GGUF `nextn_predict_layers`). Not run nor stored: `info` reports
+    /// them; left out of [`ArchSpec::hash`] (and of the JSON when 0), so stores made before the
+    /// field existed stay valid.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub mtp_layers: usize,
 }
 
@@ -403,9 +405,16 @@ impl ArchSpec {
         self.moe_layers.get(i).copied().unwrap_or(false)
     }
 
-    /// A stable 64-bit hash of the architecture (FNV-1a over its JSON), tying stores to models.
+    /// A stable 64-bit hash of the architecture (FNV-1a over its JSON), tying stores to models;
+    /// the MTP layers, which no store holds, are left out.
     pub fn hash(&self) -> u64 {
-        let json = serde_json::to_vec(self).expect("ArchSpec serialises");
+        let stored = ArchSpec { mtp_layers: 0, ..self.clone() };
+        let json = serde_json::to_vec(&stored).expect("ArchSpec serialises");
         json.iter().fold(0xcbf29ce484222325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100000001b3))
     }
+}
+
+/// `n == 0` (serde's `skip_serializing_if`).
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
