@@ -108,6 +108,20 @@ fn plain(rows: usize, cols: usize, t: usize, format: WeightFormat, bias: bool) -
 }
 
 #[test]
+fn matvec_steps_stay_under_the_software_loop_limit() {
+    // The CPU layout's matvec runs a step's tokens in one invocation, and lavapipe stops an
+    // invocation's loops after 65535 iterations: f32 rows of 8192 values in a 48-token step
+    // came out wrong. The engine holds its steps to `software_step_limit` of the widest input.
+    use moestream::ops::matmul::software_step_limit;
+    for width in [6144, 8192, 10944] {
+        let t = software_step_limit(width);
+        assert!(t >= 16, "{width}: {t}");
+        check(&plain(16, width, t, WeightFormat::F32, false), width as u64);
+    }
+    assert!(software_step_limit(4096) >= 64, "the default 64-token steps stay for 4096-wide models");
+}
+
+#[test]
 fn matmul_f32_token_sweep() {
     for t in TOKEN_COUNTS {
         check(&plain(37, 72, t, WeightFormat::F32, false), t as u64);

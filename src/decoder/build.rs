@@ -367,7 +367,15 @@ impl GpuModel {
             let per_chunk = chunk_scratch_bytes(DeltaShape::of(hy), CHUNK);
             (gpu.caps.max_binding / per_chunk).max(1) as usize * CHUNK
         });
-        let max_batch = options.max_batch.clamp(1, logits_fit.min(chunks_fit));
+        // CPU layouts run a prefill step's tokens through the decode matvec in one invocation.
+        let matvec_fit = match gpu.caps.cpu_layouts && !gpu.caps.tiled_prefill {
+            true => crate::ops::matmul::software_step_limit(spec.widest_dense_input()),
+            false => usize::MAX,
+        };
+        let max_batch = options.max_batch.clamp(1, logits_fit.min(chunks_fit).min(matvec_fit));
+        if max_batch < options.max_batch {
+            log::info!("steps of at most {max_batch} tokens (of {} asked) on this adapter", options.max_batch);
+        }
         let options = DecoderOptions { max_batch, ..options };
         let b = max_batch;
         let moe = spec.moe.clone();

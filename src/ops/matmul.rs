@@ -181,6 +181,16 @@ const MATVEC_R: (u32, u32) = (8, 2);
 /// tiled `matmul`, whose 32-token tiles would mostly idle on so few.
 pub const MATVEC_MAX_TOKENS: usize = 3;
 
+/// The most tokens a step may run through the CPU layout's `matvec` (which walks all of a step's
+/// tokens in one invocation) over inputs up to `widest` wide on lavapipe, which stops an
+/// invocation's loops after 65535 iterations in all. The f32 and other 4-byte-load rows take
+/// about one iteration per 5.3 input values per token: measured wrong from tokens × width ≈
+/// 350K (6144 × 64, 8192 × 48, 10944 × 32), right at 327K (8192 × 40); 300K keeps a margin
+/// (int4 and f16 rows, loaded 16 bytes at a time, were right at 10944 × 64).
+pub fn software_step_limit(widest: usize) -> usize {
+    (300_000 / widest.max(1)).max(1)
+}
+
 /// Rows and tokens a workgroup of the prefill `matmul` computes (TN, TT in shaders/matmul.wgsl).
 const MATMUL_TILE: (u32, u32) = (32, 32);
 

@@ -352,6 +352,17 @@ impl ArchSpec {
         Ok(spec)
     }
 
+    /// The widest input of any dense matrix a step multiplies (the routed experts aside): the
+    /// hidden size, attention outputs, low-rank latents, dense and shared MLP intermediates,
+    /// the linear attention's values.
+    pub fn widest_dense_input(&self) -> usize {
+        let mla =
+            self.mla().map_or(0, |m| (self.heads * m.v_head_dim).max(m.kv_lora_rank).max(m.q_lora_rank.unwrap_or(0)));
+        let shared = self.moe.as_ref().and_then(|m| m.shared_expert_intermediate).unwrap_or(0);
+        let linear = self.hybrid.as_ref().map_or(0, |h| h.value_dim());
+        [self.hidden, self.q_dim(), mla, self.dense_intermediate, shared, linear].into_iter().max().unwrap_or(0)
+    }
+
     /// Query projection width (`heads * head_dim`).
     pub fn q_dim(&self) -> usize {
         self.heads * self.head_dim
