@@ -15,6 +15,19 @@ struct Params {
 @group(0) @binding(3) var<storage, read> targets: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
+// Logits i .. i + 3 of the row at `base` (i < vocab), -3e38 past the row's end.
+fn four(base: u32, i: u32) -> vec4<f32> {
+    let last = p.vocab - 1u;
+    let at = vec4<u32>(i, i + 1u, i + 2u, i + 3u);
+    let v = vec4<f32>(
+        logits[base + i],
+        logits[base + min(at.y, last)],
+        logits[base + min(at.z, last)],
+        logits[base + min(at.w, last)]
+    );
+    return select(vec4<f32>(-3.0e38), v, at <= vec4<u32>(last));
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = group_index(wid, nwg);
@@ -22,18 +35,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let base = t * p.vocab;
+    // Four logits an iteration (those past the row read as -3e38, which count for nothing):
+    // lavapipe stops an invocation's loops after 65535 iterations in all, which one an
+    // iteration passed at a 262,144-token vocabulary in 8-lane workgroups.
     var mx = -3.0e38;
     var bad = 0.0;
-    for (var i = lid; i < p.vocab; i += WG) {
-        let v = logits[base + i];
-        mx = max(mx, v);
-        bad = max(bad, non_finite(v));
+    for (var i = lid * 4u; i < p.vocab; i += WG * 4u) {
+        let v = four(base, i);
+        mx = max(mx, max(max(v.x, v.y), max(v.z, v.w)));
+        bad = max(bad, max(max(non_finite(v.x), non_finite(v.y)), max(non_finite(v.z), non_finite(v.w))));
     }
     mx = reduce_max(lid, mx);
     bad = reduce_max(lid, bad);
     var s = 0.0;
-    for (var i = lid; i < p.vocab; i += WG) {
-        s += exp(logits[base + i] - mx);
+    for (var i = lid * 4u; i < p.vocab; i += WG * 4u) {
+        let e = exp(four(base, i) - vec4<f32>(mx));
+        s += (e.x + e.y) + (e.z + e.w);
     }
     s = reduce_sum(lid, s);
     if (lid == 0u) {
