@@ -3,7 +3,7 @@
 //! workgroup per value head and block of 64 of the state's columns, a column per invocation
 //! (see shaders/delta_chunk_state.wgsl).
 
-use super::gated_delta_rule::{ChunkLayout, DeltaIo, DeltaKernelParams, CHUNK};
+use super::gated_delta_rule::{DeltaIo, DeltaKernelParams, CHUNK};
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
 
@@ -18,13 +18,13 @@ pub struct DeltaChunkState {
 }
 
 impl DeltaChunkState {
-    /// Binds `scratch` (laid out as `layout`), `io`'s state and output for `params`.
+    /// Binds `scratch` (of `params.chunks` chunks), `io`'s state and output for `params`.
     pub fn new(
         gpu: &Gpu,
         step: &wgpu::Buffer,
         io: &DeltaIo<'_>,
         scratch: &wgpu::Buffer,
-        (params, layout): (&DeltaKernelParams, ChunkLayout),
+        params: &DeltaKernelParams,
     ) -> DeltaChunkState {
         let s = params.shape;
         let state = (s.v_heads * s.dk * s.dv * 4) as u64;
@@ -32,11 +32,8 @@ impl DeltaChunkState {
         let per_token = 4 * (s.v_heads * (3 * s.dk + CHUNK + 2 * s.dv)) as u64;
         let traffic = Traffic { fixed: 2 * state, per_token, per_position: 0 };
         let buffers = [scratch.into(), io.state.into(), io.out.into()];
-        let chunks = (0..layout.chunks)
-            .map(|c| {
-                Kernel::new(gpu, "delta_chunk_state", &[], step, &params.words(layout, c), &buffers)
-                    .with_traffic(traffic)
-            })
+        let chunks = (0..params.chunks)
+            .map(|c| Kernel::new(gpu, "delta_chunk_state", &[], step, &params.words(c), &buffers).with_traffic(traffic))
             .collect();
         DeltaChunkState { chunks, groups: (s.v_heads * s.dv.div_ceil(COLS)) as u32 }
     }

@@ -48,13 +48,6 @@ pub struct ChunkScratch<'a> {
     pub max_tokens: usize,
 }
 
-/// Chunks the scratch holds, for the shaders' layout.
-#[derive(Clone, Copy)]
-pub struct ChunkLayout {
-    /// How many.
-    pub chunks: usize,
-}
-
 /// Bytes of the chunked form's scratch for steps of up to `max_tokens` tokens of `shape`: per
 /// chunk and value head W, Qg, Kd (`CHUNK × dk` each), U (`CHUNK × dv`), Aqk (`CHUNK × CHUNK`)
 /// and D (`dk`), f32.
@@ -63,14 +56,16 @@ pub fn chunk_scratch_bytes(shape: DeltaShape, max_tokens: usize) -> u64 {
     (max_tokens.div_ceil(CHUNK) * shape.v_heads * per_head * 4) as u64
 }
 
-/// What every delta-rule kernel is built from: the heads, the decay and where the gates sit in
-/// the projection row.
+/// What every delta-rule kernel is built from: the heads, the decay, where the gates sit in
+/// the projection row and how many chunks the scratch holds (the shaders' layout of it).
 pub struct DeltaKernelParams {
     /// The heads.
     pub shape: DeltaShape,
     kind: LinearKind,
     in_stride: usize,
     gate_offset: usize,
+    /// Chunks the chunked form's scratch holds (0 without one).
+    pub chunks: usize,
 }
 
 impl DeltaKernelParams {
@@ -90,14 +85,14 @@ impl DeltaKernelParams {
     }
 
     /// The shaders' `Params` (shaders/delta_gates.wgsl), `chunk` last.
-    pub fn words(&self, layout: ChunkLayout, chunk: usize) -> Vec<u8> {
+    pub fn words(&self, chunk: usize) -> Vec<u8> {
         let DeltaShape { k_heads, v_heads, dk, dv } = self.shape;
         let lower_bound = match self.kind {
             LinearKind::Kda { lower_bound: Some(b) } => b,
             _ => 0.0,
         };
         let mut words =
-            [k_heads, v_heads, dk, dv, self.in_stride, self.conv_stride(), self.gate_offset, 0, layout.chunks, chunk]
+            [k_heads, v_heads, dk, dv, self.in_stride, self.conv_stride(), self.gate_offset, 0, self.chunks, chunk]
                 .map(|w| w as u32);
         words[7] = lower_bound.to_bits();
         params(&words)
@@ -121,22 +116,27 @@ impl GatedDeltaRule {
         (shape, kind): (DeltaShape, LinearKind),
         (in_stride, gate_offset): (usize, usize),
     ) -> GatedDeltaRule {
-        let params = DeltaKernelParams { shape, kind, in_stride, gate_offset };
+        // The chunked kernels load four values at a time.
+        let fits = shape.dk.is_multiple_of(4) && shape.dv.is_multiple_of(4);
+        let chunks = io.chunks.filter(|_| gpu.caps.chunked_delta_rule && fits);
+        let params = DeltaKernelParams {
+            shape,
+            kind,
+            in_stride,
+            gate_offset,
+            chunks: chunks.map_or(0, |c| c.max_tokens.div_ceil(CHUNK)),
+        };
         let state = (shape.v_heads * shape.dk * shape.dv * 4) as u64;
         // The state is read twice and written once per token; q, k, v in, out.
         let per_token = 3 * state + 4 * (params.conv_stride() + shape.v_heads * shape.dv) as u64;
         let traffic = Traffic { fixed: 0, per_token, per_position: 0 };
         let buffers = [io.conv.into(), io.proj.into(), io.decay_params.into(), io.state.into(), io.out.into()];
-        let words = params.words(ChunkLayout { chunks: 0 }, 0);
-        let kernel =
-            Kernel::new(gpu, "gated_delta_rule", params.defines(), step, &words, &buffers).with_traffic(traffic);
-        // The chunked kernels load four values at a time.
-        let fits = shape.dk.is_multiple_of(4) && shape.dv.is_multiple_of(4);
-        let chunked = io.chunks.filter(|_| gpu.caps.chunked_delta_rule && fits).map(|c| {
-            let layout = ChunkLayout { chunks: c.max_tokens.div_ceil(CHUNK) };
+        let kernel = Kernel::new(gpu, "gated_delta_rule", params.defines(), step, &params.words(0), &buffers)
+            .with_traffic(traffic);
+        let chunked = chunks.map(|c| {
             (
-                DeltaChunkPrep::new(gpu, step, &io, c.buffer, (&params, layout)),
-                DeltaChunkState::new(gpu, step, &io, c.buffer, (&params, layout)),
+                DeltaChunkPrep::new(gpu, step, &io, c.buffer, &params),
+                DeltaChunkState::new(gpu, step, &io, c.buffer, &params),
             )
         });
         GatedDeltaRule { kernel, chunked, v_heads: shape.v_heads }
