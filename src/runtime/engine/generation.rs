@@ -38,19 +38,32 @@ pub(super) struct RequestFigures {
     pub(super) experts: ExpertStats,
 }
 
-/// A request's drafts so far.
+/// A request's drafts so far, and how many it may propose next.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct DraftCounts {
     proposed: usize,
     accepted: usize,
     steps: usize,
+    /// With drafts.
+    pacing: Option<DraftPacing>,
 }
 
 impl DraftCounts {
+    /// The counts of a request with `options` (paced where it drafts).
+    pub(super) fn new(options: &GenerateOptions) -> DraftCounts {
+        DraftCounts { pacing: options.drafts.map(|d| DraftPacing::new(d.max_draft)), ..Default::default() }
+    }
+
+    /// The most drafts to propose at this step (each call is one step; 0 without drafts).
+    pub(super) fn allowance(&mut self) -> usize {
+        self.pacing.as_mut().map_or(0, DraftPacing::allowance)
+    }
+
     /// Counts a step that verified `proposed` drafts and accepted `accepted` of them.
     pub(super) fn count(&mut self, proposed: usize, accepted: usize) {
         (self.proposed, self.accepted, self.steps) =
             (self.proposed + proposed, self.accepted + accepted, self.steps + 1);
+        self.pacing.iter_mut().for_each(|p| p.record(proposed, accepted));
     }
 }
 
@@ -103,6 +116,21 @@ impl Picker {
 
     /// Runs `step` (a GPU step whose logits this picker takes next) while the constraint's mask
     /// for them is computed on another thread.
+    /// Walks the logits `rows` of a step that ran the last token of `tokens[..len]` and the
+    /// drafts `tokens[len..]` after it, picking each row's token with the draft that follows as
+    /// its proposal: how many drafts were accepted, and the token after them (the first
+    /// rejected draft's replacement, or the last row's token).
+    pub(super) fn walk_drafts(&mut self, rows: Vec<Vec<f32>>, tokens: &[u32], len: usize) -> Result<(usize, u32)> {
+        for (i, mut logits) in rows.into_iter().enumerate() {
+            let draft = tokens.get(len + i).copied();
+            let token = self.pick(&mut logits, &tokens[..len + i], draft)?;
+            if draft != Some(token) {
+                return Ok((i, token));
+            }
+        }
+        unreachable!("the last row has no draft, so it always decides")
+    }
+
     pub(super) fn while_masking<T>(&mut self, step: impl FnOnce() -> T) -> Result<T> {
         let Some(c) = &mut self.constraint else { return Ok(step()) };
         std::thread::scope(|s| {
@@ -148,9 +176,8 @@ pub struct Score {
     pub experts: ExpertStats,
 }
 
-/// Refuses more top log-probabilities than [`MAX_TOP_LOGPROBS`].
 /// Refuses drafts of sizes out of range, or with a constraint.
-pub(super) fn check_drafts(options: &GenerateOptions) -> Result<()> {
+pub(super) fn validate_drafts(options: &GenerateOptions) -> Result<()> {
     if let Some(d) = &options.drafts {
         d.validate()?;
         if options.constraint.is_some() {
@@ -160,6 +187,7 @@ pub(super) fn check_drafts(options: &GenerateOptions) -> Result<()> {
     Ok(())
 }
 
+/// Refuses more top log-probabilities than [`MAX_TOP_LOGPROBS`].
 pub(super) fn check_logprobs(options: &GenerateOptions) -> Result<()> {
     match options.logprobs {
         Some(n) if n > MAX_TOP_LOGPROBS => {
@@ -255,7 +283,7 @@ impl Engine {
     ) -> Result<Generation> {
         self.check_owner(session)?;
         options.sampling.validate()?;
-        check_drafts(options)?;
+        validate_drafts(options)?;
         check_logprobs(options)?;
         if options.prompt_logprobs {
             return Err(Error::UnsupportedConfig("prompt log-probabilities outside the scheduler".into()));
@@ -287,8 +315,7 @@ impl Engine {
         if options.max_tokens > 0 {
             queue.push_back(pick(first, &session.tokens, &mut picker)?);
         }
-        let mut drafted = DraftCounts::default();
-        let mut pacing = options.drafts.map(|d| DraftPacing::new(d.max_draft));
+        let mut drafted = DraftCounts::new(options);
         let prefill_s = started.elapsed().as_secs_f64();
         let prefilled = session.len() - reused;
         let decode_start = Instant::now();
@@ -319,14 +346,11 @@ impl Engine {
             }
             let room =
                 (options.max_tokens - tokens.len()).min(self.context() - pos).min(self.model.options().max_batch);
-            let draft = match (options.drafts, pacing.as_mut()) {
-                (Some(d), Some(p)) => d.draft(&session.tokens, (room - 1).min(p.allowance())),
-                _ => Vec::new(),
-            };
+            let allowance = drafted.allowance();
+            let draft = options.drafts.map(|d| d.draft(&session.tokens, (room - 1).min(allowance))).unwrap_or_default();
             if !draft.is_empty() {
                 let (accepted, after) = self.verify_drafts(session, &draft, pos, &mut picker)?;
                 drafted.count(draft.len(), accepted);
-                pacing.iter_mut().for_each(|p| p.record(draft.len(), accepted));
                 queue.extend(&draft[..accepted]);
                 queue.push_back(after);
                 continue;
@@ -435,19 +459,9 @@ impl Engine {
     fn check_drafts(&self, session: &Session, pos: usize, len: usize, picker: &mut Picker) -> Result<(usize, u32)> {
         let run = &session.tokens[pos..];
         let rows = self.model.step_drafted(&session.cache, run, pos)?;
-        let mut accepted = 0;
-        let mut after = None;
-        for (i, mut logits) in rows.into_iter().enumerate() {
-            let draft = session.tokens.get(len + i).copied();
-            let token = picker.pick(&mut logits, &session.tokens[..len + i], draft)?;
-            if draft != Some(token) {
-                after = Some(token);
-                break;
-            }
-            accepted += 1;
-        }
+        let (accepted, after) = picker.walk_drafts(rows, &session.tokens, len)?;
         self.model.keep_drafted(&session.cache, run, pos, 1 + accepted)?;
-        Ok((accepted, after.expect("the last row has no draft, so it always decides")))
+        Ok((accepted, after))
     }
 
     /// Marks a request's start for the expert cache and trace; returns the figures so far.

@@ -14,7 +14,6 @@ use std::time::Instant;
 use crate::decoder::{BatchEntry, RoutingMode, Rows};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
-use crate::runtime::drafts::DraftPacing;
 use crate::runtime::logprobs::{token_logprob, TokenLogprob};
 use crate::runtime::session::Session;
 use crate::runtime::stats::Stats;
@@ -164,7 +163,7 @@ impl<'a> Scheduler<'a> {
         options.sampling.validate()?;
         super::generation::check_logprobs(&options)?;
         self.engine.check_prompt(&prompt)?;
-        super::generation::check_drafts(&options)?;
+        super::generation::validate_drafts(&options)?;
         if options.prompt_logprobs && n > 1 {
             return Err(Error::UnsupportedConfig("prompt log-probabilities with several choices".into()));
         }
@@ -502,7 +501,7 @@ impl<'a> Scheduler<'a> {
         // The drafts each decoding request may propose at this step (its pacing counts it).
         let allowances: Vec<usize> = (self.slots.iter_mut())
             .map(|s| match s.running.as_mut() {
-                Some(r) if r.next.is_some() => r.pacing.as_mut().map_or(0, DraftPacing::allowance),
+                Some(r) if r.next.is_some() => r.drafted.allowance(),
                 _ => 0,
             })
             .collect();

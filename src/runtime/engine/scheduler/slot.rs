@@ -6,7 +6,6 @@ use std::time::Instant;
 use super::{OnToken, RequestId};
 use crate::error::Result;
 use crate::experts::residency::ExpertStats;
-use crate::runtime::drafts::DraftPacing;
 use crate::runtime::engine::generation::{DraftCounts, Picker};
 use crate::runtime::engine::{Engine, GenerateOptions};
 use crate::runtime::logprobs::TokenLogprob;
@@ -36,9 +35,8 @@ pub(super) struct Running<'a> {
     pub(super) fork_of: Option<(usize, RequestId)>,
     /// The prompt's tokens' log-probabilities so far (with `prompt_logprobs`).
     pub(super) prompt_logprobs: Vec<TokenLogprob>,
-    /// Its drafts so far, and how many it proposes next (with drafts).
+    /// Its drafts so far, and how many it proposes next.
     pub(super) drafted: DraftCounts,
-    pub(super) pacing: Option<DraftPacing>,
 }
 
 impl<'a> Running<'a> {
@@ -52,7 +50,7 @@ impl<'a> Running<'a> {
         on_token: OnToken<'a>,
         experts_before: ExpertStats,
     ) -> Running<'a> {
-        let pacing = options.drafts.map(|d| DraftPacing::new(d.max_draft));
+        let drafted = DraftCounts::new(&options);
         Running {
             id,
             prompt_len,
@@ -71,8 +69,7 @@ impl<'a> Running<'a> {
             cancelled: false,
             fork_of: None,
             prompt_logprobs: Vec::new(),
-            drafted: DraftCounts::default(),
-            pacing,
+            drafted,
         }
     }
 }
@@ -135,21 +132,11 @@ impl Slot<'_> {
         let r = self.running.as_mut().expect("a step's part belongs to a running request");
         let session = &mut self.session;
         let len = session.len() - drafts.len();
-        let mut accepted = 0;
-        let mut after = None;
-        for (i, mut logits) in rows.into_iter().enumerate() {
-            let draft = drafts.get(i).copied();
-            match r.picker.pick(&mut logits, &session.tokens[..len + i], draft) {
-                Ok(t) if Some(t) == draft => accepted += 1,
-                Ok(t) => {
-                    after = Some(t);
-                    break;
-                }
-                Err(e) => return Some(Err(e)),
-            }
-        }
+        let (accepted, after) = match r.picker.walk_drafts(rows, &session.tokens, len) {
+            Ok(walked) => walked,
+            Err(e) => return Some(Err(e)),
+        };
         r.drafted.count(drafts.len(), accepted);
-        r.pacing.iter_mut().for_each(|p| p.record(drafts.len(), accepted));
         let kept = engine.model.keep_drafted(&session.cache, &session.tokens[pos..], pos, 1 + accepted);
         session.tokens.truncate(len);
         session.cached = pos + 1 + accepted;
@@ -158,7 +145,6 @@ impl Slot<'_> {
             session.truncate(0);
             return Some(Err(e));
         }
-        let after = after.expect("the last row has no draft, so it always decides");
         for &t in drafts[..accepted].iter().chain([&after]) {
             if let Some(done) = self.take(engine, t) {
                 // Accepted drafts left untaken are not part of the sequence.
