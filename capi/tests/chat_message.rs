@@ -55,15 +55,8 @@ unsafe fn reply(engine: *mut MoestreamEngine, request: &Value, max_tokens: u32) 
 #[test]
 fn tool_calls_come_back_as_openai_messages() {
     let model = QwenTemplated::new();
-    let dir = CString::new(model.0.to_str().unwrap()).unwrap();
+    let engine = common::load(model.0.to_str().unwrap(), Some(2048));
     unsafe {
-        let mut load = std::mem::MaybeUninit::<MoestreamLoadOptions>::uninit();
-        moestream_load_options_default(load.as_mut_ptr());
-        let mut load = load.assume_init();
-        load.model_dir = dir.as_ptr();
-        load.context = 2048;
-        let engine = moestream_engine_load(&load);
-        assert!(!engine.is_null(), "{}", last_error());
         let tools = json!([
             {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
              "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},

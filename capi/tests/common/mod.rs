@@ -13,13 +13,22 @@ pub fn last_error() -> String {
 
 /// The bundled model loaded with the default options (a panic naming the error otherwise).
 pub fn load_bundled() -> *mut MoestreamEngine {
-    let dir = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/moestream-tiny-moe")).unwrap();
+    load(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/moestream-tiny-moe"), None)
+}
+
+/// The model in `dir` loaded with the default options, `context` positions where given (a
+/// panic naming the error otherwise).
+pub fn load(dir: &str, context: Option<u32>) -> *mut MoestreamEngine {
+    let dir = CString::new(dir).unwrap();
     // SAFETY: the default function fills the struct; `dir` outlives the load.
     unsafe {
         let mut load = std::mem::MaybeUninit::<MoestreamLoadOptions>::uninit();
         moestream_load_options_default(load.as_mut_ptr());
         let mut load = load.assume_init();
         load.model_dir = dir.as_ptr();
+        if let Some(c) = context {
+            load.context = c;
+        }
         let engine = moestream_engine_load(&load);
         assert!(!engine.is_null(), "load: {}", last_error());
         engine
