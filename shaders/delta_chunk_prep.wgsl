@@ -37,6 +37,12 @@ fn conv_at(i: u32) -> f32 {
     return conv[i / 4u][i % 4u];
 }
 
+// v with component c set to x. FXC cannot compile a loop that writes a private vector's
+// component at an index known only at run time (it tries to unroll the loop: error X3511).
+fn with_lane(v: vec4<f32>, c: u32, x: f32) -> vec4<f32> {
+    return select(v, vec4<f32>(x), vec4<u32>(0u, 1u, 2u, 3u) == vec4<u32>(c));
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let group = group_index(wid, nwg);
@@ -148,12 +154,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     workgroupBarrier();
 
-    // T = (I + A)^-1 by rows: T[i][j] = -(A[i][j] + sum_{j < k < i} A[i][k] T[k][j]).
+    // T = (I + A)^-1 by rows: T[i][j] = -(A[i][j] + sum_{j < k < i} A[i][k] T[k][j]). The k
+    // loop runs on every lane, the same count (FXC rejects a barrier after a loop that only
+    // some lanes run or leave early, error X3663).
     for (var i = 1u; i < rows; i++) {
         var t = 0.0;
         if (lid < i) {
             t = m[(i * CHUNK + lid) / 4u][lid % 4u];
-            for (var k = lid + 1u; k < i; k++) {
+        }
+        for (var k = 1u; k < i; k++) {
+            if (k > lid) {
                 t += m[(i * CHUNK + k) / 4u][k % 4u] * m[(k * CHUNK + lid) / 4u][lid % 4u];
             }
         }
@@ -189,7 +199,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 qg = conv_at(row) * q_inv[t] * decay;
                 kd = k * exp(gl - g);
             }
-            kb[t / 4u][t % 4u] = kbt;
+            kb[t / 4u] = with_lane(kb[t / 4u], t % 4u, kbt);
             scratch[qg_at + t * p.dk + d] = qg;
             scratch[kd_at + t * p.dk + d] = kd;
         }
@@ -210,7 +220,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (t < rows) {
                 vbt = betas[t] * conv_at((t0 + t) * p.conv_stride + 2u * key_dim + h * p.dv + e);
             }
-            vb[t / 4u][t % 4u] = vbt;
+            vb[t / 4u] = with_lane(vb[t / 4u], t % 4u, vbt);
         }
         for (var t = 0u; t < CHUNK; t++) {
             var u = vb[t / 4u][t % 4u];

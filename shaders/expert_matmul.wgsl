@@ -73,20 +73,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (slot < p.first_slot || slot >= p.first_slot + p.slots) {
         return;
     }
-    // This lane's segment of the step's pairs, and how many of them route to e.
+    // This lane's segment of the step's pairs, and how many of them route to e. Loops that hold
+    // or precede a barrier run the same count on every lane (FXC rejects a barrier after a loop
+    // whose exit depends on the lane, error X4026): lanes past their segment's end or rank skip
+    // the body.
     let n_pairs = step.n_tokens * p.top_k;
     let seg = (n_pairs + 63u) / 64u;
-    let seg0 = min(lid * seg, n_pairs);
-    let seg1 = min(seg0 + seg, n_pairs);
+    let seg0 = lid * seg;
     var mine = 0u;
-    for (var j = seg0; j < seg1; j++) {
-        mine += select(0u, 1u, ids[j] == e);
+    for (var i = 0u; i < seg; i++) {
+        let j = seg0 + i;
+        if (j < n_pairs) {
+            mine += select(0u, 1u, ids[j] == e);
+        }
     }
     counts[lid] = mine;
     workgroupBarrier();
     var first_rank = 0u;
-    for (var l = 0u; l < lid; l++) {
-        first_rank += counts[l];
+    for (var l = 0u; l < 64u; l++) {
+        if (l < lid) {
+            first_rank += counts[l];
+        }
     }
     if (lid == 63u) {
         total = first_rank + mine;
@@ -110,8 +117,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var base = tt * TT; base < found; base += tiles * TT) {
         // Gather the pairs ranked base .. base + TT.
         var rank = first_rank;
-        for (var j = seg0; j < seg1; j++) {
-            if (ids[j] == e) {
+        for (var i = 0u; i < seg; i++) {
+            let j = seg0 + i;
+            if (j < n_pairs && ids[j] == e) {
                 if (rank >= base && rank < base + TT) {
                     tile_pairs[rank - base] = j;
                 }
@@ -158,17 +166,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 xs[u] = v;
             }
             workgroupBarrier();
-            for (var q = 0u; q < SLICE && busy; q++) {
-                let x0 = xs[(lt * 4u) * SLICE + q];
-                let x1 = xs[(lt * 4u + 1u) * SLICE + q];
-                let x2 = xs[(lt * 4u + 2u) * SLICE + q];
-                let x3 = xs[(lt * 4u + 3u) * SLICE + q];
-                for (var i = 0u; i < 4u; i++) {
-                    let wa = ws[(lr + 8u * i) * SLICE + q];
-                    acc_a[i] += vec4<f32>(dot(wa, x0), dot(wa, x1), dot(wa, x2), dot(wa, x3));
-                    if (NPROJ == 2u) {
-                        let wb = ws[(TN + lr + 8u * i) * SLICE + q];
-                        acc_b[i] += vec4<f32>(dot(wb, x0), dot(wb, x1), dot(wb, x2), dot(wb, x3));
+            if (busy) {
+                for (var q = 0u; q < SLICE; q++) {
+                    let x0 = xs[(lt * 4u) * SLICE + q];
+                    let x1 = xs[(lt * 4u + 1u) * SLICE + q];
+                    let x2 = xs[(lt * 4u + 2u) * SLICE + q];
+                    let x3 = xs[(lt * 4u + 3u) * SLICE + q];
+                    for (var i = 0u; i < 4u; i++) {
+                        let wa = ws[(lr + 8u * i) * SLICE + q];
+                        acc_a[i] += vec4<f32>(dot(wa, x0), dot(wa, x1), dot(wa, x2), dot(wa, x3));
+                        if (NPROJ == 2u) {
+                            let wb = ws[(TN + lr + 8u * i) * SLICE + q];
+                            acc_b[i] += vec4<f32>(dot(wb, x0), dot(wb, x1), dot(wb, x2), dot(wb, x3));
+                        }
                     }
                 }
             }
