@@ -150,9 +150,11 @@ fn fxc_selection(all: Vec<Variant>) -> Vec<Variant> {
 #[test]
 fn every_dx12_variant_compiles_with_microsofts_fxc() {
     let Some(tools) = fxc_tools() else { return };
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/wine/hlsl");
+    // A sweep of every variant writes beside the suite's selection, not over it.
+    let folder = if std::env::var_os("MOESTREAM_FXC_ALL").is_some() { "hlsl-all" } else { "hlsl" };
+    let out = tools.join(folder);
     let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(&out).expect("create target/wine/hlsl");
+    std::fs::create_dir_all(&out).expect("create the HLSL folder");
     let mut manifests = vec![String::new(); std::thread::available_parallelism().map_or(1, |n| n.get())];
     let mut count = 0;
     for variant in fxc_selection(every_variant()) {
@@ -207,7 +209,7 @@ fn every_dx12_variant_compiles_with_microsofts_fxc() {
             failures += &String::from_utf8_lossy(&run.stderr);
         }
     }
-    assert!(failures.is_empty(), "FXC rejected shaders (HLSL in target/wine/hlsl/):\n{failures}");
+    assert!(failures.is_empty(), "FXC rejected shaders (HLSL in {}):\n{failures}", out.display());
     assert_eq!(compiled, count, "FXC reported fewer shaders than it was given");
     println!("{count} shader variants compiled by Microsoft's FXC (cs_5_1)");
 }

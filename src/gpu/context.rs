@@ -14,7 +14,7 @@ use super::kernel_choices::{ExpertPrefill, LayoutChoice};
 use super::memory::GpuMemory;
 use super::objects::{Object, ObjectCounters, ObjectCounts};
 use super::profiler::{ProfileTiming, Profiler};
-use super::shader_checks;
+use super::{adapter_choice, shader_checks};
 use crate::env_choice::env_choice;
 use crate::error::{Error, Result};
 
@@ -260,19 +260,9 @@ fn report(index: usize, adapter: &wgpu::Adapter) -> AdapterReport {
     }
 }
 
-fn rank(info: &wgpu::AdapterInfo) -> u32 {
-    match info.device_type {
-        wgpu::DeviceType::DiscreteGpu => 0,
-        wgpu::DeviceType::IntegratedGpu => 1,
-        wgpu::DeviceType::VirtualGpu => 2,
-        wgpu::DeviceType::Other => 3,
-        wgpu::DeviceType::Cpu => 4,
-    }
-}
-
 fn sorted_adapters() -> Vec<wgpu::Adapter> {
     let mut adapters = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
-    adapters.sort_by_key(|a| rank(&a.get_info()));
+    adapters.sort_by_key(|a| adapter_choice::preference(&a.get_info()));
     adapters
 }
 
@@ -282,7 +272,9 @@ impl Gpu {
         sorted_adapters().iter().enumerate().map(|(i, a)| report(i, a)).collect()
     }
 
-    /// Opens the chosen adapter (see [`GpuOptions`]) with every optional feature it offers.
+    /// Opens the chosen adapter (see [`GpuOptions`]; the best by the rule of [`adapter_choice`]
+    /// unless named) with every optional feature it offers; a DX12 adapter that cannot be opened
+    /// falls back to a Vulkan one with a warning.
     pub fn new(options: &GpuOptions) -> Result<Arc<Gpu>> {
         let adapters = sorted_adapters();
         if adapters.is_empty() {
@@ -304,7 +296,32 @@ impl Gpu {
                     .ok_or_else(|| Error::Adapter(format!("no adapter named like {w:?}")))?,
             },
         };
-        let adapter = &adapters[index];
+        match Self::open(&adapters[index], index, options) {
+            Err(e) => {
+                let infos: Vec<_> = adapters.iter().map(|a| a.get_info()).collect();
+                let Some(fallback) = adapter_choice::vulkan_fallback(&infos, index) else { return Err(e) };
+                log::warn!("{e}; falling back to [{fallback}] {} (Vulkan)", infos[fallback].name);
+                Self::open(&adapters[fallback], fallback, options)
+            }
+            opened => opened,
+        }
+    }
+
+    /// Where a model that failed to load on this adapter with `error` loads again: `options`
+    /// with a Vulkan adapter, where this one is DX12 and `error` is a kernel that failed to build
+    /// (a shader compiler's error); else `None` ([`adapter_choice`]).
+    pub fn fallback_for(&self, error: &Error, options: &GpuOptions) -> Option<GpuOptions> {
+        let Error::Gpu(message) = error else { return None };
+        if !adapter_choice::is_kernel_build_failure(message) {
+            return None;
+        }
+        let infos: Vec<_> = sorted_adapters().iter().map(|a| a.get_info()).collect();
+        let fallback = adapter_choice::vulkan_fallback(&infos, self.adapter.index)?;
+        Some(GpuOptions { adapter: Some(fallback.to_string()), ..options.clone() })
+    }
+
+    /// Opens `adapter`, position `index` in [`Gpu::list_adapters`], as [`Gpu::new`] says.
+    fn open(adapter: &wgpu::Adapter, index: usize, options: &GpuOptions) -> Result<Arc<Gpu>> {
         let mut report = report(index, adapter);
         GpuMemory::env_override().map_err(Error::InvalidArgument)?;
         if let Some(bytes) = options.memory_override {
@@ -345,7 +362,7 @@ impl Gpu {
             trace: wgpu::Trace::Off,
         }))
         .map_err(|e| Error::Adapter(format!("could not open {}: {e}", report.name)))?;
-        let device_binding = (limits.max_storage_buffer_binding_size as u64).min(limits.max_buffer_size);
+        let device_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
         let max_binding = options.max_binding_override.map_or(device_binding, |o| o.min(device_binding)) & !255;
         let subgroups = required_features.contains(wgpu::Features::SUBGROUP) && !options.disable_subgroups;
         let decode_team = match options.decode_team {

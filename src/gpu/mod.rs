@@ -1,7 +1,8 @@
-//! GPU access: adapter choice, features and limits ([`context`]), typed buffers ([`buffers`]),
+//! GPU access: adapter choice ([`adapter_choice`]), features and limits ([`context`]), typed buffers ([`buffers`]),
 //! shader preprocessing and the pipeline cache ([`shader`]), kernel launching ([`kernel`]) into passes ([`pass`]), the
 //! adapter's memory ([`memory`]), counts of the objects created ([`objects`]) and per-kernel timing ([`profiler`]).
 
+mod adapter_choice;
 pub mod buffers;
 pub mod context;
 pub mod kernel;

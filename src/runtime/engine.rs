@@ -365,10 +365,19 @@ fn attach_to_model(model: &mut GpuModel, spec: &ArchSpec, dir: &Path, options: &
 }
 
 impl Engine {
-    /// Loads the model described by `options`.
+    /// Loads the model described by `options`. Where a kernel fails to build on a DX12
+    /// adapter (a shader compiler's error), loads again on a Vulkan adapter with a warning
+    /// ([`Gpu::fallback_options`]).
     pub fn load(options: &EngineOptions) -> Result<Engine> {
         let gpu = Gpu::new(&options.gpu)?;
-        Self::load_on(gpu, options)
+        let error = match Self::load_on(gpu.clone(), options) {
+            Err(error) => error,
+            loaded => return loaded,
+        };
+        let Some(gpu_options) = gpu.fallback_for(&error, &options.gpu) else { return Err(error) };
+        log::warn!("{}: {error}; falling back to Vulkan", gpu.adapter.name);
+        drop(gpu);
+        Self::load_on(Gpu::new(&gpu_options)?, &EngineOptions { gpu: gpu_options, ..options.clone() })
     }
 
     /// Loads onto an already opened GPU context (several engines can share one).
