@@ -9,7 +9,7 @@ target=x86_64-pc-windows-gnu
 tests=(kernels_misc kernels_norm_rope kernels_attention kernels_matmul kernels_moe
        kernels_linear_attention kernels_ggml engine_golden streaming_exact bundled_model)
 
-cargo build --release --locked --target "$target" --bin moestream
+# Building integration tests builds the moestream binary too (with the same features).
 test_args=()
 for t in "${tests[@]}"; do test_args+=(--test "$t"); done
 cargo test --release --locked --target "$target" --no-run --message-format=json "${test_args[@]}" \

@@ -6,7 +6,7 @@
 #   bcryptprimitives.dll   tests/wine/process_prng.c: ProcessPrng, which Rust's std imports and
 #                          Wine 8.0 lacks
 #   prefix/                a Wine prefix of its own
-# Installs Debian's wine64, mingw-w64 and xvfb first where they are missing (as root).
+# Installs Debian's wine64, gcc-mingw-w64-x86-64, xvfb and xauth first where they are missing (as root).
 # Used by .ci/run; tests/shader_portability.rs and tests/wine/run_windows_tests.sh use its output.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +17,7 @@ if ! command -v wine >/dev/null || ! command -v x86_64-w64-mingw32-gcc >/dev/nul
   echo "Installing Wine, mingw-w64 and Xvfb (Debian packages)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq wine64 mingw-w64 xvfb >/dev/null
+  apt-get install -y -qq wine64 gcc-mingw-w64-x86-64 xvfb xauth >/dev/null
 fi
 
 x86_64-w64-mingw32-gcc -O2 -Wall -o "$out/fxc_compile.exe" tests/wine/fxc_compile.c
