@@ -132,3 +132,30 @@ fn output_cut_short_ends_the_command_quietly() {
     // 100,000 tokens would take minutes: generation stops at the closed pipe instead.
     cut_short(&["generate", "-p", "The history of", "-n", "100000", "--ignore-eos"], 20);
 }
+
+#[test]
+fn speculative_flags_keep_the_output_and_refuse_what_does_not_run() {
+    let model = root().join("models/moestream-tiny-moe");
+    let run = |extra: &[&str]| {
+        let mut args =
+            vec!["generate", "-m", model.to_str().unwrap(), "-p", "The history of", "-n", "24", "--temp", "0"];
+        args.extend(extra);
+        let out = moestream(&args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        (text(&out.stdout), text(&out.stderr))
+    };
+    let (plain, _) = run(&[]);
+    // Prompt lookup, named or through `--draft N` (also spelled `--draft-max`) under `auto`: the
+    // same text, with drafts verified; `off` drafts nothing even with `--draft`.
+    for extra in [&["--speculative", "ngram"][..], &["--draft", "4"], &["--draft-max", "3"]] {
+        let (text, stats) = run(extra);
+        assert_eq!(text, plain, "{extra:?}");
+        assert!(stats.contains("drafts"), "{extra:?} reports its drafts: {stats}");
+    }
+    let (off, stats) = run(&["--speculative", "off", "--draft", "4"]);
+    assert_eq!(off, plain);
+    assert!(!stats.contains("drafts"), "{stats}");
+    let out = moestream(&["generate", "-m", model.to_str().unwrap(), "-p", "x", "--speculative", "mtp"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--speculative mtp: MTP heads are not run yet"), "{}", text(&out.stderr));
+}

@@ -133,6 +133,15 @@ fn run_one(engine: &Engine, text: Option<&str>, prompt: &[u32], options: &Genera
             s.gpu_bytes as f64 / 1048576.0,
             engine.gpu().adapter.name,
         );
+        if options.drafts.is_some() {
+            eprintln!(
+                "[drafts: {} of {} accepted, {:.2} tokens per verify step over {} such steps]",
+                s.accepted_draft_tokens,
+                s.draft_tokens,
+                (s.accepted_draft_tokens + s.draft_steps) as f64 / s.draft_steps.max(1) as f64,
+                s.draft_steps
+            );
+        }
         let e = &s.experts;
         if e.expert_hits + e.expert_misses > 0 {
             eprintln!("[experts: {e}]");

@@ -149,7 +149,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         }
         if spec.mtp_layers > 0 {
             println!(
-                "MTP layers        {} (multi-token prediction, not run: speculative decoding drafts by prompt lookup, --draft-max)",
+                "MTP layers        {} (multi-token prediction, not run yet: --speculative ngram drafts by prompt lookup)",
                 spec.mtp_layers
             );
         }

@@ -365,14 +365,31 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
         .collect()
 }
 
-/// Speculative decoding flags of `generate` and `chat`.
+/// Where speculative decoding's drafts come from (`--speculative`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Speculative {
+    /// The model's own MTP heads where it has them and they run (not yet: see `mtp`), else
+    /// prompt lookup when `--draft N` is given, else none.
+    Auto,
+    /// The model's multi-token-prediction heads (not run yet: refused).
+    Mtp,
+    /// Prompt lookup: what followed the latest earlier occurrence of the last tokens.
+    Ngram,
+    /// One token a step.
+    Off,
+}
+
+/// Speculative decoding flags of `generate`, `chat`, `serve` and `bench model`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DraftArgs {
-    /// Draft up to N tokens a step by prompt lookup (what followed the latest earlier
-    /// occurrence of the last tokens) and verify them in one step; the output is what one
-    /// token a step gives. 0 = off.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub draft_max: usize,
+    /// Where drafts come from; each step verifies them at once, and the output is what one
+    /// token a step gives.
+    #[arg(long, value_enum, default_value_t = Speculative::Auto)]
+    pub speculative: Speculative,
+    /// Draft up to N tokens a step [default: 4 with `--speculative ngram`; with `auto`, drafts
+    /// only when given]. 0 = off.
+    #[arg(long, value_name = "N", alias = "draft-max")]
+    pub draft: Option<usize>,
     /// Longest n-gram the prompt lookup matches.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub draft_ngram: usize,
@@ -380,11 +397,20 @@ pub struct DraftArgs {
 
 impl DraftArgs {
     /// The drafts asked for, checked.
-    pub fn drafts(&self) -> moestream::Result<Option<moestream::runtime::drafts::PromptLookup>> {
-        if self.draft_max == 0 {
-            return Ok(None);
-        }
-        let lookup = moestream::runtime::drafts::PromptLookup { ngram: self.draft_ngram, max_draft: self.draft_max };
+    pub fn drafts(&self) -> Result<Option<moestream::runtime::drafts::PromptLookup>> {
+        let max_draft = match (self.speculative, self.draft) {
+            (Speculative::Mtp, _) => {
+                return Err(Error::InvalidArgument(
+                    "--speculative mtp: MTP heads are not run yet (`moestream info` shows whether a model has \
+                     them); --speculative ngram drafts by prompt lookup"
+                        .into(),
+                ))
+            }
+            (Speculative::Off, _) | (Speculative::Auto, None) | (_, Some(0)) => return Ok(None),
+            (Speculative::Ngram, None) => 4,
+            (_, Some(n)) => n,
+        };
+        let lookup = moestream::runtime::drafts::PromptLookup { ngram: self.draft_ngram, max_draft };
         lookup.validate()?;
         Ok(Some(lookup))
     }
