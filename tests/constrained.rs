@@ -104,31 +104,36 @@ fn sampled_text_follows_its_schema_regex_and_grammar_on_each_tokenizer() {
 }
 
 #[test]
-fn the_scheduler_constrains_each_request_its_own_way() {
+fn the_scheduler_constrains_each_request_its_own_way_and_as_alone() {
     let cache = TempDir::new("constrained_scheduler");
     let e = engine(&fixtures_dir().join("qwen3_moe"), &cache);
     let prompt = e.encode("Hello").unwrap();
     let mut scheduler = Scheduler::new(&e, 3).unwrap();
     let constraints = [Some(Constraint::JsonSchema(person())), None, Some(Constraint::Regex("(ab)+c".into()))];
-    let ids: Vec<_> = constraints
+    let options: Vec<_> = constraints
         .iter()
         .enumerate()
-        .map(|(i, c)| {
-            let options = GenerateOptions { constraint: c.clone(), ..sampled(Constraint::JsonObject, i as u64) };
-            scheduler.submit(prompt.clone(), options, Box::new(|_, _, _| true)).unwrap()
-        })
+        .map(|(i, c)| GenerateOptions { constraint: c.clone(), ..sampled(Constraint::JsonObject, i as u64) })
+        .collect();
+    let ids: Vec<_> = options
+        .iter()
+        .map(|o| scheduler.submit(prompt.clone(), o.clone(), Box::new(|_, _, _| true)).unwrap())
         .collect();
     let mut done = Vec::new();
     while done.len() < ids.len() {
         done.extend(scheduler.step().unwrap());
     }
     for f in done {
-        let text = f.result.unwrap().text;
-        match ids.iter().position(|&id| id == f.id).unwrap() {
-            0 => check_json(&person(), &text, "scheduled"),
-            2 => assert!(text.ends_with('c') && text[..text.len() - 1].len() % 2 == 0, "{text:?}"),
+        let g = f.result.unwrap();
+        let i = ids.iter().position(|&id| id == f.id).unwrap();
+        match i {
+            0 => check_json(&person(), &g.text, "scheduled"),
+            2 => assert!(g.text.ends_with('c') && g.text[..g.text.len() - 1].len() % 2 == 0, "{:?}", g.text),
             _ => {}
         }
+        // The masks computed beside each batched step are the ones its request needs: the
+        // tokens are those the request samples alone with its seed.
+        assert_eq!(g.tokens, e.generate(&prompt, &options[i], |_, _| true).unwrap().tokens, "request {i}");
     }
     // A schema that does not compile is refused at submit, by name.
     let bad =

@@ -131,6 +131,21 @@ impl Picker {
         unreachable!("the last row has no draft, so it always decides")
     }
 
+    /// Whether a constraint shapes this request's tokens.
+    pub(super) fn is_constrained(&self) -> bool {
+        self.constraint.is_some()
+    }
+
+    /// Computes the constraint's mask for the next pick now, as [`Picker::while_masking`] does
+    /// beside a step (the scheduler's batched steps call it on another thread); nothing without
+    /// a constraint.
+    pub(super) fn prepare_mask(&mut self) -> Result<()> {
+        match &mut self.constraint {
+            Some(c) => c.prepare(),
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn while_masking<T>(&mut self, step: impl FnOnce() -> T) -> Result<T> {
         let Some(c) = &mut self.constraint else { return Ok(step()) };
         std::thread::scope(|s| {

@@ -280,10 +280,19 @@ impl<'a> Scheduler<'a> {
             session.tokens.extend_from_slice(&p.drafts);
             saved = saved.and_then(|()| self.engine.model.save_states_for_drafts(&session.cache));
         }
+        let engine = self.engine;
+        let (sessions, pickers): (Vec<&Session>, Vec<Option<&mut Picker>>) = self
+            .slots
+            .iter_mut()
+            .map(|slot| {
+                let Slot { session, running, .. } = slot;
+                (&**session, running.as_mut().map(|r| &mut r.picker))
+            })
+            .unzip();
         let entries: Vec<BatchEntry<'_>> = parts
             .iter()
             .map(|p| {
-                let session = &self.slots[p.slot].session;
+                let session = sessions[p.slot];
                 BatchEntry {
                     cache: &session.cache,
                     tokens: &session.tokens[p.start..p.end + p.drafts.len()],
@@ -292,7 +301,18 @@ impl<'a> Scheduler<'a> {
                 }
             })
             .collect();
-        let outputs = saved.and_then(|()| self.engine.model.step_batch(&entries, phase));
+        // Constrained requests' next masks are computed on another thread while the GPU runs
+        // the step. A mask that fails here is computed again when its token is picked, which
+        // returns the error to its request alone.
+        let mut masking: Vec<&mut Picker> = pickers.into_iter().flatten().filter(|p| p.is_constrained()).collect();
+        let run = || saved.and_then(|()| engine.model.step_batch(&entries, phase));
+        let outputs = match masking.is_empty() {
+            true => run(),
+            false => std::thread::scope(|scope| {
+                scope.spawn(|| masking.iter_mut().for_each(|picker| drop(picker.prepare_mask())));
+                run()
+            }),
+        };
         drop(entries);
         self.counts = (self.counts.0 + 1, self.counts.1 + parts.len() as u64);
         let outputs = match outputs {
