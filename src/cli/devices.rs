@@ -23,6 +23,12 @@ pub fn run(a: DevicesArgs) -> Result<()> {
     }
     if adapters.is_empty() {
         println!("no GPU adapters found (install a Vulkan driver, e.g. mesa-vulkan-drivers)");
+    } else {
+        // The order is the choice: adapter_choice's rule.
+        println!(
+            "Adapters, best first (discrete, integrated, software; Vulkan or Metal before DX12): [0] is used unless \
+             --adapter or MOESTREAM_ADAPTER names another"
+        );
     }
     for d in adapters {
         println!(
