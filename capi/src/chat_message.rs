@@ -39,9 +39,7 @@ pub unsafe extern "C" fn moestream_chat_message(
     stats: *mut MoestreamStats,
 ) -> *mut c_char {
     guard(std::ptr::null_mut(), || {
-        if !stats.is_null() {
-            sized::caller_size(stats)?;
-        }
+        sized::check_output(stats)?;
         let e = engine_ref(engine)?;
         let bad = |why: String| Error::InvalidArgument(format!("request_json: {why}"));
         let request: Value =

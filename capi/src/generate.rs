@@ -159,9 +159,7 @@ pub unsafe extern "C" fn moestream_generate(
     stats: *mut MoestreamStats,
 ) -> *mut c_char {
     guard(std::ptr::null_mut(), || {
-        if !stats.is_null() {
-            sized::caller_size(stats)?;
-        }
+        sized::check_output(stats)?;
         let e = engine_ref(engine)?;
         let prompt = str_arg(prompt, "prompt")?;
         let options = generate_options(options)?;
@@ -203,9 +201,7 @@ pub unsafe extern "C" fn moestream_chat(
     stats: *mut MoestreamStats,
 ) -> *mut c_char {
     guard(std::ptr::null_mut(), || {
-        if !stats.is_null() {
-            sized::caller_size(stats)?;
-        }
+        sized::check_output(stats)?;
         let e = engine_ref(engine)?;
         let prompt = chat_prompt(e, messages_json)?;
         let request = chat_request(e, options)?;

@@ -37,6 +37,18 @@ pub(crate) unsafe fn caller_size<T: SizedStruct>(p: *const T) -> Result<usize> {
     Ok(size)
 }
 
+/// Refuses an output struct at `p` whose `struct_size` is wrong before any work is done; NULL
+/// (no output asked for) passes.
+///
+/// # Safety
+/// As [`caller_size`] where `p` is not NULL.
+pub(crate) unsafe fn check_output<T: SizedStruct>(p: *mut T) -> Result<()> {
+    if !p.is_null() {
+        caller_size(p)?;
+    }
+    Ok(())
+}
+
 /// The caller's struct at `p`, the fields its version lacks taken from `defaults`.
 ///
 /// # Safety

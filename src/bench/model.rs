@@ -12,7 +12,7 @@ use crate::convert::{is_converted, ModelManifest};
 use crate::decoder::OptimisticSteps;
 use crate::error::Result;
 use crate::experts::residency::ExpertStats;
-use crate::runtime::drafts::PromptLookup;
+use crate::runtime::drafts::{tokens_per_verify_step, PromptLookup};
 use crate::runtime::stats::Stats;
 use crate::runtime::{GenerateOptions, SamplingParams};
 use crate::Engine;
@@ -254,7 +254,7 @@ fn compare_drafts(
         draft_tokens: proposed,
         accepted_draft_tokens: accepted,
         acceptance_rate: accepted as f64 / proposed.max(1) as f64,
-        tokens_per_verify_step: (accepted + steps) as f64 / steps.max(1) as f64,
+        tokens_per_verify_step: tokens_per_verify_step(accepted, steps),
         bytes_read_per_token_on,
         bytes_read_per_token_off,
     })

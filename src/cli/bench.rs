@@ -157,8 +157,8 @@ struct ModelBenchArgs {
     /// against never, run by run in turn.
     #[arg(long)]
     compare_optimistic: bool,
-    // With `--speculative ngram` or `--draft N`: also decode with prompt-lookup drafts against one token a step, run
-    // by run in turn, with the acceptance rate and tokens per verify step.
+    // With `--speculative ngram` or `--draft N`: also decode with prompt-lookup drafts against
+    // one token a step, run by run in turn, with the acceptance rate and tokens per verify step.
     #[command(flatten)]
     drafts: DraftArgs,
     /// Sampling temperature of every run (0: greedy).

@@ -138,7 +138,7 @@ fn run_one(engine: &Engine, text: Option<&str>, prompt: &[u32], options: &Genera
                 "[drafts: {} of {} accepted, {:.2} tokens per verify step over {} such steps]",
                 s.accepted_draft_tokens,
                 s.draft_tokens,
-                (s.accepted_draft_tokens + s.draft_steps) as f64 / s.draft_steps.max(1) as f64,
+                moestream::runtime::drafts::tokens_per_verify_step(s.accepted_draft_tokens, s.draft_steps),
                 s.draft_steps
             );
         }

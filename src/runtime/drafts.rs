@@ -55,6 +55,15 @@ impl PromptLookup {
     }
 }
 
+/// Tokens each verify step produced on average: its `accepted` drafts (over all `steps`) and the
+/// token after them (0 steps: 0).
+pub fn tokens_per_verify_step(accepted: usize, steps: usize) -> f64 {
+    match steps {
+        0 => 0.0,
+        _ => (accepted + steps) as f64 / steps as f64,
+    }
+}
+
 /// How many drafts a request proposes next, from how its drafts fared: a verify step costs more
 /// than a plain one wherever the step is not bound by weight reads (and on a streamed model reads
 /// the rejected drafts' experts), so after a step that accepted none the request pauses

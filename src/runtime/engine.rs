@@ -367,7 +367,7 @@ fn attach_to_model(model: &mut GpuModel, spec: &ArchSpec, dir: &Path, options: &
 impl Engine {
     /// Loads the model described by `options`. Where a kernel fails to build on a DX12
     /// adapter (a shader compiler's error), loads again on a Vulkan adapter with a warning
-    /// ([`Gpu::fallback_options`]).
+    /// ([`Gpu::fallback_for`]).
     pub fn load(options: &EngineOptions) -> Result<Engine> {
         let gpu = Gpu::new(&options.gpu)?;
         let error = match Self::load_on(gpu.clone(), options) {

@@ -61,9 +61,12 @@ impl DraftCounts {
 
     /// Counts a step that verified `proposed` drafts and accepted `accepted` of them.
     pub(super) fn count(&mut self, proposed: usize, accepted: usize) {
-        (self.proposed, self.accepted, self.steps) =
-            (self.proposed + proposed, self.accepted + accepted, self.steps + 1);
-        self.pacing.iter_mut().for_each(|p| p.record(proposed, accepted));
+        self.proposed += proposed;
+        self.accepted += accepted;
+        self.steps += 1;
+        if let Some(pacing) = &mut self.pacing {
+            pacing.record(proposed, accepted);
+        }
     }
 }
 
@@ -114,8 +117,6 @@ impl Picker {
         Ok(token)
     }
 
-    /// Runs `step` (a GPU step whose logits this picker takes next) while the constraint's mask
-    /// for them is computed on another thread.
     /// Walks the logits `rows` of a step that ran the last token of `tokens[..len]` and the
     /// drafts `tokens[len..]` after it, picking each row's token with the draft that follows as
     /// its proposal: how many drafts were accepted, and the token after them (the first
@@ -146,6 +147,8 @@ impl Picker {
         }
     }
 
+    /// Runs `step` (a GPU step whose logits this picker takes next) while the constraint's mask
+    /// for them is computed on another thread.
     pub(super) fn while_masking<T>(&mut self, step: impl FnOnce() -> T) -> Result<T> {
         let Some(c) = &mut self.constraint else { return Ok(step()) };
         std::thread::scope(|s| {

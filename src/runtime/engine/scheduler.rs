@@ -281,14 +281,14 @@ impl<'a> Scheduler<'a> {
             saved = saved.and_then(|()| self.engine.model.save_states_for_drafts(&session.cache));
         }
         let engine = self.engine;
-        let (sessions, pickers): (Vec<&Session>, Vec<Option<&mut Picker>>) = self
-            .slots
-            .iter_mut()
-            .map(|slot| {
-                let Slot { session, running, .. } = slot;
-                (&**session, running.as_mut().map(|r| &mut r.picker))
+        // Each slot's sequence for the step, and the pickers of constrained requests, apart.
+        let mut masking: Vec<&mut Picker> = Vec::new();
+        let sessions: Vec<&Session> = (self.slots.iter_mut())
+            .map(|Slot { session, running }| {
+                masking.extend(running.as_mut().map(|r| &mut r.picker).filter(|p| p.is_constrained()));
+                &**session
             })
-            .unzip();
+            .collect();
         let entries: Vec<BatchEntry<'_>> = parts
             .iter()
             .map(|p| {
@@ -304,7 +304,6 @@ impl<'a> Scheduler<'a> {
         // Constrained requests' next masks are computed on another thread while the GPU runs
         // the step. A mask that fails here is computed again when its token is picked, which
         // returns the error to its request alone.
-        let mut masking: Vec<&mut Picker> = pickers.into_iter().flatten().filter(|p| p.is_constrained()).collect();
         let run = || saved.and_then(|()| engine.model.step_batch(&entries, phase));
         let outputs = match masking.is_empty() {
             true => run(),
