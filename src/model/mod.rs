@@ -9,6 +9,7 @@ pub mod hybrid_weights;
 pub mod layer_weights;
 pub mod lora;
 pub mod mlx;
+pub mod mtp;
 pub mod names;
 pub mod weights;
 

@@ -10,10 +10,12 @@ mod kv_cache;
 mod layer;
 pub mod linear_attention;
 mod model;
+mod mtp;
 pub mod ops;
 mod rounding;
 mod session;
 
 pub use kv_cache::KvCache;
 pub use model::ReferenceModel;
+pub use mtp::{ReferenceMtp, ReferenceMtpSession};
 pub use session::ReferenceSession;

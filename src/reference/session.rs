@@ -6,6 +6,7 @@ use super::model::ReferenceModel;
 use super::ops::{matvec, rms_norm};
 use crate::error::{Error, Result};
 use crate::model::ArchSpec;
+use crate::quant::KvDtype;
 
 /// A decoding session over a [`ReferenceModel`]: holds the KV cache and the position.
 pub struct ReferenceSession<'m> {
@@ -13,6 +14,15 @@ pub struct ReferenceSession<'m> {
     cache: KvCache,
     pos: usize,
     routing: Vec<Vec<(usize, f32)>>,
+    hidden: Vec<f32>,
+}
+
+/// An empty cache for every layer of `spec`, rounding what it caches to `dtype` as the GPU's
+/// cache of that type does.
+pub(super) fn new_cache(spec: &ArchSpec, dtype: KvDtype) -> KvCache {
+    let (k, v) = kv_widths(spec);
+    let cache = KvCache::new(spec.layers, k, v).with_linear_states(spec);
+    cache.with_rounding(dtype, if spec.mla().is_some() { 0 } else { spec.head_dim })
 }
 
 /// Key and value row widths of the reference cache: MLA caches decompressed per-head keys
@@ -28,13 +38,19 @@ impl<'m> ReferenceSession<'m> {
     /// A fresh session at position 0.
     pub fn new(model: &'m ReferenceModel) -> ReferenceSession<'m> {
         let spec = model.spec();
-        let cache = KvCache::new(spec.layers, kv_widths(spec).0, kv_widths(spec).1).with_linear_states(spec);
         ReferenceSession {
             model,
-            cache: cache.with_rounding(model.kv_dtype, if spec.mla().is_some() { 0 } else { spec.head_dim }),
+            cache: new_cache(spec, model.kv_dtype),
             pos: 0,
             routing: vec![Vec::new(); spec.layers],
+            hidden: Vec::new(),
         }
+    }
+
+    /// The last step's hidden state `[hidden]`: the last layer's output, before the final norm
+    /// (what an MTP module reads; empty before the first step).
+    pub fn hidden(&self) -> &[f32] {
+        &self.hidden
     }
 
     /// Tokens processed so far (the position the next token will take).
@@ -69,11 +85,19 @@ impl<'m> ReferenceSession<'m> {
             attention_block(spec, lw, i, self.pos, &mut x, &mut self.cache);
             self.routing[i] = ffn_block(spec, lw, model.experts(i), &mut x);
         }
-        let mut normed = vec![0.0f32; h];
-        rms_norm(&x, &model.final_norm().data, spec.rms_eps, &mut normed);
-        let mut logits = vec![0.0f32; spec.vocab];
-        matvec(&model.lm_head().data, spec.vocab, h, &normed, &mut logits);
+        let logits = head(&x, &model.final_norm().data, model);
+        self.hidden = x;
         self.pos += 1;
         Ok(logits)
     }
+}
+
+/// `model`'s lm_head on `x` normalised by `norm`: the logits.
+pub(super) fn head(x: &[f32], norm: &[f32], model: &ReferenceModel) -> Vec<f32> {
+    let (spec, h) = (model.spec(), model.spec().hidden);
+    let mut normed = vec![0.0f32; h];
+    rms_norm(x, norm, spec.rms_eps, &mut normed);
+    let mut logits = vec![0.0f32; spec.vocab];
+    matvec(&model.lm_head().data, spec.vocab, h, &normed, &mut logits);
+    logits
 }

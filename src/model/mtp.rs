@@ -1,0 +1,113 @@
+//! A checkpoint's multi-token-prediction ("MTP", "nextn") module: the layer DeepSeek-V3 and
+//! GLM-4.5 ship after their decoder layers, `model.layers.{num_hidden_layers}.*`, which predicts
+//! the token after next from the main model's last hidden state `h[i]` (before its final norm)
+//! and the next token `t[i+1]`:
+//!
+//! ```text
+//! x = eh_proj([enorm(embed(t[i+1])) | hnorm(h[i])])      // [hidden, 2 * hidden]
+//! x = decoder layer (attention with its own KV cache, routed experts) at position i
+//! logits = head(shared_head.norm(x))                      // the model's lm_head
+//! ```
+//!
+//! (the DeepSeek-V3 technical report's module, as the checkpoints' serving code runs it). Its
+//! decoder layer is read like any layer of [`with_mtp_layer`]'s spec, its routed experts
+//! included. The released checkpoints' `shared_head.head` is a copy of `lm_head` (the report's
+//! shared output head), which the module uses; one whose sampled rows differ is refused.
+
+use super::config::{ArchSpec, Family};
+use super::layer_weights::{self, LayerWeights};
+use super::names;
+use super::weights::{Checkpoint, HostTensor};
+use crate::error::{Error, Result};
+
+/// The weights of an MTP module besides its routed experts.
+#[derive(Clone, Debug)]
+pub struct MtpWeights {
+    /// `enorm` `[hidden]`: the next token's embedding is normalised by it.
+    pub embed_norm: HostTensor,
+    /// `hnorm` `[hidden]`: the main model's hidden state is normalised by it.
+    pub hidden_norm: HostTensor,
+    /// `eh_proj`'s columns that read the normalised embedding, `[hidden, hidden]`.
+    pub embed_proj: HostTensor,
+    /// `eh_proj`'s columns that read the normalised hidden state, `[hidden, hidden]`.
+    pub hidden_proj: HostTensor,
+    /// The module's decoder layer, layer `spec.layers` of [`with_mtp_layer`]'s spec.
+    pub layer: LayerWeights,
+    /// `shared_head.norm` `[hidden]`, before the model's lm_head.
+    pub head_norm: HostTensor,
+}
+
+/// `spec` with its first MTP layer appended as one more decoder layer (the layer's index is
+/// `spec.layers`): an MoE layer with full attention, as DeepSeek-V3 and GLM-4.5 ship it. Other
+/// families' MTP layouts, and models without MTP layers, are refused by name.
+pub fn with_mtp_layer(spec: &ArchSpec) -> Result<ArchSpec> {
+    if spec.mtp_layers == 0 {
+        return Err(Error::UnsupportedConfig(
+            "--speculative mtp: this model ships no MTP layers (num_nextn_predict_layers is 0 or absent)".into(),
+        ));
+    }
+    if !matches!(spec.family, Family::DeepseekV3 | Family::Glm4Moe) {
+        return Err(Error::UnsupportedConfig(format!(
+            "--speculative mtp: {}'s MTP layers are not run yet (DeepSeek-V3 and GLM-4.5's are); use --speculative ngram",
+            spec.family.hf_name()
+        )));
+    }
+    let mut ext = spec.clone();
+    ext.layers += 1;
+    ext.moe_layers.push(spec.moe.is_some());
+    if !ext.layer_windows.is_empty() {
+        ext.layer_windows.push(None);
+    }
+    Ok(ext)
+}
+
+/// Reads the MTP module of `ck`, a checkpoint of `spec` (the model's own spec, without the MTP
+/// layer); a GGUF or converted model's MTP tensors are refused by name.
+pub fn read(ck: &Checkpoint, spec: &ArchSpec) -> Result<MtpWeights> {
+    let ext = with_mtp_layer(spec)?;
+    let (h, l) = (spec.hidden, spec.layers);
+    let p = names::layer(l);
+    let name = |t: &str| format!("{p}.{t}");
+    if !ck.contains(&name("eh_proj.weight")) {
+        return Err(Error::UnsupportedConfig(format!(
+            "--speculative mtp: the checkpoint has no `{}` (GGUF and converted models do not carry the MTP layer yet; \
+             use the Hugging Face checkpoint)",
+            name("eh_proj.weight")
+        )));
+    }
+    check_shared_head(ck, spec, &name("shared_head.head.weight"))?;
+    let eh = ck.tensor(&name("eh_proj.weight"), &[h, 2 * h])?;
+    let columns = |from: usize| {
+        let data = eh.data.chunks_exact(2 * h).flat_map(|row| row[from..from + h].iter().copied()).collect();
+        HostTensor::new(vec![h, h], data)
+    };
+    Ok(MtpWeights {
+        embed_norm: ck.tensor(&name("enorm.weight"), &[h])?,
+        hidden_norm: ck.tensor(&name("hnorm.weight"), &[h])?,
+        embed_proj: columns(0),
+        hidden_proj: columns(h),
+        layer: layer_weights::layer(ck, &ext, l)?,
+        head_norm: ck.tensor(&name("shared_head.norm.weight"), &[h])?,
+    })
+}
+
+/// Checks that the MTP's `shared_head.head` (where the checkpoint has one) holds the model's
+/// lm_head, on its first, middle and last rows.
+fn check_shared_head(ck: &Checkpoint, spec: &ArchSpec, head: &str) -> Result<()> {
+    if !ck.contains(head) {
+        return Ok(());
+    }
+    let main = match spec.tie_embeddings && !ck.contains(names::LM_HEAD) {
+        true => names::EMBED,
+        false => names::LM_HEAD,
+    };
+    let shape = [spec.vocab, spec.hidden];
+    for row in [0, spec.vocab / 2, spec.vocab - 1] {
+        if ck.slab(head, &shape, row)?.data != ck.slab(main, &shape, row)?.data {
+            return Err(Error::UnsupportedConfig(format!(
+                "--speculative mtp: `{head}` differs from `{main}` (row {row}); an MTP head of its own is not implemented"
+            )));
+        }
+    }
+    Ok(())
+}
