@@ -33,6 +33,7 @@ fn check(format: WeightFormat, prompt_names: &[&str]) {
             window_rings: true,
             state_snapshots: 0,
             streaming: None,
+            mtp: false,
         };
         let reference = ReferenceModel::load(&dir).unwrap().rounded_like(&decoder).unwrap();
         for p in golden.prompts.iter().filter(|p| prompt_names.contains(&p.name.as_str())) {

@@ -163,6 +163,7 @@ fn check(fixture: &str, format: WeightFormat, peft: &Peft) {
         window_rings: true,
         state_snapshots: 0,
         streaming: None,
+        mtp: false,
     };
     let base = ReferenceModel::load(&dir).unwrap().rounded_like(&decoder).unwrap();
     let merged = ReferenceModel::load(&dir).unwrap().rounded_like(&decoder).unwrap().with_lora(&adapter).unwrap();

@@ -78,6 +78,7 @@ fn check_engine(dir: &std::path::Path, hf: &str) {
         window_rings: true,
         state_snapshots: 0,
         streaming: None,
+        mtp: false,
     };
     let reference = ReferenceModel::load(dir).unwrap().rounded_like(&decoder).unwrap();
     let golden: common::Golden =

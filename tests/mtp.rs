@@ -6,8 +6,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use moestream::decoder::StepOutput;
+use moestream::experts::policy::Phase;
+use moestream::ops::{KvDtype, WeightFormat};
 use moestream::reference::ops::{argmax, log_softmax};
 use moestream::reference::{ReferenceModel, ReferenceMtp};
+use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, Generation, MtpLoad};
 use serde_json::Value;
 
 /// The fixtures that ship an MTP layer.
@@ -84,4 +88,86 @@ fn models_without_a_runnable_mtp_layer_are_refused_by_name() {
         let err = ReferenceMtp::load(&fixture(name), &model).err().expect("refused").to_string();
         assert!(err.contains(says), "{name}: {err}");
     }
+}
+
+/// An engine on fixture `name` with its MTP module, f32 weights and cache (as the goldens).
+fn engine(name: &str, budget: ExpertBudget) -> Engine {
+    let options = EngineOptions {
+        kv_dtype: KvDtype::F32,
+        mtp: MtpLoad::Required,
+        budget,
+        ..EngineOptions::new(fixture(name)).with_format(WeightFormat::F32)
+    };
+    Engine::load_on(common::gpu(), &options).unwrap()
+}
+
+#[test]
+fn the_gpu_mtp_module_matches_torch_token_by_token_and_in_chunks() {
+    for name in MTP_FIXTURES {
+        let e = engine(name, ExpertBudget::Auto);
+        let m = e.model();
+        for g in goldens(&fixture(name)) {
+            let what = format!("{name} {}", g.name);
+            let n = g.tokens.len();
+            // One position at a time, as decoding runs it.
+            let kv = m.new_cache().unwrap();
+            let mut got = Vec::new();
+            for i in 0..n - 1 {
+                m.step(&kv, &g.tokens[i..=i], i, Phase::Decode, StepOutput::None).unwrap();
+                got.push(log_softmax(&m.mtp_logits(&kv, &g.tokens[i + 1..=i + 1], i, Phase::Decode).unwrap()));
+            }
+            let targets: Vec<f32> = (0..n - 2).map(|i| got[i][g.tokens[i + 2] as usize]).collect();
+            assert!(common::max_abs_diff(&targets, &g.logprobs) < 1e-3, "{what}: {targets:?} vs {:?}", g.logprobs);
+            assert!(common::max_abs_diff(&got[n - 2], &g.last_logprobs) < 1e-3, "{what}: last log-probs");
+            let drafts: Vec<u32> = got.iter().map(|l| argmax(l) as u32).collect();
+            assert_eq!(drafts, g.drafts, "{what}: drafts");
+            // Chunks of 3 positions: each MTP step runs the rows of the main step before it.
+            let kv = m.new_cache().unwrap();
+            for start in (0..n - 1).step_by(3) {
+                let end = (start + 3).min(n - 1);
+                m.step(&kv, &g.tokens[start..end], start, Phase::Prefill, StepOutput::None).unwrap();
+                let draft = m.mtp_step(&kv, &g.tokens[start + 1..=end], start, Phase::Prefill).unwrap();
+                assert_eq!(draft, g.drafts[end - 1], "{what}: the draft after the chunk at {start}");
+            }
+        }
+    }
+}
+
+/// Greedy generation (the default sampling) of 24 tokens after a golden prompt with `mtp_drafts` MTP drafts a step.
+fn greedy(e: &Engine, prompt: &[u32], mtp_drafts: usize) -> Generation {
+    let options = GenerateOptions { max_tokens: 24, ignore_eos: true, mtp_drafts, ..Default::default() };
+    e.generate(prompt, &options, |_, _| true).unwrap()
+}
+
+#[test]
+fn mtp_drafts_give_the_plain_tokens_resident_and_streamed() {
+    for name in MTP_FIXTURES {
+        let prompt = &goldens(&fixture(name))[1].tokens;
+        // Resident, and streamed with the smallest budget (one layer's top-k).
+        for budget in [ExpertBudget::Auto, ExpertBudget::Slots(3)] {
+            let e = engine(name, budget);
+            let plain = greedy(&e, prompt, 0);
+            for k in [1, 2, 3] {
+                let g = greedy(&e, prompt, k);
+                assert_eq!(g.tokens, plain.tokens, "{name} {budget:?}: {k} MTP drafts a step");
+                assert!(g.stats.draft_tokens > 0, "{name} {budget:?}: drafts were proposed");
+            }
+        }
+    }
+}
+
+#[test]
+fn mtp_drafts_are_refused_where_they_cannot_run() {
+    let plain = Engine::load_on(common::gpu(), &EngineOptions::new(fixture("deepseek_v3"))).unwrap();
+    let err = plain.generate(&[5, 6, 7], &GenerateOptions { mtp_drafts: 2, ..Default::default() }, |_, _| true);
+    assert!(err.unwrap_err().to_string().contains("MTP module"), "an engine loaded without it");
+    let e = engine("glm4_moe", ExpertBudget::Auto);
+    let too_many = GenerateOptions { mtp_drafts: 33, ..Default::default() };
+    assert!(e.generate(&[5, 6], &too_many, |_, _| true).unwrap_err().to_string().contains("1..=32"));
+    let required = EngineOptions { mtp: MtpLoad::Required, ..EngineOptions::new(fixture("qwen3_moe")) };
+    let err = Engine::load_on(common::gpu(), &required).err().expect("no MTP layers").to_string();
+    assert!(err.contains("no MTP layers"), "{err}");
+    // `Available` loads without one, saying so in the log only.
+    let available = EngineOptions { mtp: MtpLoad::Available, ..EngineOptions::new(fixture("qwen3_moe")) };
+    assert!(!Engine::load_on(common::gpu(), &available).unwrap().model().has_mtp());
 }

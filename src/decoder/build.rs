@@ -213,6 +213,65 @@ impl Builder<'_> {
     }
 }
 
+/// What every layer's kernels bind besides their own weights: RoPE's tables, the attention
+/// heads and split length of split-K decode, and the routed experts' slots.
+pub(super) struct BoundShared<'a> {
+    pub(super) tables: (&'a wgpu::Buffer, &'a wgpu::Buffer),
+    pub(super) heads: Heads,
+    pub(super) split_len: usize,
+    pub(super) residency: Option<&'a ExpertResidency>,
+}
+
+impl Builder<'_> {
+    /// Binds decoder layer `i` of `spec` from `w`: its input norm first adds the previous MoE
+    /// layer's expert outputs (`combine_pending`, that layer's top-k) into the residual where
+    /// set. Also returns the top-k whose combine the next norm is to do.
+    pub(super) fn decoder_layer(
+        &mut self,
+        spec: &ArchSpec,
+        i: usize,
+        w: &LayerWeights,
+        acts: &Activations,
+        bound: &BoundShared<'_>,
+        combine_pending: Option<usize>,
+    ) -> Result<(Layer, Option<usize>)> {
+        let (h, eps) = (spec.hidden, spec.rms_eps);
+        let rows = NormRows { n: h, rows_per_token: 1, at_cache_pos: false };
+        let attn_norm = match combine_pending {
+            Some(top_k) => self.norm_after_combine(&w.input_norm, acts, top_k, eps),
+            None => self.norm(&w.input_norm, &acts.x, Some(&acts.hn), rows, eps),
+        };
+        let attn = match (&w.attn, spec.mla()) {
+            (AttentionBlock::Mla(mw), Some(m)) => {
+                Attn::Mla(Box::new(self.mla(spec, m, mw, acts, bound.tables, bound.split_len)?))
+            }
+            (AttentionBlock::Linear(lw), _) => {
+                let hy = spec.hybrid.as_ref().expect("linear weights are only read for a hybrid spec");
+                Attn::Linear(Box::new(self.linear_attn(spec, hy, lw, acts)?))
+            }
+            (AttentionBlock::Grouped(attn), _) => {
+                Attn::Grouped(Box::new(self.grouped_attn(spec, i, attn, acts, (bound.heads, bound.split_len))?))
+            }
+            (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
+        };
+        let ffn_norm = self.norm(&w.post_norm, &acts.x, Some(&acts.hn), rows, eps);
+        let mut pending = None;
+        let ffn = match &w.ffn {
+            FfnWeights::Dense(mlp) => {
+                Ffn::Dense(self.mlp("mlp", mlp, &acts.hn, acts, (&acts.x, true), (i, LoraTarget::Mlp))?)
+            }
+            FfnWeights::Moe(mw) => {
+                let m = spec.moe.as_ref().expect("MoE layer implies MoE spec");
+                let r = bound.residency.expect("residency exists for MoE layers");
+                let (ffn, combine_later) = self.moe_ffn(m, h, i, mw, r, acts)?;
+                pending = combine_later.then_some(m.top_k);
+                Ffn::Moe(Box::new(ffn))
+            }
+        };
+        Ok((Layer { attn_norm, attn, ffn_norm, ffn }, pending))
+    }
+}
+
 impl Activations {
     /// The activation buffers of steps of up to `b` tokens of `spec`, with `partials` bytes of
     /// split-K attention partials.
@@ -409,58 +468,32 @@ impl GpuModel {
         let sin = gpu.upload("rope sin", bytemuck::cast_slice(&sin));
 
         let moe_layers: Vec<usize> = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).collect();
+        // With the MTP module, its layer is one more: in the caches, and its experts in the slots.
+        let mtp_spec = options.mtp.then(|| crate::model::mtp::with_mtp_layer(spec)).transpose()?;
+        let slotted: Vec<usize> = match &mtp_spec {
+            Some(full) => (0..full.layers).filter(|&i| full.is_moe_layer(i)).collect(),
+            None => moe_layers.clone(),
+        };
         let predicted = PredictedRouting::default();
-        let residency = expert_residency(&gpu, spec, &moe_layers, expert_source, &options, &predicted)?;
+        let residency =
+            expert_residency(&gpu, mtp_spec.as_ref().unwrap_or(spec), &slotted, expert_source, &options, &predicted)?;
 
         let mut layers = Vec::with_capacity(spec.layers);
         // The top-k of the previous MoE layer whose combine this layer's input norm does.
         let mut combine_pending = None;
+        let bound = BoundShared { tables: (&cos, &sin), heads, split_len, residency: residency.as_ref() };
         for i in 0..spec.layers {
             bld.layer = Some(i);
             let w = layer_weights::layer(ckpt, spec, i)?;
-            let eps = spec.rms_eps;
-            let attn_norm = match combine_pending.take() {
-                Some(top_k) => bld.norm_after_combine(&w.input_norm, &acts, top_k, eps),
-                None => bld.norm(
-                    &w.input_norm,
-                    &acts.x,
-                    Some(&acts.hn),
-                    NormRows { n: h, rows_per_token: 1, at_cache_pos: false },
-                    eps,
-                ),
-            };
-            let attn = match (&w.attn, spec.mla()) {
-                (AttentionBlock::Mla(mw), Some(m)) => {
-                    Attn::Mla(Box::new(bld.mla(spec, m, mw, &acts, (&cos, &sin), split_len)?))
-                }
-                (AttentionBlock::Linear(lw), _) => {
-                    let hy = spec.hybrid.as_ref().expect("linear weights are only read for a hybrid spec");
-                    Attn::Linear(Box::new(bld.linear_attn(spec, hy, lw, &acts)?))
-                }
-                (AttentionBlock::Grouped(attn), _) => {
-                    Attn::Grouped(Box::new(bld.grouped_attn(spec, i, attn, &acts, (heads, split_len))?))
-                }
-                (AttentionBlock::Mla(_), None) => unreachable!("MLA weights are only read for an MLA spec"),
-            };
-            let ffn_norm_w = f32_buf(&gpu, "norm", &w.post_norm);
-            let ffn_rows = NormRows { n: h, rows_per_token: 1, at_cache_pos: false };
-            let ffn_norm = RmsNorm::new(&gpu, &step.buffer, &ffn_norm_w, &acts.x, Some(&acts.hn), ffn_rows, eps);
-            let ffn = match &w.ffn {
-                FfnWeights::Dense(mlp) => {
-                    Ffn::Dense(bld.mlp("mlp", mlp, &acts.hn, &acts, (&acts.x, true), (i, LoraTarget::Mlp))?)
-                }
-                FfnWeights::Moe(mw) => {
-                    let m = moe.as_ref().expect("MoE layer implies MoE spec");
-                    let r = residency.as_ref().expect("residency exists for MoE layers");
-                    let (ffn, combine_later) = bld.moe_ffn(m, h, i, mw, r, &acts)?;
-                    combine_pending = combine_later.then_some(m.top_k);
-                    Ffn::Moe(Box::new(ffn))
-                }
-            };
-            bld.buffers.push(ffn_norm_w);
-            layers.push(Layer { attn_norm, attn, ffn_norm, ffn });
+            let (layer, pending) = bld.decoder_layer(spec, i, &w, &acts, &bound, combine_pending)?;
+            combine_pending = pending;
+            layers.push(layer);
         }
         bld.layer = None;
+        let mtp = match mtp_spec {
+            Some(full) => Some(bld.mtp_module(full, &crate::model::mtp::read(ckpt, spec)?, &acts, &bound)?),
+            None => None,
+        };
         let final_norm = match combine_pending.take() {
             Some(top_k) => bld.norm_after_combine(&final_norm_w, &acts, top_k, spec.rms_eps),
             None => bld.norm(
@@ -525,6 +558,7 @@ impl GpuModel {
             matrices,
             experts: residency.map(Mutex::new),
             observer: Mutex::new(None),
+            mtp,
             predicted,
             prerouter: None,
         })

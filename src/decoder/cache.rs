@@ -339,7 +339,8 @@ impl GpuModel {
     /// A new, empty sequence cache of the model's context, reserved from the KV memory budget
     /// (a [`Error::KvCacheTooLarge`] when it does not fit, before anything is allocated).
     pub fn new_cache(&self) -> Result<SequenceCache> {
-        let spec = &self.spec;
+        // The MTP module's layer has its cache too.
+        let spec = self.mtp.as_ref().map_or(&self.spec, |m| &m.spec);
         let (shape, dtype) = (self.options.cache_shape(), self.options.kv_dtype);
         // The state copies are made below, reserving their own bytes.
         let bytes = spec.kv_cache_bytes(CacheShape { state_copy: false, ..shape }, dtype);
@@ -348,6 +349,7 @@ impl GpuModel {
         let (layers, allocated) = counting_allocations(|| {
             self.layers
                 .iter()
+                .chain(self.mtp.as_ref().map(|m| &m.layer))
                 .enumerate()
                 .map(|(i, layer)| match &layer.attn {
                     Attn::Mla(a) => {
@@ -505,7 +507,21 @@ impl GpuModel {
         n: usize,
         kv_len: usize,
     ) {
-        let (cached, attn) = (cache.layer(layer), &self.layers[layer].attn);
+        self.record_attention_of(&self.layers[layer].attn, cache, layer, pass, n, kv_len)
+    }
+
+    /// Records attention `attn` (that of layer `layer`, or of the MTP module's) on `cache`'s
+    /// layer `layer` for a step of `n` tokens ending at `kv_len`.
+    pub(super) fn record_attention_of(
+        &self,
+        attn: &Attn,
+        cache: &SequenceCache,
+        layer: usize,
+        pass: &mut Pass,
+        n: usize,
+        kv_len: usize,
+    ) {
+        let cached = cache.layer(layer);
         attn.record_positional(&self.gpu, pass, n);
         cached.record(&self.gpu, pass, n, kv_len);
         if !is_split(n, kv_len, self.split_len) {

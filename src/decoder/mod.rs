@@ -12,6 +12,7 @@ mod kv_ledger;
 mod linear;
 mod mla;
 mod moe;
+mod mtp;
 mod optimistic;
 mod prerouter;
 mod projection;
@@ -40,7 +41,7 @@ use crate::experts::source::ExpertSource;
 use crate::experts::{SlotArena, SlotTable};
 use crate::gpu::context::counting_allocations;
 use crate::gpu::{Gpu, Pass, Readback, StepUniform};
-use crate::model::layer_weights::{self, AttentionBlock, FfnWeights, MlpWeights};
+use crate::model::layer_weights::{self, AttentionBlock, FfnWeights, LayerWeights, MlpWeights};
 use crate::model::lora::{LoraAdapter, LoraTarget, MlpProj};
 use crate::model::{ArchSpec, CacheShape, Checkpoint, HostTensor, MlaCacheKind, MoeSpec, QkNorm, RoutingKind};
 use crate::ops::argmax::Argmax;
@@ -80,6 +81,9 @@ pub struct DecoderOptions {
     pub state_snapshots: usize,
     /// Stream experts through a slot budget; `None` keeps every expert resident.
     pub streaming: Option<StreamingOptions>,
+    /// Also load and run the checkpoint's MTP module ([`crate::model::mtp`]): drafts for
+    /// speculative decoding ([`GpuModel::mtp_step`]); its layer counts in the caches and slots.
+    pub mtp: bool,
 }
 
 /// How routed experts are streamed when they do not all get a slot.
@@ -324,6 +328,8 @@ pub struct GpuModel {
     matrices: Vec<GpuMatrix>,
     experts: Option<Mutex<ExpertResidency>>,
     observer: Mutex<Option<Observer>>,
+    /// The MTP module, when loaded.
+    mtp: Option<mtp::MtpModule>,
     predicted: PredictedRouting,
     prerouter: Option<prerouter::DecoderPrerouter>,
 }

@@ -6,7 +6,7 @@
 //! submission too, its routing logged and looked at afterwards.
 
 use super::batch::BatchEntry;
-use super::{Ffn, GpuModel, MoeFfn, Observer, SequenceCache, StepOutput, StepResult};
+use super::{Ffn, GpuModel, Layer, MoeFfn, Observer, SequenceCache, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertResidency;
@@ -220,7 +220,6 @@ impl GpuModel {
         let logged = matches!(routing, Routing::Logged);
         // A logged step leaves the residency alone until it has been checked.
         let mut residency = self.experts.as_ref().filter(|_| !logged).map(|m| m.lock().expect("expert residency lock"));
-        let k = self.spec.moe.as_ref().map_or(0, |m| m.top_k);
         let mut moe_index = 0usize;
         if let Some(r) = residency.as_deref_mut() {
             r.begin_step(phase, n);
@@ -236,7 +235,6 @@ impl GpuModel {
         *last_end = one.map(|(id, pos)| (id, pos + n));
         drop(last_end);
         let mut observer = self.observer.lock().expect("observer lock");
-        let observing = observer.is_some();
         let section = |name| {
             if let Some(p) = gpu.profiler() {
                 p.set_section(name)
@@ -258,50 +256,8 @@ impl GpuModel {
             }
             l.attn.record_output(gpu, &mut rec, n);
             section(if matches!(l.ffn, Ffn::Dense(_)) { "dense FFN" } else { "MoE FFN" });
-            match &l.ffn {
-                Ffn::Dense(mlp) => {
-                    l.ffn_norm.record(gpu, &mut rec, n);
-                    mlp.record(gpu, &mut rec, n)
-                }
-                Ffn::Moe(moe) => {
-                    let MoeFfn { router, topk, experts, shared, combine, .. } = &**moe;
-                    l.ffn_norm.record(gpu, &mut rec, n);
-                    router.record(gpu, &mut rec, n);
-                    match prerouter.and_then(|p| p.router(i, n)) {
-                        Some(own) => own.record(gpu, &mut rec, n),
-                        None => topk.record(gpu, &mut rec, n),
-                    }
-                    match residency.as_deref_mut().filter(|r| observing || r.needs_routing()) {
-                        None => {
-                            experts.record(gpu, &mut rec, n);
-                            if logged {
-                                let len = (n * k * 4) as u64;
-                                self.routing_log.record_copy_at(
-                                    rec.encoder(),
-                                    &self.acts.ids,
-                                    0,
-                                    len,
-                                    moe_index as u64 * len,
-                                )?;
-                            }
-                        }
-                        Some(r) => {
-                            let layer = (i, moe_index);
-                            rec = self.record_streamed_experts(rec, r, experts, layer, n, routing, &mut observer)?;
-                        }
-                    }
-                    moe_index += 1;
-                    if let Some(s) = shared {
-                        s.mlp.record(gpu, &mut rec, n);
-                        if let Some(g) = &s.gate {
-                            g.record(gpu, &mut rec, n);
-                        }
-                    }
-                    if let Some(c) = combine {
-                        c.record(gpu, &mut rec, n);
-                    }
-                }
-            }
+            rec = self.record_ffn(rec, l, (i, moe_index), n, residency.as_deref_mut(), routing, &mut observer)?;
+            moe_index += usize::from(matches!(l.ffn, Ffn::Moe(_)));
         }
         if let Some(r) = residency.as_deref_mut() {
             r.end_step()?;
@@ -311,10 +267,17 @@ impl GpuModel {
             section("prerouter heads");
             p.record_heads(gpu, &mut rec);
         }
-        if !matches!(output, StepOutput::None) {
+        // The MTP module reads the last layer's output of a step on one sequence, which the
+        // final norm completes (the last MoE layer's combine).
+        let mtp = self.mtp.as_ref().filter(|_| seqs.one().is_some());
+        if !matches!(output, StepOutput::None) || mtp.is_some() {
             section("final norm + lm_head");
             self.final_norm.record(gpu, &mut rec, n);
+            if let Some(m) = mtp {
+                m.keep_hidden(rec.encoder(), &self.acts.x, n);
+            }
             match output {
+                StepOutput::None => {}
                 StepOutput::LogProbs(_) => {
                     self.lm_head.record(gpu, &mut rec, n);
                     self.token_logprob.record(gpu, &mut rec, n);
@@ -330,6 +293,61 @@ impl GpuModel {
                     }
                 }
             }
+        }
+        Ok(rec)
+    }
+
+    /// Records layer `l`'s FFN (model layer `i`, the `moe_index`-th MoE layer) after `rec`: a
+    /// dense MLP, or the router, its top-k (the prerouter's forced routing where it routes)
+    /// and the routed experts, resident or brought into slots as the `residency` needs (which
+    /// submits), then the shared expert and the combine. Returns the pass to go on with.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn record_ffn(
+        &self,
+        mut rec: Pass,
+        l: &Layer,
+        (i, moe_index): (usize, usize),
+        n: usize,
+        residency: Option<&mut ExpertResidency>,
+        routing: &mut Routing,
+        observer: &mut Option<Observer>,
+    ) -> Result<Pass> {
+        let gpu = &*self.gpu;
+        let moe = match &l.ffn {
+            Ffn::Dense(mlp) => {
+                l.ffn_norm.record(gpu, &mut rec, n);
+                mlp.record(gpu, &mut rec, n);
+                return Ok(rec);
+            }
+            Ffn::Moe(moe) => moe,
+        };
+        let MoeFfn { router, topk, experts, shared, combine, .. } = &**moe;
+        l.ffn_norm.record(gpu, &mut rec, n);
+        router.record(gpu, &mut rec, n);
+        match self.prerouter.as_ref().and_then(|p| p.router(i, n)) {
+            Some(own) => own.record(gpu, &mut rec, n),
+            None => topk.record(gpu, &mut rec, n),
+        }
+        let observing = observer.is_some();
+        match residency.filter(|r| observing || r.needs_routing()) {
+            None => {
+                experts.record(gpu, &mut rec, n);
+                if matches!(routing, Routing::Logged) {
+                    let k = self.spec.moe.as_ref().map_or(0, |m| m.top_k);
+                    let len = (n * k * 4) as u64;
+                    self.routing_log.record_copy_at(rec.encoder(), &self.acts.ids, 0, len, moe_index as u64 * len)?;
+                }
+            }
+            Some(r) => rec = self.record_streamed_experts(rec, r, experts, (i, moe_index), n, routing, observer)?,
+        }
+        if let Some(s) = shared {
+            s.mlp.record(gpu, &mut rec, n);
+            if let Some(g) = &s.gate {
+                g.record(gpu, &mut rec, n);
+            }
+        }
+        if let Some(c) = combine {
+            c.record(gpu, &mut rec, n);
         }
         Ok(rec)
     }

@@ -61,20 +61,27 @@ pub fn with_mtp_layer(spec: &ArchSpec) -> Result<ArchSpec> {
     Ok(ext)
 }
 
+/// `spec` with its MTP layer appended ([`with_mtp_layer`]) where `ck` holds an MTP module this
+/// crate runs, else why not.
+pub fn available(ck: &Checkpoint, spec: &ArchSpec) -> Result<ArchSpec> {
+    let ext = with_mtp_layer(spec)?;
+    let eh_proj = format!("{}.eh_proj.weight", names::layer(spec.layers));
+    match ck.contains(&eh_proj) {
+        true => Ok(ext),
+        false => Err(Error::UnsupportedConfig(format!(
+            "--speculative mtp: the checkpoint has no `{eh_proj}` (GGUF and converted models do not carry the MTP \
+             layer yet; use the Hugging Face checkpoint)"
+        ))),
+    }
+}
+
 /// Reads the MTP module of `ck`, a checkpoint of `spec` (the model's own spec, without the MTP
 /// layer); a GGUF or converted model's MTP tensors are refused by name.
 pub fn read(ck: &Checkpoint, spec: &ArchSpec) -> Result<MtpWeights> {
-    let ext = with_mtp_layer(spec)?;
+    let ext = available(ck, spec)?;
     let (h, l) = (spec.hidden, spec.layers);
     let p = names::layer(l);
     let name = |t: &str| format!("{p}.{t}");
-    if !ck.contains(&name("eh_proj.weight")) {
-        return Err(Error::UnsupportedConfig(format!(
-            "--speculative mtp: the checkpoint has no `{}` (GGUF and converted models do not carry the MTP layer yet; \
-             use the Hugging Face checkpoint)",
-            name("eh_proj.weight")
-        )));
-    }
     check_shared_head(ck, spec, &name("shared_head.head.weight"))?;
     let eh = ck.tensor(&name("eh_proj.weight"), &[h, 2 * h])?;
     let columns = |from: usize| {

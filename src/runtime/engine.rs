@@ -31,9 +31,10 @@ use crate::prerouter::heads_file::HEADS_FILE;
 use crate::store::{ExpertStore, IoMode, OpenOptions as StoreOpenOptions};
 
 mod generation;
+mod mtp_drafts;
 mod scheduler;
 
-pub use super::options::{EngineOptions, ExpertBudget, GenerateOptions, DEFAULT_IO_THREADS};
+pub use super::options::{EngineOptions, ExpertBudget, GenerateOptions, MtpLoad, DEFAULT_IO_THREADS};
 pub use generation::{Generation, Score};
 pub use scheduler::{Finished, OnToken, RequestId, Scheduler};
 
@@ -147,6 +148,8 @@ struct OnDisk {
     source: Option<Arc<dyn ExpertSource>>,
     /// The sampling the model recommends, over llama.cpp's defaults.
     sampling: SamplingParams,
+    /// `spec` with the MTP module's layer appended, when it is loaded.
+    mtp_spec: Option<ArchSpec>,
 }
 
 impl OnDisk {
@@ -216,6 +219,13 @@ impl OnDisk {
             true => WeightFormat::of_ggml(crate::quant::GgmlType::Mxfp4).for_gpu(),
             false => expert_format,
         };
+        let mtp_spec = match options.mtp {
+            MtpLoad::Off => None,
+            MtpLoad::Required => Some(crate::model::mtp::available(&ckpt, &spec)?),
+            MtpLoad::Available => crate::model::mtp::available(&ckpt, &spec)
+                .inspect_err(|e| log::info!("loading without an MTP module: {e}"))
+                .ok(),
+        };
         let source: Option<Arc<dyn ExpertSource>> = match (&spec.moe, &converted) {
             (None, _) => None,
             (Some(m), Some(manifest)) => {
@@ -236,7 +246,9 @@ impl OnDisk {
             }
             (Some(m), None) => {
                 let layout = SlotLayout::new(expert_format, spec.hidden, m.expert_intermediate)?;
-                Some(Arc::new(CheckpointExperts::new(ckpt.clone(), spec.clone(), layout)) as Arc<dyn ExpertSource>)
+                // The MTP module's experts are one more layer's.
+                let spec = mtp_spec.as_ref().unwrap_or(&spec).clone();
+                Some(Arc::new(CheckpointExperts::new(ckpt.clone(), spec, layout)) as Arc<dyn ExpertSource>)
             }
         };
         // Slots in the CPU layout's tiles where the kernels read them so.
@@ -252,14 +264,16 @@ impl OnDisk {
             ckpt,
             source,
             sampling,
+            mtp_spec,
         })
     }
 
     /// The decoder's options and the KV plan: the expert budget (slots when streaming) and the
     /// KV memory, from what the adapter has free.
     fn plan(&self, gpu: &Arc<Gpu>, options: &EngineOptions) -> Result<(DecoderOptions, KvPlan)> {
-        let OnDisk { spec, ckpt, source, converted, expert_format, dense_format, .. } = self;
-        let (spec, expert_format, dense_format) = (spec, *expert_format, *dense_format);
+        let OnDisk { spec, ckpt, source, converted, expert_format, dense_format, mtp_spec, .. } = self;
+        // The MTP module's layer counts in the caches and the expert budget like any other.
+        let (spec, expert_format, dense_format) = (mtp_spec.as_ref().unwrap_or(spec), *expert_format, *dense_format);
         // The automatic expert budget leaves room for `parallel` sequences of the requested
         // context (by default the model's maximum up to 4096); the KV budget is what is left
         // after experts.
@@ -311,6 +325,7 @@ impl OnDisk {
             max_batch: options.max_batch,
             window_rings: options.window_rings,
             state_snapshots: options.state_snapshots,
+            mtp: mtp_spec.is_some(),
             streaming: streaming.map(|slots| StreamingOptions {
                 slots,
                 policy: options.policy,

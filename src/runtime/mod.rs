@@ -19,7 +19,8 @@ pub mod tokenizer;
 
 pub use constraint::Constraint;
 pub use engine::{
-    Engine, EngineOptions, ExpertBudget, Finished, GenerateOptions, Generation, OnToken, RequestId, Scheduler, Score,
+    Engine, EngineOptions, ExpertBudget, Finished, GenerateOptions, Generation, MtpLoad, OnToken, RequestId, Scheduler,
+    Score,
 };
 pub use memory_plan::KvPlan;
 pub use sampler::SamplingParams;

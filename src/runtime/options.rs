@@ -77,6 +77,24 @@ pub struct EngineOptions {
     /// Where Hugging Face directories run in int4 are converted (once); `None` means
     /// [`crate::convert::default_cache_root`].
     pub cache_dir: Option<PathBuf>,
+    /// Whether the checkpoint's MTP module is loaded, for drafts
+    /// ([`GenerateOptions::mtp_drafts`]).
+    pub mtp: MtpLoad,
+}
+
+/// Whether an engine loads the checkpoint's multi-token-prediction module
+/// ([`crate::model::mtp`]): its layer's weights, experts and KV cache cost memory like one more
+/// decoder layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MtpLoad {
+    /// Never.
+    #[default]
+    Off,
+    /// Where the checkpoint has one the engine runs (else the engine loads without, saying why
+    /// in the log).
+    Available,
+    /// Always: a model without one the engine runs is refused by name.
+    Required,
 }
 
 /// How much GPU memory routed experts may use.
@@ -136,6 +154,7 @@ impl EngineOptions {
             direct_io: DirectIo::Auto,
             lora: None,
             cache_dir: None,
+            mtp: MtpLoad::Off,
         }
     }
 }
@@ -152,6 +171,10 @@ pub struct GenerateOptions {
     /// Speculative decoding with prompt-lookup drafts, verified exactly (`None`: one token a
     /// step).
     pub drafts: Option<crate::runtime::drafts::PromptLookup>,
+    /// Speculative decoding with drafts from the model's MTP module (loaded with
+    /// [`EngineOptions::mtp`]), at most this many a step, verified exactly; 0: none. Takes the
+    /// place of `drafts` where both are set.
+    pub mtp_drafts: usize,
     /// Report each generated token's log-probability and those of this many most likely
     /// tokens (0..=20; `None`: no log-probabilities).
     pub logprobs: Option<usize>,
@@ -174,6 +197,7 @@ impl Default for GenerateOptions {
             sampling: SamplingParams::default(),
             ignore_eos: false,
             drafts: None,
+            mtp_drafts: 0,
             logprobs: None,
             prompt_logprobs: false,
             constraint: None,

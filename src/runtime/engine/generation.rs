@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::mtp_drafts::MtpDrafts;
 use crate::decoder::{ChainedStep, RoutingMode, StepOutput, StepResult};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
@@ -51,7 +52,11 @@ pub(super) struct DraftCounts {
 impl DraftCounts {
     /// The counts of a request with `options` (paced where it drafts).
     pub(super) fn new(options: &GenerateOptions) -> DraftCounts {
-        DraftCounts { pacing: options.drafts.map(|d| DraftPacing::new(d.max_draft)), ..Default::default() }
+        let most = match options.mtp_drafts {
+            0 => options.drafts.map(|d| d.max_draft),
+            n => Some(n),
+        };
+        DraftCounts { pacing: most.map(DraftPacing::new), ..Default::default() }
     }
 
     /// The most drafts to propose at this step (each call is one step; 0 without drafts).
@@ -248,15 +253,17 @@ impl Engine {
 
     /// Brings `session`'s cache up to its whole sequence, in steps of at most `max_batch`
     /// tokens; the last step produces `last`. The last token is run again when the cache
-    /// already holds everything (its output is needed).
-    fn prefill(&self, session: &mut Session, last: StepOutput<'_>) -> Result<StepResult> {
+    /// already holds everything (its output is needed). Also returns where the last step
+    /// started (the MTP module, where loaded, has run every position before it).
+    fn prefill(&self, session: &mut Session, last: StepOutput<'_>) -> Result<(StepResult, usize)> {
         self.check_owner(session)?;
         let b = self.model.options().max_batch;
         let len = session.tokens.len();
         session.cached = session.cache.resume_point(session.cached.min(len - 1));
-        let mut result = StepResult::None;
+        let (mut result, mut last_start) = (StepResult::None, session.cached);
         while session.cached < len {
             let start = session.cached;
+            last_start = start;
             let end = (start + b).min(len);
             let output = if end == len { last } else { StepOutput::None };
             if end == len {
@@ -264,9 +271,10 @@ impl Engine {
                 session.cache.snapshot_states(start);
             }
             result = self.model.step(&session.cache, &session.tokens[start..end], start, Phase::Prefill, output)?;
+            self.mtp_over_chunk(session, start, end)?;
             session.cached = end;
         }
-        Ok(result)
+        Ok((result, last_start))
     }
 
     /// Refuses a session made by another engine (its caches are bound to that engine's model).
@@ -302,6 +310,7 @@ impl Engine {
         self.check_owner(session)?;
         options.sampling.validate()?;
         validate_drafts(options)?;
+        MtpDrafts::validate(self, options)?;
         check_logprobs(options)?;
         if options.prompt_logprobs {
             return Err(Error::UnsupportedConfig("prompt log-probabilities outside the scheduler".into()));
@@ -327,7 +336,9 @@ impl Engine {
         session.cached = session.cache.resume_point(session.cached.min(session.len() - 1));
         let reused = session.cached;
         let started = Instant::now();
-        let first = self.prefill(session, if options.max_tokens > 0 { want } else { StepOutput::None })?;
+        let (first, last_chunk) =
+            self.prefill(session, if options.max_tokens > 0 { want } else { StepOutput::None })?;
+        let mut mtp = (options.mtp_drafts > 0).then(|| MtpDrafts::after_prefill(last_chunk));
         // Tokens decided and not yet taken: the next one, or accepted drafts and the token after.
         let mut queue: VecDeque<u32> = VecDeque::new();
         if options.max_tokens > 0 {
@@ -339,7 +350,7 @@ impl Engine {
         let decode_start = Instant::now();
         let waits_before = self.gpu().waits();
         let eos = &self.spec().eos_token_ids;
-        let chained = greedy && self.chains_decode() && options.drafts.is_none();
+        let chained = greedy && self.chains_decode() && options.drafts.is_none() && mtp.is_none();
         // With chained steps: the step of the last token pushed, submitted before that token
         // was read (dropped unread when generation ends first).
         let mut ahead: Option<ChainedStep<'_>> = None;
@@ -364,8 +375,11 @@ impl Engine {
             }
             let room =
                 (options.max_tokens - tokens.len()).min(self.context() - pos).min(self.model.options().max_batch);
-            let allowance = drafted.allowance();
-            let draft = options.drafts.map(|d| d.draft(&session.tokens, (room - 1).min(allowance))).unwrap_or_default();
+            let allowance = (room - 1).min(drafted.allowance());
+            let draft = match mtp.as_mut() {
+                Some(m) => m.catch_up(self, session, pos, allowance)?,
+                None => options.drafts.map(|d| d.draft(&session.tokens, allowance)).unwrap_or_default(),
+            };
             if !draft.is_empty() {
                 let (accepted, after) = self.verify_drafts(session, &draft, pos, &mut picker)?;
                 drafted.count(draft.len(), accepted);
@@ -571,7 +585,7 @@ impl Engine {
         let before = self.begin_request()?;
         let result = self.prefill(session, StepOutput::Logits);
         self.end_request(before);
-        match result? {
+        match result?.0 {
             StepResult::Logits(l) => Ok(log_softmax(&l)),
             _ => unreachable!("asked for logits"),
         }

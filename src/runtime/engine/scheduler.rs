@@ -164,6 +164,11 @@ impl<'a> Scheduler<'a> {
         super::generation::check_logprobs(&options)?;
         self.engine.check_prompt(&prompt)?;
         super::generation::validate_drafts(&options)?;
+        if options.mtp_drafts > 0 {
+            return Err(Error::UnsupportedConfig(
+                "MTP drafts in scheduled (batched) requests are not implemented; prompt-lookup drafts are".into(),
+            ));
+        }
         if options.prompt_logprobs && n > 1 {
             return Err(Error::UnsupportedConfig("prompt log-probabilities with several choices".into()));
         }

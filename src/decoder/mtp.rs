@@ -1,0 +1,138 @@
+//! A checkpoint's MTP module on the GPU ([`crate::model::mtp`]): drafts for speculative
+//! decoding from the model's own multi-token-prediction layer. Every step on one sequence keeps
+//! its tokens' last-layer outputs (`hidden`); [`GpuModel::mtp_step`] then runs the module over
+//! them, each row with the token that followed it, at their positions: the embedding and hidden
+//! norms, `eh_proj` (its two halves, the second accumulating), the module's decoder layer over
+//! its own cache layer (the sequence cache's last) and routed experts (slotted like any layer's,
+//! streamed too), its head norm, the model's lm_head and argmax. The draft is the last row's
+//! argmax; the module's output row is kept as the next MTP step's hidden state, so drafts chain.
+
+use super::build::{BoundShared, Builder};
+use super::step::Routing;
+use super::*;
+use crate::experts::policy::Phase;
+use crate::model::mtp::MtpWeights;
+
+/// The MTP module's kernels (see the module's doc).
+pub(super) struct MtpModule {
+    /// The model's spec with the MTP layer appended: the caches and expert slots count it.
+    pub(super) spec: ArchSpec,
+    /// Hidden-state rows (`max_batch × hidden`) the module reads: the main model's last step's.
+    hidden: wgpu::Buffer,
+    embed_norm: RmsNorm,
+    embed_proj: MatMul,
+    hidden_norm: RmsNorm,
+    hidden_proj: MatMul,
+    /// The module's decoder layer (model layer `spec.layers - 1`).
+    pub(super) layer: Layer,
+    head_norm: RmsNorm,
+}
+
+impl MtpModule {
+    /// Records the copy of a step's `n` last-layer output rows (`x`) for the module.
+    pub(super) fn keep_hidden(&self, encoder: &mut wgpu::CommandEncoder, x: &wgpu::Buffer, n: usize) {
+        encoder.copy_buffer_to_buffer(x, 0, &self.hidden, 0, (n * self.spec.hidden * 4) as u64);
+    }
+}
+
+impl Builder<'_> {
+    /// Binds the MTP module `w` of `spec` (the model's spec with the MTP layer appended) over
+    /// the model's activations.
+    pub(super) fn mtp_module(
+        &mut self,
+        spec: ArchSpec,
+        w: &MtpWeights,
+        acts: &Activations,
+        bound: &BoundShared<'_>,
+    ) -> Result<MtpModule> {
+        let (h, eps) = (spec.hidden, spec.rms_eps);
+        let rows = NormRows { n: h, rows_per_token: 1, at_cache_pos: false };
+        let hidden = self.gpu.storage("mtp hidden", (self.options.max_batch * h * 4) as u64);
+        let embed_norm = self.norm(&w.embed_norm, &acts.x, Some(&acts.hn), rows, eps);
+        let embed_proj = self.matmul("mtp eh_proj", &w.embed_proj, None, &acts.hn, &acts.x, MatMulOut::plain(h))?;
+        let hidden_norm = self.norm(&w.hidden_norm, &hidden, Some(&acts.hn), rows, eps);
+        let add = MatMulOut { accumulate: true, ..MatMulOut::plain(h) };
+        let hidden_proj = self.matmul("mtp eh_proj", &w.hidden_proj, None, &acts.hn, &acts.x, add)?;
+        let i = spec.layers - 1;
+        self.layer = Some(i);
+        let (layer, pending) = self.decoder_layer(&spec, i, &w.layer, acts, bound, None)?;
+        self.layer = None;
+        let head_norm = match pending {
+            Some(top_k) => self.norm_after_combine(&w.head_norm, acts, top_k, eps),
+            None => self.norm(&w.head_norm, &acts.x, Some(&acts.hn), rows, eps),
+        };
+        Ok(MtpModule { spec, hidden, embed_norm, embed_proj, hidden_norm, hidden_proj, layer, head_norm })
+    }
+}
+
+impl GpuModel {
+    /// Whether the model runs its MTP module ([`DecoderOptions::mtp`]).
+    pub fn has_mtp(&self) -> bool {
+        self.mtp.is_some()
+    }
+
+    /// Runs the MTP module at positions `pos..pos + next.len()` of `cache`: row i reads the
+    /// hidden state the last step on this sequence left for its position `pos + i` (row i of
+    /// that step's, or, after an MTP step, its output) with `next[i]`, the token after that
+    /// position. Returns the draft (the greedy token) for the position after the last row's
+    /// next token.
+    pub fn mtp_step(&self, cache: &SequenceCache, next: &[u32], pos: usize, phase: Phase) -> Result<u32> {
+        let n = next.len();
+        let mut rec = self.record_mtp(cache, next, pos, phase)?;
+        self.argmax.record(&self.gpu, &mut rec);
+        rec.submit(&self.gpu.queue);
+        let mut id = [0u8; 4];
+        self.readback.read(&self.gpu, &self.acts.argmax, 0, &mut id)?;
+        Self::greedy_token(u32::from_le_bytes(id), pos + n - 1)
+    }
+
+    /// [`GpuModel::mtp_step`] returning the last row's logits instead of its greedy token.
+    pub fn mtp_logits(&self, cache: &SequenceCache, next: &[u32], pos: usize, phase: Phase) -> Result<Vec<f32>> {
+        let n = next.len();
+        self.record_mtp(cache, next, pos, phase)?.submit(&self.gpu.queue);
+        Ok(self.read_logit_rows(&[(n - 1, pos + n - 1)])?.pop().expect("one row asked for"))
+    }
+
+    /// Records an MTP step (see [`GpuModel::mtp_step`]) up to the last row's logits; the parts
+    /// that stream experts are submitted on the way.
+    fn record_mtp(&self, cache: &SequenceCache, next: &[u32], pos: usize, phase: Phase) -> Result<Pass> {
+        let mtp = self.mtp.as_ref().ok_or_else(|| {
+            Error::InvalidArgument("the model was loaded without its MTP module (DecoderOptions::mtp)".into())
+        })?;
+        let n = next.len();
+        self.check_step(cache, next, n, pos)?;
+        let gpu = &*self.gpu;
+        gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(next));
+        self.step.set(gpu, n, pos);
+        // The argmax will no longer hold a chained step's token.
+        *self.chain.argmax_of.lock().expect("chain lock") = None;
+        let mut rec = Pass::new(&gpu.device);
+        self.embed.record(gpu, &mut rec, n);
+        mtp.embed_norm.record(gpu, &mut rec, n);
+        mtp.embed_proj.record(gpu, &mut rec, n);
+        mtp.hidden_norm.record(gpu, &mut rec, n);
+        mtp.hidden_proj.record(gpu, &mut rec, n);
+        let (l, i) = (&mtp.layer, mtp.spec.layers - 1);
+        l.attn_norm.record(gpu, &mut rec, n);
+        l.attn.record_inputs(gpu, &mut rec, n);
+        self.record_attention_of(&l.attn, cache, i, &mut rec, n, pos + n);
+        l.attn.record_output(gpu, &mut rec, n);
+        let mut residency = self.residency();
+        if let Some(r) = residency.as_deref_mut() {
+            r.begin_step(phase, n);
+        }
+        let mut routing = Routing::PerLayer { all_hit: true, known: Vec::new() };
+        let moe_index = self.moe_layers.len();
+        rec = self.record_ffn(rec, l, (i, moe_index), n, residency.as_deref_mut(), &mut routing, &mut None)?;
+        if let Some(r) = residency.as_deref_mut() {
+            r.end_step()?;
+        }
+        drop(residency);
+        mtp.head_norm.record(gpu, &mut rec, n);
+        // The module's output of its last row: the hidden state of a chained MTP step.
+        let row = (self.spec.hidden * 4) as u64;
+        rec.encoder().copy_buffer_to_buffer(&self.acts.x, (n as u64 - 1) * row, &mtp.hidden, 0, row);
+        self.lm_head_last.record(gpu, &mut rec, n);
+        Ok(rec)
+    }
+}

@@ -1,0 +1,80 @@
+//! Drafts from the model's MTP module for `generate` ([`GenerateOptions::mtp_drafts`]). The
+//! module runs over every position the main model runs, one step behind: a main step leaves its
+//! rows' hidden states, and once the tokens after those positions are known (the next prefill
+//! chunk's, the sampled token, the accepted drafts and the token after them) the module runs
+//! over them, its last row proposing the token after the sequence's end; further drafts chain
+//! the module on its own output. Verification keeps the output exactly the plain one, as with
+//! prompt-lookup drafts.
+
+use super::Engine;
+use crate::error::{Error, Result};
+use crate::experts::policy::Phase;
+use crate::runtime::options::GenerateOptions;
+use crate::runtime::session::Session;
+
+/// Most MTP drafts a step.
+const MAX_MTP_DRAFTS: usize = 32;
+
+/// Where a request's MTP module stands: the first position whose main-step row it has not run.
+pub(super) struct MtpDrafts {
+    behind: usize,
+}
+
+impl MtpDrafts {
+    /// Refuses MTP drafts of sizes out of range, with a constraint, or on an engine loaded
+    /// without the module.
+    pub(super) fn validate(engine: &Engine, options: &GenerateOptions) -> Result<()> {
+        match options.mtp_drafts {
+            0 => Ok(()),
+            n if n > MAX_MTP_DRAFTS => {
+                Err(Error::InvalidArgument(format!("draft length {n} must be in 1..={MAX_MTP_DRAFTS}")))
+            }
+            _ if options.constraint.is_some() => {
+                Err(Error::UnsupportedConfig("drafts with a constraint (JSON schema, regex, grammar)".into()))
+            }
+            _ if !engine.model.has_mtp() => Err(Error::InvalidArgument(
+                "MTP drafts need the model's MTP module, which this engine did not load (EngineOptions::mtp)".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// A request whose main model has run positions `from..` (its last prefill chunk) without
+    /// the module.
+    pub(super) fn after_prefill(from: usize) -> MtpDrafts {
+        MtpDrafts { behind: from }
+    }
+
+    /// Runs the module over the main model's rows from where it is behind up to `pos` (the
+    /// sequence's last token, not yet run by the main model; the tokens after those rows are
+    /// all known now) and, with `want` above 0, returns up to `want` drafts for the positions
+    /// after `pos`. The next main step runs from `pos`.
+    pub(super) fn catch_up(&mut self, engine: &Engine, session: &Session, pos: usize, want: usize) -> Result<Vec<u32>> {
+        let (from, model) = (self.behind, &engine.model);
+        if from >= pos {
+            return Ok(Vec::new());
+        }
+        self.behind = pos;
+        let mut draft = model.mtp_step(&session.cache, &session.tokens[from + 1..=pos], from, Phase::Decode)?;
+        let mut drafts = Vec::with_capacity(want);
+        while drafts.len() < want {
+            drafts.push(draft);
+            if drafts.len() < want {
+                // The module on its own output and its draft, one position on.
+                draft = model.mtp_step(&session.cache, &[draft], pos + drafts.len() - 1, Phase::Decode)?;
+            }
+        }
+        Ok(drafts)
+    }
+}
+
+impl Engine {
+    /// Runs the MTP module (where loaded) over prefill chunk `start..end` of `session`, whose
+    /// next tokens (`start + 1..=end`) are known: every chunk but the last.
+    pub(super) fn mtp_over_chunk(&self, session: &Session, start: usize, end: usize) -> Result<()> {
+        if self.model.has_mtp() && end < session.tokens.len() {
+            self.model.mtp_step(&session.cache, &session.tokens[start + 1..=end], start, Phase::Prefill)?;
+        }
+        Ok(())
+    }
+}
