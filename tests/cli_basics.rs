@@ -155,7 +155,29 @@ fn speculative_flags_keep_the_output_and_refuse_what_does_not_run() {
     let (off, stats) = run(&["--speculative", "off", "--draft", "4"]);
     assert_eq!(off, plain);
     assert!(!stats.contains("drafts"), "{stats}");
+    // The bundled model has no MTP layers: `mtp` is refused by name, `auto` drafts nothing.
     let out = moestream(&["generate", "-m", model.to_str().unwrap(), "-p", "x", "--speculative", "mtp"]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("--speculative mtp: MTP heads are not run yet"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--speculative mtp: this model ships no MTP layers"), "{}", text(&out.stderr));
+    assert!(!run(&[]).1.contains("drafts"));
+    // A model with an MTP module drafts from it by default (`auto`), the same text as without.
+    let glm = root().join("tests/fixtures/glm4_moe");
+    let glm_run = |extra: &[&str]| {
+        let mut args = vec!["generate", "-m", glm.to_str().unwrap(), "--tokens", "5,6,7", "-n", "16", "--temp", "0"];
+        args.extend(extra);
+        let out = moestream(&args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        (text(&out.stdout), text(&out.stderr))
+    };
+    let (plain, stats) = glm_run(&["--speculative", "off"]);
+    assert!(!stats.contains("drafts"), "{stats}");
+    for extra in [&[][..], &["--speculative", "mtp", "--draft", "2"]] {
+        let (text, stats) = glm_run(extra);
+        assert_eq!(text, plain, "{extra:?}");
+        assert!(stats.contains("[MTP drafts:"), "{extra:?}: {stats}");
+    }
+    // Batched requests do not run MTP drafts yet: `serve --speculative mtp` says so.
+    let out = moestream(&["serve", "-m", glm.to_str().unwrap(), "--speculative", "mtp"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("not yet in batched requests"), "{}", text(&out.stderr));
 }

@@ -43,6 +43,8 @@ fn multi_token_prediction_layers_are_reported() {
     // names none, Ling's says 0.
     for (fixture, mtp) in [("deepseek_v3", 1), ("glm4_moe", 1), ("qwen3_next", 0), ("ling", 0), ("mixtral", 0)] {
         assert_eq!(info(fixture)["mtp_layers"], mtp, "{fixture}");
+        // The DeepSeek-V3 and GLM-4.5 fixtures ship their MTP layer's weights, which run.
+        assert_eq!(info(fixture)["mtp_runs"], mtp == 1, "{fixture}");
     }
     // A GGUF file's `nextn_predict_layers` (the GLM-4.5 fixture's, as llama.cpp converts it).
     let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf/glm4_moe-bf16.gguf");
@@ -52,6 +54,7 @@ fn multi_token_prediction_layers_are_reported() {
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["mtp_layers"], 1);
+    assert_eq!(v["mtp_runs"], false, "a GGUF file's MTP layer is not read yet");
 }
 
 #[test]

@@ -171,3 +171,24 @@ fn mtp_drafts_are_refused_where_they_cannot_run() {
     let available = EngineOptions { mtp: MtpLoad::Available, ..EngineOptions::new(fixture("qwen3_moe")) };
     assert!(!Engine::load_on(common::gpu(), &available).unwrap().model().has_mtp());
 }
+
+#[test]
+fn a_converted_model_keeps_its_mtp_module() {
+    // int4 from the Hugging Face directory converts into a cache (the MTP layer's experts join
+    // the store, its other tensors the resident file); the converted model drafts from it.
+    let cache = common::TempDir::new("mtp_convert");
+    for name in MTP_FIXTURES {
+        let options = EngineOptions {
+            mtp: MtpLoad::Required,
+            cache_dir: Some(cache.path().to_path_buf()),
+            ..EngineOptions::new(fixture(name)).with_format(WeightFormat::Int4(Default::default()))
+        };
+        let e = Engine::load_on(common::gpu(), &options).unwrap();
+        assert!(e.model().has_mtp(), "{name}");
+        let prompt = &goldens(&fixture(name))[1].tokens;
+        let plain = greedy(&e, prompt, 0);
+        let g = greedy(&e, prompt, 2);
+        assert_eq!(g.tokens, plain.tokens, "{name}: int4, converted");
+        assert!(g.stats.draft_tokens > 0, "{name}");
+    }
+}

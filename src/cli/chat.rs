@@ -71,7 +71,8 @@ struct Conversation<'a> {
 /// Runs `chat` until end of input or `/quit`.
 pub fn run(a: ChatArgs) -> Result<()> {
     a.sampling.validate()?;
-    let engine = a.model.load()?;
+    let engine = a.model.load_with(a.drafts.mtp_load())?;
+    let drafts = a.drafts.plan(&engine)?;
     let template = ChatTemplate::with_override(engine.model_dir(), a.chat_template.as_deref())?
         .ok_or_else(|| Error::NoChatTemplate(a.model.dir()))?;
     if engine.tokenizer().is_none() {
@@ -86,7 +87,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
             max_tokens: a.max_tokens,
             sampling: a.sampling.sampling(&engine),
             ignore_eos: a.ignore_eos,
-            drafts: a.drafts.drafts()?,
+            drafts: drafts.lookup,
+            mtp_drafts: drafts.mtp,
             ..Default::default()
         },
         stop_tokens,

@@ -50,9 +50,9 @@ pub struct GenerateArgs {
 /// Runs `generate`.
 pub fn run(a: GenerateArgs) -> Result<()> {
     a.sampling.validate()?;
-    let drafts = a.drafts.drafts()?;
     let constraint = constraint(&a)?;
-    let engine = a.model.load()?;
+    let engine = a.model.load_with(a.drafts.mtp_load())?;
+    let drafts = a.drafts.plan(&engine)?;
     let prompts: Vec<(Option<String>, Vec<u32>)> = match (&a.prompt, &a.tokens, &a.prompt_file) {
         (_, Some(t), _) => vec![(None, parse_tokens(t)?)],
         (Some(p), _, _) => vec![(Some(p.clone()), engine.encode(p)?)],
@@ -70,7 +70,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         max_tokens: a.max_tokens,
         sampling: a.sampling.sampling(&engine),
         ignore_eos: a.ignore_eos,
-        drafts,
+        drafts: drafts.lookup,
+        mtp_drafts: drafts.mtp,
         constraint,
         ..Default::default()
     };
@@ -133,9 +134,10 @@ fn run_one(engine: &Engine, text: Option<&str>, prompt: &[u32], options: &Genera
             s.gpu_bytes as f64 / 1048576.0,
             engine.gpu().adapter.name,
         );
-        if options.drafts.is_some() {
+        if options.drafts.is_some() || options.mtp_drafts > 0 {
             eprintln!(
-                "[drafts: {} of {} accepted, {:.2} tokens per verify step over {} such steps]",
+                "[{} drafts: {} of {} accepted, {:.2} tokens per verify step over {} such steps]",
+                if options.mtp_drafts > 0 { "MTP" } else { "prompt-lookup" },
                 s.accepted_draft_tokens,
                 s.draft_tokens,
                 moestream::runtime::drafts::tokens_per_verify_step(s.accepted_draft_tokens, s.draft_steps),

@@ -62,6 +62,9 @@ pub fn run(a: InfoArgs) -> Result<()> {
         }
         false => (ArchSpec::from_dir(&dir)?, Checkpoint::open(&dir)?),
     };
+    // Whether its MTP module runs here (and why not).
+    let mtp = moestream::model::mtp::available(&ckpt, &spec)
+        .map_err(|e| e.to_string().trim_start_matches("unsupported configuration: ").to_string());
     let moe_layers = spec.moe_layers.iter().filter(|m| **m).count();
     let experts = spec.moe.as_ref().map_or(0, |m| m.num_experts);
     let expert_params = spec.expert_params();
@@ -101,6 +104,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
             "state_bytes_per_sequence": spec.linear_state_bytes(),
         })),
         "mtp_layers": spec.mtp_layers,
+        "mtp_runs": mtp.is_ok(),
         "moe_layers": moe_layers,
         "experts_per_layer": experts,
         "params_per_expert": expert_params,
@@ -148,10 +152,11 @@ pub fn run(a: InfoArgs) -> Result<()> {
             );
         }
         if spec.mtp_layers > 0 {
-            println!(
-                "MTP layers        {} (multi-token prediction, not run yet: --speculative ngram drafts by prompt lookup)",
-                spec.mtp_layers
-            );
+            let runs = match &mtp {
+                Ok(_) => "runs: `--speculative auto` (the default) or `mtp` drafts from it in generate and chat".into(),
+                Err(why) => format!("not run: {why}"),
+            };
+            println!("MTP layers        {} (multi-token prediction; {runs})", spec.mtp_layers);
         }
         if !windowed.is_empty() {
             println!(

@@ -13,7 +13,7 @@ use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;
 use moestream::runtime::direct_io::DirectIo;
 use moestream::runtime::sampling_defaults::fresh_seed;
-use moestream::runtime::{EngineOptions, ExpertBudget, SamplingOverrides, SamplingParams};
+use moestream::runtime::{EngineOptions, ExpertBudget, MtpLoad, SamplingOverrides, SamplingParams};
 use moestream::{Engine, Error, Result};
 
 /// Weight precision on the GPU.
@@ -224,6 +224,11 @@ impl ModelArgs {
         Engine::load(&self.options()?)
     }
 
+    /// Loads the engine with the MTP module as `mtp` says.
+    pub fn load_with(&self, mtp: MtpLoad) -> Result<Engine> {
+        Engine::load(&EngineOptions { mtp, ..self.options()? })
+    }
+
     /// The engine options these flags describe.
     pub fn options(&self) -> Result<EngineOptions> {
         let mut o = base_options(&self.dir(), self.dtype)?;
@@ -368,16 +373,22 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
 /// Where speculative decoding's drafts come from (`--speculative`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Speculative {
-    /// The model's own MTP heads where it has them and they run (not yet: see `mtp`), else
-    /// prompt lookup when `--draft N` is given, else none.
+    /// The model's own MTP module where it has one that runs (`generate`, `chat`), else prompt
+    /// lookup when `--draft N` is given, else none.
     Auto,
-    /// The model's multi-token-prediction heads (not run yet: refused).
+    /// The model's multi-token-prediction module (DeepSeek-V3, GLM-4.5 checkpoints).
     Mtp,
     /// Prompt lookup: what followed the latest earlier occurrence of the last tokens.
     Ngram,
     /// One token a step.
     Off,
 }
+
+/// MTP drafts a step unless `--draft` says otherwise.
+const DEFAULT_MTP_DRAFTS: usize = 3;
+
+/// Prompt-lookup drafts a step with `--speculative ngram` unless `--draft` says otherwise.
+const DEFAULT_LOOKUP_DRAFTS: usize = 4;
 
 /// Speculative decoding flags of `generate`, `chat`, `serve` and `bench model`.
 #[derive(clap::Args, Debug, Clone)]
@@ -386,8 +397,8 @@ pub struct DraftArgs {
     /// token a step gives.
     #[arg(long, value_enum, default_value_t = Speculative::Auto)]
     pub speculative: Speculative,
-    /// Draft up to N tokens a step [default: 4 with `--speculative ngram`; with `auto`, drafts
-    /// only when given]. 0 = off.
+    /// Draft up to N tokens a step [default: 3 from an MTP module, 4 by prompt lookup with
+    /// `--speculative ngram`; with `auto` and no MTP module, drafts only when given]. 0 = off.
     #[arg(long, value_name = "N", alias = "draft-max")]
     pub draft: Option<usize>,
     /// Longest n-gram the prompt lookup matches.
@@ -395,19 +406,54 @@ pub struct DraftArgs {
     pub draft_ngram: usize,
 }
 
+/// The drafts a request asks for: by prompt lookup, or this many a step from the MTP module.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DraftPlan {
+    /// Prompt-lookup drafts.
+    pub lookup: Option<moestream::runtime::drafts::PromptLookup>,
+    /// MTP drafts a step (0: none).
+    pub mtp: usize,
+}
+
 impl DraftArgs {
-    /// The drafts asked for, checked.
-    pub fn drafts(&self) -> Result<Option<moestream::runtime::drafts::PromptLookup>> {
-        let max_draft = match (self.speculative, self.draft) {
-            (Speculative::Mtp, _) => {
-                return Err(Error::InvalidArgument(
-                    "--speculative mtp: MTP heads are not run yet (`moestream info` shows whether a model has \
-                     them); --speculative ngram drafts by prompt lookup"
-                        .into(),
-                ))
+    /// Whether the engine loads the model's MTP module (`generate`, `chat`).
+    pub fn mtp_load(&self) -> MtpLoad {
+        match (self.speculative, self.draft) {
+            (_, Some(0)) | (Speculative::Off | Speculative::Ngram, _) => MtpLoad::Off,
+            (Speculative::Mtp, _) => MtpLoad::Required,
+            (Speculative::Auto, _) => MtpLoad::Available,
+        }
+    }
+
+    /// The drafts of requests on `engine`, loaded with [`DraftArgs::mtp_load`].
+    pub fn plan(&self, engine: &Engine) -> Result<DraftPlan> {
+        let mtp = engine.model().has_mtp();
+        match (self.speculative, self.draft) {
+            (Speculative::Mtp, _) | (Speculative::Auto, _) if mtp && self.draft != Some(0) => {
+                Ok(DraftPlan { lookup: None, mtp: self.draft.unwrap_or(DEFAULT_MTP_DRAFTS) })
             }
-            (Speculative::Off, _) | (Speculative::Auto, None) | (_, Some(0)) => return Ok(None),
-            (Speculative::Ngram, None) => 4,
+            _ => Ok(DraftPlan { lookup: self.lookup()?, mtp: 0 }),
+        }
+    }
+
+    /// Prompt-lookup drafts only, where requests are batched (`serve`, `bench model`): MTP
+    /// drafts are refused there by name.
+    pub fn drafts(&self) -> Result<Option<moestream::runtime::drafts::PromptLookup>> {
+        if self.speculative == Speculative::Mtp {
+            return Err(Error::InvalidArgument(
+                "--speculative mtp runs in `generate` and `chat` (not yet in batched requests); --speculative ngram \
+                 drafts by prompt lookup"
+                    .into(),
+            ));
+        }
+        self.lookup()
+    }
+
+    /// The prompt-lookup drafts the flags ask for, checked.
+    fn lookup(&self) -> Result<Option<moestream::runtime::drafts::PromptLookup>> {
+        let max_draft = match (self.speculative, self.draft) {
+            (Speculative::Off | Speculative::Mtp, _) | (Speculative::Auto, None) | (_, Some(0)) => return Ok(None),
+            (Speculative::Ngram, None) => DEFAULT_LOOKUP_DRAFTS,
             (_, Some(n)) => n,
         };
         let lookup = moestream::runtime::drafts::PromptLookup { ngram: self.draft_ngram, max_draft };

@@ -10,13 +10,14 @@ use crate::model::{layer_weights, names, ArchSpec, Checkpoint};
 use crate::ops::WeightFormat;
 use crate::store::{EncodedExpert, StoreEncoding, StoreInfo, StoreWriter};
 
-/// Writes the store at `path` (nothing for a model without MoE layers) and returns how many
-/// experts it holds, encoding up to `threads` experts at once. Memory stays bounded by
-/// `threads` experts: a batch is read, encoded, written, and its source pages released before
-/// the next.
+/// Writes the store of `spec`'s MoE layers (an MTP module's among them where `spec` has it
+/// appended) at `path`, tied to the model's `arch_hash` (nothing for a model without MoE
+/// layers), and returns how many experts it holds, encoding up to `threads` experts at once.
+/// Memory stays bounded by `threads` experts: a batch is read, encoded, written, and its source
+/// pages released before the next.
 pub(super) fn write_store(
     ckpt: &Checkpoint,
-    spec: &ArchSpec,
+    (spec, arch_hash): (&ArchSpec, u64),
     format: WeightFormat,
     threads: usize,
     path: &Path,
@@ -30,7 +31,7 @@ pub(super) fn write_store(
     let mut writer = StoreWriter::create(
         path,
         StoreInfo {
-            arch_hash: spec.hash(),
+            arch_hash,
             layers: layers.iter().map(|&l| l as u32).collect(),
             experts_per_layer: moe.num_experts,
             hidden: spec.hidden,

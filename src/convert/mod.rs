@@ -225,6 +225,14 @@ pub fn convert(
     let src_canonical = src.canonicalize().map_err(|e| Error::io(src, e))?;
     extra_files::prepare_output(&src_canonical, out)?;
 
+    // An MTP module this crate runs is converted with the model: its layer's experts join the
+    // store, its other tensors the resident file (the model's own spec and hash stay).
+    // The MTP layer's copies of the embedding and lm_head are left out (the module reads the
+    // model's).
+    let (stored, skip) = match crate::model::mtp::available(&ckpt, &spec) {
+        Ok(full) => (full, crate::model::mtp::copies(&spec).to_vec()),
+        Err(_) => (spec.clone(), Vec::new()),
+    };
     let mut reporter = Reporter { done: 0, total: ckpt.stored_bytes(), callback: progress };
     let mxfp4 = gpt_oss_weights::experts_are_mxfp4(&ckpt, &spec);
     let (experts, options) = match mxfp4 {
@@ -238,13 +246,15 @@ pub fn convert(
         }
         false => {
             let path = out.join(EXPERTS_FILE);
+            let threads = options.worker_threads();
             (
-                experts::write_store(&ckpt, &spec, options.experts, options.worker_threads(), &path, &mut reporter)?,
+                experts::write_store(&ckpt, (&stored, spec.hash()), options.experts, threads, &path, &mut reporter)?,
                 options,
             )
         }
     };
-    let resident = resident::write_resident(&ckpt, &spec, options.dense, &out.join(RESIDENT_FILE), &mut reporter)?;
+    let resident =
+        resident::write_resident(&ckpt, &stored, (options.dense, &skip), &out.join(RESIDENT_FILE), &mut reporter)?;
     drop(ckpt);
     reporter.advance(Phase::Finishing, u64::MAX);
 

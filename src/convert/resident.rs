@@ -141,11 +141,11 @@ fn encoding_of(
 }
 
 /// Writes every tensor whose name has no `.experts.` component (but gpt-oss's expert biases)
-/// to `path` and returns how many. On failure the file is removed.
+/// and is not in `skip` to `path` and returns how many. On failure the file is removed.
 pub(super) fn write_resident(
     ckpt: &Checkpoint,
     spec: &ArchSpec,
-    dense: WeightFormat,
+    (dense, skip): (WeightFormat, &[String]),
     path: &Path,
     reporter: &mut Reporter,
 ) -> Result<usize> {
@@ -158,7 +158,8 @@ pub(super) fn write_resident(
     // gpt-oss's expert biases stay resident, in f32 as the experts' kernels read them.
     let expert_bias = |n: &str| n.contains(".experts.") && n.ends_with("_proj_bias");
     keep_f32.extend(ckpt.names().filter(|n| expert_bias(n)).map(String::from));
-    let mut names: Vec<&str> = ckpt.names().filter(|n| !n.contains(".experts.") || expert_bias(n)).collect();
+    let mut names: Vec<&str> =
+        ckpt.names().filter(|n| (!n.contains(".experts.") || expert_bias(n)) && !skip.iter().any(|c| c == n)).collect();
     names.sort_unstable();
     let shared = Shared { ckpt, reporter: RefCell::new(reporter), error: RefCell::new(None) };
     let mut tensors = Vec::with_capacity(names.len());

@@ -66,13 +66,21 @@ pub fn with_mtp_layer(spec: &ArchSpec) -> Result<ArchSpec> {
 pub fn available(ck: &Checkpoint, spec: &ArchSpec) -> Result<ArchSpec> {
     let ext = with_mtp_layer(spec)?;
     let eh_proj = format!("{}.eh_proj.weight", names::layer(spec.layers));
-    match ck.contains(&eh_proj) {
-        true => Ok(ext),
-        false => Err(Error::UnsupportedConfig(format!(
-            "--speculative mtp: the checkpoint has no `{eh_proj}` (GGUF and converted models do not carry the MTP \
-             layer yet; use the Hugging Face checkpoint)"
-        ))),
+    if !ck.contains(&eh_proj) {
+        return Err(Error::UnsupportedConfig(format!(
+            "--speculative mtp: the checkpoint has no `{eh_proj}` (GGUF models do not carry the MTP layer yet; use \
+             the Hugging Face checkpoint)"
+        )));
     }
+    check_shared_head(ck, spec, &copies(spec)[1])?;
+    Ok(ext)
+}
+
+/// The MTP layer's copies of the model's tensors, which the module does not read: its
+/// `embed_tokens` and `shared_head.head` (checked against the lm_head by [`available`]).
+pub fn copies(spec: &ArchSpec) -> [String; 2] {
+    let p = names::layer(spec.layers);
+    [format!("{p}.embed_tokens.weight"), format!("{p}.shared_head.head.weight")]
 }
 
 /// Reads the MTP module of `ck`, a checkpoint of `spec` (the model's own spec, without the MTP
@@ -82,7 +90,6 @@ pub fn read(ck: &Checkpoint, spec: &ArchSpec) -> Result<MtpWeights> {
     let (h, l) = (spec.hidden, spec.layers);
     let p = names::layer(l);
     let name = |t: &str| format!("{p}.{t}");
-    check_shared_head(ck, spec, &name("shared_head.head.weight"))?;
     let eh = ck.tensor(&name("eh_proj.weight"), &[h, 2 * h])?;
     let columns = |from: usize| {
         let data = eh.data.chunks_exact(2 * h).flat_map(|row| row[from..from + h].iter().copied()).collect();
@@ -98,8 +105,8 @@ pub fn read(ck: &Checkpoint, spec: &ArchSpec) -> Result<MtpWeights> {
     })
 }
 
-/// Checks that the MTP's `shared_head.head` (where the checkpoint has one) holds the model's
-/// lm_head, on its first, middle and last rows.
+/// Checks that the MTP's `shared_head.head` (where the checkpoint has one: a converted model
+/// leaves it out) holds the model's lm_head, on its first, middle and last rows.
 fn check_shared_head(ck: &Checkpoint, spec: &ArchSpec, head: &str) -> Result<()> {
     if !ck.contains(head) {
         return Ok(());

@@ -219,7 +219,7 @@ impl OnDisk {
             true => WeightFormat::of_ggml(crate::quant::GgmlType::Mxfp4).for_gpu(),
             false => expert_format,
         };
-        let mtp_spec = match options.mtp {
+        let mut mtp_spec = match options.mtp {
             MtpLoad::Off => None,
             MtpLoad::Required => Some(crate::model::mtp::available(&ckpt, &spec)?),
             MtpLoad::Available => crate::model::mtp::available(&ckpt, &spec)
@@ -234,6 +234,17 @@ impl OnDisk {
                 let (direct_io, why) = options.direct_io.resolve(store_bytes);
                 let store =
                     ExpertStore::open_with(&path, spec.hash(), StoreOpenOptions { direct_io, ..Default::default() })?;
+                if let Some(l) = mtp_spec.as_ref().map(|_| spec.layers as u32).filter(|l| !store.layers().contains(l)) {
+                    let why = format!(
+                        "--speculative mtp: {} was converted without its MTP layer ({l}); convert it again",
+                        dir.display()
+                    );
+                    match options.mtp {
+                        MtpLoad::Required => return Err(Error::UnsupportedConfig(why)),
+                        _ => log::info!("loading without an MTP module: {why}"),
+                    }
+                    mtp_spec = None;
+                }
                 match (direct_io, store.io_mode(), store.direct_io_error()) {
                     (false, _, _) => log::info!("expert store: buffered reads ({why})"),
                     (true, IoMode::Direct, _) => log::info!("expert store: uncached reads (O_DIRECT) ({why})"),
