@@ -1,6 +1,6 @@
 //! A checkpoint's MTP module on the GPU ([`crate::model::mtp`]): drafts for speculative
 //! decoding from the model's own multi-token-prediction layer. Every step on one sequence keeps
-//! its tokens' last-layer outputs (`hidden`); [`GpuModel::mtp_step`] then runs the module over
+//! its tokens' final-norm outputs (`hidden`, what the lm_head reads); [`GpuModel::mtp_step`] then runs the module over
 //! them, each row with the token that followed it, at their positions: the embedding and hidden
 //! norms, `eh_proj` (its two halves, the second accumulating), the module's decoder layer over
 //! its own cache layer (the sequence cache's last) and routed experts (slotted like any layer's,
@@ -17,7 +17,8 @@ use crate::model::mtp::MtpWeights;
 pub(super) struct MtpModule {
     /// The model's spec with the MTP layer appended: the caches and expert slots count it.
     pub(super) spec: ArchSpec,
-    /// Hidden-state rows (`max_batch × hidden`) the module reads: the main model's last step's.
+    /// Hidden-state rows (`max_batch × hidden`) the module reads: the main model's last step's
+    /// final-norm output, or the module's own output after an MTP step.
     hidden: wgpu::Buffer,
     embed_norm: RmsNorm,
     embed_proj: MatMul,
@@ -29,9 +30,9 @@ pub(super) struct MtpModule {
 }
 
 impl MtpModule {
-    /// Records the copy of a step's `n` last-layer output rows (`x`) for the module.
-    pub(super) fn keep_hidden(&self, encoder: &mut wgpu::CommandEncoder, x: &wgpu::Buffer, n: usize) {
-        encoder.copy_buffer_to_buffer(x, 0, &self.hidden, 0, (n * self.spec.hidden * 4) as u64);
+    /// Records the copy of a step's `n` final-norm output rows (`hn`) for the module.
+    pub(super) fn keep_hidden(&self, encoder: &mut wgpu::CommandEncoder, hn: &wgpu::Buffer, n: usize) {
+        encoder.copy_buffer_to_buffer(hn, 0, &self.hidden, 0, (n * self.spec.hidden * 4) as u64);
     }
 }
 

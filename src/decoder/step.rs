@@ -267,14 +267,13 @@ impl GpuModel {
             section("prerouter heads");
             p.record_heads(gpu, &mut rec);
         }
-        // The MTP module reads the last layer's output of a step on one sequence, which the
-        // final norm completes (the last MoE layer's combine).
+        // The MTP module reads a step's final-norm output on one sequence.
         let mtp = self.mtp.as_ref().filter(|_| seqs.one().is_some());
         if !matches!(output, StepOutput::None) || mtp.is_some() {
             section("final norm + lm_head");
             self.final_norm.record(gpu, &mut rec, n);
             if let Some(m) = mtp {
-                m.keep_hidden(rec.encoder(), &self.acts.x, n);
+                m.keep_hidden(rec.encoder(), &self.acts.hn, n);
             }
             match output {
                 StepOutput::None => {}

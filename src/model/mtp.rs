@@ -1,7 +1,7 @@
 //! A checkpoint's multi-token-prediction ("MTP", "nextn") module: the layer DeepSeek-V3 and
 //! GLM-4.5 ship after their decoder layers, `model.layers.{num_hidden_layers}.*`, which predicts
-//! the token after next from the main model's last hidden state `h[i]` (before its final norm)
-//! and the next token `t[i+1]`:
+//! the token after next from the main model's hidden state `h[i]` (its final norm's output, as
+//! vLLM and SGLang hand it over) and the next token `t[i+1]`:
 //!
 //! ```text
 //! x = eh_proj([enorm(embed(t[i+1])) | hnorm(h[i])])      // [hidden, 2 * hidden]

@@ -50,8 +50,9 @@ pub struct ReferenceMtpSession<'m> {
 }
 
 impl ReferenceMtpSession<'_> {
-    /// Runs position `i` (the session's next): `hidden` is the main model's hidden state after
-    /// its token `t[i]` ([`super::ReferenceSession::hidden`]), `next` the token `t[i+1]`.
+    /// Runs position `i` (the session's next): `hidden` is the main model's normalised hidden
+    /// state after its token `t[i]` ([`super::ReferenceSession::hidden`]), `next` the token
+    /// `t[i+1]`.
     /// Returns the logits predicting `t[i+2]`.
     pub fn step(&mut self, hidden: &[f32], next: u32) -> Result<Vec<f32>> {
         let (spec, w) = (&self.mtp.spec, &self.mtp.weights);
@@ -77,6 +78,6 @@ impl ReferenceMtpSession<'_> {
         attention_block(spec, &w.layer, layer, self.pos, &mut x, &mut self.cache);
         ffn_block(spec, &w.layer, &self.mtp.experts, &mut x);
         self.pos += 1;
-        Ok(head(&x, &w.head_norm.data, self.model))
+        Ok(head(&x, &w.head_norm.data, self.model).1)
     }
 }

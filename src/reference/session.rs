@@ -47,8 +47,8 @@ impl<'m> ReferenceSession<'m> {
         }
     }
 
-    /// The last step's hidden state `[hidden]`: the last layer's output, before the final norm
-    /// (what an MTP module reads; empty before the first step).
+    /// The last step's hidden state `[hidden]` after the final norm: what the lm_head reads,
+    /// and an MTP module (empty before the first step).
     pub fn hidden(&self) -> &[f32] {
         &self.hidden
     }
@@ -85,19 +85,19 @@ impl<'m> ReferenceSession<'m> {
             attention_block(spec, lw, i, self.pos, &mut x, &mut self.cache);
             self.routing[i] = ffn_block(spec, lw, model.experts(i), &mut x);
         }
-        let logits = head(&x, &model.final_norm().data, model);
-        self.hidden = x;
+        let (normed, logits) = head(&x, &model.final_norm().data, model);
+        self.hidden = normed;
         self.pos += 1;
         Ok(logits)
     }
 }
 
-/// `model`'s lm_head on `x` normalised by `norm`: the logits.
-pub(super) fn head(x: &[f32], norm: &[f32], model: &ReferenceModel) -> Vec<f32> {
+/// `x` normalised by `norm`, and `model`'s lm_head on it: the logits.
+pub(super) fn head(x: &[f32], norm: &[f32], model: &ReferenceModel) -> (Vec<f32>, Vec<f32>) {
     let (spec, h) = (model.spec(), model.spec().hidden);
     let mut normed = vec![0.0f32; h];
     rms_norm(x, norm, spec.rms_eps, &mut normed);
     let mut logits = vec![0.0f32; spec.vocab];
     matvec(&model.lm_head().data, spec.vocab, h, &normed, &mut logits);
-    logits
+    (normed, logits)
 }
