@@ -39,11 +39,11 @@ fn kv_bytes_per_token_by_attention_kind() {
 
 #[test]
 fn multi_token_prediction_layers_are_reported() {
-    // DeepSeek-V3's and GLM-4.5's fixtures ship one MTP ("nextn") layer; Qwen3-Next's config
-    // names none, Ling's says 0.
-    for (fixture, mtp) in [("deepseek_v3", 1), ("glm4_moe", 1), ("qwen3_next", 0), ("ling", 0), ("mixtral", 0)] {
+    // DeepSeek-V3's, GLM-4.5's and Qwen3-Next's fixtures ship one MTP ("nextn") layer; Ling's
+    // config says 0.
+    for (fixture, mtp) in [("deepseek_v3", 1), ("glm4_moe", 1), ("qwen3_next", 1), ("ling", 0), ("mixtral", 0)] {
         assert_eq!(info(fixture)["mtp_layers"], mtp, "{fixture}");
-        // The DeepSeek-V3 and GLM-4.5 fixtures ship their MTP layer's weights, which run.
+        // The fixtures ship their MTP layer's weights, which run.
         assert_eq!(info(fixture)["mtp_runs"], mtp == 1, "{fixture}");
     }
     // A GGUF file's `nextn_predict_layers` (the GLM-4.5 fixture's, as llama.cpp converts it).

@@ -14,8 +14,10 @@ use moestream::reference::{ReferenceModel, ReferenceMtp};
 use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, Generation, MtpLoad};
 use serde_json::Value;
 
-/// The fixtures that ship an MTP layer.
-const MTP_FIXTURES: [&str; 2] = ["deepseek_v3", "glm4_moe"];
+/// The fixtures that ship an MTP layer: DeepSeek-V3 and GLM-4.5 as layer `num_hidden_layers`
+/// (MLA; grouped attention with biases), Qwen3-Next as `mtp.*` (gated attention beside linear
+/// attention layers, zero-centred norms, a gated shared expert).
+const MTP_FIXTURES: [&str; 3] = ["deepseek_v3", "glm4_moe", "qwen3_next"];
 
 fn fixture(name: &str) -> PathBuf {
     common::fixtures_dir().join(name)
@@ -82,8 +84,8 @@ fn the_cpu_reference_mtp_matches_torch() {
 
 #[test]
 fn models_without_a_runnable_mtp_layer_are_refused_by_name() {
-    // The Qwen3-Next fixture declares none; a DeepSeek-V2 fixture neither.
-    for (name, says) in [("qwen3_next", "no MTP layers"), ("deepseek_v2", "no MTP layers")] {
+    // The Qwen3-MoE and DeepSeek-V2 fixtures declare none; Ling's layout is not read.
+    for (name, says) in [("qwen3_moe", "no MTP layers"), ("deepseek_v2", "no MTP layers")] {
         let model = ReferenceModel::load(&fixture(name)).unwrap();
         let err = ReferenceMtp::load(&fixture(name), &model).err().expect("refused").to_string();
         assert!(err.contains(says), "{name}: {err}");

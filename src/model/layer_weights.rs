@@ -217,7 +217,7 @@ fn grouped(ck: &Checkpoint, spec: &ArchSpec, a: &str) -> Result<AttentionWeights
 }
 
 /// A norm weight as the kernels apply it (`x * w`): zero-centred ones get their 1 added.
-fn centred(spec: &ArchSpec, w: HostTensor) -> HostTensor {
+pub fn centred(spec: &ArchSpec, w: HostTensor) -> HostTensor {
     match spec.zero_centred_norms() {
         true => uncentre(w),
         false => w,

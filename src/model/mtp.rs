@@ -1,5 +1,6 @@
 //! A checkpoint's multi-token-prediction ("MTP", "nextn") module: the layer DeepSeek-V3 and
-//! GLM-4.5 ship after their decoder layers, `model.layers.{num_hidden_layers}.*`, which predicts
+//! GLM-4.5 ship after their decoder layers, `model.layers.{num_hidden_layers}.*` (Qwen3-Next's
+//! `mtp.*`, read under those names: [`names::from_mtp`]), which predicts
 //! the token after next from the main model's hidden state `h[i]` (its final norm's output, as
 //! vLLM and SGLang hand it over) and the next token `t[i+1]`:
 //!
@@ -46,9 +47,10 @@ pub fn with_mtp_layer(spec: &ArchSpec) -> Result<ArchSpec> {
             "--speculative mtp: this model ships no MTP layers (num_nextn_predict_layers is 0 or absent)".into(),
         ));
     }
-    if !matches!(spec.family, Family::DeepseekV3 | Family::Glm4Moe) {
+    if !matches!(spec.family, Family::DeepseekV3 | Family::Glm4Moe | Family::Qwen3Moe | Family::Qwen3Next) {
         return Err(Error::UnsupportedConfig(format!(
-            "--speculative mtp: {}'s MTP layers are not run yet (DeepSeek-V3 and GLM-4.5's are); use --speculative ngram",
+            "--speculative mtp: {}'s MTP layers are not run yet (DeepSeek-V3, GLM-4.5, Qwen3-Next and Qwen3-MoE \
+             ones are); use --speculative ngram",
             spec.family.hf_name()
         )));
     }
@@ -95,13 +97,15 @@ pub fn read(ck: &Checkpoint, spec: &ArchSpec) -> Result<MtpWeights> {
         let data = eh.data.chunks_exact(2 * h).flat_map(|row| row[from..from + h].iter().copied()).collect();
         HostTensor::new(vec![h, h], data)
     };
+    // Qwen3-Next's norms are stored zero-centred, as its layers' are.
+    let norm = |t: &str| ck.tensor(&name(t), &[h]).map(|w| layer_weights::centred(spec, w));
     Ok(MtpWeights {
-        embed_norm: ck.tensor(&name("enorm.weight"), &[h])?,
-        hidden_norm: ck.tensor(&name("hnorm.weight"), &[h])?,
+        embed_norm: norm("enorm.weight")?,
+        hidden_norm: norm("hnorm.weight")?,
         embed_proj: columns(0),
         hidden_proj: columns(h),
         layer: layer_weights::layer(ck, &ext, l)?,
-        head_norm: ck.tensor(&name("shared_head.norm.weight"), &[h])?,
+        head_norm: norm("shared_head.norm.weight")?,
     })
 }
 

@@ -26,6 +26,27 @@ pub fn from_ling(name: &str) -> Option<String> {
     (n != name).then_some(n)
 }
 
+/// The name an MTP module's tensor in Qwen3-Next's `mtp.*` layout takes as layer `layers` of a
+/// model of `layers` decoder layers, in DeepSeek-V3's layout ([`crate::model::mtp`]):
+/// `mtp.layers.0.*` → `model.layers.{layers}.*`, `mtp.fc` → `eh_proj`,
+/// `mtp.pre_fc_norm_embedding` → `enorm`, `mtp.pre_fc_norm_hidden` → `hnorm`, `mtp.norm` →
+/// `shared_head.norm`. `None` for other tensors (and further MTP layers, which are not run).
+pub fn from_mtp(name: &str, layers: usize) -> Option<String> {
+    let rest = name.strip_prefix("mtp.")?;
+    let p = layer(layers);
+    if let Some(t) = rest.strip_prefix("layers.0.") {
+        return Some(format!("{p}.{t}"));
+    }
+    let to = match rest {
+        "fc.weight" => "eh_proj.weight",
+        "pre_fc_norm_embedding.weight" => "enorm.weight",
+        "pre_fc_norm_hidden.weight" => "hnorm.weight",
+        "norm.weight" => "shared_head.norm.weight",
+        _ => return None,
+    };
+    Some(format!("{p}.{to}"))
+}
+
 /// Token embedding matrix `[vocab, hidden]`.
 pub const EMBED: &str = "model.embed_tokens.weight";
 /// Final RMSNorm weight.

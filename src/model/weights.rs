@@ -188,6 +188,16 @@ impl Checkpoint {
         if crate::model::config::Family::of_dir(dir) == Some(crate::model::config::Family::BailingHybrid) {
             ck.rename(crate::model::names::from_ling);
         }
+        // An MTP module in Qwen3-Next's `mtp.*` layout reads as the layer after the last one.
+        if ck.entries.keys().any(|n| n.starts_with("mtp.")) {
+            let layers = ck
+                .entries
+                .keys()
+                .filter_map(|n| n.strip_prefix("model.layers.")?.split('.').next()?.parse::<usize>().ok())
+                .max()
+                .map_or(0, |last| last + 1);
+            ck.rename(|n| crate::model::names::from_mtp(n, layers));
+        }
         ck.mlx = crate::model::mlx::params(dir)?;
         if ck.mlx.is_some() {
             ck.alias_stacked_experts();
@@ -416,7 +426,7 @@ impl Checkpoint {
 
     /// Moves every tensor that `rename` gives a new name to that name (a family's own names
     /// to the Hugging Face ones the readers use).
-    fn rename(&mut self, rename: fn(&str) -> Option<String>) {
+    fn rename(&mut self, rename: impl Fn(&str) -> Option<String>) {
         let moved: Vec<(String, String)> =
             self.entries.keys().filter_map(|n| rename(n).map(|to| (n.clone(), to))).collect();
         for (from, to) in moved {
