@@ -9,6 +9,7 @@ use common::TempDir;
 use moestream::bench::model::{self, ModelBenchOptions};
 use moestream::ops::WeightFormat;
 use moestream::runtime::drafts::PromptLookup;
+use moestream::runtime::MtpLoad;
 use moestream::{Engine, EngineOptions};
 
 fn options() -> ModelBenchOptions {
@@ -20,6 +21,7 @@ fn options() -> ModelBenchOptions {
         compare_chained: false,
         compare_optimistic: false,
         drafts: None,
+        mtp_drafts: 0,
         temperature: 0.0,
         prompt_repeats: 1,
     }
@@ -63,8 +65,16 @@ fn drafts_are_compared_with_their_acceptance() {
     assert!((1.0..=5.0).contains(&d.tokens_per_verify_step), "{d:?}");
     assert_eq!((d.decode.on_runs.len(), d.decode.off_runs.len()), (2, 2));
     assert!(d.decode.on_runs.iter().chain(&d.decode.off_runs).all(|s| *s > 0.0), "{d:?}");
+    assert_eq!(d.source, "prompt lookup");
     let bad = ModelBenchOptions { temperature: f32::NAN, ..o };
     assert!(model::run(|| Engine::load(&EngineOptions::new(&dir)), &bad).is_err());
+    // MTP drafts, on a fixture that ships an MTP layer.
+    let glm = common::fixtures_dir().join("glm4_moe");
+    let mtp = ModelBenchOptions { decode_tokens: 16, runs: 1, mtp_drafts: 2, ..options() };
+    let load = || Engine::load(&EngineOptions { mtp: MtpLoad::Required, ..EngineOptions::new(&glm) });
+    let d = model::run(load, &mtp).unwrap().drafts.expect("MTP drafts asked for");
+    assert_eq!(d.source, "mtp");
+    assert!(d.draft_tokens > 0 && d.accepted_draft_tokens <= d.draft_tokens, "{d:?}");
 }
 
 /// `bench paths`: each path the default takes on this adapter is compared (both phases, a ratio

@@ -36,6 +36,9 @@ pub struct ModelBenchOptions {
     /// Also time decode with these prompt-lookup drafts against one token a step
     /// ([`DraftsComparison`]).
     pub drafts: Option<PromptLookup>,
+    /// Also time decode with this many MTP drafts a step against one token a step (the engine
+    /// loaded with its MTP module); takes the place of `drafts`.
+    pub mtp_drafts: usize,
     /// Sampling temperature of every run (0: greedy).
     pub temperature: f32,
     /// The prompt is its random block this many times over (a prompt that repeats itself is
@@ -43,10 +46,11 @@ pub struct ModelBenchOptions {
     pub prompt_repeats: usize,
 }
 
-/// Decode with prompt-lookup drafts (on) against one token a step (off), in turn, with what
-/// the drafts did.
+/// Decode with drafts (on) against one token a step (off), in turn, with what the drafts did.
 #[derive(Clone, Debug, Serialize)]
 pub struct DraftsComparison {
+    /// Where the drafts came from: `mtp` or `prompt lookup`.
+    pub source: &'static str,
     /// Decode speeds, on and off.
     #[serde(flatten)]
     pub decode: DecodeComparison,
@@ -191,7 +195,12 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         }
         false => None,
     };
-    let drafts = o.drafts.map(|d| compare_drafts(&engine, &prompt, &options, d, o.runs)).transpose()?;
+    let drafted = match (o.mtp_drafts, o.drafts) {
+        (0, None) => None,
+        (0, Some(d)) => Some(("prompt lookup", GenerateOptions { drafts: Some(d), ..options.clone() })),
+        (n, _) => Some(("mtp", GenerateOptions { mtp_drafts: n, ..options.clone() })),
+    };
+    let drafts = drafted.map(|with| compare_drafts(&engine, &prompt, &options, with, o.runs)).transpose()?;
     let weights = weights_report(&engine)?;
     Ok(ModelReport {
         adapter: engine.gpu().adapter.name.clone(),
@@ -231,15 +240,15 @@ fn compare(
     Ok(decode_comparison(in_turn(runs, || run_with(true), || run_with(false))?))
 }
 
-/// Decode with `drafts` against without, `runs` of each in turn.
+/// Decode with the drafts of `with` (named `source`) against `options` without, `runs` of each
+/// in turn.
 fn compare_drafts(
     engine: &Engine,
     prompt: &[u32],
     options: &GenerateOptions,
-    drafts: PromptLookup,
+    (source, with): (&'static str, GenerateOptions),
     runs: usize,
 ) -> Result<DraftsComparison> {
-    let with = GenerateOptions { drafts: Some(drafts), ..options.clone() };
     let run_with = |o: &GenerateOptions| Ok(engine.generate(prompt, o, |_, _| true)?.stats);
     let (on, off) = in_turn(runs, || run_with(&with), || run_with(options))?;
     let sum = |runs: &[Stats], f: fn(&Stats) -> usize| runs.iter().map(f).sum::<usize>();
@@ -250,6 +259,7 @@ fn compare_drafts(
     };
     let (bytes_read_per_token_on, bytes_read_per_token_off) = (per_token(&on), per_token(&off));
     Ok(DraftsComparison {
+        source,
         decode: decode_comparison((on, off)),
         draft_tokens: proposed,
         accepted_draft_tokens: accepted,

@@ -4,7 +4,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::model_args::{base_options, default_model, DirectIoArg, DraftArgs, Dtype, KvDtypeArg, ModelArgs, Routing};
+use super::model_args::{
+    base_options, default_model, DirectIoArg, DraftArgs, Dtype, KvDtypeArg, ModelArgs, Routing, Speculative,
+    DEFAULT_MTP_DRAFTS,
+};
 use moestream::bench::context::{self, ContextBenchOptions};
 use moestream::bench::kernels::{self, KernelBenchOptions};
 use moestream::bench::model::{self, ModelBenchOptions};
@@ -17,6 +20,7 @@ use moestream::gpu::profiler::ProfileTiming;
 use moestream::gpu::{Gpu, GpuOptions};
 use moestream::ops::attention::Heads;
 use moestream::runtime::ExpertBudget;
+use moestream::runtime::MtpLoad;
 use moestream::{Error, Result};
 
 /// Flags of `bench`.
@@ -366,6 +370,7 @@ fn run_kernels(a: KernelsArgs) -> Result<()> {
 }
 
 fn run_model(a: ModelBenchArgs) -> Result<()> {
+    let mtp = a.drafts.speculative == Speculative::Mtp;
     let o = ModelBenchOptions {
         prompt_tokens: a.prompt_tokens,
         decode_tokens: a.decode_tokens,
@@ -373,11 +378,20 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
         seed: a.seed,
         compare_chained: a.compare_chained,
         compare_optimistic: a.compare_optimistic,
-        drafts: a.drafts.drafts()?,
+        // MTP drafts are compared when named (`auto` compares prompt lookup with `--draft`).
+        drafts: match mtp {
+            true => None,
+            false => a.drafts.drafts()?,
+        },
+        mtp_drafts: match mtp {
+            true => a.drafts.draft.unwrap_or(DEFAULT_MTP_DRAFTS),
+            false => 0,
+        },
         temperature: a.temperature,
         prompt_repeats: a.prompt_repeats as usize,
     };
-    let r = model::run(|| a.model.load(), &o)?;
+    let load = if mtp { MtpLoad::Required } else { MtpLoad::Off };
+    let r = model::run(|| a.model.load_with(load), &o)?;
     if a.json {
         print_json(&r);
         return Ok(());
@@ -413,12 +427,13 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
     if let Some(d) = &r.drafts {
         let c = &d.decode;
         println!(
-            "drafts     {:>8.1} tok/s vs {:.1} one token a step: {:.3}x  ({} of {} drafts accepted, {:.2} tokens per verify step; MB read per token {:.2} vs {:.2})",
+            "drafts     {:>8.1} tok/s vs {:.1} one token a step: {:.3}x  ({} of {} {} drafts accepted, {:.2} tokens per verify step; MB read per token {:.2} vs {:.2})",
             c.on_tokens_per_s,
             c.off_tokens_per_s,
             c.ratio,
             d.accepted_draft_tokens,
             d.draft_tokens,
+            d.source,
             d.tokens_per_verify_step,
             d.bytes_read_per_token_on / 1e6,
             d.bytes_read_per_token_off / 1e6

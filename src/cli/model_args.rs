@@ -385,7 +385,7 @@ pub enum Speculative {
 }
 
 /// MTP drafts a step unless `--draft` says otherwise.
-const DEFAULT_MTP_DRAFTS: usize = 3;
+pub const DEFAULT_MTP_DRAFTS: usize = 3;
 
 /// Prompt-lookup drafts a step with `--speculative ngram` unless `--draft` says otherwise.
 const DEFAULT_LOOKUP_DRAFTS: usize = 4;

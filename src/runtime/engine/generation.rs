@@ -253,9 +253,9 @@ impl Engine {
 
     /// Brings `session`'s cache up to its whole sequence, in steps of at most `max_batch`
     /// tokens; the last step produces `last`. The last token is run again when the cache
-    /// already holds everything (its output is needed). Also returns where the last step
-    /// started (the MTP module, where loaded, has run every position before it).
-    fn prefill(&self, session: &mut Session, last: StepOutput<'_>) -> Result<(StepResult, usize)> {
+    /// already holds everything (its output is needed). With `mtp`, the MTP module runs over
+    /// every chunk but the last; returns where that last one started.
+    fn prefill(&self, session: &mut Session, last: StepOutput<'_>, mtp: bool) -> Result<(StepResult, usize)> {
         self.check_owner(session)?;
         let b = self.model.options().max_batch;
         let len = session.tokens.len();
@@ -271,7 +271,9 @@ impl Engine {
                 session.cache.snapshot_states(start);
             }
             result = self.model.step(&session.cache, &session.tokens[start..end], start, Phase::Prefill, output)?;
-            self.mtp_over_chunk(session, start, end)?;
+            if mtp {
+                self.mtp_over_chunk(session, start, end)?;
+            }
             session.cached = end;
         }
         Ok((result, last_start))
@@ -336,8 +338,8 @@ impl Engine {
         session.cached = session.cache.resume_point(session.cached.min(session.len() - 1));
         let reused = session.cached;
         let started = Instant::now();
-        let (first, last_chunk) =
-            self.prefill(session, if options.max_tokens > 0 { want } else { StepOutput::None })?;
+        let output = if options.max_tokens > 0 { want } else { StepOutput::None };
+        let (first, last_chunk) = self.prefill(session, output, options.mtp_drafts > 0)?;
         let mut mtp = (options.mtp_drafts > 0).then(|| MtpDrafts::after_prefill(last_chunk));
         // Tokens decided and not yet taken: the next one, or accepted drafts and the token after.
         let mut queue: VecDeque<u32> = VecDeque::new();
@@ -583,7 +585,7 @@ impl Engine {
         self.check_tokens(new_tokens, session.len())?;
         session.tokens.extend_from_slice(new_tokens);
         let before = self.begin_request()?;
-        let result = self.prefill(session, StepOutput::Logits);
+        let result = self.prefill(session, StepOutput::Logits, false);
         self.end_request(before);
         match result?.0 {
             StepResult::Logits(l) => Ok(log_softmax(&l)),

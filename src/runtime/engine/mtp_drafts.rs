@@ -69,10 +69,10 @@ impl MtpDrafts {
 }
 
 impl Engine {
-    /// Runs the MTP module (where loaded) over prefill chunk `start..end` of `session`, whose
-    /// next tokens (`start + 1..=end`) are known: every chunk but the last.
+    /// Runs the MTP module over prefill chunk `start..end` of `session`, whose next tokens
+    /// (`start + 1..=end`) are known: every chunk but the last.
     pub(super) fn mtp_over_chunk(&self, session: &Session, start: usize, end: usize) -> Result<()> {
-        if self.model.has_mtp() && end < session.tokens.len() {
+        if end < session.tokens.len() {
             self.model.mtp_step(&session.cache, &session.tokens[start + 1..=end], start, Phase::Prefill)?;
         }
         Ok(())
