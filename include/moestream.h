@@ -59,6 +59,23 @@
 // scale): about half f16's memory.
 #define MOESTREAM_KV_Q8_0 2
 
+// `MoestreamLoadOptions.mtp`: the model's multi-token-prediction module is not loaded
+// (default).
+#define MOESTREAM_MTP_OFF 0
+
+// `MoestreamLoadOptions.mtp`: loaded where the model has one that runs (DeepSeek-V3, GLM-4.5,
+// Qwen3-Next checkpoints), else the engine loads without it.
+#define MOESTREAM_MTP_AVAILABLE 1
+
+// `MoestreamLoadOptions.mtp`: loaded, or the load fails saying why not.
+#define MOESTREAM_MTP_REQUIRED 2
+
+// `MoestreamGenerateOptions.draft_source`: prompt lookup (default).
+#define MOESTREAM_DRAFTS_PROMPT_LOOKUP 0
+
+// `MoestreamGenerateOptions.draft_source`: the model's multi-token-prediction module.
+#define MOESTREAM_DRAFTS_MTP 1
+
 // A loaded model (opaque).
 typedef struct MoestreamEngine MoestreamEngine;
 
@@ -102,6 +119,9 @@ typedef struct MoestreamGenerateOptions {
   uint32_t draft_max;
   // Longest n-gram the prompt lookup matches (1 to 32).
   uint32_t draft_ngram;
+  // Where the `draft_max` drafts come from: `MOESTREAM_DRAFTS_PROMPT_LOOKUP` (default) or
+  // `MOESTREAM_DRAFTS_MTP` (the model's MTP module, loaded with `MoestreamLoadOptions.mtp`).
+  uint32_t draft_source;
 } MoestreamGenerateOptions;
 
 // Called with each new piece of conversation `index`'s reply (as `MoestreamTokenCallback`,
@@ -169,6 +189,9 @@ typedef struct MoestreamLoadOptions {
   // Sliding-window layers keep every position instead of a ring of their window (more
   // memory; a session rolled back past the ring then resumes without recomputing).
   bool swa_full;
+  // The model's MTP module, for `MoestreamGenerateOptions.draft_source`
+  // `MOESTREAM_DRAFTS_MTP`: `MOESTREAM_MTP_*` (added in the third version of this struct).
+  uint32_t mtp;
 } MoestreamLoadOptions;
 
 #ifdef __cplusplus

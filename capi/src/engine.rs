@@ -7,7 +7,7 @@ use moestream::experts::policy::PolicyKind;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;
-use moestream::runtime::{EngineOptions, ExpertBudget};
+use moestream::runtime::{EngineOptions, ExpertBudget, MtpLoad};
 use moestream::{Engine, Error, Result};
 
 use crate::boundary::{guard, str_arg};
@@ -42,6 +42,15 @@ pub const MOESTREAM_KV_F32: u32 = 1;
 /// scale): about half f16's memory.
 pub const MOESTREAM_KV_Q8_0: u32 = 2;
 
+/// `MoestreamLoadOptions.mtp`: the model's multi-token-prediction module is not loaded
+/// (default).
+pub const MOESTREAM_MTP_OFF: u32 = 0;
+/// `MoestreamLoadOptions.mtp`: loaded where the model has one that runs (DeepSeek-V3, GLM-4.5,
+/// Qwen3-Next checkpoints), else the engine loads without it.
+pub const MOESTREAM_MTP_AVAILABLE: u32 = 1;
+/// `MoestreamLoadOptions.mtp`: loaded, or the load fails saying why not.
+pub const MOESTREAM_MTP_REQUIRED: u32 = 2;
+
 /// How to load a model; fill with `moestream_load_options_default`, then set `model_dir`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -70,6 +79,9 @@ pub struct MoestreamLoadOptions {
     /// Sliding-window layers keep every position instead of a ring of their window (more
     /// memory; a session rolled back past the ring then resumes without recomputing).
     pub swa_full: bool,
+    /// The model's MTP module, for `MoestreamGenerateOptions.draft_source`
+    /// `MOESTREAM_DRAFTS_MTP`: `MOESTREAM_MTP_*` (added in the third version of this struct).
+    pub mtp: u32,
 }
 
 /// A loaded model (opaque).
@@ -104,6 +116,7 @@ fn default_load_options() -> MoestreamLoadOptions {
         adapter: std::ptr::null(),
         kv_cache_type: MOESTREAM_KV_F16,
         swa_full: false,
+        mtp: MOESTREAM_MTP_OFF,
     }
 }
 
@@ -167,6 +180,12 @@ unsafe fn engine_options(o: &MoestreamLoadOptions) -> Result<EngineOptions> {
         k => return Err(Error::InvalidArgument(format!("kv_cache_type {k} is not a MOESTREAM_KV_* value"))),
     };
     options.window_rings = !o.swa_full;
+    options.mtp = match o.mtp {
+        MOESTREAM_MTP_OFF => MtpLoad::Off,
+        MOESTREAM_MTP_AVAILABLE => MtpLoad::Available,
+        MOESTREAM_MTP_REQUIRED => MtpLoad::Required,
+        m => return Err(Error::InvalidArgument(format!("mtp {m} is not a MOESTREAM_MTP_* value"))),
+    };
     if !o.adapter.is_null() {
         options.gpu.adapter = Some(str_arg(o.adapter, "adapter")?.to_string());
     }

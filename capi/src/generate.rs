@@ -62,7 +62,16 @@ pub struct MoestreamGenerateOptions {
     pub draft_max: u32,
     /// Longest n-gram the prompt lookup matches (1 to 32).
     pub draft_ngram: u32,
+    // Appended in the fifth version.
+    /// Where the `draft_max` drafts come from: `MOESTREAM_DRAFTS_PROMPT_LOOKUP` (default) or
+    /// `MOESTREAM_DRAFTS_MTP` (the model's MTP module, loaded with `MoestreamLoadOptions.mtp`).
+    pub draft_source: u32,
 }
+
+/// `MoestreamGenerateOptions.draft_source`: prompt lookup (default).
+pub const MOESTREAM_DRAFTS_PROMPT_LOOKUP: u32 = 0;
+/// `MoestreamGenerateOptions.draft_source`: the model's multi-token-prediction module.
+pub const MOESTREAM_DRAFTS_MTP: u32 = 1;
 
 /// Figures of one generation. Set `struct_size` to `sizeof(MoestreamStats)` before passing it.
 #[repr(C)]
@@ -273,6 +282,7 @@ fn default_generate_options() -> MoestreamGenerateOptions {
         lark_grammar: std::ptr::null(),
         draft_max: 0,
         draft_ngram: 3,
+        draft_source: MOESTREAM_DRAFTS_PROMPT_LOOKUP,
     }
 }
 
@@ -309,12 +319,17 @@ pub(crate) unsafe fn generate_options(options: *const MoestreamGenerateOptions) 
     };
     sampling.validate()?;
     let constraint = constraint(&o)?;
-    let drafts = match o.draft_max {
-        0 => None,
-        n => Some(PromptLookup { ngram: o.draft_ngram as usize, max_draft: n as usize }),
+    let (drafts, mtp_drafts) = match (o.draft_source, o.draft_max) {
+        (_, 0) => (None, 0),
+        (MOESTREAM_DRAFTS_PROMPT_LOOKUP, n) => {
+            (Some(PromptLookup { ngram: o.draft_ngram as usize, max_draft: n as usize }), 0)
+        }
+        (MOESTREAM_DRAFTS_MTP, n) => (None, n as usize),
+        (s, _) => return Err(Error::InvalidArgument(format!("draft_source {s} is not a MOESTREAM_DRAFTS_* value"))),
     };
     // Draft sizes, and drafts with a constraint, are checked where they are used.
-    Ok(GenerateOptions { max_tokens: o.max_tokens as usize, sampling, constraint, drafts, ..Default::default() })
+    let max_tokens = o.max_tokens as usize;
+    Ok(GenerateOptions { max_tokens, sampling, constraint, drafts, mtp_drafts, ..Default::default() })
 }
 
 /// The constraint the options' `json_schema`, `regex` or `lark_grammar` asks for.
