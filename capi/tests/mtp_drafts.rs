@@ -22,12 +22,9 @@ unsafe fn load(mtp: u32) -> *mut MoestreamEngine {
     moestream_engine_load(&o)
 }
 
-/// Generates 16 greedy tokens with `draft_max` drafts from `source`; the text and the figures.
-unsafe fn generate(
-    engine: *mut MoestreamEngine,
-    source: u32,
-    draft_max: u32,
-) -> Result<(String, MoestreamStats), String> {
+/// Generates 16 greedy tokens with `draft_max` drafts from `source`; the text and how many
+/// drafts were proposed.
+unsafe fn generate(engine: *mut MoestreamEngine, source: u32, draft_max: u32) -> Result<(String, u32), String> {
     let mut o = std::mem::MaybeUninit::<MoestreamGenerateOptions>::uninit();
     moestream_generate_options_default(o.as_mut_ptr());
     let mut o = o.assume_init();
