@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use common::child::run_child_test;
 
 use moestream::ops::KvDtype;
-use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
+use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, MtpLoad};
 use moestream::util::peak_rss::{current_rss_bytes, peak_rss_bytes};
 
 /// Tokens of the shorter run; the longer one generates ten times as many.
@@ -43,11 +43,15 @@ fn models() -> Vec<(&'static str, EngineOptions)> {
         ("sliding-window", fixture("gpt_oss")),
         // Rings written over and q8_0 rows quantized every step.
         ("sliding-window-q8", EngineOptions { kv_dtype: KvDtype::Q8_0, max_batch: 4, ..fixture("gpt_oss") }),
+        // Drafts from an MTP module (verify steps of several tokens, MTP steps of several rows).
+        ("mtp", EngineOptions { mtp: MtpLoad::Required, ..fixture("glm4_moe") }),
     ]
 }
 
+/// Generates `max_tokens` after a fixed prompt, with MTP drafts where the engine has the module.
 fn generate(engine: &Engine, max_tokens: usize, mut each: impl FnMut(usize)) {
-    let options = GenerateOptions { max_tokens, ignore_eos: true, ..Default::default() };
+    let mtp_drafts = if engine.model().has_mtp() { 3 } else { 0 };
+    let options = GenerateOptions { max_tokens, ignore_eos: true, mtp_drafts, ..Default::default() };
     let mut n = 0;
     let g = engine
         .generate(&[1, 2, 3], &options, |_, _| {
