@@ -104,7 +104,11 @@ impl Grammars {
         }
         words.resize(vocab, Vec::new());
         let trie = TokTrie::from(&TokRxInfo::new(vocab as u32, eos), &words);
-        let env: TokEnv = Arc::new(GrammarTokens { trie, tokenizer: tokenizer.hf().clone() });
+        // Text a grammar forces is text: a special token's spelling in it must not become the
+        // special token (which the trie marks apart, so the grammar would refuse it).
+        let mut text_tokenizer = tokenizer.hf().clone();
+        text_tokenizer.set_encode_special_tokens(true);
+        let env: TokEnv = Arc::new(GrammarTokens { trie, tokenizer: text_tokenizer });
         let mut factory = ParserFactory::new_simple(&env)
             .map_err(|e| Error::Tokenizer(format!("constrained decoding's token tables: {e}")))?;
         factory.quiet();
