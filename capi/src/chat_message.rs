@@ -61,7 +61,7 @@ pub unsafe extern "C" fn moestream_chat_message(
         let prompt = e.engine.encode_raw(&text)?;
         let mut request = chat_request(e, options)?;
         if let Some(tools) = &tools {
-            request.use_tools(template.source(), tools, &choice)?;
+            request.use_tools(template.source(), tools, &choice, tokenizer)?;
         }
         request.reasoning = thinking_start(template.source(), &text);
         request.read_markers(tokenizer, is_harmony(template.source()));

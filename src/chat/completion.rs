@@ -39,17 +39,24 @@ pub struct CompletionRequest {
 impl CompletionRequest {
     /// Fills [`CompletionRequest::markers`] from `tokenizer` for what the request reads: its
     /// tool format's tags, the `<think>` tags when it splits reasoning, and harmony's markers
-    /// for a template that writes harmony (`harmony_template`), which turns harmony on where the
-    /// vocabulary holds them (without them the model writes no harmony).
+    /// for a template that writes harmony (`harmony_template`) or harmony tool calls, which
+    /// turns harmony on where the vocabulary holds them (without them the model writes no
+    /// harmony, unless a forced call's grammar writes their text).
     pub fn read_markers(&mut self, tokenizer: &Tokenizer, harmony_template: bool) {
         self.markers = self.tool_format.map(|f| f.marker_tokens(tokenizer)).unwrap_or_default();
         if self.reasoning.is_some() {
             self.markers.extend(marker_tokens(THINK_MARKERS, tokenizer));
         }
-        if harmony_template {
+        let harmony_calls = self.tool_format == Some(ToolFormat::Harmony);
+        if harmony_template || harmony_calls {
             let harmony = marker_tokens(HARMONY_MARKERS, tokenizer);
-            self.harmony = harmony.len() == HARMONY_MARKERS.len();
-            self.markers.extend(harmony);
+            let forced = harmony_calls && self.options.constraint.is_some();
+            self.harmony = harmony.len() == HARMONY_MARKERS.len() || forced;
+            for marker in harmony {
+                if !self.markers.contains(&marker) {
+                    self.markers.push(marker);
+                }
+            }
         }
     }
 
@@ -249,7 +256,7 @@ impl Reply {
             if !calls.is_empty() && finish_reason != FinishReason::Cancelled {
                 finish_reason = FinishReason::ToolCalls;
             }
-            tool_calls = calls;
+            tool_calls.extend(calls);
         }
         Completion { text: self.text, reasoning: self.reasoning, tool_calls, finish_reason, generation }
     }
