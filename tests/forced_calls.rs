@@ -1,0 +1,169 @@
+//! Forced tool calls (`tool_choice` `"required"` or a named function) in the formats written
+//! with special tokens: GLM-4.5, Mistral (its JSON list and its v11 `NAME[ARGS]` layout),
+//! DeepSeek-V3.1 and V3, gpt-oss harmony. Random-weight fixture models decode under the call's
+//! grammar through `chat::complete`, and the reply must come back through the format's own
+//! parser as one call to an offered function, its arguments valid against the function's
+//! schema (`jsonschema`), with `finish_reason` `tool_calls`; once with the markers as special
+//! tokens of the vocabulary (the reply must open with the opening marker's token) and once with
+//! a vocabulary that lacks them (the markers are then text).
+
+mod common;
+
+use std::path::Path;
+
+use common::{fixtures_dir, gpu, with_special_tokens, TempDir};
+use moestream::chat::{
+    complete, end_of_turn_tokens, is_harmony, ChatTemplate, CompletionRequest, FinishReason, ToolChoice, ToolFormat,
+};
+use moestream::ops::WeightFormat;
+use moestream::runtime::{Engine, EngineOptions, GenerateOptions, SamplingParams};
+use serde_json::{json, Value};
+
+fn tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+         "parameters": {"type": "object", "properties": {
+             "city": {"type": "string", "maxLength": 16},
+             "days": {"type": "integer", "minimum": 1, "maximum": 14},
+             "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+           "required": ["city", "days"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {
+             "a": {"type": "integer", "minimum": -99, "maximum": 99},
+             "b": {"type": "integer", "minimum": -99, "maximum": 99}},
+           "required": ["a", "b"], "additionalProperties": false}}}
+    ])
+}
+
+fn template(name: &str) -> String {
+    std::fs::read_to_string(fixtures_dir().join("chat_templates").join(format!("{name}.jinja"))).unwrap()
+}
+
+/// A format's case: the fixture model, the template source (a family's real template, or a
+/// few lines written here that say what its template writes), the format it must be read as,
+/// and its markers, the first the call's opening one.
+struct Case {
+    fixture: &'static str,
+    source: String,
+    format: ToolFormat,
+    markers: &'static [&'static str],
+}
+
+fn cases() -> Vec<Case> {
+    let deepseek: &[&str] = &[
+        "<｜tool▁calls▁begin｜>",
+        "<｜tool▁call▁begin｜>",
+        "<｜tool▁sep｜>",
+        "<｜tool▁call▁end｜>",
+        "<｜tool▁calls▁end｜>",
+    ];
+    vec![
+        Case {
+            fixture: "glm4_moe",
+            source: "{%- for m in messages %}{{ m.content }}{%- endfor %}<tool_call>{function-name}\n\
+                     <arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n</tool_call>"
+                .into(),
+            format: ToolFormat::Glm,
+            markers: &["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"],
+        },
+        Case {
+            fixture: "mixtral",
+            source: template("mistralai-Mistral-Nemo-Instruct-2407"),
+            format: ToolFormat::Mistral,
+            markers: &["[TOOL_CALLS]"],
+        },
+        Case {
+            fixture: "mixtral",
+            source: "{%- for m in messages %}{{ m.content }}{%- endfor %}{{ '[TOOL_CALLS]' + name + '[ARGS]' + args }}"
+                .into(),
+            format: ToolFormat::MistralV11,
+            markers: &["[TOOL_CALLS]", "[ARGS]"],
+        },
+        Case {
+            fixture: "deepseek_v3",
+            source: template("deepseek-ai-DeepSeek-V3.1"),
+            format: ToolFormat::DeepSeek,
+            markers: deepseek,
+        },
+        Case {
+            fixture: "deepseek_v3",
+            source:
+                "{%- for m in messages %}{{ m.content }}{%- endfor %}{{ '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' \
+                     + type + '<｜tool▁sep｜>' + name + '\\n```json\\n' + args + '\\n```<｜tool▁call▁end｜>' }}"
+                    .into(),
+            format: ToolFormat::DeepSeekV3,
+            markers: deepseek,
+        },
+        Case {
+            fixture: "gpt_oss",
+            source: template("openai-gpt-oss-120b"),
+            format: ToolFormat::Harmony,
+            markers: &["<|channel|>", "<|message|>", "<|constrain|>", "<|call|>", "<|start|>", "<|end|>", "<|return|>"],
+        },
+    ]
+}
+
+fn engine(dir: &Path, cache: &TempDir) -> Engine {
+    let mut o = EngineOptions::new(dir).with_format(WeightFormat::F32);
+    o.context = Some(512);
+    o.cache_dir = Some(cache.path().to_path_buf());
+    Engine::load_on(gpu(), &o).unwrap()
+}
+
+/// Checks that `arguments` (JSON text) are valid for the function `name` of [`tools`].
+fn check_arguments(name: &str, arguments: &str, what: &str) {
+    let tools = tools();
+    let function = tools.as_array().unwrap().iter().map(|t| &t["function"]).find(|f| f["name"] == name);
+    let function = function.unwrap_or_else(|| panic!("{what}: a call to {name:?}, no such tool"));
+    let value: Value = serde_json::from_str(arguments).unwrap_or_else(|e| panic!("{what}: {arguments:?}: {e}"));
+    if let Err(e) = jsonschema::validate(&function["parameters"], &value) {
+        panic!("{what}: {arguments} does not fit {name}'s parameters: {e}");
+    }
+}
+
+#[test]
+fn forced_calls_in_special_token_formats_parse_into_valid_calls() {
+    let cache = TempDir::new("forced-calls");
+    let tools: Vec<Value> = tools().as_array().unwrap().clone();
+    for case in cases() {
+        assert_eq!(ToolFormat::of_template(&case.source), Some(case.format), "{:?}'s template", case.format);
+        let fixture = fixtures_dir().join(case.fixture);
+        let (special, ids) = with_special_tokens(&fixture, case.markers);
+        for (dir, special_tokens) in [(special.path(), true), (fixture.as_path(), false)] {
+            let e = engine(dir, &cache);
+            let tokenizer = e.tokenizer().unwrap();
+            let template = ChatTemplate::new(case.source.clone(), None, Some("<|endoftext|>".into())).unwrap();
+            let prompt = e.encode_raw("Weather in Paris?").unwrap();
+            for (seed, choice) in
+                [(1, ToolChoice::Required), (2, ToolChoice::Named("get_weather".into())), (3, ToolChoice::Required)]
+            {
+                let what = format!("{:?}, special tokens {special_tokens}, seed {seed}, {choice:?}", case.format);
+                let mut request = CompletionRequest {
+                    options: GenerateOptions {
+                        max_tokens: 400,
+                        sampling: SamplingParams { temperature: 1.0, seed, ..Default::default() },
+                        ..Default::default()
+                    },
+                    stop_tokens: end_of_turn_tokens(&e, Some(&template)),
+                    ..Default::default()
+                };
+                request.use_tools(&case.source, &tools, &choice, tokenizer).unwrap();
+                request.read_markers(tokenizer, is_harmony(&case.source));
+                let mut session = e.new_session().unwrap();
+                let c = complete(&e, &mut session, &prompt, &request, |_| true).unwrap();
+                let text = tokenizer.decode(&c.generation.tokens).unwrap_or_default();
+                assert_eq!(c.tool_calls.len(), 1, "{what}: {c:?} ({text:?})");
+                assert_eq!(c.finish_reason, FinishReason::ToolCalls, "{what}: {c:?}");
+                assert_eq!(c.text, "", "{what}: {c:?}");
+                let call = &c.tool_calls[0];
+                if let ToolChoice::Named(name) = &choice {
+                    assert_eq!(&call.name, name, "{what}");
+                }
+                check_arguments(&call.name, &call.arguments, &what);
+                if special_tokens {
+                    // The call opens with its marker's special token, not with text spelling it.
+                    assert_eq!(c.generation.tokens.first(), Some(&ids[0].0), "{what}: {:?}", c.generation.tokens);
+                }
+            }
+        }
+    }
+}
