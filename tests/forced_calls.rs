@@ -5,7 +5,9 @@
 //! parser as one call to an offered function, its arguments valid against the function's
 //! schema (`jsonschema`), with `finish_reason` `tool_calls`; once with the markers as special
 //! tokens of the vocabulary (the reply must open with the opening marker's token) and once with
-//! a vocabulary that lacks them (the markers are then text).
+//! a vocabulary that lacks them (the markers are then text). GLM-4.5's calls, whose string
+//! values are written raw and the others as JSON, also for parameter schemas drawn at random
+//! (proptest).
 
 mod common;
 
@@ -17,6 +19,7 @@ use moestream::chat::{
 };
 use moestream::ops::WeightFormat;
 use moestream::runtime::{Engine, EngineOptions, GenerateOptions, SamplingParams};
+use proptest::prelude::*;
 use serde_json::{json, Value};
 
 fn tools() -> Value {
@@ -111,7 +114,11 @@ fn engine(dir: &Path, cache: &TempDir) -> Engine {
 
 /// Checks that `arguments` (JSON text) are valid for the function `name` of [`tools`].
 fn check_arguments(name: &str, arguments: &str, what: &str) {
-    let tools = tools();
+    check_arguments_of(&tools(), name, arguments, what);
+}
+
+/// Checks that `arguments` (JSON text) are valid for the function `name` of `tools`.
+fn check_arguments_of(tools: &Value, name: &str, arguments: &str, what: &str) {
     let function = tools.as_array().unwrap().iter().map(|t| &t["function"]).find(|f| f["name"] == name);
     let function = function.unwrap_or_else(|| panic!("{what}: a call to {name:?}, no such tool"));
     let value: Value = serde_json::from_str(arguments).unwrap_or_else(|e| panic!("{what}: {arguments:?}: {e}"));
@@ -166,4 +173,60 @@ fn forced_calls_in_special_token_formats_parse_into_valid_calls() {
             }
         }
     }
+}
+
+/// A tool's parameters of one to four properties, string-heavy (GLM-4.5 writes plain strings
+/// raw): bounded strings, string enums some of whose options read as JSON (so they cannot be
+/// raw), a string with a pattern, a nullable string, integers in a range, booleans, short
+/// integer arrays; some required.
+fn parameters_strategy() -> impl Strategy<Value = Value> {
+    let option = prop_oneof!["[a-z ]{1,5}", Just("12".to_string()), Just("true".to_string()), Just("-x".to_string())];
+    let property = prop_oneof![
+        (0usize..3, 1usize..10)
+            .prop_map(|(min, span)| json!({"type": "string", "minLength": min, "maxLength": min + span})),
+        proptest::collection::vec(option, 1..4).prop_map(|v| json!({"type": "string", "enum": v})),
+        Just(json!({"type": "string", "pattern": "^[a-c]{1,3}$"})),
+        Just(json!({"type": ["string", "null"], "maxLength": 6})),
+        (-20i64..20, 1i64..30).prop_map(|(lo, span)| json!({"type": "integer", "minimum": lo, "maximum": lo + span})),
+        Just(json!({"type": "boolean"})),
+        (1usize..4).prop_map(
+            |n| json!({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "maxItems": n})
+        ),
+    ];
+    proptest::collection::vec((property, any::<bool>()), 1..5).prop_map(|props| {
+        let names: Vec<String> = (0..props.len()).map(|i| format!("k{i}")).collect();
+        let properties: serde_json::Map<String, Value> =
+            names.iter().cloned().zip(props.iter().map(|(p, _)| p.clone())).collect();
+        let required: Vec<&String> = names.iter().zip(&props).filter(|(_, (_, r))| *r).map(|(n, _)| n).collect();
+        json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
+    })
+}
+
+#[test]
+fn glm_calls_of_random_parameter_schemas_parse_back_valid() {
+    let cache = TempDir::new("forced-calls-random");
+    let case = cases().into_iter().find(|c| c.format == ToolFormat::Glm).unwrap();
+    let (dir, _) = with_special_tokens(&fixtures_dir().join(case.fixture), case.markers);
+    let e = engine(dir.path(), &cache);
+    let tokenizer = e.tokenizer().unwrap();
+    let prompt = e.encode_raw("Call it.").unwrap();
+    let config = ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() };
+    proptest!(config, |(parameters in parameters_strategy(), seed in 0u64..1000)| {
+        let tools = json!([{"type": "function", "function": {"name": "f", "parameters": parameters}}]);
+        let mut request = CompletionRequest {
+            options: GenerateOptions {
+                max_tokens: 400,
+                sampling: SamplingParams { temperature: 1.0, seed, ..Default::default() },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        request.use_tools(&case.source, tools.as_array().unwrap(), &ToolChoice::Required, tokenizer).unwrap();
+        request.read_markers(tokenizer, false);
+        let mut session = e.new_session().unwrap();
+        let c = complete(&e, &mut session, &prompt, &request, |_| true).unwrap();
+        let what = format!("{parameters}, seed {seed}: {:?}", tokenizer.decode(&c.generation.tokens));
+        prop_assert_eq!(c.tool_calls.len(), 1, "{}", what);
+        check_arguments_of(&tools, &c.tool_calls[0].name, &c.tool_calls[0].arguments, &what);
+    });
 }
