@@ -7,7 +7,7 @@
 //! tokens of the vocabulary (the reply must open with the opening marker's token) and once with
 //! a vocabulary that lacks them (the markers are then text). GLM-4.5's calls, whose string
 //! values are written raw and the others as JSON, also for parameter schemas drawn at random
-//! (proptest).
+//! (proptest). A call after a prompt that leaves the reply inside `<think>` closes it first.
 
 mod common;
 
@@ -15,7 +15,8 @@ use std::path::Path;
 
 use common::{fixtures_dir, gpu, with_special_tokens, TempDir};
 use moestream::chat::{
-    complete, end_of_turn_tokens, is_harmony, ChatTemplate, CompletionRequest, FinishReason, ToolChoice, ToolFormat,
+    complete, end_of_turn_tokens, is_harmony, thinking_start, ChatTemplate, CompletionRequest, FinishReason,
+    ToolChoice, ToolFormat,
 };
 use moestream::ops::WeightFormat;
 use moestream::runtime::{Engine, EngineOptions, GenerateOptions, SamplingParams};
@@ -171,6 +172,50 @@ fn forced_calls_in_special_token_formats_parse_into_valid_calls() {
                     assert_eq!(c.generation.tokens.first(), Some(&ids[0].0), "{what}: {:?}", c.generation.tokens);
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn a_forced_call_after_a_prompt_inside_the_reasoning_closes_it_first() {
+    // DeepSeek-R1's templates end the prompt inside `<think>`: unclosed, the call would be
+    // reasoning and come back as no call.
+    let cache = TempDir::new("forced-calls-thinking");
+    let source =
+        "{%- for m in messages %}{{ m.content }}{%- endfor %}{{ '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' \
+                  + type + '<｜tool▁sep｜>' + name + '\\n```json\\n' + args + '\\n```<｜tool▁call▁end｜>' }}\
+                  {{ '<｜Assistant｜><think>\\n' }}";
+    let rendered = "Weather in Paris?<｜Assistant｜><think>\n";
+    let case = cases().into_iter().find(|c| c.format == ToolFormat::DeepSeekV3).unwrap();
+    let markers = [case.markers, &["</think>"]].concat();
+    let fixture = fixtures_dir().join(case.fixture);
+    let (special, ids) = with_special_tokens(&fixture, &markers);
+    let tools: Vec<Value> = tools().as_array().unwrap().clone();
+    for (dir, special_tokens) in [(special.path(), true), (fixture.as_path(), false)] {
+        let e = engine(dir, &cache);
+        let tokenizer = e.tokenizer().unwrap();
+        let mut request = CompletionRequest {
+            options: GenerateOptions {
+                max_tokens: 400,
+                sampling: SamplingParams { temperature: 1.0, seed: 4, ..Default::default() },
+                ..Default::default()
+            },
+            reasoning: thinking_start(source, rendered),
+            ..Default::default()
+        };
+        assert_eq!(request.reasoning, Some(true));
+        request.use_tools(source, &tools, &ToolChoice::Required, tokenizer).unwrap();
+        request.constrain_after_reasoning(tokenizer);
+        request.read_markers(tokenizer, false);
+        let prompt = e.encode_raw(rendered).unwrap();
+        let mut session = e.new_session().unwrap();
+        let c = complete(&e, &mut session, &prompt, &request, |_| true).unwrap();
+        let what = format!("special tokens {special_tokens}: {c:?}");
+        assert_eq!((c.tool_calls.len(), c.reasoning.as_str(), c.text.as_str()), (1, "", ""), "{what}");
+        check_arguments(&c.tool_calls[0].name, &c.tool_calls[0].arguments, &what);
+        if special_tokens {
+            let close = ids.iter().find(|(_, t)| t == "</think>").unwrap().0;
+            assert_eq!(c.generation.tokens.first(), Some(&close), "{what}");
         }
     }
 }

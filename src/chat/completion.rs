@@ -4,13 +4,13 @@
 use serde::Serialize;
 
 use super::harmony::{HarmonyScanner, HARMONY_MARKERS};
-use super::reasoning::{Part, ReasoningScanner, THINK_MARKERS};
+use super::reasoning::{Part, ReasoningScanner, CLOSE as THINK_CLOSE, THINK_MARKERS};
 use super::stop::StopScanner;
 use super::tool_calls::{ToolCall, ToolCallScanner, ToolFormat};
 use super::tool_markers::marker_tokens;
 use crate::error::Result;
 use crate::runtime::tokenizer::Tokenizer;
-use crate::runtime::{Engine, GenerateOptions, Generation, Session};
+use crate::runtime::{Constraint, Engine, GenerateOptions, Generation, Session};
 
 /// How to generate one reply.
 #[derive(Clone, Debug, Default)]
@@ -57,6 +57,23 @@ impl CompletionRequest {
                     self.markers.push(marker);
                 }
             }
+        }
+    }
+
+    /// Where the prompt leaves the reply inside `<think>` ([`CompletionRequest::reasoning`] is
+    /// `Some(true)`: DeepSeek-R1's templates, thinking modes), makes the request's constraint
+    /// open by closing the reasoning (`</think>`, as `tokenizer`'s token where it has one), so
+    /// that what it shapes (a forced tool call, a JSON answer) is the content, not reasoning.
+    pub fn constrain_after_reasoning(&mut self, tokenizer: &Tokenizer) {
+        if self.reasoning != Some(true) {
+            return;
+        }
+        if let Some(then) = self.options.constraint.take() {
+            let prefix = match tokenizer.token_id(THINK_CLOSE) {
+                Some(id) => format!("<[{id}]>"),
+                None => format!("{THINK_CLOSE:?}"),
+            };
+            self.options.constraint = Some(Constraint::Prefixed { prefix, then: Box::new(then) });
         }
     }
 

@@ -367,6 +367,7 @@ impl<'a> EngineLoop<'a> {
             harmony = is_harmony(t.source());
         }
         if let Some(tokenizer) = self.engine.tokenizer() {
+            job.request.constrain_after_reasoning(tokenizer);
             job.request.read_markers(tokenizer, harmony);
         }
         let replies: Vec<_> = (0..job.n).map(|_| Rc::new(RefCell::new(Some(Reply::new(&job.request))))).collect();
