@@ -33,70 +33,13 @@ pub(super) fn forced_call(
 ) -> Result<Constraint> {
     let functions = chosen(tools, name)?;
     let mark = |text: &str| marker(markers, text);
-    let json = |schema: &Value| format!("%json {}", bounded_whitespace(schema.clone()));
-    // Formats whose call is one JSON document, the name inside it.
-    match format {
-        ToolFormat::Hermes => {
-            let call = json(&json!({"anyOf": named_objects(&functions, "arguments")}));
-            return Ok(Constraint::Lark(format!("start: {} \"\\n\" {call} \"\\n\" {}\n", mark(OPEN), mark(CLOSE))));
-        }
-        ToolFormat::Llama3Json => {
-            let calls = json!({"anyOf": named_objects(&functions, "parameters")});
-            return Ok(Constraint::JsonSchema(bounded_whitespace(calls)));
-        }
-        ToolFormat::Mistral => {
-            let list = json!({"type": "array", "items": {"anyOf": named_objects(&functions, "arguments")},
-                              "minItems": 1, "maxItems": 1});
-            return Ok(Constraint::Lark(format!("start: {} {}\n", mark(MISTRAL_CALLS), json(&list))));
-        }
-        _ => {}
+    if let Some(whole) = one_document(format, &functions, &mark) {
+        return Ok(whole);
     }
-    // Formats that write the name apart: one alternative per function.
+    // The other formats write the name apart: one alternative per function.
     let mut terminals = Vec::new();
-    let calls: Vec<String> = functions
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let name = lark_string(&f.name);
-            match format {
-                ToolFormat::MistralV11 => {
-                    format!("{} {name} {} {}", mark(MISTRAL_CALLS), mark(MISTRAL_ARGS), json(&f.parameters))
-                }
-                ToolFormat::DeepSeek => format!(
-                    "{} {} {name} {} {} {} {}",
-                    mark(DEEPSEEK_CALLS),
-                    mark(DEEPSEEK_CALL),
-                    mark(DEEPSEEK_SEP),
-                    json(&f.parameters),
-                    mark(DEEPSEEK_CALL_END),
-                    mark(DEEPSEEK_CALLS_END)
-                ),
-                ToolFormat::DeepSeekV3 => format!(
-                    "{} {} \"function\" {} {} \"\\n```json\\n\" {} \"\\n```\" {} {}",
-                    mark(DEEPSEEK_CALLS),
-                    mark(DEEPSEEK_CALL),
-                    mark(DEEPSEEK_SEP),
-                    name,
-                    json(&f.parameters),
-                    mark(DEEPSEEK_CALL_END),
-                    mark(DEEPSEEK_CALLS_END)
-                ),
-                ToolFormat::Harmony => format!(
-                    "{} {} {} \"json\" {} {} {}",
-                    mark(CHANNEL),
-                    lark_string(&format!("commentary to=functions.{} ", f.name)),
-                    mark(CONSTRAIN),
-                    mark(MESSAGE),
-                    json(&f.parameters),
-                    mark(CALL)
-                ),
-                _ => {
-                    let pairs = glm_pairs(&f.parameters, i, &mark, &mut terminals);
-                    format!("{} {name} \"\\n\" {pairs}{}", mark(OPEN), mark(CLOSE))
-                }
-            }
-        })
-        .collect();
+    let calls: Vec<String> =
+        functions.iter().enumerate().map(|(i, f)| named_call(format, f, i, &mark, &mut terminals)).collect();
     let mut lark =
         format!("start: {}\n", (0..calls.len()).map(|i| format!("call_{i}")).collect::<Vec<_>>().join(" | "));
     for (i, call) in calls.iter().enumerate() {
@@ -109,6 +52,82 @@ pub(super) fn forced_call(
     Ok(Constraint::Lark(lark))
 }
 
+/// `%json` of `schema` (whitespace bounded as for every schema).
+fn json_item(schema: &Value) -> String {
+    format!("%json {}", bounded_whitespace(schema.clone()))
+}
+
+/// The constraint of the formats whose call is one JSON document with the name inside it
+/// (Hermes, Llama 3.x, Mistral's list); `None` for the others.
+fn one_document(format: ToolFormat, functions: &[Function], mark: &impl Fn(&str) -> String) -> Option<Constraint> {
+    Some(match format {
+        ToolFormat::Hermes => {
+            let call = json_item(&json!({"anyOf": named_objects(functions, "arguments")}));
+            Constraint::Lark(format!("start: {} \"\\n\" {call} \"\\n\" {}\n", mark(OPEN), mark(CLOSE)))
+        }
+        ToolFormat::Llama3Json => {
+            Constraint::JsonSchema(bounded_whitespace(json!({"anyOf": named_objects(functions, "parameters")})))
+        }
+        ToolFormat::Mistral => {
+            let list = json!({"type": "array", "items": {"anyOf": named_objects(functions, "arguments")},
+                              "minItems": 1, "maxItems": 1});
+            Constraint::Lark(format!("start: {} {}\n", mark(MISTRAL_CALLS), json_item(&list)))
+        }
+        ToolFormat::MistralV11
+        | ToolFormat::DeepSeek
+        | ToolFormat::DeepSeekV3
+        | ToolFormat::Harmony
+        | ToolFormat::Glm => return None,
+    })
+}
+
+/// The grammar items of a call to `f` (the `call`-th function) in a format that writes the name
+/// apart from the arguments; terminals it needs go to `terminals`.
+fn named_call(
+    format: ToolFormat,
+    f: &Function,
+    call: usize,
+    mark: &impl Fn(&str) -> String,
+    terminals: &mut Vec<String>,
+) -> String {
+    let name = lark_string(&f.name);
+    let arguments = json_item(&f.parameters);
+    match format {
+        ToolFormat::MistralV11 => format!("{} {name} {} {arguments}", mark(MISTRAL_CALLS), mark(MISTRAL_ARGS)),
+        ToolFormat::DeepSeek => format!(
+            "{} {} {name} {} {arguments} {} {}",
+            mark(DEEPSEEK_CALLS),
+            mark(DEEPSEEK_CALL),
+            mark(DEEPSEEK_SEP),
+            mark(DEEPSEEK_CALL_END),
+            mark(DEEPSEEK_CALLS_END)
+        ),
+        ToolFormat::DeepSeekV3 => format!(
+            "{} {} \"function\" {} {name} \"\\n```json\\n\" {arguments} \"\\n```\" {} {}",
+            mark(DEEPSEEK_CALLS),
+            mark(DEEPSEEK_CALL),
+            mark(DEEPSEEK_SEP),
+            mark(DEEPSEEK_CALL_END),
+            mark(DEEPSEEK_CALLS_END)
+        ),
+        ToolFormat::Harmony => format!(
+            "{} {} {} \"json\" {} {arguments} {}",
+            mark(CHANNEL),
+            lark_string(&format!("commentary to=functions.{} ", f.name)),
+            mark(CONSTRAIN),
+            mark(MESSAGE),
+            mark(CALL)
+        ),
+        ToolFormat::Glm => {
+            let pairs = glm_pairs(&f.parameters, call, mark, terminals);
+            format!("{} {name} \"\\n\" {pairs}{}", mark(OPEN), mark(CLOSE))
+        }
+        ToolFormat::Hermes | ToolFormat::Llama3Json | ToolFormat::Mistral => {
+            unreachable!("{format:?} calls are one JSON document (one_document)")
+        }
+    }
+}
+
 /// The functions of `tools` a call may go to: the one called `name`, or all.
 fn chosen(tools: &[Value], name: Option<&str>) -> Result<Vec<Function>> {
     let functions: Vec<Function> = tools
@@ -116,7 +135,11 @@ fn chosen(tools: &[Value], name: Option<&str>) -> Result<Vec<Function>> {
         .filter_map(|t| t.get("function"))
         .filter_map(|f| {
             let function = f.get("name").and_then(Value::as_str)?;
-            let parameters = f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
+            let mut parameters = f.get("parameters").cloned().unwrap_or_else(|| json!({}));
+            // Every format's arguments are an object, whatever else the schema leaves open.
+            if let Value::Object(p) = &mut parameters {
+                p.entry("type").or_insert_with(|| json!("object"));
+            }
             Some(Function { name: function.to_string(), parameters })
         })
         .filter(|f| name.is_none_or(|n| f.name == n))
