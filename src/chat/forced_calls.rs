@@ -184,8 +184,9 @@ fn lark_string(text: &str) -> String {
 }
 
 /// GLM-4.5's `<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n` pairs for `parameters`' properties
-/// in their order, the required ones always, the others optionally; the terminals that raw
-/// string values need go to `terminals` (named after call `call`).
+/// in their order, the required ones always, the others optionally. A value is JSON of its
+/// schema, or for a plain string also the raw text GLM-4.5's template writes ([`raw_string`]),
+/// whose terminals go to `terminals` (named after call `call`).
 fn glm_pairs(parameters: &Value, call: usize, mark: &impl Fn(&str) -> String, terminals: &mut Vec<String>) -> String {
     let [key_open, key_close, value_open, value_close] = GLM_MARKERS;
     let required: Vec<&str> =
@@ -207,20 +208,18 @@ fn glm_pairs(parameters: &Value, call: usize, mark: &impl Fn(&str) -> String, te
     let definitions: Map<String, Value> =
         ["$defs", "definitions"].iter().filter_map(|d| Some((d.to_string(), parameters.get(*d)?.clone()))).collect();
     let mut pairs = String::new();
-    for (i, (key, schema)) in properties.into_iter().enumerate() {
-        let value = match raw_string(&schema) {
-            Some(regex) => {
+    for (i, (key, mut schema)) in properties.into_iter().enumerate() {
+        let raw = raw_string(&schema);
+        if let Value::Object(o) = &mut schema {
+            o.extend(definitions.clone());
+        }
+        let value = match raw {
+            Some(text) => {
                 let terminal = format!("GLM_TEXT_{call}_{i}");
-                terminals.push(format!("{terminal}: {regex}"));
-                terminal
+                terminals.push(format!("{terminal}: {text}"));
+                format!("({terminal} | {})", json_item(&schema))
             }
-            None => {
-                let mut schema = schema;
-                if let Value::Object(o) = &mut schema {
-                    o.extend(definitions.clone());
-                }
-                format!("%json {}", bounded_whitespace(schema))
-            }
+            None => json_item(&schema),
         };
         let pair = format!(
             "{} {} {} \"\\n\" {} {value} {} \"\\n\"",
@@ -238,11 +237,17 @@ fn glm_pairs(parameters: &Value, call: usize, mark: &impl Fn(&str) -> String, te
     pairs
 }
 
-/// The terminal of a string value GLM-4.5 writes raw, where `schema` is a plain string's (its
-/// type, length bounds, an enum, annotations): text without `<` (which would end the value)
-/// that does not read as JSON (the parser takes a value that does as JSON), so that it parses
-/// back to the same string. Other schemas' values are written as JSON (a string quoted, which
-/// parses back the same).
+/// Text GLM-4.5's parser would read as JSON (it takes a value that parses as JSON as such): a
+/// number, `true`, `false` or `null`, or anything opening (after JSON's whitespace) a string, an
+/// array or an object; as negated terminals.
+const READS_AS_JSON: &str =
+    r#"~/\s*(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|null)\s*/ & ~/\s*["\[{][^<]*/"#;
+
+/// The terminal of a string value written raw, as GLM-4.5's template writes strings, where
+/// `schema` is a plain string's (its type, length bounds, an enum, annotations): text without
+/// `<` (which would end the value) that does not read as JSON, so that it parses back to the
+/// same string; an enum's options that are such text. Strings it leaves out (`"12"`, a
+/// pattern's) are written as JSON, quoted, which parses back the same.
 fn raw_string(schema: &Value) -> Option<String> {
     const PLAIN: &[&str] = &["type", "description", "title", "examples", "default", "minLength", "maxLength", "enum"];
     let o = schema.as_object()?;
@@ -250,26 +255,29 @@ fn raw_string(schema: &Value) -> Option<String> {
         return None;
     }
     let bound = |k: &str| o.get(k).and_then(Value::as_u64);
+    // At least a character: an empty value is written as JSON (`""`).
     let (min, max) = (bound("minLength").unwrap_or(0).max(1), bound("maxLength"));
     if max.is_some_and(|max| max < min) {
         return None;
     }
     if let Some(options) = o.get("enum") {
-        let options: Vec<&str> = options.as_array()?.iter().map(Value::as_str).collect::<Option<_>>()?;
-        let fits = |s: &&&str| {
-            let n = s.chars().count() as u64;
-            n >= min && max.is_none_or(|max| n <= max) && !s.contains('<') && serde_json::from_str::<Value>(s).is_err()
-        };
-        let kept: Vec<String> = options.iter().filter(fits).map(|s| lark_string(s)).collect();
-        return (kept.len() == options.len() && !kept.is_empty()).then(|| kept.join(" | "));
+        let raw: Vec<String> = options
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|s| {
+                let n = s.chars().count() as u64;
+                n >= min
+                    && max.is_none_or(|max| n <= max)
+                    && !s.contains('<')
+                    && serde_json::from_str::<Value>(s).is_err()
+            })
+            .map(lark_string)
+            .collect();
+        return (!raw.is_empty()).then(|| raw.join(" | "));
     }
-    // The first character starts no JSON value (nor is space, which JSON may open with); `true`,
-    // `false` and `null` are excluded whole.
-    let rest = match max {
-        Some(max) => format!("{{{},{}}}", min - 1, max - 1),
-        None => format!("{{{},}}", min - 1),
-    };
-    Some(format!(r#"/[^<\s"\[{{0-9\-][^<]{rest}/ & ~/(true|false|null)\s*/"#))
+    let max = max.map(|m| m.to_string()).unwrap_or_default();
+    Some(format!("/[^<]{{{min},{max}}}/ & {READS_AS_JSON}"))
 }
 
 #[cfg(test)]
@@ -292,6 +300,9 @@ mod tests {
     fn ids(texts: &[&str]) -> Vec<(u32, String)> {
         texts.iter().enumerate().map(|(i, t)| (100 + i as u32, t.to_string())).collect()
     }
+
+    /// The `x-guidance` whitespace every embedded schema gets.
+    const WHITESPACE: &str = r#""x-guidance":{"whitespace_pattern":"[\\x20\\x09]|\\x0A[\\x20\\x09]{0,20}"}"#;
 
     const PARAMS: &str = r#"%json {"type":"object","properties":{"city":{"type":"string","maxLength":20},"days":{"type":"integer"}},"required":["city"],"x-guidance":{"whitespace_pattern":"[\\x20\\x09]|\\x0A[\\x20\\x09]{0,20}"}}"#;
 
@@ -332,24 +343,57 @@ mod tests {
     }
 
     #[test]
-    fn glm_writes_strings_raw_and_other_values_as_json() {
+    fn glm_writes_strings_raw_or_as_json_and_other_values_as_json() {
         let glm = lark(ToolFormat::Glm, &ids(&GLM_MARKERS));
-        let want = "start: call_0\n\
-            call_0: \"<tool_call>\" \"get_weather\" \"\\n\" \
-            <[100]> \"city\" <[101]> \"\\n\" <[102]> GLM_TEXT_0_0 <[103]> \"\\n\" \
-            (<[100]> \"days\" <[101]> \"\\n\" <[102]> %json {\"type\":\"integer\",\"x-guidance\":{\"whitespace_pattern\":\"[\\\\x20\\\\x09]|\\\\x0A[\\\\x20\\\\x09]{0,20}\"}} <[103]> \"\\n\")? \"</tool_call>\"\n\
-            GLM_TEXT_0_0: /[^<\\s\"\\[{0-9\\-][^<]{0,19}/ & ~/(true|false|null)\\s*/\n";
-        assert_eq!(glm, want);
-        // Strings the raw form cannot keep apart from JSON are written as JSON.
-        assert_eq!(raw_string(&json!({"type": "string", "pattern": "^a"})), None);
-        assert_eq!(raw_string(&json!({"type": "string", "enum": ["yes", "12"]})), None);
-        assert_eq!(raw_string(&json!({"type": "string", "maxLength": 0})), None);
-        assert_eq!(raw_string(&json!({"type": "string", "enum": ["yes", "no"]})).unwrap(), "\"yes\" | \"no\"");
-        assert_eq!(
-            raw_string(&json!({"type": "string", "minLength": 3})).unwrap(),
-            r#"/[^<\s"\[{0-9\-][^<]{2,}/ & ~/(true|false|null)\s*/"#
+        let want = format!(
+            concat!(
+                "start: call_0\n",
+                "call_0: \"<tool_call>\" \"get_weather\" \"\\n\" ",
+                "<[100]> \"city\" <[101]> \"\\n\" <[102]> ",
+                "(GLM_TEXT_0_0 | %json {{\"type\":\"string\",\"maxLength\":20,{ws}}}) <[103]> \"\\n\" ",
+                "(<[100]> \"days\" <[101]> \"\\n\" <[102]> %json {{\"type\":\"integer\",{ws}}} <[103]> \"\\n\")? ",
+                "\"</tool_call>\"\n",
+                "GLM_TEXT_0_0: /[^<]{{1,20}}/ & {json}\n",
+            ),
+            ws = WHITESPACE,
+            json = READS_AS_JSON
         );
-        assert_eq!(raw_string(&json!({"type": ["string", "null"]})), None);
+        assert_eq!(glm, want);
+        // Raw text: any length bounds; an enum's options that do not read as JSON.
+        let raw = |schema: Value| raw_string(&schema);
+        assert_eq!(raw(json!({"type": "string", "minLength": 3})).unwrap(), format!("/[^<]{{3,}}/ & {READS_AS_JSON}"));
+        assert_eq!(raw(json!({"type": "string", "enum": ["yes", "no"]})).unwrap(), "\"yes\" | \"no\"");
+        assert_eq!(raw(json!({"type": "string", "enum": ["yes", "12", "true", "<b>"]})).unwrap(), "\"yes\"");
+        // Strings the raw form cannot keep apart from JSON are only written as JSON.
+        assert_eq!(raw(json!({"type": "string", "enum": ["12", "null"]})), None);
+        assert_eq!(raw(json!({"type": "string", "pattern": "^a"})), None);
+        assert_eq!(raw(json!({"type": "string", "maxLength": 0})), None);
+        assert_eq!(raw(json!({"type": ["string", "null"]})), None);
+    }
+
+    #[test]
+    fn raw_text_is_whatever_does_not_read_as_json() {
+        use crate::runtime::constraint::Grammars;
+        use crate::runtime::tokenizer::Tokenizer;
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/qwen3_moe");
+        let tokenizer = Tokenizer::from_dir(std::path::Path::new(dir)).unwrap();
+        let grammars = Grammars::new(&tokenizer, 384, 0).unwrap();
+        let lark = Constraint::Lark(format!("start: TEXT\nTEXT: /[^<]{{1,40}}/ & {READS_AS_JSON}\n"));
+        // Whether the raw terminal takes `text` whole: its tokens accepted, then the end allowed.
+        let takes = |text: &str| {
+            let mut state = grammars.start(&lark, &[0]).unwrap();
+            if tokenizer.encode_raw(text).unwrap().into_iter().any(|id| state.accept(id).is_err()) {
+                return false;
+            }
+            let mut logits = vec![0.0; 384];
+            state.mask(&mut logits).is_ok() && logits[0].is_finite()
+        };
+        for json in ["12", "-3.5e2", "1E+2", " true ", "null", "\"quoted\"", "[1]", "{\"a\": 1}", " 7\n"] {
+            assert!(serde_json::from_str::<Value>(json).is_ok() && !takes(json), "{json:?}");
+        }
+        for text in ["Paris", "2024-01-01", "10 Downing St", "truely", "-x", "0012", "1.", "+1", "nullable"] {
+            assert!(serde_json::from_str::<Value>(text).is_err() && takes(text), "{text:?}");
+        }
     }
 
     #[test]
