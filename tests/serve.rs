@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod common;
+
 const KEY: &str = "test-key";
 
 /// A `moestream serve` process on a free port, killed on drop; `log` collects its stderr.
@@ -31,7 +33,11 @@ impl Server {
 
     /// A server with `env` and the further command-line `args`.
     fn start_with(env: &[(&str, &str)], args: &[&str]) -> Server {
-        let model = concat!(env!("CARGO_MANIFEST_DIR"), "/models/moestream-tiny-moe");
+        Self::start_on(concat!(env!("CARGO_MANIFEST_DIR"), "/models/moestream-tiny-moe"), env, args)
+    }
+
+    /// A server of the model in `model`, with `env` and the further command-line `args`.
+    fn start_on(model: &str, env: &[(&str, &str)], args: &[&str]) -> Server {
         let context: &[&str] = if args.contains(&"--context") { &[] } else { &["--context", "256"] };
         let mut child = Command::new(env!("CARGO_BIN_EXE_moestream"))
             .args(["serve", "--port", "0", "--max-body", "64KiB", "--api-key", KEY, "--model", model])
@@ -777,5 +783,85 @@ fn structured_outputs_and_forced_tool_calls() {
         full.as_object_mut().unwrap().extend(body.as_object().unwrap().clone());
         let (status, text) = server.post("/v1/chat/completions", &full.to_string());
         assert!(status == 400 && text.contains(field), "{body}: {status} {text}");
+    }
+}
+
+#[test]
+fn forced_tool_calls_in_special_token_formats() {
+    // DeepSeek-V3.1's and gpt-oss's real templates on fixture models whose vocabularies have
+    // the formats' marker tokens: the grammar writes the tokens, the reply reads them back.
+    // (gpt-oss's template wants every tool described.)
+    let deepseek: &[&str] = &[
+        "<｜tool▁calls▁begin｜>",
+        "<｜tool▁call▁begin｜>",
+        "<｜tool▁sep｜>",
+        "<｜tool▁call▁end｜>",
+        "<｜tool▁calls▁end｜>",
+    ];
+    let harmony: &[&str] =
+        &["<|channel|>", "<|message|>", "<|constrain|>", "<|call|>", "<|start|>", "<|end|>", "<|return|>"];
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                        "required": ["city"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "add", "description": "a + b", "parameters": {"type": "object",
+         "properties": {"a": {"type": "integer", "minimum": -99, "maximum": 99}, "b": {"type": "integer", "minimum": -99, "maximum": 99}},
+         "required": ["a", "b"], "additionalProperties": false}}}
+    ]);
+    for (fixture, template, markers) in
+        [("deepseek_v3", "deepseek-ai-DeepSeek-V3.1", deepseek), ("gpt_oss", "openai-gpt-oss-120b", harmony)]
+    {
+        let (dir, _) = common::with_special_tokens(&common::fixtures_dir().join(fixture), markers);
+        let template = common::fixtures_dir().join(format!("chat_templates/{template}.jinja"));
+        let server = Server::start_on(
+            dir.path().to_str().unwrap(),
+            &[],
+            &["--chat-template", template.to_str().unwrap(), "--context", "1024"],
+        );
+        // DeepSeek-V3.1 thinking leaves the prompt inside `<think>`: the call closes it first.
+        let thinking = json!({"thinking": true});
+        for (choice, names, kwargs) in [
+            (json!("required"), vec!["get_weather", "add"], json!({})),
+            (json!({"type": "function", "function": {"name": "add"}}), vec!["add"], json!({})),
+            (json!("required"), vec!["get_weather", "add"], thinking),
+        ] {
+            for stream in [false, true] {
+                let what = format!("{fixture} {choice} {kwargs} stream {stream}");
+                let body = json!({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": tools,
+                                  "tool_choice": choice, "max_tokens": 300, "seed": 5, "stream": stream,
+                                  "chat_template_kwargs": kwargs});
+                let (status, text) = server.post("/v1/chat/completions", &body.to_string());
+                assert_eq!(status, 200, "{what}: {text}");
+                let (calls, finish) = match stream {
+                    false => {
+                        let r: Value = serde_json::from_str(&text).unwrap();
+                        assert_eq!(r["choices"][0]["message"]["content"].as_str().unwrap_or(""), "", "{what}: {text}");
+                        assert!(r["choices"][0]["message"].get("reasoning_content").is_none(), "{what}: {text}");
+                        (r["choices"][0]["message"]["tool_calls"].clone(), r["choices"][0]["finish_reason"].clone())
+                    }
+                    true => {
+                        let (events, done) = sse_events(&text);
+                        assert!(done, "{what}: {text}");
+                        let calls = events.iter().find_map(|e| e["choices"][0]["delta"].get("tool_calls").cloned());
+                        let finish =
+                            events.iter().find_map(|e| e["choices"][0]["finish_reason"].as_str().map(Value::from));
+                        (calls.unwrap_or(Value::Null), finish.unwrap_or(Value::Null))
+                    }
+                };
+                assert_eq!(finish, "tool_calls", "{what}: {text}");
+                assert_eq!(calls.as_array().map(Vec::len), Some(1), "{what}: {text}");
+                let call = &calls[0]["function"];
+                let name = call["name"].as_str().unwrap_or_else(|| panic!("{what}: {text}"));
+                assert!(names.contains(&name), "{what}: {name}");
+                let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+                match name {
+                    "add" => assert!(
+                        args["a"].is_i64() && args["b"].is_i64() && args.as_object().unwrap().len() == 2,
+                        "{args}"
+                    ),
+                    _ => assert!(args["city"].as_str().is_some_and(|c| c.chars().count() <= 20), "{args}"),
+                }
+            }
+        }
     }
 }

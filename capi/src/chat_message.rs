@@ -61,9 +61,10 @@ pub unsafe extern "C" fn moestream_chat_message(
         let prompt = e.engine.encode_raw(&text)?;
         let mut request = chat_request(e, options)?;
         if let Some(tools) = &tools {
-            request.use_tools(template.source(), tools, &choice)?;
+            request.use_tools(template.source(), tools, &choice, tokenizer)?;
         }
         request.reasoning = thinking_start(template.source(), &text);
+        request.constrain_after_reasoning(tokenizer);
         request.read_markers(tokenizer, is_harmony(template.source()));
         let c = complete_in(e, session, &prompt, &request, (callback, user_data), stats)?;
         let mut message = json!({"role": "assistant", "content": c.text, "finish_reason": c.finish_reason});

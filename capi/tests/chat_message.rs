@@ -2,7 +2,8 @@
 //! Qwen3's real chat template (Hermes-style `<tool_call>` calls): `tool_choice` `"required"`
 //! and a named function force a call whose arguments fit the function's parameters (as
 //! `tool_calls`, `finish_reason` `"tool_calls"`); a tool's result goes back as a `"tool"`
-//! message; without tools the reply is content; bad requests are refused by name.
+//! message; without tools the reply is content; bad requests are refused by name. On the
+//! gpt-oss fixture with gpt-oss's template, a forced harmony call comes back the same way.
 
 use std::ffi::{CStr, CString};
 use std::ptr::null_mut;
@@ -13,24 +14,27 @@ use serde_json::{json, Value};
 mod common;
 use common::last_error;
 
-/// The bundled model with Qwen3's chat template, in a temporary directory (removed on drop).
-struct QwenTemplated(std::path::PathBuf);
+/// A model's files with a real family's chat template, in a temporary directory (removed on
+/// drop).
+struct Templated(std::path::PathBuf);
 
-impl QwenTemplated {
-    fn new() -> QwenTemplated {
+impl Templated {
+    /// The model in `model` (relative to the repository) with the template `template` of
+    /// `tests/fixtures/chat_templates`.
+    fn new(model: &str, template: &str) -> Templated {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-        let dir = std::env::temp_dir().join(format!("moestream-chat-message-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("moestream-chat-message-{template}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for f in ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json"] {
-            std::fs::copy(format!("{root}/models/moestream-tiny-moe/{f}"), dir.join(f)).unwrap();
+            std::fs::copy(format!("{root}/{model}/{f}"), dir.join(f)).unwrap();
         }
-        let template = format!("{root}/tests/fixtures/chat_templates/Qwen-Qwen3-0.6B.jinja");
+        let template = format!("{root}/tests/fixtures/chat_templates/{template}.jinja");
         std::fs::copy(template, dir.join("chat_template.jinja")).unwrap();
-        QwenTemplated(dir)
+        Templated(dir)
     }
 }
 
-impl Drop for QwenTemplated {
+impl Drop for Templated {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
@@ -54,7 +58,7 @@ unsafe fn reply(engine: *mut MoestreamEngine, request: &Value, max_tokens: u32) 
 
 #[test]
 fn tool_calls_come_back_as_openai_messages() {
-    let model = QwenTemplated::new();
+    let model = Templated::new("models/moestream-tiny-moe", "Qwen-Qwen3-0.6B");
     let engine = common::load(model.0.to_str().unwrap(), Some(2048));
     unsafe {
         let tools = json!([
@@ -120,6 +124,30 @@ fn tool_calls_come_back_as_openai_messages() {
         )
         .is_null());
         assert!(last_error().contains("request_json"), "{}", last_error());
+        moestream_engine_free(engine);
+    }
+}
+
+#[test]
+fn a_forced_harmony_call_comes_back_as_a_tool_call() {
+    // gpt-oss's real template on a fixture whose vocabulary lacks harmony's special tokens: the
+    // forced call's markers are text, and the reply still reads its channels.
+    let model = Templated::new("tests/fixtures/gpt_oss", "openai-gpt-oss-120b");
+    let engine = common::load(model.0.to_str().unwrap(), Some(2048));
+    unsafe {
+        let tools = json!([{"type": "function", "function": {"name": "add", "description": "a + b",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9},
+                           "b": {"type": "integer", "minimum": 0, "maximum": 9}},
+                           "required": ["a", "b"], "additionalProperties": false}}}]);
+        let user = json!({"role": "user", "content": "1 + 2?"});
+        let request = json!({"messages": [user], "tools": tools, "tool_choice": "required"});
+        let r = reply(engine, &request, 300).unwrap();
+        assert_eq!(r["finish_reason"], "tool_calls", "{r}");
+        assert_eq!(r["tool_calls"].as_array().map(Vec::len), Some(1), "{r}");
+        assert_eq!(r["tool_calls"][0]["function"]["name"], "add", "{r}");
+        let args: Value = serde_json::from_str(r["tool_calls"][0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert!(args["a"].as_i64().is_some_and(|a| (0..=9).contains(&a)) && args["b"].is_i64(), "{r}");
+        assert_eq!(r["content"], "", "{r}");
         moestream_engine_free(engine);
     }
 }

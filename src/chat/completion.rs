@@ -4,13 +4,13 @@
 use serde::Serialize;
 
 use super::harmony::{HarmonyScanner, HARMONY_MARKERS};
-use super::reasoning::{Part, ReasoningScanner, THINK_MARKERS};
+use super::reasoning::{Part, ReasoningScanner, CLOSE as THINK_CLOSE, THINK_MARKERS};
 use super::stop::StopScanner;
 use super::tool_calls::{ToolCall, ToolCallScanner, ToolFormat};
 use super::tool_markers::marker_tokens;
 use crate::error::Result;
 use crate::runtime::tokenizer::Tokenizer;
-use crate::runtime::{Engine, GenerateOptions, Generation, Session};
+use crate::runtime::{Constraint, Engine, GenerateOptions, Generation, Session};
 
 /// How to generate one reply.
 #[derive(Clone, Debug, Default)]
@@ -39,17 +39,41 @@ pub struct CompletionRequest {
 impl CompletionRequest {
     /// Fills [`CompletionRequest::markers`] from `tokenizer` for what the request reads: its
     /// tool format's tags, the `<think>` tags when it splits reasoning, and harmony's markers
-    /// for a template that writes harmony (`harmony_template`), which turns harmony on where the
-    /// vocabulary holds them (without them the model writes no harmony).
+    /// for a template that writes harmony (`harmony_template`) or harmony tool calls, which
+    /// turns harmony on where the vocabulary holds them (without them the model writes no
+    /// harmony, unless a forced call's grammar writes their text).
     pub fn read_markers(&mut self, tokenizer: &Tokenizer, harmony_template: bool) {
         self.markers = self.tool_format.map(|f| f.marker_tokens(tokenizer)).unwrap_or_default();
         if self.reasoning.is_some() {
             self.markers.extend(marker_tokens(THINK_MARKERS, tokenizer));
         }
-        if harmony_template {
+        let harmony_calls = self.tool_format == Some(ToolFormat::Harmony);
+        if harmony_template || harmony_calls {
             let harmony = marker_tokens(HARMONY_MARKERS, tokenizer);
-            self.harmony = harmony.len() == HARMONY_MARKERS.len();
-            self.markers.extend(harmony);
+            let forced = harmony_calls && self.options.constraint.is_some();
+            self.harmony = harmony.len() == HARMONY_MARKERS.len() || forced;
+            for marker in harmony {
+                if !self.markers.contains(&marker) {
+                    self.markers.push(marker);
+                }
+            }
+        }
+    }
+
+    /// Where the prompt leaves the reply inside `<think>` ([`CompletionRequest::reasoning`] is
+    /// `Some(true)`: DeepSeek-R1's templates, thinking modes), makes the request's constraint
+    /// open by closing the reasoning (`</think>`, as `tokenizer`'s token where it has one), so
+    /// that what it shapes (a forced tool call, a JSON answer) is the content, not reasoning.
+    pub fn constrain_after_reasoning(&mut self, tokenizer: &Tokenizer) {
+        if self.reasoning != Some(true) {
+            return;
+        }
+        if let Some(then) = self.options.constraint.take() {
+            let prefix = match tokenizer.token_id(THINK_CLOSE) {
+                Some(id) => format!("<[{id}]>"),
+                None => format!("{THINK_CLOSE:?}"),
+            };
+            self.options.constraint = Some(Constraint::Prefixed { prefix, then: Box::new(then) });
         }
     }
 
@@ -249,7 +273,7 @@ impl Reply {
             if !calls.is_empty() && finish_reason != FinishReason::Cancelled {
                 finish_reason = FinishReason::ToolCalls;
             }
-            tool_calls = calls;
+            tool_calls.extend(calls);
         }
         Completion { text: self.text, reasoning: self.reasoning, tool_calls, finish_reason, generation }
     }

@@ -1,5 +1,6 @@
 //! gpt-oss's harmony replies: messages of the form `<|channel|>CHANNEL[ to=RECIPIENT][
-//! <|constrain|>json]<|message|>TEXT` separated by `<|end|><|start|>assistant`. The `analysis`
+//! <|constrain|>json]<|message|>TEXT` separated by `<|end|><|start|>assistant` (a call's message
+//! ends at `<|call|>`, usually an end-of-turn token). The `analysis`
 //! channel is reasoning, `final` the answer, `commentary` to a `functions.NAME` recipient a tool
 //! call (its text the JSON arguments; the recipient may also come before the channel, in the
 //! `<|start|>assistant to=…` header), other commentary the answer's. The markers are special
@@ -10,17 +11,21 @@ use super::reasoning::Part;
 use super::stop::partial_marker_len;
 
 /// Opens a message's channel name.
-const CHANNEL: &str = "<|channel|>";
+pub(super) const CHANNEL: &str = "<|channel|>";
 /// Opens a message's text.
-const MESSAGE: &str = "<|message|>";
+pub(super) const MESSAGE: &str = "<|message|>";
 /// Ends a message.
 const END: &str = "<|end|>";
 /// Opens the next message's header.
 const START: &str = "<|start|>";
+/// Marks a message's text as written in a format (`<|constrain|>json`: a call's arguments).
+pub(super) const CONSTRAIN: &str = "<|constrain|>";
+/// Ends a tool call's message (an end-of-turn token where the template writes it).
+pub(super) const CALL: &str = "<|call|>";
 /// What a message's text may end at.
-const ENDS: [&str; 3] = [END, START, CHANNEL];
+const ENDS: [&str; 4] = [END, START, CHANNEL, CALL];
 /// The special tokens of harmony replies (their text must reach the scanner).
-pub const HARMONY_MARKERS: &[&str] = &[CHANNEL, MESSAGE, END, START, "<|constrain|>"];
+pub const HARMONY_MARKERS: &[&str] = &[CHANNEL, MESSAGE, END, START, CONSTRAIN];
 
 /// Text released with the part it belongs to.
 pub type Pieces = Vec<(Part, String)>;
@@ -80,10 +85,10 @@ impl HarmonyScanner {
                     // The message ended: what follows is the next header.
                     let m = self.message.take().expect("a message was being read");
                     if let Some(function) = m.function {
-                        self.calls.push((function, m.arguments.trim().to_string()));
+                        self.calls.push((function, arguments(&m.arguments)));
                     }
-                    if self.pending.starts_with(END) {
-                        self.pending.drain(..END.len());
+                    if let Some(end) = [END, CALL].into_iter().find(|e| self.pending.starts_with(e)) {
+                        self.pending.drain(..end.len());
                     }
                 }
             }
@@ -99,13 +104,22 @@ impl HarmonyScanner {
             Some(mut m) => {
                 m.take(std::mem::take(&mut self.pending), &mut out);
                 if let Some(function) = m.function {
-                    self.calls.push((function, m.arguments.trim().to_string()));
+                    self.calls.push((function, arguments(&m.arguments)));
                 }
             }
             None if !self.opened && !self.pending.is_empty() => out.push((Part::Content, self.pending)),
             None => {}
         }
         (out, self.calls)
+    }
+}
+
+/// A call's arguments as the reply gives them: compact JSON where the text is a JSON object
+/// (a model may lay it out over lines), else the text as it is.
+fn arguments(text: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v @ serde_json::Value::Object(_)) => v.to_string(),
+        _ => text.trim().to_string(),
     }
 }
 
@@ -178,6 +192,13 @@ mod tests {
                 );
                 assert_eq!(scan(text, n), want, "split {n}: {text}");
             }
+        }
+        // A call's message ends at `<|call|>` (when it is no stop token), its JSON compacted.
+        let called =
+            "<|channel|>commentary to=functions.add <|constrain|>json<|message|>{\"a\": 1,\n \"b\": 2}<|call|>";
+        for n in 1..=called.chars().count() {
+            let want = (String::new(), String::new(), vec![("add".into(), "{\"a\":1,\"b\":2}".into())]);
+            assert_eq!(scan(called, n), want, "split {n}");
         }
         // Not harmony at all: content, at the end.
         assert_eq!(scan("plain words", 3), (String::new(), "plain words".into(), vec![]));

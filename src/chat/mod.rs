@@ -4,6 +4,7 @@
 //! through ([`complete`] on one session).
 
 mod completion;
+mod forced_calls;
 mod harmony;
 mod hf_jinja;
 mod message;

@@ -6,7 +6,7 @@
 use super::stop::partial_marker_len;
 
 const OPEN: &str = "<think>";
-const CLOSE: &str = "</think>";
+pub(super) const CLOSE: &str = "</think>";
 /// The reasoning tags, which some vocabularies hold as special tokens the detokenizer drops
 /// (GLM-4.5's): a reply reads their text ([`super::CompletionRequest::markers`]).
 pub const THINK_MARKERS: &[&str] = &[OPEN, CLOSE];

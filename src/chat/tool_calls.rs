@@ -8,25 +8,33 @@
 //! Qwen3.5/3.6, Qwen3-Next templates), GLM-4.5's `<tool_call>NAME<arg_key>K</arg_key>
 //! <arg_value>V</arg_value>…</tool_call>` and Llama 3.x's JSON calls (the whole reply one
 //! `{"name": …, "parameters": {…}}` object); Mistral's and DeepSeek-V3's calls between special
-//! tokens in `tool_markers.rs`. gpt-oss's harmony channels are not parsed: their calls stay text.
+//! tokens in `tool_markers.rs`. gpt-oss's harmony calls are messages to `functions.NAME`, which
+//! [`super::HarmonyScanner`] reads. Every format's call can be forced
+//! ([`ToolFormat::forced_call`], `forced_calls.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
-use crate::runtime::constraint::bounded_whitespace;
+use crate::error::Result;
 use crate::runtime::Constraint;
 
+use super::forced_calls;
+use super::harmony::{is_harmony, CALL, HARMONY_MARKERS};
 use super::stop::partial_marker_len;
 use super::tool_markers::{
-    marker_tokens, parse_deepseek, parse_mistral, DEEPSEEK_CALLS, DEEPSEEK_MARKERS, MISTRAL_CALLS, MISTRAL_MARKERS,
+    marker_tokens, parse_deepseek, parse_mistral, DEEPSEEK_CALLS, DEEPSEEK_MARKERS, MISTRAL_ARGS, MISTRAL_CALLS,
+    MISTRAL_MARKERS,
 };
 use crate::runtime::tokenizer::Tokenizer;
 
-const OPEN: &str = "<tool_call>";
-const CLOSE: &str = "</tool_call>";
+/// Opens a Hermes or GLM-4.5 call.
+pub(super) const OPEN: &str = "<tool_call>";
+/// Closes a Hermes or GLM-4.5 call.
+pub(super) const CLOSE: &str = "</tool_call>";
+/// GLM-4.5's tags around an argument's key and value.
+pub(super) const GLM_MARKERS: [&str; 4] = ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"];
 
 /// How a template's calls are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,10 +46,21 @@ pub enum ToolFormat {
     /// The whole reply one JSON object `{"name": …, "parameters": {…}}` (Llama 3.1/3.2/3.3's
     /// JSON tool calling).
     Llama3Json,
-    /// Mistral's `[TOOL_CALLS]` special token, then the calls ([`super::tool_markers`]).
+    /// Mistral's `[TOOL_CALLS]` special token, then a JSON list of `{"name", "arguments"}`
+    /// ([`super::tool_markers`]).
     Mistral,
-    /// DeepSeek-V3's tool-call special tokens ([`super::tool_markers`]).
+    /// Mistral's v11 layout, `[TOOL_CALLS]NAME[ARGS]{…}` per call (templates that write
+    /// `[ARGS]`); parsed as [`ToolFormat::Mistral`] is.
+    MistralV11,
+    /// DeepSeek-V3.1's tool-call special tokens, `NAME<｜tool▁sep｜>{…}` per call
+    /// ([`super::tool_markers`]).
     DeepSeek,
+    /// DeepSeek-V3's (and R1's) layout, `function<｜tool▁sep｜>NAME` + a fenced JSON block per
+    /// call (templates that write the fence); parsed as [`ToolFormat::DeepSeek`] is.
+    DeepSeekV3,
+    /// gpt-oss's harmony: a `commentary` message to `functions.NAME`, read by
+    /// [`super::HarmonyScanner`] (the reply's text holds no calls of its own).
+    Harmony,
 }
 
 /// What Llama 3.x templates tell the model a call looks like.
@@ -50,13 +69,22 @@ const LLAMA3_CALL: &str = r#"{"name": function name, "parameters": dictionary of
 impl ToolFormat {
     /// The format a chat template's `source` writes tool calls in, if it is one of these.
     pub fn of_template(source: &str) -> Option<ToolFormat> {
+        if is_harmony(source) {
+            return Some(ToolFormat::Harmony);
+        }
         if source.contains(MISTRAL_CALLS) {
-            return Some(ToolFormat::Mistral);
+            return Some(match source.contains(MISTRAL_ARGS) {
+                true => ToolFormat::MistralV11,
+                false => ToolFormat::Mistral,
+            });
         }
         if source.contains(DEEPSEEK_CALLS) {
-            return Some(ToolFormat::DeepSeek);
+            return Some(match source.contains("```json") {
+                true => ToolFormat::DeepSeekV3,
+                false => ToolFormat::DeepSeek,
+            });
         }
-        match (source.contains(OPEN), source.contains("<arg_key>")) {
+        match (source.contains(OPEN), source.contains(GLM_MARKERS[0])) {
             (true, true) => Some(ToolFormat::Glm),
             (true, false) => Some(ToolFormat::Hermes),
             _ if source.contains(LLAMA3_CALL) => Some(ToolFormat::Llama3Json),
@@ -64,71 +92,38 @@ impl ToolFormat {
         }
     }
 
-    /// What opens a call (Llama 3's calls open with the reply).
+    /// What opens a call (Llama 3's calls open with the reply; harmony's are not in the text).
     fn open(self) -> &'static str {
         match self {
-            ToolFormat::Mistral => MISTRAL_CALLS,
-            ToolFormat::DeepSeek => DEEPSEEK_CALLS,
-            ToolFormat::Hermes | ToolFormat::Glm | ToolFormat::Llama3Json => OPEN,
+            ToolFormat::Mistral | ToolFormat::MistralV11 => MISTRAL_CALLS,
+            ToolFormat::DeepSeek | ToolFormat::DeepSeekV3 => DEEPSEEK_CALLS,
+            ToolFormat::Hermes | ToolFormat::Glm | ToolFormat::Llama3Json | ToolFormat::Harmony => OPEN,
         }
     }
 
     /// The special tokens of this format's calls in `tokenizer`'s vocabulary, with their text:
-    /// a reply must see them ([`super::CompletionRequest::markers`]), the detokenizer drops them.
+    /// a reply must see them ([`super::CompletionRequest::markers`]), the detokenizer drops them,
+    /// and a forced call's grammar names them by id ([`ToolFormat::forced_call`]).
     pub fn marker_tokens(self, tokenizer: &Tokenizer) -> Vec<(u32, String)> {
         // Tags that are plain tokens read the same either way; GLM-4.5's are special tokens.
         match self {
-            ToolFormat::Mistral => marker_tokens(MISTRAL_MARKERS, tokenizer),
-            ToolFormat::DeepSeek => marker_tokens(DEEPSEEK_MARKERS, tokenizer),
+            ToolFormat::Mistral | ToolFormat::MistralV11 => marker_tokens(MISTRAL_MARKERS, tokenizer),
+            ToolFormat::DeepSeek | ToolFormat::DeepSeekV3 => marker_tokens(DEEPSEEK_MARKERS, tokenizer),
             ToolFormat::Hermes => marker_tokens(&[OPEN, CLOSE], tokenizer),
-            ToolFormat::Glm => {
-                marker_tokens(&[OPEN, CLOSE, "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"], tokenizer)
-            }
+            ToolFormat::Glm => marker_tokens(&[&[OPEN, CLOSE][..], &GLM_MARKERS].concat(), tokenizer),
+            ToolFormat::Harmony => marker_tokens(&[HARMONY_MARKERS, &[CALL]].concat(), tokenizer),
             ToolFormat::Llama3Json => Vec::new(),
         }
     }
 
     /// The constraint that makes a reply one call in this format (`tool_choice` `"required"`,
     /// or a named function): to the tool called `name`, or to any of `tools` (OpenAI tool
-    /// objects, whose `parameters` schemas shape the arguments).
-    pub fn forced_call(self, tools: &[Value], name: Option<&str>) -> Result<Constraint> {
-        // Hermes calls name their arguments `arguments`, Llama 3's `parameters`.
-        let key = if self == ToolFormat::Llama3Json { "parameters" } else { "arguments" };
-        let calls: Vec<Value> = tools
-            .iter()
-            .filter_map(|t| t.get("function"))
-            .filter(|f| name.is_none_or(|n| f.get("name").and_then(Value::as_str) == Some(n)))
-            .map(|f| {
-                let parameters = f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
-                json!({
-                    "type": "object",
-                    "properties": {"name": {"const": f.get("name").cloned().unwrap_or_default()}, key: parameters},
-                    "required": ["name", key],
-                    "additionalProperties": false,
-                })
-            })
-            .collect();
-        if calls.is_empty() {
-            return Err(Error::InvalidArgument(match name {
-                Some(n) => format!("tool_choice names {n:?}, which is not among the tools"),
-                None => "tool_choice \"required\" with no function tools".into(),
-            }));
-        }
-        match self {
-            ToolFormat::Hermes => {
-                let schema = bounded_whitespace(json!({"anyOf": calls}));
-                Ok(Constraint::Lark(format!("start: \"{OPEN}\\n\" %json {schema} \"\\n{CLOSE}\"")))
-            }
-            ToolFormat::Llama3Json => Ok(Constraint::JsonSchema(bounded_whitespace(json!({"anyOf": calls})))),
-            ToolFormat::Glm | ToolFormat::Mistral | ToolFormat::DeepSeek => Err(Error::UnsupportedConfig(format!(
-                "forcing a tool call (tool_choice \"required\" or a named function) in {}'s format",
-                match self {
-                    ToolFormat::Glm => "GLM-4.5",
-                    ToolFormat::Mistral => "Mistral",
-                    _ => "DeepSeek-V3",
-                }
-            ))),
-        }
+    /// objects, whose `parameters` schemas shape the arguments). `markers` are this format's
+    /// marker tokens in the model's vocabulary ([`ToolFormat::marker_tokens`]): the grammar
+    /// names those by id (a special token is no text a literal could spell) and writes the
+    /// others as text.
+    pub fn forced_call(self, tools: &[Value], name: Option<&str>, markers: &[(u32, String)]) -> Result<Constraint> {
+        forced_calls::forced_call(self, tools, name, markers)
     }
 }
 
@@ -168,6 +163,10 @@ impl ToolCallScanner {
     /// Adds reply text; returns the text now known not to belong to a call.
     pub fn push(&mut self, piece: &str) -> String {
         self.held.push_str(piece);
+        if self.format == ToolFormat::Harmony {
+            // Harmony's calls are messages of their own, not text in the answer.
+            return std::mem::take(&mut self.held);
+        }
         if self.format == ToolFormat::Llama3Json {
             // A call is the whole reply: held while it may be one, all text once it cannot.
             let start = self.held.trim_start();
@@ -197,8 +196,9 @@ impl ToolCallScanner {
             };
         }
         let marked = match self.format {
-            ToolFormat::Mistral => Some(parse_mistral(&self.held)),
-            ToolFormat::DeepSeek => Some(parse_deepseek(&self.held)),
+            ToolFormat::Mistral | ToolFormat::MistralV11 => Some(parse_mistral(&self.held)),
+            ToolFormat::DeepSeek | ToolFormat::DeepSeekV3 => Some(parse_deepseek(&self.held)),
+            ToolFormat::Harmony => return (self.held, Vec::new()),
             _ => None,
         };
         if let Some(calls) = marked {
@@ -356,6 +356,13 @@ mod tests {
     }
 
     #[test]
+    fn harmony_text_passes_through() {
+        // Harmony's calls are read from its channels; the text scanner keeps none back.
+        let text = "<|channel|>final<|message|>Hi <tool_call>";
+        assert_eq!(scan(ToolFormat::Harmony, text, 3), (text.to_string(), String::new(), vec![]));
+    }
+
+    #[test]
     fn glm_calls_parse_in_every_split() {
         let text = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>";
         for n in 1..=text.len() {
@@ -389,5 +396,9 @@ mod tests {
         assert_eq!(real("Qwen-Qwen3-0.6B"), Some(ToolFormat::Hermes));
         assert_eq!(real("mistralai-Mistral-Nemo-Instruct-2407"), Some(ToolFormat::Mistral));
         assert_eq!(real("deepseek-ai-DeepSeek-V3.1"), Some(ToolFormat::DeepSeek));
+        assert_eq!(real("openai-gpt-oss-120b"), Some(ToolFormat::Harmony));
+        assert_eq!(ToolFormat::of_template("{{ '[TOOL_CALLS]' + name + '[ARGS]' }}"), Some(ToolFormat::MistralV11));
+        let v3 = "{{ '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + type + '<｜tool▁sep｜>' + name + '\\n```json' }}";
+        assert_eq!(ToolFormat::of_template(v3), Some(ToolFormat::DeepSeekV3));
     }
 }

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::{CompletionRequest, ToolFormat};
 use crate::error::{Error, Result};
+use crate::runtime::tokenizer::Tokenizer;
 
 /// Whether and which tool the reply calls.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,10 +58,16 @@ impl ToolChoice {
 impl CompletionRequest {
     /// Sets up `request`'s tool calls for a reply in the template whose source is
     /// `template_source`, with `tools` (OpenAI tool objects) and `choice`: parsed in the
-    /// template's format, or forced by a constraint (which must be the request's only one). A
-    /// template whose calls moestream cannot parse leaves them text with `auto`, and is an error
-    /// with a forced choice.
-    pub fn use_tools(&mut self, template_source: &str, tools: &[Value], choice: &ToolChoice) -> Result<()> {
+    /// template's format, or forced by a constraint (which must be the request's only one) whose
+    /// markers are `tokenizer`'s tokens where it has them. A template whose calls moestream
+    /// cannot parse leaves them text with `auto`, and is an error with a forced choice.
+    pub fn use_tools(
+        &mut self,
+        template_source: &str,
+        tools: &[Value],
+        choice: &ToolChoice,
+        tokenizer: &Tokenizer,
+    ) -> Result<()> {
         let format = ToolFormat::of_template(template_source);
         let name = match choice {
             ToolChoice::None => return Ok(()),
@@ -83,7 +90,7 @@ impl CompletionRequest {
             return Err(Error::InvalidArgument("a forced tool call and another constraint at once".into()));
         }
         self.tool_format = Some(format);
-        self.options.constraint = Some(format.forced_call(tools, name)?);
+        self.options.constraint = Some(format.forced_call(tools, name, &format.marker_tokens(tokenizer))?);
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ use crate::runtime::tokenizer::Tokenizer;
 /// Mistral's marker before the calls.
 pub const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
 /// Mistral v11's marker before a call's arguments.
-const MISTRAL_ARGS: &str = "[ARGS]";
+pub(super) const MISTRAL_ARGS: &str = "[ARGS]";
 /// Mistral v11's marker before a call's id.
 const MISTRAL_CALL_ID: &str = "[CALL_ID]";
 /// The markers of Mistral's calls.
@@ -20,10 +20,10 @@ pub const MISTRAL_MARKERS: &[&str] = &[MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL
 
 /// DeepSeek-V3's marker before the calls.
 pub const DEEPSEEK_CALLS: &str = "<｜tool▁calls▁begin｜>";
-const DEEPSEEK_CALL: &str = "<｜tool▁call▁begin｜>";
-const DEEPSEEK_SEP: &str = "<｜tool▁sep｜>";
-const DEEPSEEK_CALL_END: &str = "<｜tool▁call▁end｜>";
-const DEEPSEEK_CALLS_END: &str = "<｜tool▁calls▁end｜>";
+pub(super) const DEEPSEEK_CALL: &str = "<｜tool▁call▁begin｜>";
+pub(super) const DEEPSEEK_SEP: &str = "<｜tool▁sep｜>";
+pub(super) const DEEPSEEK_CALL_END: &str = "<｜tool▁call▁end｜>";
+pub(super) const DEEPSEEK_CALLS_END: &str = "<｜tool▁calls▁end｜>";
 /// The markers of DeepSeek-V3's calls.
 pub const DEEPSEEK_MARKERS: &[&str] =
     &[DEEPSEEK_CALLS, DEEPSEEK_CALL, DEEPSEEK_SEP, DEEPSEEK_CALL_END, DEEPSEEK_CALLS_END];

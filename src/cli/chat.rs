@@ -102,7 +102,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let tools = a.tools.as_deref().map(read_tools).transpose()?;
     if let Some(tools) = &tools {
         let choice = ToolChoice::from_flag(&a.tool_choice)?;
-        request.use_tools(template.source(), tools, &choice).map_err(|e| match e {
+        let tokenizer = engine.tokenizer().expect("checked above");
+        request.use_tools(template.source(), tools, &choice, tokenizer).map_err(|e| match e {
             Error::InvalidArgument(why) => Error::InvalidArgument(format!("--tool-choice: {why}")),
             e => e,
         })?;

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use llguidance::api::TopLevelGrammar;
+use llguidance::api::{GrammarWithLexer, TopLevelGrammar};
 use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Value};
@@ -24,6 +24,14 @@ pub enum Constraint {
     Regex(String),
     /// Text of this Lark grammar (llguidance's dialect, which embeds `%json {...}` schemas).
     Lark(String),
+    /// Text that opens with `prefix` (Lark items: text literals, `<[ID]>` tokens), then follows
+    /// `then`: an answer shaped by `then` after the reply closes its reasoning.
+    Prefixed {
+        /// What the text opens with.
+        prefix: String,
+        /// What follows it.
+        then: Box<Constraint>,
+    },
 }
 
 impl Constraint {
@@ -34,6 +42,17 @@ impl Constraint {
             Constraint::JsonSchema(schema) => TopLevelGrammar::from_json_schema(bounded_whitespace(schema.clone())),
             Constraint::Regex(rx) => TopLevelGrammar::from_regex(rx),
             Constraint::Lark(lark) => TopLevelGrammar::from_lark(lark.clone()),
+            Constraint::Prefixed { prefix, then } => {
+                // `then`'s grammars follow a start grammar that refers to the first of them by
+                // a name no other of them has (their count tells nestings apart).
+                let mut grammar = then.grammar();
+                let name = format!("then_{}", grammar.grammars.len());
+                grammar.grammars[0].name = Some(name.clone());
+                let mut start = GrammarWithLexer::from_lark(format!("start: {prefix} @{name}"));
+                start.name = Some("prefixed".into());
+                grammar.grammars.insert(0, start);
+                grammar
+            }
         }
     }
 
@@ -43,6 +62,7 @@ impl Constraint {
             Constraint::JsonObject | Constraint::JsonSchema(_) => "JSON schema",
             Constraint::Regex(_) => "regex",
             Constraint::Lark(_) => "grammar",
+            Constraint::Prefixed { then, .. } => then.what(),
         }
     }
 }
@@ -104,7 +124,11 @@ impl Grammars {
         }
         words.resize(vocab, Vec::new());
         let trie = TokTrie::from(&TokRxInfo::new(vocab as u32, eos), &words);
-        let env: TokEnv = Arc::new(GrammarTokens { trie, tokenizer: tokenizer.hf().clone() });
+        // Text a grammar forces is text: a special token's spelling in it must not become the
+        // special token (which the trie marks apart, so the grammar would refuse it).
+        let mut text_tokenizer = tokenizer.hf().clone();
+        text_tokenizer.set_encode_special_tokens(true);
+        let env: TokEnv = Arc::new(GrammarTokens { trie, tokenizer: text_tokenizer });
         let mut factory = ParserFactory::new_simple(&env)
             .map_err(|e| Error::Tokenizer(format!("constrained decoding's token tables: {e}")))?;
         factory.quiet();

@@ -151,7 +151,11 @@ async fn chat_completions(State(s): State<Shared>, request: Request) -> Result<R
                     "unsupported_parameter",
                 )
             })?;
-            Some(format.forced_call(req.tools.as_deref().unwrap_or_default(), name.as_deref())?)
+            Some(format.forced_call(
+                req.tools.as_deref().unwrap_or_default(),
+                name.as_deref(),
+                &s.model.tool_markers,
+            )?)
         }
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid(

@@ -114,6 +114,9 @@ pub struct ModelInfo {
     /// How the chat template writes tool calls (what a forced call follows), if it writes any
     /// moestream parses.
     pub tool_format: Option<ToolFormat>,
+    /// That format's marker tokens in the model's vocabulary, which a forced call's grammar
+    /// names by id ([`ToolFormat::marker_tokens`]).
+    pub tool_markers: Vec<(u32, String)>,
 }
 
 /// Requests answered at once unless `--parallel` says otherwise (llama-server's default too).
@@ -178,12 +181,18 @@ impl Worker {
                     }
                 };
                 let id = options.model_dir.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
+                let tool_format = template.as_ref().and_then(|t| ToolFormat::of_template(t.source()));
+                let tool_markers = match (tool_format, engine.tokenizer()) {
+                    (Some(format), Some(tokenizer)) => format.marker_tokens(tokenizer),
+                    _ => Vec::new(),
+                };
                 let info = ModelInfo {
                     id,
                     context: engine.context(),
                     parallel: options.parallel.max(1),
                     sampling: engine.sampling_defaults(),
-                    tool_format: template.as_ref().and_then(|t| ToolFormat::of_template(t.source())),
+                    tool_format,
+                    tool_markers,
                 };
                 let _ = ready_tx.send(Ok(info));
                 let end_of_turn = end_of_turn_tokens(&engine, template.as_ref());
@@ -358,6 +367,7 @@ impl<'a> EngineLoop<'a> {
             harmony = is_harmony(t.source());
         }
         if let Some(tokenizer) = self.engine.tokenizer() {
+            job.request.constrain_after_reasoning(tokenizer);
             job.request.read_markers(tokenizer, harmony);
         }
         let replies: Vec<_> = (0..job.n).map(|_| Rc::new(RefCell::new(Some(Reply::new(&job.request))))).collect();

@@ -308,3 +308,42 @@ pub fn upload_matrix(
     let t = moestream::model::weights::HostTensor::new(vec![rows, cols], data.to_vec());
     moestream::ops::GpuMatrix::upload(gpu, "test matrix", &t, format).expect("matrix upload")
 }
+
+/// A copy of the fixture model `fixture` (its files linked) whose `tokenizer.json` has the
+/// special tokens `specials`: the fixtures' tokenizers lack the chat formats' marker tokens,
+/// and their vocabulary fills the model's logits, so each marker takes the id of a byte-level
+/// token no UTF-8 text uses (bytes 0xC0, 0xC1, 0xF5 to 0xFF) and no merge makes. Returns the
+/// directory and each marker's id.
+pub fn with_special_tokens(fixture: &Path, specials: &[&str]) -> (TempDir, Vec<(u32, String)>) {
+    use serde_json::{json, Value};
+    let dir = TempDir::new("special-tokens");
+    for entry in std::fs::read_dir(fixture).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_owned();
+        if name != "tokenizer.json" && name != "golden.json" {
+            std::os::unix::fs::symlink(&path, dir.path().join(name)).unwrap();
+        }
+    }
+    let mut tokenizer: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("tokenizer.json")).unwrap()).unwrap();
+    // Byte-level BPE writes bytes 0xA1..=0xFF as the characters of the same code points.
+    let unused: Vec<String> =
+        [0xC0u32, 0xC1].into_iter().chain(0xF5..=0xFF).map(|b| char::from_u32(b).unwrap().to_string()).collect();
+    assert!(specials.len() <= unused.len(), "at most {} special tokens", unused.len());
+    let merges = tokenizer["model"]["merges"].to_string();
+    let vocab = tokenizer["model"]["vocab"].as_object_mut().unwrap();
+    let mut ids = Vec::new();
+    for (special, byte) in specials.iter().zip(&unused) {
+        assert!(!merges.contains(byte.as_str()), "a merge uses {byte:?}");
+        let id = vocab.remove(byte).unwrap_or_else(|| panic!("{byte:?} is in the vocabulary")).as_u64().unwrap();
+        vocab.insert(special.to_string(), json!(id));
+        ids.push((id as u32, special.to_string()));
+    }
+    let added = tokenizer["added_tokens"].as_array_mut().unwrap();
+    for (id, content) in &ids {
+        added.push(json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false,
+                          "normalized": false, "special": true}));
+    }
+    std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    (dir, ids)
+}
