@@ -84,9 +84,7 @@ impl HarmonyScanner {
                     }
                     // The message ended: what follows is the next header.
                     let m = self.message.take().expect("a message was being read");
-                    if let Some(function) = m.function {
-                        self.calls.push((function, arguments(&m.arguments)));
-                    }
+                    self.end_message(m, &mut out);
                     if let Some(end) = [END, CALL].into_iter().find(|e| self.pending.starts_with(e)) {
                         self.pending.drain(..end.len());
                     }
@@ -96,6 +94,18 @@ impl HarmonyScanner {
         out
     }
 
+    /// A message `m` ended: a call's goes to the calls with its arguments as compact JSON (a
+    /// model may lay them out over lines); one whose arguments are no JSON object degrades to
+    /// content, its text as the model wrote it, as malformed calls of other formats do.
+    fn end_message(&mut self, m: Message, out: &mut Pieces) {
+        let Some(function) = m.function else { return };
+        match serde_json::from_str::<serde_json::Value>(&m.arguments) {
+            Ok(v @ serde_json::Value::Object(_)) => self.calls.push((function, v.to_string())),
+            _ if m.arguments.is_empty() => {}
+            _ => out.push((Part::Content, m.arguments)),
+        }
+    }
+
     /// Ends the reply: its last pieces and the tool calls. A reply that opened no message is
     /// all content.
     pub fn finish(mut self) -> (Pieces, Vec<Call>) {
@@ -103,23 +113,12 @@ impl HarmonyScanner {
         match self.message.take() {
             Some(mut m) => {
                 m.take(std::mem::take(&mut self.pending), &mut out);
-                if let Some(function) = m.function {
-                    self.calls.push((function, arguments(&m.arguments)));
-                }
+                self.end_message(m, &mut out);
             }
             None if !self.opened && !self.pending.is_empty() => out.push((Part::Content, self.pending)),
             None => {}
         }
         (out, self.calls)
-    }
-}
-
-/// A call's arguments as the reply gives them: compact JSON where the text is a JSON object
-/// (a model may lay it out over lines), else the text as it is.
-fn arguments(text: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(v @ serde_json::Value::Object(_)) => v.to_string(),
-        _ => text.trim().to_string(),
     }
 }
 
@@ -199,6 +198,11 @@ mod tests {
         for n in 1..=called.chars().count() {
             let want = (String::new(), String::new(), vec![("add".into(), "{\"a\":1,\"b\":2}".into())]);
             assert_eq!(scan(called, n), want, "split {n}");
+        }
+        // A call whose arguments are no JSON object is content, not a call.
+        let broken = "<|channel|>commentary to=functions.add <|constrain|>json<|message|>{\"a\": 1,<|call|>";
+        for n in 1..=broken.chars().count() {
+            assert_eq!(scan(broken, n), (String::new(), "{\"a\": 1,".into(), vec![]), "split {n}");
         }
         // Not harmony at all: content, at the end.
         assert_eq!(scan("plain words", 3), (String::new(), "plain words".into(), vec![]));
