@@ -24,6 +24,7 @@ fn options() -> ModelBenchOptions {
         mtp_drafts: 0,
         temperature: 0.0,
         prompt_repeats: 1,
+        prompt_text: None,
     }
 }
 

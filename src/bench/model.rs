@@ -18,7 +18,7 @@ use crate::runtime::{GenerateOptions, SamplingParams};
 use crate::Engine;
 
 /// What to run.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ModelBenchOptions {
     /// Prompt length (random ids).
     pub prompt_tokens: usize,
@@ -44,6 +44,9 @@ pub struct ModelBenchOptions {
     /// The prompt is its random block this many times over (a prompt that repeats itself is
     /// what prompt lookup drafts from: quotes, code edits).
     pub prompt_repeats: usize,
+    /// Text whose first `prompt_tokens` tokens (the model's tokenizer's) are the prompt instead
+    /// of random ids: held-out text, for drafts that predict what the model will say.
+    pub prompt_text: Option<String>,
 }
 
 /// Decode with drafts (on) against one token a step (off), in turn, with what the drafts did.
@@ -155,7 +158,21 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
     let started = Instant::now();
     let engine = load()?;
     let load_s = started.elapsed().as_secs_f64();
-    let prompt = random_tokens(o.prompt_tokens, engine.spec().vocab, o.seed).repeat(o.prompt_repeats.max(1));
+    let block = match &o.prompt_text {
+        None => random_tokens(o.prompt_tokens, engine.spec().vocab, o.seed),
+        Some(text) => {
+            let ids = engine.encode(text)?;
+            if ids.len() < o.prompt_tokens {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "the prompt text has {} tokens, fewer than the {} asked for",
+                    ids.len(),
+                    o.prompt_tokens
+                )));
+            }
+            ids[..o.prompt_tokens].to_vec()
+        }
+    };
+    let prompt = block.repeat(o.prompt_repeats.max(1));
     let sampling = SamplingParams { temperature: o.temperature, seed: o.seed, ..Default::default() };
     sampling.validate()?;
     let options = GenerateOptions { max_tokens: o.decode_tokens, sampling, ignore_eos: true, ..Default::default() };

@@ -171,6 +171,10 @@ struct ModelBenchArgs {
     /// The prompt is its random block this many times over (what prompt lookup drafts from).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     prompt_repeats: u64,
+    /// The prompt is this file's first `--prompt-tokens` tokens instead of random ids (held-out
+    /// text, e.g. the bundled model's `validation.txt`, for MTP drafts).
+    #[arg(long, value_name = "FILE")]
+    prompt_file: Option<PathBuf>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -389,6 +393,11 @@ fn run_model(a: ModelBenchArgs) -> Result<()> {
         },
         temperature: a.temperature,
         prompt_repeats: a.prompt_repeats as usize,
+        prompt_text: a
+            .prompt_file
+            .as_ref()
+            .map(|f| std::fs::read_to_string(f).map_err(|e| Error::io(f, e)))
+            .transpose()?,
     };
     let load = if mtp { MtpLoad::Required } else { MtpLoad::Off };
     let r = model::run(|| a.model.load_with(load), &o)?;
