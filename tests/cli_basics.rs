@@ -144,38 +144,35 @@ fn speculative_flags_keep_the_output_and_refuse_what_does_not_run() {
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
         (text(&out.stdout), text(&out.stderr))
     };
-    let (plain, _) = run(&[]);
-    // Prompt lookup, named or through `--draft N` (also spelled `--draft-max`) under `auto`: the
-    // same text, with drafts verified; `off` drafts nothing even with `--draft`.
-    for extra in [&["--speculative", "ngram"][..], &["--draft", "4"], &["--draft-max", "3"]] {
-        let (text, stats) = run(extra);
-        assert_eq!(text, plain, "{extra:?}");
-        assert!(stats.contains("drafts"), "{extra:?} reports its drafts: {stats}");
-    }
-    let (off, stats) = run(&["--speculative", "off", "--draft", "4"]);
-    assert_eq!(off, plain);
-    assert!(!stats.contains("drafts"), "{stats}");
-    // The bundled model has no MTP layers: `mtp` is refused by name, `auto` drafts nothing.
-    let out = moestream(&["generate", "-m", model.to_str().unwrap(), "-p", "x", "--speculative", "mtp"]);
-    assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("--speculative mtp: this model ships no MTP layers"), "{}", text(&out.stderr));
-    assert!(!run(&[]).1.contains("drafts"));
-    // A model with an MTP module drafts from it by default (`auto`), the same text as without.
-    let glm = root().join("tests/fixtures/glm4_moe");
-    let glm_run = |extra: &[&str]| {
-        let mut args = vec!["generate", "-m", glm.to_str().unwrap(), "--tokens", "5,6,7", "-n", "16", "--temp", "0"];
-        args.extend(extra);
-        let out = moestream(&args);
-        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
-        (text(&out.stdout), text(&out.stderr))
-    };
-    let (plain, stats) = glm_run(&["--speculative", "off"]);
+    // The bundled model ships an MTP module: `auto` (the default) drafts from it, `mtp` too,
+    // the same text as one token a step.
+    let (plain, stats) = run(&["--speculative", "off", "--draft", "4"]);
     assert!(!stats.contains("drafts"), "{stats}");
     for extra in [&[][..], &["--speculative", "mtp", "--draft", "2"]] {
-        let (text, stats) = glm_run(extra);
+        let (text, stats) = run(extra);
         assert_eq!(text, plain, "{extra:?}");
         assert!(stats.contains("[MTP drafts:"), "{extra:?}: {stats}");
     }
+    // Prompt lookup, named or (without an MTP module) through `--draft N`, also spelled
+    // `--draft-max`: the same text, with drafts verified.
+    for extra in [&["--speculative", "ngram"][..], &["--speculative", "ngram", "--draft-max", "3"]] {
+        let (text, stats) = run(extra);
+        assert_eq!(text, plain, "{extra:?}");
+        assert!(stats.contains("[prompt-lookup drafts:"), "{extra:?} reports its drafts: {stats}");
+    }
+    // A model without MTP layers: `mtp` is refused by name, `auto` with `--draft N` looks up.
+    let qwen = root().join("tests/fixtures/qwen3_moe");
+    let q = |extra: &[&str]| {
+        let mut args = vec!["generate", "-m", qwen.to_str().unwrap(), "--tokens", "5,6,7", "-n", "8", "--temp", "0"];
+        args.extend(extra);
+        moestream(&args)
+    };
+    let out = q(&["--speculative", "mtp"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--speculative mtp: this model ships no MTP layers"), "{}", text(&out.stderr));
+    let out = q(&["--draft", "3"]);
+    assert!(out.status.success() && text(&out.stderr).contains("[prompt-lookup drafts:"), "{}", text(&out.stderr));
+    let glm = root().join("tests/fixtures/glm4_moe");
     // Batched requests do not run MTP drafts yet: `serve --speculative mtp` says so.
     let out = moestream(&["serve", "-m", glm.to_str().unwrap(), "--speculative", "mtp"]);
     assert!(!out.status.success());

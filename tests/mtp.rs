@@ -194,3 +194,60 @@ fn a_converted_model_keeps_its_mtp_module() {
         assert!(g.stats.draft_tokens > 0, "{name}");
     }
 }
+
+/// The bundled model, which ships a trained MTP module (`models/recipe/mtp.py`).
+fn bundled() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/moestream-tiny-moe")
+}
+
+#[test]
+fn the_bundled_models_mtp_module_matches_its_training_code() {
+    // `tests/fixtures/bundled_mtp_golden.json`: the recipe's torch module (bf16 weights in f32)
+    // over the first 48 validation tokens.
+    let g: Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixtures_dir().join("bundled_mtp_golden.json")).unwrap())
+            .unwrap();
+    let tokens: Vec<u32> = g["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let want: Vec<f32> = g["logprobs"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    let model = ReferenceModel::load(&bundled()).unwrap();
+    let mtp = ReferenceMtp::load(&bundled(), &model).unwrap();
+    let cpu = reference_mtp(&model, &mtp, &tokens);
+    let options = EngineOptions {
+        kv_dtype: KvDtype::F32,
+        mtp: MtpLoad::Required,
+        ..EngineOptions::new(bundled()).with_format(WeightFormat::F32)
+    };
+    let e = Engine::load_on(common::gpu(), &options).unwrap();
+    let (m, kv) = (e.model(), e.model().new_cache().unwrap());
+    let n = tokens.len();
+    m.step(&kv, &tokens[..n - 1], 0, Phase::Prefill, StepOutput::None).unwrap();
+    let gpu = log_softmax(&m.mtp_logits(&kv, &tokens[1..], 0, Phase::Prefill).unwrap());
+    let got: Vec<f32> = (0..n - 2).map(|i| cpu[i][tokens[i + 2] as usize]).collect();
+    assert!(common::max_abs_diff(&got, &want) < 2e-3, "CPU reference: {got:?} vs {want:?}");
+    // The GPU's last row, from one multi-row MTP step.
+    assert!(common::max_abs_diff(&gpu, &cpu[n - 2]) < 2e-3, "GPU vs CPU reference at the last row");
+}
+
+#[test]
+fn the_bundled_models_mtp_drafts_are_accepted_and_change_nothing() {
+    // Greedy text on the bundled model: its MTP module drafts what it would say next often
+    // enough that a verify step averages well over one token, and the text is the plain one.
+    let e = Engine::load_on(common::gpu(), &EngineOptions { mtp: MtpLoad::Required, ..EngineOptions::new(bundled()) })
+        .unwrap();
+    let prompt = e.encode("The history of the city").unwrap();
+    let options = |mtp_drafts| GenerateOptions { max_tokens: 64, ignore_eos: true, mtp_drafts, ..Default::default() };
+    let plain = e.generate(&prompt, &options(0), |_, _| true).unwrap();
+    for k in [1, 3] {
+        let g = e.generate(&prompt, &options(k), |_, _| true).unwrap();
+        assert_eq!(g.tokens, plain.tokens, "{k} drafts a step");
+        let s = &g.stats;
+        let per_step = moestream::runtime::drafts::tokens_per_verify_step(s.accepted_draft_tokens, s.draft_steps);
+        assert!(
+            s.accepted_draft_tokens * 3 > s.draft_tokens,
+            "{k}: {} of {} accepted",
+            s.accepted_draft_tokens,
+            s.draft_tokens
+        );
+        assert!(per_step > 1.4, "{k} drafts a step: {per_step:.2} tokens per verify step");
+    }
+}
