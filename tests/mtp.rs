@@ -234,6 +234,8 @@ fn the_bundled_models_mtp_drafts_are_accepted_and_change_nothing() {
     // enough that a verify step averages well over one token, and the text is the plain one.
     let e = Engine::load_on(common::gpu(), &EngineOptions { mtp: MtpLoad::Required, ..EngineOptions::new(bundled()) })
         .unwrap();
+    // Drafting paced by acceptance only, not by the time steps take: reproducible counts.
+    e.set_draft_payoff(false);
     let prompt = e.encode("The history of the city").unwrap();
     let options = |mtp_drafts| GenerateOptions { max_tokens: 64, ignore_eos: true, mtp_drafts, ..Default::default() };
     let plain = e.generate(&prompt, &options(0), |_, _| true).unwrap();

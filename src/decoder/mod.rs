@@ -25,6 +25,7 @@ use build::{f32_buf, router_shape, Builder};
 pub use batch::{BatchEntry, Rows};
 pub use cache::{GroupedCache, LayerCache, LinearCache, MlaCache, SequenceCache};
 pub use chained::ChainedStep;
+pub use mtp::MAX_DRAFTS as MAX_MTP_DRAFTS;
 pub use optimistic::OptimisticSteps;
 pub use prerouter::RoutingMode;
 

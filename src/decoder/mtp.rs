@@ -8,7 +8,7 @@
 //! argmax; the module's output row is kept as the next MTP step's hidden state, so drafts chain.
 
 use super::build::{BoundShared, Builder};
-use super::step::Routing;
+use super::step::{Routing, TokenSource};
 use super::*;
 use crate::experts::policy::Phase;
 use crate::model::mtp::MtpWeights;
@@ -27,7 +27,12 @@ pub(super) struct MtpModule {
     /// The module's decoder layer (model layer `spec.layers - 1`).
     pub(super) layer: Layer,
     head_norm: RmsNorm,
+    /// The drafts of chained MTP steps ([`MAX_DRAFTS`] token ids), read back at once.
+    drafts: wgpu::Buffer,
 }
+
+/// Most drafts [`GpuModel::mtp_drafts`] chains.
+pub const MAX_DRAFTS: usize = 32;
 
 impl MtpModule {
     /// Records the copy of a step's `n` final-norm output rows (`hn`) for the module.
@@ -62,7 +67,8 @@ impl Builder<'_> {
             Some(top_k) => self.norm_after_combine(&w.head_norm, acts, top_k, eps),
             None => self.norm(&w.head_norm, &acts.x, Some(&acts.hn), rows, eps),
         };
-        Ok(MtpModule { spec, hidden, embed_norm, embed_proj, hidden_norm, hidden_proj, layer, head_norm })
+        let drafts = self.gpu.storage("mtp drafts", (MAX_DRAFTS * 4) as u64);
+        Ok(MtpModule { spec, hidden, embed_norm, embed_proj, hidden_norm, hidden_proj, layer, head_norm, drafts })
     }
 }
 
@@ -78,37 +84,89 @@ impl GpuModel {
     /// position. Returns the draft (the greedy token) for the position after the last row's
     /// next token.
     pub fn mtp_step(&self, cache: &SequenceCache, next: &[u32], pos: usize, phase: Phase) -> Result<u32> {
+        Ok(self.mtp_drafts(cache, next, pos, 1, phase)?[0])
+    }
+
+    /// [`GpuModel::mtp_step`], then `count - 1` more MTP steps chained on the GPU, each at the
+    /// next position on the module's own output and the draft before (no round trip between
+    /// them): the `count` drafts, read back once. With `count` 0 the module only runs over the
+    /// rows (their drafts unread, nothing waited for: a prefill chunk's).
+    pub fn mtp_drafts(
+        &self,
+        cache: &SequenceCache,
+        next: &[u32],
+        pos: usize,
+        count: usize,
+        phase: Phase,
+    ) -> Result<Vec<u32>> {
+        let gpu = &*self.gpu;
         let n = next.len();
-        let mut rec = self.record_mtp(cache, next, pos, phase)?;
-        self.argmax.record(&self.gpu, &mut rec);
-        rec.submit(&self.gpu.queue);
-        let mut id = [0u8; 4];
-        self.readback.read(&self.gpu, &self.acts.argmax, 0, &mut id)?;
-        Self::greedy_token(u32::from_le_bytes(id), pos + n - 1)
+        if pos + n - 1 + count > self.options.context {
+            return Err(Error::ContextOverflow { requested: pos + n - 1 + count, context: self.options.context });
+        }
+        if count > MAX_DRAFTS {
+            return Err(Error::InvalidArgument(format!("{count} MTP drafts (at most {MAX_DRAFTS})")));
+        }
+        let mut tokens = TokenSource::Host;
+        for j in 0..count.max(1) {
+            let at = if j == 0 { pos } else { pos + n - 1 + j };
+            let rows = if j == 0 { n } else { 1 };
+            let mut rec = self.record_mtp(cache, (tokens, next), at, rows, phase)?;
+            if count > 0 {
+                self.argmax.record(gpu, &mut rec);
+                let mtp = self.mtp.as_ref().expect("record_mtp checked it");
+                rec.encoder().copy_buffer_to_buffer(&self.acts.argmax, 0, &mtp.drafts, 4 * j as u64, 4);
+            }
+            rec.submit(&gpu.queue);
+            tokens = TokenSource::PreviousArgmax;
+        }
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let mut ids = vec![0u32; count];
+        let drafts = &self.mtp.as_ref().expect("record_mtp checked it").drafts;
+        self.readback.read(gpu, drafts, 0, bytemuck::cast_slice_mut(&mut ids))?;
+        ids.iter().enumerate().map(|(j, &id)| Self::greedy_token(id, pos + n - 1 + j)).collect()
     }
 
     /// [`GpuModel::mtp_step`] returning the last row's logits instead of its greedy token.
     pub fn mtp_logits(&self, cache: &SequenceCache, next: &[u32], pos: usize, phase: Phase) -> Result<Vec<f32>> {
         let n = next.len();
-        self.record_mtp(cache, next, pos, phase)?.submit(&self.gpu.queue);
+        self.record_mtp(cache, (TokenSource::Host, next), pos, n, phase)?.submit(&self.gpu.queue);
         Ok(self.read_logit_rows(&[(n - 1, pos + n - 1)])?.pop().expect("one row asked for"))
     }
 
-    /// Records an MTP step (see [`GpuModel::mtp_step`]) up to the last row's logits; the parts
-    /// that stream experts are submitted on the way.
-    fn record_mtp(&self, cache: &SequenceCache, next: &[u32], pos: usize, phase: Phase) -> Result<Pass> {
+    /// Records an MTP step of `n` rows at `pos` (see [`GpuModel::mtp_step`]; its tokens `next`
+    /// from the host, or the previous argmax for a chained row) up to the last row's logits; the
+    /// parts that stream experts are submitted on the way.
+    fn record_mtp(
+        &self,
+        cache: &SequenceCache,
+        (tokens, next): (TokenSource, &[u32]),
+        pos: usize,
+        n: usize,
+        phase: Phase,
+    ) -> Result<Pass> {
         let mtp = self.mtp.as_ref().ok_or_else(|| {
             Error::InvalidArgument("the model was loaded without its MTP module (DecoderOptions::mtp)".into())
         })?;
-        let n = next.len();
-        self.check_step(cache, next, n, pos)?;
         let gpu = &*self.gpu;
-        gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(next));
+        match tokens {
+            TokenSource::Host => {
+                self.check_step(cache, next, n, pos)?;
+                gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(next));
+            }
+            TokenSource::PreviousArgmax => self.check_step(cache, &[], n, pos)?,
+        }
         self.step.set(gpu, n, pos);
         // The argmax will no longer hold a chained step's token.
         *self.chain.argmax_of.lock().expect("chain lock") = None;
         let mut rec = Pass::new(&gpu.device);
-        self.embed.record(gpu, &mut rec, n);
+        match tokens {
+            TokenSource::Host => &self.embed,
+            TokenSource::PreviousArgmax => &self.embed_from_argmax,
+        }
+        .record(gpu, &mut rec, n);
         mtp.embed_norm.record(gpu, &mut rec, n);
         mtp.embed_proj.record(gpu, &mut rec, n);
         mtp.hidden_norm.record(gpu, &mut rec, n);

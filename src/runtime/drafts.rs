@@ -68,20 +68,37 @@ pub fn tokens_per_verify_step(accepted: usize, steps: usize) -> f64 {
 /// than a plain one wherever the step is not bound by weight reads (and on a streamed model reads
 /// the rejected drafts' experts), so after a step that accepted none the request pauses
 /// drafting for a number of steps that doubles with each such step (up to 16), and the most it
-/// drafts follows what was accepted. The output is the same either way (greedy: token for
-/// token; sampling: the same distribution).
+/// drafts follows what was accepted. Where it is told what steps take ([`DraftPacing::timed`]),
+/// it also pauses for [`PAYOFF_PAUSE`] steps whenever drafting costs more time per token than
+/// plain steps do (sampled text, whose drafts are accepted less often, on an adapter where a
+/// verify step costs much more than one token's), measuring plain steps now and then to know.
+/// The output is the same either way (greedy: token for token; sampling: the same distribution).
 #[derive(Clone, Copy, Debug)]
 pub struct DraftPacing {
     max: usize,
     limit: usize,
     paused: usize,
     backoff: usize,
+    /// Seconds and tokens of plain steps and of drafting cycles, each earlier step weighing
+    /// [`DECAY`] times the next (so one unlucky cycle does not decide), where timed.
+    timed: [(f64, f64); 2],
+    /// Drafting cycles timed since the last plain step was.
+    cycles_since_plain: usize,
 }
+
+/// Steps a request goes without drafting when drafting cost more time per token than plain steps.
+pub const PAYOFF_PAUSE: usize = 32;
+
+/// Drafting cycles between two plain steps timed to compare with.
+const PLAIN_EVERY: usize = 16;
+
+/// The weight of a step's time against the next one's in [`DraftPacing::timed`].
+const DECAY: f64 = 0.9;
 
 impl DraftPacing {
     /// Pacing for drafts of up to `max` tokens.
     pub fn new(max: usize) -> DraftPacing {
-        DraftPacing { max, limit: max, paused: 0, backoff: 0 }
+        DraftPacing { max, limit: max, paused: 0, backoff: 0, timed: [(0.0, 0.0); 2], cycles_since_plain: 0 }
     }
 
     /// The most tokens to draft at this step (0 while paused; each call is one step).
@@ -90,7 +107,27 @@ impl DraftPacing {
             self.paused -= 1;
             return 0;
         }
+        if self.cycles_since_plain >= PLAIN_EVERY {
+            // A plain step to compare the drafting cycles with.
+            self.cycles_since_plain = 0;
+            return 0;
+        }
         self.limit
+    }
+
+    /// Records that a step produced `tokens` tokens in `secs` seconds, `drafted` or plain; when
+    /// drafting took longer per token than plain steps, pauses it for [`PAYOFF_PAUSE`] steps.
+    pub fn timed(&mut self, drafted: bool, tokens: usize, secs: f64) {
+        let (s, n) = &mut self.timed[usize::from(drafted)];
+        (*s, *n) = (DECAY * *s + secs, DECAY * *n + tokens as f64);
+        match drafted {
+            true => self.cycles_since_plain += 1,
+            false => self.cycles_since_plain = 0,
+        }
+        let [(plain_s, plain_n), (drafted_s, drafted_n)] = self.timed;
+        if drafted && plain_n > 0.0 && drafted_s / drafted_n > plain_s / plain_n {
+            self.paused = self.paused.max(PAYOFF_PAUSE);
+        }
     }
 
     /// Records a verify step that accepted `accepted` of `proposed` drafts.
@@ -133,6 +170,43 @@ mod tests {
         }
         let paused = (0..40).take_while(|_| p.allowance() == 0).count();
         assert_eq!(paused, 16, "the pause doubles up to 16 steps");
+    }
+
+    #[test]
+    fn pacing_pauses_drafting_that_costs_more_time_than_it_saves() {
+        // Drafting cycles at 2 ms a token, plain steps at 1 ms: drafting pauses.
+        let mut p = DraftPacing::new(3);
+        let cycle = |p: &mut DraftPacing| {
+            assert_eq!(p.allowance(), 3);
+            p.record(3, 2);
+            p.timed(true, 3, 0.006);
+        };
+        // No plain step timed yet: drafting goes on until one is, every 16 cycles.
+        for _ in 0..16 {
+            cycle(&mut p);
+        }
+        assert_eq!(p.allowance(), 0, "a plain step to compare with");
+        p.timed(false, 1, 0.001);
+        cycle(&mut p);
+        let paused = (0..64).take_while(|_| p.allowance() == 0).count();
+        assert_eq!(paused, super::PAYOFF_PAUSE);
+        // Drafting that pays (3 tokens in the time of two plain ones) goes on.
+        let mut q = DraftPacing::new(3);
+        q.timed(false, 1, 0.001);
+        let mut plain = 0;
+        for _ in 0..51 {
+            match q.allowance() {
+                0 => {
+                    plain += 1;
+                    q.timed(false, 1, 0.001);
+                }
+                n => {
+                    q.record(n, n - 1);
+                    q.timed(true, n, 0.002);
+                }
+            }
+        }
+        assert_eq!(plain, 3, "only the plain steps it compares with");
     }
 
     #[test]

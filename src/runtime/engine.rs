@@ -53,6 +53,8 @@ pub struct Engine {
     /// ([`GpuModel::submit_chained`]): by default on hardware adapters, not on software ones;
     /// `MOESTREAM_CHAINED_DECODE=on|off` decides instead.
     chained_decode: AtomicBool,
+    /// Whether drafting pauses when it costs more time than it saves ([`Engine::set_draft_payoff`]).
+    draft_payoff: AtomicBool,
     /// What the CLI, `serve` and the C API sample with where the caller names nothing.
     sampling_defaults: SamplingParams,
     /// The constraint compiler, built at the first constrained request (its error kept).
@@ -444,6 +446,7 @@ impl Engine {
             kv,
             default_session: Mutex::new(None),
             chained_decode: AtomicBool::new(chained_decode),
+            draft_payoff: AtomicBool::new(true),
             sampling_defaults: sampling,
             grammars: OnceLock::new(),
             _trim: TrimOnDrop,
@@ -486,6 +489,19 @@ impl Engine {
     /// are the same either way.
     pub fn set_chained_decode(&self, on: bool) {
         self.chained_decode.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether requests pause drafting that costs more time per token than plain steps
+    /// ([`crate::runtime::drafts::DraftPacing::timed`]; on by default).
+    pub fn draft_payoff(&self) -> bool {
+        self.draft_payoff.load(Ordering::Relaxed)
+    }
+
+    /// Turns the time-based pause of drafting on or off: off, how many drafts a request
+    /// proposes depends on what was accepted only (reproducible figures; the tokens are the
+    /// same either way).
+    pub fn set_draft_payoff(&self, on: bool) {
+        self.draft_payoff.store(on, Ordering::Relaxed);
     }
 
     /// Installs (or removes) a per-MoE-layer observer of `hn` and routed ids; see

@@ -47,21 +47,32 @@ pub(super) struct DraftCounts {
     steps: usize,
     /// With drafts.
     pacing: Option<DraftPacing>,
+    /// Whether the pacing is told what steps take ([`Engine::draft_payoff`]).
+    payoff: bool,
 }
 
 impl DraftCounts {
-    /// The counts of a request with `options` (paced where it drafts).
-    pub(super) fn new(options: &GenerateOptions) -> DraftCounts {
+    /// The counts of a request with `options` (paced where it drafts; by time too with
+    /// `payoff`).
+    pub(super) fn new(options: &GenerateOptions, payoff: bool) -> DraftCounts {
         let most = match options.mtp_drafts {
             0 => options.drafts.map(|d| d.max_draft),
             n => Some(n),
         };
-        DraftCounts { pacing: most.map(DraftPacing::new), ..Default::default() }
+        DraftCounts { pacing: most.map(DraftPacing::new), payoff, ..Default::default() }
     }
 
     /// The most drafts to propose at this step (each call is one step; 0 without drafts).
     pub(super) fn allowance(&mut self) -> usize {
         self.pacing.as_mut().map_or(0, DraftPacing::allowance)
+    }
+
+    /// Records that a step produced `tokens` tokens in `secs` seconds, drafted or plain (the
+    /// pacing pauses drafting that costs more time than it saves).
+    pub(super) fn timed(&mut self, drafted: bool, tokens: usize, secs: f64) {
+        if let Some(pacing) = self.pacing.as_mut().filter(|_| self.payoff) {
+            pacing.timed(drafted, tokens, secs);
+        }
     }
 
     /// Counts a step that verified `proposed` drafts and accepted `accepted` of them.
@@ -346,7 +357,7 @@ impl Engine {
         if options.max_tokens > 0 {
             queue.push_back(pick(first, &session.tokens, &mut picker)?);
         }
-        let mut drafted = DraftCounts::new(options);
+        let mut drafted = DraftCounts::new(options, self.draft_payoff());
         let prefill_s = started.elapsed().as_secs_f64();
         let prefilled = session.len() - reused;
         let decode_start = Instant::now();
@@ -378,13 +389,17 @@ impl Engine {
             let room =
                 (options.max_tokens - tokens.len()).min(self.context() - pos).min(self.model.options().max_batch);
             let allowance = (room - 1).min(drafted.allowance());
+            let step_started = Instant::now();
             let draft = match mtp.as_mut() {
-                Some(m) => m.catch_up(self, session, pos, allowance)?,
+                Some(m) if allowance > 0 => m.catch_up(self, session, pos, allowance)?,
+                // Not drafting at this step: the module skips these positions.
+                Some(m) => m.skip_to(pos),
                 None => options.drafts.map(|d| d.draft(&session.tokens, allowance)).unwrap_or_default(),
             };
             if !draft.is_empty() {
                 let (accepted, after) = self.verify_drafts(session, &draft, pos, &mut picker)?;
                 drafted.count(draft.len(), accepted);
+                drafted.timed(true, accepted + 1, step_started.elapsed().as_secs_f64());
                 queue.extend(&draft[..accepted]);
                 queue.push_back(after);
                 continue;
@@ -410,6 +425,7 @@ impl Engine {
                 }
             });
             session.cached = pos + 1;
+            drafted.timed(false, 1, step_started.elapsed().as_secs_f64());
         }
         // Accepted drafts left untaken (the reply ended first) are not part of the sequence.
         session.cached = session.cached.min(session.len());

@@ -3,17 +3,15 @@
 //! rows' hidden states, and once the tokens after those positions are known (the next prefill
 //! chunk's, the sampled token, the accepted drafts and the token after them) the module runs
 //! over them, its last row proposing the token after the sequence's end; further drafts chain
-//! the module on its own output. Verification keeps the output exactly the plain one, as with
-//! prompt-lookup drafts.
+//! the module on its own output. A step that does not draft (paced: `DraftPacing`) skips the
+//! module. Verification keeps the output exactly the plain one, as with prompt-lookup drafts.
 
 use super::Engine;
+use crate::decoder::MAX_MTP_DRAFTS;
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::runtime::options::GenerateOptions;
 use crate::runtime::session::Session;
-
-/// Most MTP drafts a step.
-const MAX_MTP_DRAFTS: usize = 32;
 
 /// Where a request's MTP module stands: the first position whose main-step row it has not run.
 pub(super) struct MtpDrafts {
@@ -45,6 +43,14 @@ impl MtpDrafts {
         MtpDrafts { behind: from }
     }
 
+    /// Leaves the main model's rows before `pos` unrun (a step that does not draft: the
+    /// module's cache keeps what it held at those positions, which only its later drafts read).
+    /// No drafts.
+    pub(super) fn skip_to(&mut self, pos: usize) -> Vec<u32> {
+        self.behind = pos;
+        Vec::new()
+    }
+
     /// Runs the module over the main model's rows from where it is behind up to `pos` (the
     /// sequence's last token, not yet run by the main model; the tokens after those rows are
     /// all known now) and, with `want` above 0, returns up to `want` drafts for the positions
@@ -55,16 +61,8 @@ impl MtpDrafts {
             return Ok(Vec::new());
         }
         self.behind = pos;
-        let mut draft = model.mtp_step(&session.cache, &session.tokens[from + 1..=pos], from, Phase::Decode)?;
-        let mut drafts = Vec::with_capacity(want);
-        while drafts.len() < want {
-            drafts.push(draft);
-            if drafts.len() < want {
-                // The module on its own output and its draft, one position on.
-                draft = model.mtp_step(&session.cache, &[draft], pos + drafts.len() - 1, Phase::Decode)?;
-            }
-        }
-        Ok(drafts)
+        // Further drafts chain the module on its own output, on the GPU.
+        model.mtp_drafts(&session.cache, &session.tokens[from + 1..=pos], from, want, Phase::Decode)
     }
 }
 
@@ -73,7 +71,8 @@ impl Engine {
     /// (`start + 1..=end`) are known: every chunk but the last.
     pub(super) fn mtp_over_chunk(&self, session: &Session, start: usize, end: usize) -> Result<()> {
         if end < session.tokens.len() {
-            self.model.mtp_step(&session.cache, &session.tokens[start + 1..=end], start, Phase::Prefill)?;
+            // Its drafts are not wanted: nothing is waited for.
+            self.model.mtp_drafts(&session.cache, &session.tokens[start + 1..=end], start, 0, Phase::Prefill)?;
         }
         Ok(())
     }

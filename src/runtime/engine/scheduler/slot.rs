@@ -50,7 +50,8 @@ impl<'a> Running<'a> {
         on_token: OnToken<'a>,
         experts_before: ExpertStats,
     ) -> Running<'a> {
-        let drafted = DraftCounts::new(&options);
+        // Batched steps carry other requests' tokens: their time says nothing of this one's drafts.
+        let drafted = DraftCounts::new(&options, false);
         Running {
             id,
             prompt_len,
