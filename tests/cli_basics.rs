@@ -160,6 +160,14 @@ fn speculative_flags_keep_the_output_and_refuse_what_does_not_run() {
         assert_eq!(text, plain, "{extra:?}");
         assert!(stats.contains("[prompt-lookup drafts:"), "{extra:?} reports its drafts: {stats}");
     }
+    // A constrained request drafts nothing under `auto`; drafts asked for by name are refused.
+    let schema = r#"{"type":"array","items":{"type":"string"}}"#;
+    let (_, stats) = run(&["--json-schema", schema]);
+    assert!(!stats.contains("drafts"), "{stats}");
+    let mut args = vec!["generate", "-m", model.to_str().unwrap(), "-p", "x", "--json-schema", schema];
+    args.extend(["--speculative", "mtp"]);
+    let out = moestream(&args);
+    assert!(!out.status.success() && text(&out.stderr).contains("drafts with a constraint"), "{}", text(&out.stderr));
     // A model without MTP layers: `mtp` is refused by name, `auto` with `--draft N` looks up.
     let qwen = root().join("tests/fixtures/qwen3_moe");
     let q = |extra: &[&str]| {

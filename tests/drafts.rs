@@ -84,6 +84,10 @@ fn the_bundled_model_accepts_drafts_and_keeps_its_tokens() {
     };
     let a = e.generate(&prompt, &sampled(5), |_, _| true).unwrap().tokens;
     assert_eq!(e.generate(&prompt, &sampled(5), |_, _| true).unwrap().tokens, a);
+    // And the same text as without drafts: each position's token is drawn with the same random
+    // number, a draft accepted when the draw is it.
+    let plain = GenerateOptions { drafts: None, ..sampled(5) };
+    assert_eq!(e.generate(&prompt, &plain, |_, _| true).unwrap().tokens, a, "sampled, drafts or not");
     let bad = PromptLookup { ngram: 0, max_draft: 4 };
     assert!(e.generate(&prompt, &options(4, Some(bad)), |_, _| true).is_err());
 }

@@ -72,7 +72,7 @@ struct Conversation<'a> {
 pub fn run(a: ChatArgs) -> Result<()> {
     a.sampling.validate()?;
     let engine = a.model.load_with(a.drafts.mtp_load())?;
-    let drafts = a.drafts.plan(&engine)?;
+    let drafts = a.drafts.plan(&engine, false)?;
     let template = ChatTemplate::with_override(engine.model_dir(), a.chat_template.as_deref())?
         .ok_or_else(|| Error::NoChatTemplate(a.model.dir()))?;
     if engine.tokenizer().is_none() {
@@ -107,6 +107,11 @@ pub fn run(a: ChatArgs) -> Result<()> {
             Error::InvalidArgument(why) => Error::InvalidArgument(format!("--tool-choice: {why}")),
             e => e,
         })?;
+    }
+    if request.options.constraint.is_some() && (request.options.mtp_drafts > 0 || request.options.drafts.is_some()) {
+        // A forced call's grammar and drafts do not run together: the call goes without them.
+        log::info!("drafts are off: the forced tool call runs under a grammar");
+        (request.options.mtp_drafts, request.options.drafts) = (0, None);
     }
     // gpt-oss: only the final channel is shown (its analysis is reasoning, its calls calls).
     request.read_markers(engine.tokenizer().expect("checked above"), is_harmony(template.source()));

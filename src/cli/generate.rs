@@ -52,7 +52,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     a.sampling.validate()?;
     let constraint = constraint(&a)?;
     let engine = a.model.load_with(a.drafts.mtp_load())?;
-    let drafts = a.drafts.plan(&engine)?;
+    let drafts = a.drafts.plan(&engine, constraint.is_some())?;
     let prompts: Vec<(Option<String>, Vec<u32>)> = match (&a.prompt, &a.tokens, &a.prompt_file) {
         (_, Some(t), _) => vec![(None, parse_tokens(t)?)],
         (Some(p), _, _) => vec![(Some(p.clone()), engine.encode(p)?)],

@@ -425,8 +425,18 @@ impl DraftArgs {
         }
     }
 
-    /// The drafts of requests on `engine`, loaded with [`DraftArgs::mtp_load`].
-    pub fn plan(&self, engine: &Engine) -> Result<DraftPlan> {
+    /// The drafts of requests on `engine`, loaded with [`DraftArgs::mtp_load`]; none for
+    /// `constrained` requests (a grammar and drafts do not run together: asked for by name or
+    /// with `--draft N`, that is an error).
+    pub fn plan(&self, engine: &Engine, constrained: bool) -> Result<DraftPlan> {
+        if constrained {
+            let asked =
+                matches!(self.speculative, Speculative::Mtp | Speculative::Ngram) || self.draft.unwrap_or(0) > 0;
+            return match asked {
+                true => Err(Error::UnsupportedConfig("drafts with a constraint (JSON schema, regex, grammar)".into())),
+                false => Ok(DraftPlan::default()),
+            };
+        }
         let mtp = engine.model().has_mtp();
         match (self.speculative, self.draft) {
             (Speculative::Mtp, _) | (Speculative::Auto, _) if mtp && self.draft != Some(0) => {

@@ -3,8 +3,10 @@
 //! proposed as the next ones, and one step verifies them all ([`crate::decoder::GpuModel::step_drafted`]):
 //! code edits, quotes, retrieved passages and loops repeat what came before, and each accepted
 //! draft token is a decode step saved. Verification keeps the output exactly what decoding one
-//! token at a time gives: greedy, the argmax of each row until one differs from its draft;
-//! sampling, [`crate::runtime::sampler::Sampler::sample_with_draft`].
+//! token at a time gives, token for token: each row's token is picked as one token a step picks
+//! it (greedy, the argmax; sampling, a draw with the same random number), until one differs from
+//! its draft — a sampled draft is accepted with its probability, the most a draft that is one
+//! token for sure can be.
 
 use crate::error::{Error, Result};
 

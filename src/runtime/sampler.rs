@@ -102,32 +102,6 @@ impl Sampler {
         }
         candidates.last().expect("a vocabulary has tokens").id
     }
-
-    /// Picks a token from `logits` (as [`Sampler::sample`]) where `draft` was proposed for it
-    /// (speculative decoding with a draft that is one token for sure, such as a prompt lookup):
-    /// greedy, the argmax; sampling, `draft` with its probability under the distribution
-    /// `sample` draws from, else a token drawn from that distribution without `draft`,
-    /// renormalised — together exactly a draw from it. The draft was accepted when the result
-    /// is `draft`.
-    pub fn sample_with_draft(&mut self, logits: &mut [f32], history: &[u32], draft: u32) -> u32 {
-        let candidates = match self.penalised(logits, history) {
-            Ok(greedy) => return greedy,
-            Err(candidates) => candidates,
-        };
-        let total: f64 = candidates.iter().map(|c| c.weight).sum();
-        let drafted = candidates.iter().find(|c| c.id == draft).map_or(0.0, |c| c.weight);
-        if self.rng.next_f64() * total < drafted {
-            return draft;
-        }
-        let mut r = self.rng.next_f64() * (total - drafted);
-        for c in candidates.iter().filter(|c| c.id != draft) {
-            if r < c.weight {
-                return c.id;
-            }
-            r -= c.weight;
-        }
-        candidates.iter().rfind(|c| c.id != draft).map_or(draft, |c| c.id)
-    }
 }
 
 /// A token sampling may draw.
@@ -280,32 +254,6 @@ mod tests {
     }
 
     /// The candidates as the whole vocabulary sorted highest logit first, then cut.
-    #[test]
-    fn a_drafted_draw_follows_the_distribution() {
-        // Speculative sampling with a sure draft: the drawn tokens' frequencies are the
-        // distribution's, whatever the draft.
-        let logits = [1.0f32, 0.2, -0.5, 0.8, 0.0];
-        let params = SamplingParams { temperature: 0.9, top_k: 4, seed: 3, ..SamplingParams::default() };
-        let want: Vec<(u32, f64)> = {
-            let c = params.candidates(&logits);
-            let total: f64 = c.iter().map(|c| c.weight).sum();
-            c.iter().map(|c| (c.id, c.weight / total)).collect()
-        };
-        for draft in [0u32, 2, 4] {
-            let mut sampler = Sampler::new(params);
-            let draws = 40_000;
-            let mut counts = [0usize; 5];
-            for _ in 0..draws {
-                counts[sampler.sample_with_draft(&mut logits.clone(), &[], draft) as usize] += 1;
-            }
-            for &(id, p) in &want {
-                let f = counts[id as usize] as f64 / draws as f64;
-                assert!((f - p).abs() < 0.01, "draft {draft}: token {id} drawn {f:.4}, probability {p:.4}");
-            }
-            assert_eq!(counts[2], 0, "top-k 4 leaves token 2 out even when drafted");
-        }
-    }
-
     fn candidates_by_full_sort(p: &SamplingParams, logits: &[f32]) -> Vec<(u32, f64)> {
         let mut all: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l / p.temperature)).collect();
         all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));

@@ -111,19 +111,15 @@ impl Picker {
         Ok(Picker { sampler: Sampler::new(options.sampling), top: options.logprobs, logprobs: Vec::new(), constraint })
     }
 
-    /// The token after `logits` (`history` the sequence so far), drawn as
-    /// [`Sampler::sample`] draws or, where `draft` was proposed, as
-    /// [`Sampler::sample_with_draft`], among what the constraint allows; its log-probability
-    /// (before the constraint) recorded when asked for.
-    pub(super) fn pick(&mut self, logits: &mut [f32], history: &[u32], draft: Option<u32>) -> Result<u32> {
+    /// The token after `logits` (`history` the sequence so far), drawn as [`Sampler::sample`]
+    /// draws among what the constraint allows; its log-probability (before the constraint)
+    /// recorded when asked for.
+    pub(super) fn pick(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32> {
         let raw = self.top.map(|_| logits.to_vec());
         if let Some(c) = &mut self.constraint {
             c.mask(logits)?;
         }
-        let token = match draft {
-            Some(d) => self.sampler.sample_with_draft(logits, history, d),
-            None => self.sampler.sample(logits, history),
-        };
+        let token = self.sampler.sample(logits, history);
         if let Some(c) = &mut self.constraint {
             c.accept(token)?;
         }
@@ -139,8 +135,11 @@ impl Picker {
     /// rejected draft's replacement, or the last row's token).
     pub(super) fn walk_drafts(&mut self, rows: Vec<Vec<f32>>, tokens: &[u32], len: usize) -> Result<(usize, u32)> {
         for (i, mut logits) in rows.into_iter().enumerate() {
+            // Each row's token is drawn as one token a step draws it (the same random number):
+            // a draft is accepted when the draw is it, with its probability, and sampled text is
+            // token for token the text without drafts.
             let draft = tokens.get(len + i).copied();
-            let token = self.pick(&mut logits, &tokens[..len + i], draft)?;
+            let token = self.pick(&mut logits, &tokens[..len + i])?;
             if draft != Some(token) {
                 return Ok((i, token));
             }
@@ -340,7 +339,7 @@ impl Engine {
         let mut picker = Picker::new(self, options)?;
         let pick = |r: StepResult, history: &[u32], picker: &mut Picker| match r {
             StepResult::Token(t) => Ok(t),
-            StepResult::Logits(mut l) => picker.pick(&mut l, history, None),
+            StepResult::Logits(mut l) => picker.pick(&mut l, history),
             _ => unreachable!("generate asks for a token or logits"),
         };
         let mut stream = self.tokenizer.as_ref().map(TextStream::new);

@@ -113,7 +113,7 @@ impl Slot<'_> {
     /// on (the token runs in the next step).
     pub(super) fn take_token(&mut self, engine: &Engine, logits: &mut [f32]) -> Option<Result<()>> {
         let r = self.running.as_mut().expect("a step's part belongs to a running request");
-        match r.picker.pick(logits, &self.session.tokens, None) {
+        match r.picker.pick(logits, &self.session.tokens) {
             Ok(t) => self.take(engine, t),
             Err(e) => Some(Err(e)),
         }
