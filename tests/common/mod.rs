@@ -309,7 +309,7 @@ pub fn upload_matrix(
     moestream::ops::GpuMatrix::upload(gpu, "test matrix", &t, format).expect("matrix upload")
 }
 
-/// A copy of the fixture model `fixture` (its files linked) whose `tokenizer.json` has the
+/// A copy of the fixture model `fixture` (its files copied: small, and links are not portable) whose `tokenizer.json` has the
 /// special tokens `specials`: the fixtures' tokenizers lack the chat formats' marker tokens,
 /// and their vocabulary fills the model's logits, so each marker takes the id of a byte-level
 /// token no UTF-8 text uses (bytes 0xC0, 0xC1, 0xF5 to 0xFF) and no merge makes. Returns the
@@ -321,7 +321,7 @@ pub fn with_special_tokens(fixture: &Path, specials: &[&str]) -> (TempDir, Vec<(
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_owned();
         if name != "tokenizer.json" && name != "golden.json" {
-            std::os::unix::fs::symlink(&path, dir.path().join(name)).unwrap();
+            std::fs::copy(&path, dir.path().join(name)).unwrap();
         }
     }
     let mut tokenizer: Value =
