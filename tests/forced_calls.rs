@@ -53,13 +53,7 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let deepseek: &[&str] = &[
-        "<｜tool▁calls▁begin｜>",
-        "<｜tool▁call▁begin｜>",
-        "<｜tool▁sep｜>",
-        "<｜tool▁call▁end｜>",
-        "<｜tool▁calls▁end｜>",
-    ];
+    let deepseek = common::DEEPSEEK_TOOL_MARKERS;
     vec![
         Case {
             fixture: "glm4_moe",

@@ -791,13 +791,7 @@ fn forced_tool_calls_in_special_token_formats() {
     // DeepSeek-V3.1's and gpt-oss's real templates on fixture models whose vocabularies have
     // the formats' marker tokens: the grammar writes the tokens, the reply reads them back.
     // (gpt-oss's template wants every tool described.)
-    let deepseek: &[&str] = &[
-        "<｜tool▁calls▁begin｜>",
-        "<｜tool▁call▁begin｜>",
-        "<｜tool▁sep｜>",
-        "<｜tool▁call▁end｜>",
-        "<｜tool▁calls▁end｜>",
-    ];
+    let deepseek = common::DEEPSEEK_TOOL_MARKERS;
     let harmony: &[&str] =
         &["<|channel|>", "<|message|>", "<|constrain|>", "<|call|>", "<|start|>", "<|end|>", "<|return|>"];
     let tools = json!([

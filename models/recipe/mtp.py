@@ -175,7 +175,7 @@ def main():
     p.add_argument("--work", type=Path, default=REPO / "models" / "recipe" / "work")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--steps", type=int, default=700)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--lr", type=float, default=2e-3)

@@ -347,3 +347,13 @@ pub fn with_special_tokens(fixture: &Path, specials: &[&str]) -> (TempDir, Vec<(
     std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
     (dir, ids)
 }
+
+/// DeepSeek-V3's tool-call marker tokens, spelled as its tokenizer spells them (written here,
+/// not taken from the library, so the tests check its spelling).
+pub const DEEPSEEK_TOOL_MARKERS: &[&str] = &[
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁sep｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁calls▁end｜>",
+];
