@@ -469,14 +469,15 @@ impl GpuModel {
 
         let moe_layers: Vec<usize> = (0..spec.layers).filter(|&i| spec.is_moe_layer(i)).collect();
         // With the MTP module, its layer is one more: in the caches, and its experts in the slots.
-        let mtp_spec = options.mtp.then(|| crate::model::mtp::with_mtp_layer(spec)).transpose()?;
-        let slotted: Vec<usize> = match &mtp_spec {
+        let mtp = options.mtp.then(|| crate::model::mtp::read(ckpt, spec)).transpose()?;
+        let mtp_spec = mtp.as_ref().map(|(full, _)| full);
+        let slotted: Vec<usize> = match mtp_spec {
             Some(full) => (0..full.layers).filter(|&i| full.is_moe_layer(i)).collect(),
             None => moe_layers.clone(),
         };
         let predicted = PredictedRouting::default();
         let residency =
-            expert_residency(&gpu, mtp_spec.as_ref().unwrap_or(spec), &slotted, expert_source, &options, &predicted)?;
+            expert_residency(&gpu, mtp_spec.unwrap_or(spec), &slotted, expert_source, &options, &predicted)?;
 
         let mut layers = Vec::with_capacity(spec.layers);
         // The top-k of the previous MoE layer whose combine this layer's input norm does.
@@ -490,10 +491,7 @@ impl GpuModel {
             layers.push(layer);
         }
         bld.layer = None;
-        let mtp = match mtp_spec {
-            Some(full) => Some(bld.mtp_module(full, &crate::model::mtp::read(ckpt, spec)?, &acts, &bound)?),
-            None => None,
-        };
+        let mtp = mtp.map(|(full, weights)| bld.mtp_module(full, &weights, &acts, &bound)).transpose()?;
         let final_norm = match combine_pending.take() {
             Some(top_k) => bld.norm_after_combine(&final_norm_w, &acts, top_k, spec.rms_eps),
             None => bld.norm(

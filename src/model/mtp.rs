@@ -86,8 +86,9 @@ pub fn copies(spec: &ArchSpec) -> [String; 2] {
 }
 
 /// Reads the MTP module of `ck`, a checkpoint of `spec` (the model's own spec, without the MTP
-/// layer); a GGUF or converted model's MTP tensors are refused by name.
-pub fn read(ck: &Checkpoint, spec: &ArchSpec) -> Result<MtpWeights> {
+/// layer), where it has one that runs ([`available`]): `spec` with the MTP layer appended, and
+/// the module's weights.
+pub fn read(ck: &Checkpoint, spec: &ArchSpec) -> Result<(ArchSpec, MtpWeights)> {
     let ext = available(ck, spec)?;
     let (h, l) = (spec.hidden, spec.layers);
     let p = names::layer(l);
@@ -99,14 +100,15 @@ pub fn read(ck: &Checkpoint, spec: &ArchSpec) -> Result<MtpWeights> {
     };
     // Qwen3-Next's norms are stored zero-centred, as its layers' are.
     let norm = |t: &str| ck.tensor(&name(t), &[h]).map(|w| layer_weights::centred(spec, w));
-    Ok(MtpWeights {
+    let weights = MtpWeights {
         embed_norm: norm("enorm.weight")?,
         hidden_norm: norm("hnorm.weight")?,
         embed_proj: columns(0),
         hidden_proj: columns(h),
         layer: layer_weights::layer(ck, &ext, l)?,
         head_norm: norm("shared_head.norm.weight")?,
-    })
+    };
+    Ok((ext, weights))
 }
 
 /// Checks that the MTP's `shared_head.head` (where the checkpoint has one: a converted model

@@ -16,7 +16,7 @@ use crate::model::{ArchSpec, Checkpoint};
 
 /// A checkpoint's MTP module in host memory as f32, beside its [`ReferenceModel`].
 pub struct ReferenceMtp {
-    /// The model's spec with the MTP layer appended ([`mtp::with_mtp_layer`]).
+    /// The model's spec with the MTP layer appended ([`mtp::read`]).
     spec: ArchSpec,
     weights: MtpWeights,
     /// The MTP layer's routed experts.
@@ -27,8 +27,7 @@ impl ReferenceMtp {
     /// Reads the MTP module of the checkpoint in `dir` (that of `model`).
     pub fn load(dir: &Path, model: &ReferenceModel) -> Result<ReferenceMtp> {
         let ck = Checkpoint::open(dir)?;
-        let spec = mtp::with_mtp_layer(model.spec())?;
-        let weights = mtp::read(&ck, model.spec())?;
+        let (spec, weights) = mtp::read(&ck, model.spec())?;
         let layer = model.spec().layers;
         let n = spec.moe.as_ref().map_or(0, |m| m.num_experts);
         let experts = (0..n).map(|e| layer_weights::expert(&ck, &spec, layer, e)).collect::<Result<_>>()?;
