@@ -128,7 +128,7 @@ fn the_gpu_mtp_module_matches_torch_token_by_token_and_in_chunks() {
             for start in (0..n - 1).step_by(3) {
                 let end = (start + 3).min(n - 1);
                 m.step(&kv, &g.tokens[start..end], start, Phase::Prefill, StepOutput::None).unwrap();
-                let draft = m.mtp_step(&kv, &g.tokens[start + 1..=end], start, Phase::Prefill).unwrap();
+                let draft = m.mtp_drafts(&kv, &g.tokens[start + 1..=end], start, 1, Phase::Prefill).unwrap()[0];
                 assert_eq!(draft, g.drafts[end - 1], "{what}: the draft after the chunk at {start}");
             }
         }

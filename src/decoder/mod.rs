@@ -83,7 +83,7 @@ pub struct DecoderOptions {
     /// Stream experts through a slot budget; `None` keeps every expert resident.
     pub streaming: Option<StreamingOptions>,
     /// Also load and run the checkpoint's MTP module ([`crate::model::mtp`]): drafts for
-    /// speculative decoding ([`GpuModel::mtp_step`]); its layer counts in the caches and slots.
+    /// speculative decoding ([`GpuModel::mtp_drafts`]); its layer counts in the caches and slots.
     pub mtp: bool,
 }
 

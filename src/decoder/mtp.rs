@@ -10,7 +10,7 @@
 //! the argmax before it.
 
 use super::build::{BoundShared, Builder};
-use super::step::{Routing, TokenSource};
+use super::step::Routing;
 use super::*;
 use crate::experts::policy::Phase;
 use crate::model::mtp::MtpWeights;
@@ -35,6 +35,14 @@ pub(super) struct MtpModule {
 
 /// Most drafts [`GpuModel::mtp_drafts`] chains.
 pub const MAX_DRAFTS: usize = 32;
+
+/// The rows of an MTP step: tokens from the host (one row each), or one row whose token is the
+/// previous MTP step's argmax (a chained draft).
+#[derive(Clone, Copy)]
+enum MtpRows<'a> {
+    Tokens(&'a [u32]),
+    Chained,
+}
 
 impl MtpModule {
     /// Records the copy of a step's `n` final-norm output rows (`hn`) for the module.
@@ -80,19 +88,13 @@ impl GpuModel {
         self.mtp.is_some()
     }
 
-    /// Runs the MTP module at positions `pos..pos + next.len()` of `cache`: row i reads the
-    /// hidden state the last step on this sequence left for its position `pos + i` (row i of
-    /// that step's, or, after an MTP step, its output) with `next[i]`, the token after that
-    /// position. Returns the draft (the greedy token) for the position after the last row's
-    /// next token.
-    pub fn mtp_step(&self, cache: &SequenceCache, next: &[u32], pos: usize, phase: Phase) -> Result<u32> {
-        Ok(self.mtp_drafts(cache, next, pos, 1, phase)?[0])
-    }
-
-    /// [`GpuModel::mtp_step`], then `count - 1` more MTP steps chained on the GPU, each at the
-    /// next position on the module's own output and the draft before (no round trip between
-    /// them): the `count` drafts, read back once. With `count` 0 the module only runs over the
-    /// rows (their drafts unread, nothing waited for: a prefill chunk's).
+    /// Runs the MTP module at positions `pos..pos + next.len()` of `cache` (row i reads the
+    /// hidden state the last step on this sequence left for its position `pos + i` with
+    /// `next[i]`, the token after that position), then `count - 1` more MTP steps chained on the
+    /// GPU, each at the next position on the module's own output and the draft before (no round
+    /// trip between them): the `count` drafts (greedy tokens) for the positions after the last
+    /// row's next token, read back once. With `count` 0 the module only runs over the rows
+    /// (their drafts unread, nothing waited for: a prefill chunk's).
     pub fn mtp_drafts(
         &self,
         cache: &SequenceCache,
@@ -109,18 +111,18 @@ impl GpuModel {
         if count > MAX_DRAFTS {
             return Err(Error::InvalidArgument(format!("{count} MTP drafts (at most {MAX_DRAFTS})")));
         }
-        let mut tokens = TokenSource::Host;
         for j in 0..count.max(1) {
-            let at = if j == 0 { pos } else { pos + n - 1 + j };
-            let rows = if j == 0 { n } else { 1 };
-            let mut rec = self.record_mtp(cache, (tokens, next), at, rows, phase)?;
+            let (rows, at) = match j {
+                0 => (MtpRows::Tokens(next), pos),
+                _ => (MtpRows::Chained, pos + n - 1 + j),
+            };
+            let mut rec = self.record_mtp(cache, rows, at, phase)?;
             if count > 0 {
                 self.argmax.record(gpu, &mut rec);
                 let mtp = self.mtp.as_ref().expect("record_mtp checked it");
                 rec.encoder().copy_buffer_to_buffer(&self.acts.argmax, 0, &mtp.drafts, 4 * j as u64, 4);
             }
             rec.submit(&gpu.queue);
-            tokens = TokenSource::PreviousArgmax;
         }
         if count == 0 {
             return Ok(Vec::new());
@@ -131,44 +133,37 @@ impl GpuModel {
         ids.iter().enumerate().map(|(j, &id)| Self::greedy_token(id, pos + n - 1 + j)).collect()
     }
 
-    /// [`GpuModel::mtp_step`] returning the last row's logits instead of its greedy token.
+    /// The MTP module's logits after the last of the rows [`GpuModel::mtp_drafts`] runs (one
+    /// MTP step, nothing chained).
     pub fn mtp_logits(&self, cache: &SequenceCache, next: &[u32], pos: usize, phase: Phase) -> Result<Vec<f32>> {
         let n = next.len();
-        self.record_mtp(cache, (TokenSource::Host, next), pos, n, phase)?.submit(&self.gpu.queue);
+        self.record_mtp(cache, MtpRows::Tokens(next), pos, phase)?.submit(&self.gpu.queue);
         Ok(self.read_logit_rows(&[(n - 1, pos + n - 1)])?.pop().expect("one row asked for"))
     }
 
-    /// Records an MTP step of `n` rows at `pos` (see [`GpuModel::mtp_step`]; its tokens `next`
-    /// from the host, or the previous argmax for a chained row) up to the last row's logits; the
-    /// parts that stream experts are submitted on the way.
-    fn record_mtp(
-        &self,
-        cache: &SequenceCache,
-        (tokens, next): (TokenSource, &[u32]),
-        pos: usize,
-        n: usize,
-        phase: Phase,
-    ) -> Result<Pass> {
+    /// Records an MTP step of `rows` at `pos` (see [`GpuModel::mtp_drafts`]) up to the last
+    /// row's logits; the parts that stream experts are submitted on the way.
+    fn record_mtp(&self, cache: &SequenceCache, rows: MtpRows<'_>, pos: usize, phase: Phase) -> Result<Pass> {
         let mtp = self.mtp.as_ref().ok_or_else(|| {
             Error::InvalidArgument("the model was loaded without its MTP module (DecoderOptions::mtp)".into())
         })?;
         let gpu = &*self.gpu;
-        match tokens {
-            TokenSource::Host => {
-                self.check_step(cache, next, n, pos)?;
+        let (n, embed) = match rows {
+            MtpRows::Tokens(next) => {
+                self.check_step(cache, next, next.len(), pos)?;
                 gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(next));
+                (next.len(), &self.embed)
             }
-            TokenSource::PreviousArgmax => self.check_step(cache, &[], n, pos)?,
-        }
+            MtpRows::Chained => {
+                self.check_step(cache, &[], 1, pos)?;
+                (1, &self.embed_from_argmax)
+            }
+        };
         self.step.set(gpu, n, pos);
         // The argmax will no longer hold a chained step's token.
         *self.chain.argmax_of.lock().expect("chain lock") = None;
         let mut rec = Pass::new(&gpu.device);
-        match tokens {
-            TokenSource::Host => &self.embed,
-            TokenSource::PreviousArgmax => &self.embed_from_argmax,
-        }
-        .record(gpu, &mut rec, n);
+        embed.record(gpu, &mut rec, n);
         mtp.embed_norm.record(gpu, &mut rec, n);
         mtp.embed_proj.record(gpu, &mut rec, n);
         mtp.hidden_norm.record(gpu, &mut rec, n);
