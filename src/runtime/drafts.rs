@@ -1,14 +1,16 @@
-//! Prompt-lookup drafts: speculative decoding without a draft model. The tokens that followed
-//! the latest earlier occurrence of the sequence's last n tokens (the longest n that occurs) are
-//! proposed as the next ones, and one step verifies them all ([`crate::decoder::GpuModel::step_drafted`]):
-//! code edits, quotes, retrieved passages and loops repeat what came before, and each accepted
-//! draft token is a decode step saved. Verification keeps the output exactly what decoding one
-//! token at a time gives, token for token: each row's token is picked as one token a step picks
-//! it (greedy, the argmax; sampling, a draw with the same random number), until one differs from
-//! its draft — a sampled draft is accepted with its probability, the most a draft that is one
-//! token for sure can be.
+//! Speculative decoding's drafts: a request's counts and pacing ([`DraftCounts`],
+//! [`DraftPacing`]), and prompt-lookup drafts ([`PromptLookup`]), speculative decoding without a
+//! draft model: the tokens that followed the latest earlier occurrence of the sequence's last n
+//! tokens (the longest n that occurs) are proposed as the next ones, and one step verifies them
+//! all ([`crate::decoder::GpuModel::step_drafted`]): code edits, quotes, retrieved passages and
+//! loops repeat what came before, and each accepted draft token is a decode step saved.
+//! Verification keeps the output exactly what decoding one token at a time gives, token for
+//! token: each row's token is picked as one token a step picks it (greedy, the argmax;
+//! sampling, a draw with the same random number), until one differs from its draft — a sampled
+//! draft is accepted with its probability, the most a draft that is one token for sure can be.
 
 use crate::error::{Error, Result};
+use crate::runtime::options::GenerateOptions;
 
 /// How drafts are looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +56,56 @@ impl PromptLookup {
             }
         }
         Vec::new()
+    }
+}
+
+/// A request's drafts so far, and how many it may propose next.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DraftCounts {
+    /// Drafts proposed.
+    pub(crate) proposed: usize,
+    /// Of those, accepted.
+    pub(crate) accepted: usize,
+    /// Steps that verified drafts.
+    pub(crate) steps: usize,
+    /// With drafts.
+    pacing: Option<DraftPacing>,
+    /// Whether the pacing is told what steps take ([`crate::runtime::Engine::draft_payoff`]).
+    payoff: bool,
+}
+
+impl DraftCounts {
+    /// The counts of a request with `options` (paced where it drafts; by time too with
+    /// `payoff`).
+    pub(crate) fn new(options: &GenerateOptions, payoff: bool) -> DraftCounts {
+        let most = match options.mtp_drafts {
+            0 => options.drafts.map(|d| d.max_draft),
+            n => Some(n),
+        };
+        DraftCounts { pacing: most.map(DraftPacing::new), payoff, ..Default::default() }
+    }
+
+    /// The most drafts to propose at this step (each call is one step; 0 without drafts).
+    pub(crate) fn allowance(&mut self) -> usize {
+        self.pacing.as_mut().map_or(0, DraftPacing::allowance)
+    }
+
+    /// Records that a step produced `tokens` tokens in `secs` seconds, drafted or plain (the
+    /// pacing pauses drafting that costs more time than it saves).
+    pub(crate) fn timed(&mut self, drafted: bool, tokens: usize, secs: f64) {
+        if let Some(pacing) = self.pacing.as_mut().filter(|_| self.payoff) {
+            pacing.timed(drafted, tokens, secs);
+        }
+    }
+
+    /// Counts a step that verified `proposed` drafts and accepted `accepted` of them.
+    pub(crate) fn count(&mut self, proposed: usize, accepted: usize) {
+        self.proposed += proposed;
+        self.accepted += accepted;
+        self.steps += 1;
+        if let Some(pacing) = &mut self.pacing {
+            pacing.record(proposed, accepted);
+        }
     }
 }
 

@@ -221,13 +221,7 @@ impl OnDisk {
             true => WeightFormat::of_ggml(crate::quant::GgmlType::Mxfp4).for_gpu(),
             false => expert_format,
         };
-        let mut mtp_spec = match options.mtp {
-            MtpLoad::Off => None,
-            MtpLoad::Required => Some(crate::model::mtp::available(&ckpt, &spec)?),
-            MtpLoad::Available => crate::model::mtp::available(&ckpt, &spec)
-                .inspect_err(|e| log::info!("loading without an MTP module: {e}"))
-                .ok(),
-        };
+        let mut mtp_spec = mtp_drafts::mtp_to_load(options.mtp, || crate::model::mtp::available(&ckpt, &spec))?;
         let source: Option<Arc<dyn ExpertSource>> = match (&spec.moe, &converted) {
             (None, _) => None,
             (Some(m), Some(manifest)) => {
@@ -237,15 +231,10 @@ impl OnDisk {
                 let store =
                     ExpertStore::open_with(&path, spec.hash(), StoreOpenOptions { direct_io, ..Default::default() })?;
                 if let Some(l) = mtp_spec.as_ref().map(|_| spec.layers as u32).filter(|l| !store.layers().contains(l)) {
-                    let why = format!(
-                        "--speculative mtp: {} was converted without its MTP layer ({l}); convert it again",
-                        dir.display()
-                    );
-                    match options.mtp {
-                        MtpLoad::Required => return Err(Error::UnsupportedConfig(why)),
-                        _ => log::info!("loading without an MTP module: {why}"),
-                    }
-                    mtp_spec = None;
+                    let why = format!("--speculative mtp: {} was converted without its MTP layer ({l})", dir.display());
+                    mtp_spec = mtp_drafts::mtp_to_load(options.mtp, || {
+                        Err(Error::UnsupportedConfig(why + "; convert it again"))
+                    })?;
                 }
                 match (direct_io, store.io_mode(), store.direct_io_error()) {
                     (false, _, _) => log::info!("expert store: buffered reads ({why})"),

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::experts::residency::ExpertStats;
 use crate::runtime::constraint::ConstraintState;
-use crate::runtime::drafts::DraftPacing;
+use crate::runtime::drafts::DraftCounts;
 use crate::runtime::logprobs::{token_logprob, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
@@ -37,53 +37,6 @@ pub(super) struct RequestFigures {
     /// Drafts proposed, accepted and the steps that verified them.
     pub(super) drafted: DraftCounts,
     pub(super) experts: ExpertStats,
-}
-
-/// A request's drafts so far, and how many it may propose next.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct DraftCounts {
-    proposed: usize,
-    accepted: usize,
-    steps: usize,
-    /// With drafts.
-    pacing: Option<DraftPacing>,
-    /// Whether the pacing is told what steps take ([`Engine::draft_payoff`]).
-    payoff: bool,
-}
-
-impl DraftCounts {
-    /// The counts of a request with `options` (paced where it drafts; by time too with
-    /// `payoff`).
-    pub(super) fn new(options: &GenerateOptions, payoff: bool) -> DraftCounts {
-        let most = match options.mtp_drafts {
-            0 => options.drafts.map(|d| d.max_draft),
-            n => Some(n),
-        };
-        DraftCounts { pacing: most.map(DraftPacing::new), payoff, ..Default::default() }
-    }
-
-    /// The most drafts to propose at this step (each call is one step; 0 without drafts).
-    pub(super) fn allowance(&mut self) -> usize {
-        self.pacing.as_mut().map_or(0, DraftPacing::allowance)
-    }
-
-    /// Records that a step produced `tokens` tokens in `secs` seconds, drafted or plain (the
-    /// pacing pauses drafting that costs more time than it saves).
-    pub(super) fn timed(&mut self, drafted: bool, tokens: usize, secs: f64) {
-        if let Some(pacing) = self.pacing.as_mut().filter(|_| self.payoff) {
-            pacing.timed(drafted, tokens, secs);
-        }
-    }
-
-    /// Counts a step that verified `proposed` drafts and accepted `accepted` of them.
-    pub(super) fn count(&mut self, proposed: usize, accepted: usize) {
-        self.proposed += proposed;
-        self.accepted += accepted;
-        self.steps += 1;
-        if let Some(pacing) = &mut self.pacing {
-            pacing.record(proposed, accepted);
-        }
-    }
 }
 
 /// A request's token choice: its sampler, and the log-probabilities of what it picks when they
@@ -209,13 +162,14 @@ pub struct Score {
     pub experts: ExpertStats,
 }
 
-/// Refuses drafts of sizes out of range, or with a constraint.
+/// Refuses prompt-lookup drafts of sizes out of range, and drafts of either kind with a
+/// constraint.
 pub(super) fn validate_drafts(options: &GenerateOptions) -> Result<()> {
     if let Some(d) = &options.drafts {
         d.validate()?;
-        if options.constraint.is_some() {
-            return Err(Error::UnsupportedConfig("drafts with a constraint (JSON schema, regex, grammar)".into()));
-        }
+    }
+    if (options.drafts.is_some() || options.mtp_drafts > 0) && options.constraint.is_some() {
+        return Err(Error::UnsupportedConfig("drafts with a constraint (JSON schema, regex, grammar)".into()));
     }
     Ok(())
 }
@@ -392,7 +346,10 @@ impl Engine {
             let draft = match mtp.as_mut() {
                 Some(m) if allowance > 0 => m.catch_up(self, session, pos, allowance)?,
                 // Not drafting at this step: the module skips these positions.
-                Some(m) => m.skip_to(pos),
+                Some(m) => {
+                    m.skip_to(pos);
+                    Vec::new()
+                }
                 None => options.drafts.map(|d| d.draft(&session.tokens, allowance)).unwrap_or_default(),
             };
             if !draft.is_empty() {

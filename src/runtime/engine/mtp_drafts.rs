@@ -1,5 +1,5 @@
-//! Drafts from the model's MTP module for `generate` ([`GenerateOptions::mtp_drafts`]). The
-//! module runs over every position the main model runs, one step behind: a main step leaves its
+//! The model's MTP module in the engine: whether it is loaded ([`mtp_to_load`]), and drafts
+//! from it for `generate` ([`GenerateOptions::mtp_drafts`]). The module runs over every position the main model runs, one step behind: a main step leaves its
 //! rows' hidden states, and once the tokens after those positions are known (the next prefill
 //! chunk's, the sampled token, the accepted drafts and the token after them) the module runs
 //! over them, its last row proposing the token after the sequence's end; further drafts chain
@@ -10,8 +10,20 @@ use super::Engine;
 use crate::decoder::MAX_MTP_DRAFTS;
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
-use crate::runtime::options::GenerateOptions;
+use crate::model::ArchSpec;
+use crate::runtime::options::{GenerateOptions, MtpLoad};
 use crate::runtime::session::Session;
+
+/// The model's spec with the MTP layer appended where `load` asks for the module and `found`
+/// gives it (else why not): none with `Off`; with `Required`, why not is the error; with
+/// `Available`, the engine loads without the module and the log says why.
+pub(super) fn mtp_to_load(load: MtpLoad, found: impl FnOnce() -> Result<ArchSpec>) -> Result<Option<ArchSpec>> {
+    match load {
+        MtpLoad::Off => Ok(None),
+        MtpLoad::Required => found().map(Some),
+        MtpLoad::Available => Ok(found().inspect_err(|e| log::info!("loading without an MTP module: {e}")).ok()),
+    }
+}
 
 /// Where a request's MTP module stands: the first position whose main-step row it has not run.
 pub(super) struct MtpDrafts {
@@ -19,16 +31,13 @@ pub(super) struct MtpDrafts {
 }
 
 impl MtpDrafts {
-    /// Refuses MTP drafts of sizes out of range, with a constraint, or on an engine loaded
-    /// without the module.
+    /// Refuses MTP drafts of sizes out of range, or on an engine loaded without the module
+    /// (with a constraint: `validate_drafts`).
     pub(super) fn validate(engine: &Engine, options: &GenerateOptions) -> Result<()> {
         match options.mtp_drafts {
             0 => Ok(()),
             n if n > MAX_MTP_DRAFTS => {
                 Err(Error::InvalidArgument(format!("draft length {n} must be in 1..={MAX_MTP_DRAFTS}")))
-            }
-            _ if options.constraint.is_some() => {
-                Err(Error::UnsupportedConfig("drafts with a constraint (JSON schema, regex, grammar)".into()))
             }
             _ if !engine.model.has_mtp() => Err(Error::InvalidArgument(
                 "MTP drafts need the model's MTP module, which this engine did not load (EngineOptions::mtp)".into(),
@@ -45,10 +54,8 @@ impl MtpDrafts {
 
     /// Leaves the main model's rows before `pos` unrun (a step that does not draft: the
     /// module's cache keeps what it held at those positions, which only its later drafts read).
-    /// No drafts.
-    pub(super) fn skip_to(&mut self, pos: usize) -> Vec<u32> {
+    pub(super) fn skip_to(&mut self, pos: usize) {
         self.behind = pos;
-        Vec::new()
     }
 
     /// Runs the module over the main model's rows from where it is behind up to `pos` (the
