@@ -8,7 +8,7 @@ use moestream::model::{ArchSpec, AttentionKind, CacheShape, Checkpoint, LinearKi
 use moestream::ops::KvDtype;
 use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
 use moestream::runtime::options::DEFAULT_MAX_BATCH;
-use moestream::Result;
+use moestream::{Error, Result};
 
 /// Flags of `info`.
 #[derive(Args, Debug)]
@@ -63,8 +63,10 @@ pub fn run(a: InfoArgs) -> Result<()> {
         false => (ArchSpec::from_dir(&dir)?, Checkpoint::open(&dir)?),
     };
     // Whether its MTP module runs here (and why not).
-    let mtp = moestream::model::mtp::available(&ckpt, &spec)
-        .map_err(|e| e.to_string().trim_start_matches("unsupported configuration: ").to_string());
+    let mtp = moestream::model::mtp::available(&ckpt, &spec).map_err(|e| match e {
+        Error::UnsupportedConfig(why) => why,
+        e => e.to_string(),
+    });
     let moe_layers = spec.moe_layers.iter().filter(|m| **m).count();
     let experts = spec.moe.as_ref().map_or(0, |m| m.num_experts);
     let expert_params = spec.expert_params();

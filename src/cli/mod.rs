@@ -3,6 +3,7 @@
 mod bench;
 mod bench_batch;
 mod bench_kv_size;
+mod bench_model;
 mod bench_paths;
 mod chat;
 mod chat_input;
