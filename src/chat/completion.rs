@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::forced_calls::token_or_text;
 use super::harmony::{HarmonyScanner, HARMONY_MARKERS};
 use super::reasoning::{Part, ReasoningScanner, CLOSE as THINK_CLOSE, THINK_MARKERS};
 use super::stop::StopScanner;
@@ -69,10 +70,7 @@ impl CompletionRequest {
             return;
         }
         if let Some(then) = self.options.constraint.take() {
-            let prefix = match tokenizer.token_id(THINK_CLOSE) {
-                Some(id) => format!("<[{id}]>"),
-                None => format!("{THINK_CLOSE:?}"),
-            };
+            let prefix = token_or_text(tokenizer.token_id(THINK_CLOSE), THINK_CLOSE);
             self.options.constraint = Some(Constraint::Prefixed { prefix, then: Box::new(then) });
         }
     }

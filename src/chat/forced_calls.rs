@@ -171,8 +171,14 @@ fn named_objects(functions: &[Function], key: &str) -> Vec<Value> {
 /// `text` as a grammar item: the token's id where the vocabulary has it as one of `markers`,
 /// else the text.
 fn marker(markers: &[(u32, String)], text: &str) -> String {
-    match markers.iter().find(|(_, t)| t == text) {
-        Some((id, _)) => format!("<[{id}]>"),
+    token_or_text(markers.iter().find(|(_, t)| t == text).map(|(id, _)| *id), text)
+}
+
+/// A grammar item of `text`: the token `id` where the vocabulary has it as one token (a
+/// special token, which no text literal produces), else the text.
+pub(super) fn token_or_text(id: Option<u32>, text: &str) -> String {
+    match id {
+        Some(id) => format!("<[{id}]>"),
         None => lark_string(text),
     }
 }
