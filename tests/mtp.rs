@@ -1,9 +1,11 @@
 //! Multi-token-prediction modules (DeepSeek-V3, GLM-4.5): the CPU reference against the torch
 //! reference in `tests/fixtures/make_mtp.py` (`mtp_golden.json`), the GPU module against the CPU
-//! reference, and speculative decoding with MTP drafts giving the plain tokens.
+//! reference, and speculative decoding with MTP drafts giving the plain tokens, alone and in
+//! the scheduler's batched steps.
 
 mod common;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use moestream::decoder::StepOutput;
@@ -11,7 +13,7 @@ use moestream::experts::policy::Phase;
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::reference::ops::{argmax, log_softmax};
 use moestream::reference::{ReferenceModel, ReferenceMtp};
-use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, Generation, MtpLoad};
+use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, Generation, MtpLoad, Scheduler};
 use serde_json::Value;
 
 /// The fixtures that ship an MTP layer: DeepSeek-V3 and GLM-4.5 as layer `num_hidden_layers`
@@ -128,7 +130,7 @@ fn the_gpu_mtp_module_matches_torch_token_by_token_and_in_chunks() {
             for start in (0..n - 1).step_by(3) {
                 let end = (start + 3).min(n - 1);
                 m.step(&kv, &g.tokens[start..end], start, Phase::Prefill, StepOutput::None).unwrap();
-                let draft = m.mtp_drafts(&kv, &g.tokens[start + 1..=end], start, 1, Phase::Prefill).unwrap()[0];
+                let draft = m.mtp_drafts(&kv, (&g.tokens[start + 1..=end], 0), start, 1, Phase::Prefill).unwrap()[0];
                 assert_eq!(draft, g.drafts[end - 1], "{what}: the draft after the chunk at {start}");
             }
         }
@@ -251,5 +253,83 @@ fn the_bundled_models_mtp_drafts_are_accepted_and_change_nothing() {
             s.draft_tokens
         );
         assert!(per_step > 1.4, "{k} drafts a step: {per_step:.2} tokens per verify step");
+    }
+}
+
+/// Each request through a scheduler of `parallel` sequences at once: its generation.
+fn scheduled(e: &Engine, parallel: usize, reqs: &[(Vec<u32>, GenerateOptions)]) -> Vec<Generation> {
+    let mut s = Scheduler::new(e, parallel).unwrap();
+    let ids: Vec<u64> =
+        reqs.iter().map(|(p, o)| s.submit(p.clone(), o.clone(), Box::new(|_, _, _| true)).unwrap()).collect();
+    let mut done: HashMap<u64, Generation> = s.run().unwrap().into_iter().map(|f| (f.id, f.result.unwrap())).collect();
+    ids.iter().map(|id| done.remove(id).unwrap()).collect()
+}
+
+#[test]
+fn scheduled_mtp_drafts_give_the_plain_tokens() {
+    // Sequences of different lengths batched together, each drafting from the MTP module over
+    // its own rows of every batched step (a long prompt in chunks beside the others' decodes:
+    // max_batch 8), resident and streamed at the smallest budget: each gets its plain tokens.
+    for name in MTP_FIXTURES {
+        let g = goldens(&fixture(name));
+        let long = [&g[1].tokens[..], &g[2].tokens[..]].concat();
+        let prompts = [g[1].tokens.clone(), g[2].tokens.clone(), g[0].tokens.clone(), long];
+        for budget in [ExpertBudget::Auto, ExpertBudget::Slots(3)] {
+            let options = EngineOptions {
+                kv_dtype: KvDtype::F32,
+                mtp: MtpLoad::Required,
+                budget,
+                max_batch: 8,
+                ..EngineOptions::new(fixture(name)).with_format(WeightFormat::F32)
+            };
+            let e = Engine::load_on(common::gpu(), &options).unwrap();
+            let plain: Vec<Vec<u32>> = prompts.iter().map(|p| greedy(&e, p, 0).tokens).collect();
+            let reqs: Vec<_> = (prompts.iter().enumerate())
+                .map(|(i, p)| {
+                    let options = GenerateOptions {
+                        max_tokens: 24,
+                        ignore_eos: true,
+                        mtp_drafts: 1 + i % 3,
+                        ..Default::default()
+                    };
+                    (p.clone(), options)
+                })
+                .collect();
+            for parallel in [4, 2] {
+                let got = scheduled(&e, parallel, &reqs);
+                let tokens: Vec<Vec<u32>> = got.iter().map(|g| g.tokens.clone()).collect();
+                assert_eq!(tokens, plain, "{name} {budget:?}: {parallel} parallel");
+                assert!(got.iter().all(|g| g.stats.draft_tokens > 0), "{name} {budget:?}: every request drafted");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_bundled_models_mtp_drafts_are_accepted_as_well_in_batched_steps() {
+    // The trained module drafts from each sequence's own rows of a batched step: four requests
+    // at once accept about as many drafts as each alone (rows read from another sequence's
+    // place would draft nonsense), and each gets its plain text.
+    let e = Engine::load_on(common::gpu(), &EngineOptions { mtp: MtpLoad::Required, ..EngineOptions::new(bundled()) })
+        .unwrap();
+    e.set_draft_payoff(false);
+    let texts = ["The history of the city", "In the summer of", "The river flows through", "Scientists have found"];
+    let options = |mtp_drafts| GenerateOptions { max_tokens: 40, ignore_eos: true, mtp_drafts, ..Default::default() };
+    let reqs: Vec<_> = texts.iter().map(|t| (e.encode(t).unwrap(), options(3))).collect();
+    let alone: Vec<Generation> = reqs.iter().map(|(p, o)| e.generate(p, o, |_, _| true).unwrap()).collect();
+    let plain: Vec<Vec<u32>> =
+        reqs.iter().map(|(p, _)| e.generate(p, &options(0), |_, _| true).unwrap().tokens).collect();
+    let got = scheduled(&e, 4, &reqs);
+    for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
+        assert_eq!(g.tokens, plain[i], "request {i}");
+        let (s, a) = (&g.stats, &a.stats);
+        assert!(
+            s.accepted_draft_tokens * 10 >= a.accepted_draft_tokens * 8 && s.accepted_draft_tokens * 3 > s.draft_tokens,
+            "request {i}: {} of {} accepted batched, {} of {} alone",
+            s.accepted_draft_tokens,
+            s.draft_tokens,
+            a.accepted_draft_tokens,
+            a.draft_tokens
+        );
     }
 }

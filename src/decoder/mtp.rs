@@ -1,8 +1,8 @@
 //! A checkpoint's MTP module on the GPU ([`crate::model::mtp`]): drafts for speculative
-//! decoding from the model's own multi-token-prediction layer. Every step on one sequence keeps
-//! its tokens' final-norm outputs (`hidden`, what the lm_head reads); [`GpuModel::mtp_drafts`]
-//! then runs the module over them, each row with the token that followed it, at their
-//! positions: the embedding and hidden norms, `eh_proj` (its two halves, the second
+//! decoding from the model's own multi-token-prediction layer. Every main step keeps its rows'
+//! final-norm outputs (`kept`, what the lm_head reads; a batched step's rows are its sequences'
+//! one after the other); [`GpuModel::mtp_drafts`] then runs the module over one sequence's
+//! rows, each with the token that followed it, at their positions: the embedding and hidden norms, `eh_proj` (its two halves, the second
 //! accumulating), the module's decoder layer over its own cache layer (the sequence cache's
 //! last) and routed experts (slotted like any layer's, streamed too), its head norm, the model's
 //! lm_head and argmax. The draft is the last row's argmax; the module's output row is kept as
@@ -19,8 +19,10 @@ use crate::model::mtp::MtpWeights;
 pub(super) struct MtpModule {
     /// The model's spec with the MTP layer appended: the caches and expert slots count it.
     pub(super) spec: ArchSpec,
-    /// Hidden-state rows (`max_batch × hidden`) the module reads: the main model's last step's
-    /// final-norm output, or the module's own output after an MTP step.
+    /// The last main step's final-norm output rows (`max_batch × hidden`).
+    kept: wgpu::Buffer,
+    /// Hidden-state rows (`max_batch × hidden`) the module reads: a sequence's rows of `kept`,
+    /// or the module's own output after an MTP step.
     hidden: wgpu::Buffer,
     embed_norm: RmsNorm,
     embed_proj: MatMul,
@@ -36,18 +38,19 @@ pub(super) struct MtpModule {
 /// Most drafts [`GpuModel::mtp_drafts`] chains.
 pub const MAX_DRAFTS: usize = 32;
 
-/// The rows of an MTP step: tokens from the host (one row each), or one row whose token is the
-/// previous MTP step's argmax (a chained draft).
+/// The rows of an MTP step: tokens from the host (one row each) with the rows of the last main
+/// step that hold their hidden states (from `row` on), or one row whose token is the previous
+/// MTP step's argmax (a chained draft).
 #[derive(Clone, Copy)]
 enum MtpRows<'a> {
-    Tokens(&'a [u32]),
+    Tokens { next: &'a [u32], row: usize },
     Chained,
 }
 
 impl MtpModule {
-    /// Records the copy of a step's `n` final-norm output rows (`hn`) for the module.
+    /// Records the copy of a main step's `n` final-norm output rows (`hn`) for the module.
     pub(super) fn keep_hidden(&self, encoder: &mut wgpu::CommandEncoder, hn: &wgpu::Buffer, n: usize) {
-        encoder.copy_buffer_to_buffer(hn, 0, &self.hidden, 0, (n * self.spec.hidden * 4) as u64);
+        encoder.copy_buffer_to_buffer(hn, 0, &self.kept, 0, (n * self.spec.hidden * 4) as u64);
     }
 }
 
@@ -63,6 +66,7 @@ impl Builder<'_> {
     ) -> Result<MtpModule> {
         let (h, eps) = (spec.hidden, spec.rms_eps);
         let rows = NormRows { n: h, rows_per_token: 1, at_cache_pos: false };
+        let kept = self.gpu.storage("mtp kept rows", (self.options.max_batch * h * 4) as u64);
         let hidden = self.gpu.storage("mtp hidden", (self.options.max_batch * h * 4) as u64);
         let embed_norm = self.norm(&w.embed_norm, &acts.x, Some(&acts.hn), rows, eps);
         let embed_proj = self.matmul("mtp eh_proj", &w.embed_proj, None, &acts.hn, &acts.x, MatMulOut::plain(h))?;
@@ -78,7 +82,7 @@ impl Builder<'_> {
             None => self.norm(&w.head_norm, &acts.x, Some(&acts.hn), rows, eps),
         };
         let drafts = self.gpu.storage("mtp drafts", (MAX_DRAFTS * 4) as u64);
-        Ok(MtpModule { spec, hidden, embed_norm, embed_proj, hidden_norm, hidden_proj, layer, head_norm, drafts })
+        Ok(MtpModule { spec, kept, hidden, embed_norm, embed_proj, hidden_norm, hidden_proj, layer, head_norm, drafts })
     }
 }
 
@@ -89,8 +93,9 @@ impl GpuModel {
     }
 
     /// Runs the MTP module at positions `pos..pos + next.len()` of `cache` (row i reads the
-    /// hidden state the last step on this sequence left for its position `pos + i` with
-    /// `next[i]`, the token after that position), then `count - 1` more MTP steps chained on the
+    /// hidden state the last main step left in its row `row + i`, that of position `pos + i`
+    /// — a step of this sequence alone has it in row `i` —, with `next[i]`, the token after
+    /// that position), then `count - 1` more MTP steps chained on the
     /// GPU, each at the next position on the module's own output and the draft before (no round
     /// trip between them): the `count` drafts (greedy tokens) for the positions after the last
     /// row's next token, read back once. With `count` 0 the module only runs over the rows
@@ -98,7 +103,7 @@ impl GpuModel {
     pub fn mtp_drafts(
         &self,
         cache: &SequenceCache,
-        next: &[u32],
+        (next, row): (&[u32], usize),
         pos: usize,
         count: usize,
         phase: Phase,
@@ -113,7 +118,7 @@ impl GpuModel {
         }
         for j in 0..count.max(1) {
             let (rows, at) = match j {
-                0 => (MtpRows::Tokens(next), pos),
+                0 => (MtpRows::Tokens { next, row }, pos),
                 _ => (MtpRows::Chained, pos + n - 1 + j),
             };
             let mut rec = self.record_mtp(cache, rows, at, phase)?;
@@ -134,10 +139,10 @@ impl GpuModel {
     }
 
     /// The MTP module's logits after the last of the rows [`GpuModel::mtp_drafts`] runs (one
-    /// MTP step, nothing chained).
+    /// MTP step, nothing chained) after a main step of this sequence alone.
     pub fn mtp_logits(&self, cache: &SequenceCache, next: &[u32], pos: usize, phase: Phase) -> Result<Vec<f32>> {
         let n = next.len();
-        self.record_mtp(cache, MtpRows::Tokens(next), pos, phase)?.submit(&self.gpu.queue);
+        self.record_mtp(cache, MtpRows::Tokens { next, row: 0 }, pos, phase)?.submit(&self.gpu.queue);
         Ok(self.read_logit_rows(&[(n - 1, pos + n - 1)])?.pop().expect("one row asked for"))
     }
 
@@ -148,10 +153,21 @@ impl GpuModel {
             Error::InvalidArgument("the model was loaded without its MTP module (DecoderOptions::mtp)".into())
         })?;
         let gpu = &*self.gpu;
+        let row_bytes = (self.spec.hidden * 4) as u64;
+        let mut rec = Pass::new(&gpu.device);
         let (n, embed) = match rows {
-            MtpRows::Tokens(next) => {
+            MtpRows::Tokens { next, row } => {
                 self.check_step(cache, next, next.len(), pos)?;
+                if row + next.len() > self.options.max_batch {
+                    return Err(Error::InvalidArgument(format!(
+                        "MTP rows {row}..{} of a step of at most {}",
+                        row + next.len(),
+                        self.options.max_batch
+                    )));
+                }
                 gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(next));
+                let bytes = next.len() as u64 * row_bytes;
+                rec.encoder().copy_buffer_to_buffer(&mtp.kept, row as u64 * row_bytes, &mtp.hidden, 0, bytes);
                 (next.len(), &self.embed)
             }
             MtpRows::Chained => {
@@ -162,7 +178,6 @@ impl GpuModel {
         self.step.set(gpu, n, pos);
         // The argmax will no longer hold a chained step's token.
         *self.chain.argmax_of.lock().expect("chain lock") = None;
-        let mut rec = Pass::new(&gpu.device);
         embed.record(gpu, &mut rec, n);
         mtp.embed_norm.record(gpu, &mut rec, n);
         mtp.embed_proj.record(gpu, &mut rec, n);
@@ -186,8 +201,7 @@ impl GpuModel {
         drop(residency);
         mtp.head_norm.record(gpu, &mut rec, n);
         // The module's output of its last row: the hidden state of a chained MTP step.
-        let row = (self.spec.hidden * 4) as u64;
-        rec.encoder().copy_buffer_to_buffer(&self.acts.x, (n as u64 - 1) * row, &mtp.hidden, 0, row);
+        rec.encoder().copy_buffer_to_buffer(&self.acts.x, (n as u64 - 1) * row_bytes, &mtp.hidden, 0, row_bytes);
         self.lm_head_last.record(gpu, &mut rec, n);
         Ok(rec)
     }

@@ -267,8 +267,8 @@ impl GpuModel {
             section("prerouter heads");
             p.record_heads(gpu, &mut rec);
         }
-        // The MTP module reads a step's final-norm output on one sequence.
-        let mtp = self.mtp.as_ref().filter(|_| seqs.one().is_some());
+        // The MTP module reads a main step's final-norm output.
+        let mtp = self.mtp.as_ref();
         if !matches!(output, StepOutput::None) || mtp.is_some() {
             section("final norm + lm_head");
             self.final_norm.record(gpu, &mut rec, n);

@@ -236,7 +236,7 @@ impl Engine {
             }
             result = self.model.step(&session.cache, &session.tokens[start..end], start, Phase::Prefill, output)?;
             if mtp {
-                self.mtp_over_chunk(session, start, end)?;
+                self.mtp_over_chunk(session, (start, end), 0)?;
             }
             session.cached = end;
         }
@@ -304,7 +304,7 @@ impl Engine {
         let started = Instant::now();
         let output = if options.max_tokens > 0 { want } else { StepOutput::None };
         let (first, last_chunk) = self.prefill(session, output, options.mtp_drafts > 0)?;
-        let mut mtp = (options.mtp_drafts > 0).then(|| MtpDrafts::after_prefill(last_chunk));
+        let mut mtp = (options.mtp_drafts > 0).then(|| MtpDrafts::after_step(last_chunk, 0));
         // Tokens decided and not yet taken: the next one, or accepted drafts and the token after.
         let mut queue: VecDeque<u32> = VecDeque::new();
         if options.max_tokens > 0 {
@@ -344,12 +344,8 @@ impl Engine {
             let allowance = (room - 1).min(drafted.allowance());
             let step_started = Instant::now();
             let draft = match mtp.as_mut() {
-                Some(m) if allowance > 0 => m.catch_up(self, session, pos, allowance)?,
-                // Not drafting at this step: the module skips these positions.
-                Some(m) => {
-                    m.skip_to(pos);
-                    Vec::new()
-                }
+                // Not drafting at this step (allowance 0), the module still runs over its rows.
+                Some(m) => m.catch_up(self, session, pos, allowance)?,
                 None => options.drafts.map(|d| d.draft(&session.tokens, allowance)).unwrap_or_default(),
             };
             if !draft.is_empty() {

@@ -1,10 +1,12 @@
 //! The model's MTP module in the engine: whether it is loaded ([`mtp_to_load`]), and drafts
-//! from it for `generate` ([`GenerateOptions::mtp_drafts`]). The module runs over every position the main model runs, one step behind: a main step leaves its
-//! rows' hidden states, and once the tokens after those positions are known (the next prefill
+//! from it for `generate` and the scheduler ([`GenerateOptions::mtp_drafts`]). The module runs
+//! over every position the main model runs, one step behind: a main step leaves its rows'
+//! hidden states (a batched step, each sequence's at its own rows), and once the tokens after those positions are known (the next prefill
 //! chunk's, the sampled token, the accepted drafts and the token after them) the module runs
 //! over them, its last row proposing the token after the sequence's end; further drafts chain
-//! the module on its own output. A step that does not draft (paced: `DraftPacing`) skips the
-//! module. Verification keeps the output exactly the plain one, as with prompt-lookup drafts.
+//! the module on its own output. A step that does not draft (paced: `DraftPacing`) still runs
+//! the module over its rows, without drafts: a position the module skipped would stay a hole
+//! in its cache that every later draft attends over. Verification keeps the output exactly the plain one, as with prompt-lookup drafts.
 
 use super::Engine;
 use crate::decoder::MAX_MTP_DRAFTS;
@@ -25,9 +27,12 @@ pub(super) fn mtp_to_load(load: MtpLoad, found: impl FnOnce() -> Result<ArchSpec
     }
 }
 
-/// Where a request's MTP module stands: the first position whose main-step row it has not run.
+/// Where a request's MTP module stands: the first position whose main-step row it has not run,
+/// and the row of the last main step on the sequence that holds that position's hidden state.
+#[derive(Clone, Copy, Debug)]
 pub(super) struct MtpDrafts {
     behind: usize,
+    row: usize,
 }
 
 impl MtpDrafts {
@@ -46,40 +51,39 @@ impl MtpDrafts {
         }
     }
 
-    /// A request whose main model has run positions `from..` (its last prefill chunk) without
-    /// the module.
-    pub(super) fn after_prefill(from: usize) -> MtpDrafts {
-        MtpDrafts { behind: from }
-    }
-
-    /// Leaves the main model's rows before `pos` unrun (a step that does not draft: the
-    /// module's cache keeps what it held at those positions, which only its later drafts read).
-    pub(super) fn skip_to(&mut self, pos: usize) {
-        self.behind = pos;
+    /// A request whose last main step ran positions `from..` (its last prefill chunk, or the
+    /// decode token and drafts of a batched step) from that step's row `row`, and whose module
+    /// has run every position before.
+    pub(super) fn after_step(from: usize, row: usize) -> MtpDrafts {
+        MtpDrafts { behind: from, row }
     }
 
     /// Runs the module over the main model's rows from where it is behind up to `pos` (the
     /// sequence's last token, not yet run by the main model; the tokens after those rows are
     /// all known now) and, with `want` above 0, returns up to `want` drafts for the positions
-    /// after `pos`. The next main step runs from `pos`.
+    /// after `pos` (with 0, a step that does not draft, the module's cache is still filled, so
+    /// that its later drafts see every position, and nothing is waited for). The next main step runs from `pos`, alone (row 0) unless
+    /// [`MtpDrafts::after_step`] says otherwise.
     pub(super) fn catch_up(&mut self, engine: &Engine, session: &Session, pos: usize, want: usize) -> Result<Vec<u32>> {
-        let (from, model) = (self.behind, &engine.model);
+        let (from, row) = (self.behind, self.row);
         if from >= pos {
             return Ok(Vec::new());
         }
-        self.behind = pos;
+        (self.behind, self.row) = (pos, 0);
         // Further drafts chain the module on its own output, on the GPU.
-        model.mtp_drafts(&session.cache, &session.tokens[from + 1..=pos], from, want, Phase::Decode)
+        engine.model.mtp_drafts(&session.cache, (&session.tokens[from + 1..=pos], row), from, want, Phase::Decode)
     }
 }
 
 impl Engine {
-    /// Runs the MTP module over prefill chunk `start..end` of `session`, whose next tokens
-    /// (`start + 1..=end`) are known: every chunk but the last.
-    pub(super) fn mtp_over_chunk(&self, session: &Session, start: usize, end: usize) -> Result<()> {
+    /// Runs the MTP module over prefill chunk `start..end` of `session`, whose hidden states
+    /// the last main step left from its row `row`, where the next tokens (`start + 1..=end`)
+    /// are known: every chunk but the last.
+    pub(super) fn mtp_over_chunk(&self, session: &Session, (start, end): (usize, usize), row: usize) -> Result<()> {
         if end < session.tokens.len() {
             // Its drafts are not wanted: nothing is waited for.
-            self.model.mtp_drafts(&session.cache, &session.tokens[start + 1..=end], start, 0, Phase::Prefill)?;
+            let next = &session.tokens[start + 1..=end];
+            self.model.mtp_drafts(&session.cache, (next, row), start, 0, Phase::Prefill)?;
         }
         Ok(())
     }

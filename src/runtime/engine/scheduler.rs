@@ -14,6 +14,7 @@ use std::time::Instant;
 use crate::decoder::{BatchEntry, RoutingMode, Rows};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
+use crate::runtime::drafts::DraftPacing;
 use crate::runtime::logprobs::{token_logprob, TokenLogprob};
 use crate::runtime::session::Session;
 use crate::runtime::stats::Stats;
@@ -23,6 +24,7 @@ mod slot;
 use slot::{Running, Slot, SlotSession};
 
 use super::generation::{Picker, RequestFigures};
+use super::mtp_drafts::MtpDrafts;
 use super::{Engine, GenerateOptions, Generation};
 
 /// Identifies a request within its [`Scheduler`].
@@ -67,6 +69,10 @@ pub struct Scheduler<'a> {
     ended: Vec<Finished>,
     /// Steps run, and the sequences they carried summed.
     counts: (u64, u64),
+    /// Whether drafting pays in these batched steps: paused for all requests while steps with
+    /// drafts cost more time per generated token than steps without
+    /// ([`Engine::draft_payoff`]; the requests' own pacing follows their acceptance only).
+    payoff: DraftPacing,
 }
 
 /// What a slot runs in a step: its tokens from `pos`, and whether the logits after them are
@@ -77,6 +83,8 @@ struct Part {
     end: usize,
     logits: Rows,
     drafts: Vec<u32>,
+    /// A decode token (and its drafts), not a prompt chunk.
+    decode: bool,
 }
 
 impl<'a> Scheduler<'a> {
@@ -119,7 +127,8 @@ impl<'a> Scheduler<'a> {
 
     fn over(engine: &'a Engine, sessions: Vec<SlotSession<'a>>) -> Scheduler<'a> {
         let slots = sessions.into_iter().map(|session| Slot { session, running: None }).collect();
-        Scheduler { engine, slots, waiting: VecDeque::new(), next_id: 1, ended: Vec::new(), counts: (0, 0) }
+        let payoff = DraftPacing::new(usize::MAX);
+        Scheduler { engine, slots, waiting: VecDeque::new(), next_id: 1, ended: Vec::new(), counts: (0, 0), payoff }
     }
 
     /// Queues a request to generate after `prompt` (the whole sequence: a slot that already
@@ -164,11 +173,7 @@ impl<'a> Scheduler<'a> {
         super::generation::check_logprobs(&options)?;
         self.engine.check_prompt(&prompt)?;
         super::generation::validate_drafts(&options)?;
-        if options.mtp_drafts > 0 {
-            return Err(Error::UnsupportedConfig(
-                "MTP drafts in scheduled (batched) requests are not implemented; prompt-lookup drafts are".into(),
-            ));
-        }
+        MtpDrafts::validate(self.engine, &options)?;
         if options.prompt_logprobs && n > 1 {
             return Err(Error::UnsupportedConfig("prompt log-probabilities with several choices".into()));
         }
@@ -251,6 +256,7 @@ impl<'a> Scheduler<'a> {
     /// Admits what fits, runs one step over every running request and returns those that
     /// ended. A failed step ends every request that took part in it with the error.
     pub fn step(&mut self) -> Result<Vec<Finished>> {
+        let started = Instant::now();
         let mut finished = std::mem::take(&mut self.ended);
         for i in 0..self.slots.len() {
             let ended = self.slots[i].running.as_ref().is_some_and(|r| {
@@ -264,7 +270,10 @@ impl<'a> Scheduler<'a> {
             }
         }
         self.admit()?;
-        let parts = self.plan();
+        let (parts, failed, timed) = self.plan();
+        for (i, e) in failed {
+            finished.push(self.finish_running(i, Err(e)));
+        }
         if parts.is_empty() {
             return Ok(finished);
         }
@@ -292,6 +301,14 @@ impl<'a> Scheduler<'a> {
             .map(|Slot { session, running }| {
                 masking.extend(running.as_mut().map(|r| &mut r.picker).filter(|p| p.is_constrained()));
                 &**session
+            })
+            .collect();
+        // Where each part's rows start among the step's.
+        let rows_at: Vec<usize> = (parts.iter())
+            .scan(0, |row, p| {
+                let at = *row;
+                *row += p.end + p.drafts.len() - p.start;
+                Some(at)
             })
             .collect();
         let entries: Vec<BatchEntry<'_>> = parts
@@ -337,7 +354,16 @@ impl<'a> Scheduler<'a> {
                 return Ok(finished);
             }
         };
+        for (p, &row) in parts.iter().zip(&rows_at) {
+            if let Err(e) = self.follow_with_mtp(p, row) {
+                finished.push(self.finish_running(p.slot, Err(e)));
+            }
+        }
         for (p, mut rows) in parts.iter().zip(outputs) {
+            if self.slots[p.slot].running.is_none() {
+                // Ended by its MTP module's failure above.
+                continue;
+            }
             if !p.drafts.is_empty() {
                 if let Some(done) = self.slots[p.slot].take_drafted(self.engine, p.start, &p.drafts, rows) {
                     finished.push(self.finish_running(p.slot, done));
@@ -359,6 +385,12 @@ impl<'a> Scheduler<'a> {
                 finished.push(self.finish_running(p.slot, done));
             }
         }
+        if timed && parts.iter().all(|p| p.decode) {
+            // A step of decode tokens only, so that steps with and without drafts compare.
+            let drafted = parts.iter().any(|p| !p.drafts.is_empty());
+            let tokens = parts.iter().map(|p| self.slots[p.slot].session.len().saturating_sub(p.end)).sum();
+            self.payoff.timed(drafted, tokens, started.elapsed().as_secs_f64());
+        }
         for i in 0..self.slots.len() {
             // A request wanting no tokens ends once its prompt is in the cache.
             let slot = &self.slots[i];
@@ -368,6 +400,19 @@ impl<'a> Scheduler<'a> {
             }
         }
         Ok(finished)
+    }
+
+    /// Tells the MTP module of part `p`'s request (if it drafts from one) that the step just run
+    /// left the part's hidden states from row `row`, and runs the module over a prompt chunk
+    /// before the last.
+    fn follow_with_mtp(&mut self, p: &Part, row: usize) -> Result<()> {
+        let Slot { session, running } = &mut self.slots[p.slot];
+        let Some(mtp) = running.as_mut().and_then(|r| r.mtp.as_mut()) else { return Ok(()) };
+        *mtp = MtpDrafts::after_step(p.start, row);
+        match p.drafts.is_empty() {
+            true => self.engine.mtp_over_chunk(session, (p.start, p.end), row),
+            false => Ok(()),
+        }
     }
 
     /// Records the log-probabilities of the prompt tokens that `rows` (the logits after each
@@ -399,11 +444,14 @@ impl<'a> Scheduler<'a> {
             let (from, to) = (&self.slots[parent].session, &self.slots[i].session);
             let copied = self.engine.model.copy_cache(&from.cache, &to.cache);
             let tokens = from.tokens.clone();
+            // The copy's MTP module follows the same rows of the step.
+            let mtp = self.slots[parent].running.as_ref().and_then(|r| r.mtp);
             let slot = &mut self.slots[i];
             slot.session.tokens = tokens;
             slot.session.cached = slot.session.len();
             let r = slot.running.as_mut().expect("checked above");
             r.fork_of = None;
+            r.mtp = r.mtp.and(mtp);
             (r.reused, r.prefilled) = (slot.session.len(), 0);
             if let Err(e) = copied {
                 ended.push((i, Err(e)));
@@ -518,32 +566,51 @@ impl<'a> Scheduler<'a> {
         Finished { id: r.id, result }
     }
 
-    /// This step's parts: every decode token, with the drafts its request looks up in what is
-    /// left of the step (first come, first served), then prompt chunks in the order the
-    /// requests came, within `max_batch` tokens.
-    fn plan(&mut self) -> Vec<Part> {
-        // The drafts each decoding request may propose at this step (its pacing counts it).
-        let allowances: Vec<usize> = (self.slots.iter_mut())
-            .map(|s| match s.running.as_mut() {
-                Some(r) if r.next.is_some() => r.drafted.allowance(),
-                _ => 0,
-            })
-            .collect();
-        let mut budget = self.engine.model.options().max_batch;
+    /// This step's parts: every decode token, with the drafts its request proposes in what is
+    /// left of the step (first come, first served: by prompt lookup, or from its MTP module),
+    /// then prompt chunks in the order the requests came, within `max_batch` tokens; the
+    /// requests whose MTP module failed (they take no part); and whether the step's time goes
+    /// to the drafts' payoff.
+    fn plan(&mut self) -> (Vec<Part>, Vec<(usize, Error)>, bool) {
+        let (engine, mut failed) = (self.engine, Vec::new());
+        let mut budget = engine.model.options().max_batch;
         let mut parts = Vec::new();
-        let running = || self.slots.iter().enumerate().filter_map(|(i, s)| s.running.as_ref().map(|r| (i, s, r)));
-        let decoding: Vec<_> = running().filter(|(_, _, r)| r.next.is_some()).collect();
+        let decoding: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].running.as_ref().is_some_and(|r| r.next.is_some()))
+            .collect();
         budget -= decoding.len();
-        for (i, s, r) in decoding {
-            let end = s.session.len();
+        let drafting = |i: &usize| {
+            let r = self.slots[*i].running.as_ref().expect("a decoding request");
+            r.options.drafts.is_some() || r.options.mtp_drafts > 0
+        };
+        let timed = engine.draft_payoff() && decoding.iter().any(drafting);
+        // Each step with drafting requests counts towards the payoff's pause.
+        let paying = if timed { self.payoff.allowance() } else { usize::MAX };
+        for i in decoding {
+            let Slot { session, running } = &mut self.slots[i];
+            let r = running.as_mut().expect("a decoding request");
+            // The drafts it may propose at this step (its pacing counts each call).
+            let allowance = r.drafted.allowance();
+            let end = session.len();
             // Room for drafts: tokens still wanted after the next one, the context, the step.
             let wanted = r.options.max_tokens - r.generated.len() - 1;
-            let room = wanted.min(self.engine.context() - end).min(budget).min(allowances[i]);
-            let drafts = r.options.drafts.map(|d| d.draft(&s.session.tokens, room)).unwrap_or_default();
+            let room = wanted.min(engine.context() - end).min(budget).min(allowance).min(paying);
+            let drafts = match r.mtp.as_mut() {
+                // Not drafting at this step (room 0), the module still runs over its rows.
+                Some(m) => match m.catch_up(engine, session, end - 1, room) {
+                    Ok(drafts) => drafts,
+                    Err(e) => {
+                        failed.push((i, e));
+                        continue;
+                    }
+                },
+                None => r.options.drafts.map(|d| d.draft(&session.tokens, room)).unwrap_or_default(),
+            };
             budget -= drafts.len();
             let logits = if drafts.is_empty() { Rows::Last } else { Rows::All };
-            parts.push(Part { slot: i, start: end - 1, end, logits, drafts });
+            parts.push(Part { slot: i, start: end - 1, end, logits, drafts, decode: true });
         }
+        let running = || self.slots.iter().enumerate().filter_map(|(i, s)| s.running.as_ref().map(|r| (i, s, r)));
         let mut prefilling: Vec<_> = running()
             .filter(|(_, s, r)| r.next.is_none() && r.fork_of.is_none() && s.session.cached < s.session.len())
             .collect();
@@ -560,8 +627,8 @@ impl<'a> Scheduler<'a> {
                 (false, true) => Rows::Last,
                 (false, false) => Rows::None,
             };
-            parts.push(Part { slot: i, start, end, logits, drafts: Vec::new() });
+            parts.push(Part { slot: i, start, end, logits, drafts: Vec::new(), decode: false });
         }
-        parts
+        (parts, failed, timed)
     }
 }

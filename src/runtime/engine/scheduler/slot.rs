@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::experts::residency::ExpertStats;
 use crate::runtime::drafts::DraftCounts;
 use crate::runtime::engine::generation::Picker;
+use crate::runtime::engine::mtp_drafts::MtpDrafts;
 use crate::runtime::engine::{Engine, GenerateOptions};
 use crate::runtime::logprobs::TokenLogprob;
 use crate::runtime::session::Session;
@@ -38,6 +39,8 @@ pub(super) struct Running<'a> {
     pub(super) prompt_logprobs: Vec<TokenLogprob>,
     /// Its drafts so far, and how many it proposes next.
     pub(super) drafted: DraftCounts,
+    /// Where its MTP module stands, when it drafts from it.
+    pub(super) mtp: Option<MtpDrafts>,
 }
 
 impl<'a> Running<'a> {
@@ -53,6 +56,8 @@ impl<'a> Running<'a> {
     ) -> Running<'a> {
         // Batched steps carry other requests' tokens: their time says nothing of this one's drafts.
         let drafted = DraftCounts::new(&options, false);
+        // Placed by its first step (every request runs at least one token of its prompt).
+        let mtp = (options.mtp_drafts > 0).then(|| MtpDrafts::after_step(0, 0));
         Running {
             id,
             prompt_len,
@@ -72,6 +77,7 @@ impl<'a> Running<'a> {
             fork_of: None,
             prompt_logprobs: Vec::new(),
             drafted,
+            mtp,
         }
     }
 }
