@@ -180,9 +180,12 @@ fn speculative_flags_keep_the_output_and_refuse_what_does_not_run() {
     assert!(text(&out.stderr).contains("--speculative mtp: this model ships no MTP layers"), "{}", text(&out.stderr));
     let out = q(&["--draft", "3"]);
     assert!(out.status.success() && text(&out.stderr).contains("[prompt-lookup drafts:"), "{}", text(&out.stderr));
-    let glm = root().join("tests/fixtures/glm4_moe");
-    // Batched requests do not run MTP drafts yet: `serve --speculative mtp` says so.
-    let out = moestream(&["serve", "-m", glm.to_str().unwrap(), "--speculative", "mtp"]);
+    // `serve` likewise: `mtp` on a model without MTP layers is refused by name, and so is a
+    // draft length out of range, before anything listens.
+    let out = moestream(&["serve", "-m", qwen.to_str().unwrap(), "--port", "0", "--speculative", "mtp"]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("not yet in batched requests"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--speculative mtp: this model ships no MTP layers"), "{}", text(&out.stderr));
+    let out =
+        moestream(&["serve", "-m", model.to_str().unwrap(), "--port", "0", "--speculative", "mtp", "--draft", "33"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("draft length 33"), "{}", text(&out.stderr));
 }

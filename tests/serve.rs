@@ -509,29 +509,36 @@ fn eight_concurrent_clients_get_their_solo_replies() {
 
 #[test]
 fn drafts_give_the_replies_of_one_token_a_step() {
-    // `--draft-max`: each of four concurrent requests drafts by prompt lookup on its own; the
-    // replies are what a server without drafts gives, and the bundled model's loops accept
-    // drafts (counted in /metrics).
+    // Each of four concurrent requests drafts on its own, by prompt lookup (`--speculative ngram
+    // --draft-max 4`) or from the bundled model's MTP module (`auto`, the default); the replies
+    // are what a server without drafts gives, and drafts are accepted (counted in /metrics):
+    // the bundled model's loops for prompt lookup, its trained module for MTP, which accepts
+    // more than a third.
     let prompts = ["The history of", "Once upon a time", "The story of the old city began when", "In the year"];
-    let plain = Server::start();
+    let plain = Server::start_with(&[], &["--speculative", "off"]);
     let want: Vec<String> = prompts.iter().map(|p| reply_text(&plain, p, 48, false)).collect();
     drop(plain);
-    let server = Server::start_with(&[], &["--draft-max", "4"]);
-    let got: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = prompts
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let server = &server;
-                s.spawn(move || reply_text(server, p, 48, i % 2 == 1))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    assert_eq!(got, want);
-    let (drafted, accepted) =
-        (server.metric("moestream_draft_tokens_total"), server.metric("moestream_accepted_draft_tokens_total"));
-    assert!(accepted > 0.0 && accepted <= drafted, "{accepted} of {drafted} drafts accepted");
+    for (args, least) in [(&["--speculative", "ngram", "--draft-max", "4"][..], 0.0), (&[][..], 1.0 / 3.0)] {
+        let server = Server::start_with(&[], args);
+        let got: Vec<String> = std::thread::scope(|s| {
+            let handles: Vec<_> = prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let server = &server;
+                    s.spawn(move || reply_text(server, p, 48, i % 2 == 1))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(got, want, "{args:?}");
+        let (drafted, accepted) =
+            (server.metric("moestream_draft_tokens_total"), server.metric("moestream_accepted_draft_tokens_total"));
+        assert!(
+            accepted > least * drafted && accepted > 0.0 && accepted <= drafted,
+            "{args:?}: {accepted} of {drafted} drafts accepted"
+        );
+    }
     let model = concat!(env!("CARGO_MANIFEST_DIR"), "/models/moestream-tiny-moe");
     let bad = Command::new(env!("CARGO_BIN_EXE_moestream"))
         .args(["serve", "--model", model, "--port", "0", "--draft-max", "40"])

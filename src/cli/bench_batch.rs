@@ -5,6 +5,7 @@ use clap::Args;
 use super::bench::print_json;
 use super::model_args::ModelArgs;
 use moestream::bench::batch::{self, BatchBenchOptions};
+use moestream::runtime::MtpLoad;
 use moestream::Result;
 
 /// Flags of `bench batch`.
@@ -27,6 +28,10 @@ pub struct BatchArgs {
     /// Seed of the prompts' ids.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Also run every count with N MTP drafts a step (the model's MTP module) against none,
+    /// round by round in turn. 0 = not.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    mtp_drafts: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -36,6 +41,9 @@ pub struct BatchArgs {
 pub fn run(a: BatchArgs) -> Result<()> {
     let mut options = a.model.options()?;
     options.parallel = a.requests.iter().copied().max().unwrap_or(1);
+    if a.mtp_drafts > 0 {
+        options.mtp = MtpLoad::Required;
+    }
     let engine = moestream::Engine::load(&options)?;
     let o = BatchBenchOptions {
         requests: a.requests.clone(),
@@ -43,6 +51,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
         decode_tokens: a.decode_tokens,
         runs: a.runs,
         seed: a.seed,
+        mtp_drafts: a.mtp_drafts,
     };
     let r = batch::run(&engine, &o)?;
     if a.json {

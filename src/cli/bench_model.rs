@@ -70,7 +70,7 @@ pub fn run(a: ModelBenchArgs) -> Result<()> {
         // MTP drafts are compared when named (`auto` compares prompt lookup with `--draft`).
         drafts: match mtp {
             true => None,
-            false => a.drafts.drafts()?,
+            false => a.drafts.lookup()?,
         },
         mtp_drafts: match mtp {
             true => a.drafts.draft.unwrap_or(DEFAULT_MTP_DRAFTS),

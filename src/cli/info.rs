@@ -155,7 +155,8 @@ pub fn run(a: InfoArgs) -> Result<()> {
         }
         if spec.mtp_layers > 0 {
             let runs = match &mtp {
-                Ok(_) => "runs: `--speculative auto` (the default) or `mtp` drafts from it in generate and chat".into(),
+                Ok(_) => "runs: `--speculative auto` (the default) or `mtp` drafts from it in generate, chat and serve"
+                    .into(),
                 Err(why) => format!("not run: {why}"),
             };
             println!("MTP layers        {} (multi-token prediction; {runs})", spec.mtp_layers);

@@ -373,8 +373,8 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
 /// Where speculative decoding's drafts come from (`--speculative`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Speculative {
-    /// The model's own MTP module where it has one that runs (`generate`, `chat`), else prompt
-    /// lookup when `--draft N` is given, else none.
+    /// The model's own MTP module where it has one that runs, else prompt lookup when
+    /// `--draft N` is given, else none.
     Auto,
     /// The model's multi-token-prediction module (DeepSeek-V3, GLM-4.5 checkpoints).
     Mtp,
@@ -416,7 +416,7 @@ pub struct DraftPlan {
 }
 
 impl DraftArgs {
-    /// Whether the engine loads the model's MTP module (`generate`, `chat`).
+    /// Whether the engine loads the model's MTP module.
     pub fn mtp_load(&self) -> MtpLoad {
         match (self.speculative, self.draft) {
             (_, Some(0)) | (Speculative::Off | Speculative::Ngram, _) => MtpLoad::Off,
@@ -446,21 +446,23 @@ impl DraftArgs {
         }
     }
 
-    /// Prompt-lookup drafts only, where requests are batched (`serve`, `bench model`): MTP
-    /// drafts are refused there by name.
-    pub fn drafts(&self) -> Result<Option<moestream::runtime::drafts::PromptLookup>> {
-        if self.speculative == Speculative::Mtp {
-            return Err(Error::InvalidArgument(
-                "--speculative mtp runs in `generate` and `chat` (not yet in batched requests); --speculative ngram \
-                 drafts by prompt lookup"
-                    .into(),
-            ));
+    /// The drafts of every unconstrained request of `serve`, checked before the model loads:
+    /// the MTP drafts a step wherever the engine loads the module ([`DraftArgs::mtp_load`]),
+    /// else the prompt lookup the flags ask for.
+    pub fn for_serve(&self) -> Result<DraftPlan> {
+        let mtp = match self.mtp_load() {
+            MtpLoad::Off => 0,
+            MtpLoad::Available | MtpLoad::Required => self.draft.unwrap_or(DEFAULT_MTP_DRAFTS),
+        };
+        if mtp > moestream::decoder::MAX_MTP_DRAFTS {
+            let most = moestream::decoder::MAX_MTP_DRAFTS;
+            return Err(Error::InvalidArgument(format!("draft length {mtp} must be in 1..={most}")));
         }
-        self.lookup()
+        Ok(DraftPlan { lookup: self.lookup()?, mtp })
     }
 
     /// The prompt-lookup drafts the flags ask for, checked.
-    fn lookup(&self) -> Result<Option<moestream::runtime::drafts::PromptLookup>> {
+    pub fn lookup(&self) -> Result<Option<moestream::runtime::drafts::PromptLookup>> {
         let max_draft = match (self.speculative, self.draft) {
             (Speculative::Off | Speculative::Mtp, _) | (Speculative::Auto, None) | (_, Some(0)) => return Ok(None),
             (Speculative::Ngram, None) => DEFAULT_LOOKUP_DRAFTS,

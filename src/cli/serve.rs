@@ -4,6 +4,7 @@ use clap::Args;
 
 use super::model_args::{DraftArgs, ModelArgs};
 use moestream::gpu::memory::parse_bytes;
+use moestream::runtime::EngineOptions;
 use moestream::serve::ServeOptions;
 use moestream::{Error, Result};
 
@@ -50,6 +51,7 @@ enum ReasoningFormat {
 pub fn run(a: ServeArgs) -> Result<()> {
     let max_body_bytes =
         usize::try_from(a.max_body).map_err(|_| Error::InvalidArgument("--max-body is too large".into()))?;
+    let plan = a.drafts.for_serve()?;
     let options = ServeOptions {
         host: a.host,
         port: a.port,
@@ -58,7 +60,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         chat_template: a.chat_template,
         parallel: a.parallel.map(|n| n as usize),
         split_reasoning: a.reasoning_format == ReasoningFormat::Auto,
-        drafts: a.drafts.drafts()?,
+        drafts: plan.lookup,
+        mtp_drafts: plan.mtp,
     };
-    moestream::serve::run(a.model.options()?, options)
+    moestream::serve::run(EngineOptions { mtp: a.drafts.mtp_load(), ..a.model.options()? }, options)
 }

@@ -32,7 +32,7 @@ pub struct Metrics {
     pub steps: u64,
     /// Sequences those steps carried, summed (over `steps`: the mean batch).
     pub step_sequences: u64,
-    /// Prompt-lookup draft tokens proposed (`serve --draft-max`).
+    /// Draft tokens proposed (MTP or prompt lookup, `serve --speculative`).
     pub draft_tokens: u64,
     /// Of those, the tokens the verification accepted.
     pub accepted_draft_tokens: u64,

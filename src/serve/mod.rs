@@ -38,8 +38,11 @@ pub struct ServeOptions {
     /// Keep a thinking model's `<think>` reasoning apart from the answer (`reasoning_content`).
     pub split_reasoning: bool,
     /// Prompt-lookup drafts for every request that has no constraint (`None`: one token a
-    /// step), as llama-server's `--draft-max`.
+    /// step), as llama-server's `--draft-max`, where MTP drafts do not take their place.
     pub drafts: Option<crate::runtime::drafts::PromptLookup>,
+    /// MTP drafts a step for every request that has no constraint, where the engine loaded the
+    /// model's MTP module ([`EngineOptions::mtp`]); 0: none.
+    pub mtp_drafts: usize,
 }
 
 impl Default for ServeOptions {
@@ -53,6 +56,7 @@ impl Default for ServeOptions {
             parallel: None,
             split_reasoning: true,
             drafts: None,
+            mtp_drafts: 0,
         }
     }
 }

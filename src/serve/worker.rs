@@ -155,7 +155,7 @@ impl Worker {
     /// where it does not), its chat template, reasoning split and drafts; returns when the
     /// model is loaded (or failed to).
     pub fn start(options: EngineOptions, serve: &ServeOptions) -> Result<(Worker, ModelInfo)> {
-        let ServeOptions { parallel, chat_template, split_reasoning, drafts, .. } = serve.clone();
+        let ServeOptions { parallel, chat_template, split_reasoning, drafts, mtp_drafts, .. } = serve.clone();
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
         let metrics = Arc::new(Mutex::new(Metrics::default()));
@@ -202,6 +202,7 @@ impl Worker {
                     template,
                     split_reasoning,
                     drafts,
+                    mtp_drafts: if engine.model().has_mtp() { mtp_drafts } else { 0 },
                     end_of_turn,
                     metrics: shared,
                     replies: HashMap::new(),
@@ -251,6 +252,9 @@ struct EngineLoop<'a> {
     split_reasoning: bool,
     /// Prompt-lookup drafts for the requests without a constraint.
     drafts: Option<PromptLookup>,
+    /// MTP drafts a step for the requests without a constraint (0: none, or no module), in
+    /// place of `drafts`.
+    mtp_drafts: usize,
     end_of_turn: Vec<u32>,
     metrics: Arc<Mutex<Metrics>>,
     replies: HashMap<RequestId, Running>,
@@ -391,7 +395,10 @@ impl<'a> EngineLoop<'a> {
         };
         let mut options = job.request.generate_options();
         if options.constraint.is_none() {
-            options.drafts = self.drafts;
+            match self.mtp_drafts {
+                0 => options.drafts = self.drafts,
+                n => options.mtp_drafts = n,
+            }
         }
         match self.scheduler.submit_n(prompt, options, job.n, on_token) {
             Ok(ids) => {
