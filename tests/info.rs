@@ -46,7 +46,8 @@ fn multi_token_prediction_layers_are_reported() {
         // The fixtures ship their MTP layer's weights, which run.
         assert_eq!(info(fixture)["mtp_runs"], mtp == 1, "{fixture}");
     }
-    // A GGUF file's `nextn_predict_layers` (the GLM-4.5 fixture's, as llama.cpp converts it).
+    // A GGUF file's `nextn_predict_layers` and `blk.3.nextn.*` tensors (the GLM-4.5 fixture's,
+    // as llama.cpp converts it).
     let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf/glm4_moe-bf16.gguf");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_moestream"))
         .args(["info", "--model", gguf.to_str().unwrap(), "--json"])
@@ -54,7 +55,7 @@ fn multi_token_prediction_layers_are_reported() {
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["mtp_layers"], 1);
-    assert_eq!(v["mtp_runs"], false, "a GGUF file's MTP layer is not read yet");
+    assert_eq!(v["mtp_runs"], true, "the GGUF file's MTP layer runs");
 }
 
 #[test]

@@ -108,7 +108,35 @@ fn engine(name: &str, budget: ExpertBudget) -> Engine {
 #[test]
 fn the_gpu_mtp_module_matches_torch_token_by_token_and_in_chunks() {
     for name in MTP_FIXTURES {
-        let e = engine(name, ExpertBudget::Auto);
+        assert_matches_torch(&engine(name, ExpertBudget::Auto), name);
+    }
+}
+
+#[test]
+fn the_mtp_layer_of_a_gguf_from_llama_cpps_converter_runs() {
+    // tests/fixtures/gguf/glm4_moe-bf16.gguf: llama.cpp's converter keeps GLM-4.5's MTP block
+    // as `blk.3` with its `nextn.*` tensors (the fixture's bf16 values); read under the Hugging
+    // Face names, it gives the torch reference's logits and drafts, and its drafts the plain
+    // tokens.
+    let path = common::fixtures_dir().join("gguf/glm4_moe-bf16.gguf");
+    let options = EngineOptions {
+        kv_dtype: KvDtype::F32,
+        mtp: MtpLoad::Required,
+        ..EngineOptions::new(&path).with_format(WeightFormat::F32)
+    };
+    let e = Engine::load_on(common::gpu(), &options).unwrap();
+    assert_matches_torch(&e, "glm4_moe");
+    let prompt = &goldens(&fixture("glm4_moe"))[1].tokens;
+    let plain = greedy(&e, prompt, 0);
+    let drafted = greedy(&e, prompt, 2);
+    assert_eq!(drafted.tokens, plain.tokens);
+    assert!(drafted.stats.draft_tokens > 0);
+}
+
+/// `e`'s MTP module against the torch goldens of fixture `name`, one position at a time and in
+/// chunks of 3.
+fn assert_matches_torch(e: &Engine, name: &str) {
+    {
         let m = e.model();
         for g in goldens(&fixture(name)) {
             let what = format!("{name} {}", g.name);

@@ -26,15 +26,20 @@ pub(super) fn convert_gguf(src: &Path, out: &Path, progress: &mut dyn FnMut(Prog
     let start = Instant::now();
     let model = GgufModel::open(src)?;
     let spec = arch::spec_from_gguf(&model)?;
-    let types = arch::expert_types(&model, spec.layers);
     let src_canonical = src.canonicalize().map_err(|e| Error::io(src, e))?;
     let fingerprint = source_fingerprint(&src_canonical)?;
+    // The MTP layer's too (below).
+    let types = arch::expert_types(&model, spec.layers + spec.mtp_layers.min(1));
     let ckpt = Arc::new(Checkpoint::from_gguf(model, &spec)?);
     spec.check_against(&ckpt)?;
     extra_files::prepare_output(&src_canonical, out)?;
+    // An MTP layer this crate runs (`blk.N.nextn.*`) has its experts stored with the model's;
+    // its other tensors are read from the GGUF file like the model's.
+    let stored = crate::model::mtp::available(&ckpt, &spec).unwrap_or_else(|_| spec.clone());
 
     let mut reporter = Reporter { done: 0, total: ckpt.stored_bytes(), callback: progress };
-    let (experts, gate_up_format) = write_store(&ckpt, &spec, &types, &out.join(EXPERTS_FILE), &mut reporter)?;
+    let (experts, gate_up_format) =
+        write_store(&ckpt, (&stored, spec.hash()), &types, &out.join(EXPERTS_FILE), &mut reporter)?;
     reporter.advance(Phase::Finishing, u64::MAX);
     let written: Vec<String> = if experts > 0 { vec![EXPERTS_FILE.to_string()] } else { Vec::new() };
     // The manifest's expert encoding is the arena's (the largest layer's gate/up) format; each
@@ -76,11 +81,12 @@ fn manifest_encoding(types: &[Option<[crate::quant::GgmlType; 2]>]) -> String {
 }
 
 /// Writes every routed expert of `ckpt` into a GGUF store at `path` (nothing for a dense
-/// model); returns how many experts it holds and the arena's gate/up format. Each extent is
+/// model; `spec` may have an MTP layer appended, `arch_hash` is the model's); returns how many
+/// experts it holds and the arena's gate/up format. Each extent is
 /// the slot [`CheckpointExperts`] makes of the expert (the GGUF bytes placed as in a GPU slot).
 pub(super) fn write_store(
     ckpt: &Arc<Checkpoint>,
-    spec: &ArchSpec,
+    (spec, arch_hash): (&ArchSpec, u64),
     types: &[Option<[crate::quant::GgmlType; 2]>],
     path: &Path,
     reporter: &mut Reporter,
@@ -99,7 +105,7 @@ pub(super) fn write_store(
     }
     let source = CheckpointExperts::per_layer(ckpt.clone(), spec.clone(), layouts)?;
     let info = StoreInfo {
-        arch_hash: spec.hash(),
+        arch_hash,
         layers: layers.iter().map(|&l| l as u32).collect(),
         experts_per_layer: moe.num_experts,
         hidden: h,

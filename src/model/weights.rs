@@ -329,11 +329,14 @@ impl Checkpoint {
         Ok(HostTensor::new(e.shape.clone(), data))
     }
 
-    /// Slab `index` of the outermost dimension of the f32/f16/bf16 tensor `name` (whose shape
-    /// must be `expected`), as f32: one expert of a stacked expert tensor without reading the
-    /// others.
+    /// Slab `index` of the outermost dimension of the f32/f16/bf16 or GGUF tensor `name` (whose
+    /// shape must be `expected`), as f32: one expert of a stacked expert tensor, or one row of a
+    /// matrix, without reading the others.
     pub fn slab(&self, name: &str, expected: &[usize], index: usize) -> Result<HostTensor> {
         let (e, bytes) = self.slab_bytes(name, expected, index)?;
+        if let StoredDtype::Ggml(t) = e.dtype {
+            return Ok(ggml_tensor(t, bytes, &expected[1..], &Fix::default()));
+        }
         let data = match e.dtype {
             StoredDtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             StoredDtype::F16 => bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),

@@ -87,15 +87,31 @@ pub fn hf_tensors(spec: &ArchSpec, name: &str, shape: &[usize]) -> Option<Vec<Ma
     let rest = name.strip_prefix("blk.")?;
     let (layer, leaf) = rest.split_once('.')?;
     let i: usize = layer.parse().ok()?;
+    let p = names::layer(i);
     if i >= spec.layers {
-        // GLM-4.5's multi-token-prediction blocks follow its layers; next-token decoding does
-        // not use them.
-        return matches!(spec.family, Family::Glm4Moe | Family::Qwen3Next | Family::Qwen35Moe).then(Vec::new);
-    }
-    if let Some(mapped) = hybrid_tensor(spec, i, leaf, shape) {
+        // The multi-token-prediction blocks (`nextn_predict_layers`) follow the layers, as in
+        // the Hugging Face checkpoints: the first is read under layer `num_hidden_layers`'s
+        // names (crate::model::mtp), its own tensors (`nextn.*`) as Hugging Face names them;
+        // further ones are not read.
+        if i >= spec.layers + spec.mtp_layers {
+            return None;
+        }
+        if i > spec.layers {
+            return Some(Vec::new());
+        }
+        if let Some(own) = leaf.strip_prefix("nextn.") {
+            let hf = match own {
+                "eh_proj.weight" | "embed_tokens.weight" => return whole(format!("{p}.{own}")),
+                "shared_head_head.weight" => return whole(format!("{p}.shared_head.head.weight")),
+                "enorm.weight" | "hnorm.weight" => format!("{p}.{own}"),
+                "shared_head_norm.weight" => format!("{p}.shared_head.norm.weight"),
+                _ => return None,
+            };
+            return norm(spec, hf, shape);
+        }
+    } else if let Some(mapped) = hybrid_tensor(spec, i, leaf, shape) {
         return mapped;
     }
-    let p = names::layer(i);
     let a = format!("{p}.self_attn");
     let ffn = names::ffn_prefix(spec.family, i);
     let shared = names::shared_expert(spec.family, i);
