@@ -93,7 +93,7 @@ fn bench_paths_compares_each_path_the_default_takes() {
     let o = EngineOptions::new(common::fixtures_dir().join("qwen3_moe"));
     let mut p = PathsBenchOptions { prompt_tokens: 4, decode_tokens: 2, runs: 2, seed: 1, only: None };
     let r = paths::run(&o, &p).unwrap();
-    assert_eq!(r.paths.len(), 8, "{r:?}");
+    assert_eq!(r.paths.len(), 9, "{r:?}");
     for c in &r.paths {
         match (&c.prefill, &c.decode, &c.not_compared) {
             (Some(pre), Some(dec), None) => {
@@ -108,6 +108,13 @@ fn bench_paths_compares_each_path_the_default_takes() {
     for always in ["decode_layout", "dense_prefill", "expert_prefill", "optimistic_steps"] {
         assert!(r.paths.iter().any(|c| c.name == always && c.decode.is_some()), "{always}: {r:?}");
     }
+    let mtp = r.paths.iter().find(|c| c.name == "mtp_drafts").unwrap();
+    assert!(mtp.not_compared.as_deref().is_some_and(|why| why.contains("no MTP module")), "{mtp:?}");
+    // A fixture with an MTP module compares its drafts with one token a step.
+    let glm = EngineOptions::new(common::fixtures_dir().join("glm4_moe"));
+    let only_mtp = PathsBenchOptions { only: Some(vec!["mtp_drafts".into()]), ..p.clone() };
+    let r = paths::run(&glm, &only_mtp).unwrap();
+    assert!(r.paths[0].decode.as_ref().is_some_and(|d| d.ratios.len() == 2), "{r:?}");
     p.only = Some(vec!["weight_tiles".into(), "no_such_path".into()]);
     let e = paths::run(&o, &p).unwrap_err().to_string();
     assert!(e.contains("no_such_path") && e.contains("weight_tiles"), "{e}");

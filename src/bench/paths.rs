@@ -1,6 +1,6 @@
 //! Every switchable fast path against the plain path it replaces, in one process, run by run
 //! in turn (`moestream bench paths`): weight tiles, 8-byte loads, kernels without naga's checks, the decode layout, dense and expert prefill, chained
-//! decode and optimistic streaming steps. A fast path whose every run is more than
+//! decode, optimistic streaming steps and MTP drafts. A fast path whose every run is more than
 //! [`SLOWER_LIMIT`]× slower than the plain run beside it is a regression nothing else would
 //! notice (lavapipe's speed drifts up to 2× between processes, never both ways in every pair of
 //! runs); `.ci/run` fails on it.
@@ -14,7 +14,8 @@ use crate::error::Result;
 use crate::gpu::{Caps, GpuOptions};
 use crate::ops::experts::ExpertPrefill;
 use crate::ops::matmul::LayoutChoice;
-use crate::runtime::{EngineOptions, ExpertBudget, GenerateOptions, SamplingParams};
+use crate::runtime::drafts::DEFAULT_MTP_DRAFTS;
+use crate::runtime::{EngineOptions, ExpertBudget, GenerateOptions, MtpLoad, SamplingParams};
 use crate::Engine;
 
 /// A fast path fails the comparison when every one of its runs is slower than the plain run
@@ -118,6 +119,8 @@ enum Switch {
     Chained,
     /// Optimistic streaming steps, switched on an engine streaming half the experts.
     Optimistic,
+    /// MTP drafts as the CLI's default takes them, on an engine loaded with the MTP module.
+    MtpDrafts,
 }
 
 struct FastPath {
@@ -198,6 +201,12 @@ const PATHS: &[FastPath] = &[
         fast: "streaming steps optimistic when it pays (half the experts in slots)",
         plain: "layer by layer",
         switch: Switch::Optimistic,
+    },
+    FastPath {
+        name: "mtp_drafts",
+        fast: "MTP drafts as `--speculative auto` takes them (3 a step, the model's default sampling)",
+        plain: "one token a step (same sampling)",
+        switch: Switch::MtpDrafts,
     },
 ];
 
@@ -287,6 +296,24 @@ pub fn run(base: &EngineOptions, o: &PathsBenchOptions) -> Result<PathsReport> {
                     Ok(compared?)
                 }
             },
+            Switch::MtpDrafts => {
+                let with = Engine::load(&EngineOptions { mtp: MtpLoad::Available, ..base.clone() })?;
+                match with.model().has_mtp() {
+                    false => Err("the model has no MTP module that runs".to_string()),
+                    true => {
+                        let sampled = |mtp_drafts| Workload {
+                            prompt: work.prompt.clone(),
+                            options: GenerateOptions {
+                                sampling: with.sampling_defaults(),
+                                mtp_drafts,
+                                ..work.options.clone()
+                            },
+                        };
+                        let (on, off) = (sampled(DEFAULT_MTP_DRAFTS), sampled(0));
+                        Ok(work.alternate(o.runs, || on.run(&with), || off.run(&with))?)
+                    }
+                }
+            }
             Switch::Optimistic => match streamed_half(base, &engine) {
                 None => Err("the model has no routed experts to stream".to_string()),
                 Some(options) => {

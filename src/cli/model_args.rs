@@ -384,8 +384,7 @@ pub enum Speculative {
     Off,
 }
 
-/// MTP drafts a step unless `--draft` says otherwise.
-pub const DEFAULT_MTP_DRAFTS: usize = 3;
+pub use moestream::runtime::drafts::DEFAULT_MTP_DRAFTS;
 
 /// Prompt-lookup drafts a step with `--speculative ngram` unless `--draft` says otherwise.
 const DEFAULT_LOOKUP_DRAFTS: usize = 4;

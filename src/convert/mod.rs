@@ -241,7 +241,8 @@ pub fn convert(
         true => {
             let types: Vec<_> =
                 (0..spec.layers).map(|i| spec.is_moe_layer(i).then_some([GgmlType::Mxfp4; 2])).collect();
-            let (n, format) = gguf::write_store(&ckpt, (&spec, spec.hash()), &types, &out.join(EXPERTS_FILE), &mut reporter)?;
+            let (n, format) =
+                gguf::write_store(&ckpt, (&spec, spec.hash()), &types, &out.join(EXPERTS_FILE), &mut reporter)?;
             (n, &ConvertOptions { experts: format, ..*options })
         }
         false => {

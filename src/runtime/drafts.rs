@@ -12,6 +12,9 @@
 use crate::error::{Error, Result};
 use crate::runtime::options::GenerateOptions;
 
+/// MTP drafts a step where the caller names no number (the CLI's `--speculative auto|mtp`).
+pub const DEFAULT_MTP_DRAFTS: usize = 3;
+
 /// How drafts are looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PromptLookup {

@@ -344,8 +344,12 @@ impl Engine {
             let allowance = (room - 1).min(drafted.allowance());
             let step_started = Instant::now();
             let draft = match mtp.as_mut() {
-                // Not drafting at this step (allowance 0), the module still runs over its rows.
-                Some(m) => m.catch_up(self, session, pos, allowance)?,
+                Some(m) if allowance > 0 => m.catch_up(self, session, pos, allowance)?,
+                // Not drafting at this step: the module skips these positions.
+                Some(m) => {
+                    m.skip_to(pos);
+                    Vec::new()
+                }
                 None => options.drafts.map(|d| d.draft(&session.tokens, allowance)).unwrap_or_default(),
             };
             if !draft.is_empty() {

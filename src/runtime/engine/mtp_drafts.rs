@@ -4,9 +4,10 @@
 //! hidden states (a batched step, each sequence's at its own rows), and once the tokens after those positions are known (the next prefill
 //! chunk's, the sampled token, the accepted drafts and the token after them) the module runs
 //! over them, its last row proposing the token after the sequence's end; further drafts chain
-//! the module on its own output. A step that does not draft (paced: `DraftPacing`) still runs
-//! the module over its rows, without drafts: a position the module skipped would stay a hole
-//! in its cache that every later draft attends over. Verification keeps the output exactly the plain one, as with prompt-lookup drafts.
+//! the module on its own output. A step that does not draft (paced: `DraftPacing`) skips the
+//! module: running it anyway, to leave no position of its cache unwritten for later drafts to
+//! attend over, cost the README's first command (sampled, where drafting mostly pauses on
+//! lavapipe) a quarter of its decode speed. Verification keeps the output exactly the plain one, as with prompt-lookup drafts.
 
 use super::Engine;
 use crate::decoder::MAX_MTP_DRAFTS;
@@ -51,6 +52,14 @@ impl MtpDrafts {
         }
     }
 
+    /// Leaves the main model's rows before `pos` unrun (a step that does not draft: the
+    /// module's cache keeps what it held at those positions, which only its later drafts read).
+    /// The next main step runs from `pos`, alone (row 0) unless [`MtpDrafts::after_step`] says
+    /// otherwise.
+    pub(super) fn skip_to(&mut self, pos: usize) {
+        (self.behind, self.row) = (pos, 0);
+    }
+
     /// A request whose last main step ran positions `from..` (its last prefill chunk, or the
     /// decode token and drafts of a batched step) from that step's row `row`, and whose module
     /// has run every position before.
@@ -61,15 +70,14 @@ impl MtpDrafts {
     /// Runs the module over the main model's rows from where it is behind up to `pos` (the
     /// sequence's last token, not yet run by the main model; the tokens after those rows are
     /// all known now) and, with `want` above 0, returns up to `want` drafts for the positions
-    /// after `pos` (with 0, a step that does not draft, the module's cache is still filled, so
-    /// that its later drafts see every position, and nothing is waited for). The next main step runs from `pos`, alone (row 0) unless
+    /// after `pos`. The next main step runs from `pos`, alone (row 0) unless
     /// [`MtpDrafts::after_step`] says otherwise.
     pub(super) fn catch_up(&mut self, engine: &Engine, session: &Session, pos: usize, want: usize) -> Result<Vec<u32>> {
         let (from, row) = (self.behind, self.row);
         if from >= pos {
             return Ok(Vec::new());
         }
-        (self.behind, self.row) = (pos, 0);
+        self.skip_to(pos);
         // Further drafts chain the module on its own output, on the GPU.
         engine.model.mtp_drafts(&session.cache, (&session.tokens[from + 1..=pos], row), from, want, Phase::Decode)
     }

@@ -596,14 +596,18 @@ impl<'a> Scheduler<'a> {
             let wanted = r.options.max_tokens - r.generated.len() - 1;
             let room = wanted.min(engine.context() - end).min(budget).min(allowance).min(paying);
             let drafts = match r.mtp.as_mut() {
-                // Not drafting at this step (room 0), the module still runs over its rows.
-                Some(m) => match m.catch_up(engine, session, end - 1, room) {
+                Some(m) if room > 0 => match m.catch_up(engine, session, end - 1, room) {
                     Ok(drafts) => drafts,
                     Err(e) => {
                         failed.push((i, e));
                         continue;
                     }
                 },
+                // Not drafting at this step: the module skips these positions.
+                Some(m) => {
+                    m.skip_to(end - 1);
+                    Vec::new()
+                }
                 None => r.options.drafts.map(|d| d.draft(&session.tokens, room)).unwrap_or_default(),
             };
             budget -= drafts.len();
