@@ -191,7 +191,7 @@ fn incremental_matching_equals_full_matching() {
                 t.record(l, rng.below(5), 1 + rng.below(3) as u32);
             }
         }
-        let full = t.collection().best_matches(t.current(), 2);
+        let full = t.collection().best_matches(t.current().unwrap(), 2);
         let inc = t.best_matches().to_vec();
         assert_eq!(full.len(), inc.len());
         for (a, b) in full.iter().zip(&inc) {
@@ -442,4 +442,39 @@ fn cache_model_is_deterministic() {
     let b = random_run(42);
     assert_eq!(a, b);
     assert_ne!(a.2, random_run(43).2);
+}
+
+#[test]
+fn running_requests_keep_their_own_matrices_and_predict_together() {
+    // Two past requests: A (expert 0, then expert 3) and B (expert 2, then expert 1).
+    let mut t = EamTracker::new(4, 4, 8, 1);
+    for (first, second) in [(0, 3), (2, 1)] {
+        t.begin_request();
+        t.begin_step(Phase::Decode);
+        t.record(0, first, 10);
+        t.record(1, second, 10);
+        t.end_request();
+    }
+    // Two requests run together, one routed like A, the other like B: each matches its own
+    // past request, and the prediction is the union of both.
+    t.begin_request_of(1);
+    t.begin_request_of(2);
+    t.begin_step(Phase::Decode);
+    t.record_layer_of(1, Phase::Decode, 0, &[(0, 1)]);
+    t.record_layer_of(2, Phase::Decode, 0, &[(2, 1)]);
+    assert_eq!(t.request(1).unwrap().decode.get(0, 0), 1.0);
+    assert_eq!(t.request(1).unwrap().decode.get(0, 2), 0.0, "not the other request's rows");
+    assert_eq!(t.prediction().matched(), 2);
+    let next: Vec<ExpertId> = t.predict(0, 1).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(next, vec![ExpertId::new(1, 1), ExpertId::new(1, 3)]);
+    // Rows not attributed to a request count in the step's matrix only.
+    t.record(0, 3, 5);
+    assert_eq!(t.iteration().get(0, 3), 5.0);
+    assert_eq!((t.request(1).unwrap().decode.get(0, 3), t.request(2).unwrap().decode.get(0, 3)), (0.0, 0.0));
+    // One ends: its matrix is filed; the other goes on, matched against the larger collection.
+    t.end_request_of(1);
+    assert_eq!(t.collection().len(), 3);
+    assert!(t.request(1).is_none());
+    let next: Vec<ExpertId> = t.predict(0, 1).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(next, vec![ExpertId::new(1, 1)]);
 }

@@ -143,6 +143,34 @@ fn scheduled_streaming_at_the_smallest_budget_equals_resident() {
 }
 
 #[test]
+fn each_scheduled_request_files_its_own_activation_matrix() {
+    // Streaming with EAMC: requests run together each get an activation matrix of their own
+    // (their rows of every batched step, prompt chunks as prefill, decode tokens as decode),
+    // filed when they end, equal to the one each files when it runs alone.
+    let filed = |e: &Engine| -> Vec<(Vec<f32>, Vec<f32>)> {
+        let r = e.model().residency().unwrap();
+        let c = r.cache().unwrap().tracker().collection();
+        (0..c.len())
+            .map(|i| c.get(i).unwrap())
+            .map(|m| (m.prefill.counts().to_vec(), m.decode.counts().to_vec()))
+            .collect()
+    };
+    let (alone, prompt) = engine("mixtral", 64, ExpertBudget::Slots(4));
+    let reqs: Vec<_> = requests(&prompt).into_iter().take(3).collect();
+    solo(&alone, &reqs);
+    let want = filed(&alone);
+    assert_eq!(want.len(), 3);
+    drop(alone);
+    let (together, _) = engine("mixtral", 64, ExpertBudget::Slots(4));
+    scheduled(&together, 3, &reqs);
+    let got = filed(&together);
+    assert_eq!(got.len(), 3, "one matrix per request, not one for the spell");
+    for m in &want {
+        assert!(got.contains(m), "a request's matrix as alone: {m:?} among {got:?}");
+    }
+}
+
+#[test]
 fn a_slot_keeps_its_sequence_for_the_next_turn() {
     let (e, prompt) = engine("qwen3_moe", 64, ExpertBudget::Auto);
     let mut s = Scheduler::new(&e, 2).unwrap();

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::experts::eam::EamTracker;
+use crate::experts::eam::{EamTracker, RequestKey};
 use crate::experts::policy::{CachePolicy, ExpertId, Phase, PolicyContext};
 use crate::experts::predictor::Predictor;
 
@@ -88,7 +88,22 @@ pub struct CacheModel {
     pinned: Vec<bool>,
     /// Distinct experts of the last routed layer.
     last_needed: Vec<ExpertId>,
+    /// Which requests the next step's rows belong to ([`CacheModel::attribute_next_step`]).
+    next_rows: Vec<StepRows>,
+    /// Which requests the current step's rows belong to (empty: not told).
+    step_rows: Vec<StepRows>,
     stats: CacheStats,
+}
+
+/// A run of consecutive rows of a step that belong to one request, in that request's phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepRows {
+    /// The request.
+    pub request: RequestKey,
+    /// Its rows.
+    pub rows: usize,
+    /// Prefill (a prompt chunk) or decode.
+    pub phase: Phase,
 }
 
 impl CacheModel {
@@ -127,6 +142,8 @@ impl CacheModel {
             prefetched: vec![false; layers * experts],
             pinned: vec![false; layers * experts],
             last_needed: Vec::new(),
+            next_rows: Vec::new(),
+            step_rows: Vec::new(),
             stats: CacheStats::default(),
         }
     }
@@ -183,21 +200,46 @@ impl CacheModel {
         Some(self.slot_of[self.index(id)]).filter(|&s| s != NO_SLOT)
     }
 
-    /// Starts a request.
+    /// Starts a request that runs alone.
     pub fn begin_request(&mut self) {
         self.tracker.begin_request();
         self.policy.begin_request();
     }
 
-    /// Ends a request: its EAM joins the EAM collection.
+    /// Ends the request that ran alone: its EAM joins the EAM collection.
     pub fn end_request(&mut self) {
         self.tracker.end_request();
+    }
+
+    /// Starts request `key` beside the running ones (the scheduler's); the policy sees a new
+    /// request when none ran.
+    pub fn begin_request_of(&mut self, key: RequestKey) {
+        if self.tracker.current().is_none() {
+            self.policy.begin_request();
+        }
+        self.tracker.begin_request_of(key);
+    }
+
+    /// Ends request `key`: its EAM joins the EAM collection.
+    pub fn end_request_of(&mut self, key: RequestKey) {
+        self.tracker.end_request_of(key);
+    }
+
+    /// Says which requests the next step's rows belong to, in order (a batched step's
+    /// sequences); a step not told so (one sequence's MTP pass) counts its routing for the
+    /// request only when one runs.
+    pub fn attribute_next_step(&mut self, rows: &[StepRows]) {
+        self.next_rows = rows.to_vec();
     }
 
     /// Starts a forward step of `n_tokens` tokens.
     pub fn begin_step(&mut self, phase: Phase, n_tokens: usize) {
         self.phase = phase;
         self.tokens = n_tokens;
+        self.step_rows = std::mem::take(&mut self.next_rows);
+        if self.step_rows.iter().map(|r| r.rows).sum::<usize>() != n_tokens {
+            self.step_rows.clear();
+        }
         self.tracker.begin_step(phase);
         self.stats.steps += 1;
         self.stats.tokens += n_tokens as u64;
@@ -217,9 +259,7 @@ impl CacheModel {
         }
         let needed: Vec<ExpertId> =
             (0..self.experts).filter(|&e| counts[e] > 0).map(|e| ExpertId::new(layer, e)).collect();
-        let activations: Vec<(usize, u32)> =
-            needed.iter().map(|id| (id.expert as usize, counts[id.expert as usize])).collect();
-        self.tracker.record_layer(layer, &activations);
+        self.record_activations(layer, routed, &counts);
         let (hits, misses): (Vec<ExpertId>, Vec<ExpertId>) = needed.iter().partition(|&&id| self.slot_of(id).is_some());
         self.stats.hits += hits.len() as u64;
         self.stats.misses += misses.len() as u64;
@@ -233,6 +273,27 @@ impl CacheModel {
         let waves = order.chunks(self.capacity).map(|wave| self.plan_wave(layer, wave)).collect();
         self.last_needed = needed;
         waves
+    }
+
+    /// Counts `layer`'s routing (`routed`, `counts` per expert) in the EAMs: each request's rows
+    /// in its own where the step's rows are attributed, else the whole step's.
+    fn record_activations(&mut self, layer: usize, routed: &[u32], counts: &[u32]) {
+        let pairs = |counts: &[u32]| -> Vec<(usize, u32)> {
+            counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(e, &n)| (e, n)).collect()
+        };
+        if self.step_rows.is_empty() || self.top_k == 0 {
+            self.tracker.record_layer(layer, &pairs(counts));
+            return;
+        }
+        let mut at = 0;
+        for part in &self.step_rows {
+            let mut own = vec![0u32; self.experts];
+            for &e in &routed[at..at + part.rows * self.top_k] {
+                own[e as usize] += 1;
+            }
+            at += part.rows * self.top_k;
+            self.tracker.record_layer_of(part.request, part.phase, layer, &pairs(&own));
+        }
     }
 
     /// Makes every expert of `wave` resident, evicting only experts outside it.

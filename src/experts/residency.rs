@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::arena::{SlotArena, SlotLayout};
-use super::cache_model::{CacheModel, Wave};
+use super::cache_model::{CacheModel, StepRows, Wave};
+use super::eam::RequestKey;
 use super::io_pool::{IoPool, Ticket, Urgency};
 use super::policy::{ExpertId, Phase};
 use super::slot_table::{SlotTable, NO_SLOT};
@@ -228,6 +229,34 @@ impl ExpertResidency {
     pub fn end_request(&mut self) {
         if let Some(s) = &mut self.streaming {
             s.cache.end_request();
+        }
+    }
+
+    /// Request `key` starts beside the running ones (the scheduler's): the expert cache keeps an
+    /// activation matrix of its own for it ([`CacheModel::begin_request_of`]); the trace marks a
+    /// request where `spell_starts` (the first of a spell of requests run together).
+    pub fn begin_request_of(&mut self, key: RequestKey, spell_starts: bool) -> Result<()> {
+        if let Some(s) = &mut self.streaming {
+            s.cache.begin_request_of(key);
+        }
+        if let Some(t) = self.trace.as_mut().filter(|_| spell_starts) {
+            t.writer.request(t.requests).map_err(trace_err)?;
+            t.requests += 1;
+        }
+        Ok(())
+    }
+
+    /// Request `key` ends: EAMC files its activation matrix.
+    pub fn end_request_of(&mut self, key: RequestKey) {
+        if let Some(s) = &mut self.streaming {
+            s.cache.end_request_of(key);
+        }
+    }
+
+    /// Which requests the next step's rows belong to ([`CacheModel::attribute_next_step`]).
+    pub fn attribute_next_step(&mut self, rows: &[StepRows]) {
+        if let Some(s) = &mut self.streaming {
+            s.cache.attribute_next_step(rows);
         }
     }
 

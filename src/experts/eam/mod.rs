@@ -3,8 +3,9 @@
 //!
 //! * An [`Eam`] is an `L × E` matrix of token counts: `M[l][e]` tokens routed to expert `e` of
 //!   layer `l`. The tracker keeps the *iteration-level* EAM of the current step and the
-//!   *request-level* EAM ([`RequestEam`]) of the current request, the latter split in a prefill
-//!   and a decode matrix.
+//!   *request-level* EAM ([`RequestEam`]) of each running request (several when the scheduler
+//!   batches them: each step's rows are attributed to their requests), the latter split in a
+//!   prefill and a decode matrix.
 //! * **Matching.** A request EAM is flattened as its prefill and decode matrices, each scaled to
 //!   unit L2 norm, concatenated; similarity is the cosine of those vectors. So a long prompt's
 //!   prefill counts do not drown the decode pattern: with both halves present the similarity is
@@ -18,14 +19,15 @@
 //!   entries with positive similarity count), taking from each the matrix of the current phase
 //!   (or its other one if that is empty); rows are normalised per layer when read
 //!   ([`Prediction::probability`]). With an empty collection (or no positive match) the current
-//!   request's own EAM stands in. [`EamTracker::predict`] weights a later layer `i` seen from
+//!   request's own EAM stands in. With several running requests the prediction is the sum of
+//!   each one's (the union of what they will need). [`EamTracker::predict`] weights a later layer `i` seen from
 //!   layer `l` by `1 − (i − l)/L`.
 
 mod collection;
 mod tracker;
 
 pub use collection::EamCollection;
-pub use tracker::{EamTracker, Prediction};
+pub use tracker::{EamTracker, Prediction, RequestKey, SOLO};
 
 use std::path::PathBuf;
 

@@ -18,7 +18,7 @@ impl Prediction<'_> {
         self.experts
     }
 
-    /// How many collection entries were summed (0: the current request's own EAM was used).
+    /// How many collection entries were summed (0: the running requests' own EAMs were used).
     pub fn matched(&self) -> usize {
         self.matched
     }
@@ -44,19 +44,76 @@ impl Prediction<'_> {
     }
 }
 
-/// Tracks the current step's and request's EAMs, owns the collection and predicts.
+/// Identifies a running request to the tracker (the scheduler's request id; [`SOLO`] for the
+/// one request of a caller that runs one at a time).
+pub type RequestKey = u64;
+
+/// The key of [`EamTracker::begin_request`]'s request.
+pub const SOLO: RequestKey = RequestKey::MAX;
+
+/// A running request: its EAM so far and how it matches the collection, kept up to date
+/// incrementally.
+struct Running {
+    key: RequestKey,
+    eam: RequestEam,
+    /// Per entry, dot products of the request's (prefill, decode) with the entry's.
+    dots: Vec<[f64; 2]>,
+    /// Squared norms of the request's (prefill, decode).
+    query_norm2: [f64; 2],
+    /// The best matches for the request.
+    best: Vec<(usize, f64)>,
+}
+
+impl Running {
+    fn new(key: RequestKey, layers: usize, experts: usize, collection: &EamCollection, m: usize) -> Running {
+        let mut r = Running {
+            key,
+            eam: RequestEam::new(layers, experts),
+            dots: Vec::new(),
+            query_norm2: [0.0; 2],
+            best: vec![],
+        };
+        r.reset_query(collection, m);
+        r
+    }
+
+    /// Adds `n` tokens of `phase` at flat index `i` = (layer, expert).
+    fn add(&mut self, collection: &EamCollection, phase: Phase, (layer, expert): (usize, usize), n: f64) {
+        let h = phase_index(phase);
+        let i = layer * self.eam.phase(phase).experts() + expert;
+        let old = self.eam.phase(phase).counts()[i] as f64;
+        self.query_norm2[h] += 2.0 * old * n + n * n;
+        for (d, e) in self.dots.iter_mut().zip(&collection.entries) {
+            d[h] += n * e.phase(phase).counts()[i] as f64;
+        }
+        self.eam.add(phase, layer, expert, n as f32);
+    }
+
+    /// Re-ranks the collection against the request.
+    fn refresh_matches(&mut self, collection: &EamCollection, m: usize) {
+        let qn = self.query_norm2.map(f64::sqrt);
+        let sims = self.dots.iter().zip(&collection.norms).map(|(&d, &n)| combine(d, qn, n)).enumerate();
+        self.best = top_m(sims, m);
+    }
+
+    /// Recomputes the match state from scratch (the collection changed).
+    fn reset_query(&mut self, collection: &EamCollection, m: usize) {
+        let q = &self.eam;
+        self.dots = collection.entries.iter().map(|e| [q.prefill.dot(&e.prefill), q.decode.dot(&e.decode)]).collect();
+        let n = q.norms();
+        self.query_norm2 = [n[0] * n[0], n[1] * n[1]];
+        self.refresh_matches(collection, m);
+    }
+}
+
+/// Tracks the current step's EAM and each running request's, owns the collection and predicts
+/// (for the union of the running requests: the sum of each one's prediction).
 pub struct EamTracker {
     collection: EamCollection,
-    current: RequestEam,
+    running: Vec<Running>,
     iteration: Eam,
     phase: Phase,
     matches: usize,
-    /// Per entry, dot products of the current request's (prefill, decode) with the entry's.
-    dots: Vec<[f64; 2]>,
-    /// Squared norms of the current request's (prefill, decode).
-    query_norm2: [f64; 2],
-    /// The best matches for the current request, kept up to date by every change.
-    best: Vec<(usize, f64)>,
 }
 
 impl EamTracker {
@@ -65,13 +122,10 @@ impl EamTracker {
     pub fn new(layers: usize, experts: usize, capacity: usize, m: usize) -> EamTracker {
         EamTracker {
             collection: EamCollection::new(capacity, layers, experts),
-            current: RequestEam::new(layers, experts),
+            running: Vec::new(),
             iteration: Eam::new(layers, experts),
             phase: Phase::Prefill,
             matches: m,
-            dots: Vec::new(),
-            query_norm2: [0.0; 2],
-            best: Vec::new(),
         }
     }
 
@@ -95,9 +149,14 @@ impl EamTracker {
         &self.collection
     }
 
-    /// The current request's EAM so far.
-    pub fn current(&self) -> &RequestEam {
-        &self.current
+    /// The EAM so far of the first running request (`None` when none runs).
+    pub fn current(&self) -> Option<&RequestEam> {
+        self.running.first().map(|r| &r.eam)
+    }
+
+    /// The EAM so far of running request `key`.
+    pub fn request(&self, key: RequestKey) -> Option<&RequestEam> {
+        self.running.iter().find(|r| r.key == key).map(|r| &r.eam)
     }
 
     /// The current step's (iteration-level) EAM so far.
@@ -105,20 +164,37 @@ impl EamTracker {
         &self.iteration
     }
 
-    /// Starts a request: its EAM starts empty.
+    /// Starts a request that runs alone ([`SOLO`]): any other running request is dropped
+    /// unfiled.
     pub fn begin_request(&mut self) {
-        self.current = RequestEam::new(self.layers(), self.experts());
+        self.running.clear();
         self.iteration.clear();
-        self.reset_query();
+        self.begin_request_of(SOLO);
     }
 
-    /// Ends a request: its EAM goes into the collection.
+    /// Ends the request that ran alone (every running request): its EAM goes into the collection.
     pub fn end_request(&mut self) {
-        let fresh = RequestEam::new(self.layers(), self.experts());
-        let done = std::mem::replace(&mut self.current, fresh);
-        self.collection.insert(done);
+        let keys: Vec<RequestKey> = self.running.iter().map(|r| r.key).collect();
+        keys.into_iter().for_each(|k| self.end_request_of(k));
         self.iteration.clear();
-        self.reset_query();
+    }
+
+    /// Starts request `key` beside those running: its EAM starts empty.
+    pub fn begin_request_of(&mut self, key: RequestKey) {
+        self.running.retain(|r| r.key != key);
+        let r = Running::new(key, self.layers(), self.experts(), &self.collection, self.matches);
+        self.running.push(r);
+    }
+
+    /// Ends request `key`: its EAM goes into the collection (the others' matches are computed
+    /// again over the changed collection).
+    pub fn end_request_of(&mut self, key: RequestKey) {
+        let Some(i) = self.running.iter().position(|r| r.key == key) else { return };
+        let done = self.running.remove(i);
+        self.collection.insert(done.eam);
+        for r in &mut self.running {
+            r.reset_query(&self.collection, self.matches);
+        }
     }
 
     /// Starts a step of `phase`.
@@ -127,64 +203,61 @@ impl EamTracker {
         self.iteration.clear();
     }
 
-    /// Counts `tokens` tokens routed to (layer, expert) in the current step.
+    /// Counts `tokens` tokens routed to (layer, expert) in the current step, for the request
+    /// when exactly one runs.
     pub fn record(&mut self, layer: usize, expert: usize, tokens: u32) {
-        self.add(layer, expert, tokens);
-        self.refresh_matches();
+        self.record_layer(layer, &[(expert, tokens)]);
     }
 
-    /// Counts a whole layer's routing at once: (expert, tokens) pairs.
+    /// Counts a whole layer's routing at once: (expert, tokens) pairs, for the request when
+    /// exactly one runs (with several, rows that [`EamTracker::record_layer_of`] does not
+    /// attribute count in the step's EAM only).
     pub fn record_layer(&mut self, layer: usize, counts: &[(usize, u32)]) {
         for &(expert, tokens) in counts {
-            self.add(layer, expert, tokens);
+            self.iteration.add(layer, expert, tokens as f32);
         }
-        self.refresh_matches();
-    }
-
-    fn add(&mut self, layer: usize, expert: usize, tokens: u32) {
-        let n = tokens as f64;
-        let h = phase_index(self.phase);
-        let i = layer * self.experts() + expert;
-        let old = self.current.phase(self.phase).counts()[i] as f64;
-        self.query_norm2[h] += 2.0 * old * n + n * n;
-        for (d, e) in self.dots.iter_mut().zip(&self.collection.entries) {
-            d[h] += n * e.phase(self.phase).counts()[i] as f64;
+        if let [only] = &mut self.running[..] {
+            for &(expert, tokens) in counts {
+                only.add(&self.collection, self.phase, (layer, expert), tokens as f64);
+            }
+            only.refresh_matches(&self.collection, self.matches);
         }
-        self.current.add(self.phase, layer, expert, tokens as f32);
-        self.iteration.add(layer, expert, tokens as f32);
     }
 
-    /// Re-ranks the collection against the current request.
-    fn refresh_matches(&mut self) {
-        let qn = self.query_norm2.map(f64::sqrt);
-        let sims = self.dots.iter().zip(&self.collection.norms).map(|(&d, &n)| combine(d, qn, n)).enumerate();
-        self.best = top_m(sims, self.matches);
+    /// Counts a layer's routing of request `key`'s rows of the step ((expert, tokens) pairs),
+    /// in its `phase` (a prompt chunk beside other requests' decode tokens is prefill).
+    pub fn record_layer_of(&mut self, key: RequestKey, phase: Phase, layer: usize, counts: &[(usize, u32)]) {
+        for &(expert, tokens) in counts {
+            self.iteration.add(layer, expert, tokens as f32);
+        }
+        if let Some(r) = self.running.iter_mut().find(|r| r.key == key) {
+            for &(expert, tokens) in counts {
+                r.add(&self.collection, phase, (layer, expert), tokens as f64);
+            }
+            r.refresh_matches(&self.collection, self.matches);
+        }
     }
 
-    /// Recomputes the incremental match state from scratch.
-    fn reset_query(&mut self) {
-        let q = &self.current;
-        self.dots =
-            self.collection.entries.iter().map(|e| [q.prefill.dot(&e.prefill), q.decode.dot(&e.decode)]).collect();
-        let n = q.norms();
-        self.query_norm2 = [n[0] * n[0], n[1] * n[1]];
-        self.refresh_matches();
-    }
-
-    /// The `m` entries best matching the current request: (index, similarity), best first.
+    /// The `m` entries best matching the first running request: (index, similarity), best
+    /// first.
     pub fn best_matches(&self) -> &[(usize, f64)] {
-        &self.best
+        self.running.first().map_or(&[], |r| &r.best[..])
     }
 
-    /// PredictEAM for the current phase: the best matches, or the current request's own EAM.
+    /// PredictEAM for the current phase, for the union of the running requests: each one's best
+    /// matches, or its own EAM where it has none, summed.
     pub fn prediction(&self) -> Prediction<'_> {
-        let matches = &self.best;
-        let sources: Vec<&Eam> = if matches.is_empty() {
-            vec![self.current.for_phase(self.phase)]
-        } else {
-            matches.iter().map(|&(i, _)| self.collection.entries[i].for_phase(self.phase)).collect()
-        };
-        Prediction { experts: self.experts(), sources, matched: matches.len() }
+        let phase = self.phase;
+        let mut sources = Vec::new();
+        let mut matched = 0;
+        for r in &self.running {
+            match r.best.is_empty() {
+                true => sources.push(r.eam.for_phase(phase)),
+                false => sources.extend(r.best.iter().map(|&(i, _)| self.collection.entries[i].for_phase(phase))),
+            }
+            matched += r.best.len();
+        }
+        Prediction { experts: self.experts(), sources, matched }
     }
 
     /// Likely experts of the next `lookahead` layers after `layer` that have any predicted
@@ -216,7 +289,9 @@ impl EamTracker {
     /// dimensions.
     pub fn load(&mut self, path: &Path) -> Result<(), EamError> {
         self.collection = EamCollection::load(path, self.collection.capacity(), self.layers(), self.experts())?;
-        self.reset_query();
+        for r in &mut self.running {
+            r.reset_query(&self.collection, self.matches);
+        }
         Ok(())
     }
 }

@@ -13,7 +13,10 @@ use std::time::Instant;
 
 use crate::decoder::{BatchEntry, RoutingMode, Rows};
 use crate::error::{Error, Result};
+use crate::experts::cache_model::StepRows;
+use crate::experts::eam::RequestKey;
 use crate::experts::policy::Phase;
+use crate::experts::residency::ExpertStats;
 use crate::runtime::drafts::DraftPacing;
 use crate::runtime::logprobs::{token_logprob, TokenLogprob};
 use crate::runtime::session::Session;
@@ -286,6 +289,17 @@ impl<'a> Scheduler<'a> {
             }
         }
         let phase = if decoding { Phase::Decode } else { Phase::Prefill };
+        // The expert cache counts each sequence's rows in its own request's activation matrix.
+        if let Some(mut r) = self.engine.model.residency() {
+            let rows: Vec<StepRows> = (parts.iter())
+                .map(|p| StepRows {
+                    request: self.slots[p.slot].running.as_ref().map_or(0, |r| r.id),
+                    rows: p.end + p.drafts.len() - p.start,
+                    phase: if p.decode { Phase::Decode } else { Phase::Prefill },
+                })
+                .collect();
+            r.attribute_next_step(&rows);
+        }
         // Drafts ride on their sequences for the step (row i's history is the sequence and
         // the first i drafts); a hybrid model's states are saved first, to be cut back.
         let mut saved = Ok(());
@@ -504,12 +518,8 @@ impl<'a> Scheduler<'a> {
             let len = slot.session.len();
             slot.session.cached = slot.session.cache.resume_point(slot.session.cached.min(len - 1));
             let reused = slot.session.cached;
-            // The expert cache sees the scheduler's busy spell as one request (its activation
-            // matrix is the union of the running requests').
-            let experts_before = match busy {
-                true => self.engine.expert_stats(),
-                false => self.engine.begin_request()?,
-            };
+            // The expert cache keeps each request's activation matrix (the trace marks the spell).
+            let experts_before = begin_scheduled(self.engine, w.id, !busy)?;
             busy = true;
             let start = |id, options, picker, on_token| {
                 Running::new(self.engine, id, w.prompt.len(), (options, picker), on_token, experts_before)
@@ -519,7 +529,12 @@ impl<'a> Scheduler<'a> {
             for (id, options, picker, on_token) in siblings {
                 let j =
                     (0..self.slots.len()).find(|&j| j != i && self.slots[j].running.is_none()).expect("counted above");
-                let sibling = Running { fork_of: Some((i, w.id)), ..start(id, options, picker, on_token) };
+                let before = begin_scheduled(self.engine, id, false)?;
+                let sibling = Running {
+                    fork_of: Some((i, w.id)),
+                    experts_before: before,
+                    ..start(id, options, picker, on_token)
+                };
                 self.slots[j].running = Some(sibling);
             }
             self.slots[i].running = Some(running);
@@ -532,10 +547,7 @@ impl<'a> Scheduler<'a> {
     fn finish_running(&mut self, i: usize, outcome: Result<()>) -> Finished {
         let r = self.slots[i].running.take().expect("a running request");
         let engine = self.engine;
-        let experts = match self.slots.iter().any(|s| s.running.is_some()) {
-            true => engine.expert_stats().since(&r.experts_before),
-            false => engine.end_request(r.experts_before),
-        };
+        let experts = end_scheduled(engine, r.id, r.experts_before);
         let slot = &self.slots[i];
         let now = Instant::now();
         let first = r.first_token.unwrap_or(now);
@@ -634,5 +646,29 @@ impl<'a> Scheduler<'a> {
             parts.push(Part { slot: i, start, end, logits, drafts: Vec::new(), decode: false });
         }
         (parts, failed, timed)
+    }
+}
+
+/// Marks the start of scheduled request `key` (the expert cache keeps its own activation
+/// matrix; the trace marks a request where `spell_starts`); returns the figures so far.
+fn begin_scheduled(engine: &Engine, key: RequestKey, spell_starts: bool) -> Result<ExpertStats> {
+    match engine.model.residency() {
+        Some(mut r) => {
+            r.begin_request_of(key, spell_starts)?;
+            Ok(r.stats())
+        }
+        None => Ok(ExpertStats::default()),
+    }
+}
+
+/// Marks scheduled request `key`'s end (EAMC files its activation matrix); returns the
+/// expert figures since `before` (shared with the requests that ran beside it).
+fn end_scheduled(engine: &Engine, key: RequestKey, before: ExpertStats) -> ExpertStats {
+    match engine.model.residency() {
+        Some(mut r) => {
+            r.end_request_of(key);
+            r.stats().since(&before)
+        }
+        None => ExpertStats::default(),
     }
 }
