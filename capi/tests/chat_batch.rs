@@ -9,7 +9,7 @@ use std::ptr::{null, null_mut};
 use moestream_c::*;
 
 mod common;
-use common::{last_error, load_bundled};
+use common::{last_error, load_bundled, stats_structs};
 
 unsafe fn take(text: *mut c_char) -> String {
     assert!(!text.is_null(), "{}", last_error());
@@ -52,13 +52,7 @@ fn conversations_answered_together_equal_their_solo_replies() {
         let messages: Vec<*const c_char> = conversations.iter().map(|c| c.as_ptr()).collect();
         let mut replies = [null_mut::<c_char>(); 3];
         let mut pieces = vec![String::new(); 3];
-        let mut stats: Vec<MoestreamStats> = (0..3)
-            .map(|_| {
-                let mut s: MoestreamStats = std::mem::zeroed();
-                s.struct_size = std::mem::size_of::<MoestreamStats>() as u32;
-                s
-            })
-            .collect();
+        let mut stats = stats_structs(3);
         let status = moestream_chat_batch(
             engine,
             3,

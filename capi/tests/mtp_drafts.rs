@@ -9,7 +9,7 @@ use std::ptr::{null, null_mut};
 use moestream_c::*;
 
 mod common;
-use common::last_error;
+use common::{last_error, stats_structs};
 
 /// The GLM-4.5 fixture (which ships an MTP layer) loaded with `mtp`.
 unsafe fn load(mtp: u32) -> *mut MoestreamEngine {
@@ -85,13 +85,7 @@ fn conversations_answered_together_draft_from_the_mtp_module_and_keep_their_repl
             let mut o = o.assume_init();
             (o.max_tokens, o.temperature, o.draft_source, o.draft_max) = (24, 0.0, source, draft_max);
             let mut replies = [null_mut::<c_char>(); 3];
-            let mut stats: Vec<MoestreamStats> = (0..3)
-                .map(|_| {
-                    let mut s: MoestreamStats = std::mem::zeroed();
-                    s.struct_size = std::mem::size_of::<MoestreamStats>() as u32;
-                    s
-                })
-                .collect();
+            let mut stats = stats_structs(3);
             let status = moestream_chat_batch(
                 engine,
                 3,

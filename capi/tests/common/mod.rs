@@ -34,3 +34,15 @@ pub fn load(dir: &str, context: Option<u32>) -> *mut MoestreamEngine {
         engine
     }
 }
+
+/// `n` stats structs ready to be filled (`struct_size` set, the rest zero).
+pub fn stats_structs(n: usize) -> Vec<MoestreamStats> {
+    (0..n)
+        .map(|_| {
+            // SAFETY: MoestreamStats is plain old data, for which zero is a valid value.
+            let mut s: MoestreamStats = unsafe { std::mem::zeroed() };
+            s.struct_size = std::mem::size_of::<MoestreamStats>() as u32;
+            s
+        })
+        .collect()
+}
