@@ -39,9 +39,11 @@ fn kv_bytes_per_token_by_attention_kind() {
 
 #[test]
 fn multi_token_prediction_layers_are_reported() {
-    // DeepSeek-V3's, GLM-4.5's and Qwen3-Next's fixtures ship one MTP ("nextn") layer; Ling's
+    // DeepSeek-V3's, GLM-4.5's, Qwen3-Next's and Qwen3.5-MoE's fixtures ship one MTP ("nextn") layer; Ling's
     // config says 0.
-    for (fixture, mtp) in [("deepseek_v3", 1), ("glm4_moe", 1), ("qwen3_next", 1), ("ling", 0), ("mixtral", 0)] {
+    for (fixture, mtp) in
+        [("deepseek_v3", 1), ("glm4_moe", 1), ("qwen3_next", 1), ("qwen3_5_moe", 1), ("ling", 0), ("mixtral", 0)]
+    {
         assert_eq!(info(fixture)["mtp_layers"], mtp, "{fixture}");
         // The fixtures ship their MTP layer's weights, which run.
         assert_eq!(info(fixture)["mtp_runs"], mtp == 1, "{fixture}");

@@ -17,9 +17,9 @@ use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, G
 use serde_json::Value;
 
 /// The fixtures that ship an MTP layer: DeepSeek-V3 and GLM-4.5 as layer `num_hidden_layers`
-/// (MLA; grouped attention with biases), Qwen3-Next as `mtp.*` (gated attention beside linear
-/// attention layers, zero-centred norms, a gated shared expert).
-const MTP_FIXTURES: [&str; 3] = ["deepseek_v3", "glm4_moe", "qwen3_next"];
+/// (MLA; grouped attention with biases), Qwen3-Next and Qwen3.5-MoE as `mtp.*` (gated attention
+/// beside linear attention layers, zero-centred norms, a gated shared expert).
+const MTP_FIXTURES: [&str; 4] = ["deepseek_v3", "glm4_moe", "qwen3_next", "qwen3_5_moe"];
 
 fn fixture(name: &str) -> PathBuf {
     common::fixtures_dir().join(name)

@@ -47,10 +47,11 @@ pub fn with_mtp_layer(spec: &ArchSpec) -> Result<ArchSpec> {
             "--speculative mtp: this model ships no MTP layers (num_nextn_predict_layers is 0 or absent)".into(),
         ));
     }
-    if !matches!(spec.family, Family::DeepseekV3 | Family::Glm4Moe | Family::Qwen3Moe | Family::Qwen3Next) {
+    let runs = [Family::DeepseekV3, Family::Glm4Moe, Family::Qwen3Moe, Family::Qwen3Next, Family::Qwen35Moe];
+    if !runs.contains(&spec.family) {
         return Err(Error::UnsupportedConfig(format!(
-            "--speculative mtp: {}'s MTP layers are not run yet (DeepSeek-V3, GLM-4.5, Qwen3-Next and Qwen3-MoE \
-             ones are); use --speculative ngram",
+            "--speculative mtp: {}'s MTP layers are not run yet (DeepSeek-V3, GLM-4.5, Qwen3-Next, Qwen3.5-MoE \
+             and Qwen3-MoE ones are); use --speculative ngram",
             spec.family.hf_name()
         )));
     }
