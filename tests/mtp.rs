@@ -118,19 +118,23 @@ fn the_mtp_layer_of_a_gguf_from_llama_cpps_converter_runs() {
     // as `blk.3` with its `nextn.*` tensors (the fixture's bf16 values); read under the Hugging
     // Face names, it gives the torch reference's logits and drafts, and its drafts the plain
     // tokens.
-    let path = common::fixtures_dir().join("gguf/glm4_moe-bf16.gguf");
-    let options = EngineOptions {
-        kv_dtype: KvDtype::F32,
-        mtp: MtpLoad::Required,
-        ..EngineOptions::new(&path).with_format(WeightFormat::F32)
-    };
-    let e = Engine::load_on(common::gpu(), &options).unwrap();
-    assert_matches_torch(&e, "glm4_moe");
-    let prompt = &goldens(&fixture("glm4_moe"))[1].tokens;
-    let plain = greedy(&e, prompt, 0);
-    let drafted = greedy(&e, prompt, 2);
-    assert_eq!(drafted.tokens, plain.tokens);
-    assert!(drafted.stats.draft_tokens > 0);
+    // So does Qwen3.5-MoE's (`qwen3_5_moe-bf16.gguf`: `blk.4`, its zero-centred norms stored
+    // with their 1 added, no copies of the embedding and lm_head).
+    for (file, name) in [("glm4_moe-bf16.gguf", "glm4_moe"), ("qwen3_5_moe-bf16.gguf", "qwen3_5_moe")] {
+        let path = common::fixtures_dir().join("gguf").join(file);
+        let options = EngineOptions {
+            kv_dtype: KvDtype::F32,
+            mtp: MtpLoad::Required,
+            ..EngineOptions::new(&path).with_format(WeightFormat::F32)
+        };
+        let e = Engine::load_on(common::gpu(), &options).unwrap();
+        assert_matches_torch(&e, name);
+        let prompt = &goldens(&fixture(name))[1].tokens;
+        let plain = greedy(&e, prompt, 0);
+        let drafted = greedy(&e, prompt, 2);
+        assert_eq!(drafted.tokens, plain.tokens, "{file}");
+        assert!(drafted.stats.draft_tokens > 0, "{file}");
+    }
 }
 
 /// `e`'s MTP module against the torch goldens of fixture `name`, one position at a time and in

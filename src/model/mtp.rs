@@ -75,12 +75,13 @@ pub fn available(ck: &Checkpoint, spec: &ArchSpec) -> Result<ArchSpec> {
              tensors, or a checkpoint without the MTP weights)"
         )));
     }
-    // From GGUF (`blk.N.nextn.*`, llama.cpp's converter), GLM-4.5's MTP layer is checked against
-    // its Hugging Face checkpoint; others' (Qwen3-Next's, with its zero-centred norms) are not.
-    if ck.ggml_type(&eh_proj).is_some() && spec.family != Family::Glm4Moe {
+    // From GGUF (`blk.N.nextn.*`, llama.cpp's converter), GLM-4.5's and Qwen3.5-MoE's MTP layers
+    // are checked against their Hugging Face checkpoints; Qwen3-Next's is not (llama.cpp's
+    // qwen3next cannot convert its fixture, whose dense layers it lacks).
+    if ck.ggml_type(&eh_proj).is_some() && !matches!(spec.family, Family::Glm4Moe | Family::Qwen35Moe) {
         return Err(Error::UnsupportedConfig(format!(
-            "--speculative mtp: {}'s MTP layer from a GGUF file is not read yet (GLM-4.5's is); use the Hugging \
-             Face checkpoint",
+            "--speculative mtp: {}'s MTP layer from a GGUF file is not read yet (GLM-4.5's and Qwen3.5-MoE's \
+             are); use the Hugging Face checkpoint",
             spec.family.hf_name()
         )));
     }

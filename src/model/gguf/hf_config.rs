@@ -263,6 +263,7 @@ pub fn hybrid(m: &GgufModel, arch: &'static str) -> Result<ArchSpec> {
         "shared_expert_intermediate_size": k.num("expert_shared_feed_forward_length").unwrap_or(0),
         "norm_topk_prob": m.get(&k.key("expert_weights_norm")).is_none_or(|v| matches!(v, GgufValue::Bool(true))),
         "decoder_sparse_step": 1,
+        "mtp_num_hidden_layers": blocks - layers,
         "layer_types": layer_types,
         "linear_conv_kernel_dim": k.req("ssm.conv_kernel")?,
         "linear_key_head_dim": k.req("ssm.state_size")?,
