@@ -64,7 +64,7 @@
 #define MOESTREAM_MTP_OFF 0
 
 // `MoestreamLoadOptions.mtp`: loaded where the model has one that runs (DeepSeek-V3, GLM-4.5,
-// Qwen3-Next, Qwen3.5/3.6-MoE checkpoints; GLM-4.5 and Qwen3.5/3.6-MoE GGUF files), else the engine loads without it.
+// Qwen3-Next, Qwen3.5/3.6-MoE checkpoints and their GGUF files), else the engine loads without it.
 #define MOESTREAM_MTP_AVAILABLE 1
 
 // `MoestreamLoadOptions.mtp`: loaded, or the load fails saying why not.

@@ -36,7 +36,12 @@ struct MtpGolden {
 }
 
 fn goldens(dir: &Path) -> Vec<MtpGolden> {
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("mtp_golden.json")).unwrap()).unwrap();
+    goldens_in(&dir.join("mtp_golden.json"))
+}
+
+/// The goldens of `file` (an `mtp_golden.json`).
+fn goldens_in(file: &Path) -> Vec<MtpGolden> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     let floats = |s: &Value, k: &str| s[k].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
     let ids = |s: &Value, k: &str| s[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
     v["sequences"]
@@ -108,7 +113,7 @@ fn engine(name: &str, budget: ExpertBudget) -> Engine {
 #[test]
 fn the_gpu_mtp_module_matches_torch_token_by_token_and_in_chunks() {
     for name in MTP_FIXTURES {
-        assert_matches_torch(&engine(name, ExpertBudget::Auto), name);
+        assert_matches_torch(&engine(name, ExpertBudget::Auto), name, &goldens(&fixture(name)));
     }
 }
 
@@ -118,31 +123,38 @@ fn the_mtp_layer_of_a_gguf_from_llama_cpps_converter_runs() {
     // as `blk.3` with its `nextn.*` tensors (the fixture's bf16 values); read under the Hugging
     // Face names, it gives the torch reference's logits and drafts, and its drafts the plain
     // tokens.
-    // So does Qwen3.5-MoE's (`qwen3_5_moe-bf16.gguf`: `blk.4`, its zero-centred norms stored
-    // with their 1 added, no copies of the embedding and lm_head).
-    for (file, name) in [("glm4_moe-bf16.gguf", "glm4_moe"), ("qwen3_5_moe-bf16.gguf", "qwen3_5_moe")] {
-        let path = common::fixtures_dir().join("gguf").join(file);
+    // So do Qwen3.5-MoE's (`qwen3_5_moe-bf16.gguf`: `blk.4`, its zero-centred norms stored
+    // with their 1 added, no copies of the embedding and lm_head) and Qwen3-Next's
+    // (`qwen3_next_moe-bf16.gguf`, gguf/make_hybrid.py's MoE-in-every-layer model, whose torch
+    // golden lies beside it).
+    let gguf = common::fixtures_dir().join("gguf");
+    for (file, golden) in [
+        ("glm4_moe-bf16.gguf", fixture("glm4_moe").join("mtp_golden.json")),
+        ("qwen3_5_moe-bf16.gguf", fixture("qwen3_5_moe").join("mtp_golden.json")),
+        ("qwen3_next_moe-bf16.gguf", gguf.join("qwen3_next_moe-mtp_golden.json")),
+    ] {
+        let path = gguf.join(file);
         let options = EngineOptions {
             kv_dtype: KvDtype::F32,
             mtp: MtpLoad::Required,
             ..EngineOptions::new(&path).with_format(WeightFormat::F32)
         };
         let e = Engine::load_on(common::gpu(), &options).unwrap();
-        assert_matches_torch(&e, name);
-        let prompt = &goldens(&fixture(name))[1].tokens;
-        let plain = greedy(&e, prompt, 0);
-        let drafted = greedy(&e, prompt, 2);
+        let g = goldens_in(&golden);
+        assert_matches_torch(&e, file, &g);
+        let plain = greedy(&e, &g[1].tokens, 0);
+        let drafted = greedy(&e, &g[1].tokens, 2);
         assert_eq!(drafted.tokens, plain.tokens, "{file}");
         assert!(drafted.stats.draft_tokens > 0, "{file}");
     }
 }
 
-/// `e`'s MTP module against the torch goldens of fixture `name`, one position at a time and in
+/// `e`'s MTP module (of model `name`) against its torch `goldens`, one position at a time and in
 /// chunks of 3.
-fn assert_matches_torch(e: &Engine, name: &str) {
+fn assert_matches_torch(e: &Engine, name: &str, goldens: &[MtpGolden]) {
     {
         let m = e.model();
-        for g in goldens(&fixture(name)) {
+        for g in goldens {
             let what = format!("{name} {}", g.name);
             let n = g.tokens.len();
             // One position at a time, as decoding runs it.

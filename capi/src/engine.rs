@@ -46,7 +46,7 @@ pub const MOESTREAM_KV_Q8_0: u32 = 2;
 /// (default).
 pub const MOESTREAM_MTP_OFF: u32 = 0;
 /// `MoestreamLoadOptions.mtp`: loaded where the model has one that runs (DeepSeek-V3, GLM-4.5,
-/// Qwen3-Next, Qwen3.5/3.6-MoE checkpoints; GLM-4.5 and Qwen3.5/3.6-MoE GGUF files), else the engine loads without it.
+/// Qwen3-Next, Qwen3.5/3.6-MoE checkpoints and their GGUF files), else the engine loads without it.
 pub const MOESTREAM_MTP_AVAILABLE: u32 = 1;
 /// `MoestreamLoadOptions.mtp`: loaded, or the load fails saying why not.
 pub const MOESTREAM_MTP_REQUIRED: u32 = 2;

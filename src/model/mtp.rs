@@ -75,13 +75,14 @@ pub fn available(ck: &Checkpoint, spec: &ArchSpec) -> Result<ArchSpec> {
              tensors, or a checkpoint without the MTP weights)"
         )));
     }
-    // From GGUF (`blk.N.nextn.*`, llama.cpp's converter), GLM-4.5's and Qwen3.5-MoE's MTP layers
-    // are checked against their Hugging Face checkpoints; Qwen3-Next's is not (llama.cpp's
-    // qwen3next cannot convert its fixture, whose dense layers it lacks).
-    if ck.ggml_type(&eh_proj).is_some() && !matches!(spec.family, Family::Glm4Moe | Family::Qwen35Moe) {
+    // From GGUF (`blk.N.nextn.*`, llama.cpp's converter), the families whose MTP layer is checked
+    // against a torch reference (llama.cpp writes none for DeepSeek-V3).
+    if ck.ggml_type(&eh_proj).is_some()
+        && !matches!(spec.family, Family::Glm4Moe | Family::Qwen35Moe | Family::Qwen3Next)
+    {
         return Err(Error::UnsupportedConfig(format!(
-            "--speculative mtp: {}'s MTP layer from a GGUF file is not read yet (GLM-4.5's and Qwen3.5-MoE's \
-             are); use the Hugging Face checkpoint",
+            "--speculative mtp: {}'s MTP layer from a GGUF file is not read yet (GLM-4.5's, Qwen3-Next's and \
+             Qwen3.5-MoE's are); use the Hugging Face checkpoint",
             spec.family.hf_name()
         )));
     }
