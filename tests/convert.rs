@@ -234,6 +234,35 @@ fn cached_conversion_reuses_until_the_source_changes() {
 }
 
 #[test]
+fn a_cached_conversion_from_before_mtp_layers_were_stored_is_made_again() {
+    // A GGUF file with an MTP block (llama.cpp's GLM-4.5 conversion): its cached conversion
+    // records that it stored the layer; one whose manifest says nothing of it (made by a build
+    // that dropped MTP layers) is converted again, once, and then holds the layer.
+    let scratch = Scratch::new("cache_mtp");
+    let src = fixture("gguf").join("glm4_moe-bf16.gguf");
+    let root = scratch.path("cache");
+    let options = ConvertOptions::default();
+    let dir = cached_conversion(&src, &root, &options, &mut quiet()).unwrap();
+    let manifest = ModelManifest::load(&dir).unwrap();
+    assert_eq!((manifest.arch.mtp_layers, manifest.mtp_layer), (1, Some(true)));
+    let mut older: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("model.json")).unwrap()).unwrap();
+    older.as_object_mut().unwrap().remove("mtp_layer").expect("recorded");
+    std::fs::write(dir.join("model.json"), older.to_string()).unwrap();
+    assert_eq!(ModelManifest::load(&dir).unwrap().mtp_layer, None, "the older manifest reads");
+    let mut calls = 0;
+    cached_conversion(&src, &root, &options, &mut |_| calls += 1).unwrap();
+    assert!(calls > 0, "converted again");
+    assert_eq!(ModelManifest::load(&dir).unwrap().mtp_layer, Some(true));
+    let mut calls = 0;
+    cached_conversion(&src, &root, &options, &mut |_| calls += 1).unwrap();
+    assert_eq!(calls, 0, "then reused");
+    // A model without MTP layers is reused whatever its manifest says of them.
+    let plain = cached_conversion(&fixture("gguf").join("qwen3_moe.gguf"), &root, &options, &mut quiet()).unwrap();
+    assert_eq!(ModelManifest::load(&plain).unwrap().mtp_layer, Some(false));
+}
+
+#[test]
 fn cache_root_follows_the_environment() {
     // Only this test touches these variables; other tests pass their cache root explicitly.
     let home = std::env::var_os("HOME");

@@ -55,13 +55,15 @@ pub fn model_key(src_canonical: &Path, parts: &[String]) -> String {
 }
 
 /// Whether `dir` holds a finished conversion of a source with `fingerprint`, in `options`
-/// (`None`: a GGUF source, stored as it is), whose files have their recorded sizes.
+/// (`None`: a GGUF source, stored as it is), whose files have their recorded sizes, made by a
+/// build that stored MTP layers where the model has them.
 fn reusable(dir: &Path, fingerprint: &str, options: Option<&ConvertOptions>) -> bool {
     if !is_converted(dir) {
         return false;
     }
     ModelManifest::load(dir).is_ok_and(|m| {
         m.source.fingerprint == fingerprint
+            && (m.arch.mtp_layers == 0 || m.mtp_layer.is_some())
             && options.is_none_or(|o| m.experts.encoding == o.experts && m.dense == o.dense)
             && m.verify_files(dir, false).is_ok()
     })

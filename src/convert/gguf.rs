@@ -36,6 +36,7 @@ pub(super) fn convert_gguf(src: &Path, out: &Path, progress: &mut dyn FnMut(Prog
     // An MTP layer this crate runs (`blk.N.nextn.*`) has its experts stored with the model's;
     // its other tensors are read from the GGUF file like the model's.
     let stored = crate::model::mtp::available(&ckpt, &spec).unwrap_or_else(|_| spec.clone());
+    let mtp_layer = stored.layers > spec.layers;
 
     let mut reporter = Reporter { done: 0, total: ckpt.stored_bytes(), callback: progress };
     let (experts, gate_up_format) =
@@ -54,6 +55,7 @@ pub(super) fn convert_gguf(src: &Path, out: &Path, progress: &mut dyn FnMut(Prog
         SourceInfo { path: src_canonical.clone(), fingerprint },
     )?;
     manifest.gguf = Some(src_canonical);
+    manifest.mtp_layer = Some(mtp_layer);
     manifest.save(out)?;
 
     let experts_bytes = manifest.files.get(EXPERTS_FILE).map_or(0, |f| f.bytes);

@@ -91,6 +91,12 @@ pub struct ModelManifest {
     /// `None` for Hugging Face conversions, whose `resident.safetensors` holds them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gguf: Option<PathBuf>,
+    /// Whether the model's MTP layer was stored with it (its experts in the store, its other
+    /// tensors beside the model's): `Some(false)` where it has none this build runs, `None` in
+    /// manifests written before MTP layers were stored (a cached conversion of a model with MTP
+    /// layers is then made again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtp_layer: Option<bool>,
 }
 
 impl ModelManifest {
@@ -117,6 +123,7 @@ impl ModelManifest {
             files: entries,
             source,
             gguf: None,
+            mtp_layer: None,
         })
     }
 

@@ -264,7 +264,8 @@ pub fn convert(
     if experts > 0 {
         written.push(EXPERTS_FILE.to_string());
     }
-    let manifest = ModelManifest::build(
+    let mtp_layer = stored.layers > spec.layers;
+    let mut manifest = ModelManifest::build(
         out,
         spec,
         options,
@@ -272,6 +273,7 @@ pub fn convert(
         &written,
         SourceInfo { path: src_canonical, fingerprint },
     )?;
+    manifest.mtp_layer = Some(mtp_layer);
     manifest.save(out)?;
 
     let size = |name: &str| manifest.files.get(name).map_or(0, |f| f.bytes);
