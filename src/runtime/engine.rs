@@ -233,9 +233,7 @@ impl OnDisk {
                 if let Some(l) = mtp_spec.as_ref().map(|_| spec.layers as u32).filter(|l| !store.layers().contains(l)) {
                     let why = format!("--speculative mtp: {} was converted without its MTP layer ({l})", dir.display());
                     mtp_spec = mtp_drafts::mtp_to_load(options.mtp, || {
-                        Err(Error::UnsupportedConfig(
-                            why + "; convert it again (a cached conversion: remove it and it is made again)",
-                        ))
+                        Err(Error::UnsupportedConfig(why + "; convert it again"))
                     })?;
                 }
                 match (direct_io, store.io_mode(), store.direct_io_error()) {
