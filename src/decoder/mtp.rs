@@ -1,13 +1,13 @@
-//! A checkpoint's MTP module on the GPU ([`crate::model::mtp`]): drafts for speculative
-//! decoding from the model's own multi-token-prediction layer. Every main step keeps its rows'
-//! final-norm outputs (`kept`, what the lm_head reads; a batched step's rows are its sequences'
-//! one after the other); [`GpuModel::mtp_drafts`] then runs the module over one sequence's
-//! rows, each with the token that followed it, at their positions: the embedding and hidden norms, `eh_proj` (its two halves, the second
-//! accumulating), the module's decoder layer over its own cache layer (the sequence cache's
-//! last) and routed experts (slotted like any layer's, streamed too), its head norm, the model's
-//! lm_head and argmax. The draft is the last row's argmax; the module's output row is kept as
-//! the next MTP step's hidden state, and further drafts chain on the GPU, each step embedding
-//! the argmax before it.
+//! A checkpoint's MTP module on the GPU ([`crate::model::mtp`]): drafts for speculative decoding
+//! from the model's own multi-token-prediction layer. Every main step keeps its rows' final-norm
+//! outputs (`kept`, what the lm_head reads; a batched step's rows are its sequences' one after the
+//! other); [`GpuModel::mtp_drafts`] then runs the module over one sequence's rows, each with the
+//! token that followed it, at their positions: the embedding and hidden norms, `eh_proj` (its two
+//! halves, the second accumulating), the module's decoder layer over its own cache layer (the
+//! sequence cache's last) and routed experts (slotted like any layer's, streamed too), its head
+//! norm, the model's lm_head and argmax. The draft is the last row's argmax; the module's output
+//! row is kept as the next MTP step's hidden state, and further drafts chain on the GPU, each step
+//! embedding the argmax before it.
 
 use super::build::{BoundShared, Builder};
 use super::step::Routing;

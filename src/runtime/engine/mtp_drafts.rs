@@ -1,13 +1,14 @@
-//! The model's MTP module in the engine: whether it is loaded ([`mtp_to_load`]), and drafts
-//! from it for `generate` and the scheduler ([`GenerateOptions::mtp_drafts`]). The module runs
-//! over every position the main model runs, one step behind: a main step leaves its rows'
-//! hidden states (a batched step, each sequence's at its own rows), and once the tokens after those positions are known (the next prefill
-//! chunk's, the sampled token, the accepted drafts and the token after them) the module runs
-//! over them, its last row proposing the token after the sequence's end; further drafts chain
-//! the module on its own output. A step that does not draft (paced: `DraftPacing`) skips the
-//! module: running it anyway, to leave no position of its cache unwritten for later drafts to
-//! attend over, cost the README's first command (sampled, where drafting mostly pauses on
-//! lavapipe) a quarter of its decode speed. Verification keeps the output exactly the plain one, as with prompt-lookup drafts.
+//! The model's MTP module in the engine: whether it is loaded ([`mtp_to_load`]), and drafts from it
+//! for `generate` and the scheduler ([`GenerateOptions::mtp_drafts`]). The module runs over every
+//! position the main model runs, one step behind: a main step leaves its rows' hidden states (a
+//! batched step, each sequence's at its own rows), and once the tokens after those positions are
+//! known (the next prefill chunk's, the sampled token, the accepted drafts and the token after
+//! them) the module runs over them, its last row proposing the token after the sequence's end;
+//! further drafts chain the module on its own output. A step that does not draft (paced:
+//! `DraftPacing`) skips the module: running it anyway, to leave no position of its cache unwritten
+//! for later drafts to attend over, cost the README's first command (sampled, where drafting mostly
+//! pauses on lavapipe) a quarter of its decode speed. Verification keeps the output exactly the
+//! plain one, as with prompt-lookup drafts.
 
 use super::Engine;
 use crate::decoder::MAX_MTP_DRAFTS;

@@ -90,6 +90,13 @@ struct Part {
     decode: bool,
 }
 
+impl Part {
+    /// Its rows in the step: its tokens and the drafts after them.
+    fn rows(&self) -> usize {
+        self.end + self.drafts.len() - self.start
+    }
+}
+
 impl<'a> Scheduler<'a> {
     /// A scheduler of `parallel` sequences on `engine`, each with its own caches reserved from
     /// the engine's KV budget now (an error when they do not all fit).
@@ -294,7 +301,7 @@ impl<'a> Scheduler<'a> {
             let rows: Vec<StepRows> = (parts.iter())
                 .map(|p| StepRows {
                     request: self.slots[p.slot].running.as_ref().map_or(0, |r| r.id),
-                    rows: p.end + p.drafts.len() - p.start,
+                    rows: p.rows(),
                     phase: if p.decode { Phase::Decode } else { Phase::Prefill },
                 })
                 .collect();
@@ -321,7 +328,7 @@ impl<'a> Scheduler<'a> {
         let rows_at: Vec<usize> = (parts.iter())
             .scan(0, |row, p| {
                 let at = *row;
-                *row += p.end + p.drafts.len() - p.start;
+                *row += p.rows();
                 Some(at)
             })
             .collect();
@@ -331,7 +338,7 @@ impl<'a> Scheduler<'a> {
                 let session = sessions[p.slot];
                 BatchEntry {
                     cache: &session.cache,
-                    tokens: &session.tokens[p.start..p.end + p.drafts.len()],
+                    tokens: &session.tokens[p.start..p.start + p.rows()],
                     pos: p.start,
                     logits: p.logits,
                 }
