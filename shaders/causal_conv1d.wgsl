@@ -2,6 +2,8 @@
 // tokens in order: out[t, c] = silu(sum_j w[c, j] * x[t - (kernel - 1) + j, c]), where inputs
 // before the step come from the sequence's window [channels, kernel - 1] (oldest first), which
 // is left holding the step's last kernel - 1 inputs. Inputs are read at x[t * in_stride + c].
+// SNAPSHOTS (a step of draft tokens): the window after token t is also written to `snaps` at
+// t * channels * (kernel - 1), in the window's layout.
 //#include common
 
 struct Params {
@@ -16,6 +18,9 @@ struct Params {
 @group(0) @binding(3) var<storage, read> w: array<f32>;
 @group(0) @binding(4) var<storage, read_write> window: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
+//#if SNAPSHOTS
+@group(0) @binding(6) var<storage, read_write> snaps: array<f32>;
+//#endif
 
 // MAX_CONV_KERNEL - 1 past inputs at most.
 const MAX_PAST: u32 = 7u;
@@ -43,6 +48,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             win[j] = win[j + 1u];
         }
         win[past - 1u] = xv;
+//#if SNAPSHOTS
+        for (var j = 0u; j < past; j++) {
+            snaps[(t * p.channels + c) * past + j] = win[j];
+        }
+//#endif
     }
     for (var j = 0u; j < past; j++) {
         window[c * past + j] = win[j];

@@ -11,6 +11,8 @@
 // Each invocation owns columns j = lid, lid + 64, ... of S. A column is read once for both
 // dot products with the old state (k . S and q . S against the decayed k and q), then updated
 // in place: out = (q * d) . S_old + (q . k) delta, so the state is written once per token.
+// SNAPSHOTS (a step of draft tokens): the state after token t is also written to `snaps` at
+// t * v_heads * dk * dv, so the step can be cut back to any token without running it again.
 //#include common
 //#include delta_gates
 
@@ -20,6 +22,9 @@
 @group(0) @binding(4) var<storage, read> decay_params: array<f32>;
 @group(0) @binding(5) var<storage, read_write> state: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
+//#if SNAPSHOTS
+@group(0) @binding(7) var<storage, read_write> snaps: array<f32>;
+//#endif
 
 // MAX_LINEAR_KEY_DIM.
 var<workgroup> qs: array<f32, 256>;
@@ -106,7 +111,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let kd = k_scale * delta;
             for (var i = 0u; i < p.dk; i++) {
                 let at = s0 + i * p.dv + j;
-                state[at] = state[at] * ds[i] + ks[i] * kd;
+                let updated = state[at] * ds[i] + ks[i] * kd;
+                state[at] = updated;
+//#if SNAPSHOTS
+                snaps[t * p.v_heads * p.dk * p.dv + at] = updated;
+//#endif
             }
             out[t * value_dim + h * p.dv + j] = (q_dot + qk * delta) * q_scale;
         }

@@ -69,18 +69,34 @@ fn states_are_held_once_until_drafts_need_their_copy() {
     assert_eq!(cache.bytes(), once);
     m.step(&cache, &prompt, 0, Phase::Prefill, StepOutput::None).unwrap();
     assert_eq!(cache.bytes(), once, "plain steps make no copy");
-    // A step of drafts saves the states first: its copies are made then, from the KV budget,
-    // and cutting the step back to one kept token equals running that token alone.
-    let drafted = [40, 41, 42];
-    m.step_drafted(&cache, &drafted, prompt.len()).unwrap();
+    // A step of drafts keeps each token's states: their per-token copies are made then, from
+    // the KV budget, and cutting the step back to the kept tokens equals running them alone.
+    // A longer step saves the states first (one copy of every state) and runs the kept tokens
+    // again, to the same end.
+    let rows = moestream::decoder::TOKEN_STATE_ROWS;
+    let cut_back = |cache: &moestream::decoder::SequenceCache, drafted: &[u32], kept: usize| {
+        m.step_drafted(cache, drafted, prompt.len()).unwrap();
+        m.keep_drafted(cache, drafted, prompt.len(), kept).unwrap();
+        let next = prompt.len() + kept;
+        let after = m.step(cache, &[43], next, Phase::Decode, StepOutput::Logits).unwrap();
+        let fresh = m.new_cache().unwrap();
+        m.step(&fresh, &[&prompt[..], &drafted[..kept]].concat(), 0, Phase::Prefill, StepOutput::None).unwrap();
+        let want = m.step(&fresh, &[43], next, Phase::Decode, StepOutput::Logits).unwrap();
+        let (a, b) = (after.into_logits().unwrap(), want.into_logits().unwrap());
+        assert!(common::max_abs_diff(&a, &b) < 1e-4, "{} drafted, {kept} kept vs the kept tokens alone", drafted.len());
+    };
+    cut_back(&cache, &[40, 41, 42], 1);
+    assert_eq!(cache.bytes(), once + rows as u64 * spec.linear_state_bytes(), "per-token copies of every state");
+    for kept in [2, 3] {
+        let cache = m.new_cache().unwrap();
+        m.step(&cache, &prompt, 0, Phase::Prefill, StepOutput::None).unwrap();
+        cut_back(&cache, &[40, 41, 42], kept);
+    }
+    let cache = m.new_cache().unwrap();
+    m.step(&cache, &prompt, 0, Phase::Prefill, StepOutput::None).unwrap();
+    let long: Vec<u32> = (40..40 + rows as u32 + 2).collect();
+    cut_back(&cache, &long, 2);
     assert_eq!(cache.bytes(), once + spec.linear_state_bytes(), "one copy of every state");
-    m.keep_drafted(&cache, &drafted, prompt.len(), 1).unwrap();
-    let after = m.step(&cache, &[43], prompt.len() + 1, Phase::Decode, StepOutput::Logits).unwrap();
-    let fresh = m.new_cache().unwrap();
-    m.step(&fresh, &[&prompt[..], &[40]].concat(), 0, Phase::Prefill, StepOutput::None).unwrap();
-    let want = m.step(&fresh, &[43], prompt.len() + 1, Phase::Decode, StepOutput::Logits).unwrap();
-    let (a, b) = (after.into_logits().unwrap(), want.into_logits().unwrap());
-    assert!(common::max_abs_diff(&a, &b) < 1e-4, "drafts cut back vs the kept token alone");
 }
 
 #[test]

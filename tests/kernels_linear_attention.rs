@@ -1,5 +1,6 @@
 //! The linear-attention kernels (causal conv1d, the gated delta rule of Gated DeltaNet and of
-//! KDA with its safe and softplus gates, gate multiply) against the CPU reference, over
+//! KDA with its safe and softplus gates, their per-token states in a step of draft tokens, gate
+//! multiply) against the CPU reference, over
 //! several steps so that the conv window and the recurrent state carry over between
 //! submissions, with grouped value heads (Gated DeltaNet: `v_heads = 2 * k_heads`) and a key
 //! width above the 64 lanes of a workgroup.
@@ -149,5 +150,64 @@ fn gate_mul_matches_reference() {
             refops::gate_mul(&mut want[t * width..(t + 1) * width], gates, span, act);
         }
         assert_close(&format!("{act:?} span {span}"), &read_f32(&gpu, &yb, n * width), &want, 1e-5);
+    }
+}
+
+#[test]
+fn drafted_steps_keep_each_tokens_states() {
+    // The kernels of a step of draft tokens (`with_snapshots`) also write the conv window and the
+    // recurrent state after every token: each row equals the reference's after that token, and
+    // the live state is the last one (Gated DeltaNet and KDA).
+    let gpu = gpu();
+    let n = 5;
+    let (channels, kernel, stride) = (136, 4, 150);
+    let mut rng = Rng::new(21);
+    let w = rng.vec(channels * kernel, -1.0, 1.0);
+    let mut window = rng.vec(channels * (kernel - 1), -1.0, 1.0);
+    let (wb, winb) = (upload_f32(&gpu, &w), upload_f32(&gpu, &window));
+    let x = rng.vec(n * stride, -2.0, 2.0);
+    let (xb, outb) = (upload_f32(&gpu, &x), upload_f32(&gpu, &vec![0.0; n * channels]));
+    let snaps = upload_f32(&gpu, &vec![0.0; n * window.len()]);
+    let step = StepUniform::new(&gpu);
+    let shape = ConvShape { channels, kernel, in_stride: stride };
+    let op = CausalConv1d::with_snapshots(&gpu, &step.buffer, (&xb, &wb, &winb, &outb), shape, &snaps);
+    step.set(&gpu, n, 7);
+    submit(&gpu, |pass| op.record(&gpu, pass));
+    let got = read_f32(&gpu, &snaps, n * window.len());
+    let mut out = vec![0.0f32; channels];
+    for t in 0..n {
+        refops::causal_conv1d_step(&x[t * stride..t * stride + channels], &mut window, &w, kernel, &mut out);
+        assert_close(&format!("window after token {t}"), &got[t * window.len()..(t + 1) * window.len()], &window, 1e-6);
+    }
+    for (shape, kind) in [
+        (DeltaShape { k_heads: 2, v_heads: 4, dk: 72, dv: 80 }, LinearKind::GatedDeltaNet),
+        (DeltaShape { k_heads: 3, v_heads: 3, dk: 72, dv: 80 }, LinearKind::Kda { lower_bound: Some(-5.0) }),
+    ] {
+        let (kd, vd, nv) = (shape.k_heads * shape.dk, shape.v_heads * shape.dv, shape.v_heads);
+        let conv_dim = 2 * kd + vd;
+        let na = if kind.is_gated_delta_net() { nv } else { kd };
+        let (gate_offset, width) = (conv_dim + vd, conv_dim + vd + nv + na);
+        let decay = [rng.vec(nv, 0.0, 2.5), rng.vec(na, -1.0, 1.0)].concat();
+        let mut state = rng.vec(nv * shape.dk * shape.dv, -0.5, 0.5);
+        let (conv, proj) = (rng.vec(n * conv_dim, -1.0, 1.0), rng.vec(n * width, -3.0, 3.0));
+        let (convb, projb, decayb) = (upload_f32(&gpu, &conv), upload_f32(&gpu, &proj), upload_f32(&gpu, &decay));
+        let (stateb, outb) = (upload_f32(&gpu, &state), upload_f32(&gpu, &vec![0.0; n * vd]));
+        let snaps = upload_f32(&gpu, &vec![0.0; n * state.len()]);
+        let io =
+            DeltaIo { conv: &convb, proj: &projb, decay_params: &decayb, state: &stateb, out: &outb, chunks: None };
+        let op = GatedDeltaRule::with_snapshots(&gpu, &step.buffer, io, (shape, kind), (width, gate_offset), &snaps);
+        step.set(&gpu, n, 7);
+        submit(&gpu, |pass| op.record(&gpu, pass, n));
+        let got = read_f32(&gpu, &snaps, n * state.len());
+        let mut out = vec![0.0f32; vd];
+        for t in 0..n {
+            let c = &conv[t * conv_dim..(t + 1) * conv_dim];
+            let g = &proj[t * width + gate_offset..(t + 1) * width];
+            let gates = DeltaGates { b: &g[..nv], a: &g[nv..], a_log: &decay[..nv], dt_bias: &decay[nv..], kind };
+            refops::gated_delta_step(shape, (&c[..kd], &c[kd..2 * kd], &c[2 * kd..]), gates, &mut state, &mut out);
+            let row = &got[t * state.len()..(t + 1) * state.len()];
+            assert_close(&format!("{kind:?} state after token {t}"), row, &state, 1e-4);
+        }
+        assert_close(&format!("{kind:?} live state"), &read_f32(&gpu, &stateb, state.len()), &state, 1e-4);
     }
 }

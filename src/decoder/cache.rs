@@ -16,7 +16,7 @@
 //! where the state ends. Anything else starts the sequence again at position 0 (which zeroes
 //! the states).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::kv_ledger::KvLedger;
@@ -56,6 +56,9 @@ pub struct SequenceCache {
     /// One past the furthest position any step wrote since the sequence last started at 0
     /// (what the rings have overwritten follows from it).
     written_end: AtomicUsize,
+    /// The next (or last) step runs draft tokens keeping each token's linear-attention states
+    /// (`super::draft_states`), until it is cut back.
+    pub(super) draft_states_armed: AtomicBool,
 }
 
 /// One layer's sequence state, by attention kind.
@@ -75,6 +78,9 @@ pub struct LinearCache {
     delta: GatedDeltaRule,
     pub(super) window: wgpu::Buffer,
     pub(super) state: wgpu::Buffer,
+    /// The conv and rule that keep each token's states, for steps of draft tokens
+    /// (`super::draft_states`), made at the first such step.
+    pub(super) draft: OnceLock<super::draft_states::DraftStates>,
 }
 
 /// Keys and values of one grouped-attention layer, split by KV heads into chunks that each fit
@@ -253,8 +259,9 @@ impl Drop for SequenceCache {
 
 impl LayerCache {
     /// Records the store of the step's keys/values and the attention of its queries (`kv_len`
-    /// keys after the step).
-    pub(super) fn record(&self, gpu: &Gpu, pass: &mut Pass, n: usize, kv_len: usize) {
+    /// keys after the step); a linear layer keeps each token's states where
+    /// `keep_token_states` (a step of draft tokens, `super::draft_states`).
+    pub(super) fn record(&self, gpu: &Gpu, pass: &mut Pass, n: usize, kv_len: usize, keep_token_states: bool) {
         match self {
             LayerCache::Grouped(g) => {
                 for c in &g.chunks {
@@ -271,10 +278,13 @@ impl LayerCache {
                 }
                 m.attention.record(gpu, pass, n, kv_len);
             }
-            LayerCache::Linear(l) => {
-                l.conv.record(gpu, pass);
-                l.delta.record(gpu, pass, n);
-            }
+            LayerCache::Linear(l) => match l.draft.get().filter(|_| keep_token_states) {
+                Some(d) => d.record(gpu, pass, n),
+                None => {
+                    l.conv.record(gpu, pass);
+                    l.delta.record(gpu, pass, n);
+                }
+            },
         }
     }
 }
@@ -385,6 +395,7 @@ impl GpuModel {
             snapshots: Mutex::new(Vec::new()),
             snapshot_limit: self.options.state_snapshots,
             written_end: AtomicUsize::new(0),
+            draft_states_armed: AtomicBool::new(false),
         };
         if shape.state_copy {
             cache.ensure_state_copies()?;
@@ -396,24 +407,43 @@ impl GpuModel {
     /// its decay parameters (its copy is made when needed: `super::state_copy`).
     fn linear_cache(&self, hy: &crate::model::HybridSpec, a: &super::linear::LinearAttn) -> LinearCache {
         let gpu = &*self.gpu;
-        let acts = &self.acts;
         let c = hy.conv_dim();
         let window = gpu.storage("conv window", (c * (hy.conv_kernel - 1) * 4) as u64);
         let state = gpu.storage("recurrent state", (hy.num_v_heads * hy.head_k_dim * hy.head_v_dim * 4) as u64);
+        let (conv, delta) = self.linear_kernels(hy, a, (&window, &state), None);
+        LinearCache { conv, delta, window, state, draft: OnceLock::new() }
+    }
+
+    /// The conv and delta rule of linear layer `a` over a sequence's `window` and `state`; with
+    /// `snapshots` (their per-token copies), token by token, writing each token's states there.
+    pub(super) fn linear_kernels(
+        &self,
+        hy: &crate::model::HybridSpec,
+        a: &super::linear::LinearAttn,
+        (window, state): (&wgpu::Buffer, &wgpu::Buffer),
+        snapshots: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
+    ) -> (CausalConv1d, GatedDeltaRule) {
+        let (gpu, acts, step) = (&*self.gpu, &self.acts, &self.step.buffer);
+        let c = hy.conv_dim();
         let shape = ConvShape { channels: c, kernel: hy.conv_kernel, in_stride: hy.in_width() };
-        let conv = CausalConv1d::new(gpu, &self.step.buffer, (&acts.lin, &a.conv_w, &window, &acts.conv), shape);
+        let conv_io = (&acts.lin, &a.conv_w, window, &acts.conv);
         let io = DeltaIo {
             conv: &acts.conv,
             proj: &acts.lin,
             decay_params: &a.decay_params,
-            state: &state,
+            state,
             out: &acts.core,
             chunks: Some(ChunkScratch { buffer: &acts.delta_chunks, max_tokens: self.options.max_batch }),
         };
+        let heads = (crate::model::DeltaShape::of(hy), hy.kind);
         let offsets = (hy.in_width(), c + hy.value_dim());
-        let delta =
-            GatedDeltaRule::new(gpu, &self.step.buffer, io, (crate::model::DeltaShape::of(hy), hy.kind), offsets);
-        LinearCache { conv, delta, window, state }
+        match snapshots {
+            None => (CausalConv1d::new(gpu, step, conv_io, shape), GatedDeltaRule::new(gpu, step, io, heads, offsets)),
+            Some((windows, states)) => (
+                CausalConv1d::with_snapshots(gpu, step, conv_io, shape, windows),
+                GatedDeltaRule::with_snapshots(gpu, step, io, heads, offsets, states),
+            ),
+        }
     }
 
     /// One grouped layer's cache, its attention seeing the last `window` keys when set (kept in
@@ -523,7 +553,7 @@ impl GpuModel {
     ) {
         let cached = cache.layer(layer);
         attn.record_positional(&self.gpu, pass, n);
-        cached.record(&self.gpu, pass, n, kv_len);
+        cached.record(&self.gpu, pass, n, kv_len, cache.keeps_token_states(n));
         if !is_split(n, kv_len, self.split_len) {
             return;
         }

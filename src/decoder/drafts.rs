@@ -2,8 +2,9 @@
 //! every token's logits, and can then be cut back to the tokens the verification accepted. The
 //! grouped and MLA caches need nothing for that (rows past the kept positions are written again
 //! before any attention reads them); linear-attention states, which hold the whole step, are
-//! copied aside before it (into copies made at the first such step, `super::state_copy`), put
-//! back and run again over the kept tokens.
+//! kept token by token in steps of up to `TOKEN_STATE_ROWS` tokens and the last kept token's
+//! put back (`super::draft_states`); a longer step's are copied aside before it
+//! (`super::state_copy`), put back and run again over the kept tokens.
 
 use super::step::{Routing, Sequences, TokenSource};
 use super::{GpuModel, SequenceCache, StepOutput, StepResult};
@@ -19,10 +20,9 @@ impl GpuModel {
         let n = tokens.len();
         self.check_step(cache, tokens, n, pos)?;
         let gpu = &*self.gpu;
-        cache.ensure_state_copies()?;
         gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
         let mut rec = Pass::new(&gpu.device);
-        cache.save_linear_state(rec.encoder());
+        self.prepare_drafted_step(cache, n, Some(rec.encoder()))?;
         let mut routing = Routing::PerLayer { all_hit: true, known: Vec::new() };
         let one = Sequences::One { cache, pos };
         let rec =
@@ -37,26 +37,22 @@ impl GpuModel {
         Ok(rows)
     }
 
-    /// Saves `cache`'s linear-attention states (nothing without them) before a batched step
-    /// ([`GpuModel::step_batch`]) runs drafts on it, so that [`GpuModel::keep_drafted`] can cut
-    /// that step back.
-    pub fn save_states_for_drafts(&self, cache: &SequenceCache) -> Result<()> {
-        if !cache.has_linear_state() {
-            return Ok(());
-        }
-        cache.ensure_state_copies()?;
-        let mut encoder = self.gpu.device.create_command_encoder(&Default::default());
-        cache.save_linear_state(&mut encoder);
-        self.gpu.queue.submit([encoder.finish()]);
-        Ok(())
+    /// Prepares `cache` (nothing without linear-attention states) for a batched step
+    /// ([`GpuModel::step_batch`]) that runs `rows` tokens on it, a decode token and drafts, so
+    /// that [`GpuModel::keep_drafted`] can cut that step back.
+    pub fn prepare_for_drafts(&self, cache: &SequenceCache, rows: usize) -> Result<()> {
+        self.prepare_drafted_step(cache, rows, None)
     }
 
-    /// Keeps only the first `kept` of the `tokens` that [`GpuModel::step_drafted`] (or a batched
-    /// step after [`GpuModel::save_states_for_drafts`]) just ran at
-    /// `pos` on `cache`: linear-attention states go back to before that step and run the kept
-    /// tokens again; other caches need nothing.
+    /// Keeps only the first `kept` (at least 1) of the `tokens` that [`GpuModel::step_drafted`]
+    /// (or a batched step after [`GpuModel::prepare_for_drafts`]) just ran at `pos` on `cache`:
+    /// linear-attention states become the last kept token's (kept per token), or go back to
+    /// before that step and run the kept tokens again; other caches need nothing.
     pub fn keep_drafted(&self, cache: &SequenceCache, tokens: &[u32], pos: usize, kept: usize) -> Result<()> {
-        if kept >= tokens.len() || !cache.has_linear_state() {
+        if !cache.has_linear_state() || self.keep_token_states(cache, pos, (kept, tokens.len())) {
+            return Ok(());
+        }
+        if kept >= tokens.len() {
             return Ok(());
         }
         let gpu = &*self.gpu;

@@ -9,6 +9,7 @@
 use super::delta_chunk_prep::DeltaChunkPrep;
 use super::delta_chunk_state::DeltaChunkState;
 use super::params;
+use crate::gpu::kernel::Slice;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
 use crate::model::DeltaShape;
@@ -113,8 +114,33 @@ impl GatedDeltaRule {
         gpu: &Gpu,
         step: &wgpu::Buffer,
         io: DeltaIo<'_>,
+        heads: (DeltaShape, LinearKind),
+        offsets: (usize, usize),
+    ) -> GatedDeltaRule {
+        Self::build(gpu, step, io, heads, offsets, None)
+    }
+
+    /// The rule token by token whatever the step's length, also writing the state after each
+    /// token into `snaps` (`[tokens, v_heads, dk, dv]`): for a step of draft tokens, which is
+    /// then cut back to the accepted ones by copying their last state (no chunk scratch used).
+    pub fn with_snapshots(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        io: DeltaIo<'_>,
+        heads: (DeltaShape, LinearKind),
+        offsets: (usize, usize),
+        snaps: &wgpu::Buffer,
+    ) -> GatedDeltaRule {
+        Self::build(gpu, step, DeltaIo { chunks: None, ..io }, heads, offsets, Some(snaps))
+    }
+
+    fn build(
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        io: DeltaIo<'_>,
         (shape, kind): (DeltaShape, LinearKind),
         (in_stride, gate_offset): (usize, usize),
+        snaps: Option<&wgpu::Buffer>,
     ) -> GatedDeltaRule {
         // The chunked kernels load four values at a time.
         let fits = shape.dk.is_multiple_of(4) && shape.dv.is_multiple_of(4);
@@ -130,9 +156,13 @@ impl GatedDeltaRule {
         // The state is read twice and written once per token; q, k, v in, out.
         let per_token = 3 * state + 4 * (params.conv_stride() + shape.v_heads * shape.dv) as u64;
         let traffic = Traffic { fixed: 0, per_token, per_position: 0 };
-        let buffers = [io.conv.into(), io.proj.into(), io.decay_params.into(), io.state.into(), io.out.into()];
-        let kernel = Kernel::new(gpu, "gated_delta_rule", params.defines(), step, &params.words(0), &buffers)
-            .with_traffic(traffic);
+        let mut buffers: Vec<Slice> =
+            vec![io.conv.into(), io.proj.into(), io.decay_params.into(), io.state.into(), io.out.into()];
+        buffers.extend(snaps.map(Slice::from));
+        let mut defines = params.defines().to_vec();
+        defines.extend(snaps.map(|_| "SNAPSHOTS"));
+        let kernel =
+            Kernel::new(gpu, "gated_delta_rule", &defines, step, &params.words(0), &buffers).with_traffic(traffic);
         let chunked = chunks.map(|c| {
             (
                 DeltaChunkPrep::new(gpu, step, &io, c.buffer, &params),

@@ -308,12 +308,13 @@ impl<'a> Scheduler<'a> {
             r.attribute_next_step(&rows);
         }
         // Drafts ride on their sequences for the step (row i's history is the sequence and
-        // the first i drafts); a hybrid model's states are saved first, to be cut back.
+        // the first i drafts); a hybrid model keeps each token's states (or saves them first),
+        // to be cut back.
         let mut saved = Ok(());
         for p in parts.iter().filter(|p| !p.drafts.is_empty()) {
             let session = &mut self.slots[p.slot].session;
             session.tokens.extend_from_slice(&p.drafts);
-            saved = saved.and_then(|()| self.engine.model.save_states_for_drafts(&session.cache));
+            saved = saved.and_then(|()| self.engine.model.prepare_for_drafts(&session.cache, p.rows()));
         }
         let engine = self.engine;
         // Each slot's sequence for the step, and the pickers of constrained requests, apart.
