@@ -80,7 +80,7 @@ pub struct LinearCache {
     pub(super) state: wgpu::Buffer,
     /// The conv and rule that keep each token's states, for steps of draft tokens
     /// (`super::draft_states`), made at the first such step.
-    pub(super) draft: OnceLock<super::draft_states::DraftStates>,
+    pub(super) draft: OnceLock<Box<super::draft_states::DraftStates>>,
 }
 
 /// Keys and values of one grouped-attention layer, split by KV heads into chunks that each fit

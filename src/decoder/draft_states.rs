@@ -141,7 +141,7 @@ impl GpuModel {
             debug_assert_eq!(allocated, per_layer);
             cache.bytes.fetch_add(per_layer, Ordering::AcqRel);
             let (conv, delta) = self.linear_kernels(hy, a, (&c.window, &c.state), Some((&windows, &states)));
-            let _ = c.draft.set(DraftStates { conv, delta, windows, states });
+            let _ = c.draft.set(Box::new(DraftStates { conv, delta, windows, states }));
         }
         Ok(())
     }
