@@ -460,8 +460,8 @@ fn running_requests_keep_their_own_matrices_and_predict_together() {
     t.begin_request_of(1);
     t.begin_request_of(2);
     t.begin_step(Phase::Decode);
-    t.record_layer_of(1, Phase::Decode, 0, &[(0, 1)]);
-    t.record_layer_of(2, Phase::Decode, 0, &[(2, 1)]);
+    t.record_layer_of(1, Phase::Decode, 0, [(0, 1)]);
+    t.record_layer_of(2, Phase::Decode, 0, [(2, 1)]);
     assert_eq!(t.request(1).unwrap().decode.get(0, 0), 1.0);
     assert_eq!(t.request(1).unwrap().decode.get(0, 2), 0.0, "not the other request's rows");
     assert_eq!(t.prediction().matched(), 2);

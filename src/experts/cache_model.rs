@@ -92,6 +92,8 @@ pub struct CacheModel {
     next_rows: Vec<StepRows>,
     /// Which requests the current step's rows belong to (empty: not told).
     step_rows: Vec<StepRows>,
+    /// Scratch: one request's routed tokens per expert of a layer.
+    request_counts: Vec<u32>,
     stats: CacheStats,
 }
 
@@ -144,6 +146,7 @@ impl CacheModel {
             last_needed: Vec::new(),
             next_rows: Vec::new(),
             step_rows: Vec::new(),
+            request_counts: vec![0; experts],
             stats: CacheStats::default(),
         }
     }
@@ -278,21 +281,19 @@ impl CacheModel {
     /// Counts `layer`'s routing (`routed`, `counts` per expert) in the EAMs: each request's rows
     /// in its own where the step's rows are attributed, else the whole step's.
     fn record_activations(&mut self, layer: usize, routed: &[u32], counts: &[u32]) {
-        let pairs = |counts: &[u32]| -> Vec<(usize, u32)> {
-            counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(e, &n)| (e, n)).collect()
-        };
         if self.step_rows.is_empty() || self.top_k == 0 {
-            self.tracker.record_layer(layer, &pairs(counts));
+            self.tracker.record_layer(layer, nonzero(counts));
             return;
         }
         let mut at = 0;
         for part in &self.step_rows {
-            let mut own = vec![0u32; self.experts];
+            let own = &mut self.request_counts;
+            own.fill(0);
             for &e in &routed[at..at + part.rows * self.top_k] {
                 own[e as usize] += 1;
             }
             at += part.rows * self.top_k;
-            self.tracker.record_layer_of(part.request, part.phase, layer, &pairs(&own));
+            self.tracker.record_layer_of(part.request, part.phase, layer, nonzero(own));
         }
     }
 
@@ -462,4 +463,9 @@ impl CacheModel {
             self.free.insert(slot);
         }
     }
+}
+
+/// The (expert, tokens) pairs of per-expert `counts` that are not zero.
+fn nonzero(counts: &[u32]) -> impl Iterator<Item = (usize, u32)> + '_ {
+    counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(e, &n)| (e, n))
 }

@@ -206,35 +206,50 @@ impl EamTracker {
     /// Counts `tokens` tokens routed to (layer, expert) in the current step, for the request
     /// when exactly one runs.
     pub fn record(&mut self, layer: usize, expert: usize, tokens: u32) {
-        self.record_layer(layer, &[(expert, tokens)]);
+        self.record_layer(layer, [(expert, tokens)]);
     }
 
     /// Counts a whole layer's routing at once: (expert, tokens) pairs, for the request when
     /// exactly one runs (with several, rows that [`EamTracker::record_layer_of`] does not
     /// attribute count in the step's EAM only).
-    pub fn record_layer(&mut self, layer: usize, counts: &[(usize, u32)]) {
-        for &(expert, tokens) in counts {
-            self.iteration.add(layer, expert, tokens as f32);
-        }
-        if let [only] = &mut self.running[..] {
-            for &(expert, tokens) in counts {
-                only.add(&self.collection, self.phase, (layer, expert), tokens as f64);
-            }
-            only.refresh_matches(&self.collection, self.matches);
-        }
+    pub fn record_layer(&mut self, layer: usize, counts: impl IntoIterator<Item = (usize, u32)>) {
+        let only = match &self.running[..] {
+            [r] => Some((r.key, self.phase)),
+            _ => None,
+        };
+        self.count(only, layer, counts);
     }
 
     /// Counts a layer's routing of request `key`'s rows of the step ((expert, tokens) pairs),
     /// in its `phase` (a prompt chunk beside other requests' decode tokens is prefill).
-    pub fn record_layer_of(&mut self, key: RequestKey, phase: Phase, layer: usize, counts: &[(usize, u32)]) {
-        for &(expert, tokens) in counts {
-            self.iteration.add(layer, expert, tokens as f32);
-        }
-        if let Some(r) = self.running.iter_mut().find(|r| r.key == key) {
-            for &(expert, tokens) in counts {
-                r.add(&self.collection, phase, (layer, expert), tokens as f64);
+    pub fn record_layer_of(
+        &mut self,
+        key: RequestKey,
+        phase: Phase,
+        layer: usize,
+        counts: impl IntoIterator<Item = (usize, u32)>,
+    ) {
+        self.count(Some((key, phase)), layer, counts);
+    }
+
+    /// Adds `counts` of `layer` to the step's EAM and, in its phase, to `request`'s (if it runs).
+    fn count(
+        &mut self,
+        request: Option<(RequestKey, Phase)>,
+        layer: usize,
+        counts: impl IntoIterator<Item = (usize, u32)>,
+    ) {
+        let (collection, iteration) = (&self.collection, &mut self.iteration);
+        let mut running =
+            request.and_then(|(key, phase)| self.running.iter_mut().find(|r| r.key == key).map(|r| (r, phase)));
+        for (expert, tokens) in counts {
+            iteration.add(layer, expert, tokens as f32);
+            if let Some((r, phase)) = running.as_mut() {
+                r.add(collection, *phase, (layer, expert), tokens as f64);
             }
-            r.refresh_matches(&self.collection, self.matches);
+        }
+        if let Some((r, _)) = running {
+            r.refresh_matches(collection, self.matches);
         }
     }
 
