@@ -218,6 +218,11 @@ impl ExpertResidency {
         if let Some(s) = &mut self.streaming {
             s.cache.begin_request();
         }
+        self.mark_request_in_trace()
+    }
+
+    /// Marks the start of a request in the trace (if one is written).
+    fn mark_request_in_trace(&mut self) -> Result<()> {
         if let Some(t) = &mut self.trace {
             t.writer.request(t.requests).map_err(trace_err)?;
             t.requests += 1;
@@ -239,11 +244,10 @@ impl ExpertResidency {
         if let Some(s) = &mut self.streaming {
             s.cache.begin_request_of(key);
         }
-        if let Some(t) = self.trace.as_mut().filter(|_| spell_starts) {
-            t.writer.request(t.requests).map_err(trace_err)?;
-            t.requests += 1;
+        match spell_starts {
+            true => self.mark_request_in_trace(),
+            false => Ok(()),
         }
-        Ok(())
     }
 
     /// Request `key` ends: EAMC files its activation matrix.
