@@ -13,17 +13,18 @@ use std::time::Instant;
 
 use crate::decoder::{BatchEntry, RoutingMode, Rows};
 use crate::error::{Error, Result};
-use crate::experts::cache_model::StepRows;
-use crate::experts::eam::RequestKey;
 use crate::experts::policy::Phase;
-use crate::experts::residency::ExpertStats;
 use crate::runtime::drafts::DraftPacing;
 use crate::runtime::logprobs::{token_logprob, TokenLogprob};
 use crate::runtime::session::Session;
 use crate::runtime::stats::Stats;
 
+mod expert_cache;
+mod plan;
 mod slot;
 
+use expert_cache::{begin_scheduled, end_scheduled};
+use plan::Part;
 use slot::{Running, Slot, SlotSession};
 
 use super::generation::{Picker, RequestFigures};
@@ -76,25 +77,6 @@ pub struct Scheduler<'a> {
     /// drafts cost more time per generated token than steps without
     /// ([`Engine::draft_payoff`]; the requests' own pacing follows their acceptance only).
     payoff: DraftPacing,
-}
-
-/// What a slot runs in a step: its tokens from `pos`, and whether the logits after them are
-/// wanted; a decode token may take drafts after it (then every row's logits are wanted).
-struct Part {
-    slot: usize,
-    start: usize,
-    end: usize,
-    logits: Rows,
-    drafts: Vec<u32>,
-    /// A decode token (and its drafts), not a prompt chunk.
-    decode: bool,
-}
-
-impl Part {
-    /// Its rows in the step: its tokens and the drafts after them.
-    fn rows(&self) -> usize {
-        self.end + self.drafts.len() - self.start
-    }
 }
 
 impl<'a> Scheduler<'a> {
@@ -287,7 +269,6 @@ impl<'a> Scheduler<'a> {
         if parts.is_empty() {
             return Ok(finished);
         }
-        let decoding = parts.iter().any(|p| self.slots[p.slot].running.as_ref().is_some_and(|r| r.next.is_some()));
         for p in &parts {
             let (session, prefilling) = (&self.slots[p.slot].session, self.slots[p.slot].running.as_ref());
             if p.end == session.len() && prefilling.is_some_and(|r| r.next.is_none()) {
@@ -295,18 +276,8 @@ impl<'a> Scheduler<'a> {
                 session.cache.snapshot_states(p.start);
             }
         }
-        let phase = if decoding { Phase::Decode } else { Phase::Prefill };
-        // The expert cache counts each sequence's rows in its own request's activation matrix.
-        if let Some(mut r) = self.engine.model.residency() {
-            let rows: Vec<StepRows> = (parts.iter())
-                .map(|p| StepRows {
-                    request: self.slots[p.slot].running.as_ref().map_or(0, |r| r.id),
-                    rows: p.rows(),
-                    phase: if p.decode { Phase::Decode } else { Phase::Prefill },
-                })
-                .collect();
-            r.attribute_next_step(&rows);
-        }
+        let phase = if parts.iter().any(|p| p.decode) { Phase::Decode } else { Phase::Prefill };
+        self.attribute_rows(&parts);
         // Drafts ride on their sequences for the step (row i's history is the sequence and
         // the first i drafts); a hybrid model keeps each token's states (or saves them first),
         // to be cut back.
@@ -584,99 +555,5 @@ impl<'a> Scheduler<'a> {
             }),
         });
         Finished { id: r.id, result }
-    }
-
-    /// This step's parts: every decode token, with the drafts its request proposes in what is
-    /// left of the step (first come, first served: by prompt lookup, or from its MTP module),
-    /// then prompt chunks in the order the requests came, within `max_batch` tokens; the
-    /// requests whose MTP module failed (they take no part); and whether the step's time goes
-    /// to the drafts' payoff.
-    fn plan(&mut self) -> (Vec<Part>, Vec<(usize, Error)>, bool) {
-        let (engine, mut failed) = (self.engine, Vec::new());
-        let mut budget = engine.model.options().max_batch;
-        let mut parts = Vec::new();
-        let decoding: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].running.as_ref().is_some_and(|r| r.next.is_some()))
-            .collect();
-        budget -= decoding.len();
-        let drafting = |i: &usize| {
-            let r = self.slots[*i].running.as_ref().expect("a decoding request");
-            r.options.drafts.is_some() || r.options.mtp_drafts > 0
-        };
-        let timed = engine.draft_payoff() && decoding.iter().any(drafting);
-        // Each step with drafting requests counts towards the payoff's pause.
-        let paying = if timed { self.payoff.allowance() } else { usize::MAX };
-        for i in decoding {
-            let Slot { session, running } = &mut self.slots[i];
-            let r = running.as_mut().expect("a decoding request");
-            // The drafts it may propose at this step (its pacing counts each call).
-            let allowance = r.drafted.allowance();
-            let end = session.len();
-            // Room for drafts: tokens still wanted after the next one, the context, the step.
-            let wanted = r.options.max_tokens - r.generated.len() - 1;
-            let room = wanted.min(engine.context() - end).min(budget).min(allowance).min(paying);
-            let drafts = match r.mtp.as_mut() {
-                Some(m) if room > 0 => match m.catch_up(engine, session, end - 1, room) {
-                    Ok(drafts) => drafts,
-                    Err(e) => {
-                        failed.push((i, e));
-                        continue;
-                    }
-                },
-                // Not drafting at this step: the module skips these positions.
-                Some(m) => {
-                    m.skip_to(end - 1);
-                    Vec::new()
-                }
-                None => r.options.drafts.map(|d| d.draft(&session.tokens, room)).unwrap_or_default(),
-            };
-            budget -= drafts.len();
-            let logits = if drafts.is_empty() { Rows::Last } else { Rows::All };
-            parts.push(Part { slot: i, start: end - 1, end, logits, drafts, decode: true });
-        }
-        let running = || self.slots.iter().enumerate().filter_map(|(i, s)| s.running.as_ref().map(|r| (i, s, r)));
-        let mut prefilling: Vec<_> = running()
-            .filter(|(_, s, r)| r.next.is_none() && r.fork_of.is_none() && s.session.cached < s.session.len())
-            .collect();
-        prefilling.sort_by_key(|(_, _, r)| r.id);
-        for (i, s, r) in prefilling {
-            if budget == 0 {
-                break;
-            }
-            let (start, len) = (s.session.cached, s.session.len());
-            let end = len.min(start + budget);
-            budget -= end - start;
-            let logits = match (r.options.prompt_logprobs, end == len && r.options.max_tokens > 0) {
-                (true, _) => Rows::All,
-                (false, true) => Rows::Last,
-                (false, false) => Rows::None,
-            };
-            parts.push(Part { slot: i, start, end, logits, drafts: Vec::new(), decode: false });
-        }
-        (parts, failed, timed)
-    }
-}
-
-/// Marks the start of scheduled request `key` (the expert cache keeps its own activation
-/// matrix; the trace marks a request where `spell_starts`); returns the figures so far.
-fn begin_scheduled(engine: &Engine, key: RequestKey, spell_starts: bool) -> Result<ExpertStats> {
-    match engine.model.residency() {
-        Some(mut r) => {
-            r.begin_request_of(key, spell_starts)?;
-            Ok(r.stats())
-        }
-        None => Ok(ExpertStats::default()),
-    }
-}
-
-/// Marks scheduled request `key`'s end (EAMC files its activation matrix); returns the
-/// expert figures since `before` (shared with the requests that ran beside it).
-fn end_scheduled(engine: &Engine, key: RequestKey, before: ExpertStats) -> ExpertStats {
-    match engine.model.residency() {
-        Some(mut r) => {
-            r.end_request_of(key);
-            r.stats().since(&before)
-        }
-        None => ExpertStats::default(),
     }
 }
