@@ -436,12 +436,18 @@ impl DraftArgs {
                 false => Ok(DraftPlan::default()),
             };
         }
-        let mtp = engine.model().has_mtp();
-        match (self.speculative, self.draft) {
-            (Speculative::Mtp, _) | (Speculative::Auto, _) if mtp && self.draft != Some(0) => {
-                Ok(DraftPlan { lookup: None, mtp: self.draft.unwrap_or(DEFAULT_MTP_DRAFTS) })
-            }
+        match self.mtp_drafts() {
+            n if n > 0 && engine.model().has_mtp() => Ok(DraftPlan { lookup: None, mtp: n }),
             _ => Ok(DraftPlan { lookup: self.lookup()?, mtp: 0 }),
+        }
+    }
+
+    /// MTP drafts a step where the engine loads the module ([`DraftArgs::mtp_load`]; 0 where
+    /// it does not).
+    fn mtp_drafts(&self) -> usize {
+        match self.mtp_load() {
+            MtpLoad::Off => 0,
+            MtpLoad::Available | MtpLoad::Required => self.draft.unwrap_or(DEFAULT_MTP_DRAFTS),
         }
     }
 
@@ -449,10 +455,7 @@ impl DraftArgs {
     /// the MTP drafts a step wherever the engine loads the module ([`DraftArgs::mtp_load`]),
     /// else the prompt lookup the flags ask for.
     pub fn for_serve(&self) -> Result<DraftPlan> {
-        let mtp = match self.mtp_load() {
-            MtpLoad::Off => 0,
-            MtpLoad::Available | MtpLoad::Required => self.draft.unwrap_or(DEFAULT_MTP_DRAFTS),
-        };
+        let mtp = self.mtp_drafts();
         if mtp > moestream::decoder::MAX_MTP_DRAFTS {
             let most = moestream::decoder::MAX_MTP_DRAFTS;
             return Err(Error::InvalidArgument(format!("draft length {mtp} must be in 1..={most}")));
