@@ -413,10 +413,11 @@ impl Engine {
         heap_trim::keep_large_blocks_mapped();
         let disk = OnDisk::read(&gpu, options, wrap)?;
         let (decoder, kv) = disk.plan(&gpu, options)?;
-        let OnDisk { dir, spec, ckpt, source, lora, mut tokenizer, sampling, .. } = disk;
+        let OnDisk { dir, spec, ckpt, source, lora, mut tokenizer, sampling, mtp_spec, .. } = disk;
         let mut model =
             gpu.clone().catch_out_of_memory(|| GpuModel::load(gpu, &spec, &ckpt, source, decoder, lora.as_ref()))?;
-        attach_to_model(&mut model, &spec, &dir, options)?;
+        // A trace names every layer whose experts go through the slots: the MTP module's too.
+        attach_to_model(&mut model, mtp_spec.as_ref().unwrap_or(&spec), &dir, options)?;
         let dir = &dir;
         if tokenizer.is_none() && dir.join("tokenizer.json").exists() {
             tokenizer = Some(Tokenizer::from_dir(dir)?);
