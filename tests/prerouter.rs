@@ -15,12 +15,14 @@ use moestream::model::ArchSpec;
 use moestream::ops::{KvDtype, WeightFormat};
 use moestream::prerouter::compat::ModelDims;
 use moestream::prerouter::dataset::{Dataset, DatasetMeta, DatasetWriter, FORMAT_VERSION, HIDDEN_FILE};
+use moestream::prerouter::eval::evaluate;
 use moestream::prerouter::features::{Features, RoutingContext};
 use moestream::prerouter::head::{Head, HeadDims, HeadParams, Tape};
 use moestream::prerouter::heads_file::Heads;
 use moestream::prerouter::loss::Loss;
 use moestream::prerouter::metrics::top_k;
 use moestream::prerouter::routers::read_routers;
+use moestream::prerouter::samples::split_held_out;
 use moestream::prerouter::train::{train, TrainOptions, TrainedHead};
 use moestream::prerouter::PrerouterError;
 use moestream::runtime::collect_routing::collect;
@@ -185,6 +187,19 @@ fn collect_is_exact_and_training_beats_baselines() {
     let loaded = Heads::load(&file).unwrap();
     assert_eq!(loaded, saved);
     dims.check(&loaded.config.dims(), &file).unwrap();
+    // `prerouter eval`'s scoring of the saved heads on the held-out samples gives the training
+    // report's figures; no sample is an error.
+    let (_, held_out) = split_held_out(&data, opts.holdout);
+    let eval = evaluate(&data, &loaded, &routers, &held_out, 2).unwrap();
+    let e = &eval.layers[0];
+    assert_eq!((eval.layers.len(), e.layer, e.target_layer), (1, 0, 2));
+    let s = e.score;
+    assert_eq!(
+        (s.samples, s.head.recall, s.head.exact_match, s.recall_2k),
+        (l.test_samples, l.recall, l.exact_match, l.recall_2k)
+    );
+    assert_eq!((s.persistence, s.router), (l.persistence, l.router));
+    assert!(matches!(evaluate(&data, &loaded, &routers, &[], 2), Err(PrerouterError::InvalidArgument(_))));
     let mixtral = ModelDims::of(&ArchSpec::from_dir(&fixture("mixtral")).unwrap()).unwrap();
     assert!(matches!(mixtral.check(&loaded.config.dims(), &file), Err(PrerouterError::Mismatch { .. })));
     assert!(matches!(

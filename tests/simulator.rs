@@ -8,7 +8,7 @@ use moestream::experts::predictor::PrefetchKind;
 use moestream::experts::trace::{Trace, TraceError, TraceEvent, TraceHeader, TraceReader, TraceStep, TraceWriter};
 use moestream::sim::{
     access_sequence, heatmap_svg, parse_capacities, per_request_hit_rates, plot_svg, results_json, results_table,
-    shift_recovery, simulate, trace_stats, workload_shift, SimConfig, SimResult,
+    shift_recovery, simulate, trace_stats, vs_belady, workload_shift, SimConfig, SimResult,
 };
 
 const EXPERT_BYTES: u64 = 1 << 20;
@@ -158,6 +158,16 @@ fn prefetch_accounting_and_policy_comparison() {
     let json: serde_json::Value = serde_json::from_str(&results_json(&rs)).unwrap();
     assert_eq!(json["results"].as_array().unwrap().len(), rs.len());
     assert_eq!(json["results"][0]["policy"], "lru");
+    // Each result's share of Belady's hit rate at its own slot count, in the JSON too.
+    for (i, r) in rs.iter().enumerate() {
+        let ratio = vs_belady(&rs, r).unwrap();
+        assert!((ratio - r.hit_rate / result(&rs, "belady", r.slots).hit_rate).abs() < 1e-12);
+        // (A prefetcher may beat demand-only Belady; without one nothing can.)
+        let bound = if r.policy == "belady" { ratio == 1.0 } else { r.prefetch != "none" || ratio < 1.0 };
+        assert!(bound, "{} at {}: {ratio}", r.policy, r.slots);
+        assert_eq!(json["results"][i]["vs_belady"].as_f64(), Some(ratio));
+    }
+    assert!(results_table(&rs).contains("÷ belady"));
     let svg = plot_svg(&rs);
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(svg.matches("<polyline").count(), 6);

@@ -1,4 +1,4 @@
-//! `moestream prerouter collect|train`.
+//! `moestream prerouter collect|train|eval`.
 
 use std::path::{Path, PathBuf};
 
@@ -7,10 +7,12 @@ use clap::{Args, Subcommand};
 use super::model_args::ModelArgs;
 use moestream::prerouter::compat::ModelDims;
 use moestream::prerouter::dataset::Dataset;
+use moestream::prerouter::eval::{evaluate, EvalReport};
 use moestream::prerouter::features::Features;
-use moestream::prerouter::heads_file::Heads;
+use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
 use moestream::prerouter::loss::Loss;
 use moestream::prerouter::routers::read_routers;
+use moestream::prerouter::samples::sample_tokens;
 use moestream::prerouter::train::{train, TrainOptions, TrainReport};
 use moestream::runtime::collect_routing::collect;
 use moestream::{Error, Result};
@@ -28,6 +30,9 @@ enum PrerouterCommand {
     Collect(CollectArgs),
     /// Train the heads on a collected dataset and report recall against baselines.
     Train(TrainArgs),
+    /// Score trained heads on a text they were not trained on: recall@k per layer against the
+    /// persistence and router baselines.
+    Eval(EvalArgs),
 }
 
 /// Flags of `prerouter collect`.
@@ -93,21 +98,52 @@ struct TrainArgs {
     json: bool,
 }
 
+/// Flags of `prerouter eval`.
+#[derive(Args, Debug)]
+struct EvalArgs {
+    /// The model, and with `--prerouter FILE` the heads (default: the model directory's
+    /// `prerouter.safetensors`).
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Held-out text to teacher-force and score on.
+    #[arg(long)]
+    file: PathBuf,
+    /// Score at most this many tokens.
+    #[arg(long)]
+    max_tokens: Option<usize>,
+    /// Tokens per teacher-forced sequence (capped to the context).
+    #[arg(long, default_value_t = 512)]
+    window: usize,
+    /// Keep the collected routing in this dataset directory (default: a temporary one, removed).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Runs `prerouter`.
 pub fn run(a: PrerouterArgs) -> Result<()> {
     match a.command {
         PrerouterCommand::Collect(c) => run_collect(c),
         PrerouterCommand::Train(t) => run_train(t),
+        PrerouterCommand::Eval(e) => run_eval(e),
     }
+}
+
+/// The tokens of `file` (at most `max` recorded, plus the last one's target).
+fn text_tokens(engine: &moestream::Engine, file: &Path, max: Option<usize>) -> Result<Vec<u32>> {
+    let text = std::fs::read_to_string(file).map_err(|e| Error::io(file, e))?;
+    let mut tokens = engine.encode(&text)?;
+    if let Some(max) = max {
+        tokens.truncate(max.saturating_add(1));
+    }
+    Ok(tokens)
 }
 
 fn run_collect(a: CollectArgs) -> Result<()> {
     let engine = a.model.load()?;
-    let text = std::fs::read_to_string(&a.file).map_err(|e| Error::io(&a.file, e))?;
-    let mut tokens = engine.encode(&text)?;
-    if let Some(max) = a.max_tokens {
-        tokens.truncate(max.saturating_add(1));
-    }
+    let tokens = text_tokens(&engine, &a.file, a.max_tokens)?;
     let meta = collect(&engine, &tokens, &a.out, a.window)?;
     println!(
         "recorded {} tokens × {} MoE layers (hidden {}, top-{} of {}) into {}",
@@ -177,4 +213,82 @@ fn print_report(r: &TrainReport, out: &Path) {
         r.mean_recall, r.mean_exact_match, r.mean_persistence_recall, r.mean_router_recall
     );
     println!("heads written to {}", out.display());
+}
+
+fn run_eval(a: EvalArgs) -> Result<()> {
+    let dir = a.model.dir();
+    let heads_path = a.model.prerouter.clone().unwrap_or_else(|| dir.join(HEADS_FILE));
+    if !heads_path.exists() {
+        return Err(Error::InvalidArgument(format!(
+            "no prerouter heads at {}; pass --prerouter FILE (from `prerouter train`)",
+            heads_path.display()
+        )));
+    }
+    let heads = Heads::load(&heads_path)?;
+    let engine = a.model.load()?;
+    ModelDims::of(engine.spec())?.check(&heads.config.dims(), &heads_path)?;
+    let tokens = text_tokens(&engine, &a.file, a.max_tokens)?;
+    let (data_dir, temporary) = match &a.data {
+        Some(d) => (d.clone(), false),
+        None => (std::env::temp_dir().join(format!("moestream-prerouter-eval-{}", std::process::id())), true),
+    };
+    let collected = collect(&engine, &tokens, &data_dir, a.window);
+    drop(engine);
+    let report = collected.map_err(Error::from).and_then(|meta| {
+        let data = Dataset::open(&data_dir)?;
+        let dims =
+            ModelDims { hidden: meta.hidden, experts: meta.experts, top_k: meta.top_k, moe_layers: meta.moe_layers };
+        let routers = read_routers(&dir, &dims, &data_dir)?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(evaluate(&data, &heads, &routers, &sample_tokens(&data), threads)?)
+    });
+    if temporary {
+        // Best effort: a leftover temporary directory is not worth failing the report for.
+        let _ = std::fs::remove_dir_all(&data_dir);
+    }
+    let report = report?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report).expect("serialisable"));
+    } else {
+        print_eval(&report, &a.file, &heads_path);
+    }
+    Ok(())
+}
+
+fn print_eval(r: &EvalReport, file: &Path, heads: &Path) {
+    println!("{} tokens of {}, heads {}", r.tokens, file.display(), heads.display());
+    let k = r.top_k;
+    println!(
+        "{:>9} {:>7} {:>9} {:>8} {:>9} {:>8} {:>8}",
+        "layer",
+        "samples",
+        format!("recall@{k}"),
+        "exact",
+        format!("rec@{}", 2 * k),
+        "persist",
+        "router"
+    );
+    for l in &r.layers {
+        let s = &l.score;
+        println!(
+            "{:>4}→{:<4} {:>7} {:>9.4} {:>8.4} {:>9.4} {:>8.4} {:>8.4}",
+            l.layer,
+            l.target_layer,
+            s.samples,
+            s.head.recall,
+            s.head.exact_match,
+            s.recall_2k,
+            s.persistence.recall,
+            s.router.recall
+        );
+    }
+    println!(
+        "mean recall@{k} {:.4} (exact {:.4}, recall@{} {:.4}); baselines: persistence {:.4}, router {:.4}",
+        r.mean_recall,
+        r.mean_exact_match,
+        2 * k,
+        r.mean_recall_2k,
+        r.mean_persistence_recall,
+        r.mean_router_recall
+    );
 }

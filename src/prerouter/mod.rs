@@ -18,7 +18,11 @@
 //! - [`loss`]: softmax cross-entropy or binary cross-entropy against the routed set;
 //! - [`adam`]: the optimiser;
 //! - [`metrics`]: top-k selection, recall@k and exact-set match;
-//! - [`train`]: the training loop, the held-out split and the baselines;
+//! - [`samples`]: which tokens are samples, the held-out split, a head's input and target;
+//! - [`score`]: one head scored on samples beside the persistence and router baselines;
+//! - [`train`]: the training loop, scored on the held-out split;
+//! - [`eval`]: trained heads scored on routing collected from another text;
+//! - [`parallel`]: per-head jobs on a few threads;
 //! - [`routers`] + [`compat`]: the model's routers (skip initialisation, baseline) and the
 //!   dimension checks between models, datasets and heads files;
 //! - [`heads_file`]: saving and loading trained heads as safetensors, with typed errors;
@@ -33,12 +37,16 @@ pub mod adam;
 pub mod compat;
 pub mod dataset;
 pub mod error;
+pub mod eval;
 pub mod features;
 pub mod head;
 pub mod heads_file;
 pub mod loss;
 pub mod metrics;
+pub mod parallel;
 pub mod routers;
+pub mod samples;
+pub mod score;
 pub mod train;
 
 pub use error::PrerouterError;

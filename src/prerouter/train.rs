@@ -12,10 +12,13 @@ use serde::Serialize;
 use super::adam::Adam;
 use super::dataset::Dataset;
 use super::error::PrerouterError;
-use super::features::{Features, RoutingContext};
-use super::head::{dot, Head, HeadDims, HeadParams, Tape};
+use super::features::Features;
+use super::head::{Head, HeadDims, HeadParams, Tape};
 use super::loss::Loss;
-use super::metrics::{top_k, Tally};
+use super::parallel::map_in_threads;
+use super::samples::{split_held_out, HeadInputs};
+pub use super::score::Score;
+use super::score::{mean, score_head};
 use crate::util::rng::SplitMix64;
 
 /// How to train.
@@ -57,21 +60,6 @@ impl Default for TrainOptions {
             loss: Loss::Ce,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
-    }
-}
-
-/// Recall@k and exact-set match of one predictor on the held-out samples.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Score {
-    /// Share of routed experts in the predicted top-k.
-    pub recall: f64,
-    /// Share of predictions equal to the routed set.
-    pub exact_match: f64,
-}
-
-impl From<Tally> for Score {
-    fn from(t: Tally) -> Score {
-        Score { recall: t.recall(), exact_match: t.exact_match() }
     }
 }
 
@@ -130,40 +118,16 @@ pub struct TrainedHead {
 
 /// One head's job: dataset MoE-layer index `j` predicts `j + 1`.
 struct Job<'a> {
-    data: &'a Dataset,
-    j: usize,
-    train: Vec<usize>,
-    test: Vec<usize>,
+    inputs: HeadInputs<'a>,
+    train: &'a [usize],
+    test: &'a [usize],
     opts: &'a TrainOptions,
     skip: &'a [f32],
 }
 
 impl Job<'_> {
-    fn context(&self, t: usize) -> RoutingContext<'_> {
-        let d = self.data;
-        RoutingContext {
-            next: d.topk(t, self.j + 1),
-            prev: (!d.starts_sequence(t)).then(|| d.topk(t - 1, self.j + 1)),
-            own: d.topk(t, self.j),
-        }
-    }
-
-    fn active(&self, t: usize) -> Vec<usize> {
-        self.opts.features.active(self.data.meta.experts, &self.context(t))
-    }
-
-    /// The dense input at token `t`: `h_N(t)`, then with `deep` the last MoE layer's.
-    fn dense(&self, t: usize) -> Vec<f32> {
-        let d = self.data;
-        let mut x = d.hidden(t, self.j).to_vec();
-        if self.opts.features.deep {
-            x.extend_from_slice(d.hidden(t, d.meta.moe_layers.len() - 1));
-        }
-        x
-    }
-
     fn run(self) -> (TrainedHead, LayerReport) {
-        let (d, o) = (self.data, self.opts);
+        let (d, o, j) = (self.inputs.data, self.opts, self.inputs.j);
         let experts = d.meta.experts;
         let (hidden, features) = (d.meta.hidden, o.features);
         let dims = HeadDims {
@@ -173,13 +137,13 @@ impl Job<'_> {
             inner: o.inner,
             experts,
         };
-        let mut rng = SplitMix64::new(o.seed ^ (self.j as u64).wrapping_mul(0xA076_1D64_78BD_642F));
+        let mut rng = SplitMix64::new(o.seed ^ (j as u64).wrapping_mul(0xA076_1D64_78BD_642F));
         let mut head = Head::new(dims, Some(self.skip), &mut rng);
         let mut adam = Adam::new(dims, o.lr);
         let mut grads = HeadParams::zeros(dims);
         let (mut tape, mut scratch) = (Tape::default(), Vec::new());
         let (mut logits, mut dlogits) = (vec![0f32; experts], vec![0f32; experts]);
-        let mut order = self.train.clone();
+        let mut order = self.train.to_vec();
         let mut train_loss = 0.0;
         for _ in 0..o.epochs {
             shuffle(&mut order, &mut rng);
@@ -187,39 +151,27 @@ impl Job<'_> {
             for batch in order.chunks(o.batch.max(1)) {
                 grads.clear();
                 for &t in batch {
-                    let (x, active) = (self.dense(t), self.active(t));
+                    let (x, active) = (self.inputs.dense(t), self.inputs.active(t));
                     head.forward(&x, &active, &mut tape, &mut logits);
-                    total += f64::from(o.loss.eval(&logits, d.topk(t + 1, self.j + 1), &mut dlogits));
+                    total += f64::from(o.loss.eval(&logits, self.inputs.target(t), &mut dlogits));
                     head.backward(&x, &active, &tape, &dlogits, &mut grads, &mut scratch);
                 }
                 adam.step(&mut head.params, &grads, batch.len());
             }
             train_loss = total / order.len().max(1) as f64;
         }
-        let k = d.meta.top_k;
-        let (mut trained, mut trained_2k) = (Tally::default(), Tally::default());
-        let (mut persistence, mut router) = (Tally::default(), Tally::default());
-        for &t in &self.test {
-            let (h, target) = (d.hidden(t, self.j), d.topk(t + 1, self.j + 1));
-            head.forward(&self.dense(t), &self.active(t), &mut tape, &mut logits);
-            let ranked = top_k(&logits, 2 * k);
-            trained.add(&ranked[..k], target);
-            trained_2k.add(&ranked, target);
-            persistence.add(d.topk(t, self.j + 1), target);
-            let scores: Vec<f32> = self.skip.chunks_exact(d.meta.hidden).map(|row| dot(row, h)).collect();
-            router.add(&top_k(&scores, k), target);
-        }
-        let (layer, target_layer) = (d.meta.moe_layers[self.j], d.meta.moe_layers[self.j + 1]);
+        let score = score_head(&self.inputs, &head, self.skip, self.test);
+        let (layer, target_layer) = (d.meta.moe_layers[j], d.meta.moe_layers[j + 1]);
         let report = LayerReport {
             layer,
             target_layer,
             train_samples: self.train.len(),
             test_samples: self.test.len(),
-            recall: trained.recall(),
-            exact_match: trained.exact_match(),
-            recall_2k: trained_2k.recall(),
-            persistence: persistence.into(),
-            router: router.into(),
+            recall: score.head.recall,
+            exact_match: score.head.exact_match,
+            recall_2k: score.recall_2k,
+            persistence: score.persistence,
+            router: score.router,
             train_loss,
         };
         (TrainedHead { layer, target_layer, head }, report)
@@ -231,15 +183,6 @@ fn shuffle(v: &mut [usize], rng: &mut SplitMix64) {
     for i in (1..v.len()).rev() {
         let j = (rng.next_u64() % (i as u64 + 1)) as usize;
         v.swap(i, j);
-    }
-}
-
-fn mean(v: impl Iterator<Item = f64>) -> f64 {
-    let (sum, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
-    if n == 0 {
-        0.0
-    } else {
-        sum / n as f64
     }
 }
 
@@ -258,9 +201,7 @@ pub fn train(
     if !(0.0..1.0).contains(&opts.holdout) || opts.inner == 0 {
         return Err(PrerouterError::InvalidArgument("holdout must be in [0, 1) and the head width positive".into()));
     }
-    let split = ((m.tokens as f64) * (1.0 - opts.holdout)).floor() as usize;
-    let samples: Vec<usize> = (0..m.tokens.saturating_sub(1)).filter(|&t| !data.starts_sequence(t + 1)).collect();
-    let (train, test): (Vec<usize>, Vec<usize>) = samples.iter().partition(|&&t| t < split);
+    let (train, test) = split_held_out(data, opts.holdout);
     let owners: Vec<usize> =
         (0..m.moe_layers.len().saturating_sub(1)).filter(|&j| m.moe_layers[j] >= opts.start_layer).collect();
     if owners.is_empty() {
@@ -277,33 +218,13 @@ pub fn train(
             test.len()
         )));
     }
-    let threads = opts.threads.clamp(1, owners.len());
-    let mut results: Vec<Option<(TrainedHead, LayerReport)>> = vec![None; owners.len()];
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|w| {
-                let (owners, train, test) = (&owners, &train, &test);
-                s.spawn(move || {
-                    (w..owners.len())
-                        .step_by(threads)
-                        .map(|i| {
-                            let j = owners[i];
-                            let job =
-                                Job { data, j, train: train.clone(), test: test.clone(), opts, skip: &routers[j + 1] };
-                            (i, job.run())
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        for w in workers {
-            for (i, r) in w.join().expect("training thread panicked") {
-                results[i] = Some(r);
-            }
-        }
-    });
-    let (heads, layers): (Vec<TrainedHead>, Vec<LayerReport>) =
-        results.into_iter().map(|r| r.expect("every head trained")).unzip();
+    let (heads, layers): (Vec<TrainedHead>, Vec<LayerReport>) = map_in_threads(owners.len(), opts.threads, |i| {
+        let j = owners[i];
+        let inputs = HeadInputs { data, j, features: opts.features };
+        Job { inputs, train: &train, test: &test, opts, skip: &routers[j + 1] }.run()
+    })
+    .into_iter()
+    .unzip();
     let report = TrainReport {
         mean_recall: mean(layers.iter().map(|l| l.recall)),
         mean_exact_match: mean(layers.iter().map(|l| l.exact_match)),
