@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use moestream::experts::cache_model::{CacheModel, Wave};
-use moestream::experts::eam::{Eam, EamCollection, EamError, EamTracker, RequestEam};
+use moestream::experts::eam::{Eam, EamCollection, EamError, EamTracker, RequestEam, QUERY_DECAY};
 use moestream::experts::policy::{
     eamc, ArcPolicy, CachePolicy, EamcPolicy, ExpertId, Lfu, Lru, Phase, PolicyContext, PolicyKind, S3Fifo,
 };
@@ -272,22 +272,29 @@ fn predictions_decay_with_layer_distance() {
 
 #[test]
 fn incremental_matching_equals_full_matching() {
+    // The query is the request's EAM with each earlier step's counts × QUERY_DECAY per step since.
     let mut rng = Rng::new(7);
     let mut t = EamTracker::new(3, 5, 6, 2);
     for _ in 0..9 {
         t.begin_request();
+        let mut query = RequestEam::new(3, 5);
         for step in 0..4 {
-            t.begin_step(if step == 0 { Phase::Prefill } else { Phase::Decode });
+            let phase = if step == 0 { Phase::Prefill } else { Phase::Decode };
+            t.begin_step(phase);
+            query.prefill.scale(QUERY_DECAY as f32);
+            query.decode.scale(QUERY_DECAY as f32);
             for l in 0..3 {
-                t.record(l, rng.below(5), 1 + rng.below(3) as u32);
+                let (e, n) = (rng.below(5), 1 + rng.below(3) as u32);
+                t.record(l, e, n);
+                query.add(phase, l, e, n as f32);
             }
         }
-        let full = t.collection().best_matches(t.current().unwrap(), 2);
+        let full = t.collection().best_matches(&query, 2);
         let inc = t.best_matches().to_vec();
         assert_eq!(full.len(), inc.len());
         for (a, b) in full.iter().zip(&inc) {
             assert_eq!(a.0, b.0);
-            assert!((a.1 - b.1).abs() < 1e-9);
+            assert!((a.1 - b.1).abs() < 1e-6);
         }
         t.end_request();
     }
@@ -299,20 +306,26 @@ fn eviction_priority_order() {
     let t = trained_tracker();
     let pred = t.prediction();
     assert_eq!(pred.matched(), 1);
+    // Probability over (1 + 2·d/4), d = layers routed before the expert's layer comes again.
     let ids = [
-        ExpertId::new(0, 0), // p ≈ 1 · 1
-        ExpertId::new(0, 1), // p ≈ ε · 1
-        ExpertId::new(2, 0), // p ≈ 0.5 · 0.5
-        ExpertId::new(2, 1), // p ≈ ε · 0.5
-        ExpertId::new(1, 3), // p ≈ 1 · 0.75
+        ExpertId::new(0, 0), // p ≈ 1: routing layer 0, d = 3 → 0.4; routing layer 2, d = 1 → 0.67
+        ExpertId::new(0, 1), // p ≈ ε → ε · 0.4; ε · 0.67
+        ExpertId::new(2, 0), // p ≈ 0.5: d = 1 → 0.33; d = 3 → 0.2
+        ExpertId::new(2, 1), // p ≈ ε → ε · 0.67; ε · 0.4
+        ExpertId::new(1, 3), // p ≈ 1: d = 0 → 1; d = 2 → 0.5
     ];
-    let mut by_priority = ids.to_vec();
-    by_priority.sort_by(|a, b| eamc::priority(&pred, *a, 4).total_cmp(&eamc::priority(&pred, *b, 4)));
-    assert_eq!(by_priority, vec![ids[3], ids[1], ids[2], ids[4], ids[0]], "lowest priority first");
+    let order = |current| {
+        let mut by_priority = ids.to_vec();
+        let p = |id| eamc::priority(&pred, id, current, 4);
+        by_priority.sort_by(|a, b| p(*a).total_cmp(&p(*b)));
+        by_priority
+    };
+    assert_eq!(order(0), vec![ids[1], ids[3], ids[2], ids[0], ids[4]], "lowest priority first");
+    assert_eq!(order(2), vec![ids[3], ids[1], ids[2], ids[4], ids[0]], "the next layers are kept");
     // The policy evicts the lowest priority; among equal priorities, the least recently used.
     let mut policy = EamcPolicy::default();
     let ctx = |clock| PolicyContext { layer: 0, clock, phase: Phase::Decode, eam: &t };
-    assert_eq!(policy.victim(&ids, &ctx(0)), 3);
+    assert_eq!(policy.victim(&ids, &ctx(0)), 1);
     let twins = [ExpertId::new(3, 1), ExpertId::new(3, 2)];
     policy.on_access(twins[1], &ctx(1));
     policy.on_access(twins[0], &ctx(2));
