@@ -7,8 +7,10 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use moestream::experts::cache_model::{CacheModel, Wave};
-use moestream::experts::eam::{Eam, EamCollection, EamError, EamTracker, RequestEam};
-use moestream::experts::policy::{eamc, CachePolicy, EamcPolicy, ExpertId, Lfu, Lru, Phase, PolicyContext, PolicyKind};
+use moestream::experts::eam::{Eam, EamCollection, EamError, EamTracker, RequestEam, QUERY_DECAY};
+use moestream::experts::policy::{
+    eamc, ArcPolicy, CachePolicy, EamcPolicy, ExpertId, Lfu, Lru, Phase, PolicyContext, PolicyKind, S3Fifo,
+};
 use moestream::experts::predictor::{EamcPredictor, PrefetchKind};
 
 fn tmp(name: &str) -> PathBuf {
@@ -64,10 +66,99 @@ fn policy_kinds_parse_and_build() {
         assert_eq!(k.name().parse::<PolicyKind>().unwrap(), k);
     }
     assert!("mru".parse::<PolicyKind>().is_err());
-    assert!(PolicyKind::Belady.build().is_err());
-    assert_eq!(PolicyKind::Eamc.build().unwrap().name(), "eamc");
+    assert!(PolicyKind::Belady.build(4).is_err());
+    for k in [PolicyKind::Lru, PolicyKind::Lfu, PolicyKind::Eamc, PolicyKind::S3fifo, PolicyKind::Arc] {
+        assert_eq!(PolicyKind::build(k, 4).unwrap().name(), k.name());
+    }
     assert_eq!("EAMC".parse::<PrefetchKind>().unwrap(), PrefetchKind::Eamc);
     assert!(PrefetchKind::None.build().is_none());
+}
+
+#[test]
+fn s3fifo_scan_does_not_flush_main() {
+    // 10 slots: S aims at 1, G holds 9. Load 0..10, use 0..9 again, then scan 20 new experts
+    // once each: the first scan load moves 0..9 (used again) to M and evicts 9 from S; every
+    // later scan load evicts the previous scan expert from S. So 0..9 all hit again after it.
+    let seq: Vec<u32> = (0..10).chain(0..9).chain(10..30).chain(0..9).collect();
+    assert_eq!(hits_of(&mut demand(10, 1, 32, Box::new(S3Fifo::new(10))), &seq), 18);
+    // LRU loses the whole hot set to the scan.
+    assert_eq!(hits_of(&mut demand(10, 1, 32, Box::new(Lru::default())), &seq), 9);
+}
+
+#[test]
+fn s3fifo_ghost_hit_enters_main() {
+    // Load 0..10; 10 evicts 0 (unused since loaded) from S, its id enters G; 0 comes back and
+    // enters M (evicting 1 from S); a scan of 20 then churns S only, so 0 still hits.
+    let seq: Vec<u32> = (0..11).chain([0]).chain(11..31).chain([0]).collect();
+    assert_eq!(hits_of(&mut demand(10, 1, 32, Box::new(S3Fifo::new(10))), &seq), 1);
+    assert_eq!(hits_of(&mut demand(10, 1, 32, Box::new(Lru::default())), &seq), 0);
+}
+
+/// Drives `policy` as a cache of `capacity` slots on one layer: per access, a hit or a load
+/// (evicting the policy's victim among all residents when full); returns the hits.
+fn drive(policy: &mut dyn CachePolicy, capacity: usize, seq: &[u32]) -> u64 {
+    let t = EamTracker::new(1, 32, 0, 3);
+    let mut resident: Vec<ExpertId> = Vec::new();
+    let mut hits = 0;
+    for (clock, &e) in seq.iter().enumerate() {
+        let ctx = PolicyContext { layer: 0, clock: clock as u64, phase: Phase::Decode, eam: &t };
+        let id = ExpertId::new(0, e as usize);
+        if resident.contains(&id) {
+            hits += 1;
+        } else {
+            if resident.len() == capacity {
+                let victim = resident.remove(policy.victims(&resident, 1, &ctx)[0]);
+                policy.on_remove(victim, &ctx);
+            }
+            policy.on_insert(id, &ctx);
+            resident.push(id);
+        }
+        policy.on_access(id, &ctx);
+    }
+    hits
+}
+
+#[test]
+fn arc_adapts_its_target() {
+    // 2 slots. 0 1 0: 0 moves to T2. 2 evicts 1 (T1 holds 1 > p = 0) into B1; 1 evicts 2 into
+    // B1 and, found in B1 (|B1| = 2, |B2| = 0), raises p by 1.
+    let mut arc = ArcPolicy::new(2);
+    assert_eq!(drive(&mut arc, 2, &[0, 1, 0, 2, 1]), 1);
+    assert_eq!(arc.target(), 1.0);
+    // 2: T1 is empty, so T2's LRU 0 goes to B2; 2 is found in B1 (|B1| = |B2| = 1): p = 2.
+    let mut arc = ArcPolicy::new(2);
+    drive(&mut arc, 2, &[0, 1, 0, 2, 1, 2]);
+    assert_eq!(arc.target(), 2.0);
+    // 0: T2's LRU 1 goes to B2; 0 is found in B2 (|B1| = 0, |B2| = 2): p = 1.
+    let mut arc = ArcPolicy::new(2);
+    drive(&mut arc, 2, &[0, 1, 0, 2, 1, 2, 0]);
+    assert_eq!(arc.target(), 1.0);
+}
+
+#[test]
+fn arc_keeps_reused_experts_through_a_scan() {
+    // 3 slots: 0 and 1 are used twice (T2); the scan 2..9 only cycles T1 (p stays 0).
+    let seq = [0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1];
+    assert_eq!(hits_of(&mut demand(3, 1, 32, Box::new(ArcPolicy::new(3))), &seq), 4);
+    assert_eq!(hits_of(&mut demand(3, 1, 32, Box::new(Lru::default())), &seq), 2);
+}
+
+#[test]
+fn queue_policies_pass_over_experts_not_offered() {
+    let t = EamTracker::new(1, 32, 0, 3);
+    let ctx = PolicyContext { layer: 0, clock: 0, phase: Phase::Decode, eam: &t };
+    let ids: Vec<ExpertId> = (0..3).map(|e| ExpertId::new(0, e)).collect();
+    let policies: [Box<dyn CachePolicy>; 2] = [Box::new(S3Fifo::new(10)), Box::new(ArcPolicy::new(10))];
+    for mut p in policies {
+        for &id in &ids {
+            p.on_insert(id, &ctx);
+            p.on_access(id, &ctx);
+        }
+        // Oldest first: 0, but when 0 is not offered, 1.
+        assert_eq!(p.victims(&ids, 3, &ctx), vec![0, 1, 2], "{}", p.name());
+        assert_eq!(p.victims(&ids[1..], 1, &ctx), vec![0], "{}", p.name());
+        assert_eq!(p.victim(&[ids[2], ids[0]], &ctx), 1, "{}", p.name());
+    }
 }
 
 fn eam(layers: usize, experts: usize, cells: &[(usize, usize, f32)]) -> Eam {
@@ -181,22 +272,29 @@ fn predictions_decay_with_layer_distance() {
 
 #[test]
 fn incremental_matching_equals_full_matching() {
+    // The query is the request's EAM with each earlier step's counts × QUERY_DECAY per step since.
     let mut rng = Rng::new(7);
     let mut t = EamTracker::new(3, 5, 6, 2);
     for _ in 0..9 {
         t.begin_request();
+        let mut query = RequestEam::new(3, 5);
         for step in 0..4 {
-            t.begin_step(if step == 0 { Phase::Prefill } else { Phase::Decode });
+            let phase = if step == 0 { Phase::Prefill } else { Phase::Decode };
+            t.begin_step(phase);
+            query.prefill.scale(QUERY_DECAY as f32);
+            query.decode.scale(QUERY_DECAY as f32);
             for l in 0..3 {
-                t.record(l, rng.below(5), 1 + rng.below(3) as u32);
+                let (e, n) = (rng.below(5), 1 + rng.below(3) as u32);
+                t.record(l, e, n);
+                query.add(phase, l, e, n as f32);
             }
         }
-        let full = t.collection().best_matches(t.current().unwrap(), 2);
+        let full = t.collection().best_matches(&query, 2);
         let inc = t.best_matches().to_vec();
         assert_eq!(full.len(), inc.len());
         for (a, b) in full.iter().zip(&inc) {
             assert_eq!(a.0, b.0);
-            assert!((a.1 - b.1).abs() < 1e-9);
+            assert!((a.1 - b.1).abs() < 1e-6);
         }
         t.end_request();
     }
@@ -208,20 +306,26 @@ fn eviction_priority_order() {
     let t = trained_tracker();
     let pred = t.prediction();
     assert_eq!(pred.matched(), 1);
+    // Probability over (1 + 2·d/4), d = layers routed before the expert's layer comes again.
     let ids = [
-        ExpertId::new(0, 0), // p ≈ 1 · 1
-        ExpertId::new(0, 1), // p ≈ ε · 1
-        ExpertId::new(2, 0), // p ≈ 0.5 · 0.5
-        ExpertId::new(2, 1), // p ≈ ε · 0.5
-        ExpertId::new(1, 3), // p ≈ 1 · 0.75
+        ExpertId::new(0, 0), // p ≈ 1: routing layer 0, d = 3 → 0.4; routing layer 2, d = 1 → 0.67
+        ExpertId::new(0, 1), // p ≈ ε → ε · 0.4; ε · 0.67
+        ExpertId::new(2, 0), // p ≈ 0.5: d = 1 → 0.33; d = 3 → 0.2
+        ExpertId::new(2, 1), // p ≈ ε → ε · 0.67; ε · 0.4
+        ExpertId::new(1, 3), // p ≈ 1: d = 0 → 1; d = 2 → 0.5
     ];
-    let mut by_priority = ids.to_vec();
-    by_priority.sort_by(|a, b| eamc::priority(&pred, *a, 4).total_cmp(&eamc::priority(&pred, *b, 4)));
-    assert_eq!(by_priority, vec![ids[3], ids[1], ids[2], ids[4], ids[0]], "lowest priority first");
+    let order = |current| {
+        let mut by_priority = ids.to_vec();
+        let p = |id| eamc::priority(&pred, id, current, 4);
+        by_priority.sort_by(|a, b| p(*a).total_cmp(&p(*b)));
+        by_priority
+    };
+    assert_eq!(order(0), vec![ids[1], ids[3], ids[2], ids[0], ids[4]], "lowest priority first");
+    assert_eq!(order(2), vec![ids[3], ids[1], ids[2], ids[4], ids[0]], "the next layers are kept");
     // The policy evicts the lowest priority; among equal priorities, the least recently used.
     let mut policy = EamcPolicy::default();
     let ctx = |clock| PolicyContext { layer: 0, clock, phase: Phase::Decode, eam: &t };
-    assert_eq!(policy.victim(&ids, &ctx(0)), 3);
+    assert_eq!(policy.victim(&ids, &ctx(0)), 1);
     let twins = [ExpertId::new(3, 1), ExpertId::new(3, 2)];
     policy.on_access(twins[1], &ctx(1));
     policy.on_access(twins[0], &ctx(2));
@@ -335,7 +439,7 @@ fn eamc_cache(capacity: usize, max_prefetch: Option<usize>) -> CacheModel {
         capacity,
         4,
         8,
-        PolicyKind::Eamc.build().unwrap(),
+        PolicyKind::Eamc.build(capacity).unwrap(),
         PrefetchKind::Eamc.build(),
         EamTracker::new(4, 8, 16, 3),
     )
@@ -372,7 +476,7 @@ fn prefetch_never_evicts_current_layer_experts() {
     patterned_request(&mut c, 3, &mut slots);
     assert_eq!(c.stats().prefetch_issued, 0);
     // Four slots: next layers' pairs are prefetched and used, and prefetch only saves misses.
-    let mut baseline = CacheModel::new(4, 4, 8, PolicyKind::Eamc.build().unwrap(), None, EamTracker::new(4, 8, 16, 3));
+    let mut baseline = CacheModel::new(4, 4, 8, PolicyKind::Eamc.build(4).unwrap(), None, EamTracker::new(4, 8, 16, 3));
     let mut slots = vec![None; 4];
     patterned_request(&mut baseline, 3, &mut slots);
     patterned_request(&mut baseline, 3, &mut slots);

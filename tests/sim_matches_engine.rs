@@ -23,6 +23,9 @@ fn counts_match(fixture: &str) {
         (PolicyKind::Lru, PrefetchKind::None),
         (PolicyKind::Eamc, PrefetchKind::None),
         (PolicyKind::Eamc, PrefetchKind::Eamc),
+        (PolicyKind::S3fifo, PrefetchKind::None),
+        (PolicyKind::Arc, PrefetchKind::None),
+        (PolicyKind::S3fifo, PrefetchKind::Eamc),
     ] {
         let trace =
             std::env::temp_dir().join(format!("moestream-sim-{}-{policy:?}-{prefetch:?}.jsonl", std::process::id()));

@@ -170,7 +170,7 @@ fn prefetch_accounting_and_policy_comparison() {
     assert!(results_table(&rs).contains("÷ belady"));
     let svg = plot_svg(&rs);
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-    assert_eq!(svg.matches("<polyline").count(), 6);
+    assert_eq!(svg.matches("<polyline").count(), PolicyKind::ALL.len() + 2);
     let belady_at = svg.find(">belady<").unwrap();
     assert!(svg.rfind("<polyline").unwrap() < belady_at, "belady is drawn last");
 }

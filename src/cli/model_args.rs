@@ -68,6 +68,10 @@ pub enum Policy {
     Lfu,
     /// MoE-Infinity's activation-matrix priority.
     Eamc,
+    /// S3-FIFO: small, main and ghost FIFO queues.
+    S3fifo,
+    /// ARC: adaptive recency and frequency lists.
+    Arc,
 }
 
 /// Uncached (O_DIRECT) reads of the expert store.
@@ -250,6 +254,8 @@ impl ModelArgs {
             Policy::Lru => PolicyKind::Lru,
             Policy::Lfu => PolicyKind::Lfu,
             Policy::Eamc => PolicyKind::Eamc,
+            Policy::S3fifo => PolicyKind::S3fifo,
+            Policy::Arc => PolicyKind::Arc,
         };
         o.prefetch = match self.prefetch {
             Prefetch::None => PrefetchKind::None,

@@ -20,7 +20,7 @@ pub struct SimulateArgs {
     /// Capacities: slot counts and/or percentages of all experts, e.g. `10%,25%,50%` or `8,16`.
     #[arg(long)]
     slots: String,
-    /// lru, lfu, eamc, belady, or all (comma-separated list allowed).
+    /// lru, lfu, eamc, s3fifo, arc, belady, or all (comma-separated list allowed).
     #[arg(long, default_value = "all")]
     policy: String,
     /// Prefetcher for the online policies (Belady is demand-only).

@@ -371,7 +371,8 @@ fn expert_residency(
                     let arena = SlotArena::new(gpu, st.slots, layout)?;
                     let tracker = EamTracker::new(spec.layers, e, st.eamc_capacity, DEFAULT_MATCHES);
                     let predictor = st.prefetch.build_with(predicted);
-                    let cache = CacheModel::new(st.slots, spec.layers, e, st.policy.build()?, predictor, tracker);
+                    let cache =
+                        CacheModel::new(st.slots, spec.layers, e, st.policy.build(st.slots)?, predictor, tracker);
                     ExpertResidency::streaming(arena, table, source, cache, st.io_threads)
                 }
             })

@@ -431,7 +431,14 @@ impl CacheModel {
         self.slot_of[i] = NO_SLOT;
         self.prefetched[i] = false;
         self.stats.evictions += 1;
+        self.tell_removed(victim);
         slot
+    }
+
+    /// Tells the policy that `id` left its slot.
+    fn tell_removed(&mut self, id: ExpertId) {
+        let ctx = PolicyContext { layer: id.layer as usize, clock: self.clock, phase: self.phase, eam: &self.tracker };
+        self.policy.on_remove(id, &ctx);
     }
 
     fn insert(&mut self, id: ExpertId, slot: u32, layer: usize) {
@@ -461,6 +468,7 @@ impl CacheModel {
             self.slot_of[i] = NO_SLOT;
             self.prefetched[i] = false;
             self.free.insert(slot);
+            self.tell_removed(id);
         }
     }
 }

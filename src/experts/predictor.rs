@@ -62,7 +62,7 @@ impl Predictor for EamcPredictor {
     fn worth_evicting(&self, candidate: ExpertId, victim: ExpertId, ctx: &PolicyContext) -> bool {
         let prediction = ctx.eam.prediction();
         let layers = ctx.layers();
-        priority(&prediction, candidate, layers) > priority(&prediction, victim, layers)
+        priority(&prediction, candidate, ctx.layer, layers) > priority(&prediction, victim, ctx.layer, layers)
     }
 }
 

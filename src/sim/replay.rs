@@ -74,7 +74,7 @@ fn build(trace: &Trace, config: SimConfig) -> crate::Result<CacheModel> {
     let h = &trace.header;
     let policy: Box<dyn CachePolicy> = match config.policy {
         PolicyKind::Belady => Box::new(Belady::new(&access_sequence(trace), h.experts)),
-        online => online.build()?,
+        online => online.build(config.slots)?,
     };
     let prefetch = effective_prefetch(config);
     let eamc =

@@ -10,8 +10,10 @@
 //!   unit L2 norm, concatenated; similarity is the cosine of those vectors. So a long prompt's
 //!   prefill counts do not drown the decode pattern: with both halves present the similarity is
 //!   the mean of the two per-phase cosines. The query is the current request's EAM so far
-//!   (including the step in progress), kept up to date incrementally so a match costs
-//!   `O(collection)` per routed expert rather than `O(collection · L · E)`.
+//!   (including the step in progress) weighted towards recent steps (each earlier step's counts
+//!   times [`QUERY_DECAY`] per step since), kept up to date incrementally so a match costs
+//!   `O(collection)` per routed expert rather than `O(collection · L · E)`. The collection
+//!   keeps the unweighted EAMs.
 //! * The [`EamCollection`] holds at most `capacity` past request EAMs
 //!   ([`DEFAULT_EAMC_CAPACITY`]); when full, an incoming EAM replaces the entry *most similar* to
 //!   it, keeping the collection recent and diverse (paper appendix B.1).
@@ -35,6 +37,10 @@ use crate::experts::policy::Phase;
 
 /// Default number of request EAMs the collection keeps (`--eamc-capacity`).
 pub const DEFAULT_EAMC_CAPACITY: usize = 300;
+
+/// The weight per step of age of a step's counts in the query matched against the collection
+/// (recent routing says more about what comes next; measured in `benches/LOG.md`, issue 48).
+pub const QUERY_DECAY: f64 = 0.2;
 
 /// Default number of best-matching EAMs summed by PredictEAM.
 pub const DEFAULT_MATCHES: usize = 3;
@@ -133,6 +139,12 @@ impl Eam {
     /// Whether nothing was counted.
     pub fn is_empty(&self) -> bool {
         self.row_sums.iter().all(|&s| s == 0.0)
+    }
+
+    /// Multiplies every count by `f`.
+    pub fn scale(&mut self, f: f32) {
+        self.counts.iter_mut().for_each(|c| *c *= f);
+        self.row_sums.iter_mut().for_each(|c| *c *= f);
     }
 
     /// Resets every count to zero.

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{combine, phase_index, top_m, Eam, EamCollection, EamError, RequestEam};
+use super::{combine, phase_index, top_m, Eam, EamCollection, EamError, RequestEam, QUERY_DECAY};
 use crate::experts::policy::{ExpertId, Phase};
 
 /// A predicted EAM: the sum of some source matrices, read row-normalised.
@@ -56,6 +56,9 @@ pub const SOLO: RequestKey = RequestKey::MAX;
 struct Running {
     key: RequestKey,
     eam: RequestEam,
+    /// The EAM matched against the collection: `eam` with each earlier step's counts weighted
+    /// by [`QUERY_DECAY`] per step since.
+    query: RequestEam,
     /// Per entry, dot products of the request's (prefill, decode) with the entry's.
     dots: Vec<[f64; 2]>,
     /// Squared norms of the request's (prefill, decode).
@@ -69,6 +72,7 @@ impl Running {
         let mut r = Running {
             key,
             eam: RequestEam::new(layers, experts),
+            query: RequestEam::new(layers, experts),
             dots: Vec::new(),
             query_norm2: [0.0; 2],
             best: vec![],
@@ -81,12 +85,23 @@ impl Running {
     fn add(&mut self, collection: &EamCollection, phase: Phase, (layer, expert): (usize, usize), n: f64) {
         let h = phase_index(phase);
         let i = layer * self.eam.phase(phase).experts() + expert;
-        let old = self.eam.phase(phase).counts()[i] as f64;
+        let old = self.query.phase(phase).counts()[i] as f64;
+        self.query.add(phase, layer, expert, n as f32);
         self.query_norm2[h] += 2.0 * old * n + n * n;
         for (d, e) in self.dots.iter_mut().zip(&collection.entries) {
             d[h] += n * e.phase(phase).counts()[i] as f64;
         }
         self.eam.add(phase, layer, expert, n as f32);
+    }
+
+    /// Weights everything counted so far by [`QUERY_DECAY`] in the query (a new step starts);
+    /// the similarities, being cosines, only change with the steps that follow.
+    fn decay_query(&mut self) {
+        let g = QUERY_DECAY;
+        self.query.prefill.scale(g as f32);
+        self.query.decode.scale(g as f32);
+        self.dots.iter_mut().for_each(|d| *d = d.map(|x| x * g));
+        self.query_norm2 = self.query_norm2.map(|x| x * g * g);
     }
 
     /// Re-ranks the collection against the request.
@@ -98,7 +113,7 @@ impl Running {
 
     /// Recomputes the match state from scratch (the collection changed).
     fn reset_query(&mut self, collection: &EamCollection, m: usize) {
-        let q = &self.eam;
+        let q = &self.query;
         self.dots = collection.entries.iter().map(|e| [q.prefill.dot(&e.prefill), q.decode.dot(&e.decode)]).collect();
         let n = q.norms();
         self.query_norm2 = [n[0] * n[0], n[1] * n[1]];
@@ -199,6 +214,9 @@ impl EamTracker {
 
     /// Starts a step of `phase`.
     pub fn begin_step(&mut self, phase: Phase) {
+        for r in &mut self.running {
+            r.decay_query();
+        }
         self.phase = phase;
         self.iteration.clear();
     }

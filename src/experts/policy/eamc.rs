@@ -1,12 +1,19 @@
-//! MoE-Infinity's activation-aware replacement (Algorithm 1 of the paper).
+//! MoE-Infinity's activation-aware replacement (Algorithm 1 of the paper), with the layer
+//! factor measured from the layer being routed.
 //!
 //! For every candidate the priority is
-//! `p = (pEAM[l][e] + ε) / (Σ_e' pEAM[l][e'] + E·ε) · (1 − l/L)`, where `pEAM` is the predicted
+//! `p = (pEAM[l][e] + ε) / (Σ_e' pEAM[l][e'] + E·ε) / (1 + β·d/L)`, where `pEAM` is the predicted
 //! activation matrix of [`EamTracker::prediction`](crate::experts::eam::EamTracker::prediction)
 //! (the best-matching EAMs of the collection, or the current request's own EAM while the
-//! collection is empty), `l` the candidate's layer and `L` the number of layers. The `E·ε` in the
-//! denominator keeps an empty row finite (every expert of it gets `1/E`). The lowest priority is
-//! evicted; ties (e.g. experts never seen in the prediction) go to the least recently used.
+//! collection is empty), `l` the candidate's layer, `L` the number of layers and `d` how many
+//! layers are routed before `l` comes again (`(l − c − 1) mod L` from the layer `c` being routed:
+//! 0 for the next layer). The `E·ε` in the denominator keeps an empty row finite (every expert of
+//! it gets `1/E`). The lowest priority is evicted; ties (e.g. experts never seen in the
+//! prediction) go to the least recently used.
+//!
+//! The paper's factor is `1 − l/L`, fixed per layer (early layers kept, as prefetch helps late
+//! ones more); measured against Belady in the simulator (`benches/LOG.md`, issue 48) the
+//! distance to the next use of the layer does better at every capacity, with `β = 2`.
 
 use super::{CachePolicy, EvictionKey, ExpertId, PolicyContext, Recency};
 use crate::experts::eam::Prediction;
@@ -14,16 +21,21 @@ use crate::experts::eam::Prediction;
 /// The ε added to every predicted count before normalising a row.
 pub const EPSILON: f32 = 1e-4;
 
-/// Eviction priority of `id` under `prediction` in a model of `layers` layers (higher = keep).
-pub fn priority(prediction: &Prediction, id: ExpertId, layers: usize) -> f32 {
+/// The weight `β` of a layer's distance from the layer being routed.
+pub const DISTANCE_WEIGHT: f32 = 2.0;
+
+/// Eviction priority of `id` under `prediction` while `current` is routed, in a model of `layers`
+/// layers (higher = keep).
+pub fn priority(prediction: &Prediction, id: ExpertId, current: usize, layers: usize) -> f32 {
     (prediction.count(id.layer as usize, id.expert as usize) + EPSILON)
-        * layer_scale(prediction, id.layer as usize, layers)
+        * layer_scale(prediction, id.layer as usize, current, layers)
 }
 
-/// The per-layer factor of [`priority`]: `(1 − l/L) / (Σ_e' pEAM[l][e'] + E·ε)`.
-fn layer_scale(prediction: &Prediction, layer: usize, layers: usize) -> f32 {
+/// The per-layer factor of [`priority`]: `1 / ((Σ_e' pEAM[l][e'] + E·ε) · (1 + β·d/L))`.
+fn layer_scale(prediction: &Prediction, layer: usize, current: usize, layers: usize) -> f32 {
     let experts = prediction.experts() as f32;
-    (1.0 - layer as f32 / layers as f32) / (prediction.row_sum(layer) + experts * EPSILON)
+    let distance = ((layer + layers - current % layers - 1) % layers) as f32 / layers as f32;
+    1.0 / ((prediction.row_sum(layer) + experts * EPSILON) * (1.0 + DISTANCE_WEIGHT * distance))
 }
 
 /// The EAMC policy; keeps recency only to break ties.
@@ -49,7 +61,7 @@ impl CachePolicy for EamcPolicy {
     fn eviction_keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<EvictionKey> {
         let prediction = ctx.eam.prediction();
         let layers = ctx.layers();
-        let scale: Vec<f32> = (0..layers).map(|l| layer_scale(&prediction, l, layers)).collect();
+        let scale: Vec<f32> = (0..layers).map(|l| layer_scale(&prediction, l, ctx.layer, layers)).collect();
         candidates
             .iter()
             .map(|&c| {

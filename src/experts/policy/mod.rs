@@ -1,13 +1,17 @@
 //! Cache replacement policies for the expert slot cache, and the ids they speak about.
 //!
 //! A policy only *chooses*: the [`CacheModel`](crate::experts::cache_model::CacheModel) owns
-//! the slots and tells the policy about accesses, inserts and evictions, then asks it for a
-//! victim among the resident experts it may evict.
+//! the slots and tells the policy about accesses, inserts and removals, then asks it for
+//! victims among the resident experts it may evict (not always all of them: experts the current
+//! layer uses are never offered).
 
+pub mod arc;
 pub mod belady;
 pub mod eamc;
 pub mod lfu;
+mod lists;
 pub mod lru;
+pub mod s3fifo;
 
 use std::fmt;
 use std::str::FromStr;
@@ -16,10 +20,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::experts::eam::EamTracker;
 
+pub use arc::ArcPolicy;
 pub use belady::Belady;
 pub use eamc::EamcPolicy;
 pub use lfu::Lfu;
 pub use lru::Lru;
+pub use s3fifo::S3Fifo;
 
 /// One routed expert: its model layer and its index within that layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -95,12 +101,14 @@ impl Recency {
 
 /// A replacement policy: told about every event, asked for victims.
 pub trait CachePolicy: Send {
-    /// Short name, as used on the command line (`lru`, `lfu`, `eamc`, `belady`).
+    /// Short name, as used on the command line (`lru`, `lfu`, `eamc`, `s3fifo`, `arc`, `belady`).
     fn name(&self) -> &'static str;
     /// `id` is used by the current step (hit or just loaded).
     fn on_access(&mut self, id: ExpertId, ctx: &PolicyContext);
     /// `id` was loaded into a slot (on demand or by prefetch).
     fn on_insert(&mut self, id: ExpertId, ctx: &PolicyContext);
+    /// `id` left its slot (evicted, or its read failed).
+    fn on_remove(&mut self, _id: ExpertId, _ctx: &PolicyContext) {}
     /// The eviction order of `candidates`: the smallest key goes first (the second element
     /// breaks ties; equal keys go to the lower index).
     fn eviction_keys(&self, candidates: &[ExpertId], ctx: &PolicyContext) -> Vec<EvictionKey>;
@@ -127,13 +135,18 @@ pub enum PolicyKind {
     Lfu,
     /// MoE-Infinity's activation-aware priority.
     Eamc,
+    /// S3-FIFO (small, main and ghost FIFO queues).
+    S3fifo,
+    /// ARC (adaptive replacement: recency and frequency lists with ghosts).
+    Arc,
     /// Belady's MIN: needs the future, so only the simulator can build it.
     Belady,
 }
 
 impl PolicyKind {
     /// Every kind, in plotting order (Belady last so it is drawn on top).
-    pub const ALL: [PolicyKind; 4] = [PolicyKind::Lru, PolicyKind::Lfu, PolicyKind::Eamc, PolicyKind::Belady];
+    pub const ALL: [PolicyKind; 6] =
+        [PolicyKind::Lru, PolicyKind::Lfu, PolicyKind::Eamc, PolicyKind::S3fifo, PolicyKind::Arc, PolicyKind::Belady];
 
     /// The command-line name.
     pub fn name(self) -> &'static str {
@@ -141,16 +154,21 @@ impl PolicyKind {
             PolicyKind::Lru => "lru",
             PolicyKind::Lfu => "lfu",
             PolicyKind::Eamc => "eamc",
+            PolicyKind::S3fifo => "s3fifo",
+            PolicyKind::Arc => "arc",
             PolicyKind::Belady => "belady",
         }
     }
 
-    /// Builds an online policy; Belady needs a trace and is refused here.
-    pub fn build(self) -> crate::Result<Box<dyn CachePolicy>> {
+    /// Builds an online policy for a cache of `capacity` slots; Belady needs a trace and is
+    /// refused here.
+    pub fn build(self, capacity: usize) -> crate::Result<Box<dyn CachePolicy>> {
         match self {
             PolicyKind::Lru => Ok(Box::new(Lru::default())),
             PolicyKind::Lfu => Ok(Box::new(Lfu::default())),
             PolicyKind::Eamc => Ok(Box::new(EamcPolicy::default())),
+            PolicyKind::S3fifo => Ok(Box::new(S3Fifo::new(capacity))),
+            PolicyKind::Arc => Ok(Box::new(ArcPolicy::new(capacity))),
             PolicyKind::Belady => Err(crate::Error::InvalidArgument(
                 "the belady policy needs the future accesses; use it with `simulate`".into(),
             )),
@@ -169,7 +187,9 @@ impl FromStr for PolicyKind {
 
     fn from_str(s: &str) -> crate::Result<PolicyKind> {
         PolicyKind::ALL.into_iter().find(|k| k.name().eq_ignore_ascii_case(s.trim())).ok_or_else(|| {
-            crate::Error::InvalidArgument(format!("unknown cache policy {s:?}; expected lru, lfu, eamc or belady"))
+            crate::Error::InvalidArgument(format!(
+                "unknown cache policy {s:?}; expected lru, lfu, eamc, s3fifo, arc or belady"
+            ))
         })
     }
 }
@@ -180,6 +200,16 @@ pub(crate) fn entry(table: &mut Vec<u64>, i: usize) -> &mut u64 {
         table.resize(i + 1, 0);
     }
     &mut table[i]
+}
+
+/// Eviction keys that put `candidates` in the order of `order` (indices into them, first
+/// evicted first); candidates missing from `order` go last.
+pub(crate) fn keys_in_order(order: &[usize], candidates: usize) -> Vec<EvictionKey> {
+    let mut keys = vec![(order.len() as f64, 0); candidates];
+    for (rank, &i) in order.iter().enumerate() {
+        keys[i] = (rank as f64, 0);
+    }
+    keys
 }
 
 /// Indices of the `n` smallest keys, smallest first (ties → lower index).
