@@ -322,6 +322,11 @@ fn eviction_priority_order() {
     };
     assert_eq!(order(0), vec![ids[1], ids[3], ids[2], ids[0], ids[4]], "lowest priority first");
     assert_eq!(order(2), vec![ids[3], ids[1], ids[2], ids[4], ids[0]], "the next layers are kept");
+    // The prefetcher's swap test keeps the paper's fixed factor 1 − l/4, whatever is routed:
+    // 1 · 1, ε · 1, 0.5 · 0.5, ε · 0.5, 1 · 0.75.
+    let mut by_prefetch = ids.to_vec();
+    by_prefetch.sort_by(|a, b| eamc::prefetch_priority(&pred, *a, 4).total_cmp(&eamc::prefetch_priority(&pred, *b, 4)));
+    assert_eq!(by_prefetch, vec![ids[3], ids[1], ids[2], ids[4], ids[0]]);
     // The policy evicts the lowest priority; among equal priorities, the least recently used.
     let mut policy = EamcPolicy::default();
     let ctx = |clock| PolicyContext { layer: 0, clock, phase: Phase::Decode, eam: &t };

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::experts::policy::eamc::priority;
+use crate::experts::policy::eamc::prefetch_priority;
 use crate::experts::policy::{ExpertId, PolicyContext};
 
 /// Guesses the experts later layers will need, from what has been routed so far.
@@ -57,12 +57,12 @@ impl Predictor for EamcPredictor {
         ctx.eam.predict(layer, self.lookahead).into_iter().map(|(id, _)| id).collect()
     }
 
-    /// Only when the candidate's EAMC priority beats the victim's, so prefetch never pushes
-    /// out an expert the prediction values more.
+    /// Only when the candidate's priority (the paper's, [`prefetch_priority`]) beats the
+    /// victim's, so prefetch never pushes out an expert the prediction values more.
     fn worth_evicting(&self, candidate: ExpertId, victim: ExpertId, ctx: &PolicyContext) -> bool {
         let prediction = ctx.eam.prediction();
         let layers = ctx.layers();
-        priority(&prediction, candidate, ctx.layer, layers) > priority(&prediction, victim, ctx.layer, layers)
+        prefetch_priority(&prediction, candidate, layers) > prefetch_priority(&prediction, victim, layers)
     }
 }
 

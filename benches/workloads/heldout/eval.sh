@@ -20,7 +20,7 @@ SLOTS=${SLOTS:-10%,25%,50%}
 "$BIN" prerouter eval --model "$MODEL" --file "$MODEL/validation.txt" --json > "$OUT/heldout-prerouter-in-domain.json"
 "$BIN" prerouter eval --model "$MODEL" --file "$HERE/out_of_domain.txt" --json > "$OUT/heldout-prerouter-out-of-domain.json"
 "$BIN" generate --model "$MODEL" --prompt-file "$HERE/prompts.txt" --max-tokens 32 --ignore-eos --json \
-  --speculative off --trace "$HERE/heldout.jsonl" > /dev/null
+  --temperature 0 --speculative off --trace "$HERE/heldout.jsonl" > /dev/null
 "$BIN" simulate --trace "$HERE/heldout.jsonl" --slots "$SLOTS" --json > "$OUT/heldout-cache.json"
 "$BIN" simulate --trace "$HERE/heldout.jsonl" --slots "$SLOTS" --prefetch eamc --policy lru,lfu,eamc --json \
   > "$OUT/heldout-cache-prefetch.json"
