@@ -132,9 +132,9 @@ fn heads_match_cpu_forward() {
     };
     check(&gpu(), &edge0, 4, 1);
     check(&gpu(), &edge0, 1, 2);
-    let every = Features { next: true, prev: true, own: true, deep: true };
+    let every = Features { next: true, prev: true, own: true, deep: true, token: false };
     check(&gpu(), &Case { features: every, ..edge0 }, 3, 3);
-    let hidden_only = Features { next: false, prev: false, own: false, deep: false };
+    let hidden_only = Features { next: false, prev: false, own: false, deep: false, token: false };
     check(&gpu(), &Case { features: hidden_only, top_k: 1, owners: vec![2], ..edge0 }, 2, 4);
 }
 

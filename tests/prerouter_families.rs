@@ -18,7 +18,7 @@ use moestream::prerouter::compat::ModelDims;
 use moestream::prerouter::dataset::Dataset;
 use moestream::prerouter::features::Features;
 use moestream::prerouter::heads_file::Heads;
-use moestream::prerouter::routers::read_routers;
+use moestream::prerouter::routers::{read_routers, ModelTables};
 use moestream::prerouter::train::{train, TrainOptions};
 use moestream::runtime::collect_routing::collect;
 use moestream::runtime::{ExpertBudget, GenerateOptions};
@@ -79,7 +79,7 @@ fn trained_heads(case: &Case) -> (EngineOptions, PathBuf, Vec<u32>) {
         threads: 2,
         ..TrainOptions::default()
     };
-    let (heads, report) = train(&data, &routers, &opts).unwrap();
+    let (heads, report) = train(&data, &ModelTables::routers(routers), &opts).unwrap();
     for l in &report.layers {
         eprintln!("{fixture}: head {} -> {}: recall {:.3}", l.layer, l.target_layer, l.recall);
     }

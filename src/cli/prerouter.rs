@@ -11,7 +11,7 @@ use moestream::prerouter::eval::{evaluate, EvalReport};
 use moestream::prerouter::features::Features;
 use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
 use moestream::prerouter::loss::Loss;
-use moestream::prerouter::routers::read_routers;
+use moestream::prerouter::routers::ModelTables;
 use moestream::prerouter::samples::sample_tokens;
 use moestream::prerouter::train::{train, TrainOptions, TrainReport};
 use moestream::runtime::collect_routing::collect;
@@ -87,7 +87,9 @@ struct TrainArgs {
     /// Share of tokens (the last ones) held out for scoring.
     #[arg(long, default_value_t = 0.1)]
     holdout: f64,
-    /// Multi-hot inputs besides the hidden state: any of next, prev, own (or none).
+    /// Inputs besides the hidden state: any of next, prev, own (multi-hot routing), deep (the
+    /// last MoE layer's hidden state), token (the next token's embedding; `prerouter eval`
+    /// only, not run on the GPU yet), or none.
     #[arg(long, default_value = "next,prev")]
     features: String,
     /// Loss: ce (softmax cross-entropy over experts) or bce (multi-label binary).
@@ -161,8 +163,8 @@ fn run_train(a: TrainArgs) -> Result<()> {
     let data = Dataset::open(&a.data)?;
     let m = &data.meta;
     let dims = ModelDims { hidden: m.hidden, experts: m.experts, top_k: m.top_k, moe_layers: m.moe_layers.clone() };
-    let routers = read_routers(&a.model, &dims, &a.data)?;
     let features: Features = a.features.parse()?;
+    let model = ModelTables::read(&a.model, &dims, &a.data, features)?;
     let opts = TrainOptions {
         inner: a.hidden,
         start_layer: a.start_layer,
@@ -175,7 +177,7 @@ fn run_train(a: TrainArgs) -> Result<()> {
         loss: a.loss.parse::<Loss>()?,
         ..TrainOptions::default()
     };
-    let (trained, report) = train(&data, &routers, &opts)?;
+    let (trained, report) = train(&data, &model, &opts)?;
     let json = serde_json::to_string(&report).expect("serialisable");
     let mut heads = Heads::new(&dims, features, a.hidden, trained);
     heads.metrics = Some(json.clone());
@@ -225,7 +227,8 @@ fn run_eval(a: EvalArgs) -> Result<()> {
         )));
     }
     let heads = Heads::load(&heads_path)?;
-    let engine = a.model.load()?;
+    // The heads are scored here on the CPU; the engine only teacher-forces the text.
+    let engine = moestream::Engine::load(&moestream::EngineOptions { prerouter: None, ..a.model.options()? })?;
     ModelDims::of(engine.spec())?.check(&heads.config.dims(), &heads_path)?;
     let tokens = text_tokens(&engine, &a.file, a.max_tokens)?;
     let (data_dir, temporary) = match &a.data {
@@ -238,9 +241,9 @@ fn run_eval(a: EvalArgs) -> Result<()> {
         let data = Dataset::open(&data_dir)?;
         let dims =
             ModelDims { hidden: meta.hidden, experts: meta.experts, top_k: meta.top_k, moe_layers: meta.moe_layers };
-        let routers = read_routers(&dir, &dims, &data_dir)?;
+        let model = ModelTables::read(&dir, &dims, &data_dir, heads.config.features)?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Ok(evaluate(&data, &heads, &routers, &sample_tokens(&data), threads)?)
+        Ok(evaluate(&data, &heads, &model, &sample_tokens(&data), threads)?)
     });
     if temporary {
         // Best effort: a leftover temporary directory is not worth failing the report for.

@@ -136,6 +136,13 @@ impl GpuModel {
         let m =
             self.spec.moe.clone().ok_or_else(|| Error::InvalidArgument("prerouter heads need an MoE model".into()))?;
         let c = &heads.config;
+        if c.features.token {
+            return Err(Error::UnsupportedConfig(
+                "prerouter heads reading the next token (feature `token`) are scored by `prerouter eval`; \
+                 they do not run on the GPU yet"
+                    .into(),
+            ));
+        }
         let moe_layers: Vec<usize> = (0..self.spec.layers).filter(|&i| self.spec.is_moe_layer(i)).collect();
         if c.moe_layers != moe_layers
             || c.hidden != self.spec.hidden

@@ -7,6 +7,7 @@
 //! | `meta.json` | [`DatasetMeta`]: format version, token count, dimensions, MoE layer indices, window |
 //! | `hidden.f32` | `tokens × moe_layers × hidden` f32, little-endian, token-major: for each token, each MoE layer's FFN input (the post-attention RMSNorm output `hn`) |
 //! | `topk.u16` | `tokens × moe_layers × top_k` u16, little-endian, same order: each MoE layer's routed expert ids, in the router's rank order |
+//! | `tokens.u32` | `tokens` u32, little-endian: each token's id (from version 2; version 1 datasets have none) |
 //!
 //! Tokens come from teacher-forced sequences of `window` tokens each: token `t` starts a new
 //! sequence when `t % window == 0`, so no sample pairs tokens of two sequences.
@@ -26,8 +27,10 @@ pub const META_FILE: &str = "meta.json";
 pub const HIDDEN_FILE: &str = "hidden.f32";
 /// Name of the routed-ids file.
 pub const TOPK_FILE: &str = "topk.u16";
-/// Version written into `meta.json`.
-pub const FORMAT_VERSION: u32 = 1;
+/// Name of the token-ids file.
+pub const TOKENS_FILE: &str = "tokens.u32";
+/// Version written into `meta.json` (version 1, without token ids, is read too).
+pub const FORMAT_VERSION: u32 = 2;
 
 type Result<T> = std::result::Result<T, PrerouterError>;
 
@@ -63,7 +66,7 @@ impl DatasetMeta {
 
     fn check(&self, path: &Path) -> Result<()> {
         let bad = |d: String| Err(PrerouterError::corrupt(path, d));
-        if self.version != FORMAT_VERSION {
+        if !(1..=FORMAT_VERSION).contains(&self.version) {
             return bad(format!("format version {} (this build reads {FORMAT_VERSION})", self.version));
         }
         if self.hidden == 0 || self.experts == 0 || self.window == 0 || self.moe_layers.is_empty() {
@@ -89,6 +92,7 @@ pub struct DatasetWriter {
     meta: DatasetMeta,
     hidden: BufWriter<File>,
     topk: BufWriter<File>,
+    tokens: BufWriter<File>,
 }
 
 fn create(path: PathBuf) -> Result<BufWriter<File>> {
@@ -104,6 +108,7 @@ impl DatasetWriter {
         Ok(DatasetWriter {
             hidden: create(dir.join(HIDDEN_FILE))?,
             topk: create(dir.join(TOPK_FILE))?,
+            tokens: create(dir.join(TOKENS_FILE))?,
             dir: dir.to_path_buf(),
             meta,
         })
@@ -114,8 +119,8 @@ impl DatasetWriter {
         &self.meta
     }
 
-    /// Appends one token: `hidden` (moe_layers × hidden) and `ids` (moe_layers × top_k).
-    pub fn push(&mut self, hidden: &[f32], ids: &[u16]) -> Result<()> {
+    /// Appends one token: its id, `hidden` (moe_layers × hidden) and `ids` (moe_layers × top_k).
+    pub fn push(&mut self, token: u32, hidden: &[f32], ids: &[u16]) -> Result<()> {
         if hidden.len() != self.meta.hidden_per_token() || ids.len() != self.meta.ids_per_token() {
             return Err(PrerouterError::InvalidArgument(format!(
                 "a token holds {} floats and {} ids, got {} and {}",
@@ -129,6 +134,7 @@ impl DatasetWriter {
         let k: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.hidden.write_all(&h).map_err(|e| PrerouterError::io(self.dir.join(HIDDEN_FILE), e))?;
         self.topk.write_all(&k).map_err(|e| PrerouterError::io(self.dir.join(TOPK_FILE), e))?;
+        self.tokens.write_all(&token.to_le_bytes()).map_err(|e| PrerouterError::io(self.dir.join(TOKENS_FILE), e))?;
         self.meta.tokens += 1;
         Ok(())
     }
@@ -137,6 +143,7 @@ impl DatasetWriter {
     pub fn finish(mut self) -> Result<DatasetMeta> {
         self.hidden.flush().map_err(|e| PrerouterError::io(self.dir.join(HIDDEN_FILE), e))?;
         self.topk.flush().map_err(|e| PrerouterError::io(self.dir.join(TOPK_FILE), e))?;
+        self.tokens.flush().map_err(|e| PrerouterError::io(self.dir.join(TOKENS_FILE), e))?;
         let path = self.dir.join(META_FILE);
         let json = serde_json::to_string_pretty(&self.meta).expect("serialisable");
         std::fs::write(&path, json).map_err(|e| PrerouterError::io(path, e))?;
@@ -150,6 +157,8 @@ pub struct Dataset {
     pub meta: DatasetMeta,
     hidden: Vec<f32>,
     topk: Vec<u16>,
+    /// Each token's id (empty in a version 1 dataset).
+    tokens: Vec<u32>,
 }
 
 fn read_exact_len(path: &Path, expected: usize) -> Result<Vec<u8>> {
@@ -189,7 +198,19 @@ impl Dataset {
         if let Some(bad) = topk.iter().find(|&&e| usize::from(e) >= meta.experts) {
             return Err(PrerouterError::corrupt(topk_path, format!("expert id {bad} of {} experts", meta.experts)));
         }
-        Ok(Dataset { meta, hidden, topk })
+        let tokens = match meta.version {
+            1 => Vec::new(),
+            _ => read_exact_len(&dir.join(TOKENS_FILE), bytes(1, 4)?)?
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        };
+        Ok(Dataset { meta, hidden, topk, tokens })
+    }
+
+    /// Token `t`'s id, when the dataset records them (version 2 on).
+    pub fn token(&self, t: usize) -> Option<u32> {
+        self.tokens.get(t).copied()
     }
 
     /// MoE layer `j`'s FFN input at token `t` (`j` indexes `meta.moe_layers`).

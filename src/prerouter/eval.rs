@@ -8,7 +8,8 @@ use super::dataset::Dataset;
 use super::error::PrerouterError;
 use super::heads_file::Heads;
 use super::parallel::map_in_threads;
-use super::samples::HeadInputs;
+use super::routers::ModelTables;
+use super::samples::{check_token_inputs, HeadInputs};
 use super::score::{mean, score_head, HeadScore};
 
 /// One head's figures on the evaluation text.
@@ -44,17 +45,21 @@ pub struct EvalReport {
     pub mean_router_recall: f64,
 }
 
-/// Scores every head of `heads` on `samples` of `data`; `routers` holds
-/// every MoE layer's router in the dataset's order. The caller has checked that the heads were
-/// made for the dataset's model ([`ModelDims::check`](super::compat::ModelDims::check)).
+/// Scores every head of `heads` on `samples` of `data`; `model` holds every MoE layer's router
+/// in the dataset's order (and the embeddings, for heads reading the next token). The caller has
+/// checked that the heads were made for the dataset's model
+/// ([`ModelDims::check`](super::compat::ModelDims::check)).
 pub fn evaluate(
     data: &Dataset,
     heads: &Heads,
-    routers: &[Vec<f32>],
+    model: &ModelTables,
     samples: &[usize],
     threads: usize,
 ) -> Result<EvalReport, PrerouterError> {
-    let m = &data.meta;
+    let (m, routers) = (&data.meta, &model.routers);
+    let features = heads.config.features;
+    check_token_inputs(data, features, model.embeddings.as_deref())?;
+    let embeddings = model.embeddings.as_deref().unwrap_or(&[]);
     if routers.len() != m.moe_layers.len() {
         return Err(PrerouterError::InvalidArgument("one router per MoE layer is needed".into()));
     }
@@ -73,10 +78,9 @@ pub fn evaluate(
             })
         })
         .collect::<Result<Vec<usize>, _>>()?;
-    let features = heads.config.features;
     let layers = map_in_threads(owners.len(), threads, |i| {
         let (j, head) = (owners[i], &heads.heads[i]);
-        let inputs = HeadInputs { data, j, features };
+        let inputs = HeadInputs { data, j, features, embeddings };
         EvalLayer {
             layer: head.layer,
             target_layer: head.target_layer,

@@ -1,10 +1,12 @@
-//! Reading the routers of a model directory: they initialise the heads' skips and give the
-//! router-only baseline.
+//! Reading what of a model the heads read besides a dataset: the routers (they initialise the
+//! heads' skips and give the router-only baseline) and, for the `token` feature, the input
+//! embeddings.
 
 use std::path::Path;
 
 use super::compat::ModelDims;
 use super::error::PrerouterError;
+use super::features::Features;
 use crate::model::{names, ArchSpec, Checkpoint};
 
 /// Each MoE layer's router `[experts, hidden]` (row-major), in MoE-layer order, from the model
@@ -18,4 +20,38 @@ pub fn read_routers(dir: &Path, expected: &ModelDims, dataset: &Path) -> Result<
         .iter()
         .map(|&l| Ok(ckpt.tensor(&names::router(spec.family, l), &[dims.experts, dims.hidden])?.data))
         .collect()
+}
+
+/// The model's tables a head reads besides the dataset.
+pub struct ModelTables {
+    /// Each MoE layer's router `[experts, hidden]`, in MoE-layer order.
+    pub routers: Vec<Vec<f32>>,
+    /// The input embeddings `[vocab, hidden]`, for heads reading the next token.
+    pub embeddings: Option<Vec<f32>>,
+}
+
+impl ModelTables {
+    /// Routers only (heads without the `token` feature).
+    pub fn routers(routers: Vec<Vec<f32>>) -> ModelTables {
+        ModelTables { routers, embeddings: None }
+    }
+
+    /// The routers and, when `features` read the next token, the embeddings of the model in
+    /// `dir`, after checking it has the dimensions `expected` (a dataset's, read from `dataset`).
+    pub fn read(
+        dir: &Path,
+        expected: &ModelDims,
+        dataset: &Path,
+        features: Features,
+    ) -> Result<ModelTables, PrerouterError> {
+        let routers = read_routers(dir, expected, dataset)?;
+        let embeddings = match features.token {
+            false => None,
+            true => {
+                let spec = ArchSpec::from_dir(dir)?;
+                Some(Checkpoint::open(dir)?.tensor(names::EMBED, &[spec.vocab, spec.hidden])?.data)
+            }
+        };
+        Ok(ModelTables { routers, embeddings })
+    }
 }

@@ -5,6 +5,7 @@
 //! teacher-forced sequences never pair.
 
 use super::dataset::Dataset;
+use super::error::PrerouterError;
 use super::features::{Features, RoutingContext};
 
 /// Every token that has a successor in its own sequence, ascending.
@@ -28,6 +29,30 @@ pub struct HeadInputs<'a> {
     pub j: usize,
     /// The inputs the head reads.
     pub features: Features,
+    /// The model's input embeddings `[vocab, hidden]` (read with the `token` feature).
+    pub embeddings: &'a [f32],
+}
+
+/// Checks that `data` and `embeddings` hold what heads reading `features` need: token ids and
+/// an embedding row for each.
+pub fn check_token_inputs(
+    data: &Dataset,
+    features: Features,
+    embeddings: Option<&[f32]>,
+) -> Result<(), PrerouterError> {
+    if !features.token {
+        return Ok(());
+    }
+    let rows = embeddings.map_or(0, |e| e.len() / data.meta.hidden);
+    let tokens = (0..data.meta.tokens).map(|t| data.token(t));
+    match tokens.map(|id| id.filter(|&id| (id as usize) < rows)).position(|id| id.is_none()) {
+        None => Ok(()),
+        Some(t) => Err(PrerouterError::InvalidArgument(format!(
+            "the `token` feature needs token ids in the dataset (collected by this version) and their embeddings; \
+             token {t} has {:?} of {rows} embedding rows",
+            data.token(t)
+        ))),
+    }
 }
 
 impl HeadInputs<'_> {
@@ -45,12 +70,17 @@ impl HeadInputs<'_> {
         self.features.active(self.data.meta.experts, &self.context(t))
     }
 
-    /// The dense input at token `t`: `h_N(t)`, then with `deep` the last MoE layer's.
+    /// The dense input at token `t`: `h_N(t)`, then with `deep` the last MoE layer's, then with
+    /// `token` the embedding of token `t + 1` ([`check_token_inputs`] first).
     pub fn dense(&self, t: usize) -> Vec<f32> {
         let d = self.data;
         let mut x = d.hidden(t, self.j).to_vec();
         if self.features.deep {
             x.extend_from_slice(d.hidden(t, d.meta.moe_layers.len() - 1));
+        }
+        if self.features.token {
+            let (h, id) = (d.meta.hidden, d.token(t + 1).expect("checked token ids") as usize);
+            x.extend_from_slice(&self.embeddings[id * h..(id + 1) * h]);
         }
         x
     }

@@ -16,7 +16,8 @@ use super::features::Features;
 use super::head::{Head, HeadDims, HeadParams, Tape};
 use super::loss::Loss;
 use super::parallel::map_in_threads;
-use super::samples::{split_held_out, HeadInputs};
+use super::routers::ModelTables;
+use super::samples::{check_token_inputs, split_held_out, HeadInputs};
 pub use super::score::Score;
 use super::score::{mean, score_head};
 use crate::util::rng::SplitMix64;
@@ -187,14 +188,17 @@ fn shuffle(v: &mut [usize], rng: &mut SplitMix64) {
 }
 
 /// Trains one head per consecutive pair of MoE layers (owner at or after `start_layer`) on
-/// `data`; `routers` holds every MoE layer's router (`[experts, hidden]`, dataset order), the
-/// skip's initial value. Returns the heads in layer order and their report.
+/// `data`; `model` holds every MoE layer's router (`[experts, hidden]`, dataset order), the
+/// skip's initial value, and with the `token` feature the input embeddings. Returns the heads in
+/// layer order and their report.
 pub fn train(
     data: &Dataset,
-    routers: &[Vec<f32>],
+    model: &ModelTables,
     opts: &TrainOptions,
 ) -> Result<(Vec<TrainedHead>, TrainReport), PrerouterError> {
-    let m = &data.meta;
+    let (m, routers) = (&data.meta, &model.routers);
+    check_token_inputs(data, opts.features, model.embeddings.as_deref())?;
+    let embeddings = model.embeddings.as_deref().unwrap_or(&[]);
     if routers.len() != m.moe_layers.len() || routers.iter().any(|r| r.len() != m.experts * m.hidden) {
         return Err(PrerouterError::InvalidArgument("one [experts, hidden] router per MoE layer is needed".into()));
     }
@@ -220,7 +224,7 @@ pub fn train(
     }
     let (heads, layers): (Vec<TrainedHead>, Vec<LayerReport>) = map_in_threads(owners.len(), opts.threads, |i| {
         let j = owners[i];
-        let inputs = HeadInputs { data, j, features: opts.features };
+        let inputs = HeadInputs { data, j, features: opts.features, embeddings };
         Job { inputs, train: &train, test: &test, opts, skip: &routers[j + 1] }.run()
     })
     .into_iter()

@@ -12,6 +12,8 @@ use crate::Engine;
 /// records (all layers of a token) for the writer. Holds one step's worth of rows.
 struct StepBuffer {
     writer: DatasetWriter,
+    /// Every token teacher-forced, in the order the steps record them.
+    tokens: Vec<u32>,
     /// Next expected index into `moe_layers` within the current step.
     next: usize,
     /// Tokens of the current step.
@@ -52,7 +54,11 @@ impl StepBuffer {
             for t in 0..n {
                 let hidden: Vec<f32> = self.hidden.iter().flat_map(|l| &l[t * h..(t + 1) * h]).copied().collect();
                 let ids: Vec<u16> = self.ids.iter().flat_map(|l| &l[t * k..(t + 1) * k]).map(|&e| e as u16).collect();
-                self.writer.push(&hidden, &ids)?;
+                let recorded = self.writer.meta().tokens;
+                let token = *self.tokens.get(recorded).ok_or_else(|| {
+                    PrerouterError::InvalidArgument(format!("the observer saw more than the {recorded} tokens forced"))
+                })?;
+                self.writer.push(token, &hidden, &ids)?;
             }
         }
         Ok(())
@@ -81,6 +87,7 @@ pub fn collect(engine: &Engine, tokens: &[u32], dir: &Path, window: usize) -> Re
     let layers = meta.moe_layers.len();
     let buffer = Arc::new(Mutex::new(StepBuffer {
         writer: DatasetWriter::create(dir, meta)?,
+        tokens: tokens.to_vec(),
         next: 0,
         n: 0,
         hidden: vec![Vec::new(); layers],

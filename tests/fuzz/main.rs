@@ -39,7 +39,7 @@ use moestream::prerouter::dataset::{Dataset, DatasetMeta, DatasetWriter};
 use moestream::prerouter::features::Features;
 use moestream::prerouter::head::{Head, HeadDims};
 use moestream::prerouter::heads_file::Heads;
-use moestream::prerouter::routers::read_routers;
+use moestream::prerouter::routers::{read_routers, ModelTables};
 use moestream::prerouter::train::{train, TrainOptions, TrainedHead};
 use moestream::runtime::engine::ExpertBudget;
 use moestream::util::rng::SplitMix64;
@@ -500,7 +500,7 @@ fn dataset(dir: &Path) {
     for _ in 0..40 {
         let hidden: Vec<f32> = (0..128).map(|_| (rng.next_u64() % 1000) as f32 / 500.0 - 1.0).collect();
         let ids: Vec<u16> = (0..4).map(|_| (rng.next_u64() % 8) as u16).collect();
-        w.push(&hidden, &ids).unwrap();
+        w.push(rng.next_u64() as u32 % 384, &hidden, &ids).unwrap();
     }
     w.finish().unwrap();
 }
@@ -512,7 +512,7 @@ fn train_on(data_dir: &Path) -> Outcome {
     let dims = ModelDims { hidden: m.hidden, experts: m.experts, top_k: m.top_k, moe_layers: m.moe_layers.clone() };
     let routers = text(read_routers(&fixture(), &dims, data_dir))?;
     let opts = TrainOptions { inner: 8, epochs: 1, batch: 8, ..TrainOptions::default() };
-    let (trained, _) = text(train(&data, &routers, &opts))?;
+    let (trained, _) = text(train(&data, &ModelTables::routers(routers), &opts))?;
     let out = data_dir.join("heads.safetensors");
     text(Heads::new(&dims, opts.features, opts.inner, trained).save(&out))
 }
