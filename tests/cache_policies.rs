@@ -11,7 +11,7 @@ use moestream::experts::eam::{Eam, EamCollection, EamError, EamTracker, RequestE
 use moestream::experts::policy::{
     eamc, ArcPolicy, CachePolicy, EamcPolicy, ExpertId, Lfu, Lru, Phase, PolicyContext, PolicyKind, S3Fifo,
 };
-use moestream::experts::predictor::{EamcPredictor, PrefetchKind};
+use moestream::experts::predictor::{EamcPredictor, PredictedRouting, PrefetchKind, PrerouterPredictor};
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("moestream-{}-{name}", std::process::id()))
@@ -586,4 +586,44 @@ fn running_requests_keep_their_own_matrices_and_predict_together() {
     assert!(t.request(1).is_none());
     let next: Vec<ExpertId> = t.predict(0, 1).into_iter().map(|(id, _)| id).collect();
     assert_eq!(next, vec![ExpertId::new(1, 1)]);
+}
+
+/// A prefetched expert is awaited until the step it was read for has run: a demand load of that
+/// step evicts others first, even where the policy would pick it (LFU: it was never used); once
+/// its step is over unused, it goes like any other.
+#[test]
+fn prefetched_experts_wait_for_their_step() {
+    let predicted = PredictedRouting::default();
+    let predictor = Box::new(PrerouterPredictor::new(predicted.clone()));
+    let mut c = CacheModel::new(3, 2, 8, Box::new(Lfu::default()), Some(predictor), EamTracker::new(2, 8, 0, 3));
+    let step = |c: &mut CacheModel, routing: [u32; 2]| {
+        c.begin_step(Phase::Decode, 1);
+        for (layer, e) in routing.into_iter().enumerate() {
+            c.route(layer, &[e]);
+        }
+    };
+    // Experts (0,0) and (1,0) are used four times each.
+    for _ in 0..4 {
+        step(&mut c, [0, 0]);
+    }
+    // The heads predict (1,5) for the next token; it is read into the free slot.
+    predicted.set(1, vec![5]);
+    assert_eq!(c.prefetch_next_token(), vec![(ExpertId::new(1, 5), 2)]);
+    // The next token routes layer 0 to a new expert: LFU would evict the unused (1,5), but it is
+    // awaited, so (0,0) goes (used as often as (1,0), and less recently); layer 1 finds (1,5).
+    c.begin_step(Phase::Decode, 1);
+    let waves = c.route(0, &[3]);
+    assert_eq!(waves[0].evictions.iter().map(|e| e.0).collect::<Vec<_>>(), vec![ExpertId::new(0, 0)]);
+    assert!(c.slot_of(ExpertId::new(1, 5)).is_some());
+    c.route(1, &[5]);
+    assert_eq!((c.stats().prefetch_issued, c.stats().prefetch_used), (1, 1));
+    // A wrong guess: (1,6) is read for a token that routes elsewhere. That token's two misses
+    // evict others although LFU ranks (1,6) lowest; after it, (1,6) goes first.
+    predicted.set(1, vec![6]);
+    assert_eq!(c.prefetch_next_token().len(), 1);
+    step(&mut c, [3, 5]);
+    assert!(c.slot_of(ExpertId::new(1, 6)).is_some());
+    c.begin_step(Phase::Decode, 1);
+    let waves = c.route(0, &[4]);
+    assert_eq!(waves[0].evictions.iter().map(|e| e.0).collect::<Vec<_>>(), vec![ExpertId::new(1, 6)]);
 }

@@ -84,6 +84,11 @@ pub struct CacheModel {
     max_prefetch: Option<usize>,
     /// Prefetched and not yet used, per dense index.
     prefetched: Vec<bool>,
+    /// The step each prefetched expert was read for (a step count): it is awaited until then.
+    prefetched_for: Vec<u64>,
+    /// Steps that have finished (a step finishes when the next begins or the next token's
+    /// experts are prefetched).
+    finished_steps: u64,
     /// Scratch marks per dense index (experts that may not be evicted right now).
     pinned: Vec<bool>,
     /// Distinct experts of the last routed layer.
@@ -142,6 +147,8 @@ impl CacheModel {
             top_k: 0,
             max_prefetch: None,
             prefetched: vec![false; layers * experts],
+            prefetched_for: vec![0; layers * experts],
+            finished_steps: 0,
             pinned: vec![false; layers * experts],
             last_needed: Vec::new(),
             next_rows: Vec::new(),
@@ -244,6 +251,7 @@ impl CacheModel {
             self.step_rows.clear();
         }
         self.tracker.begin_step(phase);
+        self.finished_steps = self.stats.steps;
         self.stats.steps += 1;
         self.stats.tokens += n_tokens as u64;
     }
@@ -339,7 +347,7 @@ impl CacheModel {
             predictor.predict(layer, &ctx).into_iter().filter(|&id| id.layer as usize > layer).collect();
         let limit = self.max_prefetch.unwrap_or(2 * self.top_k);
         let keep = std::mem::take(&mut self.last_needed);
-        let loads = self.load_predicted(&mut *predictor, wanted, limit, &keep, layer);
+        let loads = self.load_predicted(&mut *predictor, wanted, limit, &keep, layer, self.stats.steps);
         self.last_needed = keep;
         self.predictor = Some(predictor);
         loads
@@ -356,13 +364,15 @@ impl CacheModel {
         let ctx = PolicyContext { layer: 0, clock: self.clock, phase: self.phase, eam: &self.tracker };
         let predicted = predictor.next_token(&ctx);
         let limit = self.capacity.saturating_sub(self.top_k.max(1));
-        let loads = self.load_predicted(&mut *predictor, predicted.clone(), limit, &predicted, 0);
+        self.finished_steps = self.stats.steps;
+        let loads = self.load_predicted(&mut *predictor, predicted.clone(), limit, &predicted, 0, self.stats.steps + 1);
         self.predictor = Some(predictor);
         loads
     }
 
     /// Loads up to `limit` of `candidates` that are not resident, into free slots and then in
-    /// place of policy victims outside `keep` while `predictor` deems it worth it.
+    /// place of policy victims outside `keep` while `predictor` deems it worth it; they are
+    /// awaited until step `step` has run.
     fn load_predicted(
         &mut self,
         predictor: &mut dyn Predictor,
@@ -370,6 +380,7 @@ impl CacheModel {
         limit: usize,
         keep: &[ExpertId],
         layer: usize,
+        step: u64,
     ) -> Vec<(ExpertId, u32)> {
         let wanted: Vec<ExpertId> =
             candidates.into_iter().filter(|&id| self.slot_of(id).is_none()).take(limit).collect();
@@ -393,6 +404,7 @@ impl CacheModel {
             self.insert(id, slot, layer);
             let i = self.index(id);
             self.prefetched[i] = true;
+            self.prefetched_for[i] = step;
             self.stats.prefetch_issued += 1;
             loads.push((id, slot));
         }
@@ -401,6 +413,12 @@ impl CacheModel {
 
     fn index(&self, id: ExpertId) -> usize {
         id.layer as usize * self.experts + id.expert as usize
+    }
+
+    /// Whether `id` was prefetched, is not used yet, and the step it was read for has not run.
+    fn awaited(&self, id: ExpertId) -> bool {
+        let i = self.index(id);
+        self.prefetched[i] && self.prefetched_for[i] > self.finished_steps
     }
 
     /// Up to `n` policy victims, in eviction order, among resident experts not in `keep`.
@@ -418,6 +436,11 @@ impl CacheModel {
             let i = self.index(id);
             self.pinned[i] = false;
         }
+        // A prefetched expert is awaited until the step it was read for has run: evicting it
+        // before (for a demand load or another guess) wastes its read. Awaited experts go only
+        // when the others do not free enough slots.
+        let open: Vec<ExpertId> = candidates.iter().copied().filter(|&id| !self.awaited(id)).collect();
+        let candidates = if open.len() >= n { open } else { candidates };
         let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
         let picks = self.policy.victims(&candidates, n.min(candidates.len()), &ctx);
         picks.into_iter().map(|p| candidates[p]).collect()
