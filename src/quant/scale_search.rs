@@ -153,7 +153,7 @@ pub(crate) fn affine(x: &[f32], codes: &mut [u8]) -> Result<(f16, f16), f32> {
         // Each round measures the candidates and fits the next ones (the last round's fits
         // go unused).
         for t in 0..=AFFINE_REFITS {
-            let (sse, refit) = aff_fit(x, current.map(as_f32));
+            let (sse, refit) = aff_fit_all(x, current.map(as_f32));
             for ((chain, c), sse) in tried.iter_mut().zip(current).zip(sse) {
                 chain[t] = c.map(|pair| (sse, pair));
             }
@@ -187,14 +187,28 @@ fn aff_level(v: f32, inv: f32, m: f32) -> f32 {
     (((v - m) * inv).clamp(0.0, 15.0) + 0.5) as i32 as f32
 }
 
+/// [`aff_fit`] of the five chains' candidates: four side by side (as many as fit the vector
+/// registers of every x86-64; five spill accumulators to the stack), then the fifth.
+fn aff_fit_all(x: &[f32], p: [(f32, f32); 5]) -> ([f32; 5], [Option<(f32, f32)>; 5]) {
+    let (four, four_fits) = aff_fit(x, [p[0], p[1], p[2], p[3]]);
+    let ([fifth], [fifth_fit]) = aff_fit(x, [p[4]]);
+    let sse = [four[0], four[1], four[2], four[3], fifth];
+    let fits = [four_fits[0], four_fits[1], four_fits[2], four_fits[3], fifth_fit];
+    (sse, fits)
+}
+
 /// For each affine `(scale, min)` of `params`, in one pass: the group's squared error, and the
 /// least-squares `(scale, min)` for the codes it assigns (`None` where degenerate).
+///
+/// The sums of the codes and of their squares are integers below 2^24 for a group (at most 64
+/// codes of at most 15), so f32 holds them exactly, as f64 did.
 fn aff_fit<const N: usize>(x: &[f32], params: [(f32, f32); N]) -> ([f32; N], [Option<(f32, f32)>; N]) {
+    debug_assert!(x.len() <= 1 << 16, "code sums stay exact in f32 for groups up to 2^16");
     let n = x.len() as f64;
     let inv = params.map(|(s, _)| recip(s));
     let mut sse = [0.0f32; N];
     let mut sx = 0.0f64;
-    let (mut sq, mut sqq, mut sqx) = ([0.0f64; N], [0.0f64; N], [0.0f64; N]);
+    let (mut sq, mut sqq, mut sqx) = ([0.0f32; N], [0.0f32; N], [0.0f64; N]);
     for &v in x {
         sx += v as f64;
         for k in 0..N {
@@ -202,12 +216,12 @@ fn aff_fit<const N: usize>(x: &[f32], params: [(f32, f32); N]) -> ([f32; N], [Op
             let level = aff_level(v, inv[k], m);
             let e = level * s + m - v;
             sse[k] += e * e;
-            let q = level as f64;
-            sq[k] += q;
-            sqq[k] += q * q;
-            sqx[k] += q * v as f64;
+            sq[k] += level;
+            sqq[k] += level * level;
+            sqx[k] += level as f64 * v as f64;
         }
     }
+    let (sq, sqq) = (sq.map(f64::from), sqq.map(f64::from));
     let refit = std::array::from_fn(|k| {
         let det = n * sqq[k] - sq[k] * sq[k];
         if det <= 0.0 {
