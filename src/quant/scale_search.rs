@@ -91,8 +91,8 @@ fn sym_nibble(v: f32, inv: f32) -> u8 {
     sym_level(v, inv) as u8
 }
 
-/// [`sym_nibble`] as an f32 (`as i32` truncates as `as u8` does in this range, NaN to 0 too,
-/// and vectorizes where a conversion to u8 does not).
+/// [`sym_nibble`] as an f32, for the error sums (`as i32` truncates as `as u8` does in this
+/// range, NaN to 0 too).
 #[inline]
 fn sym_level(v: f32, inv: f32) -> f32 {
     ((v * inv).clamp(-8.0, 7.0) + 8.5) as i32 as f32
