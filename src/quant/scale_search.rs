@@ -5,11 +5,12 @@
 //! the smallest sum of squared errors over the group wins.
 //!
 //! Candidates that do not depend on each other are measured side by side, in one pass over the
-//! group ([`sym_sse`] and [`aff_fit`] take several at once, and the latter measures a candidate
-//! and fits the next from its codes in the same pass): each candidate's sum is
-//! the same operations in the same order as when measured alone, so the choice (and every
-//! stored byte) is the same, but the CPU overlaps the candidates' dependency chains instead of
-//! waiting on one chain of additions at a time (the quantizer is most of `convert`'s time).
+//! group ([`sym_sse`] takes a symmetric group's eight starting scales at once), and affine groups
+//! are searched four at a time, one per vector lane ([`affine`], [`aff_fit`], which measures a
+//! candidate and fits the next from its codes in the same pass): each candidate's sum is the same
+//! operations in the same order as when measured alone, so the choice (and every stored byte)
+//! is the same, but the CPU runs several dependency chains at once instead of waiting on one
+//! chain of additions at a time (the quantizer is most of `convert`'s time).
 
 use half::f16;
 
@@ -91,11 +92,25 @@ fn sym_nibble(v: f32, inv: f32) -> u8 {
     sym_level(v, inv) as u8
 }
 
-/// [`sym_nibble`] as an f32, for the error sums (`as i32` truncates as `as u8` does in this
-/// range, NaN to 0 too).
+/// [`sym_nibble`] as an f32, for the error sums.
 #[inline]
 fn sym_level(v: f32, inv: f32) -> f32 {
-    ((v * inv).clamp(-8.0, 7.0) + 8.5) as i32 as f32
+    floor_code((v * inv).clamp(-8.0, 7.0) + 8.5)
+}
+
+/// `c` rounded down, for `c` in [0.5, 15.5] (a code plus a half), as `c as u8` rounds it, in
+/// operations that vectorize (a float-to-integer conversion does not, on x86-64's baseline):
+/// adding and taking away 2^23 rounds to the nearest integer, one less where that rounded up.
+/// `c` is never NaN: weights are finite (checked) and so are the scale's inverse and the min.
+#[inline]
+fn floor_code(c: f32) -> f32 {
+    const SHIFT: f32 = 8_388_608.0;
+    let r = (c + SHIFT) - SHIFT;
+    if r > c {
+        r - 1.0
+    } else {
+        r
+    }
 }
 
 /// The squared error of the group under each of the symmetric `scales`, in one pass.
@@ -124,55 +139,75 @@ fn f16_pair(s: f32, m: f32) -> Option<(f16, f16)> {
     (hs.to_f32().is_finite() && hm.to_f32().is_finite()).then_some((hs, hm))
 }
 
-/// Codes, scale and min of one affine group; `Err(magnitude)` if nothing fits in f16.
+/// Affine groups searched at once, one per vector lane, by [`quantize`](super::quantize).
+pub(crate) const AFFINE_LANES: usize = 4;
+
+/// Codes, scale and min of each of `L` affine groups of one length (`xs`, codes into `codes`);
+/// `Err(magnitude)` for a group where nothing fits in f16.
 ///
 /// Starts from the min/max range and from ranges clipped by 5% / 10% at either or both ends;
 /// each start is followed by two least-squares refits of `(scale, min)` given the codes
 /// (minimizing `Σ (n·s + m − x)²`), re-deriving the codes after each. A start whose rounded
-/// values are not finite, or whose refit is degenerate, ends its chain there. The chains run
-/// side by side, and their candidates are compared chain after chain, as if run one by one.
-pub(crate) fn affine(x: &[f32], codes: &mut [u8]) -> Result<(f16, f16), f32> {
-    let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
-    for &v in x {
-        lo = lo.min(v);
-        hi = hi.max(v);
+/// values are not finite, or whose refit is degenerate, ends its chain there; a constant group
+/// has the one candidate `(0, value)`. The groups go through each step side by side (lane `k`
+/// is group `k`, with exactly the operations it would have alone), and each group's candidates
+/// are compared chain after chain, as if run one by one.
+pub(crate) fn affine<const L: usize>(xs: [&[f32]; L], codes: [&mut [u8]; L]) -> [Result<(f16, f16), f32>; L] {
+    let n = xs[0].len();
+    debug_assert!(xs.iter().all(|x| x.len() == n), "groups of one length");
+    let (mut lo, mut hi) = ([f32::INFINITY; L], [f32::NEG_INFINITY; L]);
+    for (k, x) in xs.iter().enumerate() {
+        for &v in *x {
+            lo[k] = lo[k].min(v);
+            hi[k] = hi[k].max(v);
+        }
     }
-    let range = hi - lo;
-    let mut best: Option<(f32, (f16, f16))> = None;
+    let range: [f32; L] = std::array::from_fn(|k| hi[k] - lo[k]);
+    let mut current: [[Option<(f16, f16)>; L]; AFFINE_STARTS.len()] = std::array::from_fn(|c| {
+        std::array::from_fn(|k| match range[k] == 0.0 {
+            true => (c == 0).then(|| f16_pair(0.0, lo[k])).flatten(),
+            false => {
+                let (a, b) = AFFINE_STARTS[c];
+                let (l, h) = (lo[k] + a * range[k], hi[k] - b * range[k]);
+                f16_pair((h - l) / 15.0, l)
+            }
+        })
+    });
+    // Per round, chain and group: the candidate measured and its error.
+    let mut tried = [[[None; L]; AFFINE_STARTS.len()]; AFFINE_REFITS + 1];
+    // Each round measures every chain's candidates and fits the next ones (the last round's
+    // fits go unused); a constant group is not refitted.
     let as_f32 = |c: Option<(f16, f16)>| c.map_or((0.0, 0.0), |(hs, hm)| (hs.to_f32(), hm.to_f32()));
-    if range == 0.0 {
-        if let Some((hs, hm)) = f16_pair(0.0, lo) {
-            keep(&mut best, aff_fit(x, [as_f32(Some((hs, hm)))]).0[0], (hs, hm));
-        }
-    } else {
-        let mut current = AFFINE_STARTS.map(|(a, b)| {
-            let (l, h) = (lo + a * range, hi - b * range);
-            f16_pair((h - l) / 15.0, l)
-        });
-        let mut tried = [[None; AFFINE_REFITS + 1]; AFFINE_STARTS.len()];
-        // Each round measures the candidates and fits the next ones (the last round's fits
-        // go unused).
-        for t in 0..=AFFINE_REFITS {
-            let (sse, refit) = aff_fit_all(x, current.map(as_f32));
-            for ((chain, c), sse) in tried.iter_mut().zip(current).zip(sse) {
-                chain[t] = c.map(|pair| (sse, pair));
+    for round in tried.iter_mut() {
+        for (chain, measured) in current.iter_mut().zip(round.iter_mut()) {
+            if chain.iter().all(Option::is_none) {
+                continue;
             }
-            for (c, r) in current.iter_mut().zip(refit) {
-                *c = c.and(r).and_then(|(s, m)| f16_pair(s, m));
+            let (sse, refit) = aff_fit(&xs, chain.map(as_f32));
+            for k in 0..L {
+                measured[k] = chain[k].map(|pair| (sse[k], pair));
+                chain[k] = chain[k].filter(|_| range[k] != 0.0).and(refit[k]).and_then(|(s, m)| f16_pair(s, m));
             }
         }
-        for (sse, pair) in tried.into_iter().flatten().flatten() {
-            keep(&mut best, sse, pair);
+    }
+    let mut codes = codes.into_iter();
+    std::array::from_fn(|k| {
+        let out = codes.next().expect("one code slice per group");
+        let mut best = None;
+        for c in 0..AFFINE_STARTS.len() {
+            for (sse, pair) in tried.iter().filter_map(|round| round[c][k]) {
+                keep(&mut best, sse, pair);
+            }
         }
-    }
-    let Some((_, (hs, hm))) = best else {
-        return Err(lo.abs().max(hi.abs()));
-    };
-    let (inv, mf) = (recip(hs.to_f32()), hm.to_f32());
-    for (c, &v) in codes.iter_mut().zip(x) {
-        *c = aff_code(v, inv, mf);
-    }
-    Ok((hs, hm))
+        let Some((_, (hs, hm))) = best else {
+            return Err(lo[k].abs().max(hi[k].abs()));
+        };
+        let (inv, mf) = (recip(hs.to_f32()), hm.to_f32());
+        for (c, &v) in out.iter_mut().zip(xs[k]) {
+            *c = aff_code(v, inv, mf);
+        }
+        Ok((hs, hm))
+    })
 }
 
 /// Code in 0..=15 nearest to `(v - m) * inv` (clamp, then round half up by truncation).
@@ -181,54 +216,53 @@ fn aff_code(v: f32, inv: f32, m: f32) -> u8 {
     aff_level(v, inv, m) as u8
 }
 
-/// [`aff_code`] as an f32 (see [`sym_level`]).
+/// [`aff_code`] as an f32, for the sums.
 #[inline]
 fn aff_level(v: f32, inv: f32, m: f32) -> f32 {
-    (((v - m) * inv).clamp(0.0, 15.0) + 0.5) as i32 as f32
+    floor_code(((v - m) * inv).clamp(0.0, 15.0) + 0.5)
 }
 
-/// [`aff_fit`] of the five chains' candidates: four side by side (as many as fit the vector
-/// registers of every x86-64; five spill accumulators to the stack), then the fifth.
-fn aff_fit_all(x: &[f32], p: [(f32, f32); 5]) -> ([f32; 5], [Option<(f32, f32)>; 5]) {
-    let (four, four_fits) = aff_fit(x, [p[0], p[1], p[2], p[3]]);
-    let ([fifth], [fifth_fit]) = aff_fit(x, [p[4]]);
-    let sse = [four[0], four[1], four[2], four[3], fifth];
-    let fits = [four_fits[0], four_fits[1], four_fits[2], four_fits[3], fifth_fit];
-    (sse, fits)
-}
-
-/// For each affine `(scale, min)` of `params`, in one pass: the group's squared error, and the
-/// least-squares `(scale, min)` for the codes it assigns (`None` where degenerate).
+/// For each group of `xs` (one length, at most 64) and its `(scale, min)` of `params`, in one
+/// pass over the groups side by side: the squared error, and the least-squares `(scale, min)`
+/// for the codes it assigns (`None` where degenerate).
 ///
 /// The sums of the codes and of their squares are integers below 2^24 for a group (at most 64
 /// codes of at most 15), so f32 holds them exactly, as f64 did.
-fn aff_fit<const N: usize>(x: &[f32], params: [(f32, f32); N]) -> ([f32; N], [Option<(f32, f32)>; N]) {
-    debug_assert!(x.len() <= 1 << 16, "code sums stay exact in f32 for groups up to 2^16");
-    let n = x.len() as f64;
+fn aff_fit<const L: usize>(xs: &[&[f32]; L], params: [(f32, f32); L]) -> ([f32; L], [Option<(f32, f32)>; L]) {
+    let n = xs[0].len();
+    assert!(n <= 64, "a group has at most 64 weights");
+    // The groups interleaved, so that one element of every group loads at once.
+    let mut lanes = [[0.0f32; L]; 64];
+    for (k, x) in xs.iter().enumerate() {
+        for (lane, &v) in lanes.iter_mut().zip(*x) {
+            lane[k] = v;
+        }
+    }
     let inv = params.map(|(s, _)| recip(s));
-    let mut sse = [0.0f32; N];
-    let mut sx = 0.0f64;
-    let (mut sq, mut sqq, mut sqx) = ([0.0f32; N], [0.0f32; N], [0.0f64; N]);
-    for &v in x {
-        sx += v as f64;
-        for k in 0..N {
-            let (s, m) = params[k];
+    let mut sse = [0.0f32; L];
+    let (mut sx, mut sqx) = ([0.0f64; L], [0.0f64; L]);
+    let (mut sq, mut sqq) = ([0.0f32; L], [0.0f32; L]);
+    for vs in &lanes[..n] {
+        for k in 0..L {
+            let (v, (s, m)) = (vs[k], params[k]);
             let level = aff_level(v, inv[k], m);
             let e = level * s + m - v;
             sse[k] += e * e;
+            sx[k] += v as f64;
             sq[k] += level;
             sqq[k] += level * level;
             sqx[k] += level as f64 * v as f64;
         }
     }
-    let (sq, sqq) = (sq.map(f64::from), sqq.map(f64::from));
+    let n = n as f64;
     let refit = std::array::from_fn(|k| {
-        let det = n * sqq[k] - sq[k] * sq[k];
+        let (sq, sqq) = (sq[k] as f64, sqq[k] as f64);
+        let det = n * sqq - sq * sq;
         if det <= 0.0 {
             return None;
         }
-        let s2 = (n * sqx[k] - sq[k] * sx) / det;
-        let m2 = (sx - s2 * sq[k]) / n;
+        let s2 = (n * sqx[k] - sq * sx[k]) / det;
+        let m2 = (sx[k] - s2 * sq) / n;
         Some((s2 as f32, m2 as f32))
     });
     (sse, refit)
