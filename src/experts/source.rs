@@ -78,6 +78,27 @@ impl CheckpointExperts {
             .ok_or_else(|| Error::InvalidArgument("no layer has routed experts".into()))?;
         Ok(CheckpointExperts { ckpt, spec, layout, layers })
     }
+
+    /// The slot bytes of GGUF expert (`layer`, `expert`) when `layout` holds its three matrices
+    /// in their own format (or one the GPU reads them in): their blocks copied as stored (or
+    /// restaged), never dequantized. `None` for other experts.
+    fn gguf_as_stored(&self, layout: &SlotLayout, layer: usize, expert: usize) -> Result<Option<Vec<u8>>> {
+        let names = crate::model::names::expert(self.spec.family, layer, expert);
+        let Some(m) = self.spec.moe.as_ref().filter(|_| self.ckpt.contains(&names[0])) else {
+            return Ok(None);
+        };
+        let (h, inter) = (self.spec.hidden, m.expert_intermediate);
+        let mut blobs = Vec::with_capacity(3);
+        for (i, (name, shape)) in names.iter().zip([[inter, h], [inter, h], [h, inter]]).enumerate() {
+            match self.ckpt.ggml_blob(name, &shape)? {
+                Some(b) if layout.proj_format(i).is_gpu_form_of(WeightFormat::of_ggml(b.ggml_type)) => blobs.push(b),
+                _ => return Ok(None),
+            }
+        }
+        let [g, u, d] = [&blobs[0], &blobs[1], &blobs[2]];
+        let formats = [g, u, d].map(|b| WeightFormat::of_ggml(b.ggml_type));
+        place_gguf(layout, formats, [&g.bytes, &u.bytes, &d.bytes]).map(Some)
+    }
 }
 
 impl ExpertSource for CheckpointExperts {
@@ -94,22 +115,17 @@ impl ExpertSource for CheckpointExperts {
                 return Ok(());
             }
         }
+        if let Some(bytes) = self.gguf_as_stored(&layout, layer, expert)? {
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            return Ok(());
+        }
         let w = layer_weights::expert(&self.ckpt, &self.spec, layer, expert)?;
         let formats = [0, 1, 2].map(|i| layout.proj_format(i));
-        let stored = [(&w.gate, formats[0]), (&w.up, formats[1]), (&w.down, formats[2])].map(|(t, f)| {
-            t.ggml
-                .as_ref()
-                .map(|g| (WeightFormat::of_ggml(g.ggml_type), &g.bytes[..]))
-                .filter(|(s, _)| f.is_gpu_form_of(*s))
-        });
         let int4 = [(&w.gate, formats[0]), (&w.up, formats[1]), (&w.down, formats[2])]
             .map(|(t, f)| t.int4.as_ref().filter(|m| WeightFormat::Int4(m.params) == f));
-        let bytes = match (stored, int4) {
-            // GGUF experts in the slot's format (or the one the GPU reads them in) are copied as
-            // stored (or restaged).
-            ([Some(g), Some(u), Some(d)], _) => place_gguf(&layout, [g.0, u.0, d.0], [g.1, u.1, d.1])?,
-            // So are int4 experts (MLX checkpoints): blobs written as they are, not re-quantized.
-            (_, [Some(g), Some(u), Some(d)]) => {
+        let bytes = match int4 {
+            // Int4 experts (MLX checkpoints): blobs written as they are, not re-quantized.
+            [Some(g), Some(u), Some(d)] => {
                 let blobs = [g, u, d].map(|m| {
                     let mut blob = vec![0u8; WeightFormat::Int4(m.params).blob_bytes(m.rows, m.cols)?];
                     m.write_into(&mut blob).map_err(|e| Error::UnsupportedConfig(e.to_string()))?;

@@ -105,20 +105,43 @@ fn quantize_rows(
     let gpr = params.groups_per_row(cols);
     let mut codes = vec![0u8; cols];
     for (r, (row, words)) in weights.chunks_exact(cols).zip(packed.chunks_exact_mut(cols / 8)).enumerate() {
-        for gi in 0..gpr {
+        let overflow = |gi: usize| {
+            let col = params.group_cols(gi, cols).start;
+            move |value| QuantError::F16Overflow { row: row0 + r, col, value }
+        };
+        let mut gi = 0;
+        while gi < gpr {
             let span = params.group_cols(gi, cols);
-            let col = span.start;
-            let x = &row[span.clone()];
-            let out = &mut codes[span];
-            let overflow = |value| QuantError::F16Overflow { row: row0 + r, col, value };
             match params.scheme {
                 Int4Scheme::Symmetric => {
-                    scales[r * gpr + gi] = scale_search::symmetric(x, out).map_err(overflow)?;
+                    let out = &mut codes[span.clone()];
+                    scales[r * gpr + gi] = scale_search::symmetric(&row[span], out).map_err(overflow(gi))?;
+                    gi += 1;
                 }
                 Int4Scheme::Affine => {
-                    let (s, m) = scale_search::affine(x, out).map_err(overflow)?;
-                    scales[r * gpr + gi] = s;
-                    mins[r * gpr + gi] = m;
+                    // Full groups four at a time, one per lane; the rest (a row's last groups,
+                    // a shorter last group) one by one.
+                    let lanes = scale_search::AFFINE_LANES;
+                    let whole = gi + lanes <= gpr && params.group_cols(gi + lanes - 1, cols).len() == span.len();
+                    let found = match whole {
+                        true => {
+                            let all = span.start..span.start + lanes * span.len();
+                            let mut xs = row[all.clone()].chunks_exact(span.len());
+                            let mut outs = codes[all].chunks_exact_mut(span.len());
+                            scale_search::affine::<{ scale_search::AFFINE_LANES }>(
+                                std::array::from_fn(|_| xs.next().expect("a group per lane")),
+                                std::array::from_fn(|_| outs.next().expect("a group per lane")),
+                            )
+                            .to_vec()
+                        }
+                        false => scale_search::affine([&row[span.clone()]], [&mut codes[span]]).to_vec(),
+                    };
+                    for found in found {
+                        let (s, m) = found.map_err(overflow(gi))?;
+                        scales[r * gpr + gi] = s;
+                        mins[r * gpr + gi] = m;
+                        gi += 1;
+                    }
                 }
             }
         }

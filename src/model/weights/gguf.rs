@@ -1,6 +1,7 @@
 //! GGUF tensors as a [`Checkpoint`]: llama.cpp's names and layouts mapped back to the Hugging
 //! Face ones (per-expert slices, reordered rows, changed values undone, MLA's split `kv_b`).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::{Checkpoint, Entry, GgmlBlob, HostTensor, SplitKvB, StoredDtype};
@@ -55,22 +56,52 @@ impl Checkpoint {
     }
 }
 
-/// A GGUF tensor of type `t` (`bytes` from its first row), with llama.cpp's changes undone
-/// (`fix`): dequantized, and for matrices whose columns stay in place also kept as stored.
-pub(super) fn ggml_tensor(t: GgmlType, bytes: &[u8], shape: &[usize], fix: &Fix) -> HostTensor {
-    let bytes = match &fix.rows {
+/// The rows of a GGUF tensor of type `t` and `shape` (`bytes` from its first row) in Hugging
+/// Face order: reordered where llama.cpp moved them (`fix.rows`), borrowed as stored otherwise.
+fn rows_in_order<'a>(t: GgmlType, bytes: &'a [u8], shape: &[usize], fix: &Fix) -> Cow<'a, [u8]> {
+    match &fix.rows {
         Some(rows) => {
             let row_bytes = t.row_bytes(shape[1..].iter().product());
             let mut out = Vec::with_capacity(rows.len() * row_bytes);
             for &src in rows {
                 out.extend_from_slice(&bytes[src * row_bytes..(src + 1) * row_bytes]);
             }
-            std::borrow::Cow::Owned(out)
+            Cow::Owned(out)
         }
-        None => std::borrow::Cow::Borrowed(bytes),
-    };
+        None => Cow::Borrowed(bytes),
+    }
+}
+
+/// Whether a GGUF tensor of `shape` read with `fix` keeps its blocks as a [`GgmlBlob`]: a
+/// matrix whose values llama.cpp left unchanged.
+fn keeps_blocks(shape: &[usize], fix: &Fix) -> bool {
+    shape.len() == 2 && fix.values == Values::Same
+}
+
+impl Checkpoint {
+    /// The blocks of the GGUF matrix `name` (shape `expected`, rows in Hugging Face order), not
+    /// dequantized: the [`HostTensor::ggml`] that [`Checkpoint::tensor`] would give, without
+    /// its f32 values (copying GGUF experts into slots or a store needs only the blocks).
+    /// `None` where `tensor` keeps none (not a GGUF matrix, or values llama.cpp changed).
+    pub fn ggml_blob(&self, name: &str, expected: &[usize]) -> Result<Option<GgmlBlob>> {
+        self.check_shape(name, expected)?;
+        let e = &self.entries[name];
+        match e.dtype {
+            StoredDtype::Ggml(t) if e.split_kv_b.is_none() && keeps_blocks(&e.shape, &e.fix) => {
+                let bytes = &self.files[e.file].1[e.start..e.end];
+                Ok(Some(GgmlBlob { ggml_type: t, bytes: rows_in_order(t, bytes, &e.shape, &e.fix).into_owned() }))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// A GGUF tensor of type `t` (`bytes` from its first row), with llama.cpp's changes undone
+/// (`fix`): dequantized, and for matrices whose columns stay in place also kept as stored.
+pub(super) fn ggml_tensor(t: GgmlType, bytes: &[u8], shape: &[usize], fix: &Fix) -> HostTensor {
+    let bytes = rows_in_order(t, bytes, shape, fix);
     let mut data = crate::model::gguf::dequant::dequantize(t, &bytes);
-    let mut ggml = (shape.len() == 2).then(|| GgmlBlob { ggml_type: t, bytes: bytes.into_owned() });
+    let ggml = keeps_blocks(shape, fix).then(|| GgmlBlob { ggml_type: t, bytes: bytes.into_owned() });
     match &fix.values {
         Values::Same => {}
         Values::PlusOne => data.iter_mut().for_each(|v| *v -= 1.0),
@@ -79,9 +110,6 @@ pub(super) fn ggml_tensor(t: GgmlType, bytes: &[u8], shape: &[usize], fix: &Fix)
             let width = cols.len();
             data = data.chunks_exact(width).flat_map(|row| cols.iter().map(move |&c| row[c])).collect();
         }
-    }
-    if fix.values != Values::Same {
-        ggml = None;
     }
     HostTensor { shape: shape.to_vec(), data, int4: None, ggml }
 }
