@@ -12,13 +12,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use common::{Rng, TempDir};
-use moestream::experts::cache_model::CacheModel;
 use moestream::experts::eam::{EamCollection, EamTracker, DEFAULT_EAMC_CAPACITY, DEFAULT_MATCHES};
 use moestream::experts::policy::{ExpertId, Phase, PolicyKind};
 use moestream::experts::predictor::PrefetchKind;
 use moestream::experts::trace::{Trace, TraceEvent, TraceHeader, TraceStep};
 use moestream::quant::{QuantParams, WeightEncoding};
-use moestream::sim::{access_sequence, simulate};
+use moestream::sim::{access_sequence, replay_observed, simulate, SimConfig};
 use moestream::store::{
     ExpertLayout, ExpertStore, IoMode, OpenOptions, StoreEncoding, StoreInfo, StoreWriter, FIXED_HEADER_LEN,
     INDEX_ENTRY_LEN,
@@ -203,59 +202,44 @@ fn full_size_trace() -> Trace {
     Trace { header, events }
 }
 
-/// Replays `trace` as the simulator does, checking after every layer that no slot holds two
-/// experts and no expert sits in two slots, and that the model's slots are what its waves and
-/// prefetches said; returns (hits, misses, prefetch loads).
+/// Replays `trace` as the simulator does, checking after every layer that the model's slots are
+/// what its waves and prefetches said and that the layer's experts are resident, and after every
+/// step's last layer that no slot holds two experts and no expert sits in two slots; returns
+/// (hits, misses, prefetch loads).
 fn replay_checked(trace: &Trace, policy: PolicyKind, prefetch: PrefetchKind) -> (u64, u64, u64) {
-    let capacity = if policy == PolicyKind::Eamc || prefetch == PrefetchKind::Eamc { DEFAULT_EAMC_CAPACITY } else { 0 };
-    let tracker = EamTracker::new(LAYERS, EXPERTS, capacity, DEFAULT_MATCHES);
-    let mut cache = CacheModel::new(SLOTS, LAYERS, EXPERTS, policy.build(SLOTS).unwrap(), prefetch.build(), tracker);
+    let config = SimConfig { slots: SLOTS, policy, prefetch, eamc_capacity: DEFAULT_EAMC_CAPACITY };
     let mut mirror: Vec<Option<ExpertId>> = vec![None; SLOTS];
-    let mut open = false;
-    for event in &trace.events {
-        match event {
-            TraceEvent::Request(_) => {
-                if open {
-                    cache.end_request();
-                }
-                cache.begin_request();
-                open = true;
+    let s = replay_observed(trace, config, |r| {
+        for wave in r.waves {
+            assert!(wave.resident.len() <= SLOTS);
+            for &(id, slot) in &wave.evictions {
+                assert_eq!(mirror[slot as usize].take(), Some(id));
             }
-            TraceEvent::Step(step) => {
-                cache.begin_step(step.phase, step.tokens);
-                for (layer, ids) in &step.layers {
-                    let layer = *layer as usize;
-                    for wave in cache.route(layer, ids) {
-                        assert!(wave.resident.len() <= SLOTS);
-                        for (id, slot) in wave.evictions {
-                            assert_eq!(mirror[slot as usize].take(), Some(id));
-                        }
-                        for (id, slot) in wave.loads {
-                            assert_eq!(mirror[slot as usize].replace(id), None, "load into an occupied slot");
-                        }
-                    }
-                    for (id, slot) in cache.prefetch(layer) {
-                        mirror[slot as usize] = Some(id);
-                    }
-                    for &e in ids {
-                        assert!(cache.slot_of(ExpertId::new(layer, e as usize)).is_some());
-                    }
-                }
-                let mut seen = HashSet::new();
-                let mut resident = 0;
-                for (id, slot) in cache.resident() {
-                    assert!(seen.insert(id), "{id:?} in two slots");
-                    assert_eq!(mirror[slot as usize], Some(id));
-                    assert_eq!(cache.slot_of(id), Some(slot));
-                    resident += 1;
-                }
-                assert_eq!(resident, mirror.iter().flatten().count());
-                assert!(resident <= SLOTS);
+            for &(id, slot) in &wave.loads {
+                assert_eq!(mirror[slot as usize].replace(id), None, "load into an occupied slot");
+            }
+            for &(e, slot) in &wave.resident {
+                assert_eq!(r.cache.slot_of(ExpertId::new(r.layer, e as usize)), Some(slot));
             }
         }
-    }
-    cache.end_request();
-    let s = cache.stats();
+        for &(id, slot) in r.prefetched {
+            mirror[slot as usize] = Some(id);
+        }
+        if r.layer + 1 < LAYERS {
+            return;
+        }
+        let mut seen = HashSet::new();
+        let mut resident = 0;
+        for (id, slot) in r.cache.resident() {
+            assert!(seen.insert(id), "{id:?} in two slots");
+            assert_eq!(mirror[slot as usize], Some(id));
+            assert_eq!(r.cache.slot_of(id), Some(slot));
+            resident += 1;
+        }
+        assert_eq!(resident, mirror.iter().flatten().count());
+        assert!(resident <= SLOTS);
+    })
+    .unwrap();
     (s.hits, s.misses, s.prefetch_issued)
 }
 

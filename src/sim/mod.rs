@@ -14,7 +14,9 @@ mod svg;
 pub use capacity::parse_capacities;
 pub use heatmap::heatmap_svg;
 pub use plot::plot_svg;
-pub use replay::{access_sequence, per_request_hit_rates, simulate, SimConfig, SimResult};
+pub use replay::{
+    access_sequence, per_request_hit_rates, replay_observed, simulate, LayerReplayed, SimConfig, SimResult,
+};
 pub use report::{results_json, results_table, vs_belady};
 pub use shift::{shift_recovery, workload_shift, ShiftRecovery};
 pub use stats::{trace_stats, ReuseHistogram, ReuseStats, TraceStats};

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::experts::cache_model::{CacheModel, CacheStats};
+use crate::experts::cache_model::{CacheModel, CacheStats, Wave};
 use crate::experts::eam::{EamTracker, DEFAULT_MATCHES};
 use crate::experts::policy::{Belady, CachePolicy, ExpertId, PolicyKind};
 use crate::experts::predictor::PrefetchKind;
@@ -91,8 +91,39 @@ fn effective_prefetch(config: SimConfig) -> PrefetchKind {
     }
 }
 
+/// What a replay shows its observer after each routed layer.
+pub struct LayerReplayed<'a> {
+    /// The cache after the layer's waves and prefetch.
+    pub cache: &'a CacheModel,
+    /// The layer.
+    pub layer: usize,
+    /// The layer's residency plans, in order.
+    pub waves: &'a [Wave],
+    /// The prefetch loads that followed them.
+    pub prefetched: &'a [(ExpertId, u32)],
+}
+
+/// Replays `trace` as [`simulate`] does, showing `on_layer` every layer's plans (tests check the
+/// cache's invariants this way); returns the final stats.
+pub fn replay_observed(
+    trace: &Trace,
+    config: SimConfig,
+    on_layer: impl FnMut(LayerReplayed<'_>),
+) -> crate::Result<CacheStats> {
+    replay_with(trace, config, on_layer, |_| {})
+}
+
 /// Replays `trace`; `request_done` sees the cumulative stats after each request.
-fn replay(trace: &Trace, config: SimConfig, mut request_done: impl FnMut(CacheStats)) -> crate::Result<CacheStats> {
+fn replay(trace: &Trace, config: SimConfig, request_done: impl FnMut(CacheStats)) -> crate::Result<CacheStats> {
+    replay_with(trace, config, |_| {}, request_done)
+}
+
+fn replay_with(
+    trace: &Trace,
+    config: SimConfig,
+    mut on_layer: impl FnMut(LayerReplayed<'_>),
+    mut request_done: impl FnMut(CacheStats),
+) -> crate::Result<CacheStats> {
     let mut cache = build(trace, config)?;
     let mut open = false;
     for event in &trace.events {
@@ -112,8 +143,10 @@ fn replay(trace: &Trace, config: SimConfig, mut request_done: impl FnMut(CacheSt
                 }
                 cache.begin_step(step.phase, step.tokens);
                 for (layer, ids) in &step.layers {
-                    cache.route(*layer as usize, ids);
-                    cache.prefetch(*layer as usize);
+                    let layer = *layer as usize;
+                    let waves = cache.route(layer, ids);
+                    let prefetched = cache.prefetch(layer);
+                    on_layer(LayerReplayed { cache: &cache, layer, waves: &waves, prefetched: &prefetched });
                 }
             }
         }
