@@ -627,3 +627,27 @@ fn prefetched_experts_wait_for_their_step() {
     let waves = c.route(0, &[4]);
     assert_eq!(waves[0].evictions.iter().map(|e| e.0).collect::<Vec<_>>(), vec![ExpertId::new(1, 6)]);
 }
+
+/// An expert the next token's prediction names that is already resident is kept for that token
+/// as a prefetched one is: LFU would evict the once-used (1,1), which the heads predicted.
+#[test]
+fn predicted_resident_experts_wait_for_their_step() {
+    let predicted = PredictedRouting::default();
+    let predictor = Box::new(PrerouterPredictor::new(predicted.clone()));
+    let mut c = CacheModel::new(2, 2, 8, Box::new(Lfu::default()), Some(predictor), EamTracker::new(2, 8, 0, 3));
+    for routing in [[Some(0), None], [Some(0), None], [Some(0), Some(1)]] {
+        c.begin_step(Phase::Decode, 1);
+        for (layer, e) in routing.into_iter().enumerate() {
+            if let Some(e) = e {
+                c.route(layer, &[e]);
+            }
+        }
+    }
+    predicted.set(1, vec![1]);
+    assert!(c.prefetch_next_token().is_empty(), "(1,1) is resident already");
+    c.begin_step(Phase::Decode, 1);
+    let waves = c.route(0, &[2]);
+    assert_eq!(waves[0].evictions.iter().map(|e| e.0).collect::<Vec<_>>(), vec![ExpertId::new(0, 0)]);
+    c.route(1, &[1]);
+    assert_eq!((c.stats().hits, c.stats().misses), (3, 3), "(0,0), (1,1), (0,2) loaded; (0,0) twice and (1,1) hit");
+}

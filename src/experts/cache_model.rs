@@ -84,8 +84,9 @@ pub struct CacheModel {
     max_prefetch: Option<usize>,
     /// Prefetched and not yet used, per dense index.
     prefetched: Vec<bool>,
-    /// The step each prefetched expert was read for (a step count): it is awaited until then.
-    prefetched_for: Vec<u64>,
+    /// The step each expert is awaited in (a step count; 0: none), until its first use there:
+    /// a prefetched one's, and a resident one the next token's prediction names.
+    awaited_in: Vec<u64>,
     /// Steps that have finished (a step finishes when the next begins or the next token's
     /// experts are prefetched).
     finished_steps: u64,
@@ -147,7 +148,7 @@ impl CacheModel {
             top_k: 0,
             max_prefetch: None,
             prefetched: vec![false; layers * experts],
-            prefetched_for: vec![0; layers * experts],
+            awaited_in: vec![0; layers * experts],
             finished_steps: 0,
             pinned: vec![false; layers * experts],
             last_needed: Vec::new(),
@@ -365,6 +366,14 @@ impl CacheModel {
         let predicted = predictor.next_token(&ctx);
         let limit = self.capacity.saturating_sub(self.top_k.max(1));
         self.finished_steps = self.stats.steps;
+        // The prediction is what the next token is expected to route to (with predicted routing,
+        // what it will): those already resident are kept for it like the ones read now.
+        for &id in &predicted {
+            if self.slot_of(id).is_some() {
+                let i = self.index(id);
+                self.awaited_in[i] = self.stats.steps + 1;
+            }
+        }
         let loads = self.load_predicted(&mut *predictor, predicted.clone(), limit, &predicted, 0, self.stats.steps + 1);
         self.predictor = Some(predictor);
         loads
@@ -404,7 +413,7 @@ impl CacheModel {
             self.insert(id, slot, layer);
             let i = self.index(id);
             self.prefetched[i] = true;
-            self.prefetched_for[i] = step;
+            self.awaited_in[i] = step;
             self.stats.prefetch_issued += 1;
             loads.push((id, slot));
         }
@@ -415,10 +424,9 @@ impl CacheModel {
         id.layer as usize * self.experts + id.expert as usize
     }
 
-    /// Whether `id` was prefetched, is not used yet, and the step it was read for has not run.
+    /// Whether `id` is awaited in a step that has not run, and not used there yet.
     fn awaited(&self, id: ExpertId) -> bool {
-        let i = self.index(id);
-        self.prefetched[i] && self.prefetched_for[i] > self.finished_steps
+        self.awaited_in[self.index(id)] > self.finished_steps
     }
 
     /// Up to `n` policy victims, in eviction order, among resident experts not in `keep`.
@@ -453,6 +461,7 @@ impl CacheModel {
         self.slots[slot as usize] = None;
         self.slot_of[i] = NO_SLOT;
         self.prefetched[i] = false;
+        self.awaited_in[i] = 0;
         self.stats.evictions += 1;
         self.tell_removed(victim);
         slot
@@ -475,6 +484,8 @@ impl CacheModel {
     }
 
     fn access(&mut self, id: ExpertId, layer: usize) {
+        let i = self.index(id);
+        self.awaited_in[i] = 0;
         self.clock += 1;
         let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
         self.policy.on_access(id, &ctx);
@@ -490,6 +501,7 @@ impl CacheModel {
             self.slots[slot as usize] = None;
             self.slot_of[i] = NO_SLOT;
             self.prefetched[i] = false;
+            self.awaited_in[i] = 0;
             self.free.insert(slot);
             self.tell_removed(id);
         }
