@@ -38,16 +38,19 @@ pub fn priority(prediction: &Prediction, id: ExpertId, current: usize, layers: u
 /// workload at a quarter of the experts it reads 2.5× the bytes for 10 points of hit rate
 /// (`benches/LOG.md`, issue 48).
 pub fn prefetch_priority(prediction: &Prediction, id: ExpertId, layers: usize) -> f32 {
-    let (l, experts) = (id.layer as usize, prediction.experts() as f32);
-    (prediction.count(l, id.expert as usize) + EPSILON) * (1.0 - l as f32 / layers as f32)
-        / (prediction.row_sum(l) + experts * EPSILON)
+    let l = id.layer as usize;
+    (prediction.count(l, id.expert as usize) + EPSILON) * row_scale(prediction, l) * (1.0 - l as f32 / layers as f32)
 }
 
-/// The per-layer factor of [`priority`]: `1 / ((Σ_e' pEAM[l][e'] + E·ε) · (1 + β·d/L))`.
+/// `1 / (Σ_e' pEAM[l][e'] + E·ε)`: what turns a count of `layer`'s row into a share of it.
+fn row_scale(prediction: &Prediction, layer: usize) -> f32 {
+    1.0 / (prediction.row_sum(layer) + prediction.experts() as f32 * EPSILON)
+}
+
+/// The per-layer factor of [`priority`]: [`row_scale`] `/ (1 + β·d/L)`.
 fn layer_scale(prediction: &Prediction, layer: usize, current: usize, layers: usize) -> f32 {
-    let experts = prediction.experts() as f32;
     let distance = ((layer + layers - current % layers - 1) % layers) as f32 / layers as f32;
-    1.0 / ((prediction.row_sum(layer) + experts * EPSILON) * (1.0 + DISTANCE_WEIGHT * distance))
+    row_scale(prediction, layer) / (1.0 + DISTANCE_WEIGHT * distance)
 }
 
 /// The EAMC policy; keeps recency only to break ties.
