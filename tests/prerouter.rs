@@ -372,7 +372,7 @@ fn the_next_tokens_embedding_predicts_its_routing() {
         TrainOptions { inner: 32, epochs: 30, batch: 16, seed: 3, holdout: 0.2, threads: 2, ..TrainOptions::default() };
     let recall = |features: &str| {
         let opts = TrainOptions { features: features.parse().unwrap(), ..base };
-        let model = ModelTables::read(&fixture("qwen3_moe"), &dims, &dir, opts.features).unwrap();
+        let model = ModelTables::read(&fixture("qwen3_moe"), &dims, &dir, opts.features.token).unwrap();
         let (heads, report) = train(&data, &model, &opts).unwrap();
         (heads, report.layers[0].recall, model)
     };

@@ -161,10 +161,9 @@ fn run_collect(a: CollectArgs) -> Result<()> {
 
 fn run_train(a: TrainArgs) -> Result<()> {
     let data = Dataset::open(&a.data)?;
-    let m = &data.meta;
-    let dims = ModelDims { hidden: m.hidden, experts: m.experts, top_k: m.top_k, moe_layers: m.moe_layers.clone() };
+    let dims = data.meta.dims();
     let features: Features = a.features.parse()?;
-    let model = ModelTables::read(&a.model, &dims, &a.data, features)?;
+    let model = ModelTables::read(&a.model, &dims, &a.data, features.token)?;
     let opts = TrainOptions {
         inner: a.hidden,
         start_layer: a.start_layer,
@@ -239,9 +238,7 @@ fn run_eval(a: EvalArgs) -> Result<()> {
     drop(engine);
     let report = collected.map_err(Error::from).and_then(|meta| {
         let data = Dataset::open(&data_dir)?;
-        let dims =
-            ModelDims { hidden: meta.hidden, experts: meta.experts, top_k: meta.top_k, moe_layers: meta.moe_layers };
-        let model = ModelTables::read(&dir, &dims, &data_dir, heads.config.features)?;
+        let model = ModelTables::read(&dir, &meta.dims(), &data_dir, heads.config.features.token)?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(evaluate(&data, &heads, &model, &sample_tokens(&data), threads)?)
     });

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::compat::ModelDims;
 use super::error::PrerouterError;
 use crate::model::config_limits::{MAX_HIDDEN, MAX_LAYERS};
 
@@ -54,6 +55,11 @@ pub struct DatasetMeta {
 }
 
 impl DatasetMeta {
+    /// The dimensions of the model the data was collected from.
+    pub fn dims(&self) -> ModelDims {
+        ModelDims { hidden: self.hidden, experts: self.experts, top_k: self.top_k, moe_layers: self.moe_layers.clone() }
+    }
+
     /// Floats of one token's hidden states (all MoE layers).
     pub fn hidden_per_token(&self) -> usize {
         self.moe_layers.len() * self.hidden

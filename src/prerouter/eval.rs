@@ -9,7 +9,7 @@ use super::error::PrerouterError;
 use super::heads_file::Heads;
 use super::parallel::map_in_threads;
 use super::routers::ModelTables;
-use super::samples::{check_token_inputs, HeadInputs};
+use super::samples::{token_inputs, HeadInputs};
 use super::score::{mean, score_head, HeadScore};
 
 /// One head's figures on the evaluation text.
@@ -58,8 +58,7 @@ pub fn evaluate(
 ) -> Result<EvalReport, PrerouterError> {
     let (m, routers) = (&data.meta, &model.routers);
     let features = heads.config.features;
-    check_token_inputs(data, features, model.embeddings.as_deref())?;
-    let embeddings = model.embeddings.as_deref().unwrap_or(&[]);
+    let embeddings = token_inputs(data, features, model.embeddings.as_deref())?;
     if routers.len() != m.moe_layers.len() {
         return Err(PrerouterError::InvalidArgument("one router per MoE layer is needed".into()));
     }

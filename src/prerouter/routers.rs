@@ -6,20 +6,13 @@ use std::path::Path;
 
 use super::compat::ModelDims;
 use super::error::PrerouterError;
-use super::features::Features;
 use crate::model::{names, ArchSpec, Checkpoint};
 
 /// Each MoE layer's router `[experts, hidden]` (row-major), in MoE-layer order, from the model
-/// in `dir`, after checking the model has the dimensions `expected` (a dataset's).
+/// in `dir`, after checking the model has the dimensions `expected` (a dataset's, read from
+/// `dataset`).
 pub fn read_routers(dir: &Path, expected: &ModelDims, dataset: &Path) -> Result<Vec<Vec<f32>>, PrerouterError> {
-    let spec = ArchSpec::from_dir(dir)?;
-    let dims = ModelDims::of(&spec)?;
-    dims.check(expected, dataset)?;
-    let ckpt = Checkpoint::open(dir)?;
-    dims.moe_layers
-        .iter()
-        .map(|&l| Ok(ckpt.tensor(&names::router(spec.family, l), &[dims.experts, dims.hidden])?.data))
-        .collect()
+    Ok(ModelTables::read(dir, expected, dataset, false)?.routers)
 }
 
 /// The model's tables a head reads besides the dataset.
@@ -36,21 +29,27 @@ impl ModelTables {
         ModelTables { routers, embeddings: None }
     }
 
-    /// The routers and, when `features` read the next token, the embeddings of the model in
-    /// `dir`, after checking it has the dimensions `expected` (a dataset's, read from `dataset`).
+    /// The routers and, with `embeddings` (heads reading the next token), the input embeddings
+    /// of the model in `dir`, after checking it has the dimensions `expected` (a dataset's, read
+    /// from `dataset`).
     pub fn read(
         dir: &Path,
         expected: &ModelDims,
         dataset: &Path,
-        features: Features,
+        embeddings: bool,
     ) -> Result<ModelTables, PrerouterError> {
-        let routers = read_routers(dir, expected, dataset)?;
-        let embeddings = match features.token {
+        let spec = ArchSpec::from_dir(dir)?;
+        let dims = ModelDims::of(&spec)?;
+        dims.check(expected, dataset)?;
+        let ckpt = Checkpoint::open(dir)?;
+        let routers = dims
+            .moe_layers
+            .iter()
+            .map(|&l| Ok(ckpt.tensor(&names::router(spec.family, l), &[dims.experts, dims.hidden])?.data))
+            .collect::<Result<_, PrerouterError>>()?;
+        let embeddings = match embeddings {
             false => None,
-            true => {
-                let spec = ArchSpec::from_dir(dir)?;
-                Some(Checkpoint::open(dir)?.tensor(names::EMBED, &[spec.vocab, spec.hidden])?.data)
-            }
+            true => Some(ckpt.tensor(names::EMBED, &[spec.vocab, spec.hidden])?.data),
         };
         Ok(ModelTables { routers, embeddings })
     }

@@ -33,20 +33,21 @@ pub struct HeadInputs<'a> {
     pub embeddings: &'a [f32],
 }
 
-/// Checks that `data` and `embeddings` hold what heads reading `features` need: token ids and
-/// an embedding row for each.
-pub fn check_token_inputs(
+/// The embeddings [`HeadInputs`] reads for heads reading `features`, after checking that `data`
+/// and `embeddings` hold what the `token` feature needs: token ids and an embedding row for each
+/// (empty without the feature).
+pub fn token_inputs<'a>(
     data: &Dataset,
     features: Features,
-    embeddings: Option<&[f32]>,
-) -> Result<(), PrerouterError> {
+    embeddings: Option<&'a [f32]>,
+) -> Result<&'a [f32], PrerouterError> {
     if !features.token {
-        return Ok(());
+        return Ok(&[]);
     }
     let rows = embeddings.map_or(0, |e| e.len() / data.meta.hidden);
     let tokens = (0..data.meta.tokens).map(|t| data.token(t));
     match tokens.map(|id| id.filter(|&id| (id as usize) < rows)).position(|id| id.is_none()) {
-        None => Ok(()),
+        None => Ok(embeddings.unwrap_or(&[])),
         Some(t) => Err(PrerouterError::InvalidArgument(format!(
             "the `token` feature needs token ids in the dataset (collected by this version) and their embeddings; \
              token {t} has {:?} of {rows} embedding rows",
@@ -71,7 +72,7 @@ impl HeadInputs<'_> {
     }
 
     /// The dense input at token `t`: `h_N(t)`, then with `deep` the last MoE layer's, then with
-    /// `token` the embedding of token `t + 1` ([`check_token_inputs`] first).
+    /// `token` the embedding of token `t + 1` (`embeddings` from [`token_inputs`]).
     pub fn dense(&self, t: usize) -> Vec<f32> {
         let d = self.data;
         let mut x = d.hidden(t, self.j).to_vec();

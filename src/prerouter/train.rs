@@ -17,7 +17,7 @@ use super::head::{Head, HeadDims, HeadParams, Tape};
 use super::loss::Loss;
 use super::parallel::map_in_threads;
 use super::routers::ModelTables;
-use super::samples::{check_token_inputs, split_held_out, HeadInputs};
+use super::samples::{split_held_out, token_inputs, HeadInputs};
 pub use super::score::Score;
 use super::score::{mean, score_head};
 use crate::util::rng::SplitMix64;
@@ -197,8 +197,7 @@ pub fn train(
     opts: &TrainOptions,
 ) -> Result<(Vec<TrainedHead>, TrainReport), PrerouterError> {
     let (m, routers) = (&data.meta, &model.routers);
-    check_token_inputs(data, opts.features, model.embeddings.as_deref())?;
-    let embeddings = model.embeddings.as_deref().unwrap_or(&[]);
+    let embeddings = token_inputs(data, opts.features, model.embeddings.as_deref())?;
     if routers.len() != m.moe_layers.len() || routers.iter().any(|r| r.len() != m.experts * m.hidden) {
         return Err(PrerouterError::InvalidArgument("one [experts, hidden] router per MoE layer is needed".into()));
     }

@@ -509,7 +509,7 @@ fn dataset(dir: &Path) {
 fn train_on(data_dir: &Path) -> Outcome {
     let data = text(Dataset::open(data_dir))?;
     let m = &data.meta;
-    let dims = ModelDims { hidden: m.hidden, experts: m.experts, top_k: m.top_k, moe_layers: m.moe_layers.clone() };
+    let dims = m.dims();
     let routers = text(read_routers(&fixture(), &dims, data_dir))?;
     let opts = TrainOptions { inner: 8, epochs: 1, batch: 8, ..TrainOptions::default() };
     let (trained, _) = text(train(&data, &ModelTables::routers(routers), &opts))?;
