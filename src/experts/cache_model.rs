@@ -438,17 +438,18 @@ impl CacheModel {
             let i = self.index(id);
             self.pinned[i] = true;
         }
-        let candidates: Vec<ExpertId> =
+        let mut candidates: Vec<ExpertId> =
             self.resident().map(|(id, _)| id).filter(|&id| !self.pinned[self.index(id)]).collect();
         for &id in keep {
             let i = self.index(id);
             self.pinned[i] = false;
         }
-        // A prefetched expert is awaited until the step it was read for has run: evicting it
-        // before (for a demand load or another guess) wastes its read. Awaited experts go only
-        // when the others do not free enough slots.
-        let open: Vec<ExpertId> = candidates.iter().copied().filter(|&id| !self.awaited(id)).collect();
-        let candidates = if open.len() >= n { open } else { candidates };
+        // An awaited expert (prefetched, or predicted for the next token) is kept until its use
+        // in the step it is awaited in: evicting it before wastes its read. Awaited experts go
+        // only when the others do not free enough slots.
+        if candidates.iter().filter(|&&id| !self.awaited(id)).count() >= n {
+            candidates.retain(|&id| !self.awaited(id));
+        }
         let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
         let picks = self.policy.victims(&candidates, n.min(candidates.len()), &ctx);
         picks.into_iter().map(|p| candidates[p]).collect()

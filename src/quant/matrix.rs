@@ -123,24 +123,25 @@ fn quantize_rows(
                     // a shorter last group) one by one.
                     let lanes = scale_search::AFFINE_LANES;
                     let whole = gi + lanes <= gpr && params.group_cols(gi + lanes - 1, cols).len() == span.len();
-                    let found = match whole {
-                        true => {
-                            let all = span.start..span.start + lanes * span.len();
-                            let mut xs = row[all.clone()].chunks_exact(span.len());
-                            let mut outs = codes[all].chunks_exact_mut(span.len());
-                            scale_search::affine::<{ scale_search::AFFINE_LANES }>(
-                                std::array::from_fn(|_| xs.next().expect("a group per lane")),
-                                std::array::from_fn(|_| outs.next().expect("a group per lane")),
-                            )
-                            .to_vec()
-                        }
-                        false => scale_search::affine([&row[span.clone()]], [&mut codes[span]]).to_vec(),
-                    };
-                    for found in found {
+                    let mut keep = |found: Result<(f16, f16), f32>| {
                         let (s, m) = found.map_err(overflow(gi))?;
                         scales[r * gpr + gi] = s;
                         mins[r * gpr + gi] = m;
                         gi += 1;
+                        Ok::<(), QuantError>(())
+                    };
+                    if whole {
+                        let all = span.start..span.start + lanes * span.len();
+                        let mut xs = row[all.clone()].chunks_exact(span.len());
+                        let mut outs = codes[all].chunks_exact_mut(span.len());
+                        let found = scale_search::affine::<{ scale_search::AFFINE_LANES }>(
+                            std::array::from_fn(|_| xs.next().expect("a group per lane")),
+                            std::array::from_fn(|_| outs.next().expect("a group per lane")),
+                        );
+                        found.into_iter().try_for_each(&mut keep)?;
+                    } else {
+                        let [found] = scale_search::affine([&row[span.clone()]], [&mut codes[span]]);
+                        keep(found)?;
                     }
                 }
             }
