@@ -1,7 +1,7 @@
 // Prerouter heads (Edge0), run once per step on the step's last token t. The head owned by MoE
 // layer N (ordinal owners[h]) predicts layer N+1's experts at t+1 from the history the router
 // top-k's CAPTURE variant keeps:
-//   x = [hist_h[N], (hist_h[last MoE layer] with the deep feature)]        (dense part)
+//   x = [hist_h[N], (hist_h[last MoE layer] with deep), (next_embedding with token)] (dense part)
 //   multi-hot blocks: layer N+1's ids at t (next), at t−1 (prev), layer N's ids at t (own)
 // Default variant, one lane per (head, fc1 row f):
 //   act[h, f] = gelu_erf(fc1[h, f] · [x, multi-hot] + b1[h, f])
@@ -9,7 +9,9 @@
 //   logits[h, e] = fc2[h, e] · act[h] + b2[h, e] + skip[h, e] · hist_h[N]
 // (the top-k of the logits is the router top-k kernel's). Plain per-lane loops, no barriers:
 // lavapipe runs workgroup reductions or barriers per output several times slower, and the heads
-// are small. Weights of a group of heads (starting at global head first_head) are row-major
+// are small. Variant TOKEN (with the token feature) binds the input embedding of token t+1,
+// the row the step's embedding wrote, so these heads run at the start of step t+1, after it.
+// Weights of a group of heads (starting at global head first_head) are row-major
 // [out, in]. The step uniform's n_tokens holds the number of heads.
 //#include common
 
@@ -21,7 +23,7 @@ struct Params {
     top_k: u32,
     first_head: u32,
     group_heads: u32,
-    // bit 0 next, bit 1 prev, bit 2 own, bit 3 deep.
+    // bit 0 next, bit 1 prev, bit 2 own, bit 3 deep, bit 4 token.
     features: u32,
     moe_layers: u32,
     pad0: u32,
@@ -72,6 +74,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 @group(0) @binding(5) var<storage, read> fc1: array<f32>;
 @group(0) @binding(6) var<storage, read> b1: array<f32>;
 @group(0) @binding(7) var<storage, read_write> act: array<f32>;
+//#if TOKEN
+@group(0) @binding(8) var<storage, read> next_embedding: array<f32>;
+//#endif
 
 // The error function (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7), as the CPU heads use.
 fn erf(x: f32) -> f32 {
@@ -106,6 +111,12 @@ fn hidden_unit(local: u32, owner: u32, f: u32) -> f32 {
             acc += fc1[row + p.hidden + i] * hist_h[last + i];
         }
     }
+//#if TOKEN
+    let at = row + p.dense - p.hidden;
+    for (var i = 0u; i < p.hidden; i++) {
+        acc += fc1[at + i] * next_embedding[i];
+    }
+//#endif
     let cur = (owner + 1u) * p.top_k;
     var block = 0u;
     if ((p.features & 1u) != 0u) {

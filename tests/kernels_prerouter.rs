@@ -1,6 +1,6 @@
 //! The prerouter on the GPU (the router top-k's capture of each MoE layer's last token, then
 //! every head in one dispatch: fc1, scores, top-k) against the CPU heads ([`Head::forward`],
-//! the training code's forward pass).
+//! the training code's forward pass), heads reading the next token's embedding included.
 
 mod common;
 
@@ -76,7 +76,13 @@ fn check(gpu: &Gpu, c: &Case, first: usize, seed: u64) {
     let history = PrerouterHistory::new(gpu, c.moe_layers, c.hidden, c.top_k);
     let to_run: Vec<HeadToRun<'_>> =
         c.owners.iter().zip(&params).map(|(&owner, params)| HeadToRun { owner, params }).collect();
-    let heads = PrerouterHeads::new(gpu, &history, &to_run, dims, c.features).unwrap();
+    // The next token's embedding: the first row of a buffer holding the step's rows.
+    let embedding = rng.vec(c.hidden, -1.0, 1.0);
+    let step_rows = [embedding.clone(), rng.vec(2 * c.hidden, -1.0, 1.0)].concat();
+    let embedding_buffer = gpu.upload("next embedding", bytemuck::cast_slice(&step_rows));
+    let heads =
+        PrerouterHeads::new(gpu, &history, &to_run, dims, c.features, c.features.token.then_some(&embedding_buffer))
+            .unwrap();
     let routers: Vec<CapturingRouter> =
         (0..c.moe_layers).map(|j| capturing_router(gpu, &step, &history, c, j, first)).collect();
     // Per layer, per token of both steps: hidden row and routed ids.
@@ -106,6 +112,9 @@ fn check(gpu: &Gpu, c: &Case, first: usize, seed: u64) {
         let mut x = seen_h[owner][t].clone();
         if c.features.deep {
             x.extend_from_slice(&seen_h[c.moe_layers - 1][t]);
+        }
+        if c.features.token {
+            x.extend_from_slice(&embedding);
         }
         let (next, prev, own) =
             (u16s(&seen_ids[owner + 1][t]), u16s(&seen_ids[owner + 1][t - 1]), u16s(&seen_ids[owner][t]));
@@ -139,6 +148,34 @@ fn heads_match_cpu_forward() {
 }
 
 #[test]
+fn heads_reading_the_next_token_match_cpu_forward() {
+    let case = Case {
+        hidden: 48,
+        experts: 12,
+        top_k: 4,
+        inner: 24,
+        moe_layers: 4,
+        owners: vec![0, 1, 2],
+        features: "next,prev,token".parse().unwrap(),
+    };
+    check(&gpu(), &case, 3, 6);
+    check(&gpu(), &Case { features: "next,prev,own,deep,token".parse().unwrap(), ..case }, 1, 7);
+    check(&gpu(), &Case { features: "token".parse().unwrap(), owners: vec![1], ..case }, 2, 8);
+    // The embedding is bound exactly when the heads read it.
+    let gpu = gpu();
+    let (history, buffer) = (PrerouterHistory::new(&gpu, 2, 8, 2), gpu.storage("x", 64));
+    let dims = HeadDims { hidden: 8, dense: 16, sparse: 0, inner: 4, experts: 4 };
+    let params = HeadParams::zeros(dims);
+    let heads = [HeadToRun { owner: 0, params: &params }];
+    let token: Features = "token".parse().unwrap();
+    assert!(PrerouterHeads::new(&gpu, &history, &heads, dims, token, None).is_err());
+    let dims = HeadDims { dense: 8, ..dims };
+    let params = HeadParams::zeros(dims);
+    let heads = [HeadToRun { owner: 0, params: &params }];
+    assert!(PrerouterHeads::new(&gpu, &history, &heads, dims, "none".parse().unwrap(), Some(&buffer)).is_err());
+}
+
+#[test]
 fn heads_split_into_groups_under_a_small_binding_limit() {
     // 4 KiB bindings: four heads of these sizes per group, so five heads need two groups.
     let case = Case {
@@ -166,7 +203,7 @@ fn sequence_start_has_no_previous_routing() {
     let step = StepUniform::new(&gpu);
     step.set(&gpu, 1, 0);
     let history = PrerouterHistory::new(&gpu, 2, hidden, k);
-    let heads = PrerouterHeads::new(&gpu, &history, &[HeadToRun { owner: 0, params: &params }], dims, f).unwrap();
+    let heads = PrerouterHeads::new(&gpu, &history, &[HeadToRun { owner: 0, params: &params }], dims, f, None).unwrap();
     let case = Case { hidden, experts, top_k: k, inner, moe_layers: 2, owners: vec![0], features: f };
     let (h0, h1) = (rng.vec(hidden, -1.0, 1.0), rng.vec(hidden, -1.0, 1.0));
     // Logits whose top-2 are known: layer 0 routes to 3, 5 and layer 1 to 1, 6.

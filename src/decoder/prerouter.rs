@@ -1,7 +1,8 @@
 //! The prerouter attached to a decoder: per MoE layer a router top-k that also captures the
-//! last token's FFN input and routing, after the step every head on the GPU in one dispatch,
-//! and, with [`RoutingMode::Predicted`], router top-k kernels that take the heads' prediction
-//! as the routing of the next one-token step.
+//! last token's FFN input and routing, after the step every head on the GPU in one dispatch
+//! (heads reading the next token's embedding instead before the next one-token step, once that
+//! token is embedded), and, with [`RoutingMode::Predicted`], router top-k kernels that take the
+//! heads' prediction as the routing of the next one-token step.
 
 use std::fmt;
 use std::str::FromStr;
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::{router_shape, Ffn, GpuModel};
+use super::{router_shape, Ffn, GpuModel, SequenceCache};
 use crate::error::{Error, Result};
 use crate::experts::predictor::PredictedRouting;
 use crate::gpu::{Gpu, Pass, Readback};
@@ -66,7 +67,10 @@ pub(super) struct DecoderPrerouter {
     targets: Vec<usize>,
     /// Reads the predictions back for the prefetcher, when one uses them.
     readback: Option<Readback>,
-    /// The history holds a token of the current sequence, so a prediction exists.
+    /// The heads read the next token's embedding (feature `token`): they run before a one-token
+    /// step ([`GpuModel::predict_from_next_token`]), not at the end of the step before.
+    reads_next_token: bool,
+    /// A prediction for the next one-token step of the current sequence exists.
     ready: AtomicBool,
     top_k: usize,
 }
@@ -99,15 +103,27 @@ impl DecoderPrerouter {
         self.readback.is_some() && self.forcing(layer, n)
     }
 
-    /// Records every head (at the end of a step).
+    /// Records every head at the end of a step (unless they read the next token).
     pub(super) fn record_heads(&self, gpu: &Gpu, pass: &mut Pass) {
-        self.heads.record(gpu, pass);
+        if !self.reads_next_token {
+            self.heads.record(gpu, pass);
+        }
     }
 
-    /// After the step's submission: marks the prediction ready and, when a prefetcher reads
-    /// it, publishes each predicted layer's experts to `predicted`; returns whether it did.
+    /// After the step's submission: marks the prediction for the next token ready and, when a
+    /// prefetcher reads it, publishes it ([`Self::publish`]); returns whether it did. Heads
+    /// reading the next token have no prediction yet: theirs comes before the next step.
     pub(super) fn finish_step(&self, gpu: &Gpu, predicted: &PredictedRouting) -> Result<bool> {
-        self.ready.store(true, Ordering::Relaxed);
+        self.ready.store(!self.reads_next_token, Ordering::Relaxed);
+        if self.reads_next_token {
+            return Ok(false);
+        }
+        self.publish(gpu, predicted)
+    }
+
+    /// When a prefetcher reads the heads' prediction, reads it back (waiting for the heads'
+    /// submission) into `predicted`, each predicted layer's experts; returns whether it did.
+    fn publish(&self, gpu: &Gpu, predicted: &PredictedRouting) -> Result<bool> {
         let Some(readback) = &self.readback else { return Ok(false) };
         let mut ids = vec![0u32; self.targets.len() * self.top_k];
         readback.read(gpu, &self.heads.predicted, 0, bytemuck::cast_slice_mut(&mut ids))?;
@@ -127,22 +143,16 @@ impl GpuModel {
         self.attach_prerouter(&heads, routing, publish)
     }
 
-    /// Runs `heads` on the GPU after every step (their dimensions must match this model:
-    /// check with [`crate::prerouter::compat::ModelDims`] first). With `routing`
+    /// Runs `heads` on the GPU after every step, or before each one-token step for heads
+    /// reading the next token (their dimensions must match this model: check with
+    /// [`crate::prerouter::compat::ModelDims`] first). With `routing`
     /// [`RoutingMode::Predicted`] their predictions become the routing of one-token steps; with
-    /// `publish` they are read back after each step into [`GpuModel::predicted_routing`] and
-    /// the expert cache prefetches them for the next token.
+    /// `publish` they are read back into [`GpuModel::predicted_routing`] and the expert cache
+    /// prefetches them for the next token.
     pub fn attach_prerouter(&mut self, heads: &Heads, routing: RoutingMode, publish: bool) -> Result<()> {
         let m =
             self.spec.moe.clone().ok_or_else(|| Error::InvalidArgument("prerouter heads need an MoE model".into()))?;
         let c = &heads.config;
-        if c.features.token {
-            return Err(Error::UnsupportedConfig(
-                "prerouter heads reading the next token (feature `token`) are scored by `prerouter eval`; \
-                 they do not run on the GPU yet"
-                    .into(),
-            ));
-        }
         let moe_layers: Vec<usize> = (0..self.spec.layers).filter(|&i| self.spec.is_moe_layer(i)).collect();
         if c.moe_layers != moe_layers
             || c.hidden != self.spec.hidden
@@ -161,7 +171,9 @@ impl GpuModel {
             .first()
             .map(|h| h.head.dims)
             .ok_or_else(|| Error::InvalidArgument("the prerouter heads file holds no head".into()))?;
-        let bound = PrerouterHeads::new(gpu, &history, &to_run, dims, c.features)?;
+        // The step's embedding leaves the next token's row at the front of `acts.x`.
+        let next_embedding = c.features.token.then_some(&self.acts.x);
+        let bound = PrerouterHeads::new(gpu, &history, &to_run, dims, c.features, next_embedding)?;
         let step = &self.step.buffer;
         let router = |layer: usize, forced: Option<Forced<'_>>| {
             let capture = Capture { hn: &self.acts.hn, history: &history, layer: ordinal(layer), hidden: c.hidden };
@@ -185,9 +197,39 @@ impl GpuModel {
             heads: bound,
             targets,
             readback,
+            reads_next_token: c.features.token,
             ready: AtomicBool::new(false),
             top_k: c.top_k,
         });
+        Ok(())
+    }
+
+    /// Before a one-token step at `pos` of `cache` that continues the sequence of the last step,
+    /// with heads reading the next token (feature `token`): embeds the step's token and runs
+    /// the heads in a submission of their own, and when a prefetcher uses the prediction, reads
+    /// it back and starts loading the predicted experts, whose reads then overlap the layers
+    /// before theirs. The step itself embeds the token again (one row).
+    pub(super) fn predict_from_next_token(&self, cache: &SequenceCache, n: usize, pos: usize) -> Result<()> {
+        let Some(p) = self.prerouter.as_ref().filter(|p| p.reads_next_token) else { return Ok(()) };
+        let continues = *self.last_step_end.lock().expect("last step lock") == Some((cache.id(), pos));
+        if n != 1 || !continues {
+            return Ok(());
+        }
+        let gpu = &*self.gpu;
+        if let Some(profiler) = gpu.profiler() {
+            profiler.set_section("prerouter heads");
+        }
+        self.step.set(gpu, n, pos);
+        let mut rec = Pass::new(&gpu.device);
+        self.embed.record(gpu, &mut rec, n);
+        p.heads.record(gpu, &mut rec);
+        rec.submit(&gpu.queue);
+        p.ready.store(true, Ordering::Relaxed);
+        if p.publish(gpu, &self.predicted)? {
+            if let Some(mut r) = self.residency() {
+                r.prefetch_next_token(gpu);
+            }
+        }
         Ok(())
     }
 }

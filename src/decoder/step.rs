@@ -103,6 +103,7 @@ impl GpuModel {
             gpu.queue.write_buffer(&self.acts.targets, 0, bytemuck::cast_slice(targets));
         }
         gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
+        self.predict_from_next_token(cache, n, pos)?;
         let result = self.run_step(cache, n, pos, phase, output)?;
         self.finish_step(n, pos + n)?;
         Ok(result)

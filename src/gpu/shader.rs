@@ -234,7 +234,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("argmax", &["VEC4", "ONE_SUBGROUP"]),
     ("token_logprob", &["ONE_SUBGROUP"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID", "GROUPS", "ONE_SUBGROUP"]),
-    ("prerouter_heads", &["SCORES"]),
+    ("prerouter_heads", &["SCORES", "TOKEN"]),
     ("mla_attention", &["F16", "Q8", "SPLIT", "DECOMPRESSED"]),
     ("mla_decompress", &["F16"]),
     ("gated_delta_rule", &["KDA", "SAFE_GATE"]),

@@ -1,7 +1,8 @@
 //! The prerouter heads on the GPU: every head runs on the step's last token in three
 //! dispatches (fc1 + GELU, scores, top-k) and leaves each head's predicted experts in one
 //! buffer. What they read, the [`PrerouterHistory`], is kept by the router top-k's
-//! capture variant ([`super::router::Capture`]).
+//! capture variant ([`super::router::Capture`]); heads with the `token` feature also read the
+//! next token's input embedding, so they run once that token is embedded.
 
 use super::router::{RouterIo, RouterShape, RouterTopK};
 use super::{groups64, params};
@@ -73,22 +74,34 @@ pub struct PrerouterHeads {
 }
 
 fn feature_bits(f: Features) -> u32 {
-    u32::from(f.next) | u32::from(f.prev) << 1 | u32::from(f.own) << 2 | u32::from(f.deep) << 3
+    u32::from(f.next)
+        | u32::from(f.prev) << 1
+        | u32::from(f.own) << 2
+        | u32::from(f.deep) << 3
+        | u32::from(f.token) << 4
 }
 
 impl PrerouterHeads {
     /// Uploads `heads` (all of sizes `dims`, reading `features`, top-`top_k`) and binds them to
-    /// `history`. Heads are split into groups whose tensors fit the device's binding limit.
+    /// `history` and, with the `token` feature, to `next_embedding` (whose first `hidden`
+    /// floats hold the next token's input embedding when they run). Heads are split into
+    /// groups whose tensors fit the device's binding limit.
     pub fn new(
         gpu: &Gpu,
         history: &PrerouterHistory,
         heads: &[HeadToRun<'_>],
         dims: HeadDims,
         features: Features,
+        next_embedding: Option<&wgpu::Buffer>,
     ) -> Result<PrerouterHeads> {
         let (n, top_k, moe_layers) = (heads.len(), history.top_k, history.moe_layers);
         if n == 0 || heads.iter().any(|h| h.owner + 1 >= moe_layers) {
             return Err(Error::InvalidArgument("prerouter heads need owners before the last MoE layer".into()));
+        }
+        if features.token != next_embedding.is_some() {
+            return Err(Error::InvalidArgument(
+                "prerouter heads read the next token's embedding exactly when they have the `token` feature".into(),
+            ));
         }
         if dims.experts > 256 {
             return Err(Error::UnsupportedConfig(format!(
@@ -143,8 +156,10 @@ impl PrerouterHeads {
             ]);
             let [fc1, b1, fc2, b2, skip] = &tensors;
             let (owners, hidden, ids) = (Slice::from(&owners), Slice::from(&history.hidden), Slice::from(&history.ids));
-            let storage = [owners, hidden, ids, fc1.into(), b1.into(), (&act).into()];
-            let hidden_layer = Kernel::new(gpu, "prerouter_heads", &[], &step.buffer, &p, &storage);
+            let mut storage = vec![owners, hidden, ids, fc1.into(), b1.into(), (&act).into()];
+            storage.extend(next_embedding.map(Slice::from));
+            let defines: &[&str] = if features.token { &["TOKEN"] } else { &[] };
+            let hidden_layer = Kernel::new(gpu, "prerouter_heads", defines, &step.buffer, &p, &storage);
             let storage = [owners, hidden, fc2.into(), b2.into(), skip.into(), (&act).into(), (&logits).into()];
             let scores = Kernel::new(gpu, "prerouter_heads", &["SCORES"], &step.buffer, &p, &storage);
             groups.push((hidden_layer, scores, chunk.len()));
