@@ -195,7 +195,9 @@ fn workload_shift_recovery() {
 
 #[test]
 fn trace_round_trip() {
-    let t = grouped_trace(3, &[0, 1, 0], 0.8, 4, 3);
+    let mut t = grouped_trace(3, &[0, 1, 0], 0.8, 4, 3);
+    // A prerouter prediction between two steps.
+    t.events.insert(3, TraceEvent::Predicted(vec![(1, vec![2, 0])]));
     let bytes = t.write_to(Vec::new()).unwrap();
     let back = Trace::from_reader(TraceReader::new(&bytes[..]).unwrap()).unwrap();
     assert_eq!(back, t);
@@ -206,6 +208,7 @@ fn trace_round_trip() {
         match e {
             TraceEvent::Request(n) => w.request(*n).unwrap(),
             TraceEvent::Step(s) => w.step(s.phase, s.tokens, &s.layers).unwrap(),
+            TraceEvent::Predicted(_) => w.event(e).unwrap(),
         }
     }
     w.finish().unwrap();
@@ -214,6 +217,7 @@ fn trace_round_trip() {
     assert!(text.starts_with("{\"format\":\"moestream-trace\",\"version\":1,\"layers\":4"));
     assert!(text.contains("{\"request\":1}"));
     assert!(text.contains("{\"step\":{\"phase\":\"decode\",\"tokens\":1,\"layers\":[[0,["));
+    assert!(text.contains("{\"predicted\":[[1,[2,0]]]}"));
     std::fs::remove_file(&path).unwrap();
     assert!(matches!(Trace::read(&path), Err(TraceError::Open { .. })));
 }
@@ -243,6 +247,15 @@ fn malformed_trace_names_the_line() {
     assert_eq!(line_of_error(&format!("{h}\n{bad_layer}\n")), 2);
     let bad_phase = good.replace("decode", "verify");
     assert_eq!(line_of_error(&format!("{h}\n\n{bad_phase}\n")), 3);
+    // Predictions: at most top_k ids of MoE layers, below the expert count.
+    let predicted = "{\"predicted\":[[1,[3,0]]]}";
+    let ok = format!("{h}\n{good}\n{predicted}\n{good}\n");
+    assert_eq!(Trace::from_reader(TraceReader::new(ok.as_bytes()).unwrap()).unwrap().events.len(), 3);
+    for bad in
+        [predicted.replace("[3,0]", "[3,0,1]"), predicted.replace("[3,0]", "[4]"), predicted.replace("[1,", "[2,")]
+    {
+        assert_eq!(line_of_error(&format!("{h}\n{good}\n{bad}\n")), 3, "{bad}");
+    }
     // Header problems are line 1.
     assert_eq!(line_of_error(""), 1);
     assert_eq!(line_of_error("{\"format\":\"x\"}\n"), 1);

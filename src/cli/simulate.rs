@@ -23,7 +23,9 @@ pub struct SimulateArgs {
     /// lru, lfu, eamc, s3fifo, arc, belady, or all (comma-separated list allowed).
     #[arg(long, default_value = "all")]
     policy: String,
-    /// Prefetcher for the online policies (Belady is demand-only).
+    /// Prefetcher for the online policies (Belady is demand-only): none, eamc, or prerouter /
+    /// prerouter+eamc on a trace recorded with `--prefetch prerouter` (it replays the heads'
+    /// recorded predictions).
     #[arg(long, default_value = "none")]
     prefetch: String,
     /// Requests the EAMC collection remembers.

@@ -227,7 +227,7 @@ impl GpuModel {
         p.ready.store(true, Ordering::Relaxed);
         if p.publish(gpu, &self.predicted)? {
             if let Some(mut r) = self.residency() {
-                r.prefetch_next_token(gpu);
+                r.prefetch_next_token(gpu, &self.predicted)?;
             }
         }
         Ok(())

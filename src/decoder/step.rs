@@ -118,7 +118,7 @@ impl GpuModel {
         }
         if self.prerouter.as_ref().map(|p| p.finish_step(gpu, &self.predicted)).transpose()? == Some(true) {
             if let Some(mut r) = self.residency() {
-                r.prefetch_next_token(gpu);
+                r.prefetch_next_token(gpu, &self.predicted)?;
             }
         }
         Ok(())

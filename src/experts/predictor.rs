@@ -104,6 +104,13 @@ impl PredictedRouting {
         p.get(id.layer as usize).is_some_and(|es| es.iter().any(|&e| u32::from(e) == id.expert))
     }
 
+    /// Every predicted layer and its experts (as a trace's `predicted` line holds them).
+    pub fn layers(&self) -> Vec<(u32, Vec<u32>)> {
+        let p = self.0.lock().expect("predicted routing lock");
+        let predicted = p.iter().enumerate().filter(|(_, es)| !es.is_empty());
+        predicted.map(|(l, es)| (l as u32, es.iter().map(|&e| u32::from(e)).collect())).collect()
+    }
+
     fn layers_from(&self, first: usize) -> Vec<ExpertId> {
         let p = self.0.lock().expect("predicted routing lock");
         let later = p.iter().enumerate().skip(first);

@@ -21,9 +21,10 @@ use super::cache_model::{CacheModel, StepRows, Wave};
 use super::eam::RequestKey;
 use super::io_pool::{IoPool, Ticket, Urgency};
 use super::policy::{ExpertId, Phase};
+use super::predictor::PredictedRouting;
 use super::slot_table::{SlotTable, NO_SLOT};
 use super::source::ExpertSource;
-use super::trace::{TraceError, TraceHeader, TraceWriter};
+use super::trace::{TraceError, TraceEvent, TraceHeader, TraceWriter};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::store::AlignedBuf;
@@ -380,10 +381,20 @@ impl ExpertResidency {
         self.start_prefetches(gpu, |cache| cache.prefetch(layer));
     }
 
-    /// Starts the predictor's prefetches for the next token after a step
-    /// ([`CacheModel::prefetch_next_token`]).
-    pub fn prefetch_next_token(&mut self, gpu: &Gpu) {
+    /// Starts the predictor's prefetches for the next token between steps
+    /// ([`CacheModel::prefetch_next_token`]), `predicted` being the prerouter's prediction it
+    /// reads; the trace records that prediction.
+    pub fn prefetch_next_token(&mut self, gpu: &Gpu, predicted: &PredictedRouting) -> Result<()> {
+        if let Some(t) = &mut self.trace {
+            t.writer.event(&TraceEvent::Predicted(predicted.layers())).map_err(trace_err)?;
+        }
         self.start_prefetches(gpu, CacheModel::prefetch_next_token);
+        Ok(())
+    }
+
+    /// Whether a routing trace is being written.
+    pub fn is_tracing(&self) -> bool {
+        self.trace.is_some()
     }
 
     fn start_prefetches(&mut self, gpu: &Gpu, plan: impl FnOnce(&mut CacheModel) -> Vec<(ExpertId, u32)>) {

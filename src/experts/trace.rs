@@ -13,11 +13,14 @@
 //! ```text
 //! {"request":N}
 //! {"step":{"phase":"prefill"|"decode","tokens":T,"layers":[[layer,[T*k expert ids]],...]}}
+//! {"predicted":[[layer,[k expert ids]],...]}
 //! ```
 //!
 //! A `request` line opens request `N` (it ends at the next one or at the end of the file). A
-//! step's ids for one layer are token-major: token 0's k ids, then token 1's, and so on. Blank
-//! lines are ignored.
+//! step's ids for one layer are token-major: token 0's k ids, then token 1's, and so on. A
+//! `predicted` line records the prerouter heads' prediction for the next token (most likely
+//! first), where a run with `--prefetch prerouter` handed it to the expert cache, so a replay
+//! can prefetch as that run did. Blank lines are ignored.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -156,12 +159,16 @@ pub enum TraceEvent {
     Request(u64),
     /// A step of the current request.
     Step(TraceStep),
+    /// The prerouter's prediction for the next token, per MoE layer with a head: (layer, ids).
+    Predicted(Vec<(u32, Vec<u32>)>),
 }
 
 impl TraceEvent {
     fn validate(&self, h: &TraceHeader) -> Result<(), String> {
-        let TraceEvent::Step(step) = self else {
-            return Ok(());
+        let step = match self {
+            TraceEvent::Request(_) => return Ok(()),
+            TraceEvent::Predicted(layers) => return validate_prediction(h, layers),
+            TraceEvent::Step(step) => step,
         };
         for (layer, ids) in &step.layers {
             if !h.moe_layers.contains(layer) {
@@ -181,6 +188,22 @@ impl TraceEvent {
         }
         Ok(())
     }
+}
+
+/// Checks a `predicted` line: MoE layers of the header, at most `top_k` experts below `experts`.
+fn validate_prediction(h: &TraceHeader, layers: &[(u32, Vec<u32>)]) -> Result<(), String> {
+    for (layer, ids) in layers {
+        if !h.moe_layers.contains(layer) {
+            return Err(format!("predicted layer {layer} is not a MoE layer of the header"));
+        }
+        if ids.len() > h.top_k {
+            return Err(format!("predicted layer {layer} has {} ids, more than top_k {}", ids.len(), h.top_k));
+        }
+        if let Some(e) = ids.iter().find(|&&e| e as usize >= h.experts) {
+            return Err(format!("predicted layer {layer}: expert {e} is not below {}", h.experts));
+        }
+    }
+    Ok(())
 }
 
 /// Streams a trace out, one line per event (buffer the writer for files).

@@ -360,7 +360,9 @@ fn attach_to_model(model: &mut GpuModel, spec: &ArchSpec, dir: &Path, options: &
             r.start_trace(path, &header)?;
         }
     }
-    let publish = options.prefetch.uses_prerouter() && model.residency().is_some_and(|r| r.is_streaming());
+    // Predictions are read back for a streaming prefetcher, or for a trace to record them.
+    let publish =
+        options.prefetch.uses_prerouter() && model.residency().is_some_and(|r| r.is_streaming() || r.is_tracing());
     // Heads shipped with the model (`prerouter.safetensors`) serve when none are named.
     let shipped = [&options.model_dir, dir].map(|d| d.join(HEADS_FILE)).into_iter().find(|p| p.exists());
     let heads_file = options.prerouter.clone().or(shipped);

@@ -5,7 +5,7 @@ use serde::Serialize;
 use crate::experts::cache_model::{CacheModel, CacheStats, Wave};
 use crate::experts::eam::{EamTracker, DEFAULT_MATCHES};
 use crate::experts::policy::{Belady, CachePolicy, ExpertId, PolicyKind};
-use crate::experts::predictor::PrefetchKind;
+use crate::experts::predictor::{PredictedRouting, PrefetchKind};
 use crate::experts::trace::{Trace, TraceEvent};
 
 /// One simulated configuration.
@@ -15,7 +15,8 @@ pub struct SimConfig {
     pub slots: usize,
     /// Replacement policy.
     pub policy: PolicyKind,
-    /// Prefetcher (ignored for Belady, which is demand-only).
+    /// Prefetcher (ignored for Belady, which is demand-only; the prerouter ones replay the
+    /// trace's `predicted` lines).
     pub prefetch: PrefetchKind,
     /// EAM collection capacity (for the EAMC policy or prefetcher).
     pub eamc_capacity: usize,
@@ -66,8 +67,9 @@ pub fn access_sequence(trace: &Trace) -> Vec<ExpertId> {
     out
 }
 
-/// The cache model for `config` (Belady gets its future from `trace`, and no prefetcher).
-fn build(trace: &Trace, config: SimConfig) -> crate::Result<CacheModel> {
+/// The cache model for `config` (Belady gets its future from `trace`, and no prefetcher); a
+/// prerouter prefetcher reads `predicted`.
+fn build(trace: &Trace, config: SimConfig, predicted: &PredictedRouting) -> crate::Result<CacheModel> {
     if config.slots == 0 {
         return Err(crate::Error::InvalidArgument("a simulated cache needs at least one slot".into()));
     }
@@ -81,7 +83,7 @@ fn build(trace: &Trace, config: SimConfig) -> crate::Result<CacheModel> {
         config.policy == PolicyKind::Eamc || matches!(prefetch, PrefetchKind::Eamc | PrefetchKind::PrerouterEamc);
     let capacity = if eamc { config.eamc_capacity } else { 0 };
     let tracker = EamTracker::new(h.layers, h.experts, capacity, DEFAULT_MATCHES);
-    Ok(CacheModel::new(config.slots, h.layers, h.experts, policy, prefetch.build(), tracker))
+    Ok(CacheModel::new(config.slots, h.layers, h.experts, policy, prefetch.build_with(predicted), tracker))
 }
 
 fn effective_prefetch(config: SimConfig) -> PrefetchKind {
@@ -124,7 +126,9 @@ fn replay_with(
     mut on_layer: impl FnMut(LayerReplayed<'_>),
     mut request_done: impl FnMut(CacheStats),
 ) -> crate::Result<CacheStats> {
-    let mut cache = build(trace, config)?;
+    let predicted = PredictedRouting::default();
+    let mut cache = build(trace, config, &predicted)?;
+    let replays_predictions = effective_prefetch(config).uses_prerouter();
     let mut open = false;
     for event in &trace.events {
         match event {
@@ -149,6 +153,14 @@ fn replay_with(
                     on_layer(LayerReplayed { cache: &cache, layer, waves: &waves, prefetched: &prefetched });
                 }
             }
+            // The recorded run handed the cache this prediction between two steps.
+            TraceEvent::Predicted(layers) if replays_predictions => {
+                for (layer, ids) in layers {
+                    predicted.set(*layer as usize, ids.iter().map(|&e| e as u16).collect());
+                }
+                cache.prefetch_next_token();
+            }
+            TraceEvent::Predicted(_) => {}
         }
     }
     if open {
@@ -167,9 +179,10 @@ pub fn simulate(
     prefetch: PrefetchKind,
     eamc_capacity: usize,
 ) -> crate::Result<Vec<SimResult>> {
-    if prefetch.uses_prerouter() {
+    if prefetch.uses_prerouter() && !trace.events.iter().any(|e| matches!(e, TraceEvent::Predicted(_))) {
         return Err(crate::Error::InvalidArgument(format!(
-            "traces hold the routing only, not prerouter predictions: simulate supports --prefetch none or eamc, not {prefetch}"
+            "--prefetch {prefetch} replays the prerouter's predictions, and this trace holds none: record it with \
+             --prefetch prerouter and --trace (heads attached)"
         )));
     }
     let configs: Vec<SimConfig> = policies

@@ -247,6 +247,8 @@ pub fn trace_stats(trace: &Trace) -> TraceStats {
                     }
                 }
             }
+            // Routing statistics count what tokens routed to, not what was predicted.
+            TraceEvent::Predicted(_) => {}
         }
     }
     prefill.end_request();
