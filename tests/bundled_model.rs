@@ -59,17 +59,20 @@ fn greedy_text_matches_transformers_sample() {
 }
 
 /// Bound on perplexity with predicted routing over native, first 256 validation tokens (f16):
-/// measured 142.98 / 135.42 = 1.056 on lavapipe.
-const PREDICTED_PPL_RATIO: f64 = 1.10;
+/// measured 133.99 / 135.37 = 0.990 on lavapipe with the shipped heads (1.056 with the heads
+/// before them, which did not read the next token); issue #48's target is 1.03.
+const PREDICTED_PPL_RATIO: f64 = 1.03;
 
 #[test]
 fn shipped_prerouter_heads() {
-    // The training report stored in the heads file (held-out tail of 60k tokens).
+    // The training report stored in the heads file (held-out tail of 240k tokens); the heads
+    // read the next token's embedding.
     let heads = Heads::load(&model_dir().join(HEADS_FILE)).unwrap();
+    assert!(heads.config.features.token);
     let report: serde_json::Value = serde_json::from_str(heads.metrics.as_deref().unwrap()).unwrap();
     let recall = report["mean_recall"].as_f64().unwrap();
     let persistence = report["mean_persistence_recall"].as_f64().unwrap();
-    assert!(recall >= 0.6 && recall > persistence + 0.1, "recall {recall}, persistence {persistence}");
+    assert!(recall >= 0.8 && recall > persistence + 0.3, "recall {recall}, persistence {persistence}");
     assert_eq!(heads.heads.len(), 7, "a head for every MoE layer but the last");
 
     // Prediction-as-routing (heads found in the model directory) costs little perplexity.
@@ -80,13 +83,8 @@ fn shipped_prerouter_heads() {
     let routed = Engine::load_on(gpu(), &predicted).unwrap().score(&tokens).unwrap().perplexity;
     println!("perplexity over 256 tokens: native {exact:.3}, predicted routing {routed:.3}");
     assert!(routed / exact < PREDICTED_PPL_RATIO, "ratio {}", routed / exact);
-    // The shipped recovery LoRA (models/recipe/recovery_lora.py) wins some of it back.
-    let lora = EngineOptions { lora: Some(model_dir().join("recovery-lora")), ..predicted.clone() };
-    let recovered = Engine::load_on(gpu(), &lora).unwrap().score(&tokens).unwrap().perplexity;
-    println!("predicted routing with the recovery LoRA: {recovered:.3}");
-    assert!(recovered < routed, "recovery LoRA: {recovered} vs {routed} without");
 
-    // Streaming at a 25% budget with the predictions prefetched a token ahead generates what
+    // Streaming at a 25% budget with the predictions prefetched before each step generates what
     // the resident model generates under the same routing, and the prefetches are used.
     let prompt = native.encode("The history of").unwrap();
     let gen = GenerateOptions { max_tokens: 24, ignore_eos: true, ..Default::default() };

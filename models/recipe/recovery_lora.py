@@ -17,12 +17,14 @@ head's top-k from the token before, weighted by the router's own probabilities):
      sequential over tokens);
   3. the LoRA student runs on the predicted routing and is trained on KL(teacher || student).
 
-Usage (from the repository root, after train.py and prerouter.sh; ~6 min on 2 cores):
-    /work/venv/bin/python models/recipe/recovery_lora.py [--steps 600] [--out models/moestream-tiny-moe/recovery-lora]
+Usage (from the repository root, after train.py and prerouter.sh; ~5 min on 2 cores):
+    /work/venv/bin/python models/recipe/recovery_lora.py [--steps 600] --out DIR
 then measure with
-    moestream score --file models/moestream-tiny-moe/validation.txt --routing predicted --lora OUT
-Measured for the shipped adapter (rank 16, alpha 32, lr 5e-3, 600 steps of 8 × 128 tokens): perplexity
-with predicted routing 130.13 -> 128.06 (native routing, no adapter: 120.32).
+    moestream score --file models/moestream-tiny-moe/validation.txt --routing predicted --lora DIR
+Measured (rank 16, alpha 32, lr 5e-3, 600 steps of 8 × 128 tokens; native perplexity 120.31): with
+heads that do not read the next token (`next,prev,deep`, 256 wide), predicted routing 130.13 ->
+128.06 with the adapter; with the shipped heads (`token` added, 64 wide) 120.92 -> 120.95, nothing
+left to recover, so no adapter ships with the bundled model.
 """
 
 import argparse
@@ -70,9 +72,10 @@ class Heads:
         self.f = self.config["features"]
         self.moe = self.config["moe_layers"]
 
-    def predict(self, trace, k: int):
+    def predict(self, trace, k: int, next_embedding: torch.Tensor):
         """Per model layer: None, or [B, T, k] ids predicted for each token from the token before
-        (-1 at token 0, which routes natively)."""
+        and, with the `token` feature, the token's own input embedding (`next_embedding[:, t]`
+        is token t+1's; -1 at token 0, which routes natively)."""
         out = [None] * len(trace)
         E = self.config["experts"]
         last_h = trace[self.moe[-1]][0]
@@ -81,6 +84,8 @@ class Heads:
             h, nxt = trace[layer][0], trace[target][1]
             B, T, _ = h.shape
             dense = [h, last_h] if self.f.get("deep") else [h]
+            if self.f.get("token"):
+                dense.append(next_embedding)
             blocks = []
             hot = lambda ids: F.one_hot(ids, E).sum(-2).float()  # noqa: E731
             if self.f["next"]:
@@ -136,7 +141,7 @@ def main():
     ap.add_argument("--alpha", type=float, default=32.0)
     ap.add_argument("--lr", type=float, default=5e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=MODEL / "recovery-lora")
+    ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(2)
@@ -158,12 +163,15 @@ def main():
                 lo.scale = 0.0
             trace = []
             teacher = F.log_softmax(m(x, trace=trace)[0], -1)
-            forced = heads.predict(trace, k)
+            # Token t+1's input embedding beside token t (the last position's is never used).
+            following = torch.cat([x[:, 1:], x[:, -1:]], 1)
+            next_embedding = m.model.embed_tokens(following)
+            forced = heads.predict(trace, k, next_embedding)
             trace = []
             for lo in loras.values():
                 lo.scale = scale
             m(x, forced=forced, trace=trace)
-            forced = heads.predict(trace, k)
+            forced = heads.predict(trace, k, next_embedding)
         student = F.log_softmax(m(x, forced=forced)[0], -1)
         loss = F.kl_div(student[:, 1:], teacher[:, 1:], log_target=True, reduction="batchmean") / (a.seq - 1)
         opt.zero_grad()

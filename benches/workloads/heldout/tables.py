@@ -24,7 +24,7 @@ def recall_table(inside, outside):
           f"recall@{2 * k} of the heads {inside['mean_recall_2k']:.3f} / {outside['mean_recall_2k']:.3f}")
 
 
-def cache_table(results, total):
+def cache_table(results, total, cell):
     slots = sorted({r["slots"] for r in results})
     rows = {}
     for r in results:
@@ -33,12 +33,17 @@ def cache_table(results, total):
     print("| policy | " + " | ".join(f"{s} slots ({100 * s / total:.0f}%)" for s in slots) + " |")
     print("| --- |" + " ---: |" * len(slots))
     for name, by_slots in rows.items():
-        cells = []
-        for s in slots:
-            r = by_slots.get(s)
-            ratio = "" if r is None or r["vs_belady"] is None else f" ({r['vs_belady']:.3f}×)"
-            cells.append("-" if r is None else f"{100 * r['hit_rate']:.1f}%{ratio}")
+        cells = ["-" if by_slots.get(s) is None else cell(by_slots[s]) for s in slots]
         print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def hit_rate(r):
+    ratio = "" if r["vs_belady"] is None else f" ({r['vs_belady']:.3f}×)"
+    return f"{100 * r['hit_rate']:.1f}%{ratio}"
+
+
+def mib_read(r):
+    return f"{r['bytes_read'] / 2**20:.0f}"
 
 
 def main():
@@ -46,13 +51,17 @@ def main():
     load = lambda name: json.loads((out / name).read_text())
     recall_table(load("heldout-prerouter-in-domain.json"), load("heldout-prerouter-out-of-domain.json"))
     print()
-    results = load("heldout-cache.json")["results"] + load("heldout-cache-prefetch.json")["results"]
+    names = ["heldout-cache.json", "heldout-cache-prefetch.json", "heldout-cache-prerouter.json",
+             "heldout-cache-prerouter-eamc.json"]
+    results = [r for name in names if (out / name).exists() for r in load(name)["results"]]
     belady = {r["slots"]: r for r in results if r["policy"] == "belady"}
     for r in results:
         if r["vs_belady"] is None and r["slots"] in belady:
             r["vs_belady"] = r["hit_rate"] / belady[r["slots"]]["hit_rate"]
     total = int(sys.argv[2]) if len(sys.argv) > 2 else 256
-    cache_table(results, total)
+    cache_table(results, total, hit_rate)
+    print("\nMiB read from the store:\n")
+    cache_table([r for r in results if r["policy"] != "belady"], total, mib_read)
 
 
 if __name__ == "__main__":
