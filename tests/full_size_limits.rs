@@ -357,7 +357,7 @@ fn a_full_eam_collection_at_40_by_256_stays_bounded() {
 /// in-projection gathered from `attn_qkv`, `attn_gate`, `ssm_beta` and `ssm_alpha`, the gated
 /// attention's query and gate split from `attn_q`, and `ssm_out` (columns moved in whole value
 /// heads) keep their blocks, and the embedding and lm_head are uploaded without an f32 copy.
-/// Before, the first three went to the GPU in f32 (4.2 GB at full size, 8x their Q4_0 bytes)
+/// Before, the first three went to the GPU in f32 (4.7 GB at full size, 7x their Q4_0 bytes)
 /// and the last two were dequantized on the host (2 GB each at vocab 248,320), so a 3 GiB bound
 /// could not hold the model. The fixture (BF16, 4 value heads on 2 key heads) at CI size.
 #[test]
