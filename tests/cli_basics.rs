@@ -96,6 +96,28 @@ fn info_reads_gguf_files_and_mlx_directories() {
 }
 
 #[test]
+fn a_converted_gguf_directory_runs() {
+    // `convert FILE.gguf OUT` leaves model.json and experts.bin (no config.json): generate and
+    // info take OUT as the model (the bench commands pass the same check).
+    let dir = std::env::temp_dir().join(format!("moestream-cli-gguf-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let gguf = root().join("tests/fixtures/gguf/qwen3_moe.gguf");
+    let out = moestream(&["convert", gguf.to_str().unwrap(), dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!dir.join("config.json").exists() && dir.join("model.json").exists());
+    let d = dir.to_str().unwrap();
+    let runs: [&[&str]; 2] = [
+        &["generate", "-m", d, "--tokens", "1,2,3", "-n", "2", "--expert-slots", "4", "--temperature", "0"],
+        &["info", "-m", d, "--json"],
+    ];
+    for args in runs {
+        let out = moestream(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn a_prompt_over_the_context_prints_nothing_but_the_error() {
     let prompt = "The history of the world ".repeat(20);
     let out = moestream(&["generate", "-p", &prompt, "-c", "16", "-n", "4"]);

@@ -352,3 +352,43 @@ fn a_full_eam_collection_at_40_by_256_stays_bounded() {
     }
     println!("saved collection: {} bytes", std::fs::metadata(&path).unwrap().len());
 }
+
+/// A full-size `qwen35moe` GGUF loads its matrices in their own ggml types: the DeltaNet
+/// in-projection gathered from `attn_qkv`, `attn_gate`, `ssm_beta` and `ssm_alpha`, the gated
+/// attention's query and gate split from `attn_q`, and `ssm_out` (columns moved in whole value
+/// heads) keep their blocks, and the embedding and lm_head are uploaded without an f32 copy.
+/// Before, the first three went to the GPU in f32 (4.7 GB at full size, 7x their Q4_0 bytes)
+/// and the last two were dequantized on the host (2 GB each at vocab 248,320), so a 3 GiB bound
+/// could not hold the model. The fixture (BF16, 4 value heads on 2 key heads) at CI size.
+#[test]
+fn gguf_hybrid_matrices_keep_their_blocks() {
+    use moestream::model::gguf::{arch, GgufModel};
+    use moestream::model::{hybrid_weights, layer_weights, Checkpoint};
+
+    let path = common::fixtures_dir().join("gguf/qwen3_5_moe-bf16.gguf");
+    let model = GgufModel::open(&path).unwrap();
+    let spec = arch::spec_from_gguf(&model).unwrap();
+    let ck = Checkpoint::from_gguf(model, &spec).unwrap();
+    let hy = spec.hybrid.as_ref().expect("a hybrid model");
+    let bf16 = |v: &[u8]| -> Vec<f32> {
+        v.chunks_exact(2).map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16)).collect()
+    };
+    let w = hybrid_weights::linear_attention(&ck, &spec, hy, 0).unwrap();
+    for (name, t) in [("in_proj", &w.in_proj), ("out_proj", &w.out)] {
+        let g = t.ggml.as_ref().unwrap_or_else(|| panic!("{name} lost its GGUF blocks"));
+        assert_eq!(bf16(&g.bytes), t.data, "{name}: the blocks are the values, in Hugging Face order");
+    }
+    let layer = layer_weights::layer(&ck, &spec, 1).unwrap();
+    let layer_weights::AttentionBlock::Grouped(a) = &layer.attn else { panic!("layer 1 is gated full attention") };
+    for (name, t) in [("query", &a.q), ("gate", a.gate.as_ref().expect("an output gate"))] {
+        let g = t.ggml.as_ref().unwrap_or_else(|| panic!("{name} lost its GGUF blocks"));
+        assert_eq!(bf16(&g.bytes), t.data, "{name}");
+    }
+    let (embed, _, head) = layer_weights::globals_to_upload(&ck, &spec).unwrap();
+    let (embed_f32, _, head_f32) = layer_weights::globals(&ck, &spec).unwrap();
+    for (upload, full) in [(&embed, &embed_f32), (&head, &head_f32)] {
+        assert!(upload.data.is_empty(), "no f32 copy on the host");
+        assert_eq!(upload.ggml, full.ggml);
+        assert_eq!(bf16(&upload.ggml.as_ref().unwrap().bytes), full.data);
+    }
+}

@@ -4,7 +4,12 @@
 
     sudo python3 benches/bigmem/side_by_side.py [--data target/bigmem] [--bound 480M] [--slots 32]
         [--decode 12] [--prompt 8] [--llama-bin DIR] [--llama-cpu-bin DIR] [--json OUT]
+        [--gguf FILE] [--store DIR] [--llama-configs cpu-mmap,...] [--policies lru,lfu,eamc]
+        [--prefetch none,eamc] [--io-threads 1,8] [--no-buffered] [--no-resident] [--prefill N]
     python3 benches/bigmem/side_by_side.py --print JSON     (the tables of an earlier run)
+
+The defaults are the 4-layer bigmem bench's (benches/bigmem/run.sh); benches/fullsize/run.sh
+runs the full-size model through the same code with its own files and a subset of the rows.
 
 The bound is a memory cgroup (v1 `memory.limit_in_bytes`, or v2 `memory.max`) that every
 measured process runs in; its limit counts the process's own memory *and the page cache it
@@ -39,6 +44,7 @@ Make the model first: benches/bigmem/make.sh. Needs root (cgroup) and Linux.
 import argparse
 import json
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -51,6 +57,23 @@ ROOT = Path(__file__).resolve().parents[2]
 PEER_VULKAN = Path(os.environ.get("PEER_BIN", ROOT / "target/peer/build/bin"))
 PEER_CPU = ROOT / "target/peer/build-cpu/bin"
 CGROUP_NAME = "moestream-bigmem"
+
+
+# llama.cpp configurations: key → (label, build ("cpu": the CPU-only build, "vk": the Vulkan
+# one), llama-bench flags, whether the Vulkan device is visible).
+LLAMA_CONFIGS = {
+    "cpu-mmap": ("CPU-only build, weights on the mapping (--repack 0)", "cpu", ["--repack", "0"], False),
+    "cpu-repack": ("CPU-only build, default (weights repacked)", "cpu", [], False),
+    "vk-cpu-mmap": ("Vulkan build on the CPU, weights on the mapping (--repack 0)", "vk",
+                    ["-ngl", "0", "-dev", "none", "--repack", "0"], False),
+    "vk-cpu-repack": ("Vulkan build on the CPU, default (weights repacked)", "vk", ["-ngl", "0", "-dev", "none"],
+                      False),
+    "vk-all": ("Vulkan (all layers)", "vk", ["-ngl", "99"], True),
+    "vk-ncmoe": ("Vulkan, experts on CPU (--n-cpu-moe, --repack 0)", "vk",
+                 ["-ngl", "99", "-ncmoe", "99", "--repack", "0"], True),
+    "vk-ncmoe-nohost": ("Vulkan, experts on the CPU mapping (--n-cpu-moe, --repack 0, --no-host 1)", "vk",
+                        ["-ngl", "99", "-ncmoe", "99", "--repack", "0", "--no-host", "1"], True),
+}
 
 
 def parse_bytes(s):
@@ -194,11 +217,11 @@ def moestream_configs(cg, args, label, io_threads, policies, prefetchers, direct
 
 
 def moestream_rows(cg, args, extra, label):
-    converted = Path(args.data) / "converted"
-    cmd = [ROOT / "target/release/moestream", "bench", "ssd", "--model", converted, "--expert-slots",
+    converted = Path(args.store)
+    cmd = [args.moestream, "bench", "ssd", "--model", converted, "--expert-slots",
            str(args.slots), "--prompt-tokens", str(args.prompt), "--decode-tokens", str(args.decode),
            "--device-seconds", "2", "--json", *extra]
-    rc, out, err, secs, read, _ = run_capped(cg, cmd, dict(os.environ, RUST_LOG="info"), [converted])
+    rc, out, err, secs, read, _ = run_capped(cg, cmd, dict(os.environ, RUST_LOG="info"), [converted, args.gguf])
     print(err[-3000:], file=sys.stderr)
     if rc != 0:
         return None, [{"engine": "moestream", "backend": label, "decode_tokens_per_s": None, "note": f"exit {rc}",
@@ -214,11 +237,50 @@ def moestream_rows(cg, args, extra, label):
     return rep, rows
 
 
+def prefill_rows(cg, args, gguf, llama):
+    """Prefill of a `--prefill`-token prompt under the bound, cold: llama-bench `-p N -n 0` in
+    each llama.cpp configuration of `llama` ((label, bin dir, extra flags, env)), and moestream's
+    `generate --json` on the same number of seeded random ids (LRU, no prefetch, uncached), its
+    prefill speed and bytes read from its own report."""
+    rows = []
+    for label, bin_dir, extra, env in llama:
+        cmd = [Path(bin_dir) / "llama-bench", "-m", gguf, "-p", str(args.prefill), "-n", "0", "-r", "1",
+               "-t", str(args.threads), "-o", "json", "-lm", "mmap", *extra]
+        rc, out, err, secs, read, _ = run_capped(cg, cmd, env, [gguf])
+        row = {"engine": "llama.cpp", "backend": label, "peak_bytes": cg.peak(), "peak_anon_bytes": cg.peak_anon,
+               "bytes_read": read, "seconds": secs, "command": " ".join(str(c) for c in cmd)}
+        if rc != 0:
+            print(err[-2000:], file=sys.stderr)
+            rows.append({**row, "prefill_tokens_per_s": None, "note": f"exit {rc}"})
+            continue
+        r = json.loads(out)[0]
+        rows.append({**row, "prefill_tokens_per_s": r["avg_ts"], "bytes_read_per_token": read / args.prefill,
+                     "note": "bytes read include the model load"})
+    if not args.policies:
+        return rows
+    store = Path(args.store)
+    ids = ",".join(str(i) for i in random.Random(0).choices(range(args.prefill_vocab), k=args.prefill))
+    cmd = [args.moestream, "generate", "--model", store, "--tokens", ids, "-n", "1",
+           "--temperature", "0", "--context", str(args.prefill + 64), "--expert-slots", str(args.slots),
+           "--policy", "lru", "--prefetch", "none", "--direct-io", "on", "--json"]
+    rc, out, err, secs, read, _ = run_capped(cg, cmd, dict(os.environ, RUST_LOG="info"), [store, gguf])
+    row = {"engine": "moestream", "backend": "uncached, 4 I/O threads, lru / none", "peak_bytes": cg.peak(),
+           "peak_anon_bytes": cg.peak_anon, "bytes_read": read, "seconds": secs,
+           "command": " ".join(str(c) for c in cmd).replace(ids, f"<{args.prefill} seeded random ids>")}
+    if rc != 0:
+        print(err[-3000:], file=sys.stderr)
+        return rows + [{**row, "prefill_tokens_per_s": None, "note": f"exit {rc}"}]
+    stats = json.loads(out.strip().splitlines()[-1])["stats"]
+    return rows + [{**row, "prefill_tokens_per_s": stats["prefill_tokens_per_s"], "stats": stats,
+                    "bytes_read_per_token": stats["bytes_read"] / args.prefill,
+                    "note": "bytes read: its own counter (prompt and one generated token)"}]
+
+
 def resident_row(args):
     """moestream with every expert resident and no bound: the compute ceiling of the streamed rows
     (it needs memory for the whole model, so it runs outside the cgroup)."""
-    converted = Path(args.data) / "converted"
-    cmd = [ROOT / "target/release/moestream", "bench", "model", "--model", converted, "--context", "256",
+    converted = Path(args.store)
+    cmd = [args.moestream, "bench", "model", "--model", converted, "--context", "256",
            "--prompt-tokens", str(args.prompt), "--decode-tokens", str(args.decode), "--runs", "1", "--json"]
     print("+", " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
@@ -245,55 +307,97 @@ def main():
                    help="llama.cpp built with its Vulkan backend (benches/peer/build_llama_cpp.sh)")
     p.add_argument("--llama-cpu-bin", default=str(PEER_CPU),
                    help="llama.cpp's CPU-only build (benches/peer/build_llama_cpp.sh)")
+    p.add_argument("--moestream", default=os.environ.get("MOESTREAM_BIN", str(ROOT / "target/release/moestream")),
+                   help="the moestream binary (env MOESTREAM_BIN)")
+    p.add_argument("--gguf", default=None, help="the GGUF llama.cpp reads (default DATA/bigmem-q4_0.gguf)")
+    p.add_argument("--store", default=None,
+                   help="moestream's converted directory (default DATA/converted; a GGUF's holds only experts.bin)")
+    p.add_argument("--llama-configs", default=",".join(LLAMA_CONFIGS),
+                   help="llama.cpp rows to run, of: " + ", ".join(LLAMA_CONFIGS))
+    p.add_argument("--policies", default="lru,lfu,eamc", help="moestream policies (x --prefetch, 4 I/O threads)")
+    p.add_argument("--prefetch", default="none,eamc")
+    p.add_argument("--no-buffered", action="store_true", help="skip the buffered moestream row")
+    p.add_argument("--no-resident", action="store_true",
+                   help="skip the resident reference row (it holds every expert in memory)")
+    p.add_argument("--prefill", type=int, default=0,
+                   help="also time the prefill of a prompt of this many tokens (llama-bench -p N; moestream generate)")
+    p.add_argument("--prefill-llama-configs", default=None,
+                   help="llama.cpp rows whose prefill is timed (default: every --llama-configs row)")
+    p.add_argument("--prefill-vocab", type=int, default=4096, help="ids of the prefill prompt are below this")
     p.add_argument("--json", default=None)
+    p.add_argument("--combine", metavar="JSON", nargs="+", default=None,
+                   help="join the rows of earlier runs' JSON into one report (--json OUT) and print it")
     p.add_argument("--print", metavar="JSON", default=None,
                    help="print the tables of an earlier run's JSON and exit (nothing is run)")
     args = p.parse_args()
     if args.print:
         print_tables(json.loads(Path(args.print).read_text()))
         return
+    if args.combine:
+        # Runs made in separate spells (llama.cpp's rows in one, moestream's in another): one report.
+        parts = [json.loads(Path(f).read_text()) for f in args.combine]
+        report = dict(parts[0])
+        report["rows"] = [r for p in parts for r in p["rows"]]
+        report["prefill_rows"] = [r for p in parts for r in p.get("prefill_rows", [])]
+        report["moestream"] = next((p["moestream"] for p in parts if p["moestream"]), None)
+        report["combined_from"] = [str(f) for f in args.combine]
+        compare(report)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+        print_tables(report)
+        return
     for d in (args.llama_bin, args.llama_cpu_bin):
         if not (Path(d) / "llama-bench").exists():
             sys.exit(f"{d}/llama-bench is missing: run benches/peer/build_llama_cpp.sh (or pass --llama-bin / "
                      "--llama-cpu-bin)")
     data = Path(args.data)
-    gguf, store = data / "bigmem-q4_0.gguf", data / "converted/experts.bin"
+    gguf = Path(args.gguf or data / "bigmem-q4_0.gguf")
+    args.gguf = gguf
+    args.store = args.store or str(data / "converted")
+    store = Path(args.store) / "experts.bin"
     for f in (gguf, store):
         if not f.exists():
-            sys.exit(f"{f} is missing: run benches/bigmem/make.sh first")
+            sys.exit(f"{f} is missing: run benches/bigmem/make.sh (or benches/fullsize/make.sh) first")
     cg = Cgroup(parse_bytes(args.bound))
     env_vk = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
-    cpu, vk = args.llama_cpu_bin, args.llama_bin
-    rows = [
-        llama_row(cg, "CPU-only build, weights on the mapping (--repack 0)", cpu, gguf, args, ["--repack", "0"],
-                  os.environ),
-        llama_row(cg, "CPU-only build, default (weights repacked)", cpu, gguf, args, [], os.environ),
-        llama_row(cg, "Vulkan build on the CPU, weights on the mapping (--repack 0)", vk, gguf, args,
-                  ["-ngl", "0", "-dev", "none", "--repack", "0"], os.environ),
-        llama_row(cg, "Vulkan build on the CPU, default (weights repacked)", vk, gguf, args,
-                  ["-ngl", "0", "-dev", "none"], os.environ),
-        llama_row(cg, "Vulkan (all layers)", vk, gguf, args, ["-ngl", "99"], env_vk),
-        llama_row(cg, "Vulkan, experts on CPU (--n-cpu-moe, --repack 0)", vk, gguf, args,
-                  ["-ngl", "99", "-ncmoe", "99", "--repack", "0"], env_vk),
-        llama_row(cg, "Vulkan, experts on the CPU mapping (--n-cpu-moe, --repack 0, --no-host 1)", vk, gguf, args,
-                  ["-ngl", "99", "-ncmoe", "99", "--repack", "0", "--no-host", "1"], env_vk),
-    ]
-    rep, ours = moestream_configs(cg, args, "uncached", "4", "lru,lfu,eamc", "none,eamc", "auto")
+    bins = {"cpu": args.llama_cpu_bin, "vk": args.llama_bin}
+    llama = []
+    for key in filter(None, args.llama_configs.split(",")):
+        if key not in LLAMA_CONFIGS:
+            sys.exit(f"--llama-configs: unknown {key!r} (known: {', '.join(LLAMA_CONFIGS)})")
+        label, build, extra, vulkan = LLAMA_CONFIGS[key]
+        llama.append((label, bins[build], extra, env_vk if vulkan else os.environ))
+    rows = [llama_row(cg, label, bin_dir, gguf, args, extra, env) for label, bin_dir, extra, env in llama]
+    rep, ours = (None, [])
+    if args.policies:
+        rep, ours = moestream_configs(cg, args, "uncached", "4", args.policies, args.prefetch, "auto")
     rows += ours
-    rows += moestream_configs(cg, args, "uncached", args.io_threads, "eamc", "eamc", "auto")[1]
-    rows += moestream_configs(cg, args, "buffered", "4", "eamc", "eamc", "off")[1]
+    if args.io_threads and args.policies:
+        rows += moestream_configs(cg, args, "uncached", args.io_threads, "eamc", "eamc", "auto")[1]
+    if not args.no_buffered and args.policies:
+        rows += moestream_configs(cg, args, "buffered", "4", "eamc", "eamc", "off")[1]
     tokens = [r["run"]["tokens"] for r in rows if "run" in r]
     if any(t != tokens[0] for t in tokens):
         sys.exit("moestream configurations generated different tokens: streaming must be exact")
-    rows.append(resident_row(args))
-    best_llama = max((r["decode_tokens_per_s"] or 0) for r in rows if r["engine"] == "llama.cpp")
-    for r in rows:
-        r["vs_best_llama"] = (r["decode_tokens_per_s"] or 0) / best_llama if best_llama else None
+    if not args.no_resident:
+        rows.append(resident_row(args))
+    keys = [k for k in filter(None, args.llama_configs.split(","))]
+    chosen = keys if args.prefill_llama_configs is None else list(filter(None, args.prefill_llama_configs.split(",")))
+    prefill = prefill_rows(cg, args, gguf, [c for k, c in zip(keys, llama) if k in chosen]) if args.prefill else []
     report = {"bound_bytes": cg.limit, "store_bytes": store.stat().st_size, "gguf_bytes": gguf.stat().st_size,
-              "decode_tokens": args.decode, "prompt_tokens": args.prompt, "moestream": rep, "rows": rows}
+              "decode_tokens": args.decode, "prompt_tokens": args.prompt, "moestream": rep, "rows": rows,
+              "prefill_tokens": args.prefill, "prefill_rows": prefill}
+    compare(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     print_tables(report)
+
+
+def compare(report):
+    """Each row's decode speed against llama.cpp's best row."""
+    best_llama = max([(r["decode_tokens_per_s"] or 0) for r in report["rows"] if r["engine"] == "llama.cpp"] or [0])
+    for r in report["rows"]:
+        r["vs_best_llama"] = (r["decode_tokens_per_s"] or 0) / best_llama if best_llama else None
 
 
 def print_tables(report):
@@ -310,6 +414,14 @@ def print_tables(report):
         print(f"| {r['engine']} | {r['backend']} | {tps} | {vs} | {mib(r.get('bytes_read_per_token'))} | "
               f"{mib(r['peak_bytes'])} ({mib(r['peak_anon_bytes'])}) | {r['note']} |")
     print_moestream_details(report["moestream"], [r for r in report["rows"] if "run" in r])
+    if report.get("prefill_rows"):
+        print(f"\nprefill of {report['prefill_tokens']} tokens, cold, same bound\n")
+        print("| engine | backend | prefill tok/s | MiB read/token | peak MiB (anonymous) | note |")
+        print("|---|---|---:|---:|---:|---|")
+        for r in report["prefill_rows"]:
+            tps = "-" if r["prefill_tokens_per_s"] is None else f"{r['prefill_tokens_per_s']:.2f}"
+            print(f"| {r['engine']} | {r['backend']} | {tps} | {mib(r.get('bytes_read_per_token'))} | "
+                  f"{mib(r['peak_bytes'])} ({mib(r['peak_anon_bytes'])}) | {r['note']} |")
 
 
 def print_moestream_details(rep, rows):

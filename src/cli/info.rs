@@ -53,9 +53,15 @@ fn linear_kind_name(kind: LinearKind) -> &'static str {
 pub fn run(a: InfoArgs) -> Result<()> {
     let dir = a.model.unwrap_or_else(default_model);
     check_exists(&dir)?;
-    let (spec, ckpt) = match moestream::model::gguf::arch::is_gguf(&dir) {
+    // A GGUF file's converted directory (`convert FILE.gguf OUT`: model.json and experts.bin)
+    // describes that file, whose other tensors it reads.
+    let source = match moestream::convert::is_converted(&dir) {
+        true => moestream::convert::ModelManifest::load(&dir)?.gguf.unwrap_or_else(|| dir.clone()),
+        false => dir.clone(),
+    };
+    let (spec, ckpt) = match moestream::model::gguf::arch::is_gguf(&source) {
         true => {
-            let gguf = GgufModel::open(&dir)?;
+            let gguf = GgufModel::open(&source)?;
             let spec = moestream::model::gguf::arch::spec_from_gguf(&gguf)?;
             let ckpt = Checkpoint::from_gguf(gguf, &spec)?;
             (spec, ckpt)

@@ -280,9 +280,10 @@ impl ModelArgs {
 pub fn base_options(dir: &std::path::Path, dtype: Dtype) -> Result<EngineOptions> {
     check_exists(dir)?;
     let gguf = moestream::model::gguf::arch::is_gguf(dir);
-    if !gguf && !dir.join("config.json").exists() {
+    // `moestream convert FILE.gguf OUT` writes model.json and experts.bin, no config.json.
+    if !gguf && !dir.join("config.json").exists() && !moestream::convert::is_converted(dir) {
         return Err(Error::InvalidArgument(format!(
-            "{} is not a model directory (no config.json) or GGUF file; pass --model DIR or FILE.gguf",
+            "{} is not a model directory (no config.json or model.json) or GGUF file; pass --model DIR or FILE.gguf",
             dir.display()
         )));
     }

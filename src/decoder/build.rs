@@ -458,7 +458,7 @@ impl GpuModel {
             layer: None,
         };
 
-        let (embed_w, final_norm_w, head_w) = layer_weights::globals(ckpt, spec)?;
+        let (embed_w, final_norm_w, head_w) = layer_weights::globals_to_upload(ckpt, spec)?;
         let embed_m = bld.matrix("embed", &embed_w)?;
         let embed = Embed::new(&gpu, &step.buffer, &acts.tokens, &bld.matrices[embed_m], &acts.x);
         let embed_from_argmax = Embed::new(&gpu, &step.buffer, &acts.argmax, &bld.matrices[embed_m], &acts.x);

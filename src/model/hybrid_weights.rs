@@ -3,7 +3,7 @@
 //! whichever way the checkpoint stores it.
 
 use super::config::{ArchSpec, HybridSpec, LinearKind};
-use super::weights::{Checkpoint, HostTensor};
+use super::weights::{Checkpoint, GgmlBlob, HostTensor};
 use crate::error::Result;
 
 /// One linear-attention layer's weights.
@@ -26,14 +26,27 @@ pub struct LinearAttnWeights {
 }
 
 /// A matrix made of row ranges `(tensor, first row, rows)` of same-width tensors, in order.
-/// The f32 values only: a stored int4 or GGUF form does not survive reordering.
+/// GGUF blocks are gathered too where every part keeps them in one ggml type (whole rows of
+/// blocks move), so the matrix stays in that type on the GPU; a stored int4 form does not
+/// survive (its scale groups may span the parts), nor do GGUF parts of different types.
 fn gather_rows(parts: &[(&HostTensor, usize, usize)]) -> HostTensor {
     let cols = parts[0].0.shape[1];
     let mut data = Vec::with_capacity(parts.iter().map(|p| p.2).sum::<usize>() * cols);
     for &(t, first, rows) in parts {
         data.extend_from_slice(&t.data[first * cols..(first + rows) * cols]);
     }
-    HostTensor::new(vec![data.len() / cols, cols], data)
+    let ggml_type = parts[0].0.ggml.as_ref().map(|g| g.ggml_type);
+    let same_type = parts.iter().all(|(t, _, _)| t.ggml.as_ref().map(|g| g.ggml_type) == ggml_type);
+    let ggml = ggml_type.filter(|_| same_type).map(|ggml_type| {
+        let mut bytes = Vec::new();
+        for &(t, first, rows) in parts {
+            let row_bytes = ggml_type.row_bytes(cols);
+            let blob = &t.ggml.as_ref().expect("checked above").bytes;
+            bytes.extend_from_slice(&blob[first * row_bytes..(first + rows) * row_bytes]);
+        }
+        GgmlBlob { ggml_type, bytes }
+    });
+    HostTensor { ggml, ..HostTensor::new(vec![data.len() / cols, cols], data) }
 }
 
 /// Qwen3-Next's `in_proj_qkvz` `[nk * (2 dk + 2 r dv), h]` and `in_proj_ba` `[nk * 2r, h]`

@@ -309,12 +309,24 @@ pub fn expert(ck: &Checkpoint, spec: &ArchSpec, i: usize, e: usize) -> Result<Ml
 /// Embedding `[vocab, hidden]`, final norm `[hidden]` and lm_head `[vocab, hidden]` (the
 /// embedding again when tied).
 pub fn globals(ck: &Checkpoint, spec: &ArchSpec) -> Result<(HostTensor, HostTensor, HostTensor)> {
-    let embed = ck.tensor(names::EMBED, &[spec.vocab, spec.hidden])?;
+    globals_read(ck, spec, Checkpoint::tensor)
+}
+
+/// [`globals`] for the GPU: a GGUF embedding and lm_head as their blocks alone
+/// ([`Checkpoint::tensor_to_upload`], no f32 values on the host).
+pub fn globals_to_upload(ck: &Checkpoint, spec: &ArchSpec) -> Result<(HostTensor, HostTensor, HostTensor)> {
+    globals_read(ck, spec, Checkpoint::tensor_to_upload)
+}
+
+type Read = fn(&Checkpoint, &str, &[usize]) -> Result<HostTensor>;
+
+fn globals_read(ck: &Checkpoint, spec: &ArchSpec, read: Read) -> Result<(HostTensor, HostTensor, HostTensor)> {
+    let embed = read(ck, names::EMBED, &[spec.vocab, spec.hidden])?;
     let norm = centred(spec, ck.tensor(names::FINAL_NORM, &[spec.hidden])?);
     let head = if spec.tie_embeddings && !ck.contains(names::LM_HEAD) {
         embed.clone()
     } else {
-        ck.tensor(names::LM_HEAD, &[spec.vocab, spec.hidden])?
+        read(ck, names::LM_HEAD, &[spec.vocab, spec.hidden])?
     };
     Ok((embed, norm, head))
 }

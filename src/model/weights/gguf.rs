@@ -96,12 +96,56 @@ impl Checkpoint {
     }
 }
 
+/// The blocks of a matrix of type `t` (rows of `bytes`, `shape` `[rows, cols]`) with its columns
+/// moved as `cols` says (Hugging Face column `c` is stored column `cols[c]`), where they move in
+/// whole blocks: every block of `t`'s width comes from one whole stored block. `None` otherwise.
+/// `qwen35moe`'s `ssm_out` moves whole value heads (128 columns: 4 Q4_0 blocks), so it keeps
+/// its type instead of being read as f32.
+fn columns_in_blocks(t: GgmlType, bytes: &[u8], shape: &[usize], cols: &[usize]) -> Option<Vec<u8>> {
+    let (&[rows, width], b) = (shape, t.block_size()) else { return None };
+    if cols.len() != width || !width.is_multiple_of(b) {
+        return None;
+    }
+    // The stored block each Hugging Face block comes from.
+    let sources: Vec<usize> = (0..width / b)
+        .map(|j| {
+            let first = cols[j * b];
+            let whole = first.is_multiple_of(b) && (0..b).all(|i| cols[j * b + i] == first + i);
+            whole.then_some(first / b)
+        })
+        .collect::<Option<_>>()?;
+    let (size, row_bytes) = (t.type_size(), t.row_bytes(width));
+    let mut out = Vec::with_capacity(rows * row_bytes);
+    for row in bytes.chunks_exact(row_bytes).take(rows) {
+        for &s in &sources {
+            out.extend_from_slice(&row[s * size..(s + 1) * size]);
+        }
+    }
+    Some(out)
+}
+
+impl Checkpoint {
+    /// `name` (shape `expected`) to upload and nothing else: a GGUF matrix that keeps its
+    /// blocks as those blocks alone, its `data` left empty, else [`Checkpoint::tensor`]. The
+    /// f32 values of a 248,320-row GGUF lm_head or embedding would be 2 GB each on the host.
+    pub fn tensor_to_upload(&self, name: &str, expected: &[usize]) -> Result<HostTensor> {
+        match self.ggml_blob(name, expected)? {
+            Some(blob) => Ok(HostTensor { shape: expected.to_vec(), data: Vec::new(), int4: None, ggml: Some(blob) }),
+            None => self.tensor(name, expected),
+        }
+    }
+}
+
 /// A GGUF tensor of type `t` (`bytes` from its first row), with llama.cpp's changes undone
-/// (`fix`): dequantized, and for matrices whose columns stay in place also kept as stored.
+/// (`fix`): dequantized, and for matrices whose columns stay in place (or move in whole
+/// blocks) also kept as stored.
 pub(super) fn ggml_tensor(t: GgmlType, bytes: &[u8], shape: &[usize], fix: &Fix) -> HostTensor {
     let bytes = rows_in_order(t, bytes, shape, fix);
     let mut data = crate::model::gguf::dequant::dequantize(t, &bytes);
-    let ggml = keeps_blocks(shape, fix).then(|| GgmlBlob { ggml_type: t, bytes: bytes.into_owned() });
+    let ggml = match &fix.values {
+        Values::Columns(cols) => columns_in_blocks(t, &bytes, shape, cols).map(|b| GgmlBlob { ggml_type: t, bytes: b }),
+        _ => keeps_blocks(shape, fix).then(|| GgmlBlob { ggml_type: t, bytes: bytes.into_owned() }),
+    };
     match &fix.values {
         Values::Same => {}
         Values::PlusOne => data.iter_mut().for_each(|v| *v -= 1.0),
@@ -172,4 +216,26 @@ pub(super) fn joined_kv_b(t: GgmlType, k: &[u8], v: SplitKvB, v_bytes: &[u8]) ->
         data.extend_from_slice(&vv[h * v_head * rank..(h + 1) * v_head * rank]);
     }
     HostTensor::new(vec![heads * (nope + v_head), rank], data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Q4_0 rows whose columns move in whole blocks keep their blocks, moved; a move within a
+    /// block does not.
+    #[test]
+    fn columns_moved_in_whole_blocks_keep_their_blocks() {
+        let (rows, width) = (2, 128);
+        let bytes: Vec<u8> = (0..rows * GgmlType::Q4_0.row_bytes(width)).map(|i| (i * 7 % 251) as u8).collect();
+        // Hugging Face column c is stored column cols[c]: swap the two halves of each row.
+        let cols: Vec<usize> = (0..width).map(|c| (c + 64) % width).collect();
+        let fix = Fix { rows: None, values: Values::Columns(cols.clone()) };
+        let t = ggml_tensor(GgmlType::Q4_0, &bytes, &[rows, width], &fix);
+        let blob = t.ggml.expect("whole blocks move");
+        assert_eq!(crate::model::gguf::dequant::dequantize(GgmlType::Q4_0, &blob.bytes), t.data);
+        let mut within = cols;
+        within.swap(0, 1);
+        assert!(columns_in_blocks(GgmlType::Q4_0, &bytes, &[rows, width], &within).is_none());
+    }
 }
