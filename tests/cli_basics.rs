@@ -29,6 +29,40 @@ fn short_flags_generate_on_the_bundled_model() {
     assert!(text(&out.stderr).contains("4 generated"), "{}", text(&out.stderr));
 }
 
+/// `--batch-size` (llama.cpp's `-ub`) sets the prompt's chunk size: the same log-probs in any
+/// chunking (every kernel computes a token's rows on their own), and streamed, far fewer expert
+/// bytes read in big chunks than in small ones; 0 and too large a value are refused by name.
+#[test]
+fn batch_size_chunks_the_prompt_without_changing_the_result() {
+    let model = root().join("models/moestream-tiny-moe");
+    let text_file = model.join("validation.txt");
+    let score = |extra: &[&str]| {
+        let mut args = vec!["score", "-m", model.to_str().unwrap(), "--file", text_file.to_str().unwrap(), "-c", "300"];
+        args.extend(extra);
+        let out = moestream(&args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let default = score(&[]);
+    assert!(default.contains("perplexity"), "{default}");
+    assert_eq!(default, score(&["-b", "7"]));
+    assert_eq!(default, score(&["--ubatch-size", "300"]));
+    // Streamed at a quarter of the experts, bigger chunks read each expert for more tokens.
+    let streamed = |b: &str| {
+        let json = score(&["--expert-slots", "72", "--json", "-b", b]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        (v["logprobs"].clone(), v["experts"]["bytes_read"].as_u64().unwrap())
+    };
+    let ((small_lp, small), (big_lp, big)) = (streamed("8"), streamed("300"));
+    assert_eq!(small_lp, big_lp);
+    assert!(big * 4 < small, "{big} bytes read in 300-token chunks, {small} in 8-token ones");
+    for bad in ["0", "8193", "x"] {
+        let out =
+            moestream(&["score", "-m", model.to_str().unwrap(), "--file", text_file.to_str().unwrap(), "-b", bad]);
+        assert!(!out.status.success() && text(&out.stderr).contains("--batch-size"), "{bad}: {}", text(&out.stderr));
+    }
+}
+
 #[test]
 fn sampling_takes_the_models_defaults_and_repeats_with_a_seed() {
     let bundled = root().join("models/moestream-tiny-moe");

@@ -207,7 +207,18 @@ pub struct ModelArgs {
     /// unmerged on top of the model's weights.
     #[arg(long, value_name = "DIR")]
     pub lora: Option<PathBuf>,
+    /// Most tokens one step runs (llama.cpp's `--ubatch-size`): a prompt is processed in chunks
+    /// of this many, and parallel requests share steps of at most this many tokens. Larger
+    /// steps read each streamed expert once for more prompt tokens and take more activation
+    /// memory; the adapter may lower it (logged).
+    #[arg(short = 'b', long, visible_alias = "ubatch-size", value_name = "N",
+          default_value_t = moestream::runtime::options::DEFAULT_MAX_BATCH as u32,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_BATCH_SIZE as i64))]
+    pub batch_size: u32,
 }
+
+/// The largest `--batch-size` accepted.
+const MAX_BATCH_SIZE: usize = 8192;
 
 /// The bundled model's directory: `$MOESTREAM_MODEL`, else `models/moestream-tiny-moe` in the
 /// source tree this binary was built from.
@@ -272,6 +283,7 @@ impl ModelArgs {
         o.direct_io = self.direct_io.mode();
         o.lora = self.lora.clone();
         o.cache_dir = self.cache_dir.clone();
+        o.max_batch = self.batch_size as usize;
         Ok(o)
     }
 }
