@@ -99,3 +99,28 @@ pub fn run() -> Result<()> {
         Command::Prerouter(a) => prerouter::run(a),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// No two flags of a command share a short letter or a long name (clap checks this only in
+    /// debug builds, and the tests run in release).
+    #[test]
+    fn no_two_flags_share_a_name() {
+        use clap::CommandFactory;
+        fn check(cmd: &clap::Command, path: &str) {
+            let (mut shorts, mut longs) = (std::collections::HashSet::new(), std::collections::HashSet::new());
+            for arg in cmd.get_arguments() {
+                for short in arg.get_short_and_visible_aliases().into_iter().flatten() {
+                    assert!(shorts.insert(short), "{path}: -{short} twice");
+                }
+                for long in arg.get_long_and_visible_aliases().into_iter().flatten() {
+                    assert!(longs.insert(long.to_string()), "{path}: --{long} twice");
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        check(&super::Cli::command(), "moestream");
+    }
+}
