@@ -67,8 +67,10 @@ impl Predictor for EamcPredictor {
 }
 
 /// Each layer's experts predicted for the coming token (most likely first), shared between
-/// whoever predicts them (the prerouter heads, run after each MoE layer's routing; see
-/// `decoder::GpuModel::attach_prerouter_file`) and the [`PrerouterPredictor`] that turns them into prefetches.
+/// whoever predicts them (the prerouter heads, run at the end of a step, or just before it for
+/// heads reading the next token; see `decoder::GpuModel::attach_prerouter_file`) and the
+/// [`PrerouterPredictor`] that turns them into prefetches (or a trace replay, which sets them
+/// from the trace's `predicted` lines).
 #[derive(Clone, Debug, Default)]
 pub struct PredictedRouting(Arc<Mutex<Vec<Vec<u16>>>>);
 
