@@ -12,7 +12,7 @@ use moestream::decoder::RoutingMode;
 use moestream::experts::predictor::PrefetchKind;
 use moestream::ops::WeightFormat;
 use moestream::prerouter::heads_file::{Heads, HEADS_FILE};
-use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions};
+use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, MtpLoad};
 
 fn model_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/moestream-tiny-moe")
@@ -95,4 +95,9 @@ fn shipped_prerouter_heads() {
     assert_eq!(streamed.tokens, resident.tokens);
     let stats = streamed.stats.experts;
     assert!(stats.prefetch_used * 2 > stats.prefetch_issued, "most prefetches used: {stats:?}");
+    // Drafts would verify their tokens with native routing, so the output would change: refused.
+    let with_mtp = Engine::load_on(gpu(), &EngineOptions { mtp: MtpLoad::Required, ..predicted.clone() }).unwrap();
+    let drafted = GenerateOptions { mtp_drafts: 3, ..gen.clone() };
+    let refused = with_mtp.generate(&prompt, &drafted, |_, _| true).unwrap_err();
+    assert!(refused.to_string().contains("--routing predicted"), "{refused}");
 }

@@ -63,6 +63,27 @@ fn batch_size_chunks_the_prompt_without_changing_the_result() {
     }
 }
 
+/// With `--routing predicted`, `--speculative auto` goes without drafts (a verify step would
+/// route its tokens natively and change the text), and asking for them by name is refused.
+#[test]
+fn predicted_routing_goes_without_drafts() {
+    let model = root().join("models/moestream-tiny-moe");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["generate", "-m", model.to_str().unwrap(), "-p", "The history of", "-n", "24"];
+        args.extend(["--temperature", "0", "--routing", "predicted"]);
+        args.extend(extra);
+        moestream(&args)
+    };
+    let (auto, off) = (run(&[]), run(&["--speculative", "off"]));
+    assert!(auto.status.success(), "{}", text(&auto.stderr));
+    assert_eq!(text(&auto.stdout), text(&off.stdout));
+    assert!(!text(&auto.stderr).contains("MTP drafts"), "{}", text(&auto.stderr));
+    for asked in [&["--speculative", "mtp"][..], &["--speculative", "ngram"], &["--draft", "3"]] {
+        let out = run(asked);
+        assert!(!out.status.success() && text(&out.stderr).contains("--routing predicted"), "{asked:?}");
+    }
+}
+
 #[test]
 fn sampling_takes_the_models_defaults_and_repeats_with_a_seed() {
     let bundled = root().join("models/moestream-tiny-moe");

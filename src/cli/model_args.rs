@@ -13,6 +13,7 @@ use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;
 use moestream::runtime::direct_io::DirectIo;
 use moestream::runtime::sampling_defaults::fresh_seed;
+use moestream::runtime::DRAFTS_WITH_PREDICTED_ROUTING;
 use moestream::runtime::{EngineOptions, ExpertBudget, MtpLoad, SamplingOverrides, SamplingParams};
 use moestream::{Engine, Error, Result};
 
@@ -448,12 +449,10 @@ impl DraftArgs {
     /// with `--draft N`, that is an error).
     pub fn plan(&self, engine: &Engine, constrained: bool) -> Result<DraftPlan> {
         if constrained {
-            let asked =
-                matches!(self.speculative, Speculative::Mtp | Speculative::Ngram) || self.draft.unwrap_or(0) > 0;
-            return match asked {
-                true => Err(Error::UnsupportedConfig("drafts with a constraint (JSON schema, regex, grammar)".into())),
-                false => Ok(DraftPlan::default()),
-            };
+            return self.without("drafts with a constraint (JSON schema, regex, grammar)");
+        }
+        if engine.routing() == RoutingMode::Predicted {
+            return self.without(DRAFTS_WITH_PREDICTED_ROUTING);
         }
         match self.mtp_drafts() {
             n if n > 0 && engine.model().has_mtp() => Ok(DraftPlan { lookup: None, mtp: n }),
@@ -473,13 +472,25 @@ impl DraftArgs {
     /// The drafts of every unconstrained request of `serve`, checked before the model loads:
     /// the MTP drafts a step wherever the engine loads the module ([`DraftArgs::mtp_load`]),
     /// else the prompt lookup the flags ask for.
-    pub fn for_serve(&self) -> Result<DraftPlan> {
+    pub fn for_serve(&self, routing: RoutingMode) -> Result<DraftPlan> {
+        if routing == RoutingMode::Predicted {
+            return self.without(DRAFTS_WITH_PREDICTED_ROUTING);
+        }
         let mtp = self.mtp_drafts();
         if mtp > moestream::decoder::MAX_MTP_DRAFTS {
             let most = moestream::decoder::MAX_MTP_DRAFTS;
             return Err(Error::InvalidArgument(format!("draft length {mtp} must be in 1..={most}")));
         }
         Ok(DraftPlan { lookup: self.lookup()?, mtp })
+    }
+
+    /// No drafts, where they cannot run (`why`): an error where they were asked for by name
+    /// (`--speculative mtp|ngram`, `--draft N`), `auto` goes without.
+    fn without(&self, why: &str) -> Result<DraftPlan> {
+        match matches!(self.speculative, Speculative::Mtp | Speculative::Ngram) || self.draft.unwrap_or(0) > 0 {
+            true => Err(Error::UnsupportedConfig(why.into())),
+            false => Ok(DraftPlan::default()),
+        }
     }
 
     /// The prompt-lookup drafts the flags ask for, checked.

@@ -51,7 +51,7 @@ enum ReasoningFormat {
 pub fn run(a: ServeArgs) -> Result<()> {
     let max_body_bytes =
         usize::try_from(a.max_body).map_err(|_| Error::InvalidArgument("--max-body is too large".into()))?;
-    let plan = a.drafts.for_serve()?;
+    let plan = a.drafts.for_serve(a.model.routing.mode())?;
     let options = ServeOptions {
         host: a.host,
         port: a.port,

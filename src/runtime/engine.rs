@@ -35,7 +35,7 @@ mod mtp_drafts;
 mod scheduler;
 
 pub use super::options::{EngineOptions, ExpertBudget, GenerateOptions, MtpLoad, DEFAULT_IO_THREADS};
-pub use generation::{Generation, Score};
+pub use generation::{Generation, Score, DRAFTS_WITH_PREDICTED_ROUTING};
 pub use scheduler::{Finished, OnToken, RequestId, Scheduler};
 
 /// A loaded model ready to generate and score.
@@ -448,6 +448,11 @@ impl Engine {
     /// The architecture.
     pub fn spec(&self) -> &ArchSpec {
         self.model.spec()
+    }
+
+    /// How decode steps route ([`RoutingMode::Predicted`]: the prerouter's prediction).
+    pub fn routing(&self) -> RoutingMode {
+        self.routing
     }
 
     /// The model directory.

@@ -162,14 +162,22 @@ pub struct Score {
     pub experts: ExpertStats,
 }
 
+/// Why drafts and predicted routing do not run together.
+pub const DRAFTS_WITH_PREDICTED_ROUTING: &str = "drafts with --routing predicted (a verify step routes its \
+     tokens natively, so the output would not be the one-token-a-step output); use --speculative off";
+
 /// Refuses prompt-lookup drafts of sizes out of range, and drafts of either kind with a
-/// constraint.
-pub(super) fn validate_drafts(options: &GenerateOptions) -> Result<()> {
+/// constraint or under predicted `routing`.
+pub(super) fn validate_drafts(options: &GenerateOptions, routing: RoutingMode) -> Result<()> {
     if let Some(d) = &options.drafts {
         d.validate()?;
     }
-    if (options.drafts.is_some() || options.mtp_drafts > 0) && options.constraint.is_some() {
+    let drafts = options.drafts.is_some() || options.mtp_drafts > 0;
+    if drafts && options.constraint.is_some() {
         return Err(Error::UnsupportedConfig("drafts with a constraint (JSON schema, regex, grammar)".into()));
+    }
+    if drafts && routing == RoutingMode::Predicted {
+        return Err(Error::UnsupportedConfig(DRAFTS_WITH_PREDICTED_ROUTING.into()));
     }
     Ok(())
 }
@@ -275,7 +283,7 @@ impl Engine {
     ) -> Result<Generation> {
         self.check_owner(session)?;
         options.sampling.validate()?;
-        validate_drafts(options)?;
+        validate_drafts(options, self.routing)?;
         MtpDrafts::validate(self, options)?;
         check_logprobs(options)?;
         if options.prompt_logprobs {

@@ -164,7 +164,7 @@ impl<'a> Scheduler<'a> {
         options.sampling.validate()?;
         super::generation::check_logprobs(&options)?;
         self.engine.check_prompt(&prompt)?;
-        super::generation::validate_drafts(&options)?;
+        super::generation::validate_drafts(&options, self.engine.routing())?;
         MtpDrafts::validate(self.engine, &options)?;
         if options.prompt_logprobs && n > 1 {
             return Err(Error::UnsupportedConfig("prompt log-probabilities with several choices".into()));
