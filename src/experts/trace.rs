@@ -165,45 +165,42 @@ pub enum TraceEvent {
 
 impl TraceEvent {
     fn validate(&self, h: &TraceHeader) -> Result<(), String> {
-        let step = match self {
-            TraceEvent::Request(_) => return Ok(()),
-            TraceEvent::Predicted(layers) => return validate_prediction(h, layers),
-            TraceEvent::Step(step) => step,
-        };
-        for (layer, ids) in &step.layers {
-            if !h.moe_layers.contains(layer) {
-                return Err(format!("layer {layer} is not a MoE layer of the header"));
-            }
-            if Some(ids.len()) != step.tokens.checked_mul(h.top_k) {
-                return Err(format!(
-                    "layer {layer} has {} ids, expected tokens {} × top_k {}",
-                    ids.len(),
-                    step.tokens,
-                    h.top_k
-                ));
-            }
-            if let Some(e) = ids.iter().find(|&&e| e as usize >= h.experts) {
-                return Err(format!("layer {layer}: expert {e} is not below {}", h.experts));
-            }
+        match self {
+            TraceEvent::Request(_) => Ok(()),
+            // Most likely first, at most top_k of each layer.
+            TraceEvent::Predicted(layers) => layers.iter().try_for_each(|(layer, ids)| {
+                check_ids(h, "predicted layer", *layer, ids)?;
+                match ids.len() <= h.top_k {
+                    true => Ok(()),
+                    false => Err(format!("predicted layer {layer} has {} ids, more than top_k {}", ids.len(), h.top_k)),
+                }
+            }),
+            TraceEvent::Step(step) => step.layers.iter().try_for_each(|(layer, ids)| {
+                check_ids(h, "layer", *layer, ids)?;
+                match Some(ids.len()) == step.tokens.checked_mul(h.top_k) {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "layer {layer} has {} ids, expected tokens {} × top_k {}",
+                        ids.len(),
+                        step.tokens,
+                        h.top_k
+                    )),
+                }
+            }),
         }
-        Ok(())
     }
 }
 
-/// Checks a `predicted` line: MoE layers of the header, at most `top_k` experts below `experts`.
-fn validate_prediction(h: &TraceHeader, layers: &[(u32, Vec<u32>)]) -> Result<(), String> {
-    for (layer, ids) in layers {
-        if !h.moe_layers.contains(layer) {
-            return Err(format!("predicted layer {layer} is not a MoE layer of the header"));
-        }
-        if ids.len() > h.top_k {
-            return Err(format!("predicted layer {layer} has {} ids, more than top_k {}", ids.len(), h.top_k));
-        }
-        if let Some(e) = ids.iter().find(|&&e| e as usize >= h.experts) {
-            return Err(format!("predicted layer {layer}: expert {e} is not below {}", h.experts));
-        }
+/// Checks that `layer` is a MoE layer of the header and every one of its `ids` an expert
+/// below its count (`what` names the layer in the message).
+fn check_ids(h: &TraceHeader, what: &str, layer: u32, ids: &[u32]) -> Result<(), String> {
+    if !h.moe_layers.contains(&layer) {
+        return Err(format!("{what} {layer} is not a MoE layer of the header"));
     }
-    Ok(())
+    match ids.iter().find(|&&e| e as usize >= h.experts) {
+        Some(e) => Err(format!("{what} {layer}: expert {e} is not below {}", h.experts)),
+        None => Ok(()),
+    }
 }
 
 /// Streams a trace out, one line per event (buffer the writer for files).
