@@ -67,6 +67,8 @@ pub(super) struct DecoderPrerouter {
     targets: Vec<usize>,
     /// Reads the predictions back for the prefetcher, when one uses them.
     readback: Option<Readback>,
+    /// Where they are read back to (`[heads, top_k]`), kept between steps.
+    read_ids: std::sync::Mutex<Vec<u32>>,
     /// The heads read the next token's embedding (feature `token`): they run before a one-token
     /// step ([`GpuModel::predict_from_next_token`]), not at the end of the step before.
     reads_next_token: bool,
@@ -125,10 +127,10 @@ impl DecoderPrerouter {
     /// submission) into `predicted`, each predicted layer's experts; returns whether it did.
     fn publish(&self, gpu: &Gpu, predicted: &PredictedRouting) -> Result<bool> {
         let Some(readback) = &self.readback else { return Ok(false) };
-        let mut ids = vec![0u32; self.targets.len() * self.top_k];
+        let mut ids = self.read_ids.lock().expect("prerouter readback lock");
         readback.read(gpu, &self.heads.predicted, 0, bytemuck::cast_slice_mut(&mut ids))?;
         for (&layer, experts) in self.targets.iter().zip(ids.chunks(self.top_k)) {
-            predicted.set(layer, experts.iter().map(|&e| e as u16).collect());
+            predicted.set(layer, experts.iter().copied());
         }
         Ok(true)
     }
@@ -190,6 +192,7 @@ impl GpuModel {
             }
         }
         let readback = publish.then(|| Readback::new(gpu, (targets.len() * c.top_k * 4) as u64));
+        let read_ids = std::sync::Mutex::new(vec![0; targets.len() * c.top_k]);
         self.prerouter = Some(DecoderPrerouter {
             history,
             native,
@@ -197,6 +200,7 @@ impl GpuModel {
             heads: bound,
             targets,
             readback,
+            read_ids,
             reads_next_token: c.features.token,
             ready: AtomicBool::new(false),
             top_k: c.top_k,

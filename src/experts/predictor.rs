@@ -75,13 +75,14 @@ impl Predictor for EamcPredictor {
 pub struct PredictedRouting(Arc<Mutex<Vec<Vec<u16>>>>);
 
 impl PredictedRouting {
-    /// Replaces `layer`'s prediction.
-    pub fn set(&self, layer: usize, experts: Vec<u16>) {
+    /// Replaces `layer`'s prediction (in place: no allocation once the layer has held one).
+    pub fn set(&self, layer: usize, experts: impl IntoIterator<Item = u32>) {
         let mut p = self.0.lock().expect("predicted routing lock");
         if p.len() <= layer {
             p.resize(layer + 1, Vec::new());
         }
-        p[layer] = experts;
+        p[layer].clear();
+        p[layer].extend(experts.into_iter().map(|e| e as u16));
     }
 
     /// Predicted experts of the layers after `layer`, nearest layer first.

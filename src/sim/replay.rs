@@ -156,7 +156,7 @@ fn replay_with(
             // The recorded run handed the cache this prediction between two steps.
             TraceEvent::Predicted(layers) if replays_predictions => {
                 for (layer, ids) in layers {
-                    predicted.set(*layer as usize, ids.iter().map(|&e| e as u16).collect());
+                    predicted.set(*layer as usize, ids.iter().copied());
                 }
                 cache.prefetch_next_token();
             }
