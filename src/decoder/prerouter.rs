@@ -1,8 +1,8 @@
 //! The prerouter attached to a decoder: per MoE layer a router top-k that also captures the
 //! last token's FFN input and routing, after the step every head on the GPU in one dispatch
-//! (heads reading the next token's embedding instead before the next one-token step, once that
-//! token is embedded), and, with [`RoutingMode::Predicted`], router top-k kernels that take the
-//! heads' prediction as the routing of the next one-token step.
+//! (heads reading the next token's embedding instead in the next one-token step, right after its
+//! embedding), and, with [`RoutingMode::Predicted`], router top-k kernels that take the heads'
+//! prediction as the routing of the next one-token step.
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::{router_shape, Ffn, GpuModel, SequenceCache};
+use super::{router_shape, Ffn, GpuModel};
 use crate::error::{Error, Result};
 use crate::experts::predictor::PredictedRouting;
+use crate::experts::residency::ExpertResidency;
 use crate::gpu::{Gpu, Pass, Readback};
 use crate::ops::prerouter_heads::{HeadToRun, PrerouterHeads, PrerouterHistory};
 use crate::ops::router::{Capture, Forced, RouterTopK};
@@ -69,10 +70,12 @@ pub(super) struct DecoderPrerouter {
     readback: Option<Readback>,
     /// Where they are read back to (`[heads, top_k]`), kept between steps.
     read_ids: std::sync::Mutex<Vec<u32>>,
-    /// The heads read the next token's embedding (feature `token`): they run before a one-token
-    /// step ([`GpuModel::predict_from_next_token`]), not at the end of the step before.
+    /// The heads read the next token's embedding (feature `token`): they run in a one-token step
+    /// after its embedding ([`GpuModel::record_heads_after_embed`]), not at the end of the step
+    /// before.
     reads_next_token: bool,
-    /// A prediction for the next one-token step of the current sequence exists.
+    /// A prediction for the next one-token step of the current sequence exists (heads reading
+    /// the next token: the history holds the token before, so they make it in the step).
     ready: AtomicBool,
     top_k: usize,
 }
@@ -82,7 +85,9 @@ impl DecoderPrerouter {
     pub(super) fn begin_step(&self, gpu: &Gpu, continues: bool) {
         if !continues {
             self.history.reset(gpu);
-            self.ready.store(false, Ordering::Relaxed);
+        }
+        if !continues || self.reads_next_token {
+            self.ready.store(continues, Ordering::Relaxed);
         }
     }
 
@@ -114,12 +119,12 @@ impl DecoderPrerouter {
 
     /// After the step's submission: marks the prediction for the next token ready and, when a
     /// prefetcher reads it, publishes it ([`Self::publish`]); returns whether it did. Heads
-    /// reading the next token have no prediction yet: theirs comes before the next step.
+    /// reading the next token have no prediction yet: theirs comes in the next step.
     pub(super) fn finish_step(&self, gpu: &Gpu, predicted: &PredictedRouting) -> Result<bool> {
-        self.ready.store(!self.reads_next_token, Ordering::Relaxed);
         if self.reads_next_token {
             return Ok(false);
         }
+        self.ready.store(true, Ordering::Relaxed);
         self.publish(gpu, predicted)
     }
 
@@ -208,32 +213,36 @@ impl GpuModel {
         Ok(())
     }
 
-    /// Before a one-token step at `pos` of `cache` that continues the sequence of the last step,
-    /// with heads reading the next token (feature `token`): embeds the step's token and runs
-    /// the heads in a submission of their own, and when a prefetcher uses the prediction, reads
-    /// it back and starts loading the predicted experts, whose reads then overlap the layers
-    /// before theirs. The step itself embeds the token again (one row).
-    pub(super) fn predict_from_next_token(&self, cache: &SequenceCache, n: usize, pos: usize) -> Result<()> {
-        let Some(p) = self.prerouter.as_ref().filter(|p| p.reads_next_token) else { return Ok(()) };
-        let continues = *self.last_step_end.lock().expect("last step lock") == Some((cache.id(), pos));
-        if n != 1 || !continues {
-            return Ok(());
-        }
+    /// In a step of `n` tokens, after its embedding: heads reading the next token run on the
+    /// step's token where it is one token continuing the sequence (so forced layers read their
+    /// prediction), and where a prefetcher uses the prediction, `rec` is submitted, the
+    /// prediction read back and the predicted experts queued on `residency` before the step
+    /// begins there (their reads overlap the layers before theirs). Returns the pass to go on
+    /// recording in.
+    pub(super) fn record_heads_after_embed(
+        &self,
+        mut rec: Pass,
+        n: usize,
+        residency: Option<&mut ExpertResidency>,
+    ) -> Result<Pass> {
         let gpu = &*self.gpu;
+        let Some(p) = self.prerouter.as_ref().filter(|p| p.reads_next_token && n == 1) else { return Ok(rec) };
+        if !p.ready.load(Ordering::Relaxed) {
+            return Ok(rec);
+        }
         if let Some(profiler) = gpu.profiler() {
             profiler.set_section("prerouter heads");
         }
-        self.step.set(gpu, n, pos);
-        let mut rec = Pass::new(&gpu.device);
-        self.embed.record(gpu, &mut rec, n);
         p.heads.record(gpu, &mut rec);
+        if p.readback.is_none() {
+            return Ok(rec);
+        }
         rec.submit(&gpu.queue);
-        p.ready.store(true, Ordering::Relaxed);
         if p.publish(gpu, &self.predicted)? {
-            if let Some(mut r) = self.residency() {
+            if let Some(r) = residency {
                 r.prefetch_next_token(gpu, &self.predicted)?;
             }
         }
-        Ok(())
+        Ok(Pass::new(&gpu.device))
     }
 }

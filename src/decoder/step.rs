@@ -103,7 +103,6 @@ impl GpuModel {
             gpu.queue.write_buffer(&self.acts.targets, 0, bytemuck::cast_slice(targets));
         }
         gpu.queue.write_buffer(&self.acts.tokens, 0, bytemuck::cast_slice(tokens));
-        self.predict_from_next_token(cache, n, pos)?;
         let result = self.run_step(cache, n, pos, phase, output)?;
         self.finish_step(n, pos + n)?;
         Ok(result)
@@ -222,9 +221,6 @@ impl GpuModel {
         // A logged step leaves the residency alone until it has been checked.
         let mut residency = self.experts.as_ref().filter(|_| !logged).map(|m| m.lock().expect("expert residency lock"));
         let mut moe_index = 0usize;
-        if let Some(r) = residency.as_deref_mut() {
-            r.begin_step(phase, n);
-        }
         let prerouter = self.prerouter.as_ref();
         let mut last_end = self.last_step_end.lock().expect("last step lock");
         let one = seqs.one().map(|(cache, pos)| (cache.id(), pos));
@@ -247,6 +243,12 @@ impl GpuModel {
             TokenSource::PreviousArgmax => &self.embed_from_argmax,
         }
         .record(gpu, &mut rec, n);
+        // Heads reading this token predict its routing now, and their prefetches are planned
+        // before the step begins in the residency.
+        rec = self.record_heads_after_embed(rec, n, residency.as_deref_mut())?;
+        if let Some(r) = residency.as_deref_mut() {
+            r.begin_step(phase, n);
+        }
         for (i, l) in self.layers.iter().enumerate() {
             section(l.attn.section());
             l.attn_norm.record(gpu, &mut rec, n);
