@@ -39,10 +39,10 @@ fn kv_bytes_per_token_by_attention_kind() {
 
 #[test]
 fn multi_token_prediction_layers_are_reported() {
-    // DeepSeek-V3's, GLM-4.5's, Qwen3-Next's and Qwen3.5-MoE's fixtures ship one MTP ("nextn") layer; Ling's
-    // config says 0.
+    // DeepSeek-V3's, GLM-4.5's, Qwen3-Next's, Qwen3.5-MoE's and Ling's fixtures ship one MTP ("nextn")
+    // layer; Mixtral's none.
     for (fixture, mtp) in
-        [("deepseek_v3", 1), ("glm4_moe", 1), ("qwen3_next", 1), ("qwen3_5_moe", 1), ("ling", 0), ("mixtral", 0)]
+        [("deepseek_v3", 1), ("glm4_moe", 1), ("qwen3_next", 1), ("qwen3_5_moe", 1), ("ling", 1), ("mixtral", 0)]
     {
         assert_eq!(info(fixture)["mtp_layers"], mtp, "{fixture}");
         // The fixtures ship their MTP layer's weights, which run.

@@ -1,4 +1,4 @@
-//! Multi-token-prediction modules (DeepSeek-V3, GLM-4.5): the CPU reference against the torch
+//! Multi-token-prediction modules (DeepSeek-V3, GLM-4.5, Qwen3-Next, Qwen3.5-MoE, Ling): the CPU reference against the torch
 //! reference in `tests/fixtures/make_mtp.py` (`mtp_golden.json`), the GPU module against the CPU
 //! reference, and speculative decoding with MTP drafts giving the plain tokens, alone and in
 //! the scheduler's batched steps.
@@ -18,8 +18,10 @@ use serde_json::Value;
 
 /// The fixtures that ship an MTP layer: DeepSeek-V3 and GLM-4.5 as layer `num_hidden_layers`
 /// (MLA; grouped attention with biases), Qwen3-Next and Qwen3.5-MoE as `mtp.*` (gated attention
-/// beside linear attention layers, zero-centred norms, a gated shared expert).
-const MTP_FIXTURES: [&str; 4] = ["deepseek_v3", "glm4_moe", "qwen3_next", "qwen3_5_moe"];
+/// beside linear attention layers, zero-centred norms, a gated shared expert), Ling as layer
+/// `num_hidden_layers` in its own names (MLA with an output gate beside KDA layers, group-limited
+/// sigmoid routing, `final_layernorm` before the head).
+const MTP_FIXTURES: [&str; 5] = ["deepseek_v3", "glm4_moe", "qwen3_next", "qwen3_5_moe", "ling"];
 
 fn fixture(name: &str) -> PathBuf {
     common::fixtures_dir().join(name)
@@ -91,7 +93,7 @@ fn the_cpu_reference_mtp_matches_torch() {
 
 #[test]
 fn models_without_a_runnable_mtp_layer_are_refused_by_name() {
-    // The Qwen3-MoE and DeepSeek-V2 fixtures declare none; Ling's layout is not read.
+    // The Qwen3-MoE and DeepSeek-V2 fixtures declare none.
     for (name, says) in [("qwen3_moe", "no MTP layers"), ("deepseek_v2", "no MTP layers")] {
         let model = ReferenceModel::load(&fixture(name)).unwrap();
         let err = ReferenceMtp::load(&fixture(name), &model).err().expect("refused").to_string();

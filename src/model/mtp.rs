@@ -1,6 +1,6 @@
-//! A checkpoint's multi-token-prediction ("MTP", "nextn") module: the layer DeepSeek-V3 and
-//! GLM-4.5 ship after their decoder layers, `model.layers.{num_hidden_layers}.*` (Qwen3-Next's
-//! `mtp.*`, read under those names: [`names::from_mtp`]), which predicts
+//! A checkpoint's multi-token-prediction ("MTP", "nextn") module: the layer DeepSeek-V3,
+//! GLM-4.5 and Ling 2.5 ship after their decoder layers, `model.layers.{num_hidden_layers}.*`
+//! (Qwen3-Next's `mtp.*`, read under those names: [`names::from_mtp`]), which predicts
 //! the token after next from the main model's hidden state `h[i]` (its final norm's output, as
 //! vLLM and SGLang hand it over) and the next token `t[i+1]`:
 //!
@@ -13,7 +13,10 @@
 //! (the DeepSeek-V3 technical report's module, as the checkpoints' serving code runs it). Its
 //! decoder layer is read like any layer of [`with_mtp_layer`]'s spec, its routed experts
 //! included. The released checkpoints' `shared_head.head` is a copy of `lm_head` (the report's
-//! shared output head), which the module uses; one whose sampled rows differ is refused.
+//! shared output head), which the module uses; one whose sampled rows differ is refused. Ling
+//! (`BailingHybrid`, Ling's own names: vLLM's `bailing_moe_mtp.py`) names the head norm
+//! `final_layernorm` and ships no copy of the head; its decoder layer is an MLA layer with its
+//! output gate, as the model's full-attention layers.
 
 use super::config::{ArchSpec, Family};
 use super::layer_weights::{self, LayerWeights};
@@ -39,7 +42,8 @@ pub struct MtpWeights {
 }
 
 /// `spec` with its first MTP layer appended as one more decoder layer (the layer's index is
-/// `spec.layers`): an MoE layer with full attention, as DeepSeek-V3 and GLM-4.5 ship it. Other
+/// `spec.layers`): an MoE layer with full attention, as DeepSeek-V3, GLM-4.5, Ling and the Qwen
+/// families ship it (a hybrid model's appended layer is a full-attention one). Other
 /// families' MTP layouts, and models without MTP layers, are refused by name.
 pub fn with_mtp_layer(spec: &ArchSpec) -> Result<ArchSpec> {
     if spec.mtp_layers == 0 {
@@ -47,11 +51,18 @@ pub fn with_mtp_layer(spec: &ArchSpec) -> Result<ArchSpec> {
             "--speculative mtp: this model ships no MTP layers (num_nextn_predict_layers is 0 or absent)".into(),
         ));
     }
-    let runs = [Family::DeepseekV3, Family::Glm4Moe, Family::Qwen3Moe, Family::Qwen3Next, Family::Qwen35Moe];
+    let runs = [
+        Family::DeepseekV3,
+        Family::Glm4Moe,
+        Family::Qwen3Moe,
+        Family::Qwen3Next,
+        Family::Qwen35Moe,
+        Family::BailingHybrid,
+    ];
     if !runs.contains(&spec.family) {
         return Err(Error::UnsupportedConfig(format!(
-            "--speculative mtp: {}'s MTP layers are not run yet (DeepSeek-V3, GLM-4.5, Qwen3-Next, Qwen3.5-MoE \
-             and Qwen3-MoE ones are); use --speculative ngram",
+            "--speculative mtp: {}'s MTP layers are not run yet (DeepSeek-V3, GLM-4.5, Ling 2.5, Qwen3-Next, \
+             Qwen3.5-MoE and Qwen3-MoE ones are); use --speculative ngram",
             spec.family.hf_name()
         )));
     }
@@ -118,9 +129,18 @@ pub fn read(ck: &Checkpoint, spec: &ArchSpec) -> Result<(ArchSpec, MtpWeights)> 
         embed_proj: columns(0),
         hidden_proj: columns(h),
         layer: layer_weights::layer(ck, &ext, l)?,
-        head_norm: norm("shared_head.norm.weight")?,
+        head_norm: norm(head_norm_name(spec.family))?,
     };
     Ok((ext, weights))
+}
+
+/// The MTP layer's norm before the lm_head: Ling's `final_layernorm`, the others'
+/// `shared_head.norm` (Qwen3-Next's `mtp.norm`, renamed to it).
+fn head_norm_name(family: Family) -> &'static str {
+    match family {
+        Family::BailingHybrid => "final_layernorm.weight",
+        _ => "shared_head.norm.weight",
+    }
 }
 
 /// Checks that the MTP's `shared_head.head` (where the checkpoint has one: a converted model
