@@ -21,6 +21,7 @@ use moestream::ops::swiglu::SwiGlu;
 use moestream::ops::token_logprob::TokenLogprob;
 use moestream::ops::WeightFormat;
 use moestream::reference::ops as refops;
+use moestream::util::rng::token_noise;
 
 // ------------------------------------------------------------------------------------ embed
 
@@ -199,6 +200,44 @@ fn argmax_flags_non_finite_logits() {
             assert_eq!(run_argmax(&logits, 2, vocab), u32::MAX, "vocab={vocab}: {bad} at {at}");
         }
     }
+}
+
+#[test]
+fn noisy_argmax_is_the_samplers_choice_under_the_same_key() {
+    // A sampled MTP draft: the largest logit over the temperature plus util::rng::token_noise of
+    // the key, as the sampler draws without top-k or top-p. Near-ties between the two largest
+    // noisy values (the GPU's log may round differently) are skipped; most are not.
+    let mut rng = Rng::new(17);
+    let mut compared = 0;
+    for (layout, gpu) in reduce_layouts() {
+        for &vocab in &[37usize, 1000, 5003] {
+            for (k, &temperature) in [0.5f32, 0.8, 1.3].iter().enumerate() {
+                let logits = rng.vec(2 * vocab, -4.0, 4.0);
+                let key = 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(vocab as u64 + k as u64);
+                let noisy: Vec<f32> = logits[vocab..]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| l / temperature + token_noise(key, i as u32))
+                    .collect();
+                let mut sorted = noisy.clone();
+                sorted.sort_by(|a, b| b.total_cmp(a));
+                if sorted[0] - sorted[1] < 1e-4 {
+                    continue;
+                }
+                let step = StepUniform::new(&gpu);
+                step.set(&gpu, 2, 0);
+                let lb = upload_f32(&gpu, &logits);
+                let ob = upload_u32(&gpu, &[u32::MAX]);
+                let op = Argmax::with_noise(&gpu, &step.buffer, &lb, &ob, vocab);
+                op.set_noise(&gpu, key, temperature);
+                submit(&gpu, |pass| op.record(&gpu, pass));
+                let want = refops::argmax(&noisy);
+                assert_eq!(read_u32(&gpu, &ob, 1)[0] as usize, want, "{layout} vocab={vocab} t={temperature}");
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared >= 6, "only {compared} cases without a near-tie");
 }
 
 // ---------------------------------------------------------------------------- token_logprob

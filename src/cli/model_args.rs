@@ -396,7 +396,8 @@ pub enum Speculative {
     /// The model's own MTP module where it has one that runs, else prompt lookup when
     /// `--draft N` is given, else none.
     Auto,
-    /// The model's multi-token-prediction module (DeepSeek-V3, GLM-4.5 checkpoints).
+    /// The model's multi-token-prediction module (DeepSeek-V3, GLM-4.5, Ling 2.5, Qwen3-Next,
+    /// Qwen3.5/3.6-MoE checkpoints, the bundled model).
     Mtp,
     /// Prompt lookup: what followed the latest earlier occurrence of the last tokens.
     Ngram,

@@ -492,7 +492,8 @@ impl GpuModel {
             layers.push(layer);
         }
         bld.layer = None;
-        let mtp = mtp.map(|(full, weights)| bld.mtp_module(full, &weights, &acts, &bound)).transpose()?;
+        let mtp =
+            mtp.map(|(full, weights)| bld.mtp_module(full, &weights, (&acts, &step.buffer), &bound)).transpose()?;
         let final_norm = match combine_pending.take() {
             Some(top_k) => bld.norm_after_combine(&final_norm_w, &acts, top_k, spec.rms_eps),
             None => bld.norm(

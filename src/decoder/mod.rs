@@ -27,7 +27,7 @@ pub use batch::{BatchEntry, Rows};
 pub use cache::{GroupedCache, LayerCache, LinearCache, MlaCache, SequenceCache};
 pub use chained::ChainedStep;
 pub use draft_states::TOKEN_STATE_ROWS;
-pub use mtp::MAX_DRAFTS as MAX_MTP_DRAFTS;
+pub use mtp::{DraftNoise, MAX_DRAFTS as MAX_MTP_DRAFTS};
 pub use optimistic::OptimisticSteps;
 pub use prerouter::RoutingMode;
 

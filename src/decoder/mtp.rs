@@ -5,9 +5,10 @@
 //! token that followed it, at their positions: the embedding and hidden norms, `eh_proj` (its two
 //! halves, the second accumulating), the module's decoder layer over its own cache layer (the
 //! sequence cache's last) and routed experts (slotted like any layer's, streamed too), its head
-//! norm, the model's lm_head and argmax. The draft is the last row's argmax; the module's output
-//! row is kept as the next MTP step's hidden state, and further drafts chain on the GPU, each step
-//! embedding the argmax before it.
+//! norm, the model's lm_head and argmax. The draft is the last row's argmax (for a sampled
+//! request, the argmax under the noise its verify row will draw with: [`DraftNoise`]); the
+//! module's output row is kept as the next MTP step's hidden state, and further drafts chain on
+//! the GPU, each step embedding the argmax before it.
 
 use super::build::{BoundShared, Builder};
 use super::step::Routing;
@@ -31,12 +32,29 @@ pub(super) struct MtpModule {
     /// The module's decoder layer (model layer `spec.layers - 1`).
     pub(super) layer: Layer,
     head_norm: RmsNorm,
+    /// A sampled request's draft: the argmax of the logits over the temperature plus the noise
+    /// of the key its verify row will draw with.
+    noisy_argmax: Argmax,
     /// The drafts of chained MTP steps ([`MAX_DRAFTS`] token ids), read back at once.
     drafts: wgpu::Buffer,
 }
 
 /// Most drafts [`GpuModel::mtp_drafts`] chains.
 pub const MAX_DRAFTS: usize = 32;
+
+/// How a sampled request picks its tokens, for its MTP drafts: draft `j` is the token with the
+/// largest logit over `temperature` plus its noise under `keys[j]`, the key the request's
+/// sampler will draw the token at that position with (`Sampler::upcoming_keys`). Where module
+/// and model agree under that noise, the draft is the token the verify row draws: a sampled
+/// draft is accepted about as often as the two distributions overlap, not only when the
+/// module's most likely token is drawn.
+#[derive(Clone, Copy, Debug)]
+pub struct DraftNoise<'a> {
+    /// The keys of the request's next draws, one per draft.
+    pub keys: &'a [u64],
+    /// The request's temperature (> 0).
+    pub temperature: f32,
+}
 
 /// The rows of an MTP step: tokens from the host (one row each) with the rows of the last main
 /// step that hold their hidden states (from `row` on), or one row whose token is the previous
@@ -61,7 +79,7 @@ impl Builder<'_> {
         &mut self,
         spec: ArchSpec,
         w: &MtpWeights,
-        acts: &Activations,
+        (acts, step): (&Activations, &wgpu::Buffer),
         bound: &BoundShared<'_>,
     ) -> Result<MtpModule> {
         let (h, eps) = (spec.hidden, spec.rms_eps);
@@ -82,7 +100,20 @@ impl Builder<'_> {
             None => self.norm(&w.head_norm, &acts.x, Some(&acts.hn), rows, eps),
         };
         let drafts = self.gpu.storage("mtp drafts", (MAX_DRAFTS * 4) as u64);
-        Ok(MtpModule { spec, kept, hidden, embed_norm, embed_proj, hidden_norm, hidden_proj, layer, head_norm, drafts })
+        let noisy_argmax = Argmax::with_noise(self.gpu, step, &acts.logits, &acts.argmax, spec.vocab);
+        Ok(MtpModule {
+            spec,
+            kept,
+            hidden,
+            embed_norm,
+            embed_proj,
+            hidden_norm,
+            hidden_proj,
+            layer,
+            head_norm,
+            noisy_argmax,
+            drafts,
+        })
     }
 }
 
@@ -97,17 +128,20 @@ impl GpuModel {
     /// — a step of this sequence alone has it in row `i` —, with `next[i]`, the token after
     /// that position), then `count - 1` more MTP steps chained on the
     /// GPU, each at the next position on the module's own output and the draft before (no round
-    /// trip between them): the `count` drafts (greedy tokens) for the positions after the last
-    /// row's next token, read back once. With `count` 0 the module only runs over the rows
-    /// (their drafts unread, nothing waited for: a prefill chunk's).
+    /// trip between them): the `count` drafts for the positions after the last row's next token
+    /// (greedy tokens, or under `noise` for a sampled request: at most one per key), read back
+    /// once. With `count` 0 the module only runs over the rows (their drafts unread, nothing
+    /// waited for: a prefill chunk's).
     pub fn mtp_drafts(
         &self,
         cache: &SequenceCache,
         (next, row): (&[u32], usize),
         pos: usize,
         count: usize,
+        noise: Option<DraftNoise<'_>>,
         phase: Phase,
     ) -> Result<Vec<u32>> {
+        let count = noise.map_or(count, |n| count.min(n.keys.len()));
         let gpu = &*self.gpu;
         let n = next.len();
         if pos + n - 1 + count > self.options.context {
@@ -123,8 +157,15 @@ impl GpuModel {
             };
             let mut rec = self.record_mtp(cache, rows, at, phase)?;
             if count > 0 {
-                self.argmax.record(gpu, &mut rec);
                 let mtp = self.mtp.as_ref().expect("record_mtp checked it");
+                match noise {
+                    Some(n) => {
+                        // Written before this submission, after the previous one's.
+                        mtp.noisy_argmax.set_noise(gpu, n.keys[j], n.temperature);
+                        mtp.noisy_argmax.record(gpu, &mut rec);
+                    }
+                    None => self.argmax.record(gpu, &mut rec),
+                }
                 rec.encoder().copy_buffer_to_buffer(&self.acts.argmax, 0, &mtp.drafts, 4 * j as u64, 4);
             }
             rec.submit(&gpu.queue);

@@ -6,8 +6,9 @@
 //! loops repeat what came before, and each accepted draft token is a decode step saved.
 //! Verification keeps the output exactly what decoding one token at a time gives, token for
 //! token: each row's token is picked as one token a step picks it (greedy, the argmax;
-//! sampling, a draw with the same random number), until one differs from its draft — a sampled
-//! draft is accepted with its probability, the most a draft that is one token for sure can be.
+//! sampling, a draw under the same key), until one differs from its draft — a prompt-lookup
+//! draft of sampled text is accepted with its probability (an MTP draft, picked under the key's
+//! noise, whenever module and model agree under it).
 
 use crate::error::{Error, Result};
 use crate::runtime::options::GenerateOptions;

@@ -2,7 +2,7 @@
 //! seeded.
 
 use super::penalties::Penalties;
-use crate::util::rng::SplitMix64;
+use crate::util::rng::{token_noise, SplitMix64};
 
 /// How to pick tokens.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -59,7 +59,11 @@ impl SamplingParams {
     }
 }
 
-/// A seeded sampler (SplitMix64 stream: small, fast, reproducible across platforms).
+/// A seeded sampler (SplitMix64 stream: small, fast, reproducible across platforms). Each draw
+/// takes the next key of the stream and picks the candidate with the largest scaled logit plus
+/// its Gumbel noise under that key ([`token_noise`]): a draw with its probability, and one whose
+/// noise is known before the logits are ([`Sampler::upcoming_keys`]), so the MTP module's
+/// drafts can be picked under the same noise.
 pub struct Sampler {
     params: SamplingParams,
     rng: SplitMix64,
@@ -92,15 +96,29 @@ impl Sampler {
             Ok(greedy) => return greedy,
             Err(candidates) => candidates,
         };
-        let total: f64 = candidates.iter().map(|c| c.weight).sum();
-        let mut r = self.rng.next_f64() * total;
-        for c in &candidates {
-            if r < c.weight {
-                return c.id;
-            }
-            r -= c.weight;
+        let key = self.rng.next_u64();
+        let noisy = |c: &Candidate| c.scaled + token_noise(key, c.id);
+        // The largest noisy logit; ties to the lower id.
+        let best = candidates.iter().reduce(|a, b| match noisy(b).total_cmp(&noisy(a)).then(a.id.cmp(&b.id)) {
+            std::cmp::Ordering::Greater => b,
+            _ => a,
+        });
+        best.expect("a vocabulary has tokens").id
+    }
+
+    /// The keys of the next `n` draws, in order (none are taken): the noise the verify rows of a
+    /// step with `n - 1` drafts will draw with. Empty when this sampler is greedy.
+    pub fn upcoming_keys(&self, n: usize) -> Vec<u64> {
+        if self.params.is_greedy() {
+            return Vec::new();
         }
-        candidates.last().expect("a vocabulary has tokens").id
+        let mut rng = self.rng.clone();
+        (0..n).map(|_| rng.next_u64()).collect()
+    }
+
+    /// What this sampler draws with.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
     }
 }
 
@@ -326,6 +344,23 @@ mod tests {
             let (got, want) = (counts[id as usize] as f64 / draws as f64, w / total);
             assert!((got - want).abs() < 0.015, "token {id}: drawn {got:.4}, probability {want:.4}");
         }
+    }
+
+    #[test]
+    fn a_draw_is_the_noisy_argmax_under_its_key() {
+        // Without top-k and top-p a draw is the argmax over the whole vocabulary of the scaled
+        // logits plus the noise of the key `upcoming_keys` announced: what a sampled MTP draft
+        // computes on the GPU.
+        let mut logits: Vec<f32> = (0..500).map(|i| ((i * 37 % 101) as f32 - 50.0) / 10.0).collect();
+        let p = SamplingParams { temperature: 0.8, seed: 5, ..Default::default() };
+        let mut s = Sampler::new(p);
+        let keys = s.upcoming_keys(40);
+        for key in keys {
+            let noisy: Vec<f32> =
+                logits.iter().enumerate().map(|(i, &l)| l / 0.8 + token_noise(key, i as u32)).collect();
+            assert_eq!(s.sample(&mut logits, &[]), argmax(&noisy));
+        }
+        assert!(Sampler::new(SamplingParams::default()).upcoming_keys(3).is_empty(), "greedy draws no noise");
     }
 
     #[test]

@@ -88,8 +88,8 @@ impl Picker {
     /// rejected draft's replacement, or the last row's token).
     pub(super) fn walk_drafts(&mut self, rows: Vec<Vec<f32>>, tokens: &[u32], len: usize) -> Result<(usize, u32)> {
         for (i, mut logits) in rows.into_iter().enumerate() {
-            // Each row's token is drawn as one token a step draws it (the same random number):
-            // a draft is accepted when the draw is it, with its probability, and sampled text is
+            // Each row's token is drawn as one token a step draws it (under the same key): a
+            // draft is accepted when the draw is it, and sampled text is
             // token for token the text without drafts.
             let draft = tokens.get(len + i).copied();
             let token = self.pick(&mut logits, &tokens[..len + i])?;
@@ -98,6 +98,13 @@ impl Picker {
             }
         }
         unreachable!("the last row has no draft, so it always decides")
+    }
+
+    /// The keys of this picker's next `n` draws and its temperature, for sampled MTP drafts
+    /// (`None` where it picks greedily).
+    pub(super) fn upcoming_noise(&self, n: usize) -> Option<(Vec<u64>, f32)> {
+        let keys = self.sampler.upcoming_keys(n);
+        (!keys.is_empty()).then(|| (keys, self.sampler.params().temperature))
     }
 
     /// Whether a constraint shapes this request's tokens.
@@ -352,7 +359,7 @@ impl Engine {
             let allowance = (room - 1).min(drafted.allowance());
             let step_started = Instant::now();
             let draft = match mtp.as_mut() {
-                Some(m) if allowance > 0 => m.catch_up(self, session, pos, allowance)?,
+                Some(m) if allowance > 0 => m.catch_up(self, session, (pos, allowance), &picker)?,
                 // Not drafting at this step: the module skips these positions.
                 Some(m) => {
                     m.skip_to(pos);

@@ -10,8 +10,9 @@
 //! pauses on lavapipe) a quarter of its decode speed. Verification keeps the output exactly the
 //! plain one, as with prompt-lookup drafts.
 
+use super::generation::Picker;
 use super::Engine;
-use crate::decoder::MAX_MTP_DRAFTS;
+use crate::decoder::{DraftNoise, MAX_MTP_DRAFTS};
 use crate::error::{Error, Result};
 use crate::experts::policy::Phase;
 use crate::model::ArchSpec;
@@ -71,16 +72,26 @@ impl MtpDrafts {
     /// Runs the module over the main model's rows from where it is behind up to `pos` (the
     /// sequence's last token, not yet run by the main model; the tokens after those rows are
     /// all known now) and, with `want` above 0, returns up to `want` drafts for the positions
-    /// after `pos`. The next main step runs from `pos`, alone (row 0) unless
-    /// [`MtpDrafts::after_step`] says otherwise.
-    pub(super) fn catch_up(&mut self, engine: &Engine, session: &Session, pos: usize, want: usize) -> Result<Vec<u32>> {
+    /// after `pos`, as `picker` will pick them: greedy, or sampled under the noise of its next
+    /// draws. The next main step runs from `pos`, alone (row 0) unless [`MtpDrafts::after_step`]
+    /// says otherwise.
+    pub(super) fn catch_up(
+        &mut self,
+        engine: &Engine,
+        session: &Session,
+        (pos, want): (usize, usize),
+        picker: &Picker,
+    ) -> Result<Vec<u32>> {
         let (from, row) = (self.behind, self.row);
         if from >= pos {
             return Ok(Vec::new());
         }
         self.skip_to(pos);
         // Further drafts chain the module on its own output, on the GPU.
-        engine.model.mtp_drafts(&session.cache, (&session.tokens[from + 1..=pos], row), from, want, Phase::Decode)
+        let sampled = picker.upcoming_noise(want);
+        let noise = sampled.as_ref().map(|(keys, temperature)| DraftNoise { keys, temperature: *temperature });
+        let next = (&session.tokens[from + 1..=pos], row);
+        engine.model.mtp_drafts(&session.cache, next, from, want, noise, Phase::Decode)
     }
 }
 
@@ -92,7 +103,7 @@ impl Engine {
         if end < session.tokens.len() {
             // Its drafts are not wanted: nothing is waited for.
             let next = &session.tokens[start + 1..=end];
-            self.model.mtp_drafts(&session.cache, (next, row), start, 0, Phase::Prefill)?;
+            self.model.mtp_drafts(&session.cache, (next, row), start, 0, None, Phase::Prefill)?;
         }
         Ok(())
     }

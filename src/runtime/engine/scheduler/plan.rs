@@ -55,7 +55,7 @@ impl Scheduler<'_> {
             let wanted = r.options.max_tokens - r.generated.len() - 1;
             let room = wanted.min(engine.context() - end).min(budget).min(allowance).min(paying);
             let drafts = match r.mtp.as_mut() {
-                Some(m) if room > 0 => match m.catch_up(engine, session, end - 1, room) {
+                Some(m) if room > 0 => match m.catch_up(engine, session, (end - 1, room), &r.picker) {
                     Ok(drafts) => drafts,
                     Err(e) => {
                         failed.push((i, e));
