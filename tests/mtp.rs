@@ -251,6 +251,19 @@ fn bundled() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/moestream-tiny-moe")
 }
 
+/// The bundled model with its MTP module, drafting paced by acceptance only, not by the time
+/// steps take: reproducible counts.
+fn bundled_engine() -> Engine {
+    let e = Engine::load_on(common::gpu(), &EngineOptions { mtp: MtpLoad::Required, ..EngineOptions::new(bundled()) })
+        .unwrap();
+    e.set_draft_payoff(false);
+    e
+}
+
+/// Prompts for the bundled model.
+const PROMPTS: [&str; 4] =
+    ["The history of the city", "In the summer of", "The river flows through", "Scientists have found"];
+
 #[test]
 fn the_bundled_models_mtp_module_matches_its_training_code() {
     // `tests/fixtures/bundled_mtp_golden.json`: the recipe's torch module (bf16 weights in f32)
@@ -283,10 +296,7 @@ fn the_bundled_models_mtp_module_matches_its_training_code() {
 fn the_bundled_models_mtp_drafts_are_accepted_and_change_nothing() {
     // Greedy text on the bundled model: its MTP module drafts what it would say next often
     // enough that a verify step averages well over one token, and the text is the plain one.
-    let e = Engine::load_on(common::gpu(), &EngineOptions { mtp: MtpLoad::Required, ..EngineOptions::new(bundled()) })
-        .unwrap();
-    // Drafting paced by acceptance only, not by the time steps take: reproducible counts.
-    e.set_draft_payoff(false);
+    let e = bundled_engine();
     let prompt = e.encode("The history of the city").unwrap();
     let options = |mtp_drafts| GenerateOptions { max_tokens: 64, ignore_eos: true, mtp_drafts, ..Default::default() };
     let plain = e.generate(&prompt, &options(0), |_, _| true).unwrap();
@@ -362,12 +372,9 @@ fn the_bundled_models_mtp_drafts_are_accepted_as_well_in_batched_steps() {
     // The trained module drafts from each sequence's own rows of a batched step: four requests
     // at once accept about as many drafts as each alone (rows read from another sequence's
     // place would draft nonsense), and each gets its plain text.
-    let e = Engine::load_on(common::gpu(), &EngineOptions { mtp: MtpLoad::Required, ..EngineOptions::new(bundled()) })
-        .unwrap();
-    e.set_draft_payoff(false);
-    let texts = ["The history of the city", "In the summer of", "The river flows through", "Scientists have found"];
+    let e = bundled_engine();
     let options = |mtp_drafts| GenerateOptions { max_tokens: 40, ignore_eos: true, mtp_drafts, ..Default::default() };
-    let reqs: Vec<_> = texts.iter().map(|t| (e.encode(t).unwrap(), options(3))).collect();
+    let reqs: Vec<_> = PROMPTS.iter().map(|t| (e.encode(t).unwrap(), options(3))).collect();
     let alone: Vec<Generation> = reqs.iter().map(|(p, o)| e.generate(p, o, |_, _| true).unwrap()).collect();
     let plain: Vec<Vec<u32>> =
         reqs.iter().map(|(p, _)| e.generate(p, &options(0), |_, _| true).unwrap().tokens).collect();
@@ -392,10 +399,7 @@ fn sampled_mtp_drafts_are_accepted_where_module_and_model_agree() {
     // the noise its verify row draws with, so it is accepted whenever module and model agree
     // under that noise — far more often than the module's most likely token is drawn — and
     // the text is, token for token, the plain text of the same seed, alone and batched.
-    let e = Engine::load_on(common::gpu(), &EngineOptions { mtp: MtpLoad::Required, ..EngineOptions::new(bundled()) })
-        .unwrap();
-    e.set_draft_payoff(false);
-    let texts = ["The history of the city", "In the summer of", "The river flows through", "Scientists have found"];
+    let e = bundled_engine();
     let options = |seed, mtp_drafts| GenerateOptions {
         max_tokens: 64,
         ignore_eos: true,
@@ -403,7 +407,7 @@ fn sampled_mtp_drafts_are_accepted_where_module_and_model_agree() {
         sampling: SamplingParams { seed, ..SamplingParams::llama_cpp() },
         ..Default::default()
     };
-    let reqs: Vec<_> = texts.iter().zip(1..).map(|(t, seed)| (e.encode(t).unwrap(), options(seed, 3))).collect();
+    let reqs: Vec<_> = PROMPTS.iter().zip(1..).map(|(t, seed)| (e.encode(t).unwrap(), options(seed, 3))).collect();
     let (mut proposed, mut accepted) = (0, 0);
     for (p, o) in &reqs {
         let plain = e.generate(p, &options(o.sampling.seed, 0), |_, _| true).unwrap();
