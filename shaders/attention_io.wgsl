@@ -30,10 +30,17 @@ struct Params {
 @group(0) @binding(1) var<uniform> p: Params;
 @group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;
 //#if Q8
+//#if Q4
+// Q4 (q4_0): the cache in 4-byte loads: each row's 4-bit codes (a chunk's eight in one load),
+// then each row's f16 scales (Q8Rows; two to a load).
+@group(0) @binding(3) var<storage, read> k_cache: array<u32>;
+@group(0) @binding(4) var<storage, read> v_cache: array<u32>;
+//#else
 // The cache in 8-byte loads: each row's int8 codes (a chunk's eight in one load), then each
 // row's f16 scales (Q8Rows; four to a load).
 @group(0) @binding(3) var<storage, read> k_cache: array<vec2<u32>>;
 @group(0) @binding(4) var<storage, read> v_cache: array<vec2<u32>>;
+//#endif
 //#else
 // The cache in 16-byte loads (words16): eight f16 values or four f32 ones.
 @group(0) @binding(3) var<storage, read> k_cache: array<Words16>;
@@ -108,7 +115,7 @@ fn v_chunk(r: u32, c: u32) -> Chunk {
 fn k_scale(r: u32, c: u32) -> f32 {
 //#if Q8
     let s = q8_scale(r, c);
-    return unpack2x16float(k_cache[s.x][s.y])[s.z];
+    return unpack2x16float(scale_word(k_cache[s.x], s.y))[s.z];
 //#else
     return 1.0;
 //#endif
@@ -117,7 +124,7 @@ fn k_scale(r: u32, c: u32) -> f32 {
 fn v_scale(r: u32, c: u32) -> f32 {
 //#if Q8
     let s = q8_scale(r, c);
-    return unpack2x16float(v_cache[s.x][s.y])[s.z];
+    return unpack2x16float(scale_word(v_cache[s.x], s.y))[s.z];
 //#else
     return 1.0;
 //#endif
@@ -136,14 +143,38 @@ fn q8_scale(r: u32, c: u32) -> vec3<u32> {
     let word = block / p.q8_scales_per_word;
     let half = block % p.q8_scales_per_word;
 //#endif
+    // Loads of every row's codes: a chunk each.
     let codes = p.chunk_heads * p.context * p.head_dim / 8u;
+//#if Q4
+    return vec3<u32>(codes + word, 0u, half);
+//#else
     return vec3<u32>(codes + word / 2u, word % 2u, half);
+//#endif
+}
+
+//#if Q4
+// Word `i` (0) of a 4-byte load.
+fn scale_word(load: u32, i: u32) -> u32 {
+    return load;
+}
+
+// Eight 4-bit codes (each plus 8; dim d in bits 4 * d).
+fn q8_chunk(codes: u32) -> Chunk {
+    let lo = vec4<u32>(codes, codes >> 4u, codes >> 8u, codes >> 12u) & vec4<u32>(0xfu);
+    let hi = vec4<u32>(codes >> 16u, codes >> 20u, codes >> 24u, codes >> 28u) & vec4<u32>(0xfu);
+    return Chunk(vec4<f32>(lo) - 8.0, vec4<f32>(hi) - 8.0);
+}
+//#else
+// Word `i` of an 8-byte load.
+fn scale_word(load: vec2<u32>, i: u32) -> u32 {
+    return load[i];
 }
 
 // Eight int8 codes.
 fn q8_chunk(codes: vec2<u32>) -> Chunk {
     return Chunk(i8x4(codes.x), i8x4(codes.y));
 }
+//#endif
 
 // Four int8 codes of a word (byte 0 first) as f32.
 fn i8x4(w: u32) -> vec4<f32> {

@@ -14,7 +14,9 @@
 // Q8 (q8_0, KvDtype::Q8_0, layout quant::kv_dtype::Q8Rows): every row's int8 codes, then every
 // row's f16 scales, a row's scales filling whole words; one invocation per (token, head, scale
 // word of the wider row): the word's blocks (two, or a row's only one) of keys and of values,
-// each block's scale max |x| / 127 and codes round(x / scale), halves away from zero.
+// each block's scale max |x| / 127 and codes round(x / scale), halves away from zero. Q4 (with
+// Q8: q4_0, KvDtype::Q4_0, the same layout with 4-bit codes): scale max |x| / 7, each code plus 8
+// in a nibble, eight to a word (dim d's in bits 4 * (d % 8)).
 //#include common
 
 struct Params {
@@ -99,6 +101,14 @@ fn cache_row(t: u32) -> u32 {
 }
 
 //#if Q8
+//#if Q4
+const CODE_TOP: f32 = 7.0;
+const CODES_PER_WORD: u32 = 8u;
+//#else
+const CODE_TOP: f32 = 127.0;
+const CODES_PER_WORD: u32 = 4u;
+//#endif
+
 // Dim d of the key (`is_key`, as cached) or value head starting at `base` of token t.
 fn input_at(is_key: bool, base: u32, d: u32, t: u32) -> f32 {
     if (is_key) {
@@ -107,22 +117,27 @@ fn input_at(is_key: bool, base: u32, d: u32, t: u32) -> f32 {
     return v[base + d];
 }
 
-// A block's scale: max |x| / 127 over its `len` values from dim `d0` (keys or values).
+// A block's scale: max |x| / CODE_TOP over its `len` values from dim `d0` (keys or values).
 fn block_scale(is_key: bool, base: u32, d0: u32, len: u32, t: u32) -> f32 {
     var amax = 0.0;
     for (var d = d0; d < d0 + len; d++) {
         amax = max(amax, abs(input_at(is_key, base, d, t)));
     }
-    return amax / 127.0;
+    return amax / CODE_TOP;
 }
 
-// Four codes of dims d .. d + 4 at `inv` = 1 / scale, one byte each (two's complement).
-fn codes4(is_key: bool, base: u32, d: u32, t: u32, inv: f32) -> u32 {
+// The codes of dims d .. d + CODES_PER_WORD at `inv` = 1 / scale: one byte each (two's
+// complement), or (Q4) a nibble each, the code plus 8.
+fn code_word(is_key: bool, base: u32, d: u32, t: u32, inv: f32) -> u32 {
     var w = 0u;
-    for (var i = 0u; i < 4u; i++) {
+    for (var i = 0u; i < CODES_PER_WORD; i++) {
         let x = input_at(is_key, base, d + i, t) * inv;
-        let c = i32(min(floor(abs(x) + 0.5), 127.0)) * select(1, -1, x < 0.0);
+        let c = i32(min(floor(abs(x) + 0.5), CODE_TOP)) * select(1, -1, x < 0.0);
+//#if Q4
+        w |= (u32(c + 8) & 0xfu) << (4u * i);
+//#else
         w |= (bitcast<u32>(c) & 0xffu) << (8u * i);
+//#endif
     }
     return w;
 }
@@ -140,18 +155,18 @@ fn store_q8(is_key: bool, t: u32, h: u32, u: u32) {
         let d0 = (u * spw + b) * block;
         let scale = block_scale(is_key, base, d0, block, t);
         let inv = select(0.0, 1.0 / scale, scale > 0.0);
-        for (var d = d0; d < d0 + block; d += 4u) {
-            let w = codes4(is_key, base, d, t, inv);
+        for (var d = d0; d < d0 + block; d += CODES_PER_WORD) {
+            let w = code_word(is_key, base, d, t, inv);
             if (is_key) {
-                k_cache[(row * dim + d) / 4u] = w;
+                k_cache[(row * dim + d) / CODES_PER_WORD] = w;
             } else {
-                v_cache[(row * dim + d) / 4u] = w;
+                v_cache[(row * dim + d) / CODES_PER_WORD] = w;
             }
         }
         scales |= (pack2x16float(vec2<f32>(scale, 0.0)) & 0xffffu) << (16u * b);
     }
     // After every row's codes, each row's scale words.
-    let at = p.chunk_heads * p.context * dim / 4u + row * (dim / block / spw) + u;
+    let at = p.chunk_heads * p.context * dim / CODES_PER_WORD + row * (dim / block / spw) + u;
     if (is_key) {
         k_cache[at] = scales;
     } else {

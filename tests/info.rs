@@ -29,12 +29,15 @@ fn kv_bytes_per_token_by_attention_kind() {
         assert_eq!(v["kv_bytes_per_token_f16"], (32 + 8) * 2 * 3, "{fixture}");
         assert!(v["kv_cache"].as_str().unwrap().starts_with("MLA latent"), "{fixture}");
         assert_eq!(v["kv_bytes_per_token_decompressed_f16"], decompressed, "{fixture}");
+        assert!(v["kv_bytes_per_token_q4_0"].is_null(), "{fixture}: MLA latents have no q4_0 form");
     }
     // GLM-4.5 fixture: grouped, 2 KV heads of 16, keys and values, f32, 3 layers.
     let glm = info("glm4_moe");
     assert_eq!(glm["kv_bytes_per_token_f32"], 2 * 2 * 16 * 4 * 3);
     assert_eq!(glm["kv_bytes_per_token_f16"], 2 * 2 * 16 * 2 * 3);
     assert!(glm["kv_bytes_per_token_decompressed_f16"].is_null());
+    // q4_0: rows of 16 in two blocks of 8, their codes in 8 bytes and their scales in a word.
+    assert_eq!(glm["kv_bytes_per_token_q4_0"], 2 * 2 * (8 + 4) * 3);
 }
 
 #[test]

@@ -64,9 +64,12 @@ fn round_cache(x: &mut [f32], dtype: KvDtype, width: usize) {
     match dtype {
         KvDtype::F32 => {}
         KvDtype::F16 => round_f16(x),
-        KvDtype::Q8_0 => {
+        KvDtype::Q8_0 | KvDtype::Q4_0 => {
             for row in x.chunks_mut(width) {
-                let q = KvDtype::q8_round_trip(row);
+                let q = match dtype {
+                    KvDtype::Q8_0 => KvDtype::q8_round_trip(row),
+                    _ => KvDtype::q4_round_trip(row),
+                };
                 row.copy_from_slice(&q);
             }
         }
@@ -276,6 +279,22 @@ fn q8_cache_decode_prefill_and_split() {
 }
 
 #[test]
+fn q4_cache_decode_prefill_and_split() {
+    // q8_0's layouts with 4-bit codes: blocks of 32, half rows, one block a row; chunked KV
+    // heads and windows; the cache written by kv_store, the reference reading its round trip.
+    let mut seed = 520;
+    for h in [heads(6, 2, 64), heads(4, 1, 128), heads(3, 3, 48), heads(2, 2, 40), heads(2, 1, 8)] {
+        for (t, pos) in [(1usize, 0usize), (1, 64), (1, 200), (17, 0), (9, 55)] {
+            for (chunk_heads, window) in [(usize::MAX, None), (1, Some(20))] {
+                seed += 1;
+                let layout = Layout { dtype: KvDtype::Q4_0, chunk_heads, split_len: 64, window, sinks: false };
+                check(h, t, pos, layout, seed);
+            }
+        }
+    }
+}
+
+#[test]
 fn cache_split_into_chunks_of_kv_heads() {
     // One or two KV heads per buffer (as when a long context exceeds the binding limit), f32
     // and f16, single pass and split, groups of 2 and 6.
@@ -418,7 +437,7 @@ fn cache_buffer(gpu: &moestream::gpu::Gpu, x: &[f32], dtype: KvDtype) -> wgpu::B
             let halves: Vec<u16> = x.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
             gpu.upload("f16 cache", bytemuck::cast_slice(&halves))
         }
-        KvDtype::Q8_0 => unreachable!("q8_0 caches are written by kv_store"),
+        KvDtype::Q8_0 | KvDtype::Q4_0 => unreachable!("quantized caches are written by kv_store"),
     }
 }
 
@@ -430,7 +449,7 @@ fn read_cache(gpu: &moestream::gpu::Gpu, b: &wgpu::Buffer, n: usize, dtype: KvDt
             .iter()
             .flat_map(|&w| [w as u16, (w >> 16) as u16].map(|h| half::f16::from_bits(h).to_f32()))
             .collect(),
-        KvDtype::Q8_0 => unreachable!("the decompressed MLA cache has no q8_0 form"),
+        KvDtype::Q8_0 | KvDtype::Q4_0 => unreachable!("the decompressed MLA cache has no quantized form"),
     }
 }
 

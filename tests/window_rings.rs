@@ -192,7 +192,7 @@ fn bench_kv_size_reports_what_a_session_allocates() {
     };
     // A context of its own: other tests of this binary allocate on the shared one meanwhile.
     let own = moestream::gpu::Gpu::new(&Default::default()).unwrap();
-    for (dtype, kv) in [("f16", KvDtype::F16), ("q8_0", KvDtype::Q8_0)] {
+    for (dtype, kv) in [("f16", KvDtype::F16), ("q8_0", KvDtype::Q8_0), ("q4_0", KvDtype::Q4_0)] {
         for rings in [true, false] {
             let mut o = EngineOptions::new(&gguf);
             o.context = Some(1200);
@@ -208,5 +208,6 @@ fn bench_kv_size_reports_what_a_session_allocates() {
             assert!((0..16 * buffers).contains(&(held - total(dtype, rings))), "{dtype}, rings {rings}: {held}");
         }
     }
+    assert!(total("q4_0", true) < total("q8_0", true));
     assert!(total("q8_0", true) < total("f16", true) && total("f16", true) < total("f16", false));
 }

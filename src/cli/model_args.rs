@@ -38,6 +38,10 @@ pub enum KvDtypeArg {
     /// 8-bit blocks of 32 with an f16 scale (llama.cpp's q8_0): about half f16's memory.
     #[value(name = "q8_0")]
     Q8_0,
+    /// 4-bit blocks of 32 with an f16 scale (llama.cpp's q4_0): about 0.28× f16's memory, with
+    /// a visible loss (grouped attention; not MLA's latent).
+    #[value(name = "q4_0")]
+    Q4_0,
 }
 
 impl KvDtypeArg {
@@ -47,6 +51,7 @@ impl KvDtypeArg {
             KvDtypeArg::F16 => KvDtype::F16,
             KvDtypeArg::F32 => KvDtype::F32,
             KvDtypeArg::Q8_0 => KvDtype::Q8_0,
+            KvDtypeArg::Q4_0 => KvDtype::Q4_0,
         }
     }
 }

@@ -303,8 +303,14 @@ fn heads_per_chunk(heads: Heads, context: usize, dtype: KvDtype, max_binding: u6
 
 /// Checks that every layer's caches of `shape` can be laid out within the binding limit:
 /// grouped keys/values split by KV heads, or MLA's latent rows in one buffer; and that q8_0
-/// applies (grouped heads and MLA latents; rows of a multiple of 8 values).
+/// applies (grouped heads and MLA latents; rows of a multiple of 8 values), q4_0 to grouped
+/// heads only.
 pub(super) fn check_layout(spec: &ArchSpec, shape: CacheShape, dtype: KvDtype, max_binding: u64) -> Result<()> {
+    if dtype == KvDtype::Q4_0 && spec.mla().is_some() {
+        return Err(Error::UnsupportedConfig(
+            "--kv-dtype q4_0 for MLA's latent cache is not implemented (q8_0 is; this model's attention is MLA)".into(),
+        ));
+    }
     if dtype == KvDtype::Q8_0 {
         if let Some(m) = spec.mla() {
             if m.cache == MlaCacheKind::Decompressed {

@@ -183,12 +183,13 @@ impl Gpu {
 pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("embed", &["F16", "INT4", "INT4_SYM", "G64", "TILES"]),
     ("rms_norm", &["OUT", "ADD_PAIRS", "PAIR", "ONE_SUBGROUP", "WIDE_ROW"]),
-    ("kv_store", &["F16", "Q8", "ROPE", "RING"]),
+    ("kv_store", &["F16", "Q8", "Q4", "ROPE", "RING"]),
     (
         "attention",
         &[
             "F16",
             "Q8",
+            "Q4",
             "Q8_B32",
             "RING",
             "SPLIT",
@@ -203,7 +204,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ),
     (
         "attention_keys",
-        &["F16", "Q8", "Q8_B32", "RING", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2", "WORDS64"],
+        &["F16", "Q8", "Q4", "Q8_B32", "RING", "SPLIT", "SINKS", "SHARED_REDUCE", "HD128", "HD256", "QT2", "WORDS64"],
     ),
     ("matmul", &["F16", "INT4", "INT4_SYM", "G64", "TILES", "BIAS", "ACCUMULATE", "SPLIT_OUT"]),
     (
@@ -231,7 +232,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("expert_down", EXPERT_DECODE_FLAGS),
     ("expert_matmul", &["F16", "INT4", "INT4_SYM", "G64", "TILES", "GATE_UP"]),
     ("moe_combine", &["SHARED"]),
-    ("argmax", &["VEC4", "ONE_SUBGROUP"]),
+    ("argmax", &["VEC4", "NOISE", "ONE_SUBGROUP"]),
     ("token_logprob", &["ONE_SUBGROUP"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID", "GROUPS", "ONE_SUBGROUP"]),
     ("prerouter_heads", &["SCORES", "TOKEN"]),
@@ -273,9 +274,11 @@ pub fn variants(name: &str) -> Vec<Vec<&'static str>> {
             continue;
         }
         // One cache element type at a time; q8_0 MLA caches hold the latent only; Q8_B32 is a
-        // q8_0 layout.
+        // layout of the quantized caches (Q8), Q4 their 4-bit codes.
         let q8 = set.contains(&"Q8");
-        if q8 && (set.contains(&"F16") || set.contains(&"DECOMPRESSED")) || set.contains(&"Q8_B32") && !q8 {
+        if q8 && (set.contains(&"F16") || set.contains(&"DECOMPRESSED"))
+            || (set.contains(&"Q8_B32") || set.contains(&"Q4")) && !q8
+        {
             continue;
         }
         // PAIR normalises in place (RmsNorm::pair).

@@ -10,7 +10,6 @@ use super::params;
 use crate::gpu::profiler::Traffic;
 use crate::gpu::{Gpu, Kernel, Pass};
 use crate::quant::kv_dtype::Q8Rows;
-use crate::quant::KvDtype;
 
 /// Head layout of an attention layer.
 #[derive(Clone, Copy, Debug)]
@@ -228,7 +227,7 @@ impl Attention {
             let slots = if split { split_queries(group) } else { QUERIES_PER_TEAM };
             let (shader, mut defines) = layout_shader(gpu, layout, slots, heads.head_dim);
             defines.extend(chunk.defines());
-            if chunk.dtype == KvDtype::Q8_0 && q8.block == 32 {
+            if chunk.dtype.is_quantized() && q8.block == 32 {
                 defines.push("Q8_B32");
             }
             defines.extend(head_dim_define(heads.head_dim));

@@ -11,12 +11,14 @@ use crate::model::RopeSpec;
 use crate::quant::kv_dtype::Q8Rows;
 pub use crate::quant::KvDtype;
 
-/// The shader define selecting `dtype` in the cache kernels.
+/// The shader defines selecting `dtype` in the cache kernels: `Q8` is the quantized layout
+/// (codes, then block scales: [`Q8Rows`]), with `Q4` its codes are four bits.
 pub(crate) fn dtype_defines(dtype: KvDtype) -> &'static [&'static str] {
     match dtype {
         KvDtype::F16 => &["F16"],
         KvDtype::F32 => &[],
         KvDtype::Q8_0 => &["Q8"],
+        KvDtype::Q4_0 => &["Q8", "Q4"],
     }
 }
 
@@ -106,10 +108,11 @@ impl KvStore {
         // Per token: the chunk's f32 rows read and their cached copies written.
         let rows_written = chunk.dtype.row_bytes(k_dim) + chunk.dtype.row_bytes(v_dim);
         let mut per_token = (chunk.heads * (4 * (k_dim + v_dim) + rows_written)) as u64;
-        // Invocations per token: a pair of dims, or (q8_0) a scale word's blocks, of the wider row.
-        let units = match chunk.dtype {
-            KvDtype::Q8_0 => Q8Rows::of(k_dim).scale_words().max(Q8Rows::of(v_dim).scale_words()),
-            _ => k_dim.max(v_dim) / 2,
+        // Invocations per token: a pair of dims, or (q8_0, q4_0) a scale word's blocks, of the
+        // wider row.
+        let units = match chunk.dtype.is_quantized() {
+            true => Q8Rows::of(k_dim).scale_words().max(Q8Rows::of(v_dim).scale_words()),
+            false => k_dim.max(v_dim) / 2,
         };
         let mut pairs_per_token = chunk.heads * units;
         if let Some(r) = rope {

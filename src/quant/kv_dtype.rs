@@ -13,10 +13,14 @@ pub enum KvDtype {
     /// scale each (`x ≈ code * scale`, `scale = max |x| / 127`), about 0.53× f16's bytes. See
     /// [`Q8Rows`] for rows that are not a multiple of 64.
     Q8_0,
+    /// llama.cpp's q4_0 in spirit: q8_0's blocks with 4-bit codes, `x ≈ code * scale` for a code
+    /// in -7..=7 (stored plus 8, eight to a word) and `scale = max |x| / 7`, about 0.28× f16's
+    /// bytes (grouped attention only; MLA's latent is refused by name).
+    Q4_0,
 }
 
-/// How a q8_0 cache holds rows of one width: each row's codes, one byte per value, then (after
-/// every row's codes) each row's scales, f16, two to a word. Blocks are 32 values where the
+/// How a q8_0 or q4_0 cache holds rows of one width: each row's codes (one byte, or four bits,
+/// per value), then (after every row's codes) each row's scales, f16, two to a word. Blocks are 32 values where the
 /// width is a multiple of 64, else half a row where the width is a multiple of 16, else a
 /// whole row; a row's scales then fill whole words (an even count, or one block and a pad).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,9 +57,11 @@ impl Q8Rows {
         }
     }
 
-    /// Bytes of one row: its codes and its scale words.
-    pub fn row_bytes(&self) -> usize {
-        self.block * self.blocks + 4 * self.scale_words()
+    /// Bytes of one row of one-byte codes (q8_0) and its scale words; half the codes' bytes
+    /// with `nibbles` (q4_0).
+    pub fn row_bytes(&self, nibbles: bool) -> usize {
+        let codes = self.block * self.blocks;
+        (if nibbles { codes / 2 } else { codes }) + 4 * self.scale_words()
     }
 }
 
@@ -65,16 +71,23 @@ impl KvDtype {
         match self {
             KvDtype::F16 => 2 * width,
             KvDtype::F32 => 4 * width,
-            KvDtype::Q8_0 => Q8Rows::of(width).row_bytes(),
+            KvDtype::Q8_0 => Q8Rows::of(width).row_bytes(false),
+            KvDtype::Q4_0 => Q8Rows::of(width).row_bytes(true),
         }
     }
 
-    /// `"f16"`, `"f32"` or `"q8_0"`.
+    /// Whether the cache holds codes with block scales ([`Q8Rows`]).
+    pub fn is_quantized(self) -> bool {
+        matches!(self, KvDtype::Q8_0 | KvDtype::Q4_0)
+    }
+
+    /// `"f16"`, `"f32"`, `"q8_0"` or `"q4_0"`.
     pub fn name(self) -> &'static str {
         match self {
             KvDtype::F16 => "f16",
             KvDtype::F32 => "f32",
             KvDtype::Q8_0 => "q8_0",
+            KvDtype::Q4_0 => "q4_0",
         }
     }
 
@@ -82,24 +95,35 @@ impl KvDtype {
     /// from zero) times its f16 scale, as the cache store computes them (the CPU reference's
     /// round trip).
     pub fn q8_round_trip(x: &[f32]) -> Vec<f32> {
-        let rows = Q8Rows::of(x.len());
-        x.chunks(rows.block)
-            .flat_map(|b| {
-                let (scale, codes) = q8_block(b);
-                codes.into_iter().map(move |c| c as f32 * scale)
-            })
-            .collect()
+        round_trip(x, 127.0)
+    }
+
+    /// A row of `x` as a q4_0 cache holds it (q8_0's round trip with codes up to 7).
+    pub fn q4_round_trip(x: &[f32]) -> Vec<f32> {
+        round_trip(x, 7.0)
     }
 }
 
-/// One block's f16 scale (as f32) and codes: `d = max |x| / 127`, codes `round(x * (1 / d))`.
-fn q8_block(x: &[f32]) -> (f32, Vec<i8>) {
+/// Each block of `x` ([`Q8Rows`]) as codes of magnitude up to `top` times the block's f16 scale.
+fn round_trip(x: &[f32], top: f32) -> Vec<f32> {
+    let rows = Q8Rows::of(x.len());
+    x.chunks(rows.block)
+        .flat_map(|b| {
+            let (scale, codes) = quantize_block(b, top);
+            codes.into_iter().map(move |c| c * scale)
+        })
+        .collect()
+}
+
+/// One block's f16 scale (as f32) and codes: `d = max |x| / top`, codes `round(x * (1 / d))`
+/// (halves away from zero), at most `top` in magnitude.
+fn quantize_block(x: &[f32], top: f32) -> (f32, Vec<f32>) {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
+    let d = amax / top;
     let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
     let code = |v: &f32| {
         let s = v * inv;
-        (s.abs() + 0.5).floor().min(127.0).copysign(s) as i8
+        (s.abs() + 0.5).floor().min(top).copysign(s)
     };
     (half::f16::from_f32(d).to_f32(), x.iter().map(code).collect())
 }
@@ -112,6 +136,8 @@ mod tests {
     fn q8_rows_halve_f16() {
         assert_eq!(Q8Rows::of(128), Q8Rows { block: 32, blocks: 4 });
         assert_eq!(KvDtype::Q8_0.row_bytes(128), 136);
+        assert_eq!(KvDtype::Q4_0.row_bytes(128), 72);
+        assert_eq!(KvDtype::Q4_0.row_bytes(8), 8);
         assert_eq!(KvDtype::Q8_0.row_bytes(64), 68);
         assert_eq!(Q8Rows::of(16), Q8Rows { block: 8, blocks: 2 });
         assert_eq!(Q8Rows::of(8), Q8Rows { block: 8, blocks: 1 });
@@ -132,5 +158,12 @@ mod tests {
             }
         }
         assert_eq!(KvDtype::q8_round_trip(&[0.0; 8]), vec![0.0; 8]);
+        let y = KvDtype::q4_round_trip(&x);
+        for (xs, ys) in x.chunks(32).zip(y.chunks(32)) {
+            let step = xs.iter().fold(0f32, |m, v| m.max(v.abs())) / 7.0;
+            for (a, r) in xs.iter().zip(ys) {
+                assert!((a - r).abs() <= step * 0.51, "q4_0: {a} -> {r}");
+            }
+        }
     }
 }
