@@ -59,12 +59,18 @@
 // scale): about half f16's memory.
 #define MOESTREAM_KV_Q8_0 2
 
+// `MoestreamLoadOptions.kv_cache_type`: llama.cpp's q4_0 (4-bit codes in blocks of 32 with an
+// f16 scale): about 0.28× f16's memory, with a visible loss; grouped attention only (an MLA
+// model's load fails, saying so).
+#define MOESTREAM_KV_Q4_0 3
+
 // `MoestreamLoadOptions.mtp`: the model's multi-token-prediction module is not loaded
 // (default).
 #define MOESTREAM_MTP_OFF 0
 
 // `MoestreamLoadOptions.mtp`: loaded where the model has one that runs (DeepSeek-V3, GLM-4.5,
-// Qwen3-Next, Qwen3.5/3.6-MoE checkpoints and their GGUF files), else the engine loads without it.
+// Ling 2.5, Qwen3-Next, Qwen3.5/3.6-MoE checkpoints and their GGUF files), else the engine loads
+// without it.
 #define MOESTREAM_MTP_AVAILABLE 1
 
 // `MoestreamLoadOptions.mtp`: loaded, or the load fails saying why not.

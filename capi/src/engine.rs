@@ -41,12 +41,17 @@ pub const MOESTREAM_KV_F32: u32 = 1;
 /// `MoestreamLoadOptions.kv_cache_type`: llama.cpp's q8_0 (int8 in blocks of 32 with an f16
 /// scale): about half f16's memory.
 pub const MOESTREAM_KV_Q8_0: u32 = 2;
+/// `MoestreamLoadOptions.kv_cache_type`: llama.cpp's q4_0 (4-bit codes in blocks of 32 with an
+/// f16 scale): about 0.28× f16's memory, with a visible loss; grouped attention only (an MLA
+/// model's load fails, saying so).
+pub const MOESTREAM_KV_Q4_0: u32 = 3;
 
 /// `MoestreamLoadOptions.mtp`: the model's multi-token-prediction module is not loaded
 /// (default).
 pub const MOESTREAM_MTP_OFF: u32 = 0;
 /// `MoestreamLoadOptions.mtp`: loaded where the model has one that runs (DeepSeek-V3, GLM-4.5,
-/// Qwen3-Next, Qwen3.5/3.6-MoE checkpoints and their GGUF files), else the engine loads without it.
+/// Ling 2.5, Qwen3-Next, Qwen3.5/3.6-MoE checkpoints and their GGUF files), else the engine loads
+/// without it.
 pub const MOESTREAM_MTP_AVAILABLE: u32 = 1;
 /// `MoestreamLoadOptions.mtp`: loaded, or the load fails saying why not.
 pub const MOESTREAM_MTP_REQUIRED: u32 = 2;
@@ -177,6 +182,7 @@ unsafe fn engine_options(o: &MoestreamLoadOptions) -> Result<EngineOptions> {
         MOESTREAM_KV_F16 => KvDtype::F16,
         MOESTREAM_KV_F32 => KvDtype::F32,
         MOESTREAM_KV_Q8_0 => KvDtype::Q8_0,
+        MOESTREAM_KV_Q4_0 => KvDtype::Q4_0,
         k => return Err(Error::InvalidArgument(format!("kv_cache_type {k} is not a MOESTREAM_KV_* value"))),
     };
     options.window_rings = !o.swa_full;

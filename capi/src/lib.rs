@@ -30,8 +30,8 @@ pub use boundary::{moestream_last_error, moestream_string_free, moestream_versio
 pub use chat_message::moestream_chat_message;
 pub use engine::{
     moestream_engine_free, moestream_engine_load, moestream_load_options_default, MoestreamEngine,
-    MoestreamLoadOptions, MOESTREAM_KV_F16, MOESTREAM_KV_F32, MOESTREAM_KV_Q8_0, MOESTREAM_MTP_AVAILABLE,
-    MOESTREAM_MTP_OFF, MOESTREAM_MTP_REQUIRED,
+    MoestreamLoadOptions, MOESTREAM_KV_F16, MOESTREAM_KV_F32, MOESTREAM_KV_Q4_0, MOESTREAM_KV_Q8_0,
+    MOESTREAM_MTP_AVAILABLE, MOESTREAM_MTP_OFF, MOESTREAM_MTP_REQUIRED,
 };
 pub use generate::{
     moestream_chat, moestream_generate, moestream_generate_options_default, moestream_generate_options_for_model,

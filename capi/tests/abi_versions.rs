@@ -172,6 +172,12 @@ fn load_options_of_the_first_version_and_the_kv_cache_type() {
         assert!(!q8.is_null(), "q8_0: {}", last_error());
         assert_eq!(generate(q8, &options, null_mut()).unwrap(), want, "q8_0 KV cache");
         moestream_engine_free(q8);
+        // A q4_0 cache loads and generates (its rounding may move a greedy choice).
+        current.kv_cache_type = MOESTREAM_KV_Q4_0;
+        let q4 = moestream_engine_load(&current);
+        assert!(!q4.is_null(), "q4_0: {}", last_error());
+        assert_eq!(generate(q4, &options, null_mut()).unwrap().len(), want.len(), "q4_0 KV cache");
+        moestream_engine_free(q4);
         current.kv_cache_type = 7;
         assert!(moestream_engine_load(&current).is_null());
         assert!(last_error().contains("kv_cache_type 7"), "{}", last_error());
