@@ -60,8 +60,7 @@
 #define MOESTREAM_KV_Q8_0 2
 
 // `MoestreamLoadOptions.kv_cache_type`: llama.cpp's q4_0 (4-bit codes in blocks of 32 with an
-// f16 scale): about 0.28× f16's memory, with a visible loss; grouped attention only (an MLA
-// model's load fails, saying so).
+// f16 scale): about 0.28× f16's memory, with a visible loss.
 #define MOESTREAM_KV_Q4_0 3
 
 // `MoestreamLoadOptions.mtp`: the model's multi-token-prediction module is not loaded

@@ -15,7 +15,8 @@
 // over the value width: rank for the latent cache, v decompressed) for mla_merge (latent) or
 // attention_merge (decompressed). Key width (rank + rope, or nope + rope) <= 640, value width
 // <= 512. F16: the caches hold two halves per u32, unpacked in f32 arithmetic. Q8 (latent cache
-// only): each cache holds its rows' int8 codes, then their f16 scales (quant::kv_dtype::Q8Rows).
+// only): each cache holds its rows' int8 codes, then their f16 scales (quant::kv_dtype::Q8Rows);
+// with Q4 (q4_0) 4-bit codes, each plus 8, eight to a word.
 // The latent and rotary-key caches hold `context` rows each (the decompressed ones `context`
 // per head).
 //#include common
@@ -65,7 +66,7 @@ fn a_at(i: u32) -> f32 {
 //#else
 //#if Q8
     let s = q8_scale(i, p.context * p.rank, p.q8_block_a, p.q8_spw_a);
-    return q8_code(cache_a[i / 4u], i) * unpack2x16float(cache_a[s.x])[s.y];
+    return q8_code(cache_a[i / CODES_PER_WORD], i) * unpack2x16float(cache_a[s.x])[s.y];
 //#else
     return cache_a[i];
 //#endif
@@ -78,7 +79,7 @@ fn b_at(i: u32) -> f32 {
 //#else
 //#if Q8
     let s = q8_scale(i, p.context * p.rope, p.q8_block_b, p.q8_spw_b);
-    return q8_code(cache_b[i / 4u], i) * unpack2x16float(cache_b[s.x])[s.y];
+    return q8_code(cache_b[i / CODES_PER_WORD], i) * unpack2x16float(cache_b[s.x])[s.y];
 //#else
     return cache_b[i];
 //#endif
@@ -86,15 +87,26 @@ fn b_at(i: u32) -> f32 {
 }
 
 //#if Q8
+//#if Q4
+const CODES_PER_WORD: u32 = 8u;
+
+// Code i of a cache as f32, from its word.
+fn q8_code(w: u32, i: u32) -> f32 {
+    return f32((w >> (4u * (i % 8u))) & 0xfu) - 8.0;
+}
+//#else
+const CODES_PER_WORD: u32 = 4u;
+
 // Code i of a cache as f32, from its word.
 fn q8_code(w: u32, i: u32) -> f32 {
     return f32(bitcast<i32>(w << (24u - 8u * (i % 4u))) >> 24u);
 }
+//#endif
 
 // Where element i's scale is in a cache of `values` codes: its word and half.
 fn q8_scale(i: u32, values: u32, block: u32, spw: u32) -> vec2<u32> {
     let b = i / block;
-    return vec2<u32>(values / 4u + b / spw, b % spw);
+    return vec2<u32>(values / CODES_PER_WORD + b / spw, b % spw);
 }
 //#endif
 

@@ -29,7 +29,8 @@ fn kv_bytes_per_token_by_attention_kind() {
         assert_eq!(v["kv_bytes_per_token_f16"], (32 + 8) * 2 * 3, "{fixture}");
         assert!(v["kv_cache"].as_str().unwrap().starts_with("MLA latent"), "{fixture}");
         assert_eq!(v["kv_bytes_per_token_decompressed_f16"], decompressed, "{fixture}");
-        assert!(v["kv_bytes_per_token_q4_0"].is_null(), "{fixture}: MLA latents have no q4_0 form");
+        // The latent (32) and rotary key (8) rows in q4_0: half a byte a value, a scale word each.
+        assert_eq!(v["kv_bytes_per_token_q4_0"], (16 + 4 + 4 + 4) * 3, "{fixture}");
     }
     // GLM-4.5 fixture: grouped, 2 KV heads of 16, keys and values, f32, 3 layers.
     let glm = info("glm4_moe");

@@ -453,15 +453,15 @@ fn read_cache(gpu: &moestream::gpu::Gpu, b: &wgpu::Buffer, n: usize, dtype: KvDt
     }
 }
 
-/// Latent rows `lat` and rotary keys `kr` (`ctx` of each) quantized into q8_0 caches by the
-/// cache store, as the decoder writes them; `lat` and `kr` then rounded as the caches hold them.
-fn q8_latent_cache(
+/// Latent rows `lat` and rotary keys `kr` (`ctx` of each) quantized into q8_0 or q4_0 caches by
+/// the cache store, as the decoder writes them; `lat` and `kr` then rounded as the caches hold them.
+fn quantized_latent_cache(
     gpu: &moestream::gpu::Gpu,
     step: &StepUniform,
     (lat, kr): (&mut [f32], &mut [f32]),
     (rank, rope, ctx): (usize, usize, usize),
+    dtype: KvDtype,
 ) -> (wgpu::Buffer, wgpu::Buffer) {
-    let dtype = KvDtype::Q8_0;
     let (a, b) = (
         gpu.storage("q8 latents", (ctx * dtype.row_bytes(rank)) as u64),
         gpu.storage("q8 rotary keys", (ctx * dtype.row_bytes(rope)) as u64),
@@ -526,7 +526,9 @@ fn check_mla(c: MlaCase, seed: u64) {
 
     let gpu = gpu();
     let step = StepUniform::new(&gpu);
-    let mut q8 = (dtype == KvDtype::Q8_0).then(|| q8_latent_cache(&gpu, &step, (&mut lat, &mut kr), (rank, rope, ctx)));
+    let mut q8 = dtype
+        .is_quantized()
+        .then(|| quantized_latent_cache(&gpu, &step, (&mut lat, &mut kr), (rank, rope, ctx), dtype));
     let (qb, wb) = (upload_f32(&gpu, &q), upload_f32(&gpu, &kv_b));
     let ob = upload_f32(&gpu, &vec![-555.0; t * heads * v]);
     let value_width = match cache {
@@ -680,34 +682,26 @@ fn mla_prefill_over_a_long_latent_cache() {
     assert!((5004..13000).contains(&limit), "{limit}");
 }
 
-/// MLA attention over q8_0 latent caches written by the cache store: blocks of 32 (rank 512,
-/// rope 64), half rows (rank 48, 32) and one block a row (rank 40, rope 8); decode single and
-/// split, prefill across key tiles.
+/// MLA attention over q8_0 and q4_0 latent caches written by the cache store: blocks of 32
+/// (rank 512, rope 64), half rows (rank 48, 32) and one block a row (rank 40, rope 8); decode
+/// single and split, prefill across key tiles.
 #[test]
-fn mla_over_a_q8_latent_cache() {
+fn mla_over_a_quantized_latent_cache() {
     use moestream::model::MlaCacheKind;
     let mut seed = 1200;
-    for &(heads, rank, rope, t, pos, split_len) in &[
-        (4usize, 32usize, 8usize, 1usize, 70usize, 256usize),
-        (3, 40, 16, 9, 60, 256),
-        (2, 512, 64, 1, 5, 256),
-        (5, 48, 8, 1, 150, 64),
-        (6, 64, 8, 5, 130, 256),
-    ] {
-        seed += 1;
-        let c = MlaCase {
-            heads,
-            rank,
-            nope: 16,
-            rope,
-            v: 24,
-            t,
-            pos,
-            dtype: KvDtype::Q8_0,
-            cache: MlaCacheKind::Latent,
-            split_len,
-        };
-        check_mla(c, seed);
+    for dtype in [KvDtype::Q8_0, KvDtype::Q4_0] {
+        for &(heads, rank, rope, t, pos, split_len) in &[
+            (4usize, 32usize, 8usize, 1usize, 70usize, 256usize),
+            (3, 40, 16, 9, 60, 256),
+            (2, 512, 64, 1, 5, 256),
+            (5, 48, 8, 1, 150, 64),
+            (6, 64, 8, 5, 130, 256),
+        ] {
+            seed += 1;
+            let c =
+                MlaCase { heads, rank, nope: 16, rope, v: 24, t, pos, dtype, cache: MlaCacheKind::Latent, split_len };
+            check_mla(c, seed);
+        }
     }
 }
 

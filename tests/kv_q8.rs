@@ -4,8 +4,8 @@
 //! engine matches the CPU reference with a q8_0-rounded cache (grouped attention's keys and
 //! values, MLA's latent) within 1e-2 and gives its greedy tokens (`tests/long_context.rs` runs
 //! the 4500-token fixture through split decode). Its bytes are about half f16's, and what it
-//! cannot hold is refused by name. q4_0 (`--kv-dtype q4_0`, grouped attention): the same checks,
-//! its error against transformers stated per fixture; MLA models refuse it by name.
+//! cannot hold is refused by name. q4_0 (`--kv-dtype q4_0`, grouped heads and MLA latents): the
+//! same checks, its error against transformers stated per fixture.
 
 mod common;
 
@@ -44,19 +44,13 @@ fn q4_stays_close_to_transformers_or_to_its_reference() {
     stays_close_to_transformers(KvDtype::Q4_0);
 }
 
-/// Every fixture prompt's log-probs with a `dtype` cache against transformers' (MLA models
-/// refuse q4_0 by name).
+/// Every fixture prompt's log-probs with a `dtype` cache against transformers'.
 fn stays_close_to_transformers(dtype: KvDtype) {
     let mut worst = 0f32;
     let name = dtype.name();
     for (dir, golden) in fixtures() {
-        let e = match Engine::load_on(gpu(), &options(&dir, 1200, dtype)) {
-            Err(err) if dtype == KvDtype::Q4_0 && ArchSpec::from_dir(&dir).unwrap().mla().is_some() => {
-                assert!(err.to_string().contains("q4_0") && err.to_string().contains("MLA"), "{err}");
-                continue;
-            }
-            loaded => loaded.unwrap_or_else(|e| panic!("{}: {e}", dir.display())),
-        };
+        let e =
+            Engine::load_on(gpu(), &options(&dir, 1200, dtype)).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         for p in golden.prompts.iter().filter(|p| p.tokens.len() > 1) {
             let s = e.score(&p.tokens).unwrap();
             let err = max_abs_diff(&s.logprobs, &p.logprobs);
@@ -101,7 +95,7 @@ fn q8_takes_about_half_the_bytes_of_f16() {
         let ratio = q8 as f64 / f16 as f64;
         println!("{fixture}: {q8} bytes per position and layer in q8_0, {f16} in f16 ({ratio:.3})");
         assert!(ratio < 0.7, "{fixture}: q8_0 {ratio:.3} of f16");
-        if spec.mla().is_none() {
+        {
             let q4 = spec.kv_row_bytes(KvDtype::Q4_0);
             println!("{fixture}: {q4} bytes per position and layer in q4_0 ({:.3} of f16)", q4 as f64 / f16 as f64);
             assert!(q4 * 10 < f16 * 4, "{fixture}: q4_0 {q4} bytes against f16's {f16}");
@@ -120,10 +114,10 @@ fn q8_takes_about_half_the_bytes_of_f16() {
 
 #[test]
 fn what_q8_cannot_hold_is_refused_by_name() {
-    let mut o = EngineOptions::new(fixtures_dir().join("deepseek_v2")).with_format(WeightFormat::F32);
-    o.context = Some(64);
-    o.kv_dtype = KvDtype::Q8_0;
-    o.mla_cache = MlaCacheKind::Decompressed;
-    let err = Engine::load_on(gpu(), &o).err().expect("q8_0 decompressed MLA cache");
-    assert!(matches!(err, Error::UnsupportedConfig(_)) && err.to_string().contains("q8_0"), "{err}");
+    for dtype in [KvDtype::Q8_0, KvDtype::Q4_0] {
+        let mut o = options(&fixtures_dir().join("deepseek_v2"), 64, dtype);
+        o.mla_cache = MlaCacheKind::Decompressed;
+        let err = Engine::load_on(gpu(), &o).err().expect("quantized decompressed MLA cache");
+        assert!(matches!(err, Error::UnsupportedConfig(_)) && err.to_string().contains(dtype.name()), "{err}");
+    }
 }

@@ -42,14 +42,13 @@ pub struct KvSizeReport {
     pub rows: Vec<KvSizeRow>,
 }
 
-/// The rows for `spec` at `contexts`, in f16, q8_0 and (grouped attention) q4_0.
+/// The rows for `spec` at `contexts`, in f16, q8_0 and q4_0.
 pub fn run(spec: &ArchSpec, model: &str, contexts: &[usize], max_step: usize) -> KvSizeReport {
     let windowed = (0..spec.layers).any(|i| spec.window(i).is_some());
     let ring_settings: &[bool] = if windowed { &[true, false] } else { &[true] };
     let mut rows = Vec::new();
     for &context in contexts {
-        let q4 = spec.mla().is_none().then_some(KvDtype::Q4_0);
-        for dtype in [KvDtype::F16, KvDtype::Q8_0].into_iter().chain(q4) {
+        for dtype in [KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0] {
             for &rings in ring_settings {
                 let shape = CacheShape { context, max_step, rings, state_copy: false };
                 let bytes_per_token = spec.kv_bytes_per_token(dtype, rings);

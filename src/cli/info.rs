@@ -86,9 +86,8 @@ pub fn run(a: InfoArgs) -> Result<()> {
         .as_ref()
         .and_then(|h| h.metrics.as_deref())
         .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok().and_then(|v| v["mean_recall"].as_f64()));
-    let [kv_f16, kv_f32, kv_q8] = [KvDtype::F16, KvDtype::F32, KvDtype::Q8_0].map(|d| spec.kv_bytes_per_token(d, true));
-    // q4_0 holds grouped attention's keys and values, not MLA's latent.
-    let kv_q4 = spec.mla().is_none().then(|| spec.kv_bytes_per_token(KvDtype::Q4_0, true));
+    let [kv_f16, kv_f32, kv_q8, kv_q4] =
+        [KvDtype::F16, KvDtype::F32, KvDtype::Q8_0, KvDtype::Q4_0].map(|d| spec.kv_bytes_per_token(d, true));
     // One sequence at the model's maximum context, with the default sliding-window rings and
     // with every position kept (`--swa-full`).
     let longest =
@@ -140,8 +139,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
         println!("heads             {} (kv {}, head_dim {})", spec.heads, spec.kv_heads, spec.head_dim);
         println!("vocab             {}", spec.vocab);
         println!(
-            "KV cache          {kv_f16} bytes/token with --kv-dtype f16 (default), {kv_f32} with f32, {kv_q8} with q8_0{} ({}{})",
-            kv_q4.map_or(String::new(), |b| format!(", {b} with q4_0")),
+            "KV cache          {kv_f16} bytes/token with --kv-dtype f16 (default), {kv_f32} with f32, {kv_q8} with q8_0, {kv_q4} with q4_0 ({}{})",
             kv_cache_kind(&spec),
             if windowed.is_empty() { "" } else { "; layers without a sliding window" }
         );

@@ -39,7 +39,7 @@ pub enum KvDtypeArg {
     #[value(name = "q8_0")]
     Q8_0,
     /// 4-bit blocks of 32 with an f16 scale (llama.cpp's q4_0): about 0.28× f16's memory, with
-    /// a visible loss (grouped attention; not MLA's latent).
+    /// a visible loss.
     #[value(name = "q4_0")]
     Q4_0,
 }

@@ -302,26 +302,20 @@ fn heads_per_chunk(heads: Heads, context: usize, dtype: KvDtype, max_binding: u6
 }
 
 /// Checks that every layer's caches of `shape` can be laid out within the binding limit:
-/// grouped keys/values split by KV heads, or MLA's latent rows in one buffer; and that q8_0
-/// applies (grouped heads and MLA latents; rows of a multiple of 8 values), q4_0 to grouped
-/// heads only.
+/// grouped keys/values split by KV heads, or MLA's latent rows in one buffer; and that q8_0 and
+/// q4_0 apply (grouped heads and MLA latents; rows of a multiple of 8 values).
 pub(super) fn check_layout(spec: &ArchSpec, shape: CacheShape, dtype: KvDtype, max_binding: u64) -> Result<()> {
-    if dtype == KvDtype::Q4_0 && spec.mla().is_some() {
-        return Err(Error::UnsupportedConfig(
-            "--kv-dtype q4_0 for MLA's latent cache is not implemented (q8_0 is; this model's attention is MLA)".into(),
-        ));
-    }
-    if dtype == KvDtype::Q8_0 {
+    if dtype.is_quantized() {
+        let name = dtype.name();
         if let Some(m) = spec.mla() {
             if m.cache == MlaCacheKind::Decompressed {
-                return Err(Error::UnsupportedConfig(
-                    "--kv-dtype q8_0 with --mla-cache decompressed is not implemented (q8_0 quantizes the latent)"
-                        .into(),
-                ));
+                return Err(Error::UnsupportedConfig(format!(
+                    "--kv-dtype {name} with --mla-cache decompressed is not implemented ({name} quantizes the latent)"
+                )));
             }
             if !m.kv_lora_rank.is_multiple_of(8) || !m.qk_rope_head_dim.is_multiple_of(8) {
                 return Err(Error::UnsupportedConfig(format!(
-                    "--kv-dtype q8_0 needs kv_lora_rank and qk_rope_head_dim multiples of 8 (they are {} and {})",
+                    "--kv-dtype {name} needs kv_lora_rank and qk_rope_head_dim multiples of 8 (they are {} and {})",
                     m.kv_lora_rank, m.qk_rope_head_dim
                 )));
             }

@@ -236,7 +236,7 @@ pub const KERNEL_FLAGS: &[(&str, &[&str])] = &[
     ("token_logprob", &["ONE_SUBGROUP"]),
     ("router_topk", &["FORCED", "CAPTURE", "SIGMOID", "GROUPS", "ONE_SUBGROUP"]),
     ("prerouter_heads", &["SCORES", "TOKEN"]),
-    ("mla_attention", &["F16", "Q8", "SPLIT", "DECOMPRESSED"]),
+    ("mla_attention", &["F16", "Q8", "Q4", "SPLIT", "DECOMPRESSED"]),
     ("mla_decompress", &["F16"]),
     ("gated_delta_rule", &["KDA", "SAFE_GATE"]),
     ("delta_chunk_prep", &["KDA", "SAFE_GATE"]),

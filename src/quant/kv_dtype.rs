@@ -15,7 +15,7 @@ pub enum KvDtype {
     Q8_0,
     /// llama.cpp's q4_0 in spirit: q8_0's blocks with 4-bit codes, `x ≈ code * scale` for a code
     /// in -7..=7 (stored plus 8, eight to a word) and `scale = max |x| / 7`, about 0.28× f16's
-    /// bytes (grouped attention only; MLA's latent is refused by name).
+    /// bytes.
     Q4_0,
 }
 
