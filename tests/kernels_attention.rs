@@ -61,18 +61,9 @@ fn round_f16(x: &mut [f32]) {
 
 /// `x` as a cache of `dtype` holds it, rows of `width` values (a head).
 fn round_cache(x: &mut [f32], dtype: KvDtype, width: usize) {
-    match dtype {
-        KvDtype::F32 => {}
-        KvDtype::F16 => round_f16(x),
-        KvDtype::Q8_0 | KvDtype::Q4_0 => {
-            for row in x.chunks_mut(width) {
-                let q = match dtype {
-                    KvDtype::Q8_0 => KvDtype::q8_round_trip(row),
-                    _ => KvDtype::q4_round_trip(row),
-                };
-                row.copy_from_slice(&q);
-            }
-        }
+    for row in x.chunks_mut(width) {
+        let rounded = dtype.round_trip(row);
+        row.copy_from_slice(&rounded);
     }
 }
 

@@ -91,28 +91,24 @@ impl KvDtype {
         }
     }
 
-    /// A row of `x` as a q8_0 cache holds it: each block's codes `round(x / scale)` (halves away
-    /// from zero) times its f16 scale, as the cache store computes them (the CPU reference's
-    /// round trip).
-    pub fn q8_round_trip(x: &[f32]) -> Vec<f32> {
-        round_trip(x, 127.0)
+    /// A row of `x` as a cache of this type holds it (the CPU reference's round trip): f32 as
+    /// it is, f16 rounded value by value; q8_0 and q4_0 each block's codes `round(x / scale)`
+    /// (halves away from zero, at most 127 or 7 in magnitude) times its f16 scale, as the cache
+    /// store computes them.
+    pub fn round_trip(self, x: &[f32]) -> Vec<f32> {
+        let top = match self {
+            KvDtype::F32 => return x.to_vec(),
+            KvDtype::F16 => return x.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
+            KvDtype::Q8_0 => 127.0,
+            KvDtype::Q4_0 => 7.0,
+        };
+        x.chunks(Q8Rows::of(x.len()).block)
+            .flat_map(|b| {
+                let (scale, codes) = quantize_block(b, top);
+                codes.into_iter().map(move |c| c * scale)
+            })
+            .collect()
     }
-
-    /// A row of `x` as a q4_0 cache holds it (q8_0's round trip with codes up to 7).
-    pub fn q4_round_trip(x: &[f32]) -> Vec<f32> {
-        round_trip(x, 7.0)
-    }
-}
-
-/// Each block of `x` ([`Q8Rows`]) as codes of magnitude up to `top` times the block's f16 scale.
-fn round_trip(x: &[f32], top: f32) -> Vec<f32> {
-    let rows = Q8Rows::of(x.len());
-    x.chunks(rows.block)
-        .flat_map(|b| {
-            let (scale, codes) = quantize_block(b, top);
-            codes.into_iter().map(move |c| c * scale)
-        })
-        .collect()
 }
 
 /// One block's f16 scale (as f32) and codes: `d = max |x| / top`, codes `round(x * (1 / d))`
@@ -149,7 +145,7 @@ mod tests {
     #[test]
     fn round_trip_is_within_half_a_step() {
         let x: Vec<f32> = (0..64).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.173).collect();
-        let y = KvDtype::q8_round_trip(&x);
+        let y = KvDtype::Q8_0.round_trip(&x);
         for (b, (xs, ys)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
             let step = xs.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
             for (a, r) in xs.iter().zip(ys) {
@@ -157,8 +153,8 @@ mod tests {
                 assert!((a - r).abs() <= step * 0.6, "block {b}: {a} -> {r}");
             }
         }
-        assert_eq!(KvDtype::q8_round_trip(&[0.0; 8]), vec![0.0; 8]);
-        let y = KvDtype::q4_round_trip(&x);
+        assert_eq!(KvDtype::Q8_0.round_trip(&[0.0; 8]), vec![0.0; 8]);
+        let y = KvDtype::Q4_0.round_trip(&x);
         for (xs, ys) in x.chunks(32).zip(y.chunks(32)) {
             let step = xs.iter().fold(0f32, |m, v| m.max(v.abs())) / 7.0;
             for (a, r) in xs.iter().zip(ys) {

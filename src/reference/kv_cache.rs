@@ -21,12 +21,7 @@ pub struct KvCache {
 
 /// `x` as a cache of `dtype` holds it, in rows of `row` values.
 fn rounded(x: &[f32], dtype: KvDtype, row: usize) -> Vec<f32> {
-    match dtype {
-        KvDtype::F32 => x.to_vec(),
-        KvDtype::F16 => x.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
-        KvDtype::Q8_0 => x.chunks(row).flat_map(KvDtype::q8_round_trip).collect(),
-        KvDtype::Q4_0 => x.chunks(row).flat_map(KvDtype::q4_round_trip).collect(),
-    }
+    x.chunks(row).flat_map(|r| dtype.round_trip(r)).collect()
 }
 
 impl KvCache {

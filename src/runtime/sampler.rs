@@ -97,13 +97,13 @@ impl Sampler {
             Err(candidates) => candidates,
         };
         let key = self.rng.next_u64();
-        let noisy = |c: &Candidate| c.scaled + token_noise(key, c.id);
-        // The largest noisy logit; ties to the lower id.
-        let best = candidates.iter().reduce(|a, b| match noisy(b).total_cmp(&noisy(a)).then(a.id.cmp(&b.id)) {
+        // The largest noisy logit (each candidate's noise computed once); ties to the lower id.
+        let noisy = candidates.iter().map(|c| (c.scaled + token_noise(key, c.id), c.id));
+        let best = noisy.reduce(|a, b| match b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)) {
             std::cmp::Ordering::Greater => b,
             _ => a,
         });
-        best.expect("a vocabulary has tokens").id
+        best.expect("a vocabulary has tokens").1
     }
 
     /// The keys of the next `n` draws, in order (none are taken): the noise the verify rows of a
