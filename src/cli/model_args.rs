@@ -13,8 +13,8 @@ use moestream::ops::{KvDtype, WeightFormat};
 use moestream::quant::QuantParams;
 use moestream::runtime::direct_io::DirectIo;
 use moestream::runtime::sampling_defaults::fresh_seed;
-use moestream::runtime::DRAFTS_WITH_PREDICTED_ROUTING;
 use moestream::runtime::{EngineOptions, ExpertBudget, MtpLoad, SamplingOverrides, SamplingParams};
+use moestream::runtime::{DRAFTS_WITH_A_CONSTRAINT, DRAFTS_WITH_PREDICTED_ROUTING};
 use moestream::{Engine, Error, Result};
 
 /// Weight precision on the GPU.
@@ -455,7 +455,7 @@ impl DraftArgs {
     /// with `--draft N`, that is an error).
     pub fn plan(&self, engine: &Engine, constrained: bool) -> Result<DraftPlan> {
         if constrained {
-            return self.without("drafts with a constraint (JSON schema, regex, grammar)");
+            return self.without(DRAFTS_WITH_A_CONSTRAINT);
         }
         if engine.routing() == RoutingMode::Predicted {
             return self.without(DRAFTS_WITH_PREDICTED_ROUTING);

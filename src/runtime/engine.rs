@@ -34,7 +34,7 @@ mod mtp_drafts;
 mod scheduler;
 
 pub use super::options::{EngineOptions, ExpertBudget, GenerateOptions, MtpLoad, DEFAULT_IO_THREADS};
-pub use generation::{Generation, Score, DRAFTS_WITH_PREDICTED_ROUTING};
+pub use generation::{Generation, Score, DRAFTS_WITH_A_CONSTRAINT, DRAFTS_WITH_PREDICTED_ROUTING};
 pub use scheduler::{Finished, OnToken, RequestId, Scheduler};
 
 /// A loaded model ready to generate and score.

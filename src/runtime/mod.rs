@@ -20,7 +20,7 @@ pub mod tokenizer;
 pub use constraint::Constraint;
 pub use engine::{
     Engine, EngineOptions, ExpertBudget, Finished, GenerateOptions, Generation, MtpLoad, OnToken, RequestId, Scheduler,
-    Score, DRAFTS_WITH_PREDICTED_ROUTING,
+    Score, DRAFTS_WITH_A_CONSTRAINT, DRAFTS_WITH_PREDICTED_ROUTING,
 };
 pub use memory_plan::KvPlan;
 pub use sampler::SamplingParams;

@@ -169,6 +169,9 @@ pub struct Score {
     pub experts: ExpertStats,
 }
 
+/// Why drafts and a constraint do not run together.
+pub const DRAFTS_WITH_A_CONSTRAINT: &str = "drafts with a constraint (JSON schema, regex, grammar)";
+
 /// Why drafts and predicted routing do not run together.
 pub const DRAFTS_WITH_PREDICTED_ROUTING: &str = "drafts with --routing predicted (a verify step routes its \
      tokens natively, so the output would not be the one-token-a-step output); use --speculative off";
@@ -181,7 +184,7 @@ pub(super) fn validate_drafts(options: &GenerateOptions, routing: RoutingMode) -
     }
     let drafts = options.drafts.is_some() || options.mtp_drafts > 0;
     if drafts && options.constraint.is_some() {
-        return Err(Error::UnsupportedConfig("drafts with a constraint (JSON schema, regex, grammar)".into()));
+        return Err(Error::UnsupportedConfig(DRAFTS_WITH_A_CONSTRAINT.into()));
     }
     if drafts && routing == RoutingMode::Predicted {
         return Err(Error::UnsupportedConfig(DRAFTS_WITH_PREDICTED_ROUTING.into()));
