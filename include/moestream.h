@@ -122,7 +122,7 @@ typedef struct MoestreamGenerateOptions {
   // followed the latest earlier occurrence of the last tokens) and verified in one step, the
   // output what one token a step gives; 0 = off (not with a constraint).
   uint32_t draft_max;
-  // Longest n-gram the prompt lookup matches (1 to 32).
+  // Longest n-gram the prompt lookup matches (1 to 32; 12 by default).
   uint32_t draft_ngram;
   // Where the `draft_max` drafts come from: `MOESTREAM_DRAFTS_PROMPT_LOOKUP` (default) or
   // `MOESTREAM_DRAFTS_MTP` (the model's MTP module, loaded with `MoestreamLoadOptions.mtp`).

@@ -60,7 +60,7 @@ pub struct MoestreamGenerateOptions {
     /// followed the latest earlier occurrence of the last tokens) and verified in one step, the
     /// output what one token a step gives; 0 = off (not with a constraint).
     pub draft_max: u32,
-    /// Longest n-gram the prompt lookup matches (1 to 32).
+    /// Longest n-gram the prompt lookup matches (1 to 32; 12 by default).
     pub draft_ngram: u32,
     // Appended in the fifth version.
     /// Where the `draft_max` drafts come from: `MOESTREAM_DRAFTS_PROMPT_LOOKUP` (default) or
@@ -281,7 +281,7 @@ fn default_generate_options() -> MoestreamGenerateOptions {
         regex: std::ptr::null(),
         lark_grammar: std::ptr::null(),
         draft_max: 0,
-        draft_ngram: 3,
+        draft_ngram: moestream::runtime::drafts::DEFAULT_LOOKUP_NGRAM as u32,
         draft_source: MOESTREAM_DRAFTS_PROMPT_LOOKUP,
     }
 }

@@ -427,7 +427,7 @@ pub struct DraftArgs {
     #[arg(long, value_name = "N", alias = "draft-max")]
     pub draft: Option<usize>,
     /// Longest n-gram the prompt lookup matches.
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    #[arg(long, value_name = "N", default_value_t = moestream::runtime::drafts::DEFAULT_LOOKUP_NGRAM)]
     pub draft_ngram: usize,
 }
 

@@ -16,6 +16,11 @@ use crate::runtime::options::GenerateOptions;
 /// MTP drafts a step where the caller names no number (the CLI's `--speculative auto|mtp`).
 pub const DEFAULT_MTP_DRAFTS: usize = 3;
 
+/// Longest n-gram prompt lookup matches unless told: the longest match wins, and in code (where
+/// a tokenizer may give each space and bracket a token) a short n-gram such as an indentation
+/// recurs on every line, pointing at the wrong one (measured in benches/README.md).
+pub const DEFAULT_LOOKUP_NGRAM: usize = 12;
+
 /// How drafts are looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PromptLookup {
@@ -27,7 +32,7 @@ pub struct PromptLookup {
 
 impl Default for PromptLookup {
     fn default() -> Self {
-        PromptLookup { ngram: 3, max_draft: 4 }
+        PromptLookup { ngram: DEFAULT_LOOKUP_NGRAM, max_draft: 4 }
     }
 }
 
@@ -86,7 +91,11 @@ impl DraftCounts {
             0 => options.drafts.map(|d| d.max_draft),
             n => Some(n),
         };
-        DraftCounts { pacing: most.map(DraftPacing::new), payoff, ..Default::default() }
+        let pacing = match options.mtp_drafts {
+            0 => most.map(DraftPacing::passages),
+            _ => most.map(DraftPacing::new),
+        };
+        DraftCounts { pacing, payoff, ..Default::default() }
     }
 
     /// The most drafts to propose at this step (each call is one step; 0 without drafts).
@@ -127,7 +136,7 @@ pub fn tokens_per_verify_step(accepted: usize, steps: usize) -> f64 {
 /// the rejected drafts' experts), so after a step that accepted none the request pauses
 /// drafting for a number of steps that doubles with each such step (up to 16), and the most it
 /// drafts follows what was accepted. Where it is told what steps take ([`DraftPacing::timed`]),
-/// it also pauses for [`PAYOFF_PAUSE`] steps whenever drafting costs more time per token than
+/// it also pauses for [`PAYOFF_PAUSE`] steps whenever drafting has cost more time per token than
 /// plain steps do (sampled text, whose drafts are accepted less often, on an adapter where a
 /// verify step costs much more than one token's), measuring plain steps now and then to know.
 /// The output is the same either way (greedy: token for token; sampling: the same distribution).
@@ -137,15 +146,25 @@ pub struct DraftPacing {
     limit: usize,
     paused: usize,
     backoff: usize,
-    /// Seconds and tokens of plain steps and of drafting cycles, each earlier step weighing
-    /// [`DECAY`] times the next (so one unlucky cycle does not decide), where timed.
+    /// Seconds and tokens of plain steps and of drafting cycles, where timed, each earlier one
+    /// weighing [`DECAY`] times the next of its kind (so one unlucky cycle does not decide);
+    /// with [`DraftPacing::passages`], a drafting cycle weighs [`DECAY`] times less with each
+    /// step after it, plain or drafted.
     timed: [(f64, f64); 2],
+    /// Whether what drafting cost fades over the steps after it ([`DraftPacing::passages`]).
+    fades: bool,
     /// Drafting cycles timed since the last plain step was.
     cycles_since_plain: usize,
+    /// Drafting cycles timed since drafting last paused for its time (or began).
+    cycles_since_pause: usize,
 }
 
 /// Steps a request goes without drafting when drafting cost more time per token than plain steps.
 pub const PAYOFF_PAUSE: usize = 32;
+
+/// Drafting cycles timed before their time may pause drafting: the first cycles of a copied
+/// passage often fail where it starts (and the first step of a new size costs more).
+const PAYOFF_EVIDENCE: usize = 4;
 
 /// Drafting cycles between two plain steps timed to compare with.
 const PLAIN_EVERY: usize = 16;
@@ -156,7 +175,26 @@ const DECAY: f64 = 0.9;
 impl DraftPacing {
     /// Pacing for drafts of up to `max` tokens.
     pub fn new(max: usize) -> DraftPacing {
-        DraftPacing { max, limit: max, paused: 0, backoff: 0, timed: [(0.0, 0.0); 2], cycles_since_plain: 0 }
+        DraftPacing {
+            max,
+            limit: max,
+            paused: 0,
+            backoff: 0,
+            timed: [(0.0, 0.0); 2],
+            fades: false,
+            cycles_since_plain: 0,
+            cycles_since_pause: 0,
+        }
+    }
+
+    /// Pacing for drafts that come in passages, as prompt lookup's do (a copied span is
+    /// accepted whole, the text around it not at all): a cycle that accepted nothing is left to
+    /// the backoff and not timed, what drafting cost before a pause has faded when it resumes,
+    /// and drafting pauses for its time only after [`PAYOFF_EVIDENCE`] timed cycles, so a
+    /// passage that pays is drafted from even where the drafts before it failed. (MTP drafts, accepted at a steady rate, keep [`DraftPacing::new`]'s
+    /// memory: there a cycle that cost more than it saved predicts the next.)
+    pub fn passages(max: usize) -> DraftPacing {
+        DraftPacing { fades: true, ..DraftPacing::new(max) }
     }
 
     /// The most tokens to draft at this step (0 while paused; each call is one step).
@@ -176,15 +214,31 @@ impl DraftPacing {
     /// Records that a step produced `tokens` tokens in `secs` seconds, `drafted` or plain; when
     /// drafting took longer per token than plain steps, pauses it for [`PAYOFF_PAUSE`] steps.
     pub fn timed(&mut self, drafted: bool, tokens: usize, secs: f64) {
+        if self.fades && drafted && tokens <= 1 {
+            // Drafts that came in passages and were all rejected: paced by the backoff of
+            // `record`, not timed (the passage that follows is what the time should judge).
+            return;
+        }
+        for (kind, (s, n)) in self.timed.iter_mut().enumerate() {
+            let drafting = kind == 1;
+            if drafting == drafted || (drafting && self.fades) {
+                (*s, *n) = (DECAY * *s, DECAY * *n);
+            }
+        }
         let (s, n) = &mut self.timed[usize::from(drafted)];
-        (*s, *n) = (DECAY * *s + secs, DECAY * *n + tokens as f64);
+        (*s, *n) = (*s + secs, *n + tokens as f64);
         match drafted {
-            true => self.cycles_since_plain += 1,
+            true => {
+                self.cycles_since_plain += 1;
+                self.cycles_since_pause += 1;
+            }
             false => self.cycles_since_plain = 0,
         }
         let [(plain_s, plain_n), (drafted_s, drafted_n)] = self.timed;
-        if drafted && plain_n > 0.0 && drafted_s / drafted_n > plain_s / plain_n {
+        let evidence = !self.fades || self.cycles_since_pause >= PAYOFF_EVIDENCE;
+        if drafted && evidence && plain_n > 0.0 && drafted_s / drafted_n > plain_s / plain_n {
             self.paused = self.paused.max(PAYOFF_PAUSE);
+            self.cycles_since_pause = 0;
         }
     }
 
@@ -228,6 +282,35 @@ mod tests {
         }
         let paused = (0..40).take_while(|_| p.allowance() == 0).count();
         assert_eq!(paused, 16, "the pause doubles up to 16 steps");
+    }
+
+    #[test]
+    fn prompt_lookup_pacing_drafts_a_passage_that_pays_after_failed_drafts() {
+        // Plain steps at 1 ms; two failed cycles at 4 ms, then a copied passage: 5 tokens a
+        // cycle in 3 ms. MTP pacing remembers the failures and pauses; prompt lookup's drafts
+        // the passage.
+        let run = |mut p: DraftPacing| {
+            p.timed(false, 1, 0.001);
+            let mut drafted = 0;
+            for step in 0..40 {
+                match p.allowance() {
+                    0 => p.timed(false, 1, 0.001),
+                    n if step < 4 => {
+                        p.record(n, 0);
+                        p.timed(true, 1, 0.004);
+                    }
+                    n => {
+                        drafted += 1;
+                        p.record(n, n);
+                        p.timed(true, n + 1, 0.003);
+                    }
+                }
+            }
+            drafted
+        };
+        let (steady, passages) = (run(DraftPacing::new(4)), run(DraftPacing::passages(4)));
+        assert!(passages >= 30, "prompt lookup drafted {passages} of 40 steps");
+        assert!(steady < 10, "MTP pacing drafted {steady} of 40 steps");
     }
 
     #[test]
