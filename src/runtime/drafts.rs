@@ -95,6 +95,11 @@ impl DraftCounts {
             0 => most.map(DraftPacing::passages),
             _ => most.map(DraftPacing::new),
         };
+        let mut pacing = pacing;
+        if payoff {
+            // Time a plain step first, so the first drafting cycles have a step to compare with.
+            pacing.iter_mut().for_each(DraftPacing::plain_first);
+        }
         DraftCounts { pacing, payoff, ..Default::default() }
     }
 
@@ -197,6 +202,11 @@ impl DraftPacing {
         DraftPacing { fades: true, ..DraftPacing::new(max) }
     }
 
+    /// Makes the next step a plain one, to time ([`DraftPacing::timed`]) before drafting.
+    pub fn plain_first(&mut self) {
+        self.cycles_since_plain = PLAIN_EVERY;
+    }
+
     /// The most tokens to draft at this step (0 while paused; each call is one step).
     pub fn allowance(&mut self) -> usize {
         if self.paused > 0 {
@@ -282,6 +292,19 @@ mod tests {
         }
         let paused = (0..40).take_while(|_| p.allowance() == 0).count();
         assert_eq!(paused, 16, "the pause doubles up to 16 steps");
+    }
+
+    #[test]
+    fn timed_pacing_times_a_plain_step_before_drafting() {
+        let mut p = DraftPacing::new(3);
+        p.plain_first();
+        assert_eq!(p.allowance(), 0, "a plain step to compare with");
+        p.timed(false, 1, 0.001);
+        assert_eq!(p.allowance(), 3);
+        // The first cycle already compares: at 2 ms a token against 1 ms it pauses drafting.
+        p.record(3, 2);
+        p.timed(true, 3, 0.006);
+        assert_eq!(p.allowance(), 0);
     }
 
     #[test]
