@@ -57,11 +57,9 @@ impl Q8Rows {
         }
     }
 
-    /// Bytes of one row of one-byte codes (q8_0) and its scale words; half the codes' bytes
-    /// with `nibbles` (q4_0).
-    pub fn row_bytes(&self, nibbles: bool) -> usize {
-        let codes = self.block * self.blocks;
-        (if nibbles { codes / 2 } else { codes }) + 4 * self.scale_words()
+    /// Bytes of one row of `code_bits`-bit codes (8: q8_0, 4: q4_0) and its scale words.
+    pub fn row_bytes(&self, code_bits: usize) -> usize {
+        self.block * self.blocks * code_bits / 8 + 4 * self.scale_words()
     }
 }
 
@@ -71,8 +69,8 @@ impl KvDtype {
         match self {
             KvDtype::F16 => 2 * width,
             KvDtype::F32 => 4 * width,
-            KvDtype::Q8_0 => Q8Rows::of(width).row_bytes(false),
-            KvDtype::Q4_0 => Q8Rows::of(width).row_bytes(true),
+            KvDtype::Q8_0 => Q8Rows::of(width).row_bytes(8),
+            KvDtype::Q4_0 => Q8Rows::of(width).row_bytes(4),
         }
     }
 

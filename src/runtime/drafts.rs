@@ -87,15 +87,10 @@ impl DraftCounts {
     /// The counts of a request with `options` (paced where it drafts; by time too with
     /// `payoff`).
     pub(crate) fn new(options: &GenerateOptions, payoff: bool) -> DraftCounts {
-        let most = match options.mtp_drafts {
-            0 => options.drafts.map(|d| d.max_draft),
-            n => Some(n),
+        let mut pacing = match options.mtp_drafts {
+            0 => options.drafts.map(|d| DraftPacing::passages(d.max_draft)),
+            n => Some(DraftPacing::new(n)),
         };
-        let pacing = match options.mtp_drafts {
-            0 => most.map(DraftPacing::passages),
-            _ => most.map(DraftPacing::new),
-        };
-        let mut pacing = pacing;
         if payoff {
             // Time a plain step first, so the first drafting cycles have a step to compare with.
             pacing.iter_mut().for_each(DraftPacing::plain_first);
@@ -196,8 +191,9 @@ impl DraftPacing {
     /// accepted whole, the text around it not at all): a cycle that accepted nothing is left to
     /// the backoff and not timed, what drafting cost before a pause has faded when it resumes,
     /// and drafting pauses for its time only after [`PAYOFF_EVIDENCE`] timed cycles, so a
-    /// passage that pays is drafted from even where the drafts before it failed. (MTP drafts, accepted at a steady rate, keep [`DraftPacing::new`]'s
-    /// memory: there a cycle that cost more than it saved predicts the next.)
+    /// passage that pays is drafted from even where the drafts before it failed. (MTP drafts,
+    /// accepted at a steady rate, keep [`DraftPacing::new`]'s memory: there a cycle that cost
+    /// more than it saved predicts the next.)
     pub fn passages(max: usize) -> DraftPacing {
         DraftPacing { fades: true, ..DraftPacing::new(max) }
     }
@@ -229,10 +225,11 @@ impl DraftPacing {
             // `record`, not timed (the passage that follows is what the time should judge).
             return;
         }
-        for (kind, (s, n)) in self.timed.iter_mut().enumerate() {
-            let drafting = kind == 1;
-            if drafting == drafted || (drafting && self.fades) {
-                (*s, *n) = (DECAY * *s, DECAY * *n);
+        let [plain, drafting] = &mut self.timed;
+        // Each kind's earlier steps weigh DECAY less; passages' drafting also fades by the step.
+        for (sum, ages) in [(plain, !drafted), (drafting, drafted || self.fades)] {
+            if ages {
+                *sum = (DECAY * sum.0, DECAY * sum.1);
             }
         }
         let (s, n) = &mut self.timed[usize::from(drafted)];
