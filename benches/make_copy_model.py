@@ -44,8 +44,8 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "models" / "recipe"))
-from model import Cfg, TinyQwen3Moe, load_balancing_loss, to_hub_state_dict  # noqa: E402
-from train import fix_tokenizer_config, hf_config, write_json  # noqa: E402
+from model import Cfg, TinyQwen3Moe, load_balancing_loss  # noqa: E402
+from train import export_hf, write_json  # noqa: E402
 
 BUNDLED = REPO / "models" / "moestream-tiny-moe"
 EOS_ID = 0
@@ -209,18 +209,9 @@ def main():
         right += greedy(model, tok, prompt, 200) == answer
     print(f"{right} of {a.check} fresh edits answered exactly")
     a.out.mkdir(parents=True, exist_ok=True)
-    from safetensors.torch import save_file
-
-    hub = {k: v.to(torch.bfloat16) for k, v in to_hub_state_dict(model.state_dict(), c).items()}
-    save_file(dict(sorted(hub.items())), str(a.out / "model.safetensors"), metadata={"format": "pt"})
-    hf_config(c, eos_id=EOS_ID).save_pretrained(str(a.out))
-    cj = json.loads((a.out / "config.json").read_text())
-    cj.setdefault("rope_theta", c.rope_theta)
-    cj.setdefault("num_experts", c.num_experts)
-    write_json(a.out / "config.json", cj)
     for f in ["tokenizer.json", "tokenizer_config.json"]:
         shutil.copy(BUNDLED / f, a.out / f)
-    fix_tokenizer_config(a.out)
+    export_hf(model.state_dict(), c, a.out, eos_id=EOS_ID)
     write_json(a.out / "training.json", {"seed": a.seed, "steps": a.steps, "exact_edits": [right, a.check]})
     if a.prompt:
         prompt, _ = task(random.Random(a.seed + 2), functions=2)

@@ -371,26 +371,34 @@ def hf_config(c: Cfg, eos_id: int):
     )
 
 
-def stage_export(a):
+def export_hf(sd: dict[str, torch.Tensor], c: Cfg, out: Path, eos_id: int = 0) -> int:
+    """Writes `sd` (the training layout) to `out` in the Hugging Face layout, bf16, with its
+    config.json, and fixes the tokenizer_config.json already there; returns the tensor count."""
     from safetensors.torch import save_file
+
+    hub = {k: v.to(torch.bfloat16) for k, v in to_hub_state_dict(sd, c).items()}
+    tmp = out / "model.safetensors.tmp"
+    save_file(dict(sorted(hub.items())), str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, out / "model.safetensors")
+    cfg = hf_config(c, eos_id=eos_id)
+    cfg.save_pretrained(str(out))
+    # Plain `rope_theta` too, for readers that predate transformers 5's `rope_parameters`.
+    cj = json.loads((out / "config.json").read_text())
+    cj.setdefault("rope_theta", c.rope_theta)
+    # transformers 5 writes `num_local_experts`; older readers look for `num_experts`.
+    cj.setdefault("num_experts", c.num_experts)
+    write_json(out / "config.json", cj)
+    os.chmod(out / "model.safetensors", 0o644)
+    fix_tokenizer_config(out)
+    return len(hub)
+
+
+def stage_export(a):
     from transformers import GenerationConfig
 
     c = model_cfg(a)
     sd = torch.load(a.work / "final.pt", weights_only=True)
-    hub = {k: v.to(torch.bfloat16) for k, v in to_hub_state_dict(sd, c).items()}
-    tmp = a.out / "model.safetensors.tmp"
-    save_file(dict(sorted(hub.items())), str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, a.out / "model.safetensors")
-    cfg = hf_config(c, eos_id=0)
-    cfg.save_pretrained(str(a.out))
-    # Plain `rope_theta` too, for readers that predate transformers 5's `rope_parameters`.
-    cj = json.loads((a.out / "config.json").read_text())
-    cj.setdefault("rope_theta", c.rope_theta)
-    # transformers 5 writes `num_local_experts`; older readers look for `num_experts`.
-    cj.setdefault("num_experts", c.num_experts)
-    write_json(a.out / "config.json", cj)
-    os.chmod(a.out / "model.safetensors", 0o644)
-    fix_tokenizer_config(a.out)
+    tensors = export_hf(sd, c, a.out)
     # The sampling an engine uses when told nothing (llama.cpp's and Ollama's settings): a model
     # this small loops when greedy.
     GenerationConfig(
@@ -398,8 +406,8 @@ def stage_export(a):
         do_sample=True, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repetition_penalty=1.1,
     ).save_pretrained(str(a.out))
     mb = (a.out / "model.safetensors").stat().st_size / 1e6
-    print(f"wrote {a.out}/model.safetensors ({mb:.1f} MB, {len(hub)} tensors)")
-    update_results(a, {"export": {"model_safetensors_mb": round(mb, 2), "tensors": len(hub)}})
+    print(f"wrote {a.out}/model.safetensors ({mb:.1f} MB, {tensors} tensors)")
+    update_results(a, {"export": {"model_safetensors_mb": round(mb, 2), "tensors": tensors}})
 
 
 def load_hf(a, dtype=torch.float32):
