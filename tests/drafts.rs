@@ -1,16 +1,19 @@
 //! Speculative decoding with prompt-lookup drafts: greedy output token for token the same as one
 //! token a step, on every family (hybrid recurrent states cut back after rejected drafts), GGUF
 //! and MLX, streamed at one layer's top-k of expert slots, and across a session's turns; drafts
-//! are accepted where the text repeats (the bundled model's loops).
+//! are accepted where the text repeats (the bundled model's loops); a streamed verify step's
+//! experts are read ahead from the routing of the passage its drafts copy.
 
 mod common;
 
 use std::path::Path;
 
 use common::{fixtures, fixtures_dir, gpu, TempDir};
+use moestream::experts::predictor::PrefetchKind;
+use moestream::model::ArchSpec;
 use moestream::ops::WeightFormat;
 use moestream::runtime::drafts::PromptLookup;
-use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, SamplingParams};
+use moestream::runtime::{Engine, EngineOptions, ExpertBudget, GenerateOptions, SamplingParams, Scheduler};
 
 fn engine(path: &Path, format: Option<WeightFormat>, budget: ExpertBudget, cache: &TempDir) -> Engine {
     let mut o = EngineOptions::new(path);
@@ -98,7 +101,7 @@ fn streamed_and_session_turns_with_drafts_equal_plain_decoding() {
     for fixture in ["mixtral", "qwen3_next"] {
         let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with(fixture)).unwrap();
         let prompt = repeating(&golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens);
-        let top_k = moestream::model::ArchSpec::from_dir(&dir).unwrap().moe.unwrap().top_k;
+        let top_k = ArchSpec::from_dir(&dir).unwrap().moe.unwrap().top_k;
         let resident = engine(&dir, Some(WeightFormat::F32), ExpertBudget::Auto, &cache);
         let want = resident.generate(&prompt, &options(12, None), |_, _| true).unwrap().tokens;
         // Two turns of a session, one token a step.
@@ -115,5 +118,55 @@ fn streamed_and_session_turns_with_drafts_equal_plain_decoding() {
             streamed.generate_in(&mut s, &prompt[..4], &options(8, LOOKUP), |_, _| true).unwrap().tokens,
             second
         );
+    }
+}
+
+/// Streaming at half the experts with no predictor of its own: only the reads ahead of verify
+/// steps prefetch. They do (and are used), the tokens stay those of the resident model, alone
+/// and through the scheduler, on a grouped-attention MoE and a hybrid (linear attention and MLA).
+#[test]
+fn verify_steps_read_the_experts_of_the_passage_their_drafts_copy() {
+    let cache = TempDir::new("drafts_prefetch");
+    for fixture in ["mixtral", "ling"] {
+        let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with(fixture)).unwrap();
+        let prompt = repeating(&golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens);
+        let spec = ArchSpec::from_dir(&dir).unwrap();
+        let moe_layers = (0..spec.layers).filter(|&l| spec.is_moe_layer(l)).count();
+        let half = moe_layers * spec.moe.as_ref().unwrap().num_experts / 2;
+        let want = engine(&dir, Some(WeightFormat::F32), ExpertBudget::Auto, &cache)
+            .generate(&prompt, &options(16, None), |_, _| true)
+            .unwrap()
+            .tokens;
+        let streamed = |ahead: bool| {
+            let mut o = EngineOptions::new(&dir).with_format(WeightFormat::F32);
+            (o.budget, o.prefetch, o.cache_dir) =
+                (ExpertBudget::Slots(half), PrefetchKind::None, Some(cache.path().into()));
+            let e = Engine::load_on(gpu(), &o).unwrap();
+            // Drafts proposed by acceptance alone, so both engines draft alike.
+            e.set_draft_payoff(false);
+            e.set_draft_prefetch(ahead);
+            e
+        };
+        let (off, on) = (streamed(false), streamed(true));
+        let plain = off.generate(&prompt, &options(16, LOOKUP), |_, _| true).unwrap();
+        let ahead = on.generate(&prompt, &options(16, LOOKUP), |_, _| true).unwrap();
+        assert_eq!((&plain.tokens, &ahead.tokens), (&want, &want), "{fixture}");
+        assert!(ahead.stats.draft_steps > 0, "{fixture}: {:?}", ahead.stats);
+        let (p, a) = (plain.stats.experts, ahead.stats.experts);
+        assert_eq!(p.prefetch_issued, 0, "{fixture}: nothing else prefetches");
+        assert!(a.prefetch_used > 0 && a.prefetch_used <= a.prefetch_issued, "{fixture}: {a:?}");
+        assert!(a.expert_misses < p.expert_misses, "{fixture}: {a:?} against {p:?}");
+        // Each scheduled sequence remembers its own routing.
+        let mut s = Scheduler::new(&on, 2).unwrap();
+        for p in [&prompt[..], &prompt[1..]] {
+            s.submit(p.to_vec(), options(16, LOOKUP), Box::new(|_, _, _| true)).unwrap();
+        }
+        let finished: Vec<_> = s.run().unwrap().into_iter().map(|f| (f.id, f.result.unwrap())).collect();
+        let second = on.generate(&prompt[1..], &options(16, None), |_, _| true).unwrap().tokens;
+        for (id, g) in &finished {
+            assert_eq!(&g.tokens, if *id == finished[0].0.min(finished[1].0) { &want } else { &second }, "{fixture}");
+        }
+        let issued: u64 = finished.iter().map(|(_, g)| g.stats.experts.prefetch_issued).sum();
+        assert!(issued > 0, "{fixture}: the scheduled verify steps read ahead");
     }
 }

@@ -40,6 +40,7 @@ use crate::experts::eam::{EamTracker, DEFAULT_MATCHES};
 use crate::experts::policy::PolicyKind;
 use crate::experts::predictor::{PredictedRouting, PrefetchKind};
 use crate::experts::residency::ExpertResidency;
+use crate::experts::route_memory::RouteMemory;
 use crate::experts::source::ExpertSource;
 use crate::experts::{SlotArena, SlotTable};
 use crate::gpu::context::counting_allocations;
@@ -347,6 +348,16 @@ impl GpuModel {
     /// The architecture.
     pub fn spec(&self) -> &ArchSpec {
         &self.spec
+    }
+
+    /// A memory of one sequence's routing ([`RouteMemory`]) when this model's experts stream;
+    /// `None` when they do not (nothing to read ahead) or it has none.
+    pub fn new_route_memory(&self) -> Option<RouteMemory> {
+        let moe = self.spec.moe.as_ref()?;
+        if !self.residency().is_some_and(|r| r.is_streaming()) {
+            return None;
+        }
+        RouteMemory::new(&self.moe_layers, moe.top_k, moe.num_experts, self.options.context)
     }
 
     /// The options the model was built with (`max_batch` possibly lowered to fit).

@@ -348,7 +348,7 @@ impl CacheModel {
             predictor.predict(layer, &ctx).into_iter().filter(|&id| id.layer as usize > layer).collect();
         let limit = self.max_prefetch.unwrap_or(2 * self.top_k);
         let keep = std::mem::take(&mut self.last_needed);
-        let loads = self.load_predicted(&mut *predictor, wanted, limit, &keep, layer, self.stats.steps);
+        let loads = self.load_predicted(Some(&mut *predictor), wanted, limit, &keep, layer, self.stats.steps);
         self.last_needed = keep;
         self.predictor = Some(predictor);
         loads
@@ -374,17 +374,41 @@ impl CacheModel {
                 self.awaited_in[i] = self.stats.steps + 1;
             }
         }
-        let loads = self.load_predicted(&mut *predictor, predicted.clone(), limit, &predicted, 0, self.stats.steps + 1);
+        let loads =
+            self.load_predicted(Some(&mut *predictor), predicted.clone(), limit, &predicted, 0, self.stats.steps + 1);
         self.predictor = Some(predictor);
         loads
     }
 
+    /// Before a step whose routing is known well enough to act on (`expected`: its experts,
+    /// nearest layer first; a verify step's drafts copied from where their routing was
+    /// recorded, [`crate::experts::route_memory::RouteMemory`]): loads those not resident, at
+    /// most what leaves room for the largest layer's share of them, into free slots and then in
+    /// place of policy victims outside `expected`, nearest layer first. Unlike a predictor's
+    /// guesses these evict without the predictor's say. Every expected expert, resident or
+    /// loaded, is awaited in that step.
+    pub fn prefetch_expected(&mut self, expected: &[ExpertId]) -> Vec<(ExpertId, u32)> {
+        let mut largest_layer = 0;
+        for group in expected.chunk_by(|a, b| a.layer == b.layer) {
+            largest_layer = largest_layer.max(group.len());
+        }
+        let limit = self.capacity.saturating_sub(largest_layer.max(self.top_k));
+        self.finished_steps = self.stats.steps;
+        for &id in expected {
+            if self.slot_of(id).is_some() {
+                let i = self.index(id);
+                self.awaited_in[i] = self.stats.steps + 1;
+            }
+        }
+        self.load_predicted(None, expected.to_vec(), limit, expected, 0, self.stats.steps + 1)
+    }
+
     /// Loads up to `limit` of `candidates` that are not resident, into free slots and then in
-    /// place of policy victims outside `keep` while `predictor` deems it worth it; they are
-    /// awaited until step `step` has run.
+    /// place of policy victims outside `keep` while `predictor` (if any) deems it worth it;
+    /// they are awaited until step `step` has run.
     fn load_predicted(
         &mut self,
-        predictor: &mut dyn Predictor,
+        mut predictor: Option<&mut dyn Predictor>,
         candidates: Vec<ExpertId>,
         limit: usize,
         keep: &[ExpertId],
@@ -404,7 +428,7 @@ impl CacheModel {
                         break;
                     };
                     let ctx = PolicyContext { layer, clock: self.clock, phase: self.phase, eam: &self.tracker };
-                    if !predictor.worth_evicting(id, victim, &ctx) {
+                    if predictor.as_mut().is_some_and(|p| !p.worth_evicting(id, victim, &ctx)) {
                         break;
                     }
                     self.evict(victim)

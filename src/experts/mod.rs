@@ -7,6 +7,7 @@ pub mod io_pool;
 pub mod policy;
 pub mod predictor;
 pub mod residency;
+pub mod route_memory;
 pub mod slot_table;
 pub mod source;
 pub mod tiled_source;

@@ -119,6 +119,9 @@ struct Streaming {
     owner: Vec<Option<ExpertId>>,
     stall: Duration,
     upload: Duration,
+    /// The current step's routing, by model layer (empty: not routed in it), for the engine
+    /// to remember per sequence ([`ExpertResidency::step_routing`]).
+    step_routes: Vec<Vec<u32>>,
 }
 
 /// The slot arena, the slot table and how they are kept filled.
@@ -178,8 +181,15 @@ impl ExpertResidency {
     ) -> Self {
         let owner = vec![None; arena.slots];
         let pool = IoPool::new(source.clone(), io_threads);
-        let streaming =
-            Streaming { cache, pool, pending: HashMap::new(), owner, stall: Duration::ZERO, upload: Duration::ZERO };
+        let streaming = Streaming {
+            cache,
+            pool,
+            pending: HashMap::new(),
+            owner,
+            stall: Duration::ZERO,
+            upload: Duration::ZERO,
+            step_routes: Vec::new(),
+        };
         ExpertResidency { arena, table, source, streaming: Some(streaming), trace: None, optimistic: (0, 0) }
     }
 
@@ -288,6 +298,7 @@ impl ExpertResidency {
     pub fn begin_step(&mut self, phase: Phase, n_tokens: usize) {
         if let Some(s) = &mut self.streaming {
             s.cache.begin_step(phase, n_tokens);
+            s.step_routes.iter_mut().for_each(Vec::clear);
         }
         if let Some(t) = &mut self.trace {
             t.phase = phase;
@@ -301,9 +312,24 @@ impl ExpertResidency {
             t.layers.push((layer as u32, routed.to_vec()));
         }
         match &mut self.streaming {
-            Some(s) => s.cache.route(layer, routed),
+            Some(s) => {
+                if s.step_routes.len() <= layer {
+                    s.step_routes.resize(layer + 1, Vec::new());
+                }
+                let kept = &mut s.step_routes[layer];
+                kept.clear();
+                kept.extend_from_slice(routed);
+                s.cache.route(layer, routed)
+            }
             None => Vec::new(),
         }
+    }
+
+    /// When streaming, model layer `layer`'s routing in the step that ran last (every row's
+    /// top-k ids, as [`Self::route`] was given them; empty when it did not route).
+    pub fn step_routing(&self, layer: usize) -> &[u32] {
+        let routes = self.streaming.as_ref().and_then(|s| s.step_routes.get(layer));
+        routes.map_or(&[], Vec::as_slice)
     }
 
     /// Makes `wave` resident in `layer`: evicted experts unmapped, loads waited for and copied
@@ -390,6 +416,12 @@ impl ExpertResidency {
         }
         self.start_prefetches(gpu, CacheModel::prefetch_next_token);
         Ok(())
+    }
+
+    /// Starts reading the experts the next step is expected to route to (nearest layer first;
+    /// [`CacheModel::prefetch_expected`]) before it runs.
+    pub fn prefetch_expected(&mut self, gpu: &Gpu, expected: &[ExpertId]) {
+        self.start_prefetches(gpu, |cache| cache.prefetch_expected(expected));
     }
 
     /// Whether a routing trace is being written.

@@ -49,22 +49,23 @@ impl PromptLookup {
 
     /// At most `limit` (and `max_draft`) tokens proposed after `history`: what followed the
     /// latest earlier occurrence of its last n tokens, for the longest n up to `ngram` that
-    /// occurs; empty when none does.
-    pub fn draft(&self, history: &[u32], limit: usize) -> Vec<u32> {
+    /// occurs (empty when none does), and the position they were copied from (that of the
+    /// first; 0 when there are none).
+    pub fn draft(&self, history: &[u32], limit: usize) -> (Vec<u32>, usize) {
         let limit = limit.min(self.max_draft);
         let len = history.len();
         if limit == 0 {
-            return Vec::new();
+            return (Vec::new(), 0);
         }
         for n in (1..=self.ngram.min(len.saturating_sub(1))).rev() {
             let tail = &history[len - n..];
             // Latest first, never the tail itself.
             if let Some(start) = (0..len - n).rev().find(|&i| &history[i..i + n] == tail) {
                 let after = start + n;
-                return history[after..(after + limit).min(len)].to_vec();
+                return (history[after..(after + limit).min(len)].to_vec(), after);
             }
         }
-        Vec::new()
+        (Vec::new(), 0)
     }
 }
 
@@ -374,13 +375,13 @@ mod tests {
     fn drafts_follow_the_latest_longest_match() {
         let p = PromptLookup { ngram: 3, max_draft: 4 };
         // "5 6 7" occurred at 1..4, followed by 8 9; the latest "7" alone at 3 too.
-        assert_eq!(p.draft(&[4, 5, 6, 7, 8, 9, 1, 5, 6, 7], 10), vec![8, 9, 1, 5]);
-        assert_eq!(p.draft(&[4, 5, 6, 7, 8, 9, 1, 5, 6, 7], 2), vec![8, 9]);
+        assert_eq!(p.draft(&[4, 5, 6, 7, 8, 9, 1, 5, 6, 7], 10).0, vec![8, 9, 1, 5]);
+        assert_eq!(p.draft(&[4, 5, 6, 7, 8, 9, 1, 5, 6, 7], 2), (vec![8, 9], 4));
         // Only a 1-gram occurs: what followed its latest occurrence.
-        assert_eq!(p.draft(&[3, 1, 4, 3, 2, 9, 3], 4), vec![2, 9, 3]);
-        assert!(p.draft(&[1, 2, 3], 4).is_empty());
-        assert!(p.draft(&[7], 4).is_empty());
-        assert!(p.draft(&[], 4).is_empty());
+        assert_eq!(p.draft(&[3, 1, 4, 3, 2, 9, 3], 4).0, vec![2, 9, 3]);
+        assert!(p.draft(&[1, 2, 3], 4).0.is_empty());
+        assert!(p.draft(&[7], 4).0.is_empty());
+        assert!(p.draft(&[], 4).0.is_empty());
         assert!(PromptLookup { ngram: 0, max_draft: 4 }.validate().is_err());
         assert!(PromptLookup { ngram: 3, max_draft: 33 }.validate().is_err());
     }

@@ -29,6 +29,7 @@ use crate::ops::{KvDtype, WeightFormat};
 use crate::store::{ExpertStore, IoMode, OpenOptions as StoreOpenOptions};
 
 mod attach;
+mod draft_prefetch;
 mod generation;
 mod mtp_drafts;
 mod scheduler;
@@ -54,6 +55,9 @@ pub struct Engine {
     chained_decode: AtomicBool,
     /// Whether drafting pauses when it costs more time than it saves ([`Engine::set_draft_payoff`]).
     draft_payoff: AtomicBool,
+    /// Whether a verify step's experts are read before it from the routing remembered where its
+    /// drafts were copied from ([`Engine::set_draft_prefetch`]; `MOESTREAM_DRAFT_PREFETCH`).
+    draft_prefetch: AtomicBool,
     /// What the CLI, `serve` and the C API sample with where the caller names nothing.
     sampling_defaults: SamplingParams,
     /// The constraint compiler, built at the first constrained request (its error kept).
@@ -385,6 +389,8 @@ impl Engine {
         let chained_decode =
             crate::env_choice::env_choice("MOESTREAM_CHAINED_DECODE", &[("on", true), ("off", false)])?
                 .unwrap_or(!model.gpu().adapter.software);
+        let draft_prefetch =
+            crate::env_choice::env_choice("MOESTREAM_DRAFT_PREFETCH", &[("on", true), ("off", false)])?.unwrap_or(true);
         Ok(Engine {
             model,
             tokenizer,
@@ -395,6 +401,7 @@ impl Engine {
             default_session: Mutex::new(None),
             chained_decode: AtomicBool::new(chained_decode),
             draft_payoff: AtomicBool::new(true),
+            draft_prefetch: AtomicBool::new(draft_prefetch),
             sampling_defaults: sampling,
             grammars: OnceLock::new(),
             _trim: TrimOnDrop,
@@ -455,6 +462,20 @@ impl Engine {
     /// same either way).
     pub fn set_draft_payoff(&self, on: bool) {
         self.draft_payoff.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether prompt-lookup drafts read their verify step's experts ahead
+    /// ([`Engine::set_draft_prefetch`]; on by default).
+    pub fn draft_prefetch(&self) -> bool {
+        self.draft_prefetch.load(Ordering::Relaxed)
+    }
+
+    /// Turns the reads ahead of a verify step on or off: on, while experts stream, a request
+    /// drafting by prompt lookup remembers its sequence's routing, and before a verify step
+    /// starts reading the experts routed where its drafts were copied from; the tokens are the
+    /// same either way.
+    pub fn set_draft_prefetch(&self, on: bool) {
+        self.draft_prefetch.store(on, Ordering::Relaxed);
     }
 
     /// Installs (or removes) a per-MoE-layer observer of `hn` and routed ids; see

@@ -2,6 +2,7 @@
 //! turn processes only the new tokens ([`super::Engine::generate_in`]).
 
 use crate::decoder::SequenceCache;
+use crate::experts::route_memory::RouteMemory;
 
 /// One conversation's state: the token history and the caches holding it. Made by
 /// [`super::Engine::new_session`]; usable only with the engine that made it. Each session
@@ -11,11 +12,14 @@ pub struct Session {
     pub(super) tokens: Vec<u32>,
     /// Leading tokens whose keys and values the cache holds.
     pub(super) cached: usize,
+    /// What its positions were routed to, while a request drafting by prompt lookup streams
+    /// experts (`super::engine::draft_prefetch`).
+    pub(super) routes: Option<Box<RouteMemory>>,
 }
 
 impl Session {
     pub(super) fn new(cache: SequenceCache) -> Session {
-        Session { cache, tokens: Vec::new(), cached: 0 }
+        Session { cache, tokens: Vec::new(), cached: 0, routes: None }
     }
 
     /// Every token of the sequence so far: prompts and generated tokens (end-of-sequence
@@ -39,6 +43,14 @@ impl Session {
     pub fn truncate(&mut self, len: usize) {
         self.tokens.truncate(len);
         self.cached = self.cached.min(len);
+        self.forget_routes_from(len);
+    }
+
+    /// Forgets the routing remembered from position `pos` on (rows of rejected drafts).
+    pub(super) fn forget_routes_from(&mut self, pos: usize) {
+        if let Some(r) = &mut self.routes {
+            r.truncate(pos);
+        }
     }
 
     /// Takes `tokens` as the sequence so far, held by the cache, without computing them: the
@@ -47,6 +59,7 @@ impl Session {
     pub(crate) fn assume_cached(&mut self, tokens: &[u32]) {
         self.tokens = tokens.to_vec();
         self.cached = tokens.len();
+        self.routes = None;
         self.cache.end_step(tokens.len());
     }
 

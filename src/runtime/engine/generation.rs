@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::draft_prefetch::CopiedRows;
 use super::mtp_drafts::MtpDrafts;
 use crate::decoder::{ChainedStep, RoutingMode, StepOutput, StepResult};
 use crate::error::{Error, Result};
@@ -253,6 +254,7 @@ impl Engine {
                 session.cache.snapshot_states(start);
             }
             result = self.model.step(&session.cache, &session.tokens[start..end], start, Phase::Prefill, output)?;
+            self.remember_routing(session, start, (0, end - start));
             if mtp {
                 self.mtp_over_chunk(session, (start, end), 0)?;
             }
@@ -304,6 +306,7 @@ impl Engine {
         }
         self.check_tokens(new_tokens, session.len())?;
         session.tokens.extend_from_slice(new_tokens);
+        self.remember_routing_for(session, options);
         let before = self.begin_request()?;
         // Log-probabilities need the logits on the CPU.
         let greedy = options.sampling.argmax_on_gpu() && options.logprobs.is_none() && options.constraint.is_none();
@@ -368,7 +371,13 @@ impl Engine {
                     m.skip_to(pos);
                     Vec::new()
                 }
-                None => options.drafts.map(|d| d.draft(&session.tokens, allowance)).unwrap_or_default(),
+                None => {
+                    let (draft, from) = options.drafts.map(|d| d.draft(&session.tokens, allowance)).unwrap_or_default();
+                    if !draft.is_empty() {
+                        self.prefetch_copied([(&*session, CopiedRows { from, drafts: draft.len() })]);
+                    }
+                    draft
+                }
             };
             if !draft.is_empty() {
                 let (accepted, after) = self.verify_drafts(session, &draft, pos, &mut picker)?;
@@ -382,7 +391,9 @@ impl Engine {
                 false => {
                     let step =
                         picker.while_masking(|| self.model.step(&session.cache, &[t], pos, Phase::Decode, want))?;
-                    pick(step?, &session.tokens, &mut picker)?
+                    let step = step?;
+                    self.remember_routing(session, pos, (0, 1));
+                    pick(step, &session.tokens, &mut picker)?
                 }
                 true => {
                     let current = match ahead.take() {
@@ -474,6 +485,8 @@ impl Engine {
         session.tokens.truncate(len);
         let (accepted, after) = checked?;
         session.cached = pos + 1 + accepted;
+        // The kept rows' routing (that of a step over them alone, where the cut ran them again).
+        self.remember_routing(session, pos, (0, 1 + accepted));
         Ok((accepted, after))
     }
 

@@ -27,6 +27,7 @@ use expert_cache::{begin_scheduled, end_scheduled};
 use plan::Part;
 use slot::{Running, Slot, SlotSession};
 
+use super::draft_prefetch::CopiedRows;
 use super::generation::{Picker, RequestFigures};
 use super::mtp_drafts::MtpDrafts;
 use super::{Engine, GenerateOptions, Generation};
@@ -87,7 +88,8 @@ impl<'a> Scheduler<'a> {
             return Err(Error::InvalidArgument("parallel sequences must be at least 1".into()));
         }
         Self::refuse_predicted_routing(engine, parallel)?;
-        let sessions = (0..parallel).map(|_| Ok(SlotSession::Own(engine.new_session()?))).collect::<Result<_>>()?;
+        let sessions =
+            (0..parallel).map(|_| Ok(SlotSession::Own(Box::new(engine.new_session()?)))).collect::<Result<_>>()?;
         Ok(Self::over(engine, sessions))
     }
 
@@ -288,6 +290,12 @@ impl<'a> Scheduler<'a> {
             saved = saved.and_then(|()| self.engine.model.prepare_for_drafts(&session.cache, p.rows()));
         }
         let engine = self.engine;
+        // Drafts copied by prompt lookup: their expected experts are read from now on.
+        let copied = parts.iter().filter_map(|p| {
+            let rows = CopiedRows { from: p.copied_from?, drafts: p.drafts.len() };
+            Some((&*self.slots[p.slot].session, rows))
+        });
+        engine.prefetch_copied(copied);
         // Each slot's sequence for the step, and the pickers of constrained requests, apart.
         let mut masking: Vec<&mut Picker> = Vec::new();
         let sessions: Vec<&Session> = (self.slots.iter_mut())
@@ -347,6 +355,10 @@ impl<'a> Scheduler<'a> {
                 return Ok(finished);
             }
         };
+        for (p, &row) in parts.iter().zip(&rows_at) {
+            // Those of rejected drafts are forgotten as they are rejected.
+            engine.remember_routing(&mut self.slots[p.slot].session, p.start, (row, p.rows()));
+        }
         for (p, &row) in parts.iter().zip(&rows_at) {
             if let Err(e) = self.follow_with_mtp(p, row) {
                 finished.push(self.finish_running(p.slot, Err(e)));
@@ -494,6 +506,7 @@ impl<'a> Scheduler<'a> {
             };
             slot.session.truncate(keep);
             slot.session.tokens.extend_from_slice(&w.prompt[keep..]);
+            self.engine.remember_routing_for(&mut slot.session, &w.options);
             let len = slot.session.len();
             slot.session.cached = slot.session.cache.resume_point(slot.session.cached.min(len - 1));
             let reused = slot.session.cached;

@@ -13,6 +13,8 @@ pub(super) struct Part {
     pub(super) end: usize,
     pub(super) logits: Rows,
     pub(super) drafts: Vec<u32>,
+    /// Where prompt lookup copied the drafts from (the first's position).
+    pub(super) copied_from: Option<usize>,
     /// A decode token (and its drafts), not a prompt chunk.
     pub(super) decode: bool,
 }
@@ -54,9 +56,9 @@ impl Scheduler<'_> {
             // Room for drafts: tokens still wanted after the next one, the context, the step.
             let wanted = r.options.max_tokens - r.generated.len() - 1;
             let room = wanted.min(engine.context() - end).min(budget).min(allowance).min(paying);
-            let drafts = match r.mtp.as_mut() {
+            let (drafts, copied_from) = match r.mtp.as_mut() {
                 Some(m) if room > 0 => match m.catch_up(engine, session, (end - 1, room), &r.picker) {
-                    Ok(drafts) => drafts,
+                    Ok(drafts) => (drafts, None),
                     Err(e) => {
                         failed.push((i, e));
                         continue;
@@ -65,13 +67,16 @@ impl Scheduler<'_> {
                 // Not drafting at this step: the module skips these positions.
                 Some(m) => {
                     m.skip_to(end - 1);
-                    Vec::new()
+                    (Vec::new(), None)
                 }
-                None => r.options.drafts.map(|d| d.draft(&session.tokens, room)).unwrap_or_default(),
+                None => match r.options.drafts.map(|d| d.draft(&session.tokens, room)) {
+                    Some((drafts, from)) if !drafts.is_empty() => (drafts, Some(from)),
+                    _ => (Vec::new(), None),
+                },
             };
             budget -= drafts.len();
             let logits = if drafts.is_empty() { Rows::Last } else { Rows::All };
-            parts.push(Part { slot: i, start: end - 1, end, logits, drafts, decode: true });
+            parts.push(Part { slot: i, start: end - 1, end, logits, drafts, copied_from, decode: true });
         }
         let running = || self.slots.iter().enumerate().filter_map(|(i, s)| s.running.as_ref().map(|r| (i, s, r)));
         let mut prefilling: Vec<_> = running()
@@ -90,7 +95,7 @@ impl Scheduler<'_> {
                 (false, true) => Rows::Last,
                 (false, false) => Rows::None,
             };
-            parts.push(Part { slot: i, start, end, logits, drafts: Vec::new(), decode: false });
+            parts.push(Part { slot: i, start, end, logits, drafts: Vec::new(), copied_from: None, decode: false });
         }
         (parts, failed, timed)
     }

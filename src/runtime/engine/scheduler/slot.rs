@@ -85,7 +85,7 @@ impl<'a> Running<'a> {
 /// A slot's sequence: the scheduler's own, or one its caller lent it
 /// ([`Scheduler::with_sessions`]).
 pub(super) enum SlotSession<'a> {
-    Own(Session),
+    Own(Box<Session>),
     Lent(&'a mut Session),
 }
 
@@ -148,6 +148,7 @@ impl Slot<'_> {
         let kept = engine.model.keep_drafted(&session.cache, &session.tokens[pos..], pos, 1 + accepted);
         session.tokens.truncate(len);
         session.cached = pos + 1 + accepted;
+        session.forget_routes_from(pos + 1 + accepted);
         if let Err(e) = kept {
             // The sequence's states are in an unknown state: it starts again.
             session.truncate(0);
