@@ -21,6 +21,7 @@ fn options() -> ModelBenchOptions {
         compare_chained: false,
         compare_optimistic: false,
         drafts: None,
+        compare_draft_prefetch: false,
         mtp_drafts: 0,
         temperature: 0.0,
         prompt_repeats: 1,
@@ -67,13 +68,27 @@ fn drafts_are_compared_with_their_acceptance() {
         e.set_draft_payoff(false);
         Ok(e)
     };
-    let r = model::run(load, &o).unwrap();
+    let r = model::run(load, &ModelBenchOptions { compare_draft_prefetch: true, ..o.clone() }).unwrap();
+    assert!(r.draft_prefetch.is_none(), "every expert resident: nothing to read ahead");
     let d = r.drafts.expect("drafts asked for");
     assert!(d.accepted_draft_tokens > 0 && d.accepted_draft_tokens <= d.draft_tokens, "{d:?}");
     assert!((1.0..=5.0).contains(&d.tokens_per_verify_step), "{d:?}");
     assert_eq!((d.decode.on_runs.len(), d.decode.off_runs.len()), (2, 2));
     assert!(d.decode.on_runs.iter().chain(&d.decode.off_runs).all(|s| *s > 0.0), "{d:?}");
     assert_eq!(d.source, "prompt lookup");
+    // Streaming a quarter of the experts: the verify steps' reads ahead against none.
+    let streamed = || {
+        let mut options = EngineOptions::new(&dir);
+        options.budget = moestream::runtime::ExpertBudget::Slots(64);
+        let e = Engine::load(&options)?;
+        e.set_draft_payoff(false);
+        Ok(e)
+    };
+    let r = model::run(streamed, &ModelBenchOptions { compare_draft_prefetch: true, ..o.clone() }).unwrap();
+    let p = r.draft_prefetch.expect("streaming with drafts");
+    assert_eq!((p.decode.on_runs.len(), p.decode.off_runs.len()), (2, 2));
+    assert!(p.on.prefetch_issued > p.off.prefetch_issued, "{p:?}");
+    assert!(p.on.bytes_read_per_token > 0.0 && p.off.misses_per_token > 0.0, "{p:?}");
     let bad = ModelBenchOptions { temperature: f32::NAN, ..o };
     assert!(model::run(|| Engine::load(&EngineOptions::new(&dir)), &bad).is_err());
     // MTP drafts, on a fixture that ships an MTP layer.

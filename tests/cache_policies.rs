@@ -652,33 +652,33 @@ fn predicted_resident_experts_wait_for_their_step() {
     assert_eq!((c.stats().hits, c.stats().misses), (3, 3), "(0,0), (1,1), (0,2) loaded; (0,0) twice and (1,1) hit");
 }
 
-/// A verify step's expected experts (its drafts' remembered routing) are read before it, nearest
-/// layer first, evicting policy victims without a predictor's say, leaving room for the largest
-/// layer's share; those already resident are kept for that step.
+/// A verify step's expected experts (its tokens' remembered routing) are read before it for the
+/// nearest layers that fit with room for the largest layer's share, evicting policy victims
+/// without a predictor's say; those already resident are kept for that step too.
 #[test]
 fn expected_experts_are_read_before_their_step() {
     let id = ExpertId::new;
-    let mut c = demand(5, 3, 8, Box::new(Lru::default()));
-    c.begin_step(Phase::Decode, 1);
-    for (layer, e) in [(0, 0), (1, 0), (2, 0)] {
-        c.route(layer, &[e]);
+    let mut c = demand(6, 3, 8, Box::new(Lru::default()));
+    c.begin_step(Phase::Decode, 2);
+    for (layer, es) in [(0, [0, 5]), (1, [0, 5]), (2, [0, 0])] {
+        c.route(layer, &es);
     }
-    // Expected: layer 0 {0, 1}, layer 1 {2}, layer 2 {3, 4}: the largest layer's share is 2, so
-    // at most 3 loads: (0,1) into a free slot, (1,2) into the other, (2,3) in place of the least
-    // recently used expert outside the expected ones, (1,0).
+    // Expected: layer 0 {0, 1}, layer 1 {2}, layer 2 {3, 4}. The largest share is 2, so 4 slots
+    // hold expected experts: layers 0 and 1 (3), not layer 2 as well (5). (0,1) takes the free
+    // slot, (1,2) that of the least recently used expert outside them, (0,5) ((0,0) is kept).
     let expected = [id(0, 0), id(0, 1), id(1, 2), id(2, 3), id(2, 4)];
     let loads: Vec<ExpertId> = c.prefetch_expected(&expected).into_iter().map(|(e, _)| e).collect();
-    assert_eq!(loads, vec![id(0, 1), id(1, 2), id(2, 3)]);
-    assert!(c.slot_of(id(1, 0)).is_none() && c.slot_of(id(0, 0)).is_some());
-    // The step: layer 0's (0,7) is a miss; it evicts (2,0), not the awaited ones.
+    assert_eq!(loads, vec![id(0, 1), id(1, 2)]);
+    assert!(c.slot_of(id(0, 5)).is_none() && c.slot_of(id(0, 0)).is_some());
+    // The step: layer 1's (1,7) misses and evicts (1,0), the least recently used expert that is
+    // not awaited; both reads ahead are used.
     c.begin_step(Phase::Decode, 2);
-    let waves = c.route(0, &[0, 7]);
-    assert_eq!(waves[0].evictions.iter().map(|e| e.0).collect::<Vec<_>>(), vec![id(2, 0)]);
-    c.route(1, &[2, 2]);
-    c.route(2, &[3, 4]);
-    assert_eq!((c.stats().prefetch_issued, c.stats().prefetch_used), (3, 2));
-    // Nothing expected, or nothing that fits: nothing read.
+    c.route(0, &[0, 1]);
+    let waves = c.route(1, &[2, 7]);
+    assert_eq!(waves[0].evictions.iter().map(|e| e.0).collect::<Vec<_>>(), vec![id(1, 0)]);
+    assert_eq!((c.stats().prefetch_issued, c.stats().prefetch_used), (2, 2));
+    // Nothing expected, or one layer's share too large to leave room: nothing read.
     assert!(c.prefetch_expected(&[]).is_empty());
-    let crowded: Vec<ExpertId> = (0..5).map(|e| id(1, e)).collect();
-    assert!(c.prefetch_expected(&crowded).is_empty(), "one layer's share fills every slot");
+    let crowded: Vec<ExpertId> = (0..5).map(|e| id(2, e)).collect();
+    assert!(c.prefetch_expected(&crowded).is_empty(), "one layer's share fills the slots");
 }

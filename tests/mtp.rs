@@ -315,6 +315,33 @@ fn the_bundled_models_mtp_drafts_are_accepted_and_change_nothing() {
     }
 }
 
+#[test]
+fn streamed_mtp_verify_steps_read_their_tokens_experts_ahead() {
+    // The bundled model at a quarter of its experts, with no predictor of its own: before each
+    // verify step the experts its tokens routed to where they last stood are read (no other
+    // prefetch runs); they are used, fewer experts miss, and the text is the resident one.
+    let prompt_text = "The history of the city";
+    let options = GenerateOptions { max_tokens: 64, ignore_eos: true, mtp_drafts: 3, ..Default::default() };
+    let want = bundled_engine().generate(&bundled_engine().encode(prompt_text).unwrap(), &options, |_, _| true);
+    let streamed = |ahead| {
+        let mut o = EngineOptions { mtp: MtpLoad::Required, ..EngineOptions::new(bundled()) };
+        (o.budget, o.prefetch) = (ExpertBudget::Slots(64), moestream::experts::predictor::PrefetchKind::None);
+        let e = Engine::load_on(common::gpu(), &o).unwrap();
+        e.set_draft_payoff(false);
+        e.set_draft_prefetch(ahead);
+        let prompt = e.encode(prompt_text).unwrap();
+        e.generate(&prompt, &options, |_, _| true).unwrap()
+    };
+    let (plain, ahead) = (streamed(false), streamed(true));
+    let want = want.unwrap().tokens;
+    assert_eq!((&plain.tokens, &ahead.tokens), (&want, &want));
+    assert!(ahead.stats.draft_steps > 4, "{:?}", ahead.stats);
+    let (p, a) = (plain.stats.experts, ahead.stats.experts);
+    assert_eq!(p.prefetch_issued, 0, "nothing else prefetches");
+    assert!(a.prefetch_used * 2 > a.prefetch_issued, "most are used: {a:?}");
+    assert!(a.expert_misses < p.expert_misses, "{a:?} against {p:?}");
+}
+
 /// Each request through a scheduler of `parallel` sequences at once: its generation.
 fn scheduled(e: &Engine, parallel: usize, reqs: &[(Vec<u32>, GenerateOptions)]) -> Vec<Generation> {
     let mut s = Scheduler::new(e, parallel).unwrap();

@@ -36,6 +36,9 @@ pub struct ModelBenchOptions {
     /// Also time decode with these prompt-lookup drafts against one token a step
     /// ([`DraftsComparison`]).
     pub drafts: Option<PromptLookup>,
+    /// With drafts and streaming experts, also decode with drafts with their verify steps'
+    /// experts read ahead against without ([`DraftPrefetchComparison`]).
+    pub compare_draft_prefetch: bool,
     /// Also time decode with this many MTP drafts a step against one token a step (the engine
     /// loaded with its MTP module); takes the place of `drafts`.
     pub mtp_drafts: usize,
@@ -70,6 +73,48 @@ pub struct DraftsComparison {
     pub bytes_read_per_token_on: f64,
     /// The same without.
     pub bytes_read_per_token_off: f64,
+}
+
+/// Decode with drafts whose verify steps' experts are read ahead (on) against without (off), in
+/// turn ([`Engine::set_draft_prefetch`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct DraftPrefetchComparison {
+    /// Decode speeds, on and off.
+    #[serde(flatten)]
+    pub decode: DecodeComparison,
+    /// The expert cache with the reads ahead.
+    pub on: ExpertsPerToken,
+    /// The expert cache without.
+    pub off: ExpertsPerToken,
+}
+
+/// Expert-cache figures of a set of runs, per generated token.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExpertsPerToken {
+    /// Experts that had to be read when a layer needed them.
+    pub misses_per_token: f64,
+    /// Milliseconds the GPU pipeline waited for expert reads.
+    pub stall_ms_per_token: f64,
+    /// Bytes read from the expert store.
+    pub bytes_read_per_token: f64,
+    /// Experts read ahead, over the runs.
+    pub prefetch_issued: u64,
+    /// Of those, used.
+    pub prefetch_used: u64,
+}
+
+impl ExpertsPerToken {
+    fn of(runs: &[Stats], tokens_per_run: usize) -> ExpertsPerToken {
+        let tokens = (runs.len() * tokens_per_run).max(1) as f64;
+        let sum = |f: fn(&ExpertStats) -> f64| runs.iter().map(|s| f(&s.experts)).sum::<f64>();
+        ExpertsPerToken {
+            misses_per_token: sum(|e| e.expert_misses as f64) / tokens,
+            stall_ms_per_token: sum(|e| e.stall_ms) / tokens,
+            bytes_read_per_token: sum(|e| e.bytes_read as f64) / tokens,
+            prefetch_issued: runs.iter().map(|s| s.experts.prefetch_issued).sum(),
+            prefetch_used: runs.iter().map(|s| s.experts.prefetch_used).sum(),
+        }
+    }
 }
 
 /// Decode with a setting on against off, `runs` of each, one after the other in turn (their
@@ -145,6 +190,9 @@ pub struct ModelReport {
     pub optimistic: Option<DecodeComparison>,
     /// With `drafts`: decode with them (on) against one token a step (off), in turn.
     pub drafts: Option<DraftsComparison>,
+    /// With `compare_draft_prefetch`, drafts and streaming experts: drafts with their verify
+    /// steps' experts read ahead (on) against without (off), in turn.
+    pub draft_prefetch: Option<DraftPrefetchComparison>,
     /// Expert-cache figures over the timed runs.
     #[serde(flatten)]
     pub experts: ExpertStats,
@@ -217,7 +265,16 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         (0, Some(d)) => Some(("prompt lookup", GenerateOptions { drafts: Some(d), ..options.clone() })),
         (n, _) => Some(("mtp", GenerateOptions { mtp_drafts: n, ..options.clone() })),
     };
-    let drafts = drafted.map(|with| compare_drafts(&engine, &prompt, &options, with, o.runs)).transpose()?;
+    let drafts = drafted.as_ref().map(|with| compare_drafts(&engine, &prompt, &options, with, o.runs)).transpose()?;
+    let draft_prefetch = match (drafted, o.compare_draft_prefetch && streams) {
+        (Some((_, with)), true) => {
+            let default = engine.draft_prefetch();
+            let compared = compare_draft_prefetch(&engine, &prompt, &with, o.runs);
+            engine.set_draft_prefetch(default);
+            Some(compared?)
+        }
+        _ => None,
+    };
     let weights = weights_report(&engine)?;
     Ok(ModelReport {
         adapter: engine.gpu().adapter.name.clone(),
@@ -238,6 +295,7 @@ pub fn run(load: impl FnOnce() -> Result<Engine>, o: &ModelBenchOptions) -> Resu
         chained,
         optimistic,
         drafts,
+        draft_prefetch,
         experts: engine.expert_stats().since(&before),
     })
 }
@@ -263,11 +321,12 @@ fn compare_drafts(
     engine: &Engine,
     prompt: &[u32],
     options: &GenerateOptions,
-    (source, with): (&'static str, GenerateOptions),
+    (source, with): &(&'static str, GenerateOptions),
     runs: usize,
 ) -> Result<DraftsComparison> {
     let run_with = |o: &GenerateOptions| Ok(engine.generate(prompt, o, |_, _| true)?.stats);
-    let (on, off) = in_turn(runs, || run_with(&with), || run_with(options))?;
+    let (on, off) = in_turn(runs, || run_with(with), || run_with(options))?;
+    let source = *source;
     let sum = |runs: &[Stats], f: fn(&Stats) -> usize| runs.iter().map(f).sum::<usize>();
     let (proposed, accepted, steps) =
         (sum(&on, |s| s.draft_tokens), sum(&on, |s| s.accepted_draft_tokens), sum(&on, |s| s.draft_steps));
@@ -285,6 +344,25 @@ fn compare_drafts(
         bytes_read_per_token_on,
         bytes_read_per_token_off,
     })
+}
+
+/// Decode with the drafts of `with`, their verify steps' experts read ahead and not, `runs` of
+/// each in turn (a fresh session each run: the reads ahead draw on what the request's own
+/// sequence routed).
+fn compare_draft_prefetch(
+    engine: &Engine,
+    prompt: &[u32],
+    with: &GenerateOptions,
+    runs: usize,
+) -> Result<DraftPrefetchComparison> {
+    let run_with = |ahead| {
+        engine.set_draft_prefetch(ahead);
+        Ok(engine.generate(prompt, with, |_, _| true)?.stats)
+    };
+    let (on, off) = in_turn(runs, || run_with(true), || run_with(false))?;
+    let (on_experts, off_experts) =
+        (ExpertsPerToken::of(&on, with.max_tokens), ExpertsPerToken::of(&off, with.max_tokens));
+    Ok(DraftPrefetchComparison { decode: decode_comparison((on, off)), on: on_experts, off: off_experts })
 }
 
 /// The medians of runs with a setting on and off.

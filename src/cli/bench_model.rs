@@ -42,6 +42,11 @@ pub struct ModelBenchArgs {
     // tokens per verify step.
     #[command(flatten)]
     drafts: DraftArgs,
+    /// With drafts and streaming experts (`--expert-slots`), also decode with drafts whose
+    /// verify steps' experts are read ahead against without, run by run in turn: misses, stall
+    /// time and bytes read per token.
+    #[arg(long)]
+    compare_draft_prefetch: bool,
     /// Sampling temperature of every run (0: greedy).
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -67,6 +72,7 @@ pub fn run(a: ModelBenchArgs) -> Result<()> {
         seed: a.seed,
         compare_chained: a.compare_chained,
         compare_optimistic: a.compare_optimistic,
+        compare_draft_prefetch: a.compare_draft_prefetch,
         // MTP drafts are compared when named (`auto` compares prompt lookup with `--draft`).
         drafts: match mtp {
             true => None,
@@ -131,6 +137,27 @@ pub fn run(a: ModelBenchArgs) -> Result<()> {
             d.tokens_per_verify_step,
             d.bytes_read_per_token_on / 1e6,
             d.bytes_read_per_token_off / 1e6
+        );
+    }
+    if let Some(p) = &r.draft_prefetch {
+        let (c, on, off) = (&p.decode, &p.on, &p.off);
+        println!(
+            "read ahead {:>8.1} tok/s vs {:.1} without: {:.3}x  (per token: misses {:.2} vs {:.2}, stall {:.2} vs {:.2} ms, MB read {:.3} vs {:.3}; {} of {} read ahead used)",
+            c.on_tokens_per_s,
+            c.off_tokens_per_s,
+            c.ratio,
+            on.misses_per_token,
+            off.misses_per_token,
+            on.stall_ms_per_token,
+            off.stall_ms_per_token,
+            on.bytes_read_per_token / 1e6,
+            off.bytes_read_per_token / 1e6,
+            on.prefetch_used,
+            on.prefetch_issued
+        );
+    } else if a.compare_draft_prefetch {
+        println!(
+            "read ahead not compared: it needs drafts (--speculative, --draft) and --expert-slots below the total"
         );
     }
     for (name, asked, c, off, why_not) in compared {

@@ -381,18 +381,25 @@ impl CacheModel {
     }
 
     /// Before a step whose routing is known well enough to act on (`expected`: its experts,
-    /// nearest layer first; a verify step's drafts copied from where their routing was
-    /// recorded, [`crate::experts::route_memory::RouteMemory`]): loads those not resident, at
-    /// most what leaves room for the largest layer's share of them, into free slots and then in
-    /// place of policy victims outside `expected`, nearest layer first. Unlike a predictor's
-    /// guesses these evict without the predictor's say. Every expected expert, resident or
-    /// loaded, is awaited in that step.
+    /// nearest layer first; a verify step's tokens where they routed before,
+    /// [`crate::experts::route_memory::RouteMemory`]): the expected experts of the nearest
+    /// layers that fit together, with room left for the largest layer's share, are kept for
+    /// that step (awaited), and those not resident are loaded, into free slots and then in
+    /// place of policy victims outside them. Unlike a predictor's guesses these evict without
+    /// the predictor's say. Layers beyond are left to the step's own demand and the per-layer
+    /// prefetch: holding them from its start would evict what the nearer layers need.
     pub fn prefetch_expected(&mut self, expected: &[ExpertId]) -> Vec<(ExpertId, u32)> {
-        let mut largest_layer = 0;
-        for group in expected.chunk_by(|a, b| a.layer == b.layer) {
-            largest_layer = largest_layer.max(group.len());
+        let groups: Vec<&[ExpertId]> = expected.chunk_by(|a, b| a.layer == b.layer).collect();
+        let largest_layer = groups.iter().map(|g| g.len()).max().unwrap_or(0).max(self.top_k);
+        let room = self.capacity.saturating_sub(largest_layer);
+        let mut held = 0;
+        for group in &groups {
+            if held + group.len() > room {
+                break;
+            }
+            held += group.len();
         }
-        let limit = self.capacity.saturating_sub(largest_layer.max(self.top_k));
+        let expected = &expected[..held];
         self.finished_steps = self.stats.steps;
         for &id in expected {
             if self.slot_of(id).is_some() {
@@ -400,7 +407,7 @@ impl CacheModel {
                 self.awaited_in[i] = self.stats.steps + 1;
             }
         }
-        self.load_predicted(None, expected.to_vec(), limit, expected, 0, self.stats.steps + 1)
+        self.load_predicted(None, expected.to_vec(), held, expected, 0, self.stats.steps + 1)
     }
 
     /// Loads up to `limit` of `candidates` that are not resident, into free slots and then in

@@ -6,8 +6,6 @@
 //! so their reads can start before it ([`super::cache_model::CacheModel::prefetch_expected`]).
 //! Pure bookkeeping: the engine records each step's routing and asks for a span's experts.
 
-use std::ops::Range;
-
 use super::policy::ExpertId;
 
 /// Most bytes one sequence's memory keeps: the latest positions that fit are kept.
@@ -90,11 +88,11 @@ impl RouteMemory {
         p >= self.known_from && p < self.len && p + self.capacity >= self.len
     }
 
-    /// The distinct experts the known positions of `span` were routed to, layer by layer in
+    /// The distinct experts the known ones of `positions` were routed to, layer by layer in
     /// model order and, within a layer, those routed most often first.
-    pub fn experts_of(&self, span: Range<usize>) -> Vec<ExpertId> {
+    pub fn experts_of(&self, positions: impl IntoIterator<Item = usize>) -> Vec<ExpertId> {
         let (k, width) = (self.top_k, self.width());
-        let known: Vec<usize> = span.filter(|&p| self.knows(p)).collect();
+        let known: Vec<usize> = positions.into_iter().filter(|&p| self.knows(p)).collect();
         let mut out = Vec::new();
         let mut counts: Vec<(u16, u32)> = Vec::new();
         for (m, &layer) in self.layers.iter().enumerate() {

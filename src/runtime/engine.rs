@@ -53,10 +53,12 @@ pub struct Engine {
     /// ([`GpuModel::submit_chained`]): by default on hardware adapters, not on software ones;
     /// `MOESTREAM_CHAINED_DECODE=on|off` decides instead.
     chained_decode: AtomicBool,
-    /// Whether drafting pauses when it costs more time than it saves ([`Engine::set_draft_payoff`]).
+    /// Whether drafting pauses when it costs more time than it saves ([`Engine::set_draft_payoff`];
+    /// `MOESTREAM_DRAFT_PAYOFF`).
     draft_payoff: AtomicBool,
-    /// Whether a verify step's experts are read before it from the routing remembered where its
-    /// drafts were copied from ([`Engine::set_draft_prefetch`]; `MOESTREAM_DRAFT_PREFETCH`).
+    /// Whether a verify step's experts are read before it from the routing its tokens had where
+    /// they stood before ([`Engine::set_draft_prefetch`]): by default on hardware adapters, not
+    /// on software ones; `MOESTREAM_DRAFT_PREFETCH=on|off` decides instead.
     draft_prefetch: AtomicBool,
     /// What the CLI, `serve` and the C API sample with where the caller names nothing.
     sampling_defaults: SamplingParams,
@@ -389,8 +391,11 @@ impl Engine {
         let chained_decode =
             crate::env_choice::env_choice("MOESTREAM_CHAINED_DECODE", &[("on", true), ("off", false)])?
                 .unwrap_or(!model.gpu().adapter.software);
-        let draft_prefetch =
-            crate::env_choice::env_choice("MOESTREAM_DRAFT_PREFETCH", &[("on", true), ("off", false)])?.unwrap_or(true);
+        let on_off = |name| crate::env_choice::env_choice(name, &[("on", true), ("off", false)]);
+        let draft_payoff = on_off("MOESTREAM_DRAFT_PAYOFF")?.unwrap_or(true);
+        // Reads ahead share a software adapter's cores with its kernels: slower there
+        // (benches/README, "Reading a verify step's experts ahead").
+        let draft_prefetch = on_off("MOESTREAM_DRAFT_PREFETCH")?.unwrap_or(!model.gpu().adapter.software);
         Ok(Engine {
             model,
             tokenizer,
@@ -400,7 +405,7 @@ impl Engine {
             kv,
             default_session: Mutex::new(None),
             chained_decode: AtomicBool::new(chained_decode),
-            draft_payoff: AtomicBool::new(true),
+            draft_payoff: AtomicBool::new(draft_payoff),
             draft_prefetch: AtomicBool::new(draft_prefetch),
             sampling_defaults: sampling,
             grammars: OnceLock::new(),
@@ -464,16 +469,17 @@ impl Engine {
         self.draft_payoff.store(on, Ordering::Relaxed);
     }
 
-    /// Whether prompt-lookup drafts read their verify step's experts ahead
-    /// ([`Engine::set_draft_prefetch`]; on by default).
+    /// Whether drafting requests read their verify steps' experts ahead
+    /// ([`Engine::set_draft_prefetch`]).
     pub fn draft_prefetch(&self) -> bool {
         self.draft_prefetch.load(Ordering::Relaxed)
     }
 
-    /// Turns the reads ahead of a verify step on or off: on, while experts stream, a request
-    /// drafting by prompt lookup remembers its sequence's routing, and before a verify step
-    /// starts reading the experts routed where its drafts were copied from; the tokens are the
-    /// same either way.
+    /// Turns the reads ahead of verify steps on (the default on hardware adapters) or off: on,
+    /// while experts stream, a drafting request remembers its sequence's routing, and before a
+    /// verify step starts reading the experts its tokens routed to where they stood before
+    /// (where prompt lookup copied them from, else where the same token last stood); the
+    /// tokens are the same either way.
     pub fn set_draft_prefetch(&self, on: bool) {
         self.draft_prefetch.store(on, Ordering::Relaxed);
     }

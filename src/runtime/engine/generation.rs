@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::draft_prefetch::CopiedRows;
+use super::draft_prefetch::routed_like;
 use super::mtp_drafts::MtpDrafts;
 use crate::decoder::{ChainedStep, RoutingMode, StepOutput, StepResult};
 use crate::error::{Error, Result};
@@ -364,22 +364,21 @@ impl Engine {
                 (options.max_tokens - tokens.len()).min(self.context() - pos).min(self.model.options().max_batch);
             let allowance = (room - 1).min(drafted.allowance());
             let step_started = Instant::now();
-            let draft = match mtp.as_mut() {
-                Some(m) if allowance > 0 => m.catch_up(self, session, (pos, allowance), &picker)?,
+            let (draft, copied_from) = match mtp.as_mut() {
+                Some(m) if allowance > 0 => (m.catch_up(self, session, (pos, allowance), &picker)?, None),
                 // Not drafting at this step: the module skips these positions.
                 Some(m) => {
                     m.skip_to(pos);
-                    Vec::new()
+                    (Vec::new(), None)
                 }
                 None => {
                     let (draft, from) = options.drafts.map(|d| d.draft(&session.tokens, allowance)).unwrap_or_default();
-                    if !draft.is_empty() {
-                        self.prefetch_copied([(&*session, CopiedRows { from, drafts: draft.len() })]);
-                    }
-                    draft
+                    (draft, Some(from))
                 }
             };
             if !draft.is_empty() {
+                let like = routed_like(&session.tokens, pos, &draft, copied_from);
+                self.prefetch_routed_like([(&*session, like)]);
                 let (accepted, after) = self.verify_drafts(session, &draft, pos, &mut picker)?;
                 drafted.count(draft.len(), accepted);
                 drafted.timed(true, accepted + 1, step_started.elapsed().as_secs_f64());

@@ -27,7 +27,7 @@ use expert_cache::{begin_scheduled, end_scheduled};
 use plan::Part;
 use slot::{Running, Slot, SlotSession};
 
-use super::draft_prefetch::CopiedRows;
+use super::draft_prefetch::routed_like;
 use super::generation::{Picker, RequestFigures};
 use super::mtp_drafts::MtpDrafts;
 use super::{Engine, GenerateOptions, Generation};
@@ -290,12 +290,12 @@ impl<'a> Scheduler<'a> {
             saved = saved.and_then(|()| self.engine.model.prepare_for_drafts(&session.cache, p.rows()));
         }
         let engine = self.engine;
-        // Drafts copied by prompt lookup: their expected experts are read from now on.
-        let copied = parts.iter().filter_map(|p| {
-            let rows = CopiedRows { from: p.copied_from?, drafts: p.drafts.len() };
-            Some((&*self.slots[p.slot].session, rows))
+        // The experts drafting sequences' rows are expected to route to are read from now on.
+        let drafting = parts.iter().filter(|p| !p.drafts.is_empty()).map(|p| {
+            let session = &*self.slots[p.slot].session;
+            (session, routed_like(&session.tokens, p.start, &p.drafts, p.copied_from))
         });
-        engine.prefetch_copied(copied);
+        engine.prefetch_routed_like(drafting);
         // Each slot's sequence for the step, and the pickers of constrained requests, apart.
         let mut masking: Vec<&mut Picker> = Vec::new();
         let sessions: Vec<&Session> = (self.slots.iter_mut())
