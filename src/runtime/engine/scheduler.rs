@@ -448,11 +448,11 @@ impl<'a> Scheduler<'a> {
             }
             let (from, to) = (&self.slots[parent].session, &self.slots[i].session);
             let copied = self.engine.model.copy_cache(&from.cache, &to.cache);
-            let tokens = from.tokens.clone();
+            let (tokens, routes) = (from.tokens.clone(), from.routes.clone());
             // The copy's MTP module follows the same rows of the step.
             let mtp = self.slots[parent].running.as_ref().and_then(|r| r.mtp);
             let slot = &mut self.slots[i];
-            slot.session.tokens = tokens;
+            (slot.session.tokens, slot.session.routes) = (tokens, routes);
             slot.session.cached = slot.session.len();
             let r = slot.running.as_mut().expect("checked above");
             r.fork_of = None;
