@@ -36,6 +36,13 @@ fn repeating(prompt: &[u32]) -> Vec<u32> {
     [prompt, prompt, &prompt[..prompt.len() / 2]].concat()
 }
 
+/// Fixture `name`'s directory and its short golden prompt, repeating.
+fn repeating_fixture(name: &str) -> (std::path::PathBuf, Vec<u32>) {
+    let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with(name)).unwrap();
+    let prompt = repeating(&golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens);
+    (dir, prompt)
+}
+
 #[test]
 fn greedy_with_drafts_equals_one_token_a_step_on_every_family() {
     let cache = TempDir::new("drafts");
@@ -99,8 +106,7 @@ fn the_bundled_model_accepts_drafts_and_keeps_its_tokens() {
 fn streamed_and_session_turns_with_drafts_equal_plain_decoding() {
     let cache = TempDir::new("drafts_streamed");
     for fixture in ["mixtral", "qwen3_next"] {
-        let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with(fixture)).unwrap();
-        let prompt = repeating(&golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens);
+        let (dir, prompt) = repeating_fixture(fixture);
         let top_k = ArchSpec::from_dir(&dir).unwrap().moe.unwrap().top_k;
         let resident = engine(&dir, Some(WeightFormat::F32), ExpertBudget::Auto, &cache);
         let want = resident.generate(&prompt, &options(12, None), |_, _| true).unwrap().tokens;
@@ -128,8 +134,7 @@ fn streamed_and_session_turns_with_drafts_equal_plain_decoding() {
 fn verify_steps_read_the_experts_of_the_passage_their_drafts_copy() {
     let cache = TempDir::new("drafts_prefetch");
     for fixture in ["mixtral", "ling"] {
-        let (dir, golden) = fixtures().into_iter().find(|(d, _)| d.ends_with(fixture)).unwrap();
-        let prompt = repeating(&golden.prompts.iter().find(|p| p.name == "short").unwrap().tokens);
+        let (dir, prompt) = repeating_fixture(fixture);
         let spec = ArchSpec::from_dir(&dir).unwrap();
         let moe_layers = (0..spec.layers).filter(|&l| spec.is_moe_layer(l)).count();
         let half = moe_layers * spec.moe.as_ref().unwrap().num_experts / 2;
