@@ -23,8 +23,9 @@ with the right edits on fresh tasks. Run from the repository root:
 
     python benches/make_copy_model.py target/ci/copy-moe           # ~20 min on 2 threads
     python benches/make_copy_model.py target/ci/copy-moe --prompt  # also writes prompt.txt
+    moestream convert target/ci/copy-moe tests/fixtures/copy_moe   # the test fixture (with prompt.txt, training.json)
 
-Not run by CI: the benchmark's figures name the commit and this script's seed.
+Not run by CI (tests run the committed conversion); the benchmark's figures name the commit and this script's seed.
 """
 
 from __future__ import annotations

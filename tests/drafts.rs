@@ -175,3 +175,49 @@ fn verify_steps_read_the_experts_of_the_passage_their_drafts_copy() {
         assert!(issued > 0, "{fixture}: the scheduled verify steps read ahead");
     }
 }
+
+/// A model trained here to copy code (`benches/make_copy_model.py`, converted to int4:
+/// `tests/fixtures/copy_moe`) rewriting a two-function file with a rename, 128 tokens: prompt
+/// lookup (the default n-gram and draft length, paced by acceptance) drafts the passages it
+/// copies, nearly all accepted, and gives the plain tokens; at a quarter of the experts in slots
+/// its verify steps need fewer expert reads than one token a step (the benchmark's figures:
+/// benches/README.md, "On a code-editing prompt").
+#[test]
+fn prompt_lookup_drafts_the_passages_a_copying_model_copies() {
+    let dir = fixtures_dir().join("copy_moe");
+    let load = |budget| {
+        let mut o = EngineOptions::new(&dir);
+        o.budget = budget;
+        let e = Engine::load_on(gpu(), &o).unwrap();
+        e.set_draft_payoff(false);
+        e.set_draft_prefetch(false);
+        e
+    };
+    let e = load(ExpertBudget::Auto);
+    let prompt = e.encode(&std::fs::read_to_string(dir.join("prompt.txt")).unwrap()).unwrap();
+    let lookup = Some(PromptLookup::default());
+    let plain = e.generate(&prompt, &options(128, None), |_, _| true).unwrap();
+    let drafted = e.generate(&prompt, &options(128, lookup), |_, _| true).unwrap();
+    assert_eq!(drafted.tokens, plain.tokens);
+    let s = &drafted.stats;
+    let per_step = moestream::runtime::drafts::tokens_per_verify_step(s.accepted_draft_tokens, s.draft_steps);
+    assert!(
+        s.accepted_draft_tokens * 10 >= s.draft_tokens * 8,
+        "{} of {} accepted",
+        s.accepted_draft_tokens,
+        s.draft_tokens
+    );
+    assert!(per_step >= 3.5 && s.draft_steps * 3 < 128, "{per_step:.2} tokens per verify step over {}", s.draft_steps);
+    drop(e);
+    let quarter = load(ExpertBudget::Slots(8));
+    let one_a_step = quarter.generate(&prompt, &options(128, None), |_, _| true).unwrap();
+    let with_drafts = quarter.generate(&prompt, &options(128, lookup), |_, _| true).unwrap();
+    assert_eq!((&one_a_step.tokens, &with_drafts.tokens), (&plain.tokens, &plain.tokens));
+    let misses = |g: &moestream::runtime::Generation| g.stats.experts.expert_misses;
+    assert!(
+        misses(&with_drafts) * 10 < misses(&one_a_step) * 9,
+        "{:?} against {:?}",
+        with_drafts.stats.experts,
+        one_a_step.stats.experts
+    );
+}
