@@ -56,9 +56,10 @@ impl RouteMemory {
             self.truncate(pos);
             return;
         }
-        if pos > self.len {
+        match pos > self.len {
             // Positions between were never recorded.
-            self.known_from = pos;
+            true => self.known_from = pos,
+            false => self.truncate(pos),
         }
         let wanted = (pos + rows).min(self.capacity) * width;
         if self.ids.len() < wanted {
@@ -73,14 +74,16 @@ impl RouteMemory {
                 }
             }
         }
-        self.known_from = self.known_from.min(pos);
         self.len = pos + rows;
     }
 
-    /// Forgets positions from `len` on (a sequence cut back).
+    /// Forgets positions from `len` on (a sequence cut back). Where the ring has wrapped, the
+    /// forgotten positions wrote over the slots of positions before `len` that it no longer
+    /// held: those stay unknown.
     pub fn truncate(&mut self, len: usize) {
+        let overwritten = self.len.saturating_sub(self.capacity);
         self.len = self.len.min(len);
-        self.known_from = self.known_from.min(self.len);
+        self.known_from = self.known_from.max(overwritten).min(self.len);
     }
 
     /// Whether position `p`'s routing is held.
@@ -175,6 +178,23 @@ mod tests {
         assert!(m.experts_of(0..2).is_empty());
         assert_eq!(m.experts_of(3..4), ids(&[(1, 0), (1, 1), (3, 4), (3, 5)]));
         assert_eq!(m.experts_of(5..6), ids(&[(1, 1), (1, 3), (3, 7), (3, 4)]));
+        // Cut back after wrapping: positions 2..4 are held (4 and 5 wrote over 0 and 1), and
+        // recording again at 4 keeps them.
+        let held = m.experts_of(2..4);
+        m.truncate(4);
+        assert!(m.experts_of(0..2).is_empty());
+        assert_eq!(m.experts_of(2..4), held);
+        m.record(4, (0, 1), step);
+        assert_eq!(m.experts_of(2..4), held);
+        // Recording at an earlier position forgets what followed it: after 0..7 (the ring holding
+        // 3..7), a rewrite at 3 holds 3 alone; 2's slot was written over by 6.
+        for pos in 0..7 {
+            m.record(pos, (pos % 3, 1), step);
+        }
+        m.record(3, (2, 1), step);
+        assert!(m.experts_of(0..3).is_empty());
+        assert_eq!(m.experts_of(3..4), ids(&[(1, 1), (1, 3), (3, 7), (3, 4)]));
+        assert!(m.experts_of(4..7).is_empty());
         assert!(RouteMemory::new(&[1], 2, 70_000, 4).is_none());
         assert!(RouteMemory::new(&[], 2, 8, 4).is_none());
     }

@@ -53,6 +53,10 @@ impl Engine {
     /// at its `positions` ([`routed_like`]; nearest layer first, the experts of the sequences
     /// before first within a layer).
     pub(super) fn prefetch_routed_like<'s>(&self, steps: impl IntoIterator<Item = (&'s Session, Vec<usize>)>) {
+        if !self.draft_prefetch() {
+            // Switched off while requests that remember their routing run.
+            return;
+        }
         let mut expected: Vec<ExpertId> = Vec::new();
         for (session, positions) in steps {
             if let Some(memory) = &session.routes {

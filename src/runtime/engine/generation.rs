@@ -413,6 +413,7 @@ impl Engine {
         }
         // Accepted drafts left untaken (the reply ended first) are not part of the sequence.
         session.cached = session.cached.min(session.len());
+        session.forget_routes_from(session.len());
         // A step run on a token that ended the reply is waited for, and counted.
         drop(ahead);
         let decode_s = decode_start.elapsed().as_secs_f64();

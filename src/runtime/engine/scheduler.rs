@@ -291,7 +291,7 @@ impl<'a> Scheduler<'a> {
         }
         let engine = self.engine;
         // The experts drafting sequences' rows are expected to route to are read from now on.
-        let drafting = parts.iter().filter(|p| !p.drafts.is_empty()).map(|p| {
+        let drafting = parts.iter().filter(|p| !p.drafts.is_empty() && saved.is_ok()).map(|p| {
             let session = &*self.slots[p.slot].session;
             (session, routed_like(&session.tokens, p.start, &p.drafts, p.copied_from))
         });

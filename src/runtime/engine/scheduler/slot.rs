@@ -158,6 +158,8 @@ impl Slot<'_> {
             if let Some(done) = self.take(engine, t) {
                 // Accepted drafts left untaken are not part of the sequence.
                 self.session.cached = self.session.cached.min(self.session.len());
+                let len = self.session.len();
+                self.session.forget_routes_from(len);
                 return Some(done);
             }
         }
