@@ -364,18 +364,10 @@ impl CacheModel {
         };
         let ctx = PolicyContext { layer: 0, clock: self.clock, phase: self.phase, eam: &self.tracker };
         let predicted = predictor.next_token(&ctx);
-        let limit = self.capacity.saturating_sub(self.top_k.max(1));
-        self.finished_steps = self.stats.steps;
         // The prediction is what the next token is expected to route to (with predicted routing,
-        // what it will): those already resident are kept for it like the ones read now.
-        for &id in &predicted {
-            if self.slot_of(id).is_some() {
-                let i = self.index(id);
-                self.awaited_in[i] = self.stats.steps + 1;
-            }
-        }
-        let loads =
-            self.load_predicted(Some(&mut *predictor), predicted.clone(), limit, &predicted, 0, self.stats.steps + 1);
+        // what it will).
+        let limit = self.capacity.saturating_sub(self.top_k.max(1));
+        let loads = self.load_for_next_step(Some(&mut *predictor), &predicted, limit);
         self.predictor = Some(predictor);
         loads
     }
@@ -389,25 +381,37 @@ impl CacheModel {
     /// the predictor's say. Layers beyond are left to the step's own demand and the per-layer
     /// prefetch: holding them from its start would evict what the nearer layers need.
     pub fn prefetch_expected(&mut self, expected: &[ExpertId]) -> Vec<(ExpertId, u32)> {
-        let groups: Vec<&[ExpertId]> = expected.chunk_by(|a, b| a.layer == b.layer).collect();
-        let largest_layer = groups.iter().map(|g| g.len()).max().unwrap_or(0).max(self.top_k);
-        let room = self.capacity.saturating_sub(largest_layer);
+        let layers = || expected.chunk_by(|a, b| a.layer == b.layer).map(<[ExpertId]>::len);
+        let room = self.capacity.saturating_sub(layers().max().unwrap_or(0).max(self.top_k));
+        // The nearest layers whose expected experts fit in `room` together.
         let mut held = 0;
-        for group in &groups {
-            if held + group.len() > room {
+        for n in layers() {
+            if held + n > room {
                 break;
             }
-            held += group.len();
+            held += n;
         }
-        let expected = &expected[..held];
+        self.load_for_next_step(None, &expected[..held], held)
+    }
+
+    /// The current step is over and `expected` are the next step's experts: those resident are
+    /// kept for it like the ones loaded now, up to `limit` of the others
+    /// ([`CacheModel::load_predicted`], with `predictor`'s say on evictions where given).
+    fn load_for_next_step(
+        &mut self,
+        predictor: Option<&mut dyn Predictor>,
+        expected: &[ExpertId],
+        limit: usize,
+    ) -> Vec<(ExpertId, u32)> {
         self.finished_steps = self.stats.steps;
+        let next = self.stats.steps + 1;
         for &id in expected {
             if self.slot_of(id).is_some() {
                 let i = self.index(id);
-                self.awaited_in[i] = self.stats.steps + 1;
+                self.awaited_in[i] = next;
             }
         }
-        self.load_predicted(None, expected.to_vec(), held, expected, 0, self.stats.steps + 1)
+        self.load_predicted(predictor, expected.to_vec(), limit, expected, 0, next)
     }
 
     /// Loads up to `limit` of `candidates` that are not resident, into free slots and then in
