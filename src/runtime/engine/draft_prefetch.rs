@@ -14,16 +14,26 @@ use crate::experts::policy::ExpertId;
 use crate::runtime::options::GenerateOptions;
 use crate::runtime::session::Session;
 
-/// The earlier positions whose routing the rows of a verify step at `pos` (the token there and
-/// `drafts` after it) are expected to repeat. With `copied_from` (prompt lookup: the drafts are
-/// the tokens from that position on) the copied span and the position before it, which holds
-/// the token at `pos`; otherwise, for each row, the latest earlier position of its token.
-pub(super) fn routed_like(tokens: &[u32], pos: usize, drafts: &[u32], copied_from: Option<usize>) -> Vec<usize> {
-    match copied_from {
-        Some(from) => (from.saturating_sub(1)..from + drafts.len()).collect(),
-        None => {
-            let rows = std::iter::once(tokens[pos]).chain(drafts.iter().copied());
-            rows.filter_map(|t| tokens[..pos].iter().rposition(|&u| u == t)).collect()
+/// A sequence's rows of a verify step: the token at `pos` and the `drafts` after it, copied by
+/// prompt lookup from position `copied_from` on (`None`: drafted otherwise, by the MTP module).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct VerifyRows<'a> {
+    pub(super) pos: usize,
+    pub(super) drafts: &'a [u32],
+    pub(super) copied_from: Option<usize>,
+}
+
+impl VerifyRows<'_> {
+    /// The earlier positions of `tokens` whose routing these rows are expected to repeat: the
+    /// copied span and the position before it, which holds the token at `pos`; without a copy,
+    /// for each row, the latest earlier position of its token.
+    fn routed_like(&self, tokens: &[u32]) -> Vec<usize> {
+        match self.copied_from {
+            Some(from) => (from.saturating_sub(1)..from + self.drafts.len()).collect(),
+            None => {
+                let rows = std::iter::once(tokens[self.pos]).chain(self.drafts.iter().copied());
+                rows.filter_map(|t| tokens[..self.pos].iter().rposition(|&u| u == t)).collect()
+            }
         }
     }
 }
@@ -49,18 +59,19 @@ impl Engine {
         memory.record(pos, (first, rows), |layer| r.step_routing(layer));
     }
 
-    /// Before a verify step: starts reading the experts each sequence's remembered routing gives
-    /// at its `positions` ([`routed_like`]; nearest layer first, the experts of the sequences
-    /// before first within a layer).
-    pub(super) fn prefetch_routed_like<'s>(&self, steps: impl IntoIterator<Item = (&'s Session, Vec<usize>)>) {
+    /// Before a verify step of the sequences' `rows`: starts reading the experts each
+    /// sequence's remembered routing gives where the rows are expected to repeat it
+    /// (`VerifyRows::routed_like`; nearest layer first, the experts of the sequences before
+    /// first within a layer). Nothing is looked up for a sequence that keeps no memory.
+    pub(super) fn prefetch_for_verify<'s>(&self, rows: impl IntoIterator<Item = (&'s Session, VerifyRows<'s>)>) {
         if !self.draft_prefetch() {
             // Switched off while requests that remember their routing run.
             return;
         }
         let mut expected: Vec<ExpertId> = Vec::new();
-        for (session, positions) in steps {
+        for (session, rows) in rows {
             if let Some(memory) = &session.routes {
-                expected.extend(memory.experts_of(positions));
+                expected.extend(memory.experts_of(rows.routed_like(&session.tokens)));
             }
         }
         if expected.is_empty() {
@@ -77,15 +88,16 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::routed_like;
+    use super::VerifyRows;
 
     #[test]
     fn rows_are_expected_to_route_where_they_were_copied_from_or_their_token_last_stood() {
         let tokens = [5, 6, 7, 8, 5, 6];
+        let like = |pos, drafts: &[u32], copied_from| VerifyRows { pos, drafts, copied_from }.routed_like(&tokens);
         // Prompt lookup drafted 7, 8 after the 6 at 5, copied from 2: the 6 at 1 and the span.
-        assert_eq!(routed_like(&tokens, 5, &[7, 8], Some(2)), vec![1, 2, 3]);
+        assert_eq!(like(5, &[7, 8], Some(2)), vec![1, 2, 3]);
         // Other drafts: each row's token where it last stood before the step; 9 never did.
-        assert_eq!(routed_like(&tokens, 5, &[5, 9, 8], None), vec![1, 4, 3]);
-        assert_eq!(routed_like(&tokens, 0, &[5], None), Vec::<usize>::new());
+        assert_eq!(like(5, &[5, 9, 8], None), vec![1, 4, 3]);
+        assert_eq!(like(0, &[5], None), Vec::<usize>::new());
     }
 }

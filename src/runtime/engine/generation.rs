@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::draft_prefetch::routed_like;
+use super::draft_prefetch::VerifyRows;
 use super::mtp_drafts::MtpDrafts;
 use crate::decoder::{ChainedStep, RoutingMode, StepOutput, StepResult};
 use crate::error::{Error, Result};
@@ -377,8 +377,7 @@ impl Engine {
                 }
             };
             if !draft.is_empty() {
-                let like = routed_like(&session.tokens, pos, &draft, copied_from);
-                self.prefetch_routed_like([(&*session, like)]);
+                self.prefetch_for_verify([(&*session, VerifyRows { pos, drafts: &draft, copied_from })]);
                 let (accepted, after) = self.verify_drafts(session, &draft, pos, &mut picker)?;
                 drafted.count(draft.len(), accepted);
                 drafted.timed(true, accepted + 1, step_started.elapsed().as_secs_f64());

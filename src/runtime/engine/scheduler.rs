@@ -27,7 +27,7 @@ use expert_cache::{begin_scheduled, end_scheduled};
 use plan::Part;
 use slot::{Running, Slot, SlotSession};
 
-use super::draft_prefetch::routed_like;
+use super::draft_prefetch::VerifyRows;
 use super::generation::{Picker, RequestFigures};
 use super::mtp_drafts::MtpDrafts;
 use super::{Engine, GenerateOptions, Generation};
@@ -292,10 +292,10 @@ impl<'a> Scheduler<'a> {
         let engine = self.engine;
         // The experts drafting sequences' rows are expected to route to are read from now on.
         let drafting = parts.iter().filter(|p| !p.drafts.is_empty() && saved.is_ok()).map(|p| {
-            let session = &*self.slots[p.slot].session;
-            (session, routed_like(&session.tokens, p.start, &p.drafts, p.copied_from))
+            let rows = VerifyRows { pos: p.start, drafts: &p.drafts, copied_from: p.copied_from };
+            (&*self.slots[p.slot].session, rows)
         });
-        engine.prefetch_routed_like(drafting);
+        engine.prefetch_for_verify(drafting);
         // Each slot's sequence for the step, and the pickers of constrained requests, apart.
         let mut masking: Vec<&mut Picker> = Vec::new();
         let sessions: Vec<&Session> = (self.slots.iter_mut())
@@ -355,8 +355,9 @@ impl<'a> Scheduler<'a> {
                 return Ok(finished);
             }
         };
+        // Every part's routing is remembered before any MTP pass below starts a step of its own
+        // (which clears the step's routing); rejected drafts' rows are forgotten as they are.
         for (p, &row) in parts.iter().zip(&rows_at) {
-            // Those of rejected drafts are forgotten as they are rejected.
             engine.remember_routing(&mut self.slots[p.slot].session, p.start, (row, p.rows()));
         }
         for (p, &row) in parts.iter().zip(&rows_at) {
