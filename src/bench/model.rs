@@ -330,9 +330,7 @@ fn compare_drafts(
     let sum = |runs: &[Stats], f: fn(&Stats) -> usize| runs.iter().map(f).sum::<usize>();
     let (proposed, accepted, steps) =
         (sum(&on, |s| s.draft_tokens), sum(&on, |s| s.accepted_draft_tokens), sum(&on, |s| s.draft_steps));
-    let per_token = |runs: &[Stats]| {
-        runs.iter().map(|s| s.experts.bytes_read).sum::<u64>() as f64 / (runs.len() * options.max_tokens) as f64
-    };
+    let per_token = |runs: &[Stats]| ExpertsPerToken::of(runs, options.max_tokens).bytes_read_per_token;
     let (bytes_read_per_token_on, bytes_read_per_token_off) = (per_token(&on), per_token(&off));
     Ok(DraftsComparison {
         source,
