@@ -33,10 +33,12 @@ mod draft_prefetch;
 mod generation;
 mod mtp_drafts;
 mod scheduler;
+mod scoring;
 
 pub use super::options::{EngineOptions, ExpertBudget, GenerateOptions, MtpLoad, DEFAULT_IO_THREADS};
-pub use generation::{Generation, Score, DRAFTS_WITH_A_CONSTRAINT, DRAFTS_WITH_PREDICTED_ROUTING};
+pub use generation::{Generation, DRAFTS_WITH_A_CONSTRAINT, DRAFTS_WITH_PREDICTED_ROUTING};
 pub use scheduler::{Finished, OnToken, RequestId, Scheduler};
+pub use scoring::Score;
 
 /// A loaded model ready to generate and score.
 pub struct Engine {
